@@ -1,0 +1,209 @@
+"""astra-compile command line. Bad input ends with one `astra-compile: error: ...` line and exit status 2."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from .errors import UserError
+
+EPILOG = """examples:
+  astra-compile --collective all_reduce --size 1GB --topology "Switch(8)_Switch(8)_Switch(8)" \\
+      --bandwidth 50,50,50 --latency 1,1,1 --algorithm halving_doubling --chunks 64
+  astra-compile --collective all_reduce --size 1GB --topology 4x4x4_torus --emit mlir --print-ir-after-all
+  astra-compile examples/all_reduce_3d_switch.mlir --emit tables --npu 0
+  astra-compile --collective all_to_all --size 64MB --topology "Ring(4)_FC(2)_Switch(8)" --emit tables -o out/
+  astra-compile out/            (execute tables written earlier)
+
+sizes: B, KB/MB/GB (powers of 2, as ASTRA-sim), KiB/MiB/GiB; bandwidth in GB/s (2^30 B/s); latency in ns."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="astra-compile", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="Compile collectives to per-accelerator schedule tables and time them.")
+    p.add_argument("input", nargs="?", help="a .mlir comm module, or a directory of tables written with -o")
+    g = p.add_argument_group("workload")
+    g.add_argument("--collective", choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all"),
+                   help="one collective over the whole topology (or --dims)")
+    g.add_argument("--size", help="collective size (full buffer, as nccl-tests count it), e.g. 1GB")
+    g.add_argument("--dims", help="topology dimensions of the collective's groups, e.g. 0,1 (default: all)")
+    g = p.add_argument_group("network")
+    g.add_argument("--topology", help='e.g. "Ring(4)_FC(2)_Switch(8)", 8x8_torus, 64_switch, or an ASTRA-sim .yml/.json')
+    g.add_argument("--bandwidth", help="GB/s per dimension, e.g. 50,50,50 (one value: every dimension)")
+    g.add_argument("--latency", help="ns per hop per dimension, e.g. 500,500,500")
+    g.add_argument("--links", help="links-count per dimension (multiplies bandwidth)")
+    g = p.add_argument_group("compilation")
+    g.add_argument("--algorithm", help="ring, direct, halving_doubling, double_binary_tree: one, or one per "
+                                       "dimension (comma-separated); default: the building block's own")
+    g.add_argument("--chunks", help="chunks per collective (ASTRA-sim preferred-dataset-splits; default 1)")
+    g.add_argument("--pass-pipeline", help="passes to run, e.g. 'decompose-all-reduce,chunk{chunks=8},"
+                                           "hierarchical-decompose,select-algorithm'")
+    g.add_argument("--print-ir-after-all", action="store_true", help="print the module after every pass (stderr)")
+    g.add_argument("--list-passes", action="store_true", help="list the registered passes and exit")
+    g = p.add_argument_group("output")
+    g.add_argument("--emit", choices=("report", "mlir", "tables"), default="report")
+    g.add_argument("--npu", help="with --emit tables: print this accelerator's table")
+    g.add_argument("-o", "--output", help="with --emit tables: directory for every table; with --emit mlir: file")
+    g.add_argument("--table-format", choices=("csv", "json"), default="csv")
+    g.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    g.add_argument("--execution", choices=("auto", "symmetric", "full"), default="auto",
+                   help="analytical runtime: NPU 0 stands for all (symmetric), or every NPU (full)")
+    g.add_argument("--verify", action="store_true",
+                   help="also execute the schedule on data and check the collective's result on every NPU")
+    return p
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(f"astra-compile: error: {message}\n")
+    return 2
+
+
+def _write_text_atomically(path: str, text: str) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise UserError(f"cannot write {path}: {d} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".astra-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # imported here so --help stays instant and argument errors need no MLIR
+    from .dialects.comm import IRError
+    from .passes import PassError
+    from .runtime.tables import TableError
+    try:
+        return _run(args)
+    except (UserError, IRError, PassError, TableError) as e:
+        return _fail(str(e))
+    except BrokenPipeError:
+        return 0
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"{what} must be comma-separated integers, got '{text}'") from None
+
+
+def _positive_int(text: str, what: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise UserError(f"{what} must be a positive integer, got '{text}'") from None
+    if v <= 0:
+        raise UserError(f"{what} must be a positive integer, got {v}")
+    return v
+
+
+def _run(args) -> int:
+    from . import driver
+    from .dialects import comm
+    from .runtime import analytical
+    from .runtime.tables import DirSchedule, write_dir
+    from .topology import parse_topology
+    from .units import parse_size
+
+    if args.list_passes:
+        from .passes import REGISTRY
+        for name, cls in sorted(REGISTRY.items()):
+            opts = " ".join(f"{k}=<{h}>" for k, (_, _, h) in cls.options.items())
+            print(f"{name:24s} {cls.summary}" + (f"  [{opts}]" if opts else ""))
+        return 0
+
+    if args.input and os.path.isdir(args.input):
+        schedule = DirSchedule(args.input)  # execute tables written earlier
+        result = analytical.run(schedule, args.execution)
+        out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta["npus"], "execution": result.mode,
+               "per_dim_bytes": result.per_dim_bytes, "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
+        print(json.dumps(out, indent=1) if args.json else
+              f"total time {out['total_time_us']:.3f} us on {out['npus']} NPUs ({result.mode} execution)")
+        return 0
+
+    topology = None
+    if args.topology:
+        topology = parse_topology(args.topology, args.bandwidth, args.latency, args.links)
+    elif any((args.bandwidth, args.latency, args.links)):
+        raise UserError("--bandwidth/--latency/--links need --topology")
+
+    ctx = comm.new_context()
+    if args.input:
+        if not args.input.endswith(".mlir"):
+            raise UserError(f"cannot compile '{args.input}': expected a .mlir comm module or a table directory")
+        if args.collective or args.size:
+            raise UserError("give either an input module or --collective/--size, not both")
+        module = driver.read_module(ctx, args.input)
+        topology = driver.module_topology(module, topology)
+    else:
+        if not args.collective:
+            raise UserError("nothing to compile: give --collective and --size, or an input .mlir module")
+        if topology is None:
+            raise UserError("--topology is required")
+        if not args.size:
+            raise UserError("--size is required with --collective")
+        dims = _int_list(args.dims, "--dims") if args.dims else None
+        module = driver.build_module(ctx, topology, args.collective, parse_size(args.size), dims)
+
+    defaults = {}
+    if args.chunks is not None:
+        defaults["chunks"] = _positive_int(args.chunks, "--chunks")
+    if args.algorithm:
+        defaults["algorithm"] = args.algorithm
+    hook = driver.print_after_each(sys.stderr) if args.print_ir_after_all else None
+    driver.run_passes(module, topology, args.pass_pipeline, defaults, hook)
+
+    if args.emit == "mlir":
+        text = str(module)
+        if args.output:
+            _write_text_atomically(args.output, text)
+        else:
+            sys.stdout.write(text)
+        return 0
+
+    schedule = driver.lower(module, topology)
+    if args.emit == "tables":
+        if args.output:
+            write_dir(schedule, args.output, args.table_format)
+            print(f"wrote {schedule.meta['npus']} tables and meta.json to {args.output}")
+            return 0
+        if args.npu is None:
+            raise UserError("--emit tables needs --npu K (print one table) or -o DIR (write them all)")
+        npu = _int_list(args.npu, "--npu")[0] if args.npu.strip() else -1
+        if not 0 <= npu < topology.npus:
+            raise UserError(f"--npu {npu} outside 0..{topology.npus - 1}")
+        table = schedule.table(npu)
+        if args.json:
+            print(json.dumps({c: table[c].tolist() for c in table.cols}))
+        else:
+            print(f"# accelerator {npu} of {topology.npus} on {topology.name}: {len(table)} rows")
+            print(table.to_text(schedule.meta))
+        return 0
+
+    result = analytical.run(schedule, args.execution)
+    report = driver.make_report(schedule, result)
+    if args.verify:
+        from .runtime.verifier import verify
+        verify(schedule)
+        report["verified"] = True
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(driver.format_report(report))
+        if args.verify:
+            print("verified: every NPU's buffer matches the collective's definition")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The compiler driver: build or read a comm module, run the pass pipeline, lower it to tables, execute them.
+
+The CLI (cli.py) is a thin layer over these functions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dialects import comm
+from .errors import UserError
+from .lower import Schedule, plans_from_module
+from .passes import DEFAULT_PIPELINE, PassContext, PassManager, parse_pipeline
+from .passes.base import ir_dump_header
+from .topology import Topology
+
+GIB = 2 ** 30
+SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+
+
+@dataclass
+class Compiled:
+    module: object
+    topology: Topology
+    schedule: Schedule
+
+
+def build_module(ctx, topology: Topology, collective: str, nbytes: int, dims: list[int] | None = None):
+    """A module holding one collective over `dims` (default: every dimension) of `topology`."""
+    if collective not in SUPPORTED:
+        raise UserError(f"unknown collective '{collective}'; expected one of {', '.join(SUPPORTED)}")
+    if nbytes <= 0:
+        raise UserError(f"collective size must be positive, got {nbytes} bytes")
+    dims = list(range(topology.ndims)) if dims is None else dims
+    module = comm.new_module(ctx)
+    with ctx, comm.ir.Location.unknown():
+        comm.set_topology(module, topology.to_dict())
+        comm.create(collective, {"bytes": int(nbytes), "dims": dims, "name": collective},
+                    ip=comm.ir.InsertionPoint(module.body))
+    comm.verify_module(module, list(topology.shape))
+    return module
+
+
+def read_module(ctx, path: str):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None
+    return comm.parse_module(text, ctx, source=path)
+
+
+def module_topology(module, override: Topology | None) -> Topology:
+    """The topology to compile for: the command line's, else the one recorded in the module."""
+    if override is not None:
+        comm.set_topology(module, override.to_dict())
+        return override
+    recorded = comm.get_topology(module)
+    if recorded is None:
+        raise UserError("no topology: give --topology or a module with a comm.topology attribute")
+    return Topology.from_dict(recorded)
+
+
+def run_passes(module, topology: Topology, pipeline: str | None = None, defaults: dict | None = None,
+               after_each=None) -> None:
+    comm.verify_module(module, list(topology.shape))
+    passes = parse_pipeline(pipeline if pipeline is not None else DEFAULT_PIPELINE)
+    PassManager(passes).run(module, PassContext(topology, defaults or {}), after_each)
+
+
+def print_after_each(out):
+    """after_each callback that prints the module after every pass, as mlir-opt --mlir-print-ir-after-all."""
+    def hook(p, module):
+        out.write(ir_dump_header(p.name) + "\n" + str(module) + "\n")
+    return hook
+
+
+def lower(module, topology: Topology) -> Schedule:
+    return Schedule(topology, plans_from_module(module))
+
+
+# ---- report ---------------------------------------------------------------------------------------------------
+
+def lower_bound_bytes(kind: str, nbytes: int, group: int) -> float:
+    """Bytes each NPU must send at least (the numerator of the ideal time in seed 000)."""
+    if kind == "all_reduce":
+        return 2 * (group - 1) / group * nbytes
+    return (group - 1) / group * nbytes
+
+
+def ideal_time_ns(schedule: Schedule) -> tuple[float, float, float]:
+    """(ideal ns, lower-bound bytes per NPU, bandwidth GB/s) summed over the schedule's buffers, run one after
+    another; ideal = bytes each NPU must send / the sum of its link bandwidths in the group's dimensions."""
+    topo = schedule.topology
+    seen, total_ns, total_bytes, bw = set(), 0.0, 0.0, 0.0
+    for p in schedule.plans:
+        if p.buffer in seen:
+            continue
+        seen.add(p.buffer)
+        group = 1
+        for d in p.group_dims:
+            group *= topo.dims[d].size
+        gbps = sum(topo.dims[d].effective_gbps for d in p.group_dims)
+        nb = lower_bound_bytes(p.buffer_kind, p.bytes, group)
+        total_ns += nb / (gbps * GIB / 1e9)
+        total_bytes += nb
+        bw = max(bw, gbps)
+    return total_ns, total_bytes, bw
+
+
+def make_report(schedule: Schedule, result) -> dict:
+    topo = schedule.topology
+    ideal_ns, ideal_bytes, bw = ideal_time_ns(schedule)
+    total_us = result.total_ns / 1e3
+    algos = [sorted({s.algorithm for p in schedule.plans for s in p.stages if s.dim == d}) for d in range(topo.ndims)]
+    colls, seen = [], set()
+    for p in schedule.plans:
+        colls.append({"name": p.name, "kind": p.kind, "buffer": p.buffer, "buffer_kind": p.buffer_kind,
+                      "bytes": p.bytes, "chunks": p.chunks, "dims": p.group_dims,
+                      "stages": [{"kind": s.kind, "dim": s.dim, "algorithm": s.algorithm} for s in p.stages],
+                      "end_us": result.collective_end_ns[p.index] / 1e3})
+    return {
+        "topology": topo.name, "npus": topo.npus, "backend": "analytical", "execution": result.mode,
+        "scheduler": "baseline", "intra": "fifo",
+        "total_time_us": total_us, "ideal_time_us": ideal_ns / 1e3,
+        "bw_utilization": (ideal_ns / result.total_ns) if result.total_ns else 0.0,
+        "ideal_bytes_per_npu": ideal_bytes, "ideal_bandwidth_gbps": bw,
+        "per_dim_bytes": result.per_dim_bytes,
+        "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns],
+        "dims": [{"dim": i, "block": d.block, "size": d.size, "bandwidth_gbps": d.effective_gbps,
+                  "latency_ns": d.latency_ns, "algorithms": algos[i]} for i, d in enumerate(topo.dims)],
+        "collectives": colls,
+    }
+
+
+def format_report(r: dict) -> str:
+    from .units import format_size
+    lines = []
+    for c in r["collectives"]:
+        lines.append(f"{c['name']}: {c['kind']} of {format_size(c['bytes'])} over dims "
+                     f"{','.join(map(str, c['dims']))}, {c['chunks']} chunks, ends at {c['end_us']:.3f} us")
+    lines += [
+        f"topology        {r['topology']} ({r['npus']} NPUs)",
+        f"runtime         {r['backend']} ({r['execution']} execution), scheduler {r['scheduler']}, "
+        f"intra-dimension {r['intra']}",
+        "",
+        f"total time      {r['total_time_us']:.3f} us",
+        f"ideal time      {r['ideal_time_us']:.3f} us  ({r['ideal_bytes_per_npu'] / 2**20:.2f} MB per NPU over "
+        f"{r['ideal_bandwidth_gbps']:g} GB/s)",
+        f"bw utilization  {100 * r['bw_utilization']:.2f} %",
+        "",
+    ]
+    head = ("dim", "block", "NPUs", "GB/s", "latency ns", "algorithm", "sent per NPU", "busy us", "busy %")
+    rows = [head]
+    for d, nb, busy in zip(r["dims"], r["per_dim_bytes"], r["per_dim_busy_us"]):
+        rows.append((str(d["dim"]), d["block"], str(d["size"]), f"{d['bandwidth_gbps']:g}", f"{d['latency_ns']:g}",
+                     ",".join(d["algorithms"]) or "-", f"{nb / 2**20:.2f} MB", f"{busy:.3f}",
+                     f"{100 * busy / r['total_time_us']:.1f}" if r["total_time_us"] else "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines += ["  ".join(v.rjust(w) if i != 1 and i != 5 else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
+              .rstrip() for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,325 @@
+"""Lowering of the final comm IR (chains of comm.phase ops) to one schedule table per accelerator.
+
+The IR stays independent of NPU and chunk counts; this module expands it on demand. `Schedule.table(npu)` builds
+one NPU's table with array operations over chunks (no Python object per row), so the runtime can execute one
+representative NPU of a symmetric schedule without materialising the others.
+
+Regions: a reduce-scatter chain over dimensions d0, d1, ... nests regions: chunk c of the buffer is the level-0
+region; at level i+1 an NPU keeps block x_{d_i} (its coordinate) of its level-i region. An all-gather chain walks
+the same nesting outwards, so the all-gather half of an all-reduce starts from exactly the shard its
+reduce-scatter half produced. All-to-all phases work on the whole chunk, split into one slot per group member.
+Boundaries are floor(i * length / parts), so any byte count splits exactly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from .algorithms import Transfers, all_to_all, template
+from .dialects import comm
+from .errors import UserError
+from .runtime.tables import FORMAT, RECV_COPY, RECV_REDUCE, SEND, VERSION, Table
+from .topology import Topology
+
+SYMMETRIC_ALGORITHMS = ("ring", "direct", "halving_doubling")
+
+
+@dataclass
+class Stage:
+    kind: str
+    dim: int
+    algorithm: str
+    bytes: int
+
+
+@dataclass
+class CollectivePlan:
+    index: int
+    name: str
+    kind: str              # reduce_scatter, all_gather or all_to_all
+    buffer: str            # collectives sharing a buffer run one after the other on it (all_reduce halves)
+    buffer_kind: str       # what the buffer's collectives implement together (e.g. all_reduce)
+    bytes: int
+    chunks: int
+    group_dims: list[int]
+    stages: list[Stage] = field(default_factory=list)
+    deps: list[int] = field(default_factory=list)
+
+    def to_meta(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "buffer": self.buffer, "buffer_kind": self.buffer_kind,
+                "bytes": self.bytes, "chunks": self.chunks, "group_dims": self.group_dims, "deps": self.deps,
+                "stages": [{"kind": s.kind, "dim": s.dim, "algorithm": s.algorithm, "bytes": s.bytes}
+                           for s in self.stages]}
+
+
+def plans_from_module(module) -> list[CollectivePlan]:
+    """Group the module's phase ops into per-collective chains; reject ops the lowering cannot handle."""
+    plans: dict[str, CollectivePlan] = {}
+    producer: dict = {}
+    for op in comm.ops(module):
+        kind = comm.short_name(op)
+        if kind != "phase":
+            raise UserError(f"comm.{kind} '{comm.attrs(op).get('name', '?')}' is not lowered to phases: "
+                            f"the schedule lowering handles all_reduce, reduce_scatter, all_gather and all_to_all")
+        a = comm.attrs(op)
+        if "algorithm" not in a:
+            raise UserError(f"phase {a['stage']} of '{a['collective']}' has no algorithm (run select-algorithm)")
+        name = a["collective"]
+        if name not in plans:
+            part_of = a.get("part_of")
+            plans[name] = CollectivePlan(len(plans), name, a["kind"], buffer=name, buffer_kind=a["kind"],
+                                         bytes=int(a["group_bytes"]), chunks=int(a["chunks"]),
+                                         group_dims=sorted(a["group_dims"]))
+            if part_of:
+                plans[name].buffer = part_of
+        plan = plans[name]
+        if a["stage"] != len(plan.stages) or a["kind"] != plan.kind or a["chunks"] != plan.chunks:
+            raise UserError(f"phases of '{name}' are out of order or disagree on kind/chunks")
+        plan.stages.append(Stage(a["kind"], int(a["dim"]), comm.canonical_algorithm(a["algorithm"]), int(a["bytes"])))
+        for operand in op.operands:
+            dep = producer.get(operand.owner)
+            if dep is not None and dep != name and plans[dep].index not in plan.deps:
+                plan.deps.append(plans[dep].index)
+        producer[op] = name
+    # an all_reduce decomposed into reduce_scatter + all_gather shares one buffer
+    by_buffer: dict[str, list[CollectivePlan]] = {}
+    for p in plans.values():
+        by_buffer.setdefault(p.buffer, []).append(p)
+    for group in by_buffer.values():
+        if [p.kind for p in group] == ["reduce_scatter", "all_gather"]:
+            for p in group:
+                p.buffer_kind = "all_reduce"
+    for p in plans.values():
+        if sorted(s.dim for s in p.stages) != p.group_dims:
+            raise UserError(f"phases of '{p.name}' do not cover its dimensions {p.group_dims} exactly once")
+    return list(plans.values())
+
+
+def _split(base: np.ndarray, length: np.ndarray, parts: int, index) -> tuple[np.ndarray, np.ndarray]:
+    """Part `index` of `parts` floor-bounded parts of [base, base+length)."""
+    lo = (index * length) // parts
+    hi = ((index + 1) * length) // parts
+    return base + lo, hi - lo
+
+
+class Schedule:
+    """The lowered schedule: meta (JSON-ready) and per-NPU tables on demand."""
+
+    def __init__(self, topology: Topology, plans: list[CollectivePlan]):
+        self.topology = topology
+        self.plans = plans
+        self.shape = topology.shape
+        self.strides = topology.strides()
+        self._check_sizes()
+        self.meta = {
+            "format": FORMAT, "version": VERSION, "npus": topology.npus, "topology": topology.to_dict(),
+            "latency_ns": [d.latency_ns for d in topology.dims],
+            "symmetric": all(s.algorithm in SYMMETRIC_ALGORITHMS for p in plans for s in p.stages),
+            "collectives": [p.to_meta() for p in plans],
+        }
+
+    # ---- regions ------------------------------------------------------------------------------------------
+
+    def chunk_regions(self, plan: CollectivePlan) -> tuple[np.ndarray, np.ndarray]:
+        c = np.arange(plan.chunks, dtype=np.int64)
+        return _split(np.zeros(plan.chunks, np.int64), np.full(plan.chunks, plan.bytes, np.int64), plan.chunks, c)
+
+    def nest_order(self, plan: CollectivePlan) -> list[int]:
+        dims = [s.dim for s in plan.stages]
+        return dims if plan.kind == "reduce_scatter" else dims[::-1]
+
+    def levels(self, plan: CollectivePlan, coords) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Region (base, length) per chunk at every nesting level for an NPU (coords may be arrays of NPUs)."""
+        base, length = self.chunk_regions(plan)
+        out = [(base, length)]
+        for d in self.nest_order(plan):
+            x = np.asarray(coords[d])
+            base, length = _split(out[-1][0], out[-1][1], self.shape[d], x[..., None] if x.ndim else x)
+            out.append((base, length))
+        return out
+
+    def shards(self, index: int) -> np.ndarray:
+        """(npus, chunks, 2) offset and length of each NPU's reduce-scatter output / all-gather input shard."""
+        plan = self.plans[index]
+        coords = self.topology.coords_array().T
+        base, length = self.levels(plan, coords)[-1]
+        return np.stack(np.broadcast_arrays(base, length), axis=-1)
+
+    def export_meta(self) -> dict:
+        """meta plus every reduce-scatter/all-gather shard layout, so written tables can be verified on their own."""
+        shards = {str(p.index): self.shards(p.index).tolist() for p in self.plans if p.kind != "all_to_all"}
+        return dict(self.meta, shards=shards)
+
+    def _stage_region(self, plan: CollectivePlan, levels, stage: int):
+        if plan.kind == "reduce_scatter":
+            return levels[stage]
+        if plan.kind == "all_gather":
+            return levels[len(plan.stages) - 1 - stage]
+        return levels[0]
+
+    def _check_sizes(self) -> None:
+        """Every unit of every phase must hold at least one byte, or transfers would be empty."""
+        for plan in self.plans:
+            smallest = plan.bytes // plan.chunks
+            if plan.kind == "all_to_all":
+                group = int(np.prod([self.shape[d] for d in plan.group_dims]))
+                if plan.bytes % (plan.chunks * group):
+                    raise UserError(f"{plan.name}: all_to_all of {plan.bytes} bytes in {plan.chunks} chunks does not "
+                                    f"split into {group} equal slots per chunk (size must be a multiple of "
+                                    f"{plan.chunks * group} bytes)")
+            nest = self.nest_order(plan)
+            for stage in plan.stages:
+                units = self._units(plan, stage)
+                if plan.kind == "all_to_all":
+                    region = smallest
+                else:  # the phase on dimension d works on the region nested inside the dimensions before d
+                    region = smallest
+                    for d in nest[:nest.index(stage.dim)]:
+                        region //= self.shape[d]
+                if region < units:
+                    raise UserError(
+                        f"{plan.name}: {plan.bytes} bytes in {plan.chunks} chunks are too small for the "
+                        f"{stage.algorithm} {stage.kind} on dimension {stage.dim}: a chunk's region of {region} bytes "
+                        f"must split into {units} parts; use fewer chunks or a larger size")
+
+    def _units(self, plan: CollectivePlan, stage: Stage) -> int:
+        if plan.kind == "all_to_all":
+            return int(np.prod([self.shape[d] for d in plan.group_dims]))
+        return self._template(plan.kind, stage).units
+
+    def _template(self, kind: str, stage: Stage) -> Transfers:
+        dim = self.topology.dims[stage.dim]
+        return template(kind, stage.algorithm, dim.size, bidirectional=(dim.block == "Ring"))
+
+    # ---- tables -------------------------------------------------------------------------------------------
+
+    def table(self, npu: int, deps: bool = True) -> Table:
+        coords = self.topology.coords(npu)
+        parts = []
+        for plan in self.plans:
+            levels = None if plan.kind == "all_to_all" else self.levels(plan, coords)
+            for si, stage in enumerate(plan.stages):
+                if plan.kind == "all_to_all":
+                    rows = self._a2a_rows(plan, stage, coords)
+                    base, length = self.chunk_regions(plan)
+                else:
+                    t = self._template(plan.kind, stage)
+                    rows = _template_rows(t, coords[stage.dim])
+                    base, length = self._stage_region(plan, levels, si)
+                parts.append(self._expand(npu, plan, si, stage, rows, base, length, coords[stage.dim]))
+        table = Table.concat(parts)
+        order = np.lexsort((table["offset"], table["peer"], table["op"], table["step"], table["stage"],
+                            table["flow"], table["coll"]))
+        table = Table({c: v[order] for c, v in table.cols.items()})
+        if deps:
+            table.cols["dep"] = _dependencies(table, [p.buffer for p in self.plans])
+        return table
+
+    def _a2a_rows(self, plan: CollectivePlan, stage: Stage, coords):
+        return _a2a_template(stage.algorithm, tuple(self.shape[d] for d in plan.group_dims),
+                             plan.group_dims.index(stage.dim), coords[stage.dim])
+
+    def _expand(self, npu, plan, si, stage, rows, base, length, member) -> Table:
+        """Template rows of one member x chunks -> table rows in bytes and ranks."""
+        step, op, peer_m, lo, hi, direction, units = rows
+        chunks = plan.chunks
+        n = len(step)
+        off = base[None, :] + (lo[:, None] * length[None, :]) // units
+        end = base[None, :] + (hi[:, None] * length[None, :]) // units
+        dim = self.topology.dims[stage.dim]
+        k = dim.size
+        sender = np.where(op == SEND, member, peer_m)
+        receiver = np.where(op == SEND, peer_m, member)
+        if dim.block == "Ring":
+            fwd = (receiver - sender) % k
+            direction = np.where(direction == 0, np.where(fwd <= k - fwd, 1, -1), direction)
+            hops = np.where(direction == 1, fwd, k - fwd)
+            lane = np.where(direction == 1, 0, 1)
+        else:
+            hops = np.full(n, 1 if dim.block == "FullyConnected" else 2)
+            lane = np.zeros(n)
+        peer = npu + (peer_m - member) * self.strides[stage.dim]
+        rep = lambda a: np.repeat(np.asarray(a)[:, None], chunks, axis=1).ravel()  # noqa: E731
+        total = n * chunks
+        return Table({
+            "npu": np.full(total, npu), "coll": np.full(total, plan.index),
+            "flow": np.tile(np.arange(chunks), n), "stage": np.full(total, si), "step": rep(step), "op": rep(op),
+            "peer": rep(peer), "dim": np.full(total, stage.dim), "lane": rep(lane), "hops": rep(hops),
+            "gbps": np.full(total, dim.link_gbps()), "offset": off.ravel(), "bytes": (end - off).ravel(),
+            "dep": np.full(total, -1),
+        })
+
+
+def _template_rows(t: Transfers, member: int):
+    """Rows of template t that member takes part in: (step, op, peer member, unit lo, unit hi, direction, units)."""
+    send = t.src == member
+    recv = t.dst == member
+    recv_op = RECV_REDUCE if t.reduce.any() else RECV_COPY
+    return (np.concatenate([t.step[send], t.step[recv]]),
+            np.concatenate([np.full(send.sum(), SEND), np.full(recv.sum(), recv_op)]),
+            np.concatenate([t.dst[send], t.src[recv]]),
+            np.concatenate([t.src_lo[send], t.dst_lo[recv]]),
+            np.concatenate([t.src_hi[send], t.dst_hi[recv]]),
+            np.concatenate([t.direction[send], t.direction[recv]]),
+            t.units)
+
+
+def _runs(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted slot indices -> [lo, hi) runs of consecutive slots."""
+    breaks = np.flatnonzero(np.diff(slots) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [len(slots)]])
+    return slots[starts], slots[ends - 1] + 1
+
+
+@lru_cache(maxsize=None)
+def _a2a_template(algorithm: str, group_shape: tuple, local_dim: int, member: int):
+    """All-to-all rows of one member along one dimension of the group, in slot units (slot = group-local rank)."""
+    nslots = int(np.prod(group_shape))
+    stride = int(np.prod(group_shape[:local_dim]))
+    k = group_shape[local_dim]
+    slot_coord = (np.arange(nslots) // stride) % k
+    cols = {c: [] for c in ("step", "op", "peer", "lo", "hi", "dir")}
+    for step, src, dst, x, direction in all_to_all.exchanges(algorithm, k):
+        if member not in (src, dst):
+            continue
+        lo, hi = _runs(np.flatnonzero(slot_coord == x))
+        if member == dst:  # stored with coordinate x ^ src ^ dst: the same runs, shifted
+            shift = ((x ^ src ^ dst) - x) * stride
+            lo, hi = lo + shift, hi + shift
+        cols["step"].append(np.full(len(lo), step))
+        cols["op"].append(np.full(len(lo), SEND if member == src else RECV_COPY))
+        cols["peer"].append(np.full(len(lo), dst if member == src else src))
+        cols["lo"].append(lo)
+        cols["hi"].append(hi)
+        cols["dir"].append(np.full(len(lo), direction))
+    cat = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in cols.items()}
+    return cat["step"], cat["op"], cat["peer"], cat["lo"], cat["hi"], cat["dir"], nslots
+
+
+def _dependencies(table: Table, buffers: list[str]) -> np.ndarray:
+    """For every send, the latest earlier receive (same buffer and chunk) that wrote any byte it reads."""
+    dep = np.full(len(table), -1, dtype=np.int64)
+    buf_id = {b: i for i, b in enumerate(dict.fromkeys(buffers))}
+    buf = np.array([buf_id[buffers[c]] for c in table["coll"]], dtype=np.int64) if len(table) else np.zeros(0, np.int64)
+    order = np.lexsort((table["step"], table["stage"], table["coll"], table["flow"], buf))
+    key = buf[order] * (1 << 32) + table["flow"][order]
+    bounds = np.flatnonzero(np.diff(key)) + 1
+    for idx in np.split(order, bounds):
+        ops, off, nb = table["op"][idx], table["offset"][idx], table["bytes"][idx]
+        when = (table["coll"][idx].astype(np.int64) << 40) + (table["stage"][idx].astype(np.int64) << 20) + table["step"][idx]
+        sends = np.flatnonzero(ops == SEND)
+        recvs = np.flatnonzero(ops != SEND)
+        if not len(sends) or not len(recvs):
+            continue
+        overlap = ((off[recvs][None, :] < (off[sends] + nb[sends])[:, None]) &
+                   (off[sends][:, None] < (off[recvs] + nb[recvs])[None, :]) &
+                   (when[recvs][None, :] < when[sends][:, None]))
+        # latest qualifying receive: the largest (time, position) among overlapping ones
+        score = np.where(overlap, np.arange(len(recvs))[None, :], -1)
+        best = score.max(axis=1)
+        has = best >= 0
+        dep[idx[sends[has]]] = idx[recvs[best[has]]]
+    return dep

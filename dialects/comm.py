@@ -1,0 +1,239 @@
+"""The `comm` dialect: collectives on groups of topology dimensions and the per-dimension phases they lower to.
+
+The dialect is defined in IRDL (comm.irdl.mlir beside this file) and loaded into an upstream MLIR context from
+the torch-mlir wheel, so modules parse, print and verify with MLIR's own C++ parser and verifier. This file only
+builds, reads and checks ops: no lowering logic lives here.
+
+IRDL checks that required attributes are present and of the right kind; `verify_module` adds the value checks
+IRDL cannot express (positive sizes, dimensions in range, known algorithms, chains of phases).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable
+
+from torch_mlir import ir
+from torch_mlir.dialects import irdl
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
+POINT_TO_POINT = ("send", "recv")
+PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all")
+ALGORITHMS = ("ring", "direct", "halving_doubling", "double_binary_tree")
+ALGORITHM_ALIASES = {"hd": "halving_doubling", "halvingdoubling": "halving_doubling", "rhd": "halving_doubling",
+                     "dbt": "double_binary_tree", "doublebinarytree": "double_binary_tree", "tree": "double_binary_tree"}
+
+_IRDL_FILE = os.path.join(os.path.dirname(__file__), "comm.irdl.mlir")
+TOPOLOGY_ATTR = "comm.topology"
+
+
+class IRError(Exception):
+    """Malformed or invalid comm IR (one line: the CLI prints it and exits 2)."""
+
+
+def new_context() -> ir.Context:
+    """A fresh MLIR context with the comm dialect loaded from its IRDL definition."""
+    ctx = ir.Context()
+    with ctx, ir.Location.unknown():
+        with open(_IRDL_FILE) as f:
+            irdl.load_dialects(ir.Module.parse(f.read()))
+    return ctx
+
+
+def _first_error_line(err: Exception) -> str:
+    lines = [l.strip() for l in str(err).splitlines() if l.strip()]
+    # MLIR reports "Unable to parse module assembly:" then "error: <loc>: message"; keep the message.
+    for line in lines:
+        if line.startswith("error:"):
+            return line[len("error:"):].strip()
+    return lines[0] if lines else type(err).__name__
+
+
+def parse_module(text: str, ctx: ir.Context, source: str = "<input>") -> ir.Module:
+    with ctx, ir.Location.unknown():
+        try:
+            return ir.Module.parse(text)
+        except ir.MLIRError as e:
+            raise IRError(f"{source}: {_first_error_line(e)}") from None
+
+
+def new_module(ctx: ir.Context) -> ir.Module:
+    with ctx, ir.Location.unknown():
+        return ir.Module.create()
+
+
+def token_type() -> ir.Type:
+    return ir.Type.parse("!comm.token")
+
+
+# ---- attribute conversion -----------------------------------------------------------------------------------
+
+def to_attr(value: Any) -> ir.Attribute:
+    """Python value -> MLIR attribute (int -> i64, float -> f64, str, list[int] -> array<i64>, list[float] -> array<f64>)."""
+    if isinstance(value, ir.Attribute):
+        return value
+    if isinstance(value, bool):
+        return ir.BoolAttr.get(value)
+    if isinstance(value, int):
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+    if isinstance(value, float):
+        return ir.FloatAttr.get(ir.F64Type.get(), value)
+    if isinstance(value, str):
+        return ir.StringAttr.get(value)
+    if isinstance(value, (list, tuple)):
+        vals = list(value)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+            return ir.DenseI64ArrayAttr.get([int(v) for v in vals])
+        if all(isinstance(v, (int, float)) for v in vals):
+            return ir.DenseF64ArrayAttr.get([float(v) for v in vals])
+        if all(isinstance(v, str) for v in vals):
+            return ir.ArrayAttr.get([ir.StringAttr.get(v) for v in vals])
+    raise TypeError(f"cannot store {value!r} as an attribute")
+
+
+def from_attr(attr: ir.Attribute) -> Any:
+    """MLIR attribute -> Python value (inverse of to_attr; unknown kinds come back as their text).
+
+    The bindings return attributes already downcast to their concrete class."""
+    if isinstance(attr, ir.BoolAttr):
+        return attr.value
+    if isinstance(attr, (ir.IntegerAttr, ir.FloatAttr, ir.StringAttr)):
+        return attr.value
+    if isinstance(attr, (ir.DenseI64ArrayAttr, ir.DenseF64ArrayAttr)):
+        return list(attr)
+    if isinstance(attr, ir.ArrayAttr):
+        return [from_attr(a) for a in attr]
+    return str(attr)
+
+
+def attrs(op) -> dict:
+    """All attributes of an op as a Python dict."""
+    op = getattr(op, "operation", op)
+    return _attr_dict(op.attributes)
+
+
+def _attr_dict(attributes) -> dict:
+    # iterating an op's attribute map yields names in these bindings (NamedAttribute in older ones)
+    out = {}
+    for item in attributes:
+        name = item if isinstance(item, str) else item.name
+        out[name] = from_attr(attributes[name])
+    return out
+
+
+def set_attr(op, name: str, value: Any) -> None:
+    op = getattr(op, "operation", op)
+    op.attributes[name] = to_attr(value)
+
+
+def short_name(op) -> str:
+    """'comm.all_reduce' -> 'all_reduce'."""
+    return getattr(op, "operation", op).name.split(".", 1)[1]
+
+
+# ---- building -----------------------------------------------------------------------------------------------
+
+def create(name: str, attributes: dict, deps: Iterable[ir.Value] = (), ip: ir.InsertionPoint | None = None):
+    """Create `comm.<name>` with the given attributes, token operands and one token result.
+
+    Must run inside the module's context (and a Location); inserts at `ip` or the current insertion point."""
+    kwargs = dict(results=[token_type()], operands=list(deps),
+                  attributes={k: to_attr(v) for k, v in attributes.items()})
+    if ip is not None:
+        kwargs["ip"] = ip
+    return ir.Operation.create(f"comm.{name}", **kwargs)
+
+
+def ops(module: ir.Module) -> list:
+    """The comm ops of a module, in program order (the module body is flat)."""
+    return [op.operation for op in module.body.operations if op.operation.name.startswith("comm.")]
+
+
+# ---- the topology a module is compiled for --------------------------------------------------------------------
+
+def set_topology(module: ir.Module, topo: dict) -> None:
+    """Record the topology (Topology.to_dict() form) on the module, readable in the printed IR."""
+    dims = topo["dims"]
+    mod = module.operation
+    mod.attributes[TOPOLOGY_ATTR] = to_attr(topo["name"])
+    mod.attributes["comm.blocks"] = to_attr([d["block"] for d in dims])
+    mod.attributes["comm.shape"] = to_attr([int(d["size"]) for d in dims])
+    mod.attributes["comm.bandwidth_gbps"] = to_attr([float(d["bandwidth_gbps"]) for d in dims])
+    mod.attributes["comm.latency_ns"] = to_attr([float(d["latency_ns"]) for d in dims])
+    mod.attributes["comm.links"] = to_attr([int(d.get("links", 1)) for d in dims])
+
+
+def get_topology(module: ir.Module) -> dict | None:
+    """The topology recorded on the module (Topology.to_dict() form), or None when it has none."""
+    a = _attr_dict(module.operation.attributes)
+    if TOPOLOGY_ATTR not in a:
+        return None
+    try:
+        n = len(a["comm.shape"])
+        keys = ("comm.blocks", "comm.shape", "comm.bandwidth_gbps", "comm.latency_ns", "comm.links")
+        if any(len(a[k]) != n for k in keys):
+            raise IRError("module topology attributes disagree in length")
+        dims = [{"block": a["comm.blocks"][i], "size": int(a["comm.shape"][i]),
+                 "bandwidth_gbps": float(a["comm.bandwidth_gbps"][i]), "latency_ns": float(a["comm.latency_ns"][i]),
+                 "links": int(a["comm.links"][i])} for i in range(n)]
+    except (KeyError, TypeError) as e:
+        raise IRError(f"module attribute {TOPOLOGY_ATTR} needs comm.blocks, comm.shape, comm.bandwidth_gbps, "
+                      f"comm.latency_ns and comm.links beside it ({e})") from None
+    return {"name": a[TOPOLOGY_ATTR], "dims": dims}
+
+
+# ---- value checks IRDL cannot express --------------------------------------------------------------------------
+
+def canonical_algorithm(name: str) -> str:
+    key = name.strip().lower().replace("-", "_")
+    key = ALGORITHM_ALIASES.get(key.replace("_", ""), ALGORITHM_ALIASES.get(key, key))
+    if key not in ALGORITHMS:
+        raise IRError(f"unknown algorithm '{name}'; expected one of {', '.join(ALGORITHMS)}")
+    return key
+
+
+def verify_module(module: ir.Module, shape: list[int] | None = None) -> None:
+    """MLIR verification plus value checks; `shape` (sizes per topology dimension) bounds dimension indices."""
+    if not module.operation.verify():
+        raise IRError("module does not verify")
+    names = set()
+    for op in ops(module):
+        kind, a, where = short_name(op), attrs(op), f"comm.{short_name(op)}"
+        if "name" in a:
+            where += f" '{a['name']}'"
+        if int(a.get("bytes", 1)) <= 0:
+            raise IRError(f"{where}: bytes must be positive, got {a['bytes']}")
+        if int(a.get("chunks", 1)) <= 0:
+            raise IRError(f"{where}: chunks must be positive, got {a['chunks']}")
+        if kind in COLLECTIVES:
+            dims = a["dims"]
+            if not isinstance(dims, list) or not dims:
+                raise IRError(f"{where}: dims must be a non-empty array<i64>")
+            if len(set(dims)) != len(dims):
+                raise IRError(f"{where}: dims {dims} repeat a dimension")
+            if shape is not None and any(d < 0 or d >= len(shape) for d in dims):
+                raise IRError(f"{where}: dims {dims} outside the topology's {len(shape)} dimensions")
+            if a["name"] in names:
+                raise IRError(f"{where}: collective name used twice")
+            names.add(a["name"])
+        if kind in ("broadcast", "reduce") and shape is not None:
+            npus = 1
+            for s in shape:
+                npus *= s
+            if not 0 <= a["root"] < npus:
+                raise IRError(f"{where}: root {a['root']} outside 0..{npus - 1}")
+        if kind in POINT_TO_POINT and shape is not None:
+            npus = 1
+            for s in shape:
+                npus *= s
+            for end in ("src", "dst"):
+                if not 0 <= a[end] < npus:
+                    raise IRError(f"{where}: {end} {a[end]} outside 0..{npus - 1}")
+            if a["src"] == a["dst"]:
+                raise IRError(f"{where}: src and dst are the same NPU {a['src']}")
+        if kind == "phase":
+            if a["kind"] not in PHASE_KINDS:
+                raise IRError(f"{where}: phase kind '{a['kind']}' is not one of {', '.join(PHASE_KINDS)}")
+            if shape is not None and not 0 <= a["dim"] < len(shape):
+                raise IRError(f"{where}: dim {a['dim']} outside the topology's {len(shape)} dimensions")
+            if "algorithm" in a:
+                canonical_algorithm(a["algorithm"])

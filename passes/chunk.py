@@ -1,0 +1,34 @@
+"""chunk: split every collective into `chunks` chunks that pipeline through its phases.
+
+This is ASTRA-sim's preferred-dataset-splits: chunk c of a phase may start once chunk c of the previous phase
+is done, so different dimensions work on different chunks at the same time. Collectives that already carry a
+`chunks` attribute (written in the input IR) keep it.
+"""
+from __future__ import annotations
+
+from ..dialects import comm
+from .base import Pass, PassError, register
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError("must be a positive integer")
+    return value
+
+
+@register
+class Chunk(Pass):
+    name = "chunk"
+    summary = "set the chunk count of every collective (ASTRA-sim preferred-dataset-splits)"
+    options = {"chunks": (_positive_int, 1, "chunks per collective")}
+
+    def apply(self, module, ctx) -> None:
+        chunks = self.option("chunks", ctx)
+        for op in comm.ops(module):
+            kind = comm.short_name(op)
+            if kind in comm.COLLECTIVES and "chunks" not in comm.attrs(op):
+                a = comm.attrs(op)
+                if chunks > a["bytes"]:
+                    raise PassError(f"comm.{kind} '{a['name']}': {chunks} chunks do not fit in {a['bytes']} bytes")
+                comm.set_attr(op, "chunks", int(chunks))

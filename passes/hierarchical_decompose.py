@@ -1,0 +1,60 @@
+"""hierarchical-decompose: a collective over several topology dimensions -> one phase per dimension (multi-rail).
+
+As in ASTRA-sim 2.0 (seed 002, Sec. II-B): reduce-scatter runs over the dimensions in ascending order, all-gather
+in descending order, so an all_reduce (already decomposed) becomes RS dim 0, RS dim 1, ..., AG dim N-1, ...,
+AG dim 0. All-to-all exchanges along one dimension at a time, ascending (dimension-ordered store and forward).
+
+Each phase records the bytes per NPU of its own per-dimension collective under the full-buffer convention: a
+reduce-scatter phase its input, an all-gather phase its gathered output, an all-to-all phase its buffer.
+"""
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from ..dialects import comm
+from .base import Pass, register
+
+
+def phase_plan(kind: str, dims: list[int], shape: list[int], nbytes: int) -> list[tuple[int, int]]:
+    """[(dim, bytes)] per stage for a collective of `kind` over `dims` with a `nbytes` full buffer."""
+    if kind == "reduce_scatter":
+        plan, region = [], nbytes
+        for d in sorted(dims):
+            plan.append((d, region))
+            region //= shape[d]
+        return plan
+    if kind == "all_gather":
+        plan, region = [], nbytes
+        for d in sorted(dims):  # region sizes seen from the end: the last stage (dim 0) outputs the full buffer
+            plan.append((d, region))
+            region //= shape[d]
+        return list(reversed(plan))
+    if kind == "all_to_all":
+        return [(d, nbytes) for d in sorted(dims)]
+    raise ValueError(kind)
+
+
+@register
+class HierarchicalDecompose(Pass):
+    name = "hierarchical-decompose"
+    summary = "one phase per topology dimension: RS ascending, AG descending, all-to-all ascending"
+
+    def apply(self, module, ctx) -> None:
+        shape = [d.size for d in ctx.topology.dims]
+        for op in comm.ops(module):
+            kind = comm.short_name(op)
+            if kind not in comm.PHASE_KINDS:
+                continue
+            a = comm.attrs(op)
+            ip = ir.InsertionPoint(op)
+            deps = list(op.operands)
+            last = None
+            for stage, (dim, nbytes) in enumerate(phase_plan(kind, a["dims"], shape, a["bytes"])):
+                last = comm.create("phase", {
+                    "collective": a["name"], "kind": kind, "dim": dim, "stage": stage,
+                    "chunks": int(a.get("chunks", 1)), "bytes": int(nbytes),
+                    "group_bytes": int(a["bytes"]), "group_dims": list(a["dims"]),
+                }, deps=deps, ip=ip)
+                deps = [last.result]
+            op.result.replace_all_uses_with(last.result)
+            op.erase()

@@ -1,0 +1,61 @@
+"""select-algorithm: choose the algorithm of every phase from its dimension's building block.
+
+Defaults follow ASTRA-sim 2.0 (seed 002, Table "topology-aware collectives"): Ring -> ring, FullyConnected ->
+direct, Switch -> halving_doubling. The `algorithm` option overrides them: one name for every dimension, or a
+comma-separated list with one name per topology dimension. Phases that already name an algorithm keep it.
+"""
+from __future__ import annotations
+
+from ..dialects import comm
+from .base import Pass, PassError, register
+
+BLOCK_DEFAULT = {"Ring": "ring", "FullyConnected": "direct", "Switch": "halving_doubling"}
+
+
+def _names(text: str) -> list[str]:
+    return [comm.canonical_algorithm(t) for t in text.split(",") if t.strip()]
+
+
+def algorithm_for(dim: int, blocks: list[str], sizes: list[int], chosen: list[str] | None) -> str:
+    if chosen:
+        return chosen[0] if len(chosen) == 1 else chosen[dim]
+    return BLOCK_DEFAULT[blocks[dim]]
+
+
+def check_applicable(algorithm: str, kind: str, size: int, dim: int) -> None:
+    """Reject (algorithm, phase kind, group size) combinations that have no schedule."""
+    if algorithm == "halving_doubling" and size & (size - 1):
+        raise PassError(f"halving_doubling needs a power-of-two group, dimension {dim} has {size} NPUs")
+    if algorithm == "double_binary_tree" and kind == "all_to_all":
+        raise PassError("double_binary_tree has no all_to_all schedule (trees cannot forward per-destination "
+                        "data in place); use ring, direct or halving_doubling for all_to_all")
+
+
+@register
+class SelectAlgorithm(Pass):
+    name = "select-algorithm"
+    summary = "per-dimension algorithm: ring, direct, halving_doubling or double_binary_tree"
+    options = {"algorithm": (_names, None, "one algorithm, or one per topology dimension (comma-separated)")}
+
+    def apply(self, module, ctx) -> None:
+        try:
+            chosen = self.option("algorithm", ctx)
+        except comm.IRError as e:
+            raise PassError(str(e)) from None
+        blocks = [d.block for d in ctx.topology.dims]
+        sizes = [d.size for d in ctx.topology.dims]
+        if chosen and len(chosen) not in (1, len(blocks)):
+            raise PassError(f"--algorithm lists {len(chosen)} algorithms for {len(blocks)} dimensions")
+        for op in comm.ops(module):
+            if comm.short_name(op) != "phase":
+                continue
+            a = comm.attrs(op)
+            algo = a.get("algorithm") or algorithm_for(a["dim"], blocks, sizes, chosen)
+            check_applicable(algo, a["kind"], sizes[a["dim"]], a["dim"])
+            comm.set_attr(op, "algorithm", algo)
+
+    def ensures(self, module, ctx) -> None:
+        super().ensures(module, ctx)
+        for op in comm.ops(module):
+            if comm.short_name(op) == "phase" and "algorithm" not in comm.attrs(op):
+                raise PassError("select-algorithm left a phase without an algorithm")

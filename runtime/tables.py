@@ -1,0 +1,176 @@
+"""Schedule tables: the per-accelerator output of the compiler and the only input of the runtime.
+
+A table is a set of numpy columns, one row per transfer endpoint (a send on the sender, a receive on the
+receiver). Rows of one message share (coll, flow, stage, step, peer, lane); a message may have several rows when
+its bytes are not contiguous. See docs/tables.md for the column meanings and the on-disk format.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+FORMAT = "astra-compile-tables"
+VERSION = 1
+
+SEND, RECV_REDUCE, RECV_COPY = 0, 1, 2
+OP_NAMES = {SEND: "SEND", RECV_REDUCE: "RECV_REDUCE", RECV_COPY: "RECV_COPY"}
+OP_CODES = {v: k for k, v in OP_NAMES.items()}
+
+# (name, dtype, meaning); the order is the CSV column order
+COLUMNS = (
+    ("npu", np.int32, "accelerator that executes the row"),
+    ("coll", np.int16, "collective index (meta.collectives)"),
+    ("flow", np.int32, "chunk of the collective"),
+    ("stage", np.int16, "phase of the chunk's chain (meta.collectives[coll].stages)"),
+    ("step", np.int32, "step inside the phase; step s+1 starts when every row of step s is done on this NPU"),
+    ("op", np.int8, "SEND, RECV_REDUCE (add into the buffer) or RECV_COPY (overwrite)"),
+    ("peer", np.int32, "the other NPU of the transfer"),
+    ("dim", np.int8, "topology dimension the transfer travels in"),
+    ("lane", np.int8, "which of the parallel links to that peer (Ring: 0 = forward, 1 = backward)"),
+    ("hops", np.int16, "links traversed"),
+    ("gbps", np.float64, "bandwidth of the link used, GB/s (2^30 B/s)"),
+    ("offset", np.int64, "byte offset in the collective's buffer (read for SEND, written for RECV)"),
+    ("bytes", np.int64, "bytes of this row"),
+    ("dep", np.int64, "row (in this NPU's table) of the receive whose data this send forwards; -1: own data"),
+)
+COLUMN_NAMES = tuple(c[0] for c in COLUMNS)
+DTYPES = {c[0]: c[1] for c in COLUMNS}
+
+
+class TableError(Exception):
+    """A malformed table or table directory (one line; the CLI prints it and exits 2)."""
+
+
+@dataclass
+class Table:
+    cols: dict
+
+    def __post_init__(self):
+        missing = [c for c in COLUMN_NAMES if c not in self.cols]
+        if missing:
+            raise TableError(f"table lacks column(s) {', '.join(missing)}")
+        self.cols = {c: np.asarray(self.cols[c], dtype=DTYPES[c]) for c in COLUMN_NAMES}
+        n = {len(v) for v in self.cols.values()}
+        if len(n) > 1:
+            raise TableError("table columns differ in length")
+
+    def __len__(self) -> int:
+        return len(self.cols["npu"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.cols[name]
+
+    @staticmethod
+    def empty() -> "Table":
+        return Table({c: np.zeros(0, DTYPES[c]) for c in COLUMN_NAMES})
+
+    @staticmethod
+    def concat(tables: list["Table"]) -> "Table":
+        if not tables:
+            return Table.empty()
+        return Table({c: np.concatenate([t.cols[c] for t in tables]) for c in COLUMN_NAMES})
+
+    def to_csv(self, path: str) -> None:
+        header = ",".join(COLUMN_NAMES)
+        with open(path, "w") as f:
+            f.write(header + "\n")
+            if len(self):
+                cols = [self.cols[c] for c in COLUMN_NAMES]
+                fmt = ["%d" if c != "gbps" else "%.17g" for c in COLUMN_NAMES]
+                np.savetxt(f, np.column_stack([c.astype(object) for c in cols]), fmt=",".join(fmt))
+
+    @staticmethod
+    def from_csv(path: str) -> "Table":
+        try:
+            with open(path) as f:
+                header = f.readline().strip().split(",")
+            if tuple(header) != COLUMN_NAMES:
+                raise TableError(f"{path}: header is not {','.join(COLUMN_NAMES)}")
+            data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2, dtype=np.float64)
+        except (OSError, ValueError) as e:
+            raise TableError(f"{path}: {e}") from None
+        if data.size == 0:
+            return Table.empty()
+        return Table({c: data[:, i] for i, c in enumerate(COLUMN_NAMES)})
+
+    def to_text(self, meta: dict | None = None) -> str:
+        """Human-readable rows: one line per row, op names spelled out, sizes in bytes."""
+        names = ("step", "op", "flow", "coll", "stage", "dim", "peer", "lane", "hops", "offset", "bytes", "dep")
+        rows = [names]
+        coll_names = [c["name"] for c in meta["collectives"]] if meta else None
+        for i in range(len(self)):
+            r = {c: self.cols[c][i] for c in COLUMN_NAMES}
+            rows.append((str(r["step"]), OP_NAMES[int(r["op"])], str(r["flow"]),
+                         coll_names[r["coll"]] if coll_names else str(r["coll"]), str(r["stage"]), str(r["dim"]),
+                         str(r["peer"]), str(r["lane"]), str(r["hops"]), str(r["offset"]), str(r["bytes"]),
+                         str(r["dep"])))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(names))]
+        return "\n".join("  ".join(v.rjust(w) for v, w in zip(row, widths)).rstrip() for row in rows)
+
+
+class Schedule(Protocol):
+    """What the runtime needs: `meta` (dict, see docs/tables.md) and `table(npu) -> Table`."""
+    meta: dict
+
+    def table(self, npu: int) -> Table: ...
+
+
+def write_dir(schedule: Schedule, out_dir: str, fmt: str = "csv") -> None:
+    """Write meta.json and one table per NPU; the directory appears complete or not at all."""
+    if fmt not in ("csv", "json"):
+        raise TableError(f"unknown table format '{fmt}' (csv or json)")
+    parent = os.path.dirname(os.path.abspath(out_dir)) or "."
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise TableError(f"{out_dir} exists and is not a directory")
+    if not os.path.isdir(parent):
+        raise TableError(f"cannot write {out_dir}: {parent} does not exist")
+    tmp = tempfile.mkdtemp(prefix=".tables-", dir=parent)
+    try:
+        meta = dict(getattr(schedule, "export_meta", lambda: schedule.meta)(), table_format=fmt)
+        with open(os.path.join(tmp, "meta.json"), "w") as f:
+            json.dump(meta, f, indent=1)
+        for npu in range(meta["npus"]):
+            t = schedule.table(npu)
+            path = os.path.join(tmp, f"npu_{npu}.{fmt}")
+            if fmt == "csv":
+                t.to_csv(path)
+            else:
+                with open(path, "w") as f:
+                    json.dump({c: t.cols[c].tolist() for c in COLUMN_NAMES}, f)
+        if os.path.isdir(out_dir):
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+class DirSchedule:
+    """A schedule read back from a directory written by write_dir."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            with open(os.path.join(path, "meta.json")) as f:
+                self.meta = json.load(f)
+        except (OSError, ValueError) as e:
+            raise TableError(f"{path}: cannot read meta.json ({e})") from None
+        if self.meta.get("format") != FORMAT:
+            raise TableError(f"{path}/meta.json is not an {FORMAT} file")
+        self.fmt = self.meta.get("table_format", "csv")
+
+    def table(self, npu: int) -> Table:
+        path = os.path.join(self.path, f"npu_{npu}.{self.fmt}")
+        if self.fmt == "csv":
+            return Table.from_csv(path)
+        try:
+            with open(path) as f:
+                return Table(json.load(f))
+        except (OSError, ValueError) as e:
+            raise TableError(f"{path}: {e}") from None

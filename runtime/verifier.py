@@ -1,0 +1,240 @@
+"""Data verifier: execute schedule tables on real buffers and check each collective's definition on every NPU.
+
+The idea is msccl-tools' checker: a collective defines the initial buffers and a check of the final ones.
+Every NPU gets a numpy buffer per collective buffer (one int64 element per byte, so offsets are byte offsets);
+rows run in (collective, phase, step) order, all sends of a step reading before its receives write (a message
+carries the bytes as they were when its step began). Checks:
+
+- every receive is matched by a send of the same step from its peer with the same byte count (no step waits on
+  data that never arrives) and every send is received;
+- every send's `dep` names an earlier receive on the same NPU that wrote bytes the send reads;
+- all_reduce: every NPU ends with the sum over its group; reduce_scatter: each NPU's shard holds the group sum
+  and the group's shards tile each chunk exactly; all_gather: each NPU ends with every member's shard (starting
+  from its own shard only, the rest poisoned); all_to_all: slot j of NPU n's chunk holds what group member j had in
+  slot n (chunk c of a buffer is bytes [floor(c*S/C), floor((c+1)*S/C)), slot j of a chunk its j-th of N equal
+  floor-bounded parts).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .tables import SEND, RECV_REDUCE, Schedule, Table
+
+MAX_ELEMENTS = 50_000_000
+POISON = -(1 << 40)
+
+
+class VerificationError(Exception):
+    """The schedule does not implement its collective (message names the first NPU and bytes that differ)."""
+
+
+def _group_layout(shape: list[int], dims: list[int]):
+    """Per NPU: group id (NPUs that share every coordinate outside dims) and group-local rank."""
+    npus = int(np.prod(shape))
+    ranks = np.arange(npus)
+    strides = np.cumprod([1] + list(shape[:-1]))
+    coords = (ranks[:, None] // strides[None, :]) % np.asarray(shape)[None, :]
+    local, mult = np.zeros(npus, np.int64), 1
+    for d in sorted(dims):
+        local += coords[:, d] * mult
+        mult *= shape[d]
+    outside = [d for d in range(len(shape)) if d not in dims]
+    gid, mult = np.zeros(npus, np.int64), 1
+    for d in outside:
+        gid += coords[:, d] * mult
+        mult *= shape[d]
+    return gid, local, mult if outside else 1
+
+
+def _chunks(nbytes: int, chunks: int):
+    c = np.arange(chunks + 1, dtype=np.int64)
+    return (c * nbytes) // chunks
+
+
+def _shards(schedule: Schedule, ci: int) -> np.ndarray:
+    if hasattr(schedule, "shards"):
+        return np.asarray(schedule.shards(ci))
+    try:
+        return np.asarray(schedule.meta["shards"][str(ci)])
+    except KeyError:
+        raise VerificationError(f"collective {ci}: the table directory has no shard layout to verify against") from None
+
+
+def verify(schedule: Schedule, seed: int = 0) -> dict:
+    meta = schedule.meta
+    npus = meta["npus"]
+    shape = [d["size"] for d in meta["topology"]["dims"]]
+    colls = meta["collectives"]
+    rng = np.random.default_rng(seed)
+
+    buffers, init, kinds, members = {}, {}, {}, {}
+    for ci, c in enumerate(colls):
+        b = c["buffer"]
+        members.setdefault(b, []).append(ci)
+        if b in buffers:
+            continue
+        if npus * c["bytes"] > MAX_ELEMENTS:
+            raise VerificationError(f"{c['name']}: {npus} NPUs x {c['bytes']} bytes is too large to execute on data "
+                                    f"(limit {MAX_ELEMENTS} bytes in all); verify a smaller size")
+        kinds[b] = c["buffer_kind"]
+        data = rng.integers(0, 1000, size=(npus, c["bytes"]), dtype=np.int64)
+        if kinds[b] == "all_gather":
+            sh = _shards(schedule, ci)
+            owned = np.zeros_like(data, dtype=bool)
+            for n in range(npus):
+                for off, ln in sh[n]:
+                    owned[n, off:off + ln] = True
+            data = np.where(owned, data, POISON)
+        init[b] = data
+        buffers[b] = data.copy()
+
+    table = Table.concat([schedule.table(n) for n in range(npus)])
+    _check_deps(table, npus)
+    sends, recvs = _match(table, colls)
+    _execute(table, sends, recvs, colls, buffers)
+
+    for b, kind in kinds.items():
+        ci = members[b][0]
+        c = colls[ci]
+        gid, local, _ = _group_layout(shape, c["group_dims"])
+        _check(kind, c, ci, schedule, init[b], buffers[b], gid, local)
+    return {"rows": len(table), "collectives": len(colls), "buffers": len(buffers)}
+
+
+def _check_deps(t: Table, npus: int) -> None:
+    """dep must point at an earlier receive on the same NPU whose bytes overlap the send's."""
+    starts = np.concatenate([[0], np.cumsum(np.bincount(t["npu"], minlength=npus))])
+    s = np.flatnonzero((t["op"] == SEND) & (t["dep"] >= 0))
+    if not len(s):
+        return
+    d = t["dep"][s] + starts[t["npu"][s]]
+    bad = (d >= len(t)) | (t["npu"][np.minimum(d, len(t) - 1)] != t["npu"][s])
+    d = np.minimum(d, len(t) - 1)
+    when = lambda i: (t["coll"][i].astype(np.int64) << 40) + (t["stage"][i].astype(np.int64) << 20) + t["step"][i]  # noqa: E731
+    bad |= t["op"][d] == SEND
+    bad |= when(d) >= when(s)
+    bad |= ~((t["offset"][d] < t["offset"][s] + t["bytes"][s]) & (t["offset"][s] < t["offset"][d] + t["bytes"][d]))
+    if bad.any():
+        i = s[np.argmax(bad)]
+        raise VerificationError(f"NPU {t['npu'][i]}: send at step {t['step'][i]} (chunk {t['flow'][i]}) names dep "
+                                f"{t['dep'][i]}, which is not an earlier receive of the bytes it sends")
+
+
+def _match(t: Table, colls):
+    """Pair every receive with its send: same (coll, flow, stage, step, sender, receiver, lane), k-th row by offset."""
+    is_send = t["op"] == SEND
+    sender = np.where(is_send, t["npu"], t["peer"]).astype(np.int64)
+    receiver = np.where(is_send, t["peer"], t["npu"]).astype(np.int64)
+    keys = [t["coll"], t["flow"], t["stage"], t["step"], sender, receiver, t["lane"]]
+    s_idx = np.flatnonzero(is_send)
+    r_idx = np.flatnonzero(~is_send)
+    s_idx = s_idx[np.lexsort([t["offset"][s_idx]] + [k[s_idx] for k in keys][::-1])]
+    r_idx = r_idx[np.lexsort([t["offset"][r_idx]] + [k[r_idx] for k in keys][::-1])]
+    ks = np.stack([k[s_idx].astype(np.int64) for k in keys]) if len(s_idx) else np.zeros((7, 0), np.int64)
+    kr = np.stack([k[r_idx].astype(np.int64) for k in keys]) if len(r_idx) else np.zeros((7, 0), np.int64)
+    if ks.shape != kr.shape or not np.array_equal(ks, kr):
+        _explain_mismatch(ks, kr, colls)
+    if not np.array_equal(t["bytes"][s_idx], t["bytes"][r_idx]):
+        i = np.argmax(t["bytes"][s_idx] != t["bytes"][r_idx])
+        raise VerificationError(f"NPU {receiver[r_idx[i]]} receives {t['bytes'][r_idx[i]]} bytes at step "
+                                f"{t['step'][r_idx[i]]} but NPU {sender[s_idx[i]]} sends {t['bytes'][s_idx[i]]}")
+    return s_idx, r_idx
+
+
+def _explain_mismatch(ks, kr, colls):
+    sset = {tuple(x) for x in ks.T.tolist()}
+    rset = {tuple(x) for x in kr.T.tolist()}
+    for key in kr.T.tolist():
+        if tuple(key) not in sset:
+            c, f, st, step, snd, rcv, _ = key
+            raise VerificationError(f"NPU {rcv} waits in {colls[c]['name']} chunk {f} phase {st} step {step} for data "
+                                    f"from NPU {snd} that is never sent")
+    for key in ks.T.tolist():
+        if tuple(key) not in rset:
+            c, f, st, step, snd, rcv, _ = key
+            raise VerificationError(f"NPU {snd} sends to NPU {rcv} in {colls[c]['name']} chunk {f} phase {st} step "
+                                    f"{step} but NPU {rcv} never receives it")
+    raise VerificationError("sends and receives differ in number of rows per message")
+
+
+def _execute(t: Table, s_idx, r_idx, colls, buffers) -> None:
+    order = np.lexsort((t["step"][r_idx], t["stage"][r_idx], t["coll"][r_idx]))
+    s_idx, r_idx = s_idx[order], r_idx[order]
+    key = (t["coll"][r_idx].astype(np.int64) << 40) + (t["stage"][r_idx].astype(np.int64) << 20) + t["step"][r_idx]
+    bounds = np.flatnonzero(np.diff(key)) + 1
+    for grp in np.split(np.arange(len(r_idx)), bounds):
+        if not len(grp):
+            continue
+        buf = buffers[colls[int(t["coll"][r_idx[grp[0]]])]["buffer"]]
+        payload = []
+        for g in grp:  # all sends of the step read first
+            si = s_idx[g]
+            off, nb = t["offset"][si], t["bytes"][si]
+            payload.append(buf[t["npu"][si], off:off + nb].copy())
+        for g, data in zip(grp, payload):
+            ri = r_idx[g]
+            n, off, nb = t["npu"][ri], t["offset"][ri], t["bytes"][ri]
+            if t["op"][ri] == RECV_REDUCE:
+                buf[n, off:off + nb] += data
+            else:
+                buf[n, off:off + nb] = data
+
+
+def _fail(what: str, npu: int, final, expected) -> None:
+    bad = np.flatnonzero(final != expected)
+    raise VerificationError(f"{what}: NPU {npu} differs from the definition at {len(bad)} byte(s), first at offset "
+                            f"{bad[0]}")
+
+
+def _check(kind, c, ci, schedule, init, final, gid, local) -> None:
+    name = c["name"] if kind == c["kind"] else c["buffer"]
+    npus = len(gid)
+    group_sum = np.zeros_like(init)
+    for g in np.unique(gid):
+        sel = gid == g
+        group_sum[sel] = init[sel].sum(axis=0)
+    if kind == "all_reduce":
+        for n in range(npus):
+            if not np.array_equal(final[n], group_sum[n]):
+                _fail(f"all_reduce '{name}'", n, final[n], group_sum[n])
+    elif kind == "reduce_scatter":
+        sh = _shards(schedule, ci)
+        cover = np.zeros((int(gid.max()) + 1, init.shape[1]), np.int64)
+        for n in range(npus):
+            for off, ln in sh[n]:
+                if not np.array_equal(final[n, off:off + ln], group_sum[n, off:off + ln]):
+                    _fail(f"reduce_scatter '{name}' shard", n, final[n, off:off + ln], group_sum[n, off:off + ln])
+                cover[gid[n], off:off + ln] += 1
+        if not np.all(cover == 1):
+            g, byte = np.argwhere(cover != 1)[0]
+            raise VerificationError(f"reduce_scatter '{name}': byte {byte} is owned by {cover[g, byte]} NPUs of "
+                                    f"group {g}, not exactly one")
+    elif kind == "all_gather":
+        for g in np.unique(gid):
+            sel = np.flatnonzero(gid == g)
+            owners = np.sum(init[sel] != POISON, axis=0)
+            if np.any(owners != 1):
+                byte = int(np.argmax(owners != 1))
+                raise VerificationError(f"all_gather '{name}': byte {byte} is the input of {owners[byte]} NPUs of "
+                                        f"group {g}, not exactly one")
+            expected = np.max(init[sel], axis=0)  # the one owner's value (the others hold POISON)
+            for n in sel:
+                if not np.array_equal(final[n], expected):
+                    _fail(f"all_gather '{name}'", n, final[n], expected)
+    elif kind == "all_to_all":
+        bounds = _chunks(c["bytes"], c["chunks"])
+        members = {int(g): np.flatnonzero(gid == g)[np.argsort(local[gid == g])] for g in np.unique(gid)}
+        nslots = len(next(iter(members.values())))
+        for n in range(npus):
+            group = members[int(gid[n])]
+            expected = np.empty_like(final[n])
+            for ch in range(c["chunks"]):
+                lo, ln = bounds[ch], bounds[ch + 1] - bounds[ch]
+                cut = lo + (np.arange(nslots + 1) * ln) // nslots
+                for j, src in enumerate(group):
+                    me = local[n]
+                    expected[cut[j]:cut[j + 1]] = init[src, cut[me]:cut[me + 1]]
+            if not np.array_equal(final[n], expected):
+                _fail(f"all_to_all '{name}'", n, final[n], expected)
+    else:
+        raise VerificationError(f"no definition to check for {kind}")

@@ -1,0 +1,43 @@
+"""astra-compile: PyTorch programs and collectives -> per-accelerator collective schedules.
+
+The repository keeps the folders compiler/, dialects/, passes/ and runtime/ at the top level; installed, they
+all live under the one import package `astra_compile` so nothing squats on generic names such as `compiler`:
+
+    compiler/  -> astra_compile            (driver, CLI, topology, lowering, report)
+    dialects/  -> astra_compile.dialects   (the comm dialect, IRDL)
+    passes/    -> astra_compile.passes     (one pass per file)
+    runtime/   -> astra_compile.runtime    (table formats, cost models, verifier; imports nothing from compiler/)
+"""
+from setuptools import setup
+
+setup(
+    name="astra-compile",
+    version="0.1.0",
+    description="MLIR compiler from collectives to per-accelerator schedule tables, with cost-model runtimes",
+    python_requires=">=3.10",
+    packages=[
+        "astra_compile",
+        "astra_compile.algorithms",
+        "astra_compile.dialects",
+        "astra_compile.passes",
+        "astra_compile.runtime",
+    ],
+    package_dir={
+        "astra_compile": "compiler",
+        "astra_compile.algorithms": "compiler/algorithms",
+        "astra_compile.dialects": "dialects",
+        "astra_compile.passes": "passes",
+        "astra_compile.runtime": "runtime",
+    },
+    package_data={"astra_compile.dialects": ["*.mlir"]},
+    install_requires=[
+        # The MLIR Python bindings (upstream MLIR, IRDL, pass manager) ship in this wheel; it needs no torch.
+        "torch-mlir==20261001",
+        "numpy>=1.26,<3",
+        "pyyaml>=6",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6.100"],
+    },
+    entry_points={"console_scripts": ["astra-compile=astra_compile.cli:main"]},
+)
