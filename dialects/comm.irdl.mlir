@@ -3,7 +3,8 @@
 // IRDL checks presence and kind of every required attribute; dialects/comm.py checks values (sizes > 0,
 // dimensions in range, known algorithms) because IRDL cannot express them.
 irdl.dialect @comm {
-  // Completion of an op, per chunk: an op that takes a token waits for the producer's chunk c before its chunk c.
+  // Completion of an op. An op that takes a token waits for the producer to finish; inside one buffer (the halves
+  // and phases of one collective) it waits chunk by chunk: its chunk c starts once the producer's chunk c is done.
   irdl.type @token { }
 
   irdl.operation @all_reduce {

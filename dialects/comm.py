@@ -53,7 +53,10 @@ def parse_module(text: str, ctx: ir.Context, source: str = "<input>") -> ir.Modu
         try:
             return ir.Module.parse(text)
         except ir.MLIRError as e:
-            raise IRError(f"{source}: {_first_error_line(e)}") from None
+            line = _first_error_line(e)
+            # MLIR names the buffer "-"; point at the user's file instead: file:line:col: message
+            line = line[len('"-":'):] if line.startswith('"-":') else " " + line
+            raise IRError(f"{source}:{line}") from None
 
 
 def new_module(ctx: ir.Context) -> ir.Module:

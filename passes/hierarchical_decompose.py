@@ -49,11 +49,13 @@ class HierarchicalDecompose(Pass):
             ip = ir.InsertionPoint(op)
             deps = list(op.operands)
             last = None
+            # part_of names the buffer an all_reduce's halves share: the lowering nests their regions together
+            keep = {"part_of": a["part_of"]} if "part_of" in a else {}
             for stage, (dim, nbytes) in enumerate(phase_plan(kind, a["dims"], shape, a["bytes"])):
                 last = comm.create("phase", {
                     "collective": a["name"], "kind": kind, "dim": dim, "stage": stage,
                     "chunks": int(a.get("chunks", 1)), "bytes": int(nbytes),
-                    "group_bytes": int(a["bytes"]), "group_dims": list(a["dims"]),
+                    "group_bytes": int(a["bytes"]), "group_dims": list(a["dims"]), **keep,
                 }, deps=deps, ip=ip)
                 deps = [last.result]
             op.result.replace_all_uses_with(last.result)

@@ -98,9 +98,12 @@ def _successors(meta: dict):
 
 
 def _dep_flows(meta, producer: int, consumer: int, flow: int):
-    """Chunks of `consumer` released when chunk `flow` of `producer` finishes (all of them if counts differ)."""
-    pc, cc = meta["collectives"][producer]["chunks"], meta["collectives"][consumer]["chunks"]
-    return [flow] if pc == cc else None  # None: released only when every chunk of producer is done
+    """Chunks of `consumer` released when chunk `flow` of `producer` finishes.
+
+    Chunk by chunk only inside one buffer (an all_reduce's all_gather half picks up each chunk its reduce_scatter
+    half finished); a collective on another buffer waits for the whole producer (None)."""
+    p, c = meta["collectives"][producer], meta["collectives"][consumer]
+    return [flow] if p["buffer"] == c["buffer"] and p["chunks"] == c["chunks"] else None
 
 
 class _Chains:

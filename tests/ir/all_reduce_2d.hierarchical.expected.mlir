@@ -1,0 +1,7 @@
+module attributes {comm.bandwidth_gbps = array<f64: 1.000000e+02, 5.000000e+01>, comm.blocks = ["Ring", "Switch"], comm.latency_ns = array<f64: 5.000000e+02, 5.000000e+02>, comm.links = array<i64: 1, 1>, comm.shape = array<i64: 4, 8>, comm.topology = "Ring(4)_Switch(8)"} {
+  %0 = "comm.phase"() {bytes = 1048576 : i64, chunks = 4 : i64, collective = "g.rs", dim = 0 : i64, group_bytes = 1048576 : i64, group_dims = array<i64: 0, 1>, kind = "reduce_scatter", part_of = "g", stage = 0 : i64} : () -> !comm.token
+  %1 = "comm.phase"(%0) {bytes = 262144 : i64, chunks = 4 : i64, collective = "g.rs", dim = 1 : i64, group_bytes = 1048576 : i64, group_dims = array<i64: 0, 1>, kind = "reduce_scatter", part_of = "g", stage = 1 : i64} : (!comm.token) -> !comm.token
+  %2 = "comm.phase"(%1) {bytes = 262144 : i64, chunks = 4 : i64, collective = "g.ag", dim = 1 : i64, group_bytes = 1048576 : i64, group_dims = array<i64: 0, 1>, kind = "all_gather", part_of = "g", stage = 0 : i64} : (!comm.token) -> !comm.token
+  %3 = "comm.phase"(%2) {bytes = 1048576 : i64, chunks = 4 : i64, collective = "g.ag", dim = 0 : i64, group_bytes = 1048576 : i64, group_dims = array<i64: 0, 1>, kind = "all_gather", part_of = "g", stage = 1 : i64} : (!comm.token) -> !comm.token
+  %4 = "comm.phase"(%3) {bytes = 65536 : i64, chunks = 4 : i64, collective = "x", dim = 1 : i64, group_bytes = 65536 : i64, group_dims = array<i64: 1>, kind = "all_to_all", stage = 0 : i64} : (!comm.token) -> !comm.token
+}

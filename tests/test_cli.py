@@ -1,0 +1,156 @@
+"""The command line: reports, JSON, IR and table output, and one-line errors with exit status 2."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from astra_compile.cli import main
+
+SWITCH3 = ["--topology", "Switch(8)_Switch(8)_Switch(8)", "--bandwidth", "50,50,50", "--latency", "1,1,1"]
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "all_reduce_3d_switch.mlir")
+
+
+def cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_issue_command_json(capsys):
+    code, out, err = cli(capsys, "--collective", "all_reduce", "--size", "1GB", *SWITCH3,
+                         "--algorithm", "halving_doubling", "--chunks", "64", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    for key in ("total_time_us", "ideal_time_us", "bw_utilization", "per_dim_bytes", "npus"):
+        assert key in r
+    assert r["npus"] == 512
+    assert r["per_dim_bytes"] == [1792 * 2**20, 224 * 2**20, 28 * 2**20]
+    assert r["total_time_us"] == pytest.approx(35008.129, rel=0.01)
+
+
+def test_text_report_mentions_the_figures(capsys):
+    code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "1GB", *SWITCH3, "--chunks", "64")
+    assert code == 0
+    assert "total time" in out and "ideal time      13307.292 us" in out and "bw utilization  38.02 %" in out
+    assert "1792.00 MB" in out and "halving_doubling" in out   # Switch's default algorithm
+
+
+def test_default_algorithm_per_block(capsys):
+    code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)_FC(2)_Switch(8)",
+                       "--json")
+    r = json.loads(out)
+    assert [d["algorithms"] for d in r["dims"]] == [["ring"], ["direct"], ["halving_doubling"]]
+
+
+def test_mlir_input_and_emit(capsys, tmp_path):
+    code, out, _ = cli(capsys, EXAMPLE, "--json")
+    assert code == 0 and json.loads(out)["npus"] == 512
+    target = tmp_path / "out.mlir"
+    code, out, _ = cli(capsys, EXAMPLE, "--emit", "mlir", "-o", str(target))
+    text = target.read_text()
+    assert text.count('"comm.phase"') == 6 and 'algorithm = "halving_doubling"' in text
+    # the emitted module is valid input again and gives the same result
+    code, out2, _ = cli(capsys, str(target), "--json", "--pass-pipeline", "")
+    code, out1, _ = cli(capsys, EXAMPLE, "--json")
+    assert json.loads(out2)["total_time_us"] == json.loads(out1)["total_time_us"]
+
+
+def test_print_ir_after_all(capsys):
+    code, out, err = cli(capsys, "--collective", "all_to_all", "--size", "64KB", "--topology", "4x4_torus",
+                         "--emit", "mlir", "--print-ir-after-all")
+    assert code == 0
+    headers = [l for l in err.splitlines() if l.startswith("// -----// IR Dump After")]
+    assert headers == [f"// -----// IR Dump After {p} //----- //" for p in
+                       ("decompose-all-reduce", "chunk", "hierarchical-decompose", "select-algorithm")]
+
+
+def test_tables_for_one_npu(capsys):
+    code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "8KB", "--topology", "Ring(4)",
+                       "--emit", "tables", "--npu", "1")
+    lines = out.splitlines()
+    assert lines[0].startswith("# accelerator 1 of 4")
+    assert lines[1].split() == ["step", "op", "flow", "coll", "stage", "dim", "peer", "lane", "hops", "offset",
+                                "bytes", "dep"]
+    # bidirectional ring on Ring(4): per step one send each way (2 rows) and two receives, 3 RS + 3 AG steps
+    assert len(lines) - 2 == 2 * 3 * 4
+
+
+def test_tables_directory_roundtrip(capsys, tmp_path):
+    out_dir = tmp_path / "tables"
+    code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "64KB", "--topology", "Ring(2)_Switch(4)",
+                       "--chunks", "2", "--emit", "tables", "-o", str(out_dir))
+    assert code == 0
+    assert sorted(os.listdir(out_dir)) == ["meta.json"] + sorted(f"npu_{i}.csv" for i in range(8))
+    code, out, _ = cli(capsys, str(out_dir), "--json")
+    from_dir = json.loads(out)["total_time_us"]
+    code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "64KB", "--topology", "Ring(2)_Switch(4)",
+                       "--chunks", "2", "--json")
+    assert from_dir == pytest.approx(json.loads(out)["total_time_us"], rel=1e-12)
+    # the written tables verify on their own
+    from astra_compile.runtime.tables import DirSchedule
+    from astra_compile.runtime.verifier import verify
+    verify(DirSchedule(str(out_dir)))
+
+
+def test_verify_flag(capsys):
+    code, out, _ = cli(capsys, "--collective", "all_gather", "--size", "24KB", "--topology", "Ring(3)_FC(2)",
+                       "--algorithm", "double_binary_tree", "--chunks", "2", "--verify")
+    assert code == 0 and "verified" in out
+
+
+BAD = [
+    (["--collective", "all_reduce", "--size", "1GB", "--topology", "Rign(8)"], "unknown topology block"),
+    (["--collective", "all_reduce", "--size", "1GB", "--topology", "Ring(8"], "Ring(8"),
+    (["--collective", "all_reduce", "--size", "1GB", "--topology", "Ring(8)_Ring(8)", "--bandwidth", "1,2,3"],
+     "3"),
+    (["--collective", "all_reduce", "--size", "1GB", "--topology", "Ring(8)", "--bandwidth", "0"], "bandwidth"),
+    (["--collective", "all_reduce", "--size", "1GB", "--topology", "Ring(8)", "--bandwidth", "-5"], "bandwidth"),
+    (["--collective", "all_reduce", "--size", "0", "--topology", "Ring(8)"], "size"),
+    (["--collective", "all_reduce", "--size", "1GB", "--topology", "Ring(8)", "--chunks", "0"], "chunks"),
+    (["--collective", "all_reduce", "--size", "100B", "--topology", "Ring(8)", "--chunks", "64"], "too small"),
+    (["--collective", "all_to_all", "--size", "1000B", "--topology", "Ring(8)", "--chunks", "2"], "multiple of 16"),
+    (["--collective", "all_reduce", "--size", "1GB", "--topology", "Ring(6)", "--algorithm", "halving_doubling"],
+     "power-of-two"),
+    (["--collective", "all_reduce", "--size", "1GB", "--topology", "Ring(8)", "--algorithm", "magic"],
+     "unknown algorithm"),
+    (["--collective", "all_reduce", "--size", "1GB", "--topology", "Ring(8)_Ring(2)", "--algorithm", "ring,ring,ring"],
+     "3 algorithms for 2 dimensions"),
+    (["--collective", "all_reduce", "--size", "1GB", "--topology", "Ring(8)", "--pass-pipeline", "nope"],
+     "unknown pass"),
+    (["--collective", "all_reduce", "--size", "1GB", "--topology", "Ring(8)", "--dims", "0,3"], "dims"),
+    (["missing.mlir"], "cannot read"),
+    (["--collective", "all_reduce", "--size", "1GB"], "--topology"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", BAD)
+def test_bad_input_one_line_exit_2(capsys, argv, needle):
+    code, out, err = cli(capsys, *argv)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("astra-compile: error: ")
+    assert needle in err
+    assert "Traceback" not in err
+
+
+def test_bad_mlir_one_line(capsys, tmp_path):
+    src = tmp_path / "bad.mlir"
+    src.write_text('%0 = "comm.all_reduce"() {bytes = 8 : i64} : () -> !comm.token\n')
+    code, _, err = cli(capsys, str(src), "--topology", "Ring(4)")
+    assert code == 2 and err.count("\n") == 1
+    assert f"{src}:1:6: 'comm.all_reduce' op attribute" in err and "is expected but not provided" in err
+
+
+def test_failed_write_leaves_no_file(capsys, tmp_path):
+    out_dir = tmp_path / "tables"
+    code, _, err = cli(capsys, "--collective", "all_reduce", "--size", "100B", "--topology", "Ring(8)",
+                       "--chunks", "64", "--emit", "tables", "-o", str(out_dir))
+    assert code == 2 and not out_dir.exists() and os.listdir(tmp_path) == []
+
+
+def test_console_script_exit_status():
+    # the installed entry point, as a user runs it
+    proc = subprocess.run(["astra-compile", "--collective", "all_reduce", "--size", "1GB", "--topology", "x"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1

@@ -1,0 +1,114 @@
+"""Passes: IR text in, IR text out (expected files reviewed by hand), plus the pass infrastructure."""
+import os
+
+import pytest
+
+from astra_compile import driver
+from astra_compile.dialects import comm
+from astra_compile.passes import REGISTRY, PassError, parse_pipeline
+from astra_compile.topology import Topology
+
+IR = os.path.join(os.path.dirname(__file__), "ir")
+
+
+def compile_text(text, pipeline):
+    ctx = comm.new_context()
+    module = comm.parse_module(text, ctx)
+    topo = Topology.from_dict(comm.get_topology(module))
+    driver.run_passes(module, topo, pipeline)
+    return str(module)
+
+
+@pytest.mark.parametrize("pipeline,expected", [
+    ("decompose-all-reduce", "all_reduce_2d.decompose.expected.mlir"),
+    ("decompose-all-reduce,chunk{chunks=4},hierarchical-decompose", "all_reduce_2d.hierarchical.expected.mlir"),
+    ("decompose-all-reduce,chunk{chunks=4},hierarchical-decompose,select-algorithm",
+     "all_reduce_2d.select.expected.mlir"),
+])
+def test_ir_in_ir_out(pipeline, expected):
+    with open(os.path.join(IR, "all_reduce_2d.mlir")) as f:
+        source = f.read()
+    with open(os.path.join(IR, expected)) as f:
+        assert compile_text(source, pipeline) == f.read()
+
+
+HEADER = ('module attributes {comm.bandwidth_gbps = array<f64: 50.0, 50.0>, comm.blocks = ["Ring", "FullyConnected"], '
+          'comm.latency_ns = array<f64: 1.0, 1.0>, comm.links = array<i64: 1, 1>, comm.shape = array<i64: 6, 4>, '
+          'comm.topology = "Ring(6)_FullyConnected(4)"} {\n')
+
+
+def phases(text):
+    return [l.strip() for l in text.splitlines() if '"comm.phase"' in l]
+
+
+def test_hierarchical_orders_and_sizes():
+    out = compile_text(HEADER + '  %0 = "comm.reduce_scatter"() {bytes = 2400 : i64, dims = array<i64: 1, 0>, '
+                       'name = "r"} : () -> !comm.token\n'
+                       '  %1 = "comm.all_gather"(%0) {bytes = 2400 : i64, dims = array<i64: 0, 1>, name = "a"} : '
+                       '(!comm.token) -> !comm.token\n}', "hierarchical-decompose")
+    ph = phases(out)
+    # reduce-scatter ascending (dim 0 with 2400 B in, then dim 1 with 400 B), all-gather descending (dim 1 gathers
+    # 400 B, then dim 0 gathers the full 2400 B)
+    dims = [int(p.split("dim = ")[1].split(" ")[0]) for p in ph]
+    sizes = [int(p.split("{bytes = ")[1].split(" ")[0]) for p in ph]
+    assert dims == [0, 1, 1, 0] and sizes == [2400, 400, 400, 2400]
+    assert '"comm.phase"(%1)' in out and '"comm.phase"(%2)' in out  # chained by tokens
+
+
+def test_select_algorithm_per_dimension_list_and_explicit_kept():
+    src = (HEADER + '  %0 = "comm.phase"() {algorithm = "ring", bytes = 96 : i64, chunks = 1 : i64, collective = "x", '
+           'dim = 1 : i64, group_bytes = 96 : i64, group_dims = array<i64: 1>, kind = "all_gather", stage = 0 : i64} '
+           ': () -> !comm.token\n'
+           '  %1 = "comm.phase"() {bytes = 96 : i64, chunks = 1 : i64, collective = "y", dim = 0 : i64, '
+           'group_bytes = 96 : i64, group_dims = array<i64: 0>, kind = "all_gather", stage = 0 : i64} : () -> '
+           '!comm.token\n}')
+    out = phases(compile_text(src, "select-algorithm{algorithm=dbt,direct}"))
+    assert 'algorithm = "ring"' in out[0]                 # explicit choice in the input is kept
+    assert 'algorithm = "double_binary_tree"' in out[1]   # dim 0 gets the first name of the list (alias dbt)
+
+
+def test_chunk_keeps_explicit_chunks():
+    src = (HEADER + '  %0 = "comm.all_reduce"() {bytes = 4800 : i64, chunks = 3 : i64, dims = array<i64: 0>, '
+           'name = "a"} : () -> !comm.token\n'
+           '  %1 = "comm.all_reduce"() {bytes = 4800 : i64, dims = array<i64: 0>, name = "b"} : () -> !comm.token\n}')
+    out = compile_text(src, "chunk{chunks=5}")
+    lines = [l for l in out.splitlines() if "comm.all_reduce" in l]
+    assert "chunks = 3" in lines[0] and "chunks = 5" in lines[1]
+
+
+def test_pipeline_parsing():
+    ps = parse_pipeline("builtin.module(decompose-all-reduce, chunk{chunks=8},select-algorithm{algorithm=ring,direct})")
+    assert [p.name for p in ps] == ["decompose-all-reduce", "chunk", "select-algorithm"]
+    assert ps[1].given == {"chunks": "8"} and ps[2].given == {"algorithm": "ring,direct"}
+    for bad, needle in [("chunk{chunks=8", "unbalanced"), ("chunk{size=8}", "no option 'size'"),
+                        ("frobnicate", "unknown pass"), ("chunk{chunks}", "key=value")]:
+        with pytest.raises(PassError, match=needle):
+            parse_pipeline(bad)
+
+
+def test_registry_has_one_pass_per_file():
+    import astra_compile.passes as passes_pkg
+    folder = os.path.dirname(passes_pkg.__file__)
+    files = sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py") and f not in ("__init__.py", "base.py"))
+    assert sorted(n.replace("-", "_") for n in REGISTRY) == files
+
+
+def test_chunk_rejects_bad_values():
+    src = HEADER + '  %0 = "comm.all_reduce"() {bytes = 48 : i64, dims = array<i64: 0>, name = "a"} : () -> !comm.token\n}'
+    with pytest.raises(PassError, match="positive"):
+        compile_text(src, "chunk{chunks=-2}")
+    with pytest.raises(PassError, match="do not fit"):
+        compile_text(src, "chunk{chunks=100}")
+
+
+def test_module_verifier_value_checks():
+    ctx = comm.new_context()
+    for body, needle in [
+        ('"comm.all_reduce"() {bytes = 0 : i64, dims = array<i64: 0>, name = "a"}', "bytes must be positive"),
+        ('"comm.all_reduce"() {bytes = 8 : i64, dims = array<i64: 0, 0>, name = "a"}', "repeat"),
+        ('"comm.all_reduce"() {bytes = 8 : i64, dims = array<i64: 5>, name = "a"}', "outside"),
+        ('"comm.all_reduce"() {bytes = 8 : i64, dims = [0], name = "a"}', "dense_array"),
+    ]:
+        with pytest.raises(comm.IRError, match=needle):
+            m = comm.parse_module(HEADER + f"  %0 = {body} : () -> !comm.token\n}}", ctx)
+            comm.verify_module(m, [6, 4])
