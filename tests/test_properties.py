@@ -1,0 +1,315 @@
+"""Property tests: random topologies, collectives, algorithms, chunk counts and sizes through the whole compiler.
+
+Every compiled schedule must implement its collective on real data (runtime.verifier), the symmetric shortcut of
+the analytical runtime must agree with full execution, each NPU must send the closed-form byte count of its
+algorithms, and no schedule may beat the ideal (bandwidth-bound) time.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from astra_compile import driver
+from astra_compile.dialects import comm
+from astra_compile.runtime import analytical, verifier
+from astra_compile.runtime.tables import RECV_COPY, RECV_REDUCE, SEND, DirSchedule, write_dir
+from astra_compile.topology import parse_topology
+
+BLOCKS = ("Ring", "FC", "Switch")
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+CLOSED_FORM = ("ring", "direct", "halving_doubling")
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _pow2(k: int) -> bool:
+    return k & (k - 1) == 0
+
+
+def applicable(kind: str, k: int) -> list[str]:
+    """Algorithms that have a schedule for a `kind` phase on a group of k members."""
+    out = ["ring", "direct"]
+    if _pow2(k):
+        out.append("halving_doubling")
+    if kind != "all_to_all":
+        out.append("double_binary_tree")
+    return out
+
+
+@dataclass
+class Case:
+    spec: str
+    dims: list            # [(block, size)]
+    kind: str
+    chunks: int
+    size: int
+    algorithm: str | None  # the `algorithm` default passed to the pipeline (None: block defaults)
+    algos: list           # the algorithm each dimension ends up with
+
+    @property
+    def npus(self) -> int:
+        return math.prod(k for _, k in self.dims)
+
+    @property
+    def even(self) -> bool:
+        """Every floor split of every phase is exact (all NPUs move the same byte counts)."""
+        if self.kind == "all_to_all":
+            return True
+        return self.size % (2 * self.npus * self.chunks) == 0
+
+
+DEFAULT = {"Ring": "ring", "FC": "direct", "Switch": "halving_doubling"}
+
+
+@st.composite
+def cases(draw, mode=None, allow_tree=True):
+    """mode: None (any), "default" (no algorithm option) or "symmetric" (ring/direct/halving_doubling only)."""
+    ndims = draw(st.integers(1, 3))
+    kind = draw(st.sampled_from(KINDS))
+    how = "default" if mode == "default" else draw(st.sampled_from(["default", "single", "per_dim"]))
+    dims = []
+    for _ in range(ndims):
+        block = draw(st.sampled_from(BLOCKS))
+        # the Switch default (halving_doubling) only exists for power-of-two groups
+        sizes = [2, 4] if (block == "Switch" and how == "default") else [2, 3, 4, 5]
+        dims.append((block, draw(st.sampled_from(sizes))))
+    tree_ok = allow_tree and mode != "symmetric"
+
+    def options(k):
+        return [a for a in applicable(kind, k) if tree_ok or a != "double_binary_tree"]
+
+    if how == "default":
+        algorithm, algos = None, [DEFAULT[b] for b, _ in dims]
+    elif how == "single":
+        common = [a for a in options(2) if all(a in options(k) for _, k in dims)]
+        name = draw(st.sampled_from(common))
+        algorithm, algos = name, [name] * ndims
+    else:
+        algos = [draw(st.sampled_from(options(k))) for _, k in dims]
+        algorithm = ",".join(algos)
+    chunks = draw(st.integers(1, 4))
+    npus = math.prod(k for _, k in dims)
+    if kind == "all_to_all":
+        size = chunks * npus * draw(st.integers(1, 6))
+    else:
+        extra = 0 if draw(st.booleans()) else draw(st.integers(1, npus * chunks))
+        size = npus * chunks * 4 * draw(st.integers(1, 3)) + extra
+    spec = "_".join(f"{b}({k})" for b, k in dims)
+    return Case(spec, dims, kind, chunks, size, algorithm, algos)
+
+
+def compile_case(case: Case):
+    topo = parse_topology(case.spec)
+    ctx = comm.new_context()
+    module = driver.build_module(ctx, topo, case.kind, case.size)
+    defaults = {"chunks": case.chunks}
+    if case.algorithm is not None:
+        defaults["algorithm"] = case.algorithm
+    driver.run_passes(module, topo, None, defaults)
+    return driver.lower(module, topo)
+
+
+def chunk_lengths(size: int, chunks: int) -> np.ndarray:
+    b = (np.arange(chunks + 1) * size) // chunks
+    return np.diff(b)
+
+
+def coords(npu: int, shape: list[int]) -> list[int]:
+    out = []
+    for k in shape:
+        out.append(npu % k)
+        npu //= k
+    return out
+
+
+def phase_region(length: int, dim: int, shape: list[int], xs: list[int]) -> int:
+    """Length of the region an NPU with coordinates xs works on in the phase on `dim` (nested in lower dims)."""
+    for d in range(dim):
+        lo, hi = (xs[d] * length) // shape[d], ((xs[d] + 1) * length) // shape[d]
+        length = hi - lo
+    return length
+
+
+# ---- every schedule implements its collective --------------------------------------------------------------------
+
+@settings(max_examples=120, **SETTINGS)
+@given(cases())
+def test_schedule_verifies_on_data(case):
+    sched = compile_case(case)
+    for c in sched.meta["collectives"]:
+        assert [s["algorithm"] for s in c["stages"]] == [case.algos[s["dim"]] for s in c["stages"]]
+    stats = verifier.verify(sched)
+    n = case.npus
+    total = 0
+    for npu in range(n):
+        t = sched.table(npu)
+        total += len(t)
+        assert np.all(t["npu"] == npu)
+        assert np.all(t["bytes"] >= 1), "empty transfer row"
+        assert np.all((t["peer"] >= 0) & (t["peer"] < n) & (t["peer"] != npu))
+        assert np.all((t["offset"] >= 0) & (t["offset"] + t["bytes"] <= case.size))
+        recv_ops = set(t["op"][t["op"] != SEND].tolist())
+        assert recv_ops == {"all_reduce": {RECV_REDUCE, RECV_COPY}, "reduce_scatter": {RECV_REDUCE},
+                            "all_gather": {RECV_COPY}, "all_to_all": {RECV_COPY}}[case.kind]
+    assert stats["rows"] == total
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(cases().filter(lambda c: c.kind == "all_reduce"))
+def test_all_reduce_halves_compose_on_one_buffer(case):
+    """The all-gather half starts from exactly the shards the reduce-scatter half produced: run both halves on one
+    buffer and check the all_reduce definition (every NPU ends with the group sum)."""
+    sched = compile_case(case)
+
+    class OneBuffer:
+        meta = copy.deepcopy(sched.meta)
+        shards = staticmethod(sched.shards)
+        table = staticmethod(sched.table)
+
+    for c in OneBuffer.meta["collectives"]:
+        c["buffer"], c["buffer_kind"] = "all_reduce", "all_reduce"
+    assert verifier.verify(OneBuffer)["buffers"] == 1
+
+
+@pytest.mark.xfail(strict=True, reason="bug: hierarchical-decompose drops the part_of attribute, so the two halves "
+                                       "of a decomposed all_reduce are lowered onto separate buffers")
+def test_all_reduce_halves_share_a_buffer_in_meta():
+    case = Case("Ring(4)_Switch(2)", [("Ring", 4), ("Switch", 2)], "all_reduce", 2, 4096, None,
+                ["ring", "halving_doubling"])
+    colls = compile_case(case).meta["collectives"]
+    assert [c["buffer"] for c in colls] == ["all_reduce", "all_reduce"]
+    assert [c["buffer_kind"] for c in colls] == ["all_reduce", "all_reduce"]
+
+
+@settings(max_examples=12, **SETTINGS)
+@given(cases())
+def test_written_tables_verify_on_their_own(case):
+    """write_dir exports the shard layouts, so a table directory verifies without the compiler."""
+    sched = compile_case(case)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = f"{tmp}/tables"
+        write_dir(sched, out, "csv")
+        back = DirSchedule(out)
+        verifier.verify(back)
+        assert analytical.run(back, "full").total_ns == pytest.approx(analytical.run(sched, "full").total_ns,
+                                                                      rel=1e-12)
+
+
+# ---- analytical runtime ------------------------------------------------------------------------------------------
+
+@settings(max_examples=100, **SETTINGS)
+@given(cases(mode="symmetric"))
+def test_symmetric_execution_matches_full(case):
+    sched = compile_case(case)
+    assert sched.meta["symmetric"] is True
+    full = analytical.run(sched, "full").total_ns
+    sym = analytical.run(sched, "symmetric").total_ns
+    assert full > 0
+    if case.even:
+        assert sym == pytest.approx(full, rel=1e-9)
+    else:
+        # uneven floor splits give NPUs byte counts that differ by a few bytes, so NPU 0's timeline is not exactly
+        # every NPU's (see test_symmetric_exact_for_uneven_split); the difference must stay a few bytes' time
+        assert sym == pytest.approx(full, rel=1e-3)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: meta['symmetric'] ignores uneven floor splits; the symmetric shortcut "
+                                       "then differs from full execution")
+def test_symmetric_exact_for_uneven_split():
+    case = Case("Ring(5)", [("Ring", 5)], "all_gather", 1, 62, None, ["ring"])
+    sched = compile_case(case)
+    assert sched.meta["symmetric"]
+    assert analytical.run(sched, "symmetric").total_ns == pytest.approx(analytical.run(sched, "full").total_ns,
+                                                                         rel=1e-9)
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(cases().filter(lambda c: "double_binary_tree" in c.algos))
+def test_tree_schedules_run_in_full_mode(case):
+    sched = compile_case(case)
+    assert sched.meta["symmetric"] is False
+    res = analytical.run(sched)
+    assert res.mode == "full"
+    assert res.total_ns > 0
+    assert len(res.collective_end_ns) == len(sched.meta["collectives"])
+    assert max(res.collective_end_ns) == pytest.approx(res.total_ns)
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(cases(mode="default"))
+def test_not_faster_than_ideal(case):
+    sched = compile_case(case)
+    ideal = driver.ideal_time_ns(sched)[0]
+    assert ideal > 0
+    for mode in ("auto", "full"):
+        assert analytical.run(sched, mode).total_ns >= ideal * (1 - 1e-9)
+
+
+# ---- bytes on the wire -------------------------------------------------------------------------------------------
+
+def expected_sent(case: Case, npu: int):
+    """Closed-form bytes `npu` sends per dimension (None where the algorithm has no closed form here) and the
+    allowed error per dimension."""
+    shape = [k for _, k in case.dims]
+    xs = coords(npu, shape)
+    lengths = chunk_lengths(case.size, case.chunks)
+    halves = 2 if case.kind == "all_reduce" else 1
+    exp, tol = [], []
+    for d, k in enumerate(shape):
+        algo = case.algos[d]
+        if case.kind == "all_to_all":
+            if algo in ("ring", "direct"):  # every slot group goes straight to its destination coordinate
+                per = (k - 1) / k
+            elif algo == "halving_doubling":  # log2(k) swaps of half the chunk
+                per = (k.bit_length() - 1) / 2
+            else:
+                exp.append(None), tol.append(None)
+                continue
+            exp.append(per * case.size)
+            tol.append(0)
+            continue
+        if algo not in CLOSED_FORM:
+            exp.append(None), tol.append(None)
+            continue
+        regions = [phase_region(int(length), d, shape, xs) for length in lengths]
+        exp.append(halves * (k - 1) / k * sum(regions))
+        tol.append(halves * k * case.chunks)
+    return exp, tol
+
+
+@settings(max_examples=120, **SETTINGS)
+@given(cases(), st.data())
+def test_bytes_sent_per_dimension_closed_form(case, data):
+    sched = compile_case(case)
+    ndims = len(case.dims)
+    for npu in sorted({0, data.draw(st.integers(0, case.npus - 1), label="npu")}):
+        t = sched.table(npu)
+        s = t["op"] == SEND
+        sent = np.bincount(t["dim"][s].astype(np.int64), weights=t["bytes"][s], minlength=ndims)
+        received = np.bincount(t["dim"][~s].astype(np.int64), weights=t["bytes"][~s], minlength=ndims)
+        exp, tol = expected_sent(case, npu)
+        for d in range(ndims):
+            if exp[d] is not None:
+                assert abs(sent[d] - exp[d]) <= tol[d], (npu, d, sent[d], exp[d])
+                if case.kind == "all_to_all":  # a swap: as much comes in as goes out
+                    assert received[d] == sent[d]
+            else:
+                assert sent[d] > 0
+        if case.kind == "all_reduce" and all(e is not None for e in exp):
+            n, size = case.npus, case.size
+            assert abs(sent.sum() - 2 * (n - 1) / n * size) <= sum(tol) + 1
+    # symmetric and evenly split: every NPU sends what NPU 0 sends, so the runtime's per-dimension bytes (NPU 0's in
+    # symmetric mode, the maximum over NPUs in full mode) agree
+    if all(a in CLOSED_FORM for a in case.algos) and case.even:
+        t0 = sched.table(0)
+        s0 = t0["op"] == SEND
+        sent0 = [int(x) for x in np.bincount(t0["dim"][s0].astype(np.int64), weights=t0["bytes"][s0],
+                                             minlength=ndims)]
+        assert analytical.run(sched, "symmetric").per_dim_bytes == sent0
+        assert analytical.run(sched, "full").per_dim_bytes == sent0
