@@ -82,10 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     from .dialects.comm import IRError
     from .passes import PassError
     from .runtime.tables import TableError
+    from .runtime.verifier import VerificationError
     try:
         return _run(args)
     except (UserError, IRError, PassError, TableError) as e:
         return _fail(str(e))
+    except VerificationError as e:  # a wrong schedule is the compiler's fault, not the input's
+        sys.stderr.write(f"astra-compile: verification failed: {e}\n")
+        return 1
     except BrokenPipeError:
         return 0
 

@@ -116,7 +116,8 @@ class Schedule:
         self.meta = {
             "format": FORMAT, "version": VERSION, "npus": topology.npus, "topology": topology.to_dict(),
             "latency_ns": [d.latency_ns for d in topology.dims],
-            "symmetric": all(s.algorithm in SYMMETRIC_ALGORITHMS for p in plans for s in p.stages),
+            "symmetric": self._splits_evenly() and all(s.algorithm in SYMMETRIC_ALGORITHMS
+                                                       for p in plans for s in p.stages),
             "collectives": [p.to_meta() for p in plans],
         }
 
@@ -183,6 +184,22 @@ class Schedule:
                         f"{plan.name}: {plan.bytes} bytes in {plan.chunks} chunks are too small for the "
                         f"{stage.algorithm} {stage.kind} on dimension {stage.dim}: a chunk's region of {region} bytes "
                         f"must split into {units} parts; use fewer chunks or a larger size")
+
+    def _splits_evenly(self) -> bool:
+        """True when every chunk, block and unit has the same byte count on every NPU. Only then is every NPU's
+        table an exact relabelling of NPU 0's (uneven floor splits differ by a byte here and there)."""
+        for plan in self.plans:
+            if plan.bytes % plan.chunks:
+                return False
+            if plan.kind == "all_to_all":
+                continue  # _check_sizes already demands whole slots
+            region = plan.bytes // plan.chunks
+            stage_of = {s.dim: s for s in plan.stages}
+            for d in self.nest_order(plan):
+                if region % self._units(plan, stage_of[d]):
+                    return False
+                region //= self.shape[d]
+        return True
 
     def _units(self, plan: CollectivePlan, stage: Stage) -> int:
         if plan.kind == "all_to_all":

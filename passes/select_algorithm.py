@@ -1,7 +1,7 @@
 """select-algorithm: choose the algorithm of every phase from its dimension's building block.
 
 Defaults follow ASTRA-sim 2.0 (seed 002, Table "topology-aware collectives"): Ring -> ring, FullyConnected ->
-direct, Switch -> halving_doubling. The `algorithm` option overrides them: one name for every dimension, or a
+direct, Switch -> halving_doubling (ring when the switch's size is not a power of two). The `algorithm` option overrides them: one name for every dimension, or a
 comma-separated list with one name per topology dimension. Phases that already name an algorithm keep it.
 """
 from __future__ import annotations
@@ -19,7 +19,10 @@ def _names(text: str) -> list[str]:
 def algorithm_for(dim: int, blocks: list[str], sizes: list[int], chosen: list[str] | None) -> str:
     if chosen:
         return chosen[0] if len(chosen) == 1 else chosen[dim]
-    return BLOCK_DEFAULT[blocks[dim]]
+    default = BLOCK_DEFAULT[blocks[dim]]
+    if default == "halving_doubling" and sizes[dim] & (sizes[dim] - 1):
+        return "ring"  # a switch of a non-power-of-two size: halving-doubling has no schedule, ring uses the link fully
+    return default
 
 
 def check_applicable(algorithm: str, kind: str, size: int, dim: int) -> None:

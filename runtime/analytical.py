@@ -23,9 +23,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .tables import SEND, Schedule, Table
+from .tables import SEND, Schedule, Table, TableError
 
 GIB = 2 ** 30
+
+
+class DeadlockError(TableError, RuntimeError):
+    """The tables cannot run to completion: a receive waits for data that never comes."""
 
 
 @dataclass
@@ -81,6 +85,64 @@ class _Dims:
             return None
         self.busy.add(server)
         return heapq.heappop(self.queue[server])[1]
+
+    def release(self, server) -> None:
+        self.busy.discard(server)
+
+
+class _GroupOrder:
+    """First-in first-out service of phases in one order shared by every member of a dimension's group.
+
+    A phase joins the order of its (dimension, group) when the last member of the group has it ready, and every
+    member then starts the group's phases in that order, each as soon as its own previous phase on the dimension is
+    done. A per-NPU order could let two members start different chunks on the same dimension and wait on each other
+    forever (as NCCL requires, all ranks of a communicator issue collectives in the same order)."""
+
+    def __init__(self, shape: list[int]):
+        self.shape = shape
+        self.strides = [int(np.prod(shape[:d])) for d in range(len(shape))]
+        self.count: dict = {}     # (group, key) -> [members ready, latest ready time]
+        self.pending: list = []   # (priority, group, key) that became ready in the current instant
+        self.order: dict = {}     # group -> list of keys
+        self.position: dict = {}  # (npu, dim) -> index of its next phase in its group's order
+        self.busy: set = set()
+
+    def group(self, npu: int, dim: int):
+        return dim, npu - ((npu // self.strides[dim]) % self.shape[dim]) * self.strides[dim]
+
+    def members(self, group):
+        dim, base = group
+        return [base + i * self.strides[dim] for i in range(self.shape[dim])]
+
+    def ready(self, npu: int, dim: int, key, now: float) -> None:
+        group = self.group(npu, dim)
+        c = self.count.setdefault((group, key), [0, 0.0])
+        c[0] += 1
+        c[1] = max(c[1], now)
+        if c[0] == self.shape[dim]:
+            del self.count[(group, key)]
+            self.pending.append((_priority(c[1], *key), group, key))
+
+    def flush(self) -> set:
+        """Append the phases that became group-ready, in priority order; return the servers to look at."""
+        touched = set()
+        for _, group, key in sorted(self.pending):
+            self.order.setdefault(group, []).append(key)
+            touched.update((m, group[0]) for m in self.members(group))
+        self.pending.clear()
+        return touched
+
+    def dispatch(self, server):
+        npu, dim = server
+        if server in self.busy:
+            return None
+        order = self.order.get(self.group(npu, dim), [])
+        pos = self.position.get(server, 0)
+        if pos >= len(order):
+            return None
+        self.position[server] = pos + 1
+        self.busy.add(server)
+        return order[pos]
 
     def release(self, server) -> None:
         self.busy.discard(server)
@@ -270,7 +332,7 @@ def _run_full(schedule: Schedule) -> Result:
         else:
             expect[(pk, st)] = expect.get((pk, st), 0) + 1
     chains = _Chains(meta)
-    servers = _Dims()
+    servers = _GroupOrder([d["size"] for d in meta["topology"]["dims"]])
     events = []
     seq = 0
     arrived: dict = {}   # (pk, step) -> [count, latest arrival]
@@ -309,20 +371,17 @@ def _run_full(schedule: Schedule) -> Result:
         push(max(own, a[1], begin), "step_done", sk)
 
     def start_ready(now, touched):
-        for server in sorted(touched):
+        for server in sorted(touched | servers.flush()):
             key = servers.dispatch(server)
             if key is not None:
                 pk = (server[0],) + key
                 starts[pk] = now
                 begin_step(pk, 0, now) if phase_steps.get(pk, 0) else push(now, "phase_done", pk)
 
-    touched = set()
     for npu in range(npus):
         for key in chains.initial(npu):
-            server = (npu, dim_of(key[0], key[2]))
-            servers.ready(server, _priority(0.0, *key), key)
-            touched.add(server)
-    start_ready(0.0, touched)
+            servers.ready(npu, dim_of(key[0], key[2]), key, 0.0)
+    start_ready(0.0, set())
     while events:
         now = events[0][0]
         touched = set()
@@ -343,12 +402,13 @@ def _run_full(schedule: Schedule) -> Result:
             servers.release(server)
             touched.add(server)
             for nxt in chains.finished(npu, c, f, s):
-                s2 = (npu, dim_of(nxt[0], nxt[2]))
-                servers.ready(s2, _priority(now, *nxt), nxt)
-                touched.add(s2)
+                servers.ready(npu, dim_of(nxt[0], nxt[2]), nxt, now)
         start_ready(now, touched)
     waiting = [k for k, v in expect.items() if arrived.get(k, [0])[0] < v]
     if waiting:
         (npu, c, f, s), st = waiting[0]
-        raise RuntimeError(f"NPU {npu} waits forever in collective {c} chunk {f} phase {s} step {st}")
+        raise DeadlockError(f"NPU {npu} waits forever in collective {c} chunk {f} phase {s} step {st}")
+    if servers.count:
+        (group, (c, f, s)), _ = next(iter(servers.count.items()))
+        raise DeadlockError(f"collective {c} chunk {f} phase {s} never becomes ready on every NPU of its group")
     return _result(meta, "full", rec, ndims, per_dim)

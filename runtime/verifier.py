@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tables import SEND, RECV_REDUCE, Schedule, Table
+from .tables import SEND, RECV_REDUCE, Schedule, Table, TableError
 
 MAX_ELEMENTS = 50_000_000
 POISON = -(1 << 40)
@@ -74,7 +74,7 @@ def verify(schedule: Schedule, seed: int = 0) -> dict:
         if b in buffers:
             continue
         if npus * c["bytes"] > MAX_ELEMENTS:
-            raise VerificationError(f"{c['name']}: {npus} NPUs x {c['bytes']} bytes is too large to execute on data "
+            raise TableError(f"{c['name']}: {npus} NPUs x {c['bytes']} bytes is too large to execute on data "
                                     f"(limit {MAX_ELEMENTS} bytes in all); verify a smaller size")
         kinds[b] = c["buffer_kind"]
         data = rng.integers(0, 1000, size=(npus, c["bytes"]), dtype=np.int64)
@@ -89,6 +89,7 @@ def verify(schedule: Schedule, seed: int = 0) -> dict:
         buffers[b] = data.copy()
 
     table = Table.concat([schedule.table(n) for n in range(npus)])
+    _check_rows(table, colls, npus)
     _check_deps(table, npus)
     sends, recvs = _match(table, colls)
     _execute(table, sends, recvs, colls, buffers)
@@ -99,6 +100,20 @@ def verify(schedule: Schedule, seed: int = 0) -> dict:
         gid, local, _ = _group_layout(shape, c["group_dims"])
         _check(kind, c, ci, schedule, init[b], buffers[b], gid, local)
     return {"rows": len(table), "collectives": len(colls), "buffers": len(buffers)}
+
+
+def _check_rows(t: Table, colls, npus: int) -> None:
+    """Every row names a real collective, peer and byte range inside its buffer, and a dep that is -1 or a row."""
+    ncoll = len(colls)
+    bad = (t["coll"] < 0) | (t["coll"] >= ncoll) | (t["peer"] < 0) | (t["peer"] >= npus) | (t["peer"] == t["npu"])
+    bad |= (t["bytes"] <= 0) | (t["offset"] < 0) | (t["dep"] < -1)
+    size = np.array([c["bytes"] for c in colls], dtype=np.int64)
+    bad |= t["offset"] + t["bytes"] > size[np.clip(t["coll"], 0, ncoll - 1)]
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise VerificationError(f"NPU {t['npu'][i]}: row at step {t['step'][i]} (collective {t['coll'][i]}, chunk "
+                                f"{t['flow'][i]}) names peer {t['peer'][i]}, bytes [{t['offset'][i]}, "
+                                f"{t['offset'][i] + t['bytes'][i]}) or dep {t['dep'][i]} outside what exists")
 
 
 def _check_deps(t: Table, npus: int) -> None:

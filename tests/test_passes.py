@@ -112,3 +112,13 @@ def test_module_verifier_value_checks():
         with pytest.raises(comm.IRError, match=needle):
             m = comm.parse_module(HEADER + f"  %0 = {body} : () -> !comm.token\n}}", ctx)
             comm.verify_module(m, [6, 4])
+
+
+def test_switch_of_non_power_of_two_size_defaults_to_ring():
+    src = ('module attributes {comm.bandwidth_gbps = array<f64: 50.0>, comm.blocks = ["Switch"], '
+           'comm.latency_ns = array<f64: 1.0>, comm.links = array<i64: 1>, comm.shape = array<i64: 6>, '
+           'comm.topology = "Switch(6)"} {\n'
+           '  %0 = "comm.all_gather"() {bytes = 600 : i64, dims = array<i64: 0>, name = "a"} : () -> !comm.token\n}')
+    assert 'algorithm = "ring"' in phases(compile_text(src, "hierarchical-decompose,select-algorithm"))[0]
+    with pytest.raises(PassError, match="power-of-two"):
+        compile_text(src, "hierarchical-decompose,select-algorithm{algorithm=halving_doubling}")
