@@ -46,17 +46,33 @@ class CollectivePlan:
     group_dims: list[int]
     stages: list[Stage] = field(default_factory=list)
     deps: list[int] = field(default_factory=list)
+    # (chunks, stages): the stage visited at each position of a chunk's chain; None: the stages' own order
+    orders: np.ndarray | None = None
+
+    def chunk_orders(self) -> np.ndarray:
+        if self.orders is not None:
+            return self.orders
+        return np.tile(np.arange(len(self.stages)), (self.chunks, 1))
+
+    def order_groups(self) -> list[tuple[tuple[int, ...], np.ndarray]]:
+        """Chunks grouped by the order in which they visit the stages: [(order, chunk indices)]."""
+        orders = self.chunk_orders()
+        uniq, inverse = np.unique(orders, axis=0, return_inverse=True)
+        return [(tuple(int(x) for x in u), np.flatnonzero(inverse.ravel() == i)) for i, u in enumerate(uniq)]
 
     def to_meta(self) -> dict:
         return {"name": self.name, "kind": self.kind, "buffer": self.buffer, "buffer_kind": self.buffer_kind,
                 "bytes": self.bytes, "chunks": self.chunks, "group_dims": self.group_dims, "deps": self.deps,
                 "stages": [{"kind": s.kind, "dim": s.dim, "algorithm": s.algorithm, "bytes": s.bytes}
-                           for s in self.stages]}
+                           for s in self.stages],
+                # dims each chunk visits, in order (the runtime needs a phase's dimension before it runs)
+                "chunk_dims": [[self.stages[i].dim for i in row] for row in self.chunk_orders().tolist()]}
 
 
 def plans_from_module(module) -> list[CollectivePlan]:
     """Group the module's phase ops into per-collective chains; reject ops the lowering cannot handle."""
     plans: dict[str, CollectivePlan] = {}
+    positions: dict[str, list] = {}  # per collective, per stage: position of the stage in each chunk's chain
     producer: dict = {}
     for op in comm.ops(module):
         kind = comm.short_name(op)
@@ -78,6 +94,7 @@ def plans_from_module(module) -> list[CollectivePlan]:
         if a["stage"] != len(plan.stages) or a["kind"] != plan.kind or a["chunks"] != plan.chunks:
             raise UserError(f"phases of '{name}' are out of order or disagree on kind/chunks")
         plan.stages.append(Stage(a["kind"], int(a["dim"]), comm.canonical_algorithm(a["algorithm"]), int(a["bytes"])))
+        positions.setdefault(name, []).append(a.get("order"))
         for operand in op.operands:
             dep = producer.get(operand.owner)
             if dep is not None and dep != name and plans[dep].index not in plan.deps:
@@ -92,9 +109,26 @@ def plans_from_module(module) -> list[CollectivePlan]:
             for p in group:
                 p.buffer_kind = "all_reduce"
     for p in plans.values():
+        p.orders = _orders(p, positions[p.name])
         if sorted(s.dim for s in p.stages) != p.group_dims:
             raise UserError(f"phases of '{p.name}' do not cover its dimensions {p.group_dims} exactly once")
     return list(plans.values())
+
+
+def _orders(plan: CollectivePlan, positions: list) -> np.ndarray | None:
+    """Per-chunk stage order from the phases' `order` attributes (position of the phase in chunk c's chain)."""
+    if all(p is None for p in positions):
+        return None
+    n = len(plan.stages)
+    pos = np.array([p if p is not None else [i] * plan.chunks for i, p in enumerate(positions)], dtype=np.int64)
+    if pos.shape != (n, plan.chunks):
+        raise UserError(f"phases of '{plan.name}': every `order` must list one position per chunk ({plan.chunks})")
+    if not np.array_equal(np.sort(pos, axis=0), np.tile(np.arange(n)[:, None], (1, plan.chunks))):
+        raise UserError(f"phases of '{plan.name}': the `order` positions of a chunk must be a permutation of "
+                        f"0..{n - 1}")
+    orders = np.empty((plan.chunks, n), np.int64)
+    orders[np.arange(plan.chunks)[None, :], pos] = np.arange(n)[:, None]
+    return orders
 
 
 def _split(base: np.ndarray, length: np.ndarray, parts: int, index) -> tuple[np.ndarray, np.ndarray]:
@@ -116,26 +150,26 @@ class Schedule:
         self.meta = {
             "format": FORMAT, "version": VERSION, "npus": topology.npus, "topology": topology.to_dict(),
             "latency_ns": [d.latency_ns for d in topology.dims],
-            "symmetric": self._splits_evenly() and all(s.algorithm in SYMMETRIC_ALGORITHMS
-                                                       for p in plans for s in p.stages),
+            "symmetric": self._splits_evenly() and all(self._symmetric(p, s) for p in plans for s in p.stages),
             "collectives": [p.to_meta() for p in plans],
         }
 
     # ---- regions ------------------------------------------------------------------------------------------
 
-    def chunk_regions(self, plan: CollectivePlan) -> tuple[np.ndarray, np.ndarray]:
-        c = np.arange(plan.chunks, dtype=np.int64)
-        return _split(np.zeros(plan.chunks, np.int64), np.full(plan.chunks, plan.bytes, np.int64), plan.chunks, c)
+    def chunk_regions(self, plan: CollectivePlan, flows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _split(np.zeros(len(flows), np.int64), np.full(len(flows), plan.bytes, np.int64), plan.chunks, flows)
 
-    def nest_order(self, plan: CollectivePlan) -> list[int]:
-        dims = [s.dim for s in plan.stages]
-        return dims if plan.kind == "reduce_scatter" else dims[::-1]
+    def nest_dims(self, plan: CollectivePlan, order) -> list[int]:
+        """Dimensions in region-nesting order for chunks visiting the stages in `order`: a reduce-scatter nests in
+        the order it visits them, an all-gather (which grows regions) in reverse."""
+        dims = [plan.stages[i].dim for i in order]
+        return dims[::-1] if plan.kind == "all_gather" else dims
 
-    def levels(self, plan: CollectivePlan, coords) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Region (base, length) per chunk at every nesting level for an NPU (coords may be arrays of NPUs)."""
-        base, length = self.chunk_regions(plan)
+    def levels(self, plan: CollectivePlan, coords, order, flows) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Region (base, length) of chunks `flows` at every nesting level for an NPU (coords may be arrays)."""
+        base, length = self.chunk_regions(plan, flows)
         out = [(base, length)]
-        for d in self.nest_order(plan):
+        for d in self.nest_dims(plan, order):
             x = np.asarray(coords[d])
             base, length = _split(out[-1][0], out[-1][1], self.shape[d], x[..., None] if x.ndim else x)
             out.append((base, length))
@@ -145,45 +179,58 @@ class Schedule:
         """(npus, chunks, 2) offset and length of each NPU's reduce-scatter output / all-gather input shard."""
         plan = self.plans[index]
         coords = self.topology.coords_array().T
-        base, length = self.levels(plan, coords)[-1]
-        return np.stack(np.broadcast_arrays(base, length), axis=-1)
+        out = np.zeros((self.topology.npus, plan.chunks, 2), np.int64)
+        for order, flows in plan.order_groups():
+            base, length = self.levels(plan, coords, order, flows)[-1]
+            out[:, flows, 0], out[:, flows, 1] = np.broadcast_arrays(base, length)
+        return out
 
     def export_meta(self) -> dict:
         """meta plus every reduce-scatter/all-gather shard layout, so written tables can be verified on their own."""
         shards = {str(p.index): self.shards(p.index).tolist() for p in self.plans if p.kind != "all_to_all"}
         return dict(self.meta, shards=shards)
 
-    def _stage_region(self, plan: CollectivePlan, levels, stage: int):
+    def _stage_region(self, plan: CollectivePlan, levels, position: int):
         if plan.kind == "reduce_scatter":
-            return levels[stage]
+            return levels[position]
         if plan.kind == "all_gather":
-            return levels[len(plan.stages) - 1 - stage]
+            return levels[len(plan.stages) - 1 - position]
         return levels[0]
+
+    def _regions_along(self, plan: CollectivePlan, length: int, order):
+        """(stage, region bytes) at every position for a chunk of `length` bytes visiting `order` (floor sizes)."""
+        if plan.kind == "all_to_all":
+            return [(plan.stages[i], length) for i in order]
+        out, region = {}, length
+        for d in self.nest_dims(plan, order):
+            out[d] = region
+            region //= self.shape[d]
+        return [(plan.stages[i], out[plan.stages[i].dim]) for i in order]
 
     def _check_sizes(self) -> None:
         """Every unit of every phase must hold at least one byte, or transfers would be empty."""
         for plan in self.plans:
-            smallest = plan.bytes // plan.chunks
             if plan.kind == "all_to_all":
                 group = int(np.prod([self.shape[d] for d in plan.group_dims]))
                 if plan.bytes % (plan.chunks * group):
                     raise UserError(f"{plan.name}: all_to_all of {plan.bytes} bytes in {plan.chunks} chunks does not "
                                     f"split into {group} equal slots per chunk (size must be a multiple of "
                                     f"{plan.chunks * group} bytes)")
-            nest = self.nest_order(plan)
-            for stage in plan.stages:
-                units = self._units(plan, stage)
-                if plan.kind == "all_to_all":
-                    region = smallest
-                else:  # the phase on dimension d works on the region nested inside the dimensions before d
-                    region = smallest
-                    for d in nest[:nest.index(stage.dim)]:
-                        region //= self.shape[d]
-                if region < units:
-                    raise UserError(
-                        f"{plan.name}: {plan.bytes} bytes in {plan.chunks} chunks are too small for the "
-                        f"{stage.algorithm} {stage.kind} on dimension {stage.dim}: a chunk's region of {region} bytes "
-                        f"must split into {units} parts; use fewer chunks or a larger size")
+            for order, _ in plan.order_groups():
+                for stage, region in self._regions_along(plan, plan.bytes // plan.chunks, order):
+                    units = self._units(plan, stage)
+                    if region < units:
+                        raise UserError(
+                            f"{plan.name}: {plan.bytes} bytes in {plan.chunks} chunks are too small for the "
+                            f"{stage.algorithm} {stage.kind} on dimension {stage.dim}: a chunk's region of {region} "
+                            f"bytes must split into {units} parts; use fewer chunks or a larger size")
+
+    def _symmetric(self, plan: CollectivePlan, stage: Stage) -> bool:
+        """Does every member of the stage's groups run the same steps? Trees do not; neither does the one-partner
+        all-to-all off a Ring, where each member sits out a different round."""
+        if plan.kind == "all_to_all" and stage.algorithm == "ring":
+            return self.topology.dims[stage.dim].block == "Ring"
+        return stage.algorithm in SYMMETRIC_ALGORITHMS
 
     def _splits_evenly(self) -> bool:
         """True when every chunk, block and unit has the same byte count on every NPU. Only then is every NPU's
@@ -193,12 +240,10 @@ class Schedule:
                 return False
             if plan.kind == "all_to_all":
                 continue  # _check_sizes already demands whole slots
-            region = plan.bytes // plan.chunks
-            stage_of = {s.dim: s for s in plan.stages}
-            for d in self.nest_order(plan):
-                if region % self._units(plan, stage_of[d]):
+            for order, _ in plan.order_groups():
+                if any(region % self._units(plan, stage)
+                       for stage, region in self._regions_along(plan, plan.bytes // plan.chunks, order)):
                     return False
-                region //= self.shape[d]
         return True
 
     def _units(self, plan: CollectivePlan, stage: Stage) -> int:
@@ -216,16 +261,18 @@ class Schedule:
         coords = self.topology.coords(npu)
         parts = []
         for plan in self.plans:
-            levels = None if plan.kind == "all_to_all" else self.levels(plan, coords)
-            for si, stage in enumerate(plan.stages):
-                if plan.kind == "all_to_all":
-                    rows = self._a2a_rows(plan, stage, coords)
-                    base, length = self.chunk_regions(plan)
-                else:
-                    t = self._template(plan.kind, stage)
-                    rows = _template_rows(t, coords[stage.dim])
-                    base, length = self._stage_region(plan, levels, si)
-                parts.append(self._expand(npu, plan, si, stage, rows, base, length, coords[stage.dim]))
+            for order, flows in plan.order_groups():
+                levels = None if plan.kind == "all_to_all" else self.levels(plan, coords, order, flows)
+                for position, si in enumerate(order):
+                    stage = plan.stages[si]
+                    if plan.kind == "all_to_all":
+                        rows = self._a2a_rows(plan, stage, coords)
+                        base, length = self.chunk_regions(plan, flows)
+                    else:
+                        rows = _template_rows(self._template(plan.kind, stage), coords[stage.dim])
+                        base, length = self._stage_region(plan, levels, position)
+                    parts.append(self._expand(npu, plan, position, stage, rows, base, length, coords[stage.dim],
+                                              flows))
         table = Table.concat(parts)
         order = np.lexsort((table["offset"], table["peer"], table["op"], table["step"], table["stage"],
                             table["flow"], table["coll"]))
@@ -236,12 +283,13 @@ class Schedule:
 
     def _a2a_rows(self, plan: CollectivePlan, stage: Stage, coords):
         return _a2a_template(stage.algorithm, tuple(self.shape[d] for d in plan.group_dims),
-                             plan.group_dims.index(stage.dim), coords[stage.dim])
+                             plan.group_dims.index(stage.dim), coords[stage.dim],
+                             self.topology.dims[stage.dim].block == "Ring")
 
-    def _expand(self, npu, plan, si, stage, rows, base, length, member) -> Table:
-        """Template rows of one member x chunks -> table rows in bytes and ranks."""
+    def _expand(self, npu, plan, si, stage, rows, base, length, member, flows) -> Table:
+        """Template rows of one member x chunks `flows` -> table rows in bytes and ranks (stage column = si)."""
         step, op, peer_m, lo, hi, direction, units = rows
-        chunks = plan.chunks
+        chunks = len(flows)
         n = len(step)
         off = base[None, :] + (lo[:, None] * length[None, :]) // units
         end = base[None, :] + (hi[:, None] * length[None, :]) // units
@@ -262,7 +310,7 @@ class Schedule:
         total = n * chunks
         return Table({
             "npu": np.full(total, npu), "coll": np.full(total, plan.index),
-            "flow": np.tile(np.arange(chunks), n), "stage": np.full(total, si), "step": rep(step), "op": rep(op),
+            "flow": np.tile(flows, n), "stage": np.full(total, si), "step": rep(step), "op": rep(op),
             "peer": rep(peer), "dim": np.full(total, stage.dim), "lane": rep(lane), "hops": rep(hops),
             "gbps": np.full(total, dim.link_gbps()), "offset": off.ravel(), "bytes": (end - off).ravel(),
             "dep": np.full(total, -1),
@@ -292,14 +340,14 @@ def _runs(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @lru_cache(maxsize=None)
-def _a2a_template(algorithm: str, group_shape: tuple, local_dim: int, member: int):
+def _a2a_template(algorithm: str, group_shape: tuple, local_dim: int, member: int, ring_dim: bool):
     """All-to-all rows of one member along one dimension of the group, in slot units (slot = group-local rank)."""
     nslots = int(np.prod(group_shape))
     stride = int(np.prod(group_shape[:local_dim]))
     k = group_shape[local_dim]
     slot_coord = (np.arange(nslots) // stride) % k
     cols = {c: [] for c in ("step", "op", "peer", "lo", "hi", "dir")}
-    for step, src, dst, x, direction in all_to_all.exchanges(algorithm, k):
+    for step, src, dst, x, direction in all_to_all.exchanges(algorithm, k, ring_dim):
         if member not in (src, dst):
             continue
         lo, hi = _runs(np.flatnonzero(slot_coord == x))

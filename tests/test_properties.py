@@ -76,7 +76,10 @@ class Case:
 
     @property
     def symmetric(self) -> bool:
-        return all(a in CLOSED_FORM for a in self.algos) and self.even
+        # the all-to-all "ring" off a Ring dimension pairs one partner per round: members idle in different rounds
+        one_partner = self.kind == "all_to_all" and any(a == "ring" and b != "Ring"
+                                                        for (b, _), a in zip(self.dims, self.algos))
+        return all(a in CLOSED_FORM for a in self.algos) and self.even and not one_partner
 
 
 DEFAULT = {"Ring": "ring", "FC": "direct", "Switch": "halving_doubling"}

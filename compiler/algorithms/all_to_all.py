@@ -16,11 +16,23 @@ from functools import lru_cache
 
 
 @lru_cache(maxsize=None)
-def exchanges(algorithm: str, k: int) -> tuple[tuple[int, int, int, int, int], ...]:
-    """(step, src, dst, x, direction) for every slot group sent; stored at x ^ src ^ dst by dst."""
+def exchanges(algorithm: str, k: int, bidirectional: bool = True) -> tuple[tuple[int, int, int, int, int], ...]:
+    """(step, src, dst, x, direction) for every slot group sent; stored at x ^ src ^ dst by dst.
+
+    `bidirectional`: the dimension is a Ring, whose two neighbour links can carry one exchange each per step."""
     rows = []
     if algorithm == "direct":
         rows = [(0, m, p, p, 0) for m in range(k) for p in range(k) if p != m]
+    elif algorithm == "ring" and not bidirectional:
+        # one partner per step (a switch port or one FC link at a time): round t pairs m with (t - m) mod k, an
+        # involution, so every exchange is still a swap; k rounds, each NPU idle in at most one
+        for t in range(k):
+            for m in range(k):
+                p = (t - m) % k
+                if p != m:
+                    rows.append((t, m, p, p, 0))
+        used = sorted({r[0] for r in rows})
+        rows = [(used.index(r[0]),) + r[1:] for r in rows]
     elif algorithm == "ring":
         # ring-distance-ordered pairwise exchange: step t-1 swaps with the members t ahead and t behind
         for t in range(1, k // 2 + 1):
