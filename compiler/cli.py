@@ -48,6 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-o", "--output", help="with --emit tables: directory for every table; with --emit mlir: file")
     g.add_argument("--table-format", choices=("csv", "json"), default="csv")
     g.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    g.add_argument("--scheduler", choices=("baseline", "themis"), default="themis",
+                   help="inter-dimension chunk scheduling: baseline (every chunk RS ascending, AG descending) or "
+                        "themis (per chunk, least-loaded dimension first; default)")
+    g.add_argument("--intra", choices=("fifo", "scf"), default="scf",
+                   help="intra-dimension queue policy: first-in first-out or smallest chunk first (default)")
+    g.add_argument("--compare", action="store_true",
+                   help="run every scheduler (baseline with fifo, themis with scf) and print them side by side")
+    g.add_argument("--active-chunks", default="1",
+                   help="phases a dimension works on at once (ASTRA-sim active-chunks-per-dimension; default 1)")
     g.add_argument("--execution", choices=("auto", "symmetric", "full"), default="auto",
                    help="analytical runtime: NPU 0 stands for all (symmetric), or every NPU (full)")
     g.add_argument("--verify", action="store_true",
@@ -165,7 +174,22 @@ def _run(args) -> int:
     if args.algorithm:
         defaults["algorithm"] = args.algorithm
     hook = driver.print_after_each(sys.stderr) if args.print_ir_after_all else None
-    driver.run_passes(module, topology, args.pass_pipeline, defaults, hook)
+    active = _positive_int(args.active_chunks, "--active-chunks")
+    if args.compare:
+        if args.pass_pipeline:
+            raise UserError("--compare runs each scheduler's own pipeline; drop --pass-pipeline")
+        source = str(module)
+        reports = {}
+        for name, intra in (("baseline", "fifo"), ("themis", "scf")):
+            m = comm.parse_module(source, ctx)
+            driver.run_passes(m, topology, driver.SCHEDULERS[name], defaults)
+            sched = driver.lower(m, topology)
+            reports[name] = driver.make_report(sched, analytical.run(sched, args.execution, intra, active),
+                                               name, intra, active)
+        print(json.dumps(reports, indent=1) if args.json else driver.compare_rows(reports))
+        return 0
+    pipeline = args.pass_pipeline if args.pass_pipeline is not None else driver.SCHEDULERS[args.scheduler]
+    driver.run_passes(module, topology, pipeline, defaults, hook)
 
     if args.emit == "mlir":
         text = str(module)
@@ -194,8 +218,9 @@ def _run(args) -> int:
             print(table.to_text(schedule.meta))
         return 0
 
-    result = analytical.run(schedule, args.execution)
-    report = driver.make_report(schedule, result)
+    result = analytical.run(schedule, args.execution, args.intra, active)
+    scheduler = args.scheduler if args.pass_pipeline is None else "custom pipeline"
+    report = driver.make_report(schedule, result, scheduler, args.intra, active)
     if args.verify:
         from .runtime.verifier import verify
         verify(schedule)

@@ -60,6 +60,14 @@ def module_topology(module, override: Topology | None) -> Topology:
     return Topology.from_dict(recorded)
 
 
+# inter-dimension schedulers: the pass pipeline each one runs
+SCHEDULERS = {
+    "baseline": DEFAULT_PIPELINE,                # every chunk: RS dims ascending, AG descending (ASTRA-sim baseline)
+    "themis": DEFAULT_PIPELINE + ",themis",      # per-chunk order, least-loaded dimension first
+}
+DEFAULT_SCHEDULER, DEFAULT_INTRA = "themis", "scf"
+
+
 def run_passes(module, topology: Topology, pipeline: str | None = None, defaults: dict | None = None,
                after_each=None) -> None:
     comm.verify_module(module, list(topology.shape))
@@ -107,7 +115,8 @@ def ideal_time_ns(schedule: Schedule) -> tuple[float, float, float]:
     return total_ns, total_bytes, bw
 
 
-def make_report(schedule: Schedule, result) -> dict:
+def make_report(schedule: Schedule, result, scheduler: str = "baseline", intra: str = "fifo",
+                active_chunks: int = 1) -> dict:
     topo = schedule.topology
     ideal_ns, ideal_bytes, bw = ideal_time_ns(schedule)
     total_us = result.total_ns / 1e3
@@ -120,7 +129,7 @@ def make_report(schedule: Schedule, result) -> dict:
                       "end_us": result.collective_end_ns[p.index] / 1e3})
     return {
         "topology": topo.name, "npus": topo.npus, "backend": "analytical", "execution": result.mode,
-        "scheduler": "baseline", "intra": "fifo",
+        "scheduler": scheduler, "intra": intra, "active_chunks": active_chunks,
         "total_time_us": total_us, "ideal_time_us": ideal_ns / 1e3,
         "bw_utilization": (ideal_ns / result.total_ns) if result.total_ns else 0.0,
         "ideal_bytes_per_npu": ideal_bytes, "ideal_bandwidth_gbps": bw,
@@ -141,7 +150,7 @@ def format_report(r: dict) -> str:
     lines += [
         f"topology        {r['topology']} ({r['npus']} NPUs)",
         f"runtime         {r['backend']} ({r['execution']} execution), scheduler {r['scheduler']}, "
-        f"intra-dimension {r['intra']}",
+        f"intra-dimension {r['intra']}, {r['active_chunks']} active chunk(s) per dimension",
         "",
         f"total time      {r['total_time_us']:.3f} us",
         f"ideal time      {r['ideal_time_us']:.3f} us  ({r['ideal_bytes_per_npu'] / 2**20:.2f} MB per NPU over "
@@ -159,3 +168,17 @@ def format_report(r: dict) -> str:
     lines += ["  ".join(v.rjust(w) if i != 1 and i != 5 else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
               .rstrip() for row in rows]
     return "\n".join(lines)
+
+
+def compare_rows(reports: dict) -> str:
+    """Schedulers side by side for one workload: time, utilisation and busy time per dimension."""
+    first = next(iter(reports.values()))
+    head = ["scheduler", "intra", "total us", "ideal us", "bw util %"] + [f"dim {d['dim']} busy us"
+                                                                           for d in first["dims"]]
+    rows = [head]
+    for name, r in reports.items():
+        rows.append([name, r["intra"], f"{r['total_time_us']:.3f}", f"{r['ideal_time_us']:.3f}",
+                     f"{100 * r['bw_utilization']:.2f}"] + [f"{b:.3f}" for b in r["per_dim_busy_us"]])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    return "\n".join("  ".join(v.rjust(w) if i > 1 else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
+                     .rstrip() for row in rows)

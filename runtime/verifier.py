@@ -46,11 +46,6 @@ def _group_layout(shape: list[int], dims: list[int]):
     return gid, local, mult if outside else 1
 
 
-def _chunks(nbytes: int, chunks: int):
-    c = np.arange(chunks + 1, dtype=np.int64)
-    return (c * nbytes) // chunks
-
-
 def _shards(schedule: Schedule, ci: int) -> np.ndarray:
     if hasattr(schedule, "shards"):
         return np.asarray(schedule.shards(ci))
@@ -172,7 +167,15 @@ def _explain_mismatch(ks, kr, colls):
     raise VerificationError("sends and receives differ in number of rows per message")
 
 
+def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Concatenated index ranges [starts[i], starts[i] + lens[i]) as one array."""
+    total = int(lens.sum())
+    before = np.repeat(np.cumsum(lens) - lens, lens)
+    return np.arange(total, dtype=np.int64) - before + np.repeat(starts, lens)
+
+
 def _execute(t: Table, s_idx, r_idx, colls, buffers) -> None:
+    """Run every step of every phase: all its sends read, then all its receives write (vectorised per step)."""
     order = np.lexsort((t["step"][r_idx], t["stage"][r_idx], t["coll"][r_idx]))
     s_idx, r_idx = s_idx[order], r_idx[order]
     key = (t["coll"][r_idx].astype(np.int64) << 40) + (t["stage"][r_idx].astype(np.int64) << 20) + t["step"][r_idx]
@@ -181,18 +184,15 @@ def _execute(t: Table, s_idx, r_idx, colls, buffers) -> None:
         if not len(grp):
             continue
         buf = buffers[colls[int(t["coll"][r_idx[grp[0]]])]["buffer"]]
-        payload = []
-        for g in grp:  # all sends of the step read first
-            si = s_idx[g]
-            off, nb = t["offset"][si], t["bytes"][si]
-            payload.append(buf[t["npu"][si], off:off + nb].copy())
-        for g, data in zip(grp, payload):
-            ri = r_idx[g]
-            n, off, nb = t["npu"][ri], t["offset"][ri], t["bytes"][ri]
-            if t["op"][ri] == RECV_REDUCE:
-                buf[n, off:off + nb] += data
-            else:
-                buf[n, off:off + nb] = data
+        size = buf.shape[1]
+        flat = buf.reshape(-1)
+        si, ri = s_idx[grp], r_idx[grp]
+        lens = t["bytes"][si]
+        payload = flat[_ranges(t["npu"][si].astype(np.int64) * size + t["offset"][si], lens)]
+        dst = _ranges(t["npu"][ri].astype(np.int64) * size + t["offset"][ri], lens)
+        reduce = np.repeat(t["op"][ri] == RECV_REDUCE, lens)
+        np.add.at(flat, dst[reduce], payload[reduce])  # add.at: two children may add into one parent's bytes
+        flat[dst[~reduce]] = payload[~reduce]
 
 
 def _fail(what: str, npu: int, final, expected) -> None:
@@ -237,19 +237,20 @@ def _check(kind, c, ci, schedule, init, final, gid, local) -> None:
                 if not np.array_equal(final[n], expected):
                     _fail(f"all_gather '{name}'", n, final[n], expected)
     elif kind == "all_to_all":
-        bounds = _chunks(c["bytes"], c["chunks"])
-        members = {int(g): np.flatnonzero(gid == g)[np.argsort(local[gid == g])] for g in np.unique(gid)}
-        nslots = len(next(iter(members.values())))
-        for n in range(npus):
-            group = members[int(gid[n])]
-            expected = np.empty_like(final[n])
-            for ch in range(c["chunks"]):
-                lo, ln = bounds[ch], bounds[ch + 1] - bounds[ch]
-                cut = lo + (np.arange(nslots + 1) * ln) // nslots
-                for j, src in enumerate(group):
-                    me = local[n]
-                    expected[cut[j]:cut[j + 1]] = init[src, cut[me]:cut[me + 1]]
-            if not np.array_equal(final[n], expected):
-                _fail(f"all_to_all '{name}'", n, final[n], expected)
+        # the lowering demands whole slots, so the buffer is (chunks, slots, slot bytes) on every NPU
+        groups = np.unique(gid)
+        nslots = len(gid) // len(groups)
+        if c["bytes"] % (c["chunks"] * nslots):
+            raise VerificationError(f"all_to_all '{name}': {c['bytes']} bytes do not split into {c['chunks']} chunks "
+                                    f"of {nslots} equal slots")
+        members = np.zeros((int(gid.max()) + 1, nslots), np.int64)
+        members[gid, local] = np.arange(npus)
+        shaped = init.reshape(npus, c["chunks"], nslots, -1)
+        # expected[n, chunk, j] = what member j of n's group had in slot local[n]
+        src = members[gid][:, :, None]                     # (npus, slots, 1)
+        expected = shaped[src, np.arange(c["chunks"])[None, None, :], local[:, None, None]]  # (npus, j, chunk, L)
+        expected = expected.transpose(0, 2, 1, 3).reshape(npus, -1)
+        for n in np.flatnonzero(np.any(final != expected, axis=1))[:1]:
+            _fail(f"all_to_all '{name}'", n, final[n], expected[n])
     else:
         raise VerificationError(f"no definition to check for {kind}")

@@ -20,7 +20,8 @@ def cli(capsys, *argv):
 
 def test_issue_command_json(capsys):
     code, out, err = cli(capsys, "--collective", "all_reduce", "--size", "1GB", *SWITCH3,
-                         "--algorithm", "halving_doubling", "--chunks", "64", "--json")
+                         "--algorithm", "halving_doubling", "--chunks", "64", "--json",
+                         "--scheduler", "baseline", "--intra", "fifo")
     assert code == 0, err
     r = json.loads(out)
     for key in ("total_time_us", "ideal_time_us", "bw_utilization", "per_dim_bytes", "npus"):
@@ -31,7 +32,8 @@ def test_issue_command_json(capsys):
 
 
 def test_text_report_mentions_the_figures(capsys):
-    code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "1GB", *SWITCH3, "--chunks", "64")
+    code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "1GB", *SWITCH3, "--chunks", "64",
+                       "--scheduler", "baseline", "--intra", "fifo")
     assert code == 0
     assert "total time" in out and "ideal time      13307.292 us" in out and "bw utilization  38.02 %" in out
     assert "1792.00 MB" in out and "halving_doubling" in out   # Switch's default algorithm
@@ -63,7 +65,7 @@ def test_print_ir_after_all(capsys):
     assert code == 0
     headers = [l for l in err.splitlines() if l.startswith("// -----// IR Dump After")]
     assert headers == [f"// -----// IR Dump After {p} //----- //" for p in
-                       ("decompose-all-reduce", "chunk", "hierarchical-decompose", "select-algorithm")]
+                       ("decompose-all-reduce", "chunk", "hierarchical-decompose", "select-algorithm", "themis")]
 
 
 def test_tables_for_one_npu(capsys):
@@ -154,3 +156,19 @@ def test_console_script_exit_status():
     proc = subprocess.run(["astra-compile", "--collective", "all_reduce", "--size", "1GB", "--topology", "x"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_default_scheduler_is_themis_with_scf(capsys):
+    code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "1GB", *SWITCH3, "--chunks", "64", "--json")
+    r = json.loads(out)
+    assert (r["scheduler"], r["intra"]) == ("themis", "scf")
+    assert r["bw_utilization"] >= 0.975
+
+
+def test_compare_prints_each_scheduler(capsys):
+    code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "1GB", *SWITCH3, "--chunks", "64", "--compare")
+    lines = out.splitlines()
+    assert lines[0].split()[:5] == ["scheduler", "intra", "total", "us", "ideal"]
+    assert [l.split()[:2] for l in lines[1:]] == [["baseline", "fifo"], ["themis", "scf"]]
+    base, themis = (float(l.split()[2]) for l in lines[1:])
+    assert base == pytest.approx(35008.129, rel=0.01) and themis < 0.4 * base

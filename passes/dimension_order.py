@@ -1,0 +1,73 @@
+"""Per-chunk dimension orders: what the scheduling passes (themis, optimal-balance) read and write.
+
+A buffer group is the phases working on one buffer: an all_reduce's reduce_scatter and all_gather halves, or a
+lone reduce_scatter, all_gather or all_to_all. A group's order for a chunk is the sequence of dimensions its
+reduce-scatter (or all-to-all) visits; all-gathers visit it reversed, so the two halves of an all-reduce nest the
+same regions and every all-gather phase has the size of its reduce-scatter twin. Orders are written as the
+`order` attribute of each phase: the phase's position in each chunk's chain.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..dialects import comm
+from .phase_cost import phase_time_ns, region_sizes
+
+
+@dataclass
+class BufferGroup:
+    name: str
+    chunks: int
+    bytes: int
+    dims: list[int]
+    # per collective of the group: (kind, {dim: phase op})
+    members: list[tuple[str, dict]] = field(default_factory=list)
+
+    def visits(self, kind: str, order: list[int]) -> list[int]:
+        return order[::-1] if kind == "all_gather" else order
+
+    def load(self, order: list[int], topology, latency: bool = True) -> dict[int, float]:
+        """Estimated busy time each dimension gets from one chunk visiting `order`."""
+        shape = [d.size for d in topology.dims]
+        out = {d: 0.0 for d in self.dims}
+        for kind, phases in self.members:
+            dims = self.visits(kind, order)
+            for d, region in zip(dims, region_sizes(kind, dims, shape, self.bytes / self.chunks)):
+                dim = topology.dims[d]
+                algo = comm.attrs(phases[d])["algorithm"]
+                out[d] += phase_time_ns(kind, algo, dim.block, dim.size, dim.effective_gbps,
+                                        dim.latency_ns if latency else 0.0, region)
+        return out
+
+    def write(self, orders: list[list[int]], topology) -> None:
+        """Record one order per chunk on every phase (position attribute) and the bytes each phase now sees."""
+        shape = [d.size for d in topology.dims]
+        for kind, phases in self.members:
+            positions = {d: [] for d in phases}
+            total = {d: 0.0 for d in phases}
+            for order in orders:
+                dims = self.visits(kind, order)
+                for pos, (d, region) in enumerate(zip(dims, region_sizes(kind, dims, shape, self.bytes / self.chunks))):
+                    positions[d].append(pos)
+                    total[d] += region
+            for d, op in phases.items():
+                comm.set_attr(op, "order", positions[d])
+                comm.set_attr(op, "bytes", int(round(total[d])))
+
+
+def buffer_groups(module) -> list[BufferGroup]:
+    """The module's phases grouped by buffer, in program order."""
+    groups: dict[str, BufferGroup] = {}
+    by_coll: dict[str, tuple[str, dict]] = {}
+    for op in comm.ops(module):
+        if comm.short_name(op) != "phase":
+            continue
+        a = comm.attrs(op)
+        buffer = a.get("part_of", a["collective"])
+        g = groups.setdefault(buffer, BufferGroup(buffer, int(a["chunks"]), int(a["group_bytes"]),
+                                                  sorted(a["group_dims"])))
+        if a["collective"] not in by_coll:
+            by_coll[a["collective"]] = (a["kind"], {})
+            g.members.append(by_coll[a["collective"]])
+        by_coll[a["collective"]][1][int(a["dim"])] = op
+    return list(groups.values())

@@ -1,0 +1,67 @@
+"""Estimated time of one phase of one chunk: the latency-aware cost model the scheduling passes balance with.
+
+It follows the analytical runtime's rules (latency x hops + bytes / link bandwidth per step, the link model of
+each building block, no contention), in closed form per algorithm, so a pass can weigh a chunk's phases without
+lowering them. Trees are estimated (height-many latency steps, half the data per tree); the others are exact for
+evenly split sizes.
+"""
+from __future__ import annotations
+
+import math
+
+GIB = 2 ** 30
+
+
+def _link(block: str, k: int, gbps: float) -> float:
+    """Bytes per ns of one link (Ring: B/2 per neighbour link; FullyConnected: B/(k-1); Switch: B)."""
+    share = {"Ring": 2, "FullyConnected": k - 1, "Switch": 1}[block]
+    return gbps / share * GIB / 1e9
+
+
+def _hops(block: str, k: int, distance: int) -> int:
+    if block == "Ring":
+        return min(distance % k, (-distance) % k)
+    return 1 if block == "FullyConnected" else 2
+
+
+def phase_time_ns(kind: str, algorithm: str, block: str, k: int, gbps: float, latency_ns: float,
+                  region: float) -> float:
+    """Time of a `kind` phase of `algorithm` on a k-member dimension for a chunk region of `region` bytes."""
+    link = _link(block, k, gbps)
+    hop = lambda d: latency_ns * _hops(block, k, d)  # noqa: E731
+    if kind == "all_to_all":
+        piece = region / k
+        if algorithm == "direct":
+            return hop(k // 2) + piece / link
+        if algorithm == "halving_doubling":
+            return sum(hop(1 << s) + region / 2 / link for s in range(int(math.log2(k))))
+        if block == "Ring":  # ring: both neighbours at distance t in step t
+            return sum(hop(t) + piece / link for t in range(1, k // 2 + 1))
+        return k * (hop(1) + piece / link)  # one partner per round
+    if algorithm == "ring":
+        per_link = region / k / (2 if block == "Ring" else 1)
+        return (k - 1) * (hop(1) + per_link / link)
+    if algorithm == "direct":
+        return hop(k // 2) + region / k / link
+    if algorithm == "halving_doubling":
+        steps = int(math.log2(k))
+        dists = [k >> (s + 1) for s in range(steps)] if kind == "reduce_scatter" else [1 << s for s in range(steps)]
+        return sum(hop(d) + region * d / k / link for d in dists)
+    if algorithm == "double_binary_tree":
+        height = max(1, math.ceil(math.log2(k + 1)) - 1)
+        return 2 * height * hop(1) + (k - 1) / k * region / 2 / link
+    raise ValueError(f"no cost model for {algorithm}")
+
+
+def region_sizes(kind: str, dims_in_order: list[int], shape: list[int], chunk: float) -> list[float]:
+    """Region entering each phase of a chunk visiting `dims_in_order` (reduce-scatter shrinks, all-gather grows)."""
+    if kind == "all_to_all":
+        return [chunk] * len(dims_in_order)
+    if kind == "reduce_scatter":
+        out, region = [], chunk
+        for d in dims_in_order:
+            out.append(region)
+            region /= shape[d]
+        return out
+    grown = region_sizes("reduce_scatter", dims_in_order[::-1], shape, chunk)
+    return grown[::-1]

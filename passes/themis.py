@@ -1,0 +1,41 @@
+"""themis: per-chunk dimension order by current dimension load (Themis, ISCA'22; seeds 000 and 001).
+
+Hierarchical collectives walk every chunk through the dimensions in one fixed order, so on networks whose
+dimensions differ in bandwidth the fast dimension idles while the slow one works. Themis tracks the estimated
+load of every dimension (phase_cost: bandwidth term plus per-step latency) and sends each chunk's reduce-scatter
+to the least-loaded dimension first, where the chunk is still whole and the work is largest; the all-gather
+visits the dimensions in reverse. Loads accumulate over the module's collectives in program order.
+"""
+from __future__ import annotations
+
+from ..dialects import comm
+from .base import Pass, PassError, register
+from .dimension_order import buffer_groups
+
+
+def themis_orders(group, topology, load: dict[int, float], latency: bool = True) -> list[list[int]]:
+    orders = []
+    for _ in range(group.chunks):
+        order = sorted(group.dims, key=lambda d: (load[d], d))  # least-loaded first
+        for d, t in group.load(order, topology, latency).items():
+            load[d] += t
+        orders.append(order)
+    return orders
+
+
+@register
+class Themis(Pass):
+    name = "themis"
+    summary = "Themis: each chunk visits the least-loaded dimension first (needs select-algorithm before it)"
+    options = {"latency": (lambda v: v.lower() in ("1", "true", "yes", "on"), True,
+                           "count per-step latency as dimension load (true when a dimension runs one chunk at a time)")}
+
+    def requires(self, module, ctx) -> None:
+        for op in comm.ops(module):
+            if comm.short_name(op) == "phase" and "algorithm" not in comm.attrs(op):
+                raise PassError(f"{self.name} needs every phase's algorithm: run select-algorithm first")
+
+    def apply(self, module, ctx) -> None:
+        load = {d: 0.0 for d in range(len(ctx.topology.dims))}
+        for group in buffer_groups(module):
+            group.write(themis_orders(group, ctx.topology, load, self.option("latency", ctx)), ctx.topology)
