@@ -33,6 +33,7 @@ setup(
     install_requires=[
         # The MLIR Python bindings (upstream MLIR, IRDL, pass manager) ship in this wheel; it needs no torch.
         "torch-mlir==20261001",
+        "ortools==9.15.6755",  # CP-SAT for the optimal chunk-to-dimension-order balance
         "numpy>=1.26,<3",
         "pyyaml>=6",
     ],

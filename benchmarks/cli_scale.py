@@ -14,15 +14,18 @@ import statistics
 import subprocess
 import time
 
+BASELINE = ["--scheduler", "baseline", "--intra", "fifo"]
 CASES = [
-    ("1GB all-reduce, Switch(8)_Switch(8)_Switch(8), 512 NPUs, 64 chunks",
+    ("1GB all-reduce, Switch(8)_Switch(8)_Switch(8), 512 NPUs, 64 chunks, baseline",
+     ["--collective", "all_reduce", "--size", "1GB", "--topology", "Switch(8)_Switch(8)_Switch(8)",
+      "--bandwidth", "50,50,50", "--latency", "1,1,1", "--chunks", "64", *BASELINE]),
+    ("1GB all-reduce, 16x16x16_torus, 4096 NPUs, 64 chunks, baseline",
+     ["--collective", "all_reduce", "--size", "1GB", "--topology", "16x16x16_torus", "--chunks", "64", *BASELINE]),
+    ("1GB all-reduce, Switch(8)_Switch(8)_Switch(8), 512 NPUs, 64 chunks, themis + scf",
      ["--collective", "all_reduce", "--size", "1GB", "--topology", "Switch(8)_Switch(8)_Switch(8)",
       "--bandwidth", "50,50,50", "--latency", "1,1,1", "--chunks", "64"]),
-    ("1GB all-reduce, 16x16x16_torus, 4096 NPUs, 64 chunks",
+    ("1GB all-reduce, 16x16x16_torus, 4096 NPUs, 64 chunks, themis + scf",
      ["--collective", "all_reduce", "--size", "1GB", "--topology", "16x16x16_torus", "--chunks", "64"]),
-    ("1GB all-reduce, 16x16x16_torus, 4096 NPUs, 64 chunks, --algorithm direct",
-     ["--collective", "all_reduce", "--size", "1GB", "--topology", "16x16x16_torus", "--chunks", "64",
-      "--algorithm", "direct"]),
 ]
 
 
@@ -44,10 +47,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
-    print(f"{'case':72s} {'median wall s':>13s} {'min':>7s} {'max':>7s} {'peak RSS MB':>11s}")
+    print(f"{'case':80s} {'median wall s':>13s} {'min':>7s} {'max':>7s} {'peak RSS MB':>11s}")
     for name, argv in CASES:
         walls, mems = zip(*(run_once(argv) for _ in range(args.runs)))
-        print(f"{name:72s} {statistics.median(walls):13.3f} {min(walls):7.3f} {max(walls):7.3f} "
+        print(f"{name:80s} {statistics.median(walls):13.3f} {min(walls):7.3f} {max(walls):7.3f} "
               f"{max(mems):11.1f}")
 
 

@@ -48,13 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-o", "--output", help="with --emit tables: directory for every table; with --emit mlir: file")
     g.add_argument("--table-format", choices=("csv", "json"), default="csv")
     g.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    g.add_argument("--scheduler", choices=("baseline", "themis"), default="themis",
-                   help="inter-dimension chunk scheduling: baseline (every chunk RS ascending, AG descending) or "
-                        "themis (per chunk, least-loaded dimension first; default)")
+    g.add_argument("--scheduler", choices=("baseline", "themis", "optimal"), default="optimal",
+                   help="inter-dimension chunk scheduling: baseline (every chunk RS ascending, AG descending), "
+                        "themis (per chunk, least-loaded dimension first) or optimal (default: CP-SAT split of the "
+                        "chunks over dimension orders, never slower than themis)")
     g.add_argument("--intra", choices=("fifo", "scf"), default="scf",
                    help="intra-dimension queue policy: first-in first-out or smallest chunk first (default)")
     g.add_argument("--compare", action="store_true",
-                   help="run every scheduler (baseline with fifo, themis with scf) and print them side by side")
+                   help="run every scheduler (baseline with fifo, themis and optimal with scf) side by side")
     g.add_argument("--active-chunks", default="1",
                    help="phases a dimension works on at once (ASTRA-sim active-chunks-per-dimension; default 1)")
     g.add_argument("--execution", choices=("auto", "symmetric", "full"), default="auto",
@@ -137,7 +138,7 @@ def _run(args) -> int:
 
     if args.input and os.path.isdir(args.input):
         schedule = DirSchedule(args.input)  # execute tables written earlier
-        result = analytical.run(schedule, args.execution)
+        result = analytical.run(schedule, args.execution, args.intra, _positive_int(args.active_chunks, "--active-chunks"))
         out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta["npus"], "execution": result.mode,
                "per_dim_bytes": result.per_dim_bytes, "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
         print(json.dumps(out, indent=1) if args.json else
@@ -179,17 +180,14 @@ def _run(args) -> int:
         if args.pass_pipeline:
             raise UserError("--compare runs each scheduler's own pipeline; drop --pass-pipeline")
         source = str(module)
-        reports = {}
-        for name, intra in (("baseline", "fifo"), ("themis", "scf")):
-            m = comm.parse_module(source, ctx)
-            driver.run_passes(m, topology, driver.SCHEDULERS[name], defaults)
-            sched = driver.lower(m, topology)
-            reports[name] = driver.make_report(sched, analytical.run(sched, args.execution, intra, active),
-                                               name, intra, active)
+        reports = {name: driver.compile_schedule(source, ctx, topology, name, defaults, intra, active,
+                                                 args.execution).report
+                   for name, intra in (("baseline", "fifo"), ("themis", "scf"), ("optimal", "scf"))}
         print(json.dumps(reports, indent=1) if args.json else driver.compare_rows(reports))
         return 0
-    pipeline = args.pass_pipeline if args.pass_pipeline is not None else driver.SCHEDULERS[args.scheduler]
-    driver.run_passes(module, topology, pipeline, defaults, hook)
+    compiled = driver.compile_schedule(str(module), ctx, topology, args.scheduler, defaults, args.intra, active,
+                                       args.execution, hook, args.pass_pipeline)
+    module, schedule = compiled.module, compiled.schedule
 
     if args.emit == "mlir":
         text = str(module)
@@ -199,7 +197,6 @@ def _run(args) -> int:
             sys.stdout.write(text)
         return 0
 
-    schedule = driver.lower(module, topology)
     if args.emit == "tables":
         if args.output:
             write_dir(schedule, args.output, args.table_format)
@@ -218,9 +215,7 @@ def _run(args) -> int:
             print(table.to_text(schedule.meta))
         return 0
 
-    result = analytical.run(schedule, args.execution, args.intra, active)
-    scheduler = args.scheduler if args.pass_pipeline is None else "custom pipeline"
-    report = driver.make_report(schedule, result, scheduler, args.intra, active)
+    report = compiled.report
     if args.verify:
         from .runtime.verifier import verify
         verify(schedule)

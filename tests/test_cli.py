@@ -65,7 +65,8 @@ def test_print_ir_after_all(capsys):
     assert code == 0
     headers = [l for l in err.splitlines() if l.startswith("// -----// IR Dump After")]
     assert headers == [f"// -----// IR Dump After {p} //----- //" for p in
-                       ("decompose-all-reduce", "chunk", "hierarchical-decompose", "select-algorithm", "themis")]
+                       ("decompose-all-reduce", "chunk", "hierarchical-decompose", "select-algorithm",
+                        "optimal-balance")]
 
 
 def test_tables_for_one_npu(capsys):
@@ -158,10 +159,12 @@ def test_console_script_exit_status():
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
 
 
-def test_default_scheduler_is_themis_with_scf(capsys):
+def test_default_scheduler_is_optimal_with_scf(capsys):
     code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "1GB", *SWITCH3, "--chunks", "64", "--json")
     r = json.loads(out)
-    assert (r["scheduler"], r["intra"]) == ("themis", "scf")
+    assert (r["scheduler"], r["intra"]) == ("optimal", "scf")
+    assert r["total_time_us"] <= r["themis_time_us"]       # never worse than Themis
+    assert r["gap_to_ideal_pct"] == pytest.approx(100 * (r["total_time_us"] / r["ideal_time_us"] - 1))
     assert r["bw_utilization"] >= 0.975
 
 
@@ -169,6 +172,6 @@ def test_compare_prints_each_scheduler(capsys):
     code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "1GB", *SWITCH3, "--chunks", "64", "--compare")
     lines = out.splitlines()
     assert lines[0].split()[:5] == ["scheduler", "intra", "total", "us", "ideal"]
-    assert [l.split()[:2] for l in lines[1:]] == [["baseline", "fifo"], ["themis", "scf"]]
-    base, themis = (float(l.split()[2]) for l in lines[1:])
-    assert base == pytest.approx(35008.129, rel=0.01) and themis < 0.4 * base
+    assert [l.split()[:2] for l in lines[1:]] == [["baseline", "fifo"], ["themis", "scf"], ["optimal", "scf"]]
+    base, themis, optimal = (float(l.split()[2]) for l in lines[1:])
+    assert base == pytest.approx(35008.129, rel=0.01) and themis < 0.4 * base and optimal <= themis
