@@ -1,0 +1,314 @@
+"""Congestion-aware runtime: executes schedule tables over the physical links of the topology.
+
+Model (documented in docs/cost-model.md):
+- Links are resources. A Switch dimension gives every NPU one uplink to its group's switch and one downlink from it
+  (bandwidth B each); a FullyConnected dimension one link to each other member (B/(k-1)); a Ring dimension one link
+  to each neighbour in each direction (B/2). The switch itself is non-blocking: only its ports queue.
+- A message follows its route hop by hop and takes every link on it for bytes / bandwidth. Every link serves its
+  queue first-in first-out (ties by arrival order). Switching:
+  - `cut-through` (default, as real switches and packetised transfers behave): the message's head reaches the next
+    node latency after it started on a link and joins the next link's queue then; it is delivered latency after
+    its tail leaves the last link. An uncontended message costs latency x hops + bytes / bandwidth, exactly the
+    analytical model.
+  - `store-and-forward` (ASTRA-sim's congestion-aware backend): a node forwards a message only once all of it has
+    arrived, so each hop adds bytes / bandwidth.
+- An NPU injects a step's messages in rotated peer order (the peer just after itself first), as collective
+  libraries do to spread load over destinations.
+- Phases, steps and chunk pipelining follow the analytical runtime (phases.py): a step ends when the NPU's own
+  messages are delivered and those it receives have come in; each NPU admits `active_chunks` phases per dimension
+  in an order shared by the dimension's group.
+
+Executions:
+- `full`: every NPU, every message, every link.
+- `symmetric`: for schedules whose every NPU runs a relabelling of NPU 0's table under a symmetry of the network
+  that maps links to links (meta.symmetric, and no halving-doubling across a Ring of more than two NPUs, whose XOR
+  partners are not a rotation of the ring), every link of a class carries the same traffic up to relabelling. Only
+  NPU 0's messages run, over one representative link per class: its uplink and downlink of each switch dimension,
+  its own link to each FC peer, one link per direction of each ring. A message NPU 0 receives is the mirror image
+  of one it sends and arrives when that one is delivered. Tests check it against `full`.
+"""
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from .phases import (INTRA_POLICIES, GIB, Chains, DeadlockError, GroupOrder, Result, Table, make_result, messages,
+                     per_dim_bytes, phase_sizes, priority_key, table_of)
+from .tables import Schedule
+
+
+SWITCHING = ("cut-through", "store-and-forward")
+
+
+def symmetric_ok(meta: dict) -> bool:
+    """Can NPU 0 over representative links stand for the whole network (see the module docstring)?"""
+    if not meta.get("symmetric"):
+        return False
+    dims = meta["topology"]["dims"]
+    return not any(st["algorithm"] == "halving_doubling" and dims[st["dim"]]["block"] == "Ring"
+                   and dims[st["dim"]]["size"] > 2 for c in meta["collectives"] for st in c["stages"])
+
+
+def run(schedule: Schedule, intra: str = "fifo", active_chunks: int = 1, timeline: bool = False,
+        switching: str = "cut-through", mode: str = "auto") -> Result:
+    """Execute the tables over the links. mode: auto (symmetric when valid), symmetric or full; `timeline` keeps
+    every link transfer for a trace (full mode: every link of the network)."""
+    meta = schedule.meta
+    if switching not in SWITCHING:
+        raise ValueError(f"unknown switching {switching}")
+    if mode == "auto":
+        mode = "symmetric" if symmetric_ok(meta) and not timeline else "full"
+    if mode == "symmetric" and not symmetric_ok(meta):
+        raise ValueError("this schedule has no symmetry the congestion runtime can use: run it in full mode")
+    if mode not in ("symmetric", "full"):
+        raise ValueError(f"unknown mode {mode}")
+    if intra not in INTRA_POLICIES:
+        raise ValueError(f"unknown intra-dimension policy {intra}")
+    if active_chunks < 1:
+        raise ValueError("active_chunks must be at least 1")
+    npus = [0] if mode == "symmetric" else range(meta["npus"])
+    tables = {n: table_of(schedule, n) for n in npus}
+    return _Engine(meta, tables, intra, active_chunks, timeline, switching == "cut-through", mode).run()
+
+
+class _Links:
+    """Integer ids for the physical links, and the route of a transfer as a list of link ids."""
+
+    def __init__(self, meta: dict, representative: bool = False):
+        self.representative = representative
+        dims = meta["topology"]["dims"]
+        self.blocks = [d["block"] for d in dims]
+        self.shape = [d["size"] for d in dims]
+        self.strides = [int(np.prod(self.shape[:d])) for d in range(len(dims))]
+        self.ids: dict = {}
+        self.names: list = []
+
+    def _id(self, key) -> int:
+        i = self.ids.get(key)
+        if i is None:
+            i = self.ids[key] = len(self.names)
+            self.names.append(key)
+        return i
+
+    def route(self, src: int, dst: int, dim: int, lane: int, hops: int) -> list[int]:
+        block = self.blocks[dim]
+        if self.representative:  # one link per class stands for all its images under the network's symmetry
+            if block == "Switch":
+                return [self._id(("up", dim, src)), self._id(("down", dim, src))]
+            if block == "FullyConnected":
+                return [self._id(("fc", dim, src, dst))]
+            return [self._id(("ring", dim, lane, src))] * hops
+        if block == "Switch":
+            return [self._id(("up", dim, src)), self._id(("down", dim, dst))]
+        if block == "FullyConnected":
+            return [self._id(("fc", dim, src, dst))]
+        k, stride = self.shape[dim], self.strides[dim]
+        step = 1 if lane == 0 else -1
+        c0 = (src // stride) % k
+        nodes = [src + (((c0 + step * i) % k) - c0) * stride for i in range(hops)]
+        return [self._id(("ring", dim, lane, node)) for node in nodes]
+
+    def describe(self, link: int) -> str:
+        kind, dim, *rest = self.names[link]
+        if kind == "up":
+            return f"dim{dim} npu{rest[0]}->switch"
+        if kind == "down":
+            return f"dim{dim} switch->npu{rest[0]}"
+        if kind == "fc":
+            return f"dim{dim} npu{rest[0]}->npu{rest[1]}"
+        lane, node = rest
+        return f"dim{dim} npu{node}->{'next' if lane == 0 else 'prev'}"
+
+
+class _Engine:
+    def __init__(self, meta, tables: dict, intra: str, active: int, timeline: bool, cut_through: bool, mode: str):
+        self.meta, self.active, self.timeline, self.cut_through, self.mode = meta, active, timeline, cut_through, mode
+        self.symmetric = mode == "symmetric"
+        self.ndims = len(meta["latency_ns"])
+        self.npus = meta["npus"]
+        self.simulated = list(tables)
+        self.latency = [float(x) for x in meta["latency_ns"]]
+        sizes = {n: phase_sizes(t) for n, t in tables.items()}
+        shape = [d["size"] for d in meta["topology"]["dims"]]
+        self.order = GroupOrder([1] * len(shape) if self.symmetric else shape,
+                                lambda npu, now, key: priority_key(intra, sizes[npu].get(key, 0), now, *key))
+        self.per_dim = np.max([per_dim_bytes(t, self.ndims) for t in tables.values()], axis=0)
+        self.links = _Links(meta, representative=self.symmetric)
+        self._build(Table.concat(list(tables.values())))
+
+    def _build(self, table: Table) -> None:
+        """Per (npu, c, f, s): steps of [message ids in injection order, receives expected]; per message its route."""
+        m = messages(table, self.meta["latency_ns"])
+        self.steps: dict = {}
+        self.dim: dict = {}
+        self.msg_route, self.msg_ns, self.msg_lat, self.msg_dst, self.msg_src, self.msg_bytes = [], [], [], [], [], []
+        cols = [m[k].tolist() for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "lane", "dim", "bytes",
+                                        "link_ns", "hops")]
+        pending_sends: dict = {}
+        for npu, c, f, s, st, snd, peer, lane, d, nbytes, link_ns, hops in zip(*cols):
+            pk = (npu, c, f, s)
+            steps = self.steps.setdefault(pk, [])
+            while len(steps) <= st:
+                steps.append([[], 0])
+            self.dim[pk] = d
+            if snd:
+                mid = len(self.msg_route)
+                self.msg_route.append(self.links.route(npu, peer, d, lane, hops))
+                self.msg_ns.append(link_ns)
+                self.msg_lat.append(self.latency[d])
+                self.msg_src.append((pk, st))
+                self.msg_dst.append(((peer, c, f, s), st))
+                self.msg_bytes.append(nbytes)
+                pending_sends.setdefault((pk, st), []).append((((peer - npu) % self.npus), mid))
+            elif not self.symmetric:  # symmetric: each receive is the mirror of an own send, delivered with it
+                steps[st][1] += 1
+        for (pk, st), sends in pending_sends.items():
+            self.steps[pk][st][0] = [mid for _, mid in sorted(sends)]  # rotated peer order
+
+    def dim_of(self, npu, key) -> int:
+        return self.dim.get((npu,) + key, self.meta["collectives"][key[0]]["chunk_dims"][key[1]][key[2]])
+
+    def run(self) -> Result:
+        chains = Chains(self.meta)
+        events = []                       # (time, seq, kind, data)
+        seq = 0
+        nlinks = len(self.links.names)
+        queues = [[] for _ in range(nlinks)]  # per link: heap of (ready time, seq, message, hop)
+        busy_until = [0.0] * nlinks
+        link_busy = [False] * nlinks
+        link_time = [0.0] * nlinks
+        link_bytes = [0] * nlinks
+        transfers = []
+        own_left: dict = {}               # (pk, step) -> sends not yet delivered
+        got: dict = {}                    # (pk, step) -> receives arrived
+        begun: set = set()
+        starts: dict = {}
+        rec = {k: [] for k in ("npu", "coll", "flow", "stage", "dim", "start", "end")}
+        touched_links: set = set()
+
+        def push(time, kind, data):
+            nonlocal seq
+            heapq.heappush(events, (time, seq, kind, data))
+            seq += 1
+
+        def enqueue(mid, hop, now):
+            nonlocal seq
+            link = self.msg_route[mid][hop]
+            heapq.heappush(queues[link], (now, seq, mid, hop))
+            seq += 1
+            touched_links.add(link)
+
+        def steps_of(pk):
+            return self.steps.get(pk, ())
+
+        def begin(pk, st, now):
+            sends = steps_of(pk)[st][0] if st < len(steps_of(pk)) else []
+            own_left[(pk, st)] = len(sends)
+            begun.add((pk, st))
+            for mid in sends:
+                enqueue(mid, 0, now)
+            check((pk, st), now)
+
+        def check(sk, now):
+            if sk not in begun:
+                return
+            pk, st = sk
+            expect = steps_of(pk)[st][1] if st < len(steps_of(pk)) else 0
+            if own_left.get(sk, 0) == 0 and got.get(sk, 0) >= expect:
+                begun.discard(sk)
+                own_left.pop(sk, None)
+                got.pop(sk, None)
+                push(now, "step_done", sk)
+
+        def admit(now, servers):
+            for server in sorted(servers):
+                while self.order.active(server) < self.active:
+                    key = self.order.dispatch(server)
+                    if key is None:
+                        break
+                    pk = (server[0],) + key
+                    starts[pk] = now
+                    if steps_of(pk):
+                        begin(pk, 0, now)
+                    else:
+                        push(now, "phase_done", pk)
+
+        def serve_links(now):
+            while touched_links:
+                link = touched_links.pop()
+                if link_busy[link] or not queues[link]:
+                    continue
+                _, _, mid, hop = heapq.heappop(queues[link])
+                end = now + self.msg_ns[mid]
+                link_busy[link] = True
+                link_time[link] += self.msg_ns[mid]
+                link_bytes[link] += self.msg_bytes[mid]
+                if self.timeline:
+                    transfers.append((link, now, end, mid))
+                push(end, "link_free", link)
+                last = hop + 1 == len(self.msg_route[mid])
+                # the next node has the head `latency` after it left (cut-through) or the whole message after the
+                # tail arrived (store-and-forward); delivery is always the tail's arrival
+                ahead = now if self.cut_through and not last else end
+                push(ahead + self.msg_lat[mid], "hop_done", (mid, hop))
+
+        for npu in self.simulated:
+            for key in chains.initial(npu):
+                self.order.ready(npu, self.dim_of(npu, key), key, 0.0)
+        admit(0.0, self.order.flush())
+        serve_links(0.0)
+        while events:
+            now = events[0][0]
+            servers = set()
+            while events and events[0][0] == now:
+                _, _, kind, data = heapq.heappop(events)
+                if kind == "link_free":
+                    link_busy[data] = False
+                    touched_links.add(data)
+                elif kind == "hop_done":
+                    mid, hop = data
+                    if hop + 1 < len(self.msg_route[mid]):
+                        enqueue(mid, hop + 1, now)
+                    else:  # delivered
+                        sk = self.msg_src[mid]
+                        own_left[sk] -= 1
+                        check(sk, now)
+                        if not self.symmetric:
+                            rk = self.msg_dst[mid]
+                            got[rk] = got.get(rk, 0) + 1
+                            check(rk, now)
+                elif kind == "step_done":
+                    pk, st = data
+                    if st + 1 < len(steps_of(pk)):
+                        begin(pk, st + 1, now)
+                    else:
+                        push(now, "phase_done", pk)
+                else:  # phase_done
+                    pk = data
+                    npu, c, f, s = pk
+                    d = self.dim_of(npu, (c, f, s))
+                    for name, v in zip(rec, (npu, c, f, s, d, starts[pk], now)):
+                        rec[name].append(v)
+                    self.order.release((npu, d))
+                    servers.add((npu, d))
+                    for nxt in chains.finished(npu, c, f, s):
+                        self.order.ready(npu, self.dim_of(npu, nxt), nxt, now)
+            admit(now, servers | self.order.flush())
+            serve_links(now)
+        if begun:
+            (npu, c, f, s), st = min(begun)
+            raise DeadlockError(f"NPU {npu} waits forever in collective {c} chunk {f} phase {s} step {st}")
+        never = sorted(pk for pk in self.steps if pk not in starts)
+        if never:
+            npu, c, f, s = never[0]
+            raise DeadlockError(f"NPU {npu} never starts collective {c} chunk {f} phase {s}: an earlier phase of its "
+                                f"group never completes")
+        result = make_result(self.meta, self.mode, rec, self.ndims, self.per_dim)
+        result.backend = "congestion"
+        result.links = {"name": [self.links.describe(i) for i in range(nlinks)],
+                        "busy_ns": link_time, "bytes": link_bytes,
+                        "dim": [self.links.names[i][1] for i in range(nlinks)]}
+        result.transfers = [(self.links.describe(l), a, b, self.msg_src[mid][0][0], self.msg_dst[mid][0][0],
+                             self.msg_bytes[mid]) for l, a, b, mid in transfers]
+        return result

@@ -1,0 +1,239 @@
+"""What both runtimes share: messages from table rows, phase readiness, the per-dimension admission order, and
+the result record. Imports nothing from the compiler."""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .tables import SEND, Schedule, Table, TableError
+
+GIB = 2 ** 30
+
+
+class DeadlockError(TableError, RuntimeError):
+    """The tables cannot run to completion: a receive waits for data that never comes."""
+
+
+@dataclass
+class Result:
+    mode: str
+    total_ns: float
+    ndims: int
+    # one row per executed phase (per NPU in full mode): coll, flow, stage, dim, start, end (ns), npu
+    phases: dict = field(default_factory=dict)
+    per_dim_bytes: list = field(default_factory=list)   # bytes each NPU sends per dimension (max over NPUs)
+    dim_busy_ns: list = field(default_factory=list)     # time each dimension is busy on the busiest NPU
+    collective_end_ns: list = field(default_factory=list)
+    backend: str = "analytical"
+    links: dict = field(default_factory=dict)           # congestion backend: per-link busy time and traffic
+    transfers: list = field(default_factory=list)       # congestion backend with a timeline: (link, start, end, ...)
+
+
+def messages(t: Table, latency_ns: list[float]):
+    """Aggregate rows into messages: returns dict of arrays keyed like the table plus `cost` (ns)."""
+    if not len(t):
+        return {k: np.zeros(0, np.int64) for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "lane",
+                                                   "dim", "bytes", "cost", "link_ns", "hops")}
+    send = (t["op"] == SEND).astype(np.int64)
+    keys = (t["lane"], t["peer"], send, t["step"], t["stage"], t["flow"], t["coll"], t["npu"])
+    order = np.lexsort(keys)
+    sk = np.stack([k[order].astype(np.int64) for k in keys])
+    first = np.concatenate([[True], np.any(sk[:, 1:] != sk[:, :-1], axis=0)])
+    starts = np.flatnonzero(first)
+    nbytes = np.add.reduceat(t["bytes"][order], starts)
+    o = order[starts]
+    lat = np.asarray(latency_ns, dtype=np.float64)[t["dim"][o]]
+    link_ns = nbytes / (t["gbps"][o] * GIB / 1e9)
+    cost = lat * t["hops"][o] + link_ns
+    return {"link_ns": link_ns, "hops": t["hops"][o], "npu": t["npu"][o], "coll": t["coll"][o], "flow": t["flow"][o], "stage": t["stage"][o],
+            "step": t["step"][o], "send": send[o], "peer": t["peer"][o], "lane": t["lane"][o], "dim": t["dim"][o],
+            "bytes": nbytes, "cost": cost}
+
+
+def per_dim_bytes(t: Table, ndims: int) -> np.ndarray:
+    s = t["op"] == SEND
+    return np.bincount(t["dim"][s].astype(np.int64), weights=t["bytes"][s], minlength=ndims).astype(np.int64)
+
+
+def table_of(schedule: Schedule, npu: int) -> Table:
+    try:
+        return schedule.table(npu, deps=False)
+    except TypeError:
+        return schedule.table(npu)
+
+
+class GroupOrder:
+    """Service of phases on a dimension in one order shared by every member of the dimension's group.
+
+    A phase becomes eligible on a (dimension, group) when the last member of the group has it ready. When a member
+    needs its next phase and the group's order has none left for it, the group picks the best eligible phase by the
+    intra-dimension policy and appends it to the order; every member starts the group's phases in that order, each
+    as soon as its own previous phase on the dimension is done. A per-NPU order could let two members start
+    different chunks on the same dimension and wait on each other forever (as NCCL requires, all ranks of a
+    communicator issue their collectives in the same order)."""
+
+    def __init__(self, shape: list[int], priority):
+        self.shape = shape
+        self.priority = priority  # (npu, now, key) -> sort key
+        self.strides = [int(np.prod(shape[:d])) for d in range(len(shape))]
+        self.count: dict = {}     # (group, key) -> [members ready, latest ready time]
+        self.eligible: dict = {}  # group -> heap of (priority, key)
+        self.order: dict = {}     # group -> list of keys
+        self.position: dict = {}  # (npu, dim) -> index of its next phase in its group's order
+        self.running: dict = {}   # (npu, dim) -> phases in progress
+        self.touched: set = set()
+
+    def group(self, npu: int, dim: int):
+        return dim, npu - ((npu // self.strides[dim]) % self.shape[dim]) * self.strides[dim]
+
+    def members(self, group):
+        dim, base = group
+        return [base + i * self.strides[dim] for i in range(self.shape[dim])]
+
+    def ready(self, npu: int, dim: int, key, now: float) -> None:
+        group = self.group(npu, dim)
+        c = self.count.setdefault((group, key), [0, 0.0])
+        c[0] += 1
+        c[1] = max(c[1], now)
+        if c[0] == self.shape[dim]:
+            del self.count[(group, key)]
+            heapq.heappush(self.eligible.setdefault(group, []), (self.priority(npu, c[1], key), key))
+            self.touched.update((m, dim) for m in self.members(group))
+
+    def flush(self) -> set:
+        """Servers whose group gained eligible phases since the last call."""
+        out, self.touched = self.touched, set()
+        return out
+
+    def active(self, server) -> int:
+        return self.running.get(server, 0)
+
+    def dispatch(self, server):
+        """The next phase `server` (npu, dim) should start, in its group's order, or None."""
+        npu, dim = server
+        group = self.group(npu, dim)
+        order = self.order.setdefault(group, [])
+        pos = self.position.get(server, 0)
+        if pos >= len(order):
+            if not self.eligible.get(group):
+                return None
+            order.append(heapq.heappop(self.eligible[group])[1])
+        self.position[server] = pos + 1
+        self.running[server] = self.running.get(server, 0) + 1
+        return order[pos]
+
+    def release(self, server) -> None:
+        self.running[server] -= 1
+
+
+def successors(meta: dict):
+    """For each collective: the phases that wait on (coll, flow, last stage) finishing."""
+    colls = meta["collectives"]
+    succ = {}
+    for ci, c in enumerate(colls):
+        for d in c["deps"]:
+            succ.setdefault(d, []).append(ci)
+    pending_first = {ci: len(c["deps"]) for ci, c in enumerate(colls)}
+    return succ, pending_first
+
+
+def dep_flows(meta, producer: int, consumer: int, flow: int):
+    """Chunks of `consumer` released when chunk `flow` of `producer` finishes.
+
+    Chunk by chunk only inside one buffer (an all_reduce's all_gather half picks up each chunk its reduce_scatter
+    half finished); a collective on another buffer waits for the whole producer (None)."""
+    p, c = meta["collectives"][producer], meta["collectives"][consumer]
+    return [flow] if p["buffer"] == c["buffer"] and p["chunks"] == c["chunks"] else None
+
+
+class Chains:
+    """Readiness of phases: chunk chains inside a collective and per-chunk dependencies between collectives."""
+
+    def __init__(self, meta: dict):
+        self.meta = meta
+        self.colls = meta["collectives"]
+        self.succ, _ = successors(meta)
+        self.waiting = {}   # (npu, coll, flow) -> number of producer chunks still running
+        self.done_all = {}  # (npu, coll) -> chunks done
+
+    def initial(self, npu):
+        out = []
+        for ci, c in enumerate(self.colls):
+            for f in range(c["chunks"]):
+                self.waiting[(npu, ci, f)] = len(c["deps"])
+                if not c["deps"]:
+                    out.append((ci, f, 0))
+        return out
+
+    def finished(self, npu, coll, flow, stage):
+        """Phases made ready by (coll, flow, stage) finishing on npu."""
+        c = self.colls[coll]
+        if stage + 1 < len(c["stages"]):
+            return [(coll, flow, stage + 1)]
+        out = []
+        self.done_all[(npu, coll)] = self.done_all.get((npu, coll), 0) + 1
+        for consumer in self.succ.get(coll, []):
+            flows = dep_flows(self.meta, coll, consumer, flow)
+            if flows is None:
+                if self.done_all[(npu, coll)] < c["chunks"]:
+                    continue
+                flows = range(self.colls[consumer]["chunks"])
+            for f in flows:
+                self.waiting[(npu, consumer, f)] -= 1
+                if self.waiting[(npu, consumer, f)] == 0:
+                    out.append((consumer, f, 0))
+        return out
+
+
+INTRA_POLICIES = ("fifo", "scf")
+
+
+def priority_key(intra: str, size: float, ready_ns: float, coll: int, flow: int, stage: int):
+    """Service order of ready phases on a dimension: first-in first-out, or smallest chunk first (SCF: the phase
+    with the smallest region, ties first-in first-out)."""
+    if intra == "scf":
+        return (size, ready_ns, flow, coll, stage)
+    return (ready_ns, flow, coll, stage)
+
+
+def phase_sizes(t: Table) -> dict:
+    """(coll, flow, stage) -> bytes of the region the phase works on (the span of its rows on this NPU)."""
+    if not len(t):
+        return {}
+    key = np.stack([t["coll"], t["flow"], t["stage"]]).astype(np.int64)
+    order = np.lexsort(key[::-1])
+    k = key[:, order]
+    starts = np.flatnonzero(np.concatenate([[True], np.any(k[:, 1:] != k[:, :-1], axis=0)]))
+    lo = np.minimum.reduceat(t["offset"][order], starts)
+    hi = np.maximum.reduceat((t["offset"] + t["bytes"])[order], starts)
+    return dict(zip(map(tuple, k[:, starts].T.tolist()), (hi - lo).tolist()))
+
+
+def make_result(meta, mode, rec, ndims, per_dim_bytes) -> Result:
+    phases = {k: np.asarray(v) for k, v in rec.items()}
+    total = float(phases["end"].max()) if len(phases["end"]) else 0.0
+    busy = np.zeros(ndims)
+    for npu in np.unique(phases["npu"]) if len(phases["end"]) else []:
+        for d in range(ndims):
+            sel = (phases["npu"] == npu) & (phases["dim"] == d)
+            busy[d] = max(busy[d], union_length(phases["start"][sel], phases["end"][sel]))
+    ends = [float(phases["end"][phases["coll"] == ci].max()) if np.any(phases["coll"] == ci) else 0.0
+            for ci in range(len(meta["collectives"]))]
+    return Result(mode, total, ndims, phases, [int(x) for x in per_dim_bytes], busy.tolist(), ends)
+
+
+def union_length(start: np.ndarray, end: np.ndarray) -> float:
+    """Length of the union of intervals: how long a dimension had at least one phase in progress."""
+    if not len(start):
+        return 0.0
+    order = np.argsort(start)
+    total, cur_s, cur_e = 0.0, start[order[0]], end[order[0]]
+    for a, b in zip(start[order][1:].tolist(), end[order][1:].tolist()):
+        if a > cur_e:
+            total += cur_e - cur_s
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    return float(total + cur_e - cur_s)
