@@ -38,7 +38,8 @@ setup(
         "pyyaml>=6",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8"],
+        "plot": ["matplotlib>=3.8"],
     },
     entry_points={"console_scripts": ["astra-compile=astra_compile.cli:main"]},
 )

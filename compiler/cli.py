@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -58,8 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run every scheduler (baseline with fifo, themis and optimal with scf) side by side")
     g.add_argument("--active-chunks", default="1",
                    help="phases a dimension works on at once (ASTRA-sim active-chunks-per-dimension; default 1)")
+    g.add_argument("--backend", choices=("analytical", "congestion"), default="analytical",
+                   help="cost model: analytical (no contention) or congestion (every link a FIFO resource)")
+    g.add_argument("--switching", choices=("cut-through", "store-and-forward"), default="cut-through",
+                   help="congestion backend: how a node forwards a message (store-and-forward: as ASTRA-sim)")
     g.add_argument("--execution", choices=("auto", "symmetric", "full"), default="auto",
-                   help="analytical runtime: NPU 0 stands for all (symmetric), or every NPU (full)")
+                   help="NPU 0 stands for all when the schedule's symmetry allows (symmetric), or every NPU (full)")
+    g.add_argument("--timeline", metavar="FILE.json",
+                   help="write a Chrome trace (chrome://tracing, Perfetto): phases per NPU, transfers per link")
+    g.add_argument("--plot", metavar="FILE.png", help="plot link utilisation over time (needs matplotlib)")
     g.add_argument("--verify", action="store_true",
                    help="also execute the schedule on data and check the collective's result on every NPU")
     return p
@@ -78,6 +86,9 @@ def _write_text_atomically(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes files private; give the user's usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -124,7 +135,6 @@ def _positive_int(text: str, what: str) -> int:
 def _run(args) -> int:
     from . import driver
     from .dialects import comm
-    from .runtime import analytical
     from .runtime.tables import DirSchedule, write_dir
     from .topology import parse_topology
     from .units import parse_size
@@ -136,13 +146,18 @@ def _run(args) -> int:
             print(f"{name:24s} {cls.summary}" + (f"  [{opts}]" if opts else ""))
         return 0
 
+    active = _positive_int(args.active_chunks, "--active-chunks")
+    run = driver.RunOptions(args.backend, args.execution, args.intra, active, args.switching,
+                            timeline=bool(args.timeline or args.plot) and args.backend == "congestion")
     if args.input and os.path.isdir(args.input):
         schedule = DirSchedule(args.input)  # execute tables written earlier
-        result = analytical.run(schedule, args.execution, args.intra, _positive_int(args.active_chunks, "--active-chunks"))
-        out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta["npus"], "execution": result.mode,
-               "per_dim_bytes": result.per_dim_bytes, "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
+        result = driver.execute(schedule, run)
+        out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta["npus"], "backend": result.backend,
+               "execution": result.mode, "per_dim_bytes": result.per_dim_bytes,
+               "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
         print(json.dumps(out, indent=1) if args.json else
-              f"total time {out['total_time_us']:.3f} us on {out['npus']} NPUs ({result.mode} execution)")
+              f"total time {out['total_time_us']:.3f} us on {out['npus']} NPUs ({result.backend}, {result.mode} "
+              f"execution)")
         return 0
 
     topology = None
@@ -175,18 +190,17 @@ def _run(args) -> int:
     if args.algorithm:
         defaults["algorithm"] = args.algorithm
     hook = driver.print_after_each(sys.stderr) if args.print_ir_after_all else None
-    active = _positive_int(args.active_chunks, "--active-chunks")
     if args.compare:
         if args.pass_pipeline:
             raise UserError("--compare runs each scheduler's own pipeline; drop --pass-pipeline")
         source = str(module)
-        reports = {name: driver.compile_schedule(source, ctx, topology, name, defaults, intra, active,
-                                                 args.execution).report
+        reports = {name: driver.compile_schedule(source, ctx, topology, name, defaults,
+                                                 dataclasses.replace(run, intra=intra)).report
                    for name, intra in (("baseline", "fifo"), ("themis", "scf"), ("optimal", "scf"))}
         print(json.dumps(reports, indent=1) if args.json else driver.compare_rows(reports))
         return 0
-    compiled = driver.compile_schedule(str(module), ctx, topology, args.scheduler, defaults, args.intra, active,
-                                       args.execution, hook, args.pass_pipeline)
+    compiled = driver.compile_schedule(str(module), ctx, topology, args.scheduler, defaults, run, hook,
+                                       args.pass_pipeline)
     module, schedule = compiled.module, compiled.schedule
 
     if args.emit == "mlir":
@@ -216,6 +230,13 @@ def _run(args) -> int:
         return 0
 
     report = compiled.report
+    if args.timeline:
+        from .runtime.trace import write_trace
+        write_trace(args.timeline, compiled.result, schedule.meta)
+    if args.plot:
+        from .runtime.trace import write_plot
+        write_plot(args.plot, compiled.result, topology.ndims,
+                   f"{topology.name}: {report['backend']} runtime, {report['scheduler']} scheduler")
     if args.verify:
         from .runtime.verifier import verify
         verify(schedule)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .dialects import comm
 from .errors import UserError
 from .lower import Schedule, plans_from_module
@@ -70,21 +72,46 @@ SCHEDULERS = {
 DEFAULT_SCHEDULER, DEFAULT_INTRA = "optimal", "scf"
 
 
-def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defaults: dict, intra: str = "scf",
-                     active_chunks: int = 1, execution: str = "auto", after_each=None,
-                     pipeline: str | None = None) -> Compiled:
+@dataclass
+class RunOptions:
+    """How the runtime executes the tables (one interface for both backends)."""
+    backend: str = "analytical"      # analytical | congestion
+    execution: str = "auto"          # auto | symmetric | full
+    intra: str = "scf"               # fifo | scf
+    active_chunks: int = 1
+    switching: str = "cut-through"   # congestion backend: cut-through | store-and-forward
+    timeline: bool = False           # keep every link transfer (congestion backend, full execution)
+
+
+def execute(schedule: Schedule, run: RunOptions):
+    """Run the tables on the chosen backend; both return a runtime.phases.Result."""
+    if run.backend == "analytical":
+        from .runtime import analytical
+        return analytical.run(schedule, run.execution, run.intra, run.active_chunks)
+    if run.backend == "congestion":
+        from .runtime import congestion
+        mode = "full" if run.timeline else run.execution
+        try:
+            return congestion.run(schedule, run.intra, run.active_chunks, run.timeline, run.switching, mode)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    raise UserError(f"unknown backend '{run.backend}' (analytical or congestion)")
+
+
+def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defaults: dict,
+                     run: RunOptions | None = None, after_each=None, pipeline: str | None = None) -> Compiled:
     """Compile the module text with a scheduler's pipeline (or an explicit one), lower and time it.
 
     `optimal` never loses to Themis: both are compiled and timed and the faster schedule is kept; the report says
     which (`optimal_choice`)."""
-    from .runtime import analytical
+    run = run or RunOptions()
 
     def one(pipe, label, hook=None):
         module = comm.parse_module(source, ctx)
         run_passes(module, topology, pipe, defaults, hook)
         schedule = lower(module, topology)
-        result = analytical.run(schedule, execution, intra, active_chunks)
-        return Compiled(module, schedule, result, make_report(schedule, result, label, intra, active_chunks))
+        result = execute(schedule, run)
+        return Compiled(module, schedule, result, make_report(schedule, result, label, run))
 
     if pipeline is not None:
         return one(pipeline, "custom pipeline", after_each)
@@ -146,8 +173,25 @@ def ideal_time_ns(schedule: Schedule) -> tuple[float, float, float]:
     return total_ns, total_bytes, bw
 
 
-def make_report(schedule: Schedule, result, scheduler: str = "baseline", intra: str = "fifo",
-                active_chunks: int = 1) -> dict:
+def link_summary(result, top: int = 8) -> dict:
+    """Per-link busy time and traffic (congestion backend): the busiest links and the mean per dimension."""
+    links = result.links
+    if not links:
+        return {}
+    total = result.total_ns or 1.0
+    busy = np.asarray(links["busy_ns"], dtype=float)
+    dims = np.asarray(links["dim"])
+    order = np.argsort(-busy, kind="stable")[:top]
+    return {
+        "links": len(busy),
+        "busiest": [{"link": links["name"][i], "busy_us": busy[i] / 1e3, "utilization": busy[i] / total,
+                     "bytes": int(links["bytes"][i])} for i in order],
+        "mean_utilization_per_dim": {int(d): float(busy[dims == d].mean() / total) for d in np.unique(dims)},
+    }
+
+
+def make_report(schedule: Schedule, result, scheduler: str = "baseline", run: RunOptions | None = None) -> dict:
+    run = run or RunOptions(intra="fifo")
     topo = schedule.topology
     ideal_ns, ideal_bytes, bw = ideal_time_ns(schedule)
     total_us = result.total_ns / 1e3
@@ -159,8 +203,10 @@ def make_report(schedule: Schedule, result, scheduler: str = "baseline", intra: 
                       "stages": [{"kind": s.kind, "dim": s.dim, "algorithm": s.algorithm} for s in p.stages],
                       "end_us": result.collective_end_ns[p.index] / 1e3})
     return {
-        "topology": topo.name, "npus": topo.npus, "backend": "analytical", "execution": result.mode,
-        "scheduler": scheduler, "intra": intra, "active_chunks": active_chunks,
+        "topology": topo.name, "npus": topo.npus, "backend": result.backend, "execution": result.mode,
+        "scheduler": scheduler, "intra": run.intra, "active_chunks": run.active_chunks,
+        **({"switching": run.switching, "link_utilization": link_summary(result)}
+           if result.backend == "congestion" else {}),
         "total_time_us": total_us, "ideal_time_us": ideal_ns / 1e3,
         "bw_utilization": (ideal_ns / result.total_ns) if result.total_ns else 0.0,
         "gap_to_ideal_pct": (100 * (result.total_ns / ideal_ns - 1)) if ideal_ns else 0.0,
@@ -181,7 +227,8 @@ def format_report(r: dict) -> str:
                      f"{','.join(map(str, c['dims']))}, {c['chunks']} chunks, ends at {c['end_us']:.3f} us")
     lines += [
         f"topology        {r['topology']} ({r['npus']} NPUs)",
-        f"runtime         {r['backend']} ({r['execution']} execution), scheduler {r['scheduler']}"
+        f"runtime         {r['backend']}" + (f" {r['switching']}" if "switching" in r else "")
+        + f" ({r['execution']} execution), scheduler {r['scheduler']}"
         + (f" ({r['optimal_choice']} kept; cp-sat {r['cp_sat_time_us']:.3f} us, themis {r['themis_time_us']:.3f} us)"
            if "optimal_choice" in r else "") + ", "
         f"intra-dimension {r['intra']}, {r['active_chunks']} active chunk(s) per dimension",
@@ -201,6 +248,15 @@ def format_report(r: dict) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines += ["  ".join(v.rjust(w) if i != 1 and i != 5 else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
               .rstrip() for row in rows]
+    links = r.get("link_utilization")
+    if links:
+        rep = " (representative link of each class: the network's symmetry makes the others identical)" \
+            if r["execution"] == "symmetric" else ""
+        lines += ["", f"links ({r['switching']}): {links['links']} simulated{rep}; mean utilisation per dimension "
+                  + ", ".join(f"dim {d} {100 * u:.1f} %" for d, u in links["mean_utilization_per_dim"].items()),
+                  "busiest links:"]
+        lines += [f"  {l['link']:28s} busy {l['busy_us']:12.3f} us  {100 * l['utilization']:6.1f} %  "
+                  f"{l['bytes'] / 2**20:10.2f} MB" for l in links["busiest"]]
     return "\n".join(lines)
 
 

@@ -186,6 +186,7 @@ class _Engine:
         starts: dict = {}
         rec = {k: [] for k in ("npu", "coll", "flow", "stage", "dim", "start", "end")}
         touched_links: set = set()
+        served = [0]                      # link transfers simulated
 
         def push(time, kind, data):
             nonlocal seq
@@ -242,6 +243,7 @@ class _Engine:
                 _, _, mid, hop = heapq.heappop(queues[link])
                 end = now + self.msg_ns[mid]
                 link_busy[link] = True
+                served[0] += 1
                 link_time[link] += self.msg_ns[mid]
                 link_bytes[link] += self.msg_bytes[mid]
                 if self.timeline:
@@ -306,6 +308,9 @@ class _Engine:
                                 f"group never completes")
         result = make_result(self.meta, self.mode, rec, self.ndims, self.per_dim)
         result.backend = "congestion"
+        # every NPU's links repeat the representative ones in symmetric execution
+        result.link_transfers = {"simulated": served[0],
+                                 "modelled": served[0] * (self.npus if self.symmetric else 1)}
         result.links = {"name": [self.links.describe(i) for i in range(nlinks)],
                         "busy_ns": link_time, "bytes": link_bytes,
                         "dim": [self.links.names[i][1] for i in range(nlinks)]}

@@ -29,6 +29,7 @@ class Result:
     backend: str = "analytical"
     links: dict = field(default_factory=dict)           # congestion backend: per-link busy time and traffic
     transfers: list = field(default_factory=list)       # congestion backend with a timeline: (link, start, end, ...)
+    link_transfers: dict = field(default_factory=dict)  # congestion backend: link transfers simulated / modelled
 
 
 def messages(t: Table, latency_ns: list[float]):

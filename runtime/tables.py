@@ -143,6 +143,11 @@ def write_dir(schedule: Schedule, out_dir: str, fmt: str = "csv") -> None:
             else:
                 with open(path, "w") as f:
                     json.dump({c: t.cols[c].tolist() for c in COLUMN_NAMES}, f)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes the folder private; give the user's usual permissions
+        for name in os.listdir(tmp):
+            os.chmod(os.path.join(tmp, name), 0o666 & ~mask)
         if os.path.isdir(out_dir):
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)

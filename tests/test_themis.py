@@ -50,7 +50,7 @@ def test_themis_requires_algorithms():
 def test_seed000_themis_reaches_published_utilisation():
     sched = compile_themis("Switch(8)_Switch(8)_Switch(8)", "all_reduce", GB, 64, "50,50,50", "1,1,1",
                            "halving_doubling")
-    report = driver.make_report(sched, analytical.run(sched, intra="scf"), "themis", "scf")
+    report = driver.make_report(sched, analytical.run(sched, intra="scf"), "themis", driver.RunOptions(intra="scf"))
     assert report["bw_utilization"] >= 0.975                                  # published 97.59 %
     assert report["total_time_us"] == pytest.approx(13635.871, rel=0.01)      # published time
     baseline = compile_themis("Switch(8)_Switch(8)_Switch(8)", "all_reduce", GB, 64, "50,50,50", "1,1,1",
