@@ -23,8 +23,11 @@ CASES = [
      ["--collective", "all_reduce", "--size", "1GB", "--topology", "16x16x16_torus", "--chunks", "64", *BASELINE]),
     ("1GB all-reduce, Switch(8)_Switch(8)_Switch(8), 512 NPUs, 64 chunks, themis + scf",
      ["--collective", "all_reduce", "--size", "1GB", "--topology", "Switch(8)_Switch(8)_Switch(8)",
-      "--bandwidth", "50,50,50", "--latency", "1,1,1", "--chunks", "64"]),
+      "--bandwidth", "50,50,50", "--latency", "1,1,1", "--chunks", "64", "--scheduler", "themis"]),
     ("1GB all-reduce, 16x16x16_torus, 4096 NPUs, 64 chunks, themis + scf",
+     ["--collective", "all_reduce", "--size", "1GB", "--topology", "16x16x16_torus", "--chunks", "64",
+      "--scheduler", "themis"]),
+    ("1GB all-reduce, 16x16x16_torus, 4096 NPUs, 64 chunks, defaults (optimal + scf)",
      ["--collective", "all_reduce", "--size", "1GB", "--topology", "16x16x16_torus", "--chunks", "64"]),
 ]
 
