@@ -196,7 +196,7 @@ def make_report(schedule: Schedule, result, scheduler: str = "baseline", run: Ru
     ideal_ns, ideal_bytes, bw = ideal_time_ns(schedule)
     total_us = result.total_ns / 1e3
     algos = [sorted({s.algorithm for p in schedule.plans for s in p.stages if s.dim == d}) for d in range(topo.ndims)]
-    colls, seen = [], set()
+    colls = []
     for p in schedule.plans:
         colls.append({"name": p.name, "kind": p.kind, "buffer": p.buffer, "buffer_kind": p.buffer_kind,
                       "bytes": p.bytes, "chunks": p.chunks, "dims": p.group_dims,

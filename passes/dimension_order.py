@@ -11,7 +11,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..dialects import comm
+from .base import Pass, PassError
 from .phase_cost import phase_time_ns, region_sizes
+
+
+def flag(text: str) -> bool:
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
+class OrderingPass(Pass):
+    """Base of the passes that choose per-chunk dimension orders: they weigh phases by their algorithms."""
+    LATENCY_OPTION = (flag, True, "count per-step latency as dimension load (true when a dimension runs one chunk "
+                                  "at a time)")
+
+    def requires(self, module, ctx) -> None:
+        for op in comm.ops(module):
+            if comm.short_name(op) == "phase" and "algorithm" not in comm.attrs(op):
+                raise PassError(f"{self.name} needs every phase's algorithm: run select-algorithm first")
 
 
 @dataclass

@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 
 from ..dialects import comm
-from .base import Pass, PassError, register
-from .dimension_order import buffer_groups
+from .base import PassError, register
+from .dimension_order import OrderingPass, buffer_groups
 
 SCALE = 1000  # CP-SAT takes integers: loads in picoseconds
 
@@ -53,17 +53,11 @@ def spread(orders, counts) -> list:
 
 
 @register
-class OptimalBalance(Pass):
+class OptimalBalance(OrderingPass):
     name = "optimal-balance"
     summary = "CP-SAT split of chunks over dimension orders minimising the most loaded dimension"
     options = {"time-limit": (float, 5.0, "seconds CP-SAT may search per buffer"),
-               "latency": (lambda v: v.lower() in ("1", "true", "yes", "on"), True,
-                           "count per-step latency as dimension load")}
-
-    def requires(self, module, ctx) -> None:
-        for op in comm.ops(module):
-            if comm.short_name(op) == "phase" and "algorithm" not in comm.attrs(op):
-                raise PassError(f"{self.name} needs every phase's algorithm: run select-algorithm first")
+               "latency": OrderingPass.LATENCY_OPTION}
 
     def apply(self, module, ctx) -> None:
         load = {d: 0.0 for d in range(len(ctx.topology.dims))}

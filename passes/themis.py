@@ -8,9 +8,8 @@ visits the dimensions in reverse. Loads accumulate over the module's collectives
 """
 from __future__ import annotations
 
-from ..dialects import comm
-from .base import Pass, PassError, register
-from .dimension_order import buffer_groups
+from .base import register
+from .dimension_order import OrderingPass, buffer_groups
 
 
 def themis_orders(group, topology, load: dict[int, float], latency: bool = True) -> list[list[int]]:
@@ -24,16 +23,10 @@ def themis_orders(group, topology, load: dict[int, float], latency: bool = True)
 
 
 @register
-class Themis(Pass):
+class Themis(OrderingPass):
     name = "themis"
     summary = "Themis: each chunk visits the least-loaded dimension first (needs select-algorithm before it)"
-    options = {"latency": (lambda v: v.lower() in ("1", "true", "yes", "on"), True,
-                           "count per-step latency as dimension load (true when a dimension runs one chunk at a time)")}
-
-    def requires(self, module, ctx) -> None:
-        for op in comm.ops(module):
-            if comm.short_name(op) == "phase" and "algorithm" not in comm.attrs(op):
-                raise PassError(f"{self.name} needs every phase's algorithm: run select-algorithm first")
+    options = {"latency": OrderingPass.LATENCY_OPTION}
 
     def apply(self, module, ctx) -> None:
         load = {d: 0.0 for d in range(len(ctx.topology.dims))}

@@ -23,7 +23,7 @@ import heapq
 import numpy as np
 
 from .phases import (INTRA_POLICIES, DeadlockError, Result, Table, Chains, GroupOrder, messages,  # noqa: F401
-                     per_dim_bytes, phase_sizes, priority_key, make_result, table_of)
+                     per_dim_bytes, phase_dim, phase_sizes, priority_key, make_result, table_of)
 from .tables import Schedule
 
 
@@ -90,7 +90,7 @@ class _Engine:
                 rec[4] = max(rec[4], cost)
 
     def dim_of(self, npu, key) -> int:
-        return self.dim.get((npu,) + key, self.meta["collectives"][key[0]]["chunk_dims"][key[1]][key[2]])
+        return phase_dim(self.dim, self.meta, npu, key)
 
     def run(self) -> Result:
         chains = Chains(self.meta)

@@ -33,8 +33,8 @@ import heapq
 
 import numpy as np
 
-from .phases import (INTRA_POLICIES, GIB, Chains, DeadlockError, GroupOrder, Result, Table, make_result, messages,
-                     per_dim_bytes, phase_sizes, priority_key, table_of)
+from .phases import (INTRA_POLICIES, Chains, DeadlockError, GroupOrder, Result, Table, make_result, messages,
+                     per_dim_bytes, phase_dim, phase_sizes, priority_key, table_of)
 from .tables import Schedule
 
 
@@ -167,7 +167,7 @@ class _Engine:
             self.steps[pk][st][0] = [mid for _, mid in sorted(sends)]  # rotated peer order
 
     def dim_of(self, npu, key) -> int:
-        return self.dim.get((npu,) + key, self.meta["collectives"][key[0]]["chunk_dims"][key[1]][key[2]])
+        return phase_dim(self.dim, self.meta, npu, key)
 
     def run(self) -> Result:
         chains = Chains(self.meta)
@@ -175,7 +175,6 @@ class _Engine:
         seq = 0
         nlinks = len(self.links.names)
         queues = [[] for _ in range(nlinks)]  # per link: heap of (ready time, seq, message, hop)
-        busy_until = [0.0] * nlinks
         link_busy = [False] * nlinks
         link_time = [0.0] * nlinks
         link_bytes = [0] * nlinks

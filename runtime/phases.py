@@ -188,6 +188,11 @@ class Chains:
         return out
 
 
+def phase_dim(seen: dict, meta: dict, npu: int, key) -> int:
+    """Dimension of phase key = (coll, chunk, stage) on npu: from its rows, else from meta (an NPU without rows)."""
+    return seen.get((npu,) + key, meta["collectives"][key[0]]["chunk_dims"][key[1]][key[2]])
+
+
 INTRA_POLICIES = ("fifo", "scf")
 
 
