@@ -70,6 +70,8 @@ SCHEDULERS = {
     "optimal": DEFAULT_PIPELINE + ",optimal-balance",  # CP-SAT split of chunks over orders (checked against themis)
 }
 DEFAULT_SCHEDULER, DEFAULT_INTRA = "optimal", "scf"
+# graph algorithms schedule the whole network per phase: no per-dimension phases, no dimension orders
+GRAPH_PIPELINE = "decompose-all-reduce,chunk,flat-decompose,select-algorithm"
 
 
 @dataclass
@@ -115,6 +117,8 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
 
     if pipeline is not None:
         return one(pipeline, "custom pipeline", after_each)
+    if str(defaults.get("algorithm", "")).strip().lower() in comm.GRAPH_ALGORITHMS:
+        return one(GRAPH_PIPELINE, f"{defaults['algorithm']} (graph)", after_each)
     best = one(SCHEDULERS[scheduler], scheduler, after_each)
     if scheduler == "optimal":
         themis = one(SCHEDULERS["themis"], "themis")
@@ -195,7 +199,8 @@ def make_report(schedule: Schedule, result, scheduler: str = "baseline", run: Ru
     topo = schedule.topology
     ideal_ns, ideal_bytes, bw = ideal_time_ns(schedule)
     total_us = result.total_ns / 1e3
-    algos = [sorted({s.algorithm for p in schedule.plans for s in p.stages if s.dim == d}) for d in range(topo.ndims)]
+    algos = [sorted({s.algorithm for p in schedule.plans for s in p.stages if s.dim in (d, -1)})
+             for d in range(topo.ndims)]
     colls = []
     for p in schedule.plans:
         colls.append({"name": p.name, "kind": p.kind, "buffer": p.buffer, "buffer_kind": p.buffer_kind,

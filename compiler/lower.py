@@ -17,13 +17,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from .algorithms import Transfers, all_to_all, template
+from .algorithms import Transfers, all_to_all, multitree, template
 from .dialects import comm
 from .errors import UserError
 from .runtime.tables import FORMAT, RECV_COPY, RECV_REDUCE, SEND, VERSION, Table
 from .topology import Topology
 
 SYMMETRIC_ALGORITHMS = ("ring", "direct", "halving_doubling")
+FLAT = -1  # a phase over every dimension of its group (graph algorithms)
 
 
 @dataclass
@@ -110,6 +111,8 @@ def plans_from_module(module) -> list[CollectivePlan]:
                 p.buffer_kind = "all_reduce"
     for p in plans.values():
         p.orders = _orders(p, positions[p.name])
+        if [s.dim for s in p.stages] == [FLAT]:
+            continue
         if sorted(s.dim for s in p.stages) != p.group_dims:
             raise UserError(f"phases of '{p.name}' do not cover its dimensions {p.group_dims} exactly once")
     return list(plans.values())
@@ -170,10 +173,20 @@ class Schedule:
         base, length = self.chunk_regions(plan, flows)
         out = [(base, length)]
         for d in self.nest_dims(plan, order):
-            x = np.asarray(coords[d])
-            base, length = _split(out[-1][0], out[-1][1], self.shape[d], x[..., None] if x.ndim else x)
+            x = np.asarray(self._member(coords, d))
+            base, length = _split(out[-1][0], out[-1][1], self._size(d), x[..., None] if x.ndim else x)
             out.append((base, length))
         return out
+
+    def _size(self, dim: int) -> int:
+        """Members of a phase's groups: the dimension's size, or every NPU for a flat phase."""
+        return self.topology.npus if dim == FLAT else self.shape[dim]
+
+    def _member(self, coords, dim: int):
+        """An NPU's member index in a phase's group: its coordinate, or its rank for a flat phase."""
+        if dim != FLAT:
+            return coords[dim]
+        return sum(np.asarray(c) * st for c, st in zip(coords, self.strides))
 
     def shards(self, index: int) -> np.ndarray:
         """(npus, chunks, 2) offset and length of each NPU's reduce-scatter output / all-gather input shard."""
@@ -204,7 +217,7 @@ class Schedule:
         out, region = {}, length
         for d in self.nest_dims(plan, order):
             out[d] = region
-            region //= self.shape[d]
+            region //= self._size(d)
         return [(plan.stages[i], out[plan.stages[i].dim]) for i in order]
 
     def _check_sizes(self) -> None:
@@ -252,8 +265,20 @@ class Schedule:
         return self._template(plan.kind, stage).units
 
     def _template(self, kind: str, stage: Stage) -> Transfers:
+        if stage.dim == FLAT:
+            return multitree.template(kind, self.trees())
         dim = self.topology.dims[stage.dim]
         return template(kind, stage.algorithm, dim.size, bidirectional=(dim.block == "Ring"))
+
+    def trees(self) -> "multitree.Trees":
+        """MultiTree's spanning trees over the NPU-to-NPU links (built once per schedule)."""
+        if getattr(self, "_trees", None) is None:
+            if any(d.block == "Switch" for d in self.topology.dims):
+                raise UserError("multitree needs links between NPUs (Ring and FullyConnected dimensions); "
+                                f"{self.topology.name} has switch dimensions")
+            self._links = self.topology.links()
+            self._trees = multitree.build_trees(self.topology.npus, self._links.src, self._links.dst)
+        return self._trees
 
     # ---- tables -------------------------------------------------------------------------------------------
 
@@ -269,10 +294,10 @@ class Schedule:
                         rows = self._a2a_rows(plan, stage, coords)
                         base, length = self.chunk_regions(plan, flows)
                     else:
-                        rows = _template_rows(self._template(plan.kind, stage), coords[stage.dim])
+                        rows = _template_rows(self._template(plan.kind, stage), self._member(coords, stage.dim))
                         base, length = self._stage_region(plan, levels, position)
-                    parts.append(self._expand(npu, plan, position, stage, rows, base, length, coords[stage.dim],
-                                              flows))
+                    parts.append(self._expand(npu, plan, position, stage, rows, base, length,
+                                              self._member(coords, stage.dim), flows))
         table = Table.concat(parts)
         order = np.lexsort((table["offset"], table["peer"], table["op"], table["step"], table["stage"],
                             table["flow"], table["coll"]))
@@ -288,11 +313,13 @@ class Schedule:
 
     def _expand(self, npu, plan, si, stage, rows, base, length, member, flows) -> Table:
         """Template rows of one member x chunks `flows` -> table rows in bytes and ranks (stage column = si)."""
-        step, op, peer_m, lo, hi, direction, units = rows
+        step, op, peer_m, lo, hi, direction, units, link = rows
         chunks = len(flows)
         n = len(step)
         off = base[None, :] + (lo[:, None] * length[None, :]) // units
         end = base[None, :] + (hi[:, None] * length[None, :]) // units
+        if stage.dim == FLAT:
+            return self._expand_graph(npu, plan, si, step, op, peer_m, link, off, end, flows)
         dim = self.topology.dims[stage.dim]
         k = dim.size
         sender = np.where(op == SEND, member, peer_m)
@@ -317,18 +344,39 @@ class Schedule:
         })
 
 
+    def _expand_graph(self, npu, plan, si, step, op, peer, link, off, end, flows) -> Table:
+        """Rows of a flat (graph) phase: peers are ranks and each transfer names its physical link. The
+        reduce-scatter runs the trees' links backwards: the same dimension, the other lane of a ring."""
+        lg = self._links
+        dims = lg.dim[link]
+        lane = lg.lane[link]
+        if plan.kind == "reduce_scatter":
+            ring = np.array([self.topology.dims[d].block == "Ring" for d in dims.tolist()], dtype=bool)
+            lane = np.where(ring, 1 - lane, lane)
+        n, chunks = len(step), len(flows)
+        rep = lambda a: np.repeat(np.asarray(a)[:, None], chunks, axis=1).ravel()  # noqa: E731
+        total = n * chunks
+        return Table({
+            "npu": np.full(total, npu), "coll": np.full(total, plan.index), "flow": np.tile(flows, n),
+            "stage": np.full(total, si), "step": rep(step), "op": rep(op), "peer": rep(peer), "dim": rep(dims),
+            "lane": rep(lane), "hops": np.ones(total), "gbps": rep(lg.gbps[link]), "offset": off.ravel(),
+            "bytes": (end - off).ravel(), "dep": np.full(total, -1),
+        })
+
+
 def _template_rows(t: Transfers, member: int):
     """Rows of template t that member takes part in: (step, op, peer member, unit lo, unit hi, direction, units)."""
     send = t.src == member
     recv = t.dst == member
     recv_op = RECV_REDUCE if t.reduce.any() else RECV_COPY
+    link = np.concatenate([t.link[send], t.link[recv]]) if t.link is not None else None
     return (np.concatenate([t.step[send], t.step[recv]]),
             np.concatenate([np.full(send.sum(), SEND), np.full(recv.sum(), recv_op)]),
             np.concatenate([t.dst[send], t.src[recv]]),
             np.concatenate([t.src_lo[send], t.dst_lo[recv]]),
             np.concatenate([t.src_hi[send], t.dst_hi[recv]]),
             np.concatenate([t.direction[send], t.direction[recv]]),
-            t.units)
+            t.units, link)
 
 
 def _runs(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -361,7 +409,7 @@ def _a2a_template(algorithm: str, group_shape: tuple, local_dim: int, member: in
         cols["hi"].append(hi)
         cols["dir"].append(np.full(len(lo), direction))
     cat = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in cols.items()}
-    return cat["step"], cat["op"], cat["peer"], cat["lo"], cat["hi"], cat["dir"], nslots
+    return cat["step"], cat["op"], cat["peer"], cat["lo"], cat["hi"], cat["dir"], nslots, None
 
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:

@@ -87,7 +87,8 @@ irdl.dialect @comm {
 
   // One step of a hierarchical lowering: `kind` (reduce_scatter, all_gather, all_to_all) of the collective
   // `collective` over topology dimension `dim`, entered with `bytes` per NPU (summed over chunks), pipelined in
-  // `chunks` chunks. `stage` is its position in the collective's chain. The algorithm attribute is set by the
+  // `chunks` chunks (dim = -1: every dimension of the group at once, for graph algorithms such as multitree).
+  // `stage` is its position in the collective's chain. The algorithm attribute is set by the
   // select-algorithm pass.
   irdl.operation @phase {
     %bytes = irdl.base "#builtin.integer"

@@ -18,7 +18,8 @@ from torch_mlir.dialects import irdl
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 POINT_TO_POINT = ("send", "recv")
 PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all")
-ALGORITHMS = ("ring", "direct", "halving_doubling", "double_binary_tree")
+ALGORITHMS = ("ring", "direct", "halving_doubling", "double_binary_tree", "multitree")
+GRAPH_ALGORITHMS = ("multitree",)  # phases over a whole group (dim = -1), scheduled link by link
 ALGORITHM_ALIASES = {"hd": "halving_doubling", "halvingdoubling": "halving_doubling", "rhd": "halving_doubling",
                      "dbt": "double_binary_tree", "doublebinarytree": "double_binary_tree", "tree": "double_binary_tree"}
 
@@ -236,7 +237,7 @@ def verify_module(module: ir.Module, shape: list[int] | None = None) -> None:
         if kind == "phase":
             if a["kind"] not in PHASE_KINDS:
                 raise IRError(f"{where}: phase kind '{a['kind']}' is not one of {', '.join(PHASE_KINDS)}")
-            if shape is not None and not 0 <= a["dim"] < len(shape):
+            if shape is not None and not (0 <= a["dim"] < len(shape) or a["dim"] == -1):
                 raise IRError(f"{where}: dim {a['dim']} outside the topology's {len(shape)} dimensions")
             if "algorithm" in a:
                 canonical_algorithm(a["algorithm"])

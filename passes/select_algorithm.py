@@ -53,7 +53,17 @@ class SelectAlgorithm(Pass):
             if comm.short_name(op) != "phase":
                 continue
             a = comm.attrs(op)
+            if a["dim"] == -1:  # a phase over the whole group: only graph algorithms schedule those
+                algo = a.get("algorithm") or (chosen[0] if chosen and len(chosen) == 1 else "multitree")
+                if algo not in comm.GRAPH_ALGORITHMS:
+                    raise PassError(f"a phase over every dimension needs a graph algorithm "
+                                    f"({', '.join(comm.GRAPH_ALGORITHMS)}), not {algo}")
+                comm.set_attr(op, "algorithm", algo)
+                continue
             algo = a.get("algorithm") or algorithm_for(a["dim"], blocks, sizes, chosen)
+            if algo in comm.GRAPH_ALGORITHMS:
+                raise PassError(f"{algo} schedules the whole network at once: compile with --algorithm {algo} "
+                                f"(flat-decompose instead of hierarchical-decompose)")
             check_applicable(algo, a["kind"], sizes[a["dim"]], a["dim"])
             comm.set_attr(op, "algorithm", algo)
 

@@ -71,7 +71,7 @@ class _Engine:
     def _build_steps(self, table: Table) -> None:
         """steps[(npu, c, f, s)] = list of [link time, sends [(peer, cost)], own cost, receives, own-receive cost]."""
         m = messages(table, self.meta["latency_ns"])
-        self.steps, self.dim = {}, {}
+        self.steps = {}
         cols = [m[k].tolist() for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "dim", "cost",
                                         "link_ns")]
         for npu, c, f, s, st, snd, peer, d, cost, link_ns in zip(*cols):
@@ -80,7 +80,6 @@ class _Engine:
             while len(steps) <= st:
                 steps.append([0.0, [], 0.0, 0, 0.0])
             rec = steps[st]
-            self.dim[pk] = d
             if snd:
                 rec[0] = max(rec[0], link_ns)
                 rec[1].append((peer, cost))
@@ -90,7 +89,7 @@ class _Engine:
                 rec[4] = max(rec[4], cost)
 
     def dim_of(self, npu, key) -> int:
-        return phase_dim(self.dim, self.meta, npu, key)
+        return phase_dim(self.meta, key)
 
     def run(self) -> Result:
         chains = Chains(self.meta)

@@ -141,7 +141,6 @@ class _Engine:
         """Per (npu, c, f, s): steps of [message ids in injection order, receives expected]; per message its route."""
         m = messages(table, self.meta["latency_ns"])
         self.steps: dict = {}
-        self.dim: dict = {}
         self.msg_route, self.msg_ns, self.msg_lat, self.msg_dst, self.msg_src, self.msg_bytes = [], [], [], [], [], []
         cols = [m[k].tolist() for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "lane", "dim", "bytes",
                                         "link_ns", "hops")]
@@ -151,7 +150,6 @@ class _Engine:
             steps = self.steps.setdefault(pk, [])
             while len(steps) <= st:
                 steps.append([[], 0])
-            self.dim[pk] = d
             if snd:
                 mid = len(self.msg_route)
                 self.msg_route.append(self.links.route(npu, peer, d, lane, hops))
@@ -167,7 +165,7 @@ class _Engine:
             self.steps[pk][st][0] = [mid for _, mid in sorted(sends)]  # rotated peer order
 
     def dim_of(self, npu, key) -> int:
-        return phase_dim(self.dim, self.meta, npu, key)
+        return phase_dim(self.meta, key)
 
     def run(self) -> Result:
         chains = Chains(self.meta)

@@ -79,6 +79,7 @@ class GroupOrder:
         self.shape = shape
         self.priority = priority  # (npu, now, key) -> sort key
         self.strides = [int(np.prod(shape[:d])) for d in range(len(shape))]
+        self.npus = int(np.prod(shape))
         self.count: dict = {}     # (group, key) -> [members ready, latest ready time]
         self.eligible: dict = {}  # group -> heap of (priority, key)
         self.order: dict = {}     # group -> list of keys
@@ -86,11 +87,18 @@ class GroupOrder:
         self.running: dict = {}   # (npu, dim) -> phases in progress
         self.touched: set = set()
 
+    def size(self, dim: int) -> int:
+        return self.npus if dim < 0 else self.shape[dim]  # dim -1: a phase over the whole network
+
     def group(self, npu: int, dim: int):
+        if dim < 0:
+            return dim, 0
         return dim, npu - ((npu // self.strides[dim]) % self.shape[dim]) * self.strides[dim]
 
     def members(self, group):
         dim, base = group
+        if dim < 0:
+            return list(range(self.npus))
         return [base + i * self.strides[dim] for i in range(self.shape[dim])]
 
     def ready(self, npu: int, dim: int, key, now: float) -> None:
@@ -98,7 +106,7 @@ class GroupOrder:
         c = self.count.setdefault((group, key), [0, 0.0])
         c[0] += 1
         c[1] = max(c[1], now)
-        if c[0] == self.shape[dim]:
+        if c[0] == self.size(dim):
             del self.count[(group, key)]
             heapq.heappush(self.eligible.setdefault(group, []), (self.priority(npu, c[1], key), key))
             self.touched.update((m, dim) for m in self.members(group))
@@ -188,9 +196,9 @@ class Chains:
         return out
 
 
-def phase_dim(seen: dict, meta: dict, npu: int, key) -> int:
-    """Dimension of phase key = (coll, chunk, stage) on npu: from its rows, else from meta (an NPU without rows)."""
-    return seen.get((npu,) + key, meta["collectives"][key[0]]["chunk_dims"][key[1]][key[2]])
+def phase_dim(meta: dict, key) -> int:
+    """Dimension of phase key = (coll, chunk, stage); -1 for a phase over every dimension (graph algorithms)."""
+    return meta["collectives"][key[0]]["chunk_dims"][key[1]][key[2]]
 
 
 INTRA_POLICIES = ("fifo", "scf")
@@ -222,8 +230,8 @@ def make_result(meta, mode, rec, ndims, per_dim_bytes) -> Result:
     total = float(phases["end"].max()) if len(phases["end"]) else 0.0
     busy = np.zeros(ndims)
     for npu in np.unique(phases["npu"]) if len(phases["end"]) else []:
-        for d in range(ndims):
-            sel = (phases["npu"] == npu) & (phases["dim"] == d)
+        for d in range(ndims):  # a phase over every dimension (dim -1) keeps them all busy
+            sel = (phases["npu"] == npu) & ((phases["dim"] == d) | (phases["dim"] == -1))
             busy[d] = max(busy[d], union_length(phases["start"][sel], phases["end"][sel]))
     ends = [float(phases["end"][phases["coll"] == ci].max()) if np.any(phases["coll"] == ci) else 0.0
             for ci in range(len(meta["collectives"]))]

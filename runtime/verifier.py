@@ -254,3 +254,29 @@ def _check(kind, c, ci, schedule, init, final, gid, local) -> None:
             _fail(f"all_to_all '{name}'", n, final[n], expected[n])
     else:
         raise VerificationError(f"no definition to check for {kind}")
+
+
+def link_conflicts(schedule: Schedule) -> list[tuple]:
+    """Directed links that carry two messages in the same step of the same phase and chunk.
+
+    Every message is followed along its route (as the congestion runtime routes it); an empty list means the
+    schedule is contention-free step by step, as MultiTree's link allocation promises."""
+    from .congestion import _Links
+    from .phases import messages
+    meta = schedule.meta
+    links = _Links(meta)
+    seen: dict = {}
+    conflicts = []
+    for npu in range(meta["npus"]):
+        m = messages(schedule.table(npu), meta["latency_ns"])
+        cols = [m[k].tolist() for k in ("coll", "flow", "stage", "step", "send", "peer", "lane", "dim", "hops")]
+        for c, f, s, st, snd, peer, lane, d, hops in zip(*cols):
+            if not snd:
+                continue
+            for link in links.route(npu, peer, d, lane, hops):
+                key = (c, f, s, st, link)
+                if key in seen:
+                    conflicts.append((links.describe(link), c, f, s, st, seen[key], (npu, peer)))
+                else:
+                    seen[key] = (npu, peer)
+    return conflicts

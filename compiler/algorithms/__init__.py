@@ -29,16 +29,19 @@ class Transfers:
     dst_hi: np.ndarray
     reduce: np.ndarray      # bool per transfer
     direction: np.ndarray   # +1, -1, or 0 = shortest way
+    # graph algorithms (members = NPUs of the whole network): the physical link (index into Topology.links())
+    link: np.ndarray | None = None
 
     @staticmethod
     def build(units: int, rows: list[tuple], reduce: bool) -> "Transfers":
-        """rows: (step, src, dst, src_lo, src_hi, dst_lo, dst_hi, direction)."""
-        a = np.array(rows, dtype=np.int64).reshape(-1, 8)
+        """rows: (step, src, dst, src_lo, src_hi, dst_lo, dst_hi, direction[, link])."""
+        width = len(rows[0]) if rows else 8
+        a = np.array(rows, dtype=np.int64).reshape(-1, width)
         order = np.lexsort((a[:, 3], a[:, 2], a[:, 1], a[:, 0]))
         a = a[order]
         steps = int(a[:, 0].max()) + 1 if len(a) else 0
         return Transfers(units, steps, a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5], a[:, 6],
-                         np.full(len(a), reduce), a[:, 7])
+                         np.full(len(a), reduce), a[:, 7], a[:, 8] if width > 8 else None)
 
 
 def same_units(step, src, dst, lo, hi, direction=0):
