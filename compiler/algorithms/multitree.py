@@ -34,57 +34,79 @@ def build_trees(npus: int, src: np.ndarray, dst: np.ndarray, ports: int | None =
     out = [[] for _ in range(npus)]
     for lid, (a, b) in enumerate(zip(src.tolist(), dst.tolist())):
         out[a].append((b, lid))
-    parent = np.full((npus, npus), -1, dtype=np.int64)
-    step = np.zeros((npus, npus), dtype=np.int64)
-    link = np.full((npus, npus), -1, dtype=np.int64)
-    in_tree = np.zeros((npus, npus), dtype=bool)
-    in_tree[np.arange(npus), np.arange(npus)] = True
+    # plain lists and bytearrays: this loop touches single elements millions of times, where numpy is slow
+    parent = [[-1] * npus for _ in range(npus)]
+    step = [[0] * npus for _ in range(npus)]
+    link = [[-1] * npus for _ in range(npus)]
+    in_tree = [bytearray(npus) for _ in range(npus)]
+    for r in range(npus):
+        in_tree[r][r] = 1
     members = [[r] for r in range(npus)]     # nodes of each tree, in the order they joined
     # per tree, per member: the next outgoing link to try (links before it lead into the tree already)
-    cursor = [dict() for _ in range(npus)]
+    cursor = [[0] * npus for _ in range(npus)]
+    # per tree: the members that may still have a link out of the tree (the others never will again)
+    frontier = [[r] for r in range(npus)]
+    fresh = [[] for _ in range(npus)]        # joined in the current step: holders from the next step on
     left = npus * (npus - 1)
     t = 0
     while left:
         t += 1
-        used = np.zeros(len(src), dtype=bool)
-        ports_used = np.zeros(npus, dtype=np.int64)
-        holders = [list(m) for m in members]  # only nodes that held the data before this step may send
-        growing = True
-        while growing:
-            growing = False
-            for k in range(npus):
-                r = (k + t) % npus  # rotate which tree goes first, so no tree always gets the best links
-                if len(members[r]) == npus:
-                    continue
-                if _grow(r, t, holders[r], out, used, ports_used, ports, in_tree, parent, step, link, members,
-                         cursor):
-                    growing = True
+        used = bytearray(len(src))
+        ports_used = [0] * npus
+        for r in range(npus):
+            tree, cur = in_tree[r], cursor[r]
+            keep = []
+            for u in frontier[r] + fresh[r]:
+                links = out[u]
+                c = cur[u]
+                while c < len(links) and tree[links[c][0]]:
+                    c += 1
+                cur[u] = c
+                if c < len(links):
+                    keep.append(u)
+            frontier[r], fresh[r] = keep, []
+        # within a step links only get used and trees only grow, so a holder with nothing left to add in this
+        # step never has again: each tree skips past it for the rest of the step
+        first = [0] * npus
+        added = 0
+        # rotate which tree goes first, so no tree always gets the best links; a tree that cannot grow any more
+        # in this step drops out of the step's remaining turns
+        active = [(k + t) % npus for k in range(npus) if len(members[(k + t) % npus]) < npus]
+        while active:
+            still = []
+            for r in active:
+                if _grow(r, t, frontier[r], len(frontier[r]), first, out, used, ports_used, ports, in_tree,
+                         parent, step, link, fresh[r], cursor):
                     left -= 1
-        if not growing and t > npus * len(src):
+                    added += 1
+                    members[r].append(fresh[r][-1])
+                    if len(members[r]) < npus:
+                        still.append(r)
+            active = still
+        if not added:
             raise ValueError("the topology is not connected: some trees cannot span it")
-    return Trees(parent, step, link, t)
+    return Trees(np.array(parent, dtype=np.int64), np.array(step, dtype=np.int64), np.array(link, dtype=np.int64), t)
 
 
-def _grow(r, t, holders, out, used, ports_used, ports, in_tree, parent, step, link, members, cursor) -> bool:
-    """Add one edge to tree r in step t, from a node that held the data before t; True if one was added."""
+def _grow(r, t, holders, nholders, first, out, used, ports_used, ports, in_tree, parent, step, link, joined,
+          cursor) -> bool:
+    """Add one edge to tree r in step t, from one of its first `nholders` members; True if one was added."""
     tree = in_tree[r]
-    for u in holders:
+    while first[r] < nholders:
+        u = holders[first[r]]
         if ports is not None and ports_used[u] >= ports:
+            first[r] += 1
             continue
-        start = cursor[r].get(u, 0)
-        links = out[u]
-        # skip links into the tree for good; they never become useful again
-        while start < len(links) and tree[links[start][0]]:
-            start += 1
-        cursor[r][u] = start
-        for v, lid in links[start:]:
+        # links before the cursor lead into the tree (the frontier refresh at each step moves it past them)
+        for v, lid in out[u][cursor[r][u]:]:
             if not tree[v] and not used[lid]:
-                used[lid] = True
+                used[lid] = 1
                 ports_used[u] += 1
-                tree[v] = True
-                parent[r, v], step[r, v], link[r, v] = u, t, lid
-                members[r].append(v)
+                tree[v] = 1
+                parent[r][v], step[r][v], link[r][v] = u, t, lid
+                joined.append(v)
                 return True
+        first[r] += 1  # u has nothing more to give tree r in this step
     return False
 
 
