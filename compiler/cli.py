@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--npu", help="with --emit tables: print this accelerator's table")
     g.add_argument("-o", "--output", help="with --emit tables: directory for every table; with --emit mlir: file")
     g.add_argument("--table-format", choices=("csv", "json"), default="csv")
+    g.add_argument("--table-view", choices=("rows", "trees"), default="rows",
+                   help="with --emit tables --npu: every row, or (multitree) seed 003's Reduce/Gather commands")
     g.add_argument("--json", action="store_true", help="print the report as one JSON object")
     g.add_argument("--scheduler", choices=("baseline", "themis", "optimal"), default="optimal",
                    help="inter-dimension chunk scheduling: baseline (every chunk RS ascending, AG descending), "
@@ -221,6 +223,11 @@ def _run(args) -> int:
         npu = _int_list(args.npu, "--npu")[0] if args.npu.strip() else -1
         if not 0 <= npu < topology.npus:
             raise UserError(f"--npu {npu} outside 0..{topology.npus - 1}")
+        if args.table_view == "trees":
+            from .tree_table import format_tree_table
+            print(f"# accelerator {npu} of {topology.npus} on {topology.name}: MultiTree commands")
+            print(format_tree_table(schedule, npu))
+            return 0
         table = schedule.table(npu)
         if args.json:
             print(json.dumps({c: table[c].tolist() for c in table.cols}))

@@ -87,3 +87,20 @@ def test_graph_algorithms_reject_switches_and_sub_groups():
     source = str(driver.build_module(ctx, topo, "all_reduce", 4096, dims=[0]))
     with pytest.raises(PassError, match="whole network"):
         driver.compile_schedule(source, ctx, topo, "baseline", {"algorithm": "multitree"})
+
+
+def test_seed003_style_table_for_accelerator_0(capsys):
+    # seed 003's 4-node example: accelerator 0 reduces for three trees (a leaf in one of them at step 1, the
+    # others at step 2 after a child), gathers its own tree to both neighbours at step T+1 and forwards one tree
+    from astra_compile.cli import main
+    assert main(["--collective", "all_reduce", "--size", "4KB", "--topology", "Ring(4)", "--algorithm", "multitree",
+                 "--emit", "tables", "--npu", "0", "--table-view", "trees"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["Op", "FlowID", "Parent", "Children", "Step", "Start", "Addr", "Size"]
+    rows = [l.split() for l in lines[2:]]
+    assert [r[0] for r in rows] == ["Reduce", "Reduce", "Reduce", "Gather", "Gather"]
+    assert [int(r[-3]) for r in rows] == [1, 2, 2, 3, 4]                 # steps 1..T reduce, T+1..2T gather
+    own = rows[3]
+    assert own[1] == "0" and own[2] == "nil" and sorted(own[3:5]) == ["1", "3"]   # root of its tree: both neighbours
+    assert {r[1] for r in rows if r[0] == "Reduce"} == {"1", "2", "3"}
+    assert all(int(r[-1]) == 1024 and int(r[-2]) == 1024 * int(r[1]) for r in rows)  # block r of the buffer
