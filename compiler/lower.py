@@ -25,6 +25,7 @@ from .topology import Topology
 
 SYMMETRIC_ALGORITHMS = ("ring", "direct", "halving_doubling")
 FLAT = -1  # a phase over every dimension of its group (graph algorithms)
+OPTIMAL_TREES_MAX_NPUS = 16
 
 
 @dataclass
@@ -271,13 +272,22 @@ class Schedule:
         return template(kind, stage.algorithm, dim.size, bidirectional=(dim.block == "Ring"))
 
     def trees(self) -> "multitree.Trees":
-        """MultiTree's spanning trees over the NPU-to-NPU links (built once per schedule)."""
+        """The spanning trees over the NPU-to-NPU links (built once per schedule): MultiTree's greedy top-down
+        allocation, or for multitree_optimal the fewest-step allocation CP-SAT proves (small networks)."""
         if getattr(self, "_trees", None) is None:
             if any(d.block == "Switch" for d in self.topology.dims):
                 raise UserError("multitree needs links between NPUs (Ring and FullyConnected dimensions); "
                                 f"{self.topology.name} has switch dimensions")
-            self._links = self.topology.links()
-            self._trees = multitree.build_trees(self.topology.npus, self._links.src, self._links.dst)
+            self._links = lg = self.topology.links()
+            self._trees = multitree.build_trees(self.topology.npus, lg.src, lg.dst)
+            if any(s.algorithm == "multitree_optimal" for p in self.plans for s in p.stages):
+                if self.topology.npus > OPTIMAL_TREES_MAX_NPUS:
+                    raise UserError(f"multitree_optimal searches with CP-SAT and is meant for at most "
+                                    f"{OPTIMAL_TREES_MAX_NPUS} NPUs; {self.topology.name} has {self.topology.npus}")
+                from .algorithms.optimal_trees import fewest_steps
+                steps, trees = fewest_steps(self.topology.npus, lg.src, lg.dst, self._trees.steps)
+                if trees is not None and steps < self._trees.steps:
+                    self._trees = trees
         return self._trees
 
     # ---- tables -------------------------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from torch_mlir.dialects import irdl
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 POINT_TO_POINT = ("send", "recv")
 PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all")
-ALGORITHMS = ("ring", "direct", "halving_doubling", "double_binary_tree", "multitree")
-GRAPH_ALGORITHMS = ("multitree",)  # phases over a whole group (dim = -1), scheduled link by link
+ALGORITHMS = ("ring", "direct", "halving_doubling", "double_binary_tree", "multitree", "multitree_optimal")
+GRAPH_ALGORITHMS = ("multitree", "multitree_optimal")  # phases over a whole group (dim = -1), scheduled link by link
 ALGORITHM_ALIASES = {"hd": "halving_doubling", "halvingdoubling": "halving_doubling", "rhd": "halving_doubling",
                      "dbt": "double_binary_tree", "doublebinarytree": "double_binary_tree", "tree": "double_binary_tree"}
 

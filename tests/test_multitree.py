@@ -104,3 +104,29 @@ def test_seed003_style_table_for_accelerator_0(capsys):
     assert own[1] == "0" and own[2] == "nil" and sorted(own[3:5]) == ["1", "3"]   # root of its tree: both neighbours
     assert {r[1] for r in rows if r[0] == "Reduce"} == {"1", "2", "3"}
     assert all(int(r[-1]) == 1024 and int(r[-2]) == 1024 * int(r[1]) for r in rows)  # block r of the buffer
+
+
+@pytest.mark.parametrize("topology,greedy,optimum", [
+    ("Ring(4)", 2, 2), ("Ring(8)", 4, 4), ("Ring(2)_Ring(4)", 3, 3), ("4x4_torus", 5, 4), ("Ring(3)_Ring(3)", 3, 2),
+])
+def test_cp_sat_optimum_beside_multitree(topology, greedy, optimum):
+    from astra_compile.algorithms.optimal_trees import feasible, fewest_steps
+    topo = parse_topology(topology)
+    lg = topo.links()
+    assert build_trees(topo.npus, lg.src, lg.dst).steps == greedy
+    steps, trees = fewest_steps(topo.npus, lg.src, lg.dst, greedy)
+    assert steps == optimum and trees.steps == optimum
+    assert feasible(topo.npus, lg.src, lg.dst, optimum - 1)[0] is False   # proven: one step fewer is impossible
+
+
+@pytest.mark.parametrize("topology", ["4x4_torus", "Ring(3)_Ring(3)"])
+def test_optimal_trees_schedule_verifies_and_is_faster(topology):
+    topo = parse_topology(topology, "100", "500")
+    ctx = comm.new_context()
+    source = str(driver.build_module(ctx, topo, "all_reduce", topo.npus * 3000))
+    greedy = driver.compile_schedule(source, ctx, topo, "baseline", {"algorithm": "multitree"})
+    best = driver.compile_schedule(source, ctx, topo, "baseline", {"algorithm": "multitree_optimal"})
+    verify(best.schedule)
+    assert link_conflicts(best.schedule) == []
+    assert best.schedule.trees().steps < greedy.schedule.trees().steps
+    assert best.report["total_time_us"] < greedy.report["total_time_us"]
