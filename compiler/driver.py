@@ -117,8 +117,12 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
 
     if pipeline is not None:
         return one(pipeline, "custom pipeline", after_each)
-    if str(defaults.get("algorithm", "")).strip().lower() in comm.GRAPH_ALGORITHMS:
-        return one(GRAPH_PIPELINE, f"{defaults['algorithm']} (graph)", after_each)
+    algorithm = str(defaults.get("algorithm", "")).strip().lower()
+    if algorithm in comm.GRAPH_ALGORITHMS:
+        return one(GRAPH_PIPELINE, f"{algorithm} (graph)", after_each)
+    if algorithm == "flat_ring":  # one ring over the whole network instead of a ring per dimension
+        return one(GRAPH_PIPELINE.replace("select-algorithm", "select-algorithm{algorithm=ring}"),
+                   "ring over the whole network (graph)", after_each)
     best = one(SCHEDULERS[scheduler], scheduler, after_each)
     if scheduler == "optimal":
         themis = one(SCHEDULERS["themis"], "themis")

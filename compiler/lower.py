@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .algorithms import Transfers, all_to_all, multitree, template
+from .algorithms import Transfers, all_to_all, graph_ring, multitree, template
 from .dialects import comm
 from .errors import UserError
 from .runtime.tables import FORMAT, RECV_COPY, RECV_REDUCE, SEND, VERSION, Table
@@ -242,6 +242,8 @@ class Schedule:
     def _symmetric(self, plan: CollectivePlan, stage: Stage) -> bool:
         """Does every member of the stage's groups run the same steps? Trees do not; neither does the one-partner
         all-to-all off a Ring, where each member sits out a different round."""
+        if stage.dim == FLAT:  # graph algorithms: NPUs sit at different places of trees or of the ring's cycle
+            return False
         if plan.kind == "all_to_all" and stage.algorithm == "ring":
             return self.topology.dims[stage.dim].block == "Ring"
         return stage.algorithm in SYMMETRIC_ALGORITHMS
@@ -266,10 +268,25 @@ class Schedule:
         return self._template(plan.kind, stage).units
 
     def _template(self, kind: str, stage: Stage) -> Transfers:
+        if stage.dim == FLAT and stage.algorithm == "ring":
+            return graph_ring.template(kind, self.cycle(), self._links.src, self._links.dst)
         if stage.dim == FLAT:
             return multitree.template(kind, self.trees())
         dim = self.topology.dims[stage.dim]
         return template(kind, stage.algorithm, dim.size, bidirectional=(dim.block == "Ring"))
+
+    def cycle(self) -> list[int]:
+        """A Hamiltonian cycle of the NPU-to-NPU links, for the flat ring."""
+        if getattr(self, "_cycle", None) is None:
+            if any(d.block == "Switch" for d in self.topology.dims):
+                raise UserError(f"a ring over the whole network needs links between NPUs; {self.topology.name} has "
+                                f"switch dimensions")
+            self._links = self.topology.links()
+            self._cycle = graph_ring.hamiltonian_cycle(self.topology, self._links.src, self._links.dst)
+            if self._cycle is None:
+                raise UserError(f"no Hamiltonian ring found in {self.topology.name} (a boustrophedon walk closes "
+                                f"only when some dimension has an even size)")
+        return self._cycle
 
     def trees(self) -> "multitree.Trees":
         """The spanning trees over the NPU-to-NPU links (built once per schedule): MultiTree's greedy top-down
@@ -360,7 +377,7 @@ class Schedule:
         lg = self._links
         dims = lg.dim[link]
         lane = lg.lane[link]
-        if plan.kind == "reduce_scatter":
+        if plan.kind == "reduce_scatter" and plan.stages[si].algorithm != "ring":  # trees run their links backwards
             ring = np.array([self.topology.dims[d].block == "Ring" for d in dims.tolist()], dtype=bool)
             lane = np.where(ring, 1 - lane, lane)
         n, chunks = len(step), len(flows)

@@ -55,9 +55,9 @@ class SelectAlgorithm(Pass):
             a = comm.attrs(op)
             if a["dim"] == -1:  # a phase over the whole group: only graph algorithms schedule those
                 algo = a.get("algorithm") or (chosen[0] if chosen and len(chosen) == 1 else "multitree")
-                if algo not in comm.GRAPH_ALGORITHMS:
+                if algo not in comm.GRAPH_ALGORITHMS + ("ring",):
                     raise PassError(f"a phase over every dimension needs a graph algorithm "
-                                    f"({', '.join(comm.GRAPH_ALGORITHMS)}), not {algo}")
+                                    f"({', '.join(comm.GRAPH_ALGORITHMS + ('ring',))}), not {algo}")
                 comm.set_attr(op, "algorithm", algo)
                 continue
             algo = a.get("algorithm") or algorithm_for(a["dim"], blocks, sizes, chosen)

@@ -130,3 +130,25 @@ def test_optimal_trees_schedule_verifies_and_is_faster(topology):
     assert link_conflicts(best.schedule) == []
     assert best.schedule.trees().steps < greedy.schedule.trees().steps
     assert best.report["total_time_us"] < greedy.report["total_time_us"]
+
+
+@pytest.mark.parametrize("topology", ["8x8_torus", "4x4x4_torus", "Ring(4)_FC(3)", "Ring(2)_Ring(4)"])
+def test_flat_ring_on_a_hamiltonian_cycle(topology):
+    topo = parse_topology(topology)
+    ctx = comm.new_context()
+    source = str(driver.build_module(ctx, topo, "all_reduce", topo.npus * 40 + 3))
+    compiled = driver.compile_schedule(source, ctx, topo, "baseline", {"algorithm": "flat_ring", "chunks": 2})
+    cycle = compiled.schedule.cycle()
+    assert sorted(cycle) == list(range(topo.npus))
+    verify(compiled.schedule)
+    assert link_conflicts(compiled.schedule) == []
+    assert not compiled.schedule.meta["symmetric"]
+
+
+def test_flat_ring_needs_a_closing_walk():
+    from astra_compile.errors import UserError
+    topo = parse_topology("Ring(3)_Ring(3)")   # the reflected walk ends away from its start
+    ctx = comm.new_context()
+    source = str(driver.build_module(ctx, topo, "all_reduce", 4096))
+    with pytest.raises(UserError, match="Hamiltonian"):
+        driver.compile_schedule(source, ctx, topo, "baseline", {"algorithm": "flat_ring"})

@@ -1,0 +1,60 @@
+"""Ring over the whole network: a Hamiltonian cycle of the link graph, run bidirectionally (the seed-003 "ring").
+
+The cycle follows a reflected (boustrophedon) walk of the coordinates, in which consecutive NPUs differ by one
+step in one dimension; it closes when the last NPU is a neighbour of the first, as on tori of even size. Blocks
+are relabelled so that the NPU at every position owns the block of its own rank, the layout every flat phase uses.
+"""
+from __future__ import annotations
+
+from . import Transfers
+from . import ring
+
+
+def snake_order(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Coordinates in reflected mixed-radix Gray order (dimension 0 fastest)."""
+    if len(shape) == 1:
+        return [(x,) for x in range(shape[0])]
+    inner = snake_order(shape[:-1])
+    out = []
+    for y in range(shape[-1]):
+        for c in (inner if y % 2 == 0 else inner[::-1]):
+            out.append(c + (y,))
+    return out
+
+
+def hamiltonian_cycle(topology, src, dst) -> list[int] | None:
+    """Ranks along a cycle of physical links, or None when no walk closes. The walk is tried with every
+    dimension as the outermost one (an even-sized outer dimension lets the walk end next to its start)."""
+    import itertools
+    edges = set(zip(src.tolist(), dst.tolist()))
+    shape = topology.shape
+    for perm in itertools.permutations(range(len(shape))):
+        walk = snake_order(tuple(shape[d] for d in perm))
+        order = []
+        for c in walk:
+            coords = [0] * len(shape)
+            for i, d in enumerate(perm):
+                coords[d] = c[i]
+            order.append(topology.rank(coords))
+        if all((a, b) in edges and (b, a) in edges for a, b in zip(order, order[1:] + order[:1])):
+            return order
+    return None
+
+
+def template(kind: str, cycle: list[int], src, dst) -> Transfers:
+    """The bidirectional ring template on the cycle, in ranks, with the physical link of every transfer."""
+    n = len(cycle)
+    links: dict = {}
+    for lid, (a, b) in enumerate(zip(src.tolist(), dst.tolist())):
+        links.setdefault((a, b), []).append(lid)
+    base = ring.template(kind, n, bidirectional=True)
+    rows = []
+    for st, s, d, lo, direction in zip(base.step.tolist(), base.src.tolist(), base.dst.tolist(), base.src_lo.tolist(),
+                                       base.direction.tolist()):
+        a, b = cycle[s], cycle[d]
+        block, half = divmod(lo, 2)
+        unit = 2 * cycle[block] + half  # the block owned by position p becomes the block of rank cycle[p]
+        choices = links[(a, b)]
+        lid = choices[half % len(choices)]  # Ring(2): the two directions take the two parallel links
+        rows.append((st, a, b, unit, unit + 1, unit, unit + 1, direction, lid))
+    return Transfers.build(2 * n, rows, reduce=(kind == "reduce_scatter"))
