@@ -36,8 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--latency", help="ns per hop per dimension, e.g. 500,500,500")
     g.add_argument("--links", help="links-count per dimension (multiplies bandwidth)")
     g = p.add_argument_group("compilation")
-    g.add_argument("--algorithm", help="ring, direct, halving_doubling, double_binary_tree: one, or one per "
-                                       "dimension (comma-separated); default: the building block's own")
+    g.add_argument("--algorithm", help="per dimension: ring, direct, halving_doubling, double_binary_tree (one, or "
+                                       "one per dimension, comma-separated; default: the building block's own); "
+                                       "over the whole network: multitree, multitree_optimal (<= 16 NPUs), "
+                                       "flat_ring")
     g.add_argument("--chunks", help="chunks per collective (ASTRA-sim preferred-dataset-splits; default 1)")
     g.add_argument("--pass-pipeline", help="passes to run, e.g. 'decompose-all-reduce,chunk{chunks=8},"
                                            "hierarchical-decompose,select-algorithm'")
