@@ -1,7 +1,6 @@
 """MultiTree: spanning trees by top-down link allocation, schedules verified on data and free of link conflicts."""
 import math
 
-import numpy as np
 import pytest
 
 from astra_compile import driver
