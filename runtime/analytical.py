@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import heapq
 
-import numpy as np
-
-from .phases import (INTRA_POLICIES, DeadlockError, Result, Table, Chains, GroupOrder, messages,  # noqa: F401
-                     per_dim_bytes, phase_dim, phase_sizes, priority_key, make_result, table_of)
+from .phases import INTRA_POLICIES, PhaseEngine, Result, Table, messages, table_of
 from .tables import Schedule
 
 
@@ -45,38 +42,32 @@ def run(schedule: Schedule, mode: str = "auto", intra: str = "fifo", active_chun
     return _Engine(meta, {n: table_of(schedule, n) for n in npus}, mode, intra, active_chunks).run()
 
 
-class _Engine:
-    """Event simulation shared by both executions.
+class _Engine(PhaseEngine):
+    """Steps of the analytical model.
 
-    Per NPU and dimension: up to `active` phases in progress, admitted in one order per dimension group (policy
-    fifo or scf); their ready steps queue first-in first-out for the dimension's links, which serialise one step
-    at a time (the step's longest transmission, bytes / link bandwidth). A step starts when the links take it: its
-    messages leave, arrive latency x hops + bytes / bandwidth later, and the step ends when its own messages have
-    arrived and those it receives have come in. With active = 1 a phase's steps follow each other with nothing in
-    between (ASTRA-sim's baseline); with more, other chunks' steps use the links while a step's latency elapses.
-    In symmetric mode only NPU 0 runs and a message it receives in a step arrives as its own twin message would."""
+    Per NPU and dimension: up to `active` phases in progress; their ready steps queue first-in first-out for the
+    dimension's links, which serialise one step at a time (the step's longest transmission, bytes / link
+    bandwidth). A step starts when the links take it: its messages leave, arrive latency x hops + bytes / bandwidth
+    later, and the step ends when its own messages have arrived and those it receives have come in. With active = 1
+    a phase's steps follow each other with nothing in between (ASTRA-sim's baseline); with more, other chunks' steps
+    use the links while a step's latency elapses. In symmetric mode only NPU 0 runs and a message it receives in a
+    step arrives as its own twin message would."""
 
     def __init__(self, meta, tables: dict, mode: str, intra: str, active: int):
-        self.meta, self.mode, self.active = meta, mode, active
-        self.ndims = len(meta["latency_ns"])
-        self.npus = list(tables)
-        self.symmetric = mode == "symmetric"
-        shape = [d["size"] for d in meta["topology"]["dims"]]
-        sizes = {n: phase_sizes(t) for n, t in tables.items()}
-        self.order = GroupOrder([1] * len(shape) if self.symmetric else shape,
-                                 lambda npu, now, key: priority_key(intra, sizes[npu].get(key, 0), now, *key))
-        self.per_dim = np.max([per_dim_bytes(t, self.ndims) for t in tables.values()], axis=0)
+        super().__init__(meta, tables, intra, active, mode == "symmetric")
         self._build_steps(Table.concat(list(tables.values())))
+        self.links: dict = {}       # (npu, dim) -> heap of (ready time, seq, (pk, step))
+        self.link_busy: set = set()
+        self.touched: set = set()   # link servers that may start a step now
+        self.arrived: dict = {}     # (pk, step) -> [count, latest arrival]
 
     def _build_steps(self, table: Table) -> None:
         """steps[(npu, c, f, s)] = list of [link time, sends [(peer, cost)], own cost, receives, own-receive cost]."""
         m = messages(table, self.meta["latency_ns"])
-        self.steps = {}
         cols = [m[k].tolist() for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "dim", "cost",
                                         "link_ns")]
         for npu, c, f, s, st, snd, peer, d, cost, link_ns in zip(*cols):
-            pk = (npu, c, f, s)
-            steps = self.steps.setdefault(pk, [])
+            steps = self.steps.setdefault((npu, c, f, s), [])
             while len(steps) <= st:
                 steps.append([0.0, [], 0.0, 0, 0.0])
             rec = steps[st]
@@ -88,116 +79,60 @@ class _Engine:
                 rec[3] += 1
                 rec[4] = max(rec[4], cost)
 
-    def dim_of(self, npu, key) -> int:
-        return phase_dim(self.meta, key)
+    def start_phase(self, pk, now: float) -> None:
+        self.start_step(pk, 0, now)
+
+    def start_step(self, pk, st: int, now: float) -> None:
+        """The step is ready: it queues for its dimension's links."""
+        server = (pk[0], self.dim_of(pk[1:]))
+        heapq.heappush(self.links.setdefault(server, []), (now, self.seq, (pk, st)))
+        self.seq += 1
+        self.touched.add(server)
+
+    def _record(self, pk, st):
+        return self.steps[pk][st] if st < self.nsteps(pk) else (0.0, (), 0.0, 0, 0.0)
+
+    def _begin(self, pk, st: int, now: float) -> float:
+        """The links take the step: its messages leave now. Returns how long the links stay busy."""
+        link_ns, sends, own, expect, self_recv = self._record(pk, st)
+        if self.symmetric:  # the twin of every message it receives left its peer now
+            self.arrived[(pk, st)] = [expect, now + self_recv]
+        else:
+            for peer, cost in sends:
+                rk = ((peer,) + pk[1:], st)
+                a = self.arrived.setdefault(rk, [0, 0.0])
+                a[0] += 1
+                a[1] = max(a[1], now + cost)
+                self._check(rk)
+        self.begun[(pk, st)] = (now, now + own)
+        self._check((pk, st))
+        return link_ns
+
+    def _check(self, sk) -> None:
+        if sk not in self.begun:
+            return
+        a = self.arrived.get(sk, [0, 0.0])
+        if a[0] < self._record(*sk)[3]:
+            return
+        begin, own = self.begun.pop(sk)
+        self.arrived.pop(sk, None)
+        self.push(max(own, a[1], begin), "step_done", sk)
+
+    def on_event(self, kind: str, data, now: float) -> None:
+        if kind == "link_free":
+            self.link_busy.discard(data)
+            self.touched.add(data)
+        else:  # step_done
+            self.step_finished(*data, now)
+
+    def serve(self, now: float) -> None:
+        for server in sorted(self.touched):
+            if server in self.link_busy or not self.links.get(server):
+                continue
+            _, _, (pk, st) = heapq.heappop(self.links[server])
+            self.link_busy.add(server)
+            self.push(now + self._begin(pk, st, now), "link_free", server)
+        self.touched = set()
 
     def run(self) -> Result:
-        chains = Chains(self.meta)
-        events = []   # (time, seq, kind, data)
-        seq = 0
-        links: dict = {}      # (npu, dim) -> heap of (ready time, seq, (pk, step))
-        link_busy: set = set()
-        arrived: dict = {}    # (pk, step) -> [count, latest arrival]
-        begun: dict = {}      # (pk, step) -> (begin, own messages done)
-        starts: dict = {}
-        rec = {k: [] for k in ("npu", "coll", "flow", "stage", "dim", "start", "end")}
-
-        def push(time, kind, data):
-            nonlocal seq
-            heapq.heappush(events, (time, seq, kind, data))
-            seq += 1
-
-        def step_ready(pk, st, now, touched):
-            nonlocal seq
-            server = (pk[0], self.dim_of(pk[0], pk[1:]))
-            heapq.heappush(links.setdefault(server, []), (now, seq, (pk, st)))
-            seq += 1
-            touched.add(("link",) + server)
-
-        def begin(pk, st, now):
-            link_ns, sends, own, _, self_recv = self.steps[pk][st] if st < len(self.steps.get(pk, ())) else \
-                (0.0, (), 0.0, 0, 0.0)
-            for peer, cost in sends:
-                if not self.symmetric:
-                    rk = ((peer,) + pk[1:], st)
-                    a = arrived.setdefault(rk, [0, 0.0])
-                    a[0] += 1
-                    a[1] = max(a[1], now + cost)
-                    check(rk)
-            if self.symmetric:  # the twin of every message it receives left its peer now
-                arrived[(pk, st)] = [self.steps[pk][st][3] if st < len(self.steps.get(pk, ())) else 0,
-                                     now + self_recv]
-            begun[(pk, st)] = (now, now + own)
-            check((pk, st))
-            return link_ns
-
-        def check(sk):
-            if sk not in begun:
-                return
-            pk, st = sk
-            expect = self.steps[pk][st][3] if st < len(self.steps.get(pk, ())) else 0
-            a = arrived.get(sk, [0, 0.0])
-            if a[0] < expect:
-                return
-            b, own = begun.pop(sk)
-            arrived.pop(sk, None)
-            push(max(own, a[1], b), "step_done", sk)
-
-        def dispatch(now, touched):
-            touched |= {("phase",) + s for s in self.order.flush()}
-            for item in sorted(touched):
-                if item[0] == "phase":
-                    server = item[1:]
-                    while self.order.active(server) < self.active:
-                        key = self.order.dispatch(server)
-                        if key is None:
-                            break
-                        pk = (server[0],) + key
-                        starts[pk] = now
-                        step_ready(pk, 0, now, touched)
-            for item in sorted(t for t in touched if t[0] == "link"):
-                server = item[1:]
-                if server in link_busy or not links.get(server):
-                    continue
-                _, _, (pk, st) = heapq.heappop(links[server])
-                link_busy.add(server)
-                push(now + begin(pk, st, now), "link_free", server)
-
-        for npu in self.npus:
-            for key in chains.initial(npu):
-                self.order.ready(npu, self.dim_of(npu, key), key, 0.0)
-        dispatch(0.0, set())
-        while events:
-            now = events[0][0]
-            touched = set()
-            while events and events[0][0] == now:
-                _, _, kind, data = heapq.heappop(events)
-                if kind == "link_free":
-                    link_busy.discard(data)
-                    touched.add(("link",) + data)
-                    continue
-                if kind == "step_done":
-                    pk, st = data
-                    if st + 1 < len(self.steps.get(pk, ())):
-                        step_ready(pk, st + 1, now, touched)
-                        continue
-                npu, c, f, s = pk
-                d = self.dim_of(npu, (c, f, s))
-                for name, v in zip(rec, (npu, c, f, s, d, starts[pk], now)):
-                    rec[name].append(v)
-                self.order.release((npu, d))
-                touched.add(("phase", npu, d))
-                for nxt in chains.finished(npu, c, f, s):
-                    self.order.ready(npu, self.dim_of(npu, nxt), nxt, now)
-            dispatch(now, touched)
-        if begun:  # a step that started but whose receives never all came
-            (npu, c, f, s), st = min(begun)
-            raise DeadlockError(f"NPU {npu} waits forever in collective {c} chunk {f} phase {s} step {st}")
-        never = sorted(pk for pk in self.steps if pk not in starts)
-        if never:
-            npu, c, f, s = never[0]
-            raise DeadlockError(f"NPU {npu} never starts collective {c} chunk {f} phase {s}: an earlier phase of its "
-                                f"group never completes")
-        return make_result(self.meta, self.mode, rec, self.ndims, self.per_dim)
-
-
+        return self.simulate()

@@ -33,8 +33,7 @@ import heapq
 
 import numpy as np
 
-from .phases import (INTRA_POLICIES, Chains, DeadlockError, GroupOrder, Result, Table, make_result, messages,
-                     per_dim_bytes, phase_dim, phase_sizes, priority_key, table_of)
+from .phases import INTRA_POLICIES, PhaseEngine, Result, Table, messages, table_of
 from .tables import Schedule
 
 
@@ -121,26 +120,29 @@ class _Links:
         return f"dim{dim} npu{node}->{'next' if lane == 0 else 'prev'}"
 
 
-class _Engine:
+class _Engine(PhaseEngine):
+    """Steps over the links: a step injects its messages into their first links; links serve their queues."""
+
     def __init__(self, meta, tables: dict, intra: str, active: int, timeline: bool, cut_through: bool, mode: str):
-        self.meta, self.active, self.timeline, self.cut_through, self.mode = meta, active, timeline, cut_through, mode
-        self.symmetric = mode == "symmetric"
-        self.ndims = len(meta["latency_ns"])
-        self.npus = meta["npus"]
-        self.simulated = list(tables)
+        super().__init__(meta, tables, intra, active, mode == "symmetric")
+        self.timeline, self.cut_through = timeline, cut_through
         self.latency = [float(x) for x in meta["latency_ns"]]
-        sizes = {n: phase_sizes(t) for n, t in tables.items()}
-        shape = [d["size"] for d in meta["topology"]["dims"]]
-        self.order = GroupOrder([1] * len(shape) if self.symmetric else shape,
-                                lambda npu, now, key: priority_key(intra, sizes[npu].get(key, 0), now, *key))
-        self.per_dim = np.max([per_dim_bytes(t, self.ndims) for t in tables.values()], axis=0)
         self.links = _Links(meta, representative=self.symmetric)
         self._build(Table.concat(list(tables.values())))
+        nlinks = len(self.links.names)
+        self.queues = [[] for _ in range(nlinks)]  # per link: heap of (ready time, seq, message, hop)
+        self.link_busy = [False] * nlinks
+        self.link_time = [0.0] * nlinks
+        self.link_bytes = [0] * nlinks
+        self.transfers = []
+        self.own_left: dict = {}   # (pk, step) -> sends not yet delivered
+        self.got: dict = {}        # (pk, step) -> receives arrived
+        self.touched: set = set()  # links that may start a transfer now
+        self.served = 0            # link transfers simulated
 
     def _build(self, table: Table) -> None:
         """Per (npu, c, f, s): steps of [message ids in injection order, receives expected]; per message its route."""
         m = messages(table, self.meta["latency_ns"])
-        self.steps: dict = {}
         self.msg_route, self.msg_ns, self.msg_lat, self.msg_dst, self.msg_src, self.msg_bytes = [], [], [], [], [], []
         cols = [m[k].tolist() for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "lane", "dim", "bytes",
                                         "link_ns", "hops")]
@@ -164,153 +166,83 @@ class _Engine:
         for (pk, st), sends in pending_sends.items():
             self.steps[pk][st][0] = [mid for _, mid in sorted(sends)]  # rotated peer order
 
-    def dim_of(self, npu, key) -> int:
-        return phase_dim(self.meta, key)
+    def _enqueue(self, mid: int, hop: int, now: float) -> None:
+        link = self.msg_route[mid][hop]
+        heapq.heappush(self.queues[link], (now, self.seq, mid, hop))
+        self.seq += 1
+        self.touched.add(link)
+
+    def start_phase(self, pk, now: float) -> None:
+        self.start_step(pk, 0, now)
+
+    def start_step(self, pk, st: int, now: float) -> None:
+        sends = self.steps[pk][st][0] if st < self.nsteps(pk) else []
+        self.own_left[(pk, st)] = len(sends)
+        self.begun[(pk, st)] = now
+        for mid in sends:
+            self._enqueue(mid, 0, now)
+        self._check((pk, st), now)
+
+    def _check(self, sk, now: float) -> None:
+        if sk not in self.begun:
+            return
+        pk, st = sk
+        expect = self.steps[pk][st][1] if st < self.nsteps(pk) else 0
+        if self.own_left.get(sk, 0) == 0 and self.got.get(sk, 0) >= expect:
+            del self.begun[sk]
+            self.own_left.pop(sk, None)
+            self.got.pop(sk, None)
+            self.push(now, "step_done", sk)
+
+    def on_event(self, kind: str, data, now: float) -> None:
+        if kind == "link_free":
+            self.link_busy[data] = False
+            self.touched.add(data)
+        elif kind == "hop_done":
+            mid, hop = data
+            if hop + 1 < len(self.msg_route[mid]):
+                self._enqueue(mid, hop + 1, now)
+                return
+            sk = self.msg_src[mid]  # delivered
+            self.own_left[sk] -= 1
+            self._check(sk, now)
+            if not self.symmetric:
+                rk = self.msg_dst[mid]
+                self.got[rk] = self.got.get(rk, 0) + 1
+                self._check(rk, now)
+        else:  # step_done
+            self.step_finished(*data, now)
+
+    def serve(self, now: float) -> None:
+        while self.touched:
+            link = self.touched.pop()
+            if self.link_busy[link] or not self.queues[link]:
+                continue
+            _, _, mid, hop = heapq.heappop(self.queues[link])
+            end = now + self.msg_ns[mid]
+            self.link_busy[link] = True
+            self.served += 1
+            self.link_time[link] += self.msg_ns[mid]
+            self.link_bytes[link] += self.msg_bytes[mid]
+            if self.timeline:
+                self.transfers.append((link, now, end, mid))
+            self.push(end, "link_free", link)
+            last = hop + 1 == len(self.msg_route[mid])
+            # the next node has the head `latency` after it left (cut-through) or the whole message after the tail
+            # arrived (store-and-forward); delivery is always the tail's arrival
+            ahead = now if self.cut_through and not last else end
+            self.push(ahead + self.msg_lat[mid], "hop_done", (mid, hop))
 
     def run(self) -> Result:
-        chains = Chains(self.meta)
-        events = []                       # (time, seq, kind, data)
-        seq = 0
-        nlinks = len(self.links.names)
-        queues = [[] for _ in range(nlinks)]  # per link: heap of (ready time, seq, message, hop)
-        link_busy = [False] * nlinks
-        link_time = [0.0] * nlinks
-        link_bytes = [0] * nlinks
-        transfers = []
-        own_left: dict = {}               # (pk, step) -> sends not yet delivered
-        got: dict = {}                    # (pk, step) -> receives arrived
-        begun: set = set()
-        starts: dict = {}
-        rec = {k: [] for k in ("npu", "coll", "flow", "stage", "dim", "start", "end")}
-        touched_links: set = set()
-        served = [0]                      # link transfers simulated
-
-        def push(time, kind, data):
-            nonlocal seq
-            heapq.heappush(events, (time, seq, kind, data))
-            seq += 1
-
-        def enqueue(mid, hop, now):
-            nonlocal seq
-            link = self.msg_route[mid][hop]
-            heapq.heappush(queues[link], (now, seq, mid, hop))
-            seq += 1
-            touched_links.add(link)
-
-        def steps_of(pk):
-            return self.steps.get(pk, ())
-
-        def begin(pk, st, now):
-            sends = steps_of(pk)[st][0] if st < len(steps_of(pk)) else []
-            own_left[(pk, st)] = len(sends)
-            begun.add((pk, st))
-            for mid in sends:
-                enqueue(mid, 0, now)
-            check((pk, st), now)
-
-        def check(sk, now):
-            if sk not in begun:
-                return
-            pk, st = sk
-            expect = steps_of(pk)[st][1] if st < len(steps_of(pk)) else 0
-            if own_left.get(sk, 0) == 0 and got.get(sk, 0) >= expect:
-                begun.discard(sk)
-                own_left.pop(sk, None)
-                got.pop(sk, None)
-                push(now, "step_done", sk)
-
-        def admit(now, servers):
-            for server in sorted(servers):
-                while self.order.active(server) < self.active:
-                    key = self.order.dispatch(server)
-                    if key is None:
-                        break
-                    pk = (server[0],) + key
-                    starts[pk] = now
-                    if steps_of(pk):
-                        begin(pk, 0, now)
-                    else:
-                        push(now, "phase_done", pk)
-
-        def serve_links(now):
-            while touched_links:
-                link = touched_links.pop()
-                if link_busy[link] or not queues[link]:
-                    continue
-                _, _, mid, hop = heapq.heappop(queues[link])
-                end = now + self.msg_ns[mid]
-                link_busy[link] = True
-                served[0] += 1
-                link_time[link] += self.msg_ns[mid]
-                link_bytes[link] += self.msg_bytes[mid]
-                if self.timeline:
-                    transfers.append((link, now, end, mid))
-                push(end, "link_free", link)
-                last = hop + 1 == len(self.msg_route[mid])
-                # the next node has the head `latency` after it left (cut-through) or the whole message after the
-                # tail arrived (store-and-forward); delivery is always the tail's arrival
-                ahead = now if self.cut_through and not last else end
-                push(ahead + self.msg_lat[mid], "hop_done", (mid, hop))
-
-        for npu in self.simulated:
-            for key in chains.initial(npu):
-                self.order.ready(npu, self.dim_of(npu, key), key, 0.0)
-        admit(0.0, self.order.flush())
-        serve_links(0.0)
-        while events:
-            now = events[0][0]
-            servers = set()
-            while events and events[0][0] == now:
-                _, _, kind, data = heapq.heappop(events)
-                if kind == "link_free":
-                    link_busy[data] = False
-                    touched_links.add(data)
-                elif kind == "hop_done":
-                    mid, hop = data
-                    if hop + 1 < len(self.msg_route[mid]):
-                        enqueue(mid, hop + 1, now)
-                    else:  # delivered
-                        sk = self.msg_src[mid]
-                        own_left[sk] -= 1
-                        check(sk, now)
-                        if not self.symmetric:
-                            rk = self.msg_dst[mid]
-                            got[rk] = got.get(rk, 0) + 1
-                            check(rk, now)
-                elif kind == "step_done":
-                    pk, st = data
-                    if st + 1 < len(steps_of(pk)):
-                        begin(pk, st + 1, now)
-                    else:
-                        push(now, "phase_done", pk)
-                else:  # phase_done
-                    pk = data
-                    npu, c, f, s = pk
-                    d = self.dim_of(npu, (c, f, s))
-                    for name, v in zip(rec, (npu, c, f, s, d, starts[pk], now)):
-                        rec[name].append(v)
-                    self.order.release((npu, d))
-                    servers.add((npu, d))
-                    for nxt in chains.finished(npu, c, f, s):
-                        self.order.ready(npu, self.dim_of(npu, nxt), nxt, now)
-            admit(now, servers | self.order.flush())
-            serve_links(now)
-        if begun:
-            (npu, c, f, s), st = min(begun)
-            raise DeadlockError(f"NPU {npu} waits forever in collective {c} chunk {f} phase {s} step {st}")
-        never = sorted(pk for pk in self.steps if pk not in starts)
-        if never:
-            npu, c, f, s = never[0]
-            raise DeadlockError(f"NPU {npu} never starts collective {c} chunk {f} phase {s}: an earlier phase of its "
-                                f"group never completes")
-        result = make_result(self.meta, self.mode, rec, self.ndims, self.per_dim)
+        result = self.simulate()
         result.backend = "congestion"
+        nlinks = len(self.links.names)
         # every NPU's links repeat the representative ones in symmetric execution
-        result.link_transfers = {"simulated": served[0],
-                                 "modelled": served[0] * (self.npus if self.symmetric else 1)}
+        result.link_transfers = {"simulated": self.served,
+                                 "modelled": self.served * (self.npus if self.symmetric else 1)}
         result.links = {"name": [self.links.describe(i) for i in range(nlinks)],
-                        "busy_ns": link_time, "bytes": link_bytes,
+                        "busy_ns": self.link_time, "bytes": self.link_bytes,
                         "dim": [self.links.names[i][1] for i in range(nlinks)]}
         result.transfers = [(self.links.describe(l), a, b, self.msg_src[mid][0][0], self.msg_dst[mid][0][0],
-                             self.msg_bytes[mid]) for l, a, b, mid in transfers]
+                             self.msg_bytes[mid]) for l, a, b, mid in self.transfers]
         return result

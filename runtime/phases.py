@@ -1,5 +1,5 @@
-"""What both runtimes share: messages from table rows, phase readiness, the per-dimension admission order, and
-the result record. Imports nothing from the compiler."""
+"""What both runtimes share: messages from table rows, phase readiness, the per-dimension admission order, the
+event-simulation skeleton (PhaseEngine) and the result record. Imports nothing from the compiler."""
 from __future__ import annotations
 
 import heapq
@@ -251,3 +251,111 @@ def union_length(start: np.ndarray, end: np.ndarray) -> float:
         else:
             cur_e = max(cur_e, b)
     return float(total + cur_e - cur_s)
+
+
+class PhaseEngine:
+    """The event-simulation skeleton both runtimes share.
+
+    It keeps the clock and the event queue, admits up to `active` phases per (NPU, dimension) in the order the
+    dimension's group shares (GroupOrder), releases each chunk's next phase when one finishes (Chains), records
+    every phase and reports deadlocks. A runtime says how the steps of a phase run: `start_phase(pk, now)` when a
+    phase is admitted, `on_event(kind, data, now)` for its own events, `serve(now)` once per instant after
+    admission, and calls `step_finished(pk, step, now)` when a step completes. All events of one instant are
+    handled before anything is admitted or served, so simultaneous events cannot overtake one another."""
+
+    def __init__(self, meta: dict, tables: dict, intra: str, active: int, symmetric: bool):
+        self.meta, self.active, self.symmetric = meta, active, symmetric
+        self.mode = "symmetric" if symmetric else "full"
+        self.ndims = len(meta["latency_ns"])
+        self.npus = meta["npus"]
+        self.simulated = list(tables)
+        shape = [d["size"] for d in meta["topology"]["dims"]]
+        sizes = {n: phase_sizes(t) for n, t in tables.items()}
+        self.order = GroupOrder([1] * len(shape) if symmetric else shape,
+                                lambda npu, now, key: priority_key(intra, sizes[npu].get(key, 0), now, *key))
+        self.per_dim = np.max([per_dim_bytes(t, self.ndims) for t in tables.values()], axis=0)
+        self.steps: dict = {}     # (npu, coll, flow, stage) -> per-step records of the runtime
+        self.begun: dict = {}     # (pk, step) started and not yet finished
+        self.events: list = []
+        self.seq = 0
+        self.starts: dict = {}
+        self.rec = {k: [] for k in ("npu", "coll", "flow", "stage", "dim", "start", "end")}
+        self.chains = Chains(meta)
+
+    def push(self, time: float, kind: str, data) -> None:
+        heapq.heappush(self.events, (time, self.seq, kind, data))
+        self.seq += 1
+
+    def dim_of(self, key) -> int:
+        return phase_dim(self.meta, key)
+
+    def nsteps(self, pk) -> int:
+        return len(self.steps.get(pk, ()))
+
+    def start_phase(self, pk, now: float) -> None:
+        raise NotImplementedError
+
+    def on_event(self, kind: str, data, now: float) -> None:
+        raise NotImplementedError
+
+    def serve(self, now: float) -> None:
+        """After the instant's events and admissions: start what the runtime's resources can take now."""
+
+    def step_finished(self, pk, step: int, now: float) -> None:
+        if step + 1 < self.nsteps(pk):
+            self.start_step(pk, step + 1, now)
+        else:
+            self.push(now, "phase_done", pk)
+
+    def start_step(self, pk, step: int, now: float) -> None:
+        raise NotImplementedError
+
+    def _finish_phase(self, pk, now: float, servers: set) -> None:
+        npu, c, f, s = pk
+        d = self.dim_of((c, f, s))
+        for name, v in zip(self.rec, (npu, c, f, s, d, self.starts[pk], now)):
+            self.rec[name].append(v)
+        self.order.release((npu, d))
+        servers.add((npu, d))
+        for nxt in self.chains.finished(npu, c, f, s):
+            self.order.ready(npu, self.dim_of(nxt), nxt, now)
+
+    def _admit(self, now: float, servers) -> None:
+        for server in sorted(servers):
+            while self.order.active(server) < self.active:
+                key = self.order.dispatch(server)
+                if key is None:
+                    break
+                pk = (server[0],) + key
+                self.starts[pk] = now
+                if self.nsteps(pk):
+                    self.start_phase(pk, now)
+                else:
+                    self.push(now, "phase_done", pk)
+
+    def simulate(self) -> Result:
+        for npu in self.simulated:
+            for key in self.chains.initial(npu):
+                self.order.ready(npu, self.dim_of(key), key, 0.0)
+        self._admit(0.0, self.order.flush())
+        self.serve(0.0)
+        while self.events:
+            now = self.events[0][0]
+            servers: set = set()
+            while self.events and self.events[0][0] == now:
+                _, _, kind, data = heapq.heappop(self.events)
+                if kind == "phase_done":
+                    self._finish_phase(data, now, servers)
+                else:
+                    self.on_event(kind, data, now)
+            self._admit(now, servers | self.order.flush())
+            self.serve(now)
+        if self.begun:  # a step that started but whose receives never all came
+            (npu, c, f, s), st = min(self.begun)
+            raise DeadlockError(f"NPU {npu} waits forever in collective {c} chunk {f} phase {s} step {st}")
+        never = sorted(pk for pk in self.steps if pk not in self.starts)
+        if never:
+            npu, c, f, s = never[0]
+            raise DeadlockError(f"NPU {npu} never starts collective {c} chunk {f} phase {s}: an earlier phase of its "
+                                f"group never completes")
+        return make_result(self.meta, self.mode, self.rec, self.ndims, self.per_dim)
