@@ -174,3 +174,12 @@ def test_compare_prints_each_scheduler(capsys):
     assert [l.split()[:2] for l in lines[1:]] == [["baseline", "fifo"], ["themis", "scf"], ["optimal", "scf"]]
     base, themis, optimal = (float(l.split()[2]) for l in lines[1:])
     assert base == pytest.approx(35008.129, rel=0.01) and themis < 0.4 * base and optimal <= themis
+
+
+@pytest.mark.parametrize("name", ["all_reduce_3d_switch.mlir", "themis_4d.mlir", "torus_two_collectives.mlir"])
+def test_bundled_examples_compile(capsys, name):
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", name)
+    code, out, err = cli(capsys, path, "--json", "--scheduler", "themis")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["total_time_us"] >= r["ideal_time_us"] > 0
