@@ -122,3 +122,37 @@ def test_bad_backend_combination_is_one_line(capsys):
                  "halving_doubling", "--backend", "congestion", "--execution", "symmetric"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "full mode" in err
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@st.composite
+def symmetric_cases(draw):
+    dims = draw(st.lists(st.tuples(st.sampled_from(["Ring", "FC", "Switch"]), st.sampled_from([2, 3, 4])),
+                         min_size=1, max_size=2))
+    algos = []
+    for block, k in dims:
+        choices = ["ring", "direct"] + (["halving_doubling"] if k & (k - 1) == 0 and (block != "Ring" or k == 2)
+                                         else [])
+        algos.append(draw(st.sampled_from(choices)))
+    kind = draw(st.sampled_from(["all_reduce", "reduce_scatter", "all_gather", "all_to_all"]))
+    chunks = draw(st.integers(1, 3))
+    spec = "_".join(f"{b}({k})" for b, k in dims)
+    npus = 1
+    for _, k in dims:
+        npus *= k
+    size = chunks * npus * 2 * 3 * 4 * draw(st.integers(1, 64))   # every split even
+    return spec, kind, chunks, ",".join(algos), size, draw(st.sampled_from(["cut-through", "store-and-forward"]))
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(symmetric_cases())
+def test_representative_links_stand_for_every_link(case):
+    spec, kind, chunks, algos, size, switching = case
+    sched = compile_collective(spec, kind, size, chunks=chunks, algorithm=algos, bandwidth="40", latency="250")
+    if not congestion.symmetric_ok(sched.meta):
+        return
+    sym = congestion.run(sched, switching=switching, mode="symmetric")
+    full = congestion.run(sched, switching=switching, mode="full")
+    assert sym.total_ns == pytest.approx(full.total_ns, rel=1e-9)
