@@ -10,7 +10,8 @@ import numpy as np
 
 from .dialects import comm
 from .errors import UserError
-from .lower import Schedule, plans_from_module
+from .lower import Schedule
+from .plans import plans_from_module
 from .passes import DEFAULT_PIPELINE, PassContext, PassManager, parse_pipeline
 from .passes.base import ir_dump_header
 from .topology import Topology

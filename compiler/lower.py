@@ -1,4 +1,4 @@
-"""Lowering of the final comm IR (chains of comm.phase ops) to one schedule table per accelerator.
+"""Lowering of collective plans (plans.py) to one schedule table per accelerator.
 
 The IR stays independent of NPU and chunk counts; this module expands it on demand. `Schedule.table(npu)` builds
 one NPU's table with array operations over chunks (no Python object per row), so the runtime can execute one
@@ -12,127 +12,19 @@ Boundaries are floor(i * length / parts), so any byte count splits exactly.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
 from .algorithms import Transfers, all_to_all, graph_ring, multitree, template
-from .dialects import comm
+from .dependencies import dependencies
 from .errors import UserError
+from .plans import FLAT, CollectivePlan, Stage
 from .runtime.tables import FORMAT, RECV_COPY, RECV_REDUCE, SEND, VERSION, Table
 from .topology import Topology
 
 SYMMETRIC_ALGORITHMS = ("ring", "direct", "halving_doubling")
-FLAT = -1  # a phase over every dimension of its group (graph algorithms)
 OPTIMAL_TREES_MAX_NPUS = 16
-
-
-@dataclass
-class Stage:
-    kind: str
-    dim: int
-    algorithm: str
-    bytes: int
-
-
-@dataclass
-class CollectivePlan:
-    index: int
-    name: str
-    kind: str              # reduce_scatter, all_gather or all_to_all
-    buffer: str            # collectives sharing a buffer run one after the other on it (all_reduce halves)
-    buffer_kind: str       # what the buffer's collectives implement together (e.g. all_reduce)
-    bytes: int
-    chunks: int
-    group_dims: list[int]
-    stages: list[Stage] = field(default_factory=list)
-    deps: list[int] = field(default_factory=list)
-    # (chunks, stages): the stage visited at each position of a chunk's chain; None: the stages' own order
-    orders: np.ndarray | None = None
-
-    def chunk_orders(self) -> np.ndarray:
-        if self.orders is not None:
-            return self.orders
-        return np.tile(np.arange(len(self.stages)), (self.chunks, 1))
-
-    def order_groups(self) -> list[tuple[tuple[int, ...], np.ndarray]]:
-        """Chunks grouped by the order in which they visit the stages: [(order, chunk indices)]."""
-        orders = self.chunk_orders()
-        uniq, inverse = np.unique(orders, axis=0, return_inverse=True)
-        return [(tuple(int(x) for x in u), np.flatnonzero(inverse.ravel() == i)) for i, u in enumerate(uniq)]
-
-    def to_meta(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "buffer": self.buffer, "buffer_kind": self.buffer_kind,
-                "bytes": self.bytes, "chunks": self.chunks, "group_dims": self.group_dims, "deps": self.deps,
-                "stages": [{"kind": s.kind, "dim": s.dim, "algorithm": s.algorithm, "bytes": s.bytes}
-                           for s in self.stages],
-                # dims each chunk visits, in order (the runtime needs a phase's dimension before it runs)
-                "chunk_dims": [[self.stages[i].dim for i in row] for row in self.chunk_orders().tolist()]}
-
-
-def plans_from_module(module) -> list[CollectivePlan]:
-    """Group the module's phase ops into per-collective chains; reject ops the lowering cannot handle."""
-    plans: dict[str, CollectivePlan] = {}
-    positions: dict[str, list] = {}  # per collective, per stage: position of the stage in each chunk's chain
-    producer: dict = {}
-    for op in comm.ops(module):
-        kind = comm.short_name(op)
-        if kind != "phase":
-            raise UserError(f"comm.{kind} '{comm.attrs(op).get('name', '?')}' is not lowered to phases: "
-                            f"the schedule lowering handles all_reduce, reduce_scatter, all_gather and all_to_all")
-        a = comm.attrs(op)
-        if "algorithm" not in a:
-            raise UserError(f"phase {a['stage']} of '{a['collective']}' has no algorithm (run select-algorithm)")
-        name = a["collective"]
-        if name not in plans:
-            part_of = a.get("part_of")
-            plans[name] = CollectivePlan(len(plans), name, a["kind"], buffer=name, buffer_kind=a["kind"],
-                                         bytes=int(a["group_bytes"]), chunks=int(a["chunks"]),
-                                         group_dims=sorted(a["group_dims"]))
-            if part_of:
-                plans[name].buffer = part_of
-        plan = plans[name]
-        if a["stage"] != len(plan.stages) or a["kind"] != plan.kind or a["chunks"] != plan.chunks:
-            raise UserError(f"phases of '{name}' are out of order or disagree on kind/chunks")
-        plan.stages.append(Stage(a["kind"], int(a["dim"]), comm.canonical_algorithm(a["algorithm"]), int(a["bytes"])))
-        positions.setdefault(name, []).append(a.get("order"))
-        for operand in op.operands:
-            dep = producer.get(operand.owner)
-            if dep is not None and dep != name and plans[dep].index not in plan.deps:
-                plan.deps.append(plans[dep].index)
-        producer[op] = name
-    # an all_reduce decomposed into reduce_scatter + all_gather shares one buffer
-    by_buffer: dict[str, list[CollectivePlan]] = {}
-    for p in plans.values():
-        by_buffer.setdefault(p.buffer, []).append(p)
-    for group in by_buffer.values():
-        if [p.kind for p in group] == ["reduce_scatter", "all_gather"]:
-            for p in group:
-                p.buffer_kind = "all_reduce"
-    for p in plans.values():
-        p.orders = _orders(p, positions[p.name])
-        if [s.dim for s in p.stages] == [FLAT]:
-            continue
-        if sorted(s.dim for s in p.stages) != p.group_dims:
-            raise UserError(f"phases of '{p.name}' do not cover its dimensions {p.group_dims} exactly once")
-    return list(plans.values())
-
-
-def _orders(plan: CollectivePlan, positions: list) -> np.ndarray | None:
-    """Per-chunk stage order from the phases' `order` attributes (position of the phase in chunk c's chain)."""
-    if all(p is None for p in positions):
-        return None
-    n = len(plan.stages)
-    pos = np.array([p if p is not None else [i] * plan.chunks for i, p in enumerate(positions)], dtype=np.int64)
-    if pos.shape != (n, plan.chunks):
-        raise UserError(f"phases of '{plan.name}': every `order` must list one position per chunk ({plan.chunks})")
-    if not np.array_equal(np.sort(pos, axis=0), np.tile(np.arange(n)[:, None], (1, plan.chunks))):
-        raise UserError(f"phases of '{plan.name}': the `order` positions of a chunk must be a permutation of "
-                        f"0..{n - 1}")
-    orders = np.empty((plan.chunks, n), np.int64)
-    orders[np.arange(plan.chunks)[None, :], pos] = np.arange(n)[:, None]
-    return orders
 
 
 def _split(base: np.ndarray, length: np.ndarray, parts: int, index) -> tuple[np.ndarray, np.ndarray]:
@@ -330,7 +222,7 @@ class Schedule:
                             table["flow"], table["coll"]))
         table = Table({c: v[order] for c, v in table.cols.items()})
         if deps:
-            table.cols["dep"] = _dependencies(table, [p.buffer for p in self.plans])
+            table.cols["dep"] = dependencies(table, [p.buffer for p in self.plans])
         return table
 
     def _a2a_rows(self, plan: CollectivePlan, stage: Stage, coords):
@@ -439,44 +331,3 @@ def _a2a_template(algorithm: str, group_shape: tuple, local_dim: int, member: in
     return cat["step"], cat["op"], cat["peer"], cat["lo"], cat["hi"], cat["dir"], nslots, None
 
 
-def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Concatenated index ranges [starts[i], starts[i] + lens[i]) as one array."""
-    before = np.repeat(np.cumsum(lens) - lens, lens)
-    return np.arange(int(lens.sum()), dtype=np.int64) - before + np.repeat(starts, lens)
-
-
-def _dependencies(table: Table, buffers: list[str]) -> np.ndarray:
-    """For every send, the latest earlier receive (same buffer and chunk) that wrote any byte it reads.
-
-    Sweep over the NPU's steps in time order (collective, stage, step) keeping, for every piece of every chunk's
-    buffer, the latest receive that wrote it; byte ranges are compressed to the pieces between row boundaries."""
-    n = len(table)
-    dep = np.full(n, -1, dtype=np.int64)
-    if not n:
-        return dep
-    buf_id = {b: i for i, b in enumerate(dict.fromkeys(buffers))}
-    buf = np.array([buf_id[b] for b in buffers], dtype=np.int64)[table["coll"]]
-    _, group = np.unique(buf * (1 << 32) + table["flow"], return_inverse=True)
-    span = int((table["offset"] + table["bytes"]).max()) + 1
-    lo = group.ravel().astype(np.int64) * span + table["offset"]
-    hi = lo + table["bytes"]
-    bounds = np.unique(np.concatenate([lo, hi]))
-    seg_lo, seg_hi = np.searchsorted(bounds, lo), np.searchsorted(bounds, hi)
-    when = (table["coll"].astype(np.int64) << 40) + (table["stage"].astype(np.int64) << 20) + table["step"]
-    order = np.argsort(when, kind="stable")
-    rank = np.empty(n, np.int64)
-    rank[order] = np.arange(n)
-    last = np.full(len(bounds), -1, dtype=np.int64)  # rank of the latest receive that wrote each piece
-    cuts = np.flatnonzero(np.diff(when[order])) + 1
-    for rows in np.split(order, cuts):
-        is_send = table["op"][rows] == SEND
-        sends, recvs = rows[is_send], rows[~is_send]
-        if len(sends):
-            lens = seg_hi[sends] - seg_lo[sends]
-            latest = np.maximum.reduceat(last[_ranges(seg_lo[sends], lens)], np.cumsum(lens) - lens)
-            has = latest >= 0
-            dep[sends[has]] = order[latest[has]]
-        if len(recvs):
-            lens = seg_hi[recvs] - seg_lo[recvs]
-            last[_ranges(seg_lo[recvs], lens)] = np.repeat(rank[recvs], lens)
-    return dep

@@ -9,7 +9,8 @@ chunk 0 of the buffer. This is a different rendering of the same rows `--emit ta
 from __future__ import annotations
 
 from .errors import UserError
-from .lower import FLAT, Schedule
+from .lower import Schedule
+from .plans import FLAT
 
 
 def tree_entries(schedule: Schedule, npu: int) -> list[dict]:
