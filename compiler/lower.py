@@ -233,7 +233,6 @@ class Schedule:
     def _expand(self, npu, plan, si, stage, rows, base, length, member, flows) -> Table:
         """Template rows of one member x chunks `flows` -> table rows in bytes and ranks (stage column = si)."""
         step, op, peer_m, lo, hi, direction, units, link = rows
-        chunks = len(flows)
         n = len(step)
         off = base[None, :] + (lo[:, None] * length[None, :]) // units
         end = base[None, :] + (hi[:, None] * length[None, :]) // units
@@ -252,16 +251,8 @@ class Schedule:
             hops = np.full(n, 1 if dim.block == "FullyConnected" else 2)
             lane = np.zeros(n)
         peer = npu + (peer_m - member) * self.strides[stage.dim]
-        rep = lambda a: np.repeat(np.asarray(a)[:, None], chunks, axis=1).ravel()  # noqa: E731
-        total = n * chunks
-        return Table({
-            "npu": np.full(total, npu), "coll": np.full(total, plan.index),
-            "flow": np.tile(flows, n), "stage": np.full(total, si), "step": rep(step), "op": rep(op),
-            "peer": rep(peer), "dim": np.full(total, stage.dim), "lane": rep(lane), "hops": rep(hops),
-            "gbps": np.full(total, dim.link_gbps()), "offset": off.ravel(), "bytes": (end - off).ravel(),
-            "dep": np.full(total, -1),
-        })
-
+        return _rows(npu, plan.index, si, flows, step, op, peer, np.full(n, stage.dim), lane, hops,
+                     np.full(n, dim.link_gbps()), off, end)
 
     def _expand_graph(self, npu, plan, si, step, op, peer, link, off, end, flows) -> Table:
         """Rows of a flat (graph) phase: peers are ranks and each transfer names its physical link. The
@@ -272,15 +263,22 @@ class Schedule:
         if plan.kind == "reduce_scatter" and plan.stages[si].algorithm != "ring":  # trees run their links backwards
             ring = np.array([self.topology.dims[d].block == "Ring" for d in dims.tolist()], dtype=bool)
             lane = np.where(ring, 1 - lane, lane)
-        n, chunks = len(step), len(flows)
-        rep = lambda a: np.repeat(np.asarray(a)[:, None], chunks, axis=1).ravel()  # noqa: E731
-        total = n * chunks
-        return Table({
-            "npu": np.full(total, npu), "coll": np.full(total, plan.index), "flow": np.tile(flows, n),
-            "stage": np.full(total, si), "step": rep(step), "op": rep(op), "peer": rep(peer), "dim": rep(dims),
-            "lane": rep(lane), "hops": np.ones(total), "gbps": rep(lg.gbps[link]), "offset": off.ravel(),
-            "bytes": (end - off).ravel(), "dep": np.full(total, -1),
-        })
+        return _rows(npu, plan.index, si, flows, step, op, peer, dims, lane, np.ones(len(step)), lg.gbps[link],
+                     off, end)
+
+
+def _rows(npu, coll, stage, flows, step, op, peer, dim, lane, hops, gbps, off, end) -> Table:
+    """Table rows for one phase: per-transfer columns repeated for every chunk in `flows`; off/end per (transfer,
+    chunk)."""
+    chunks = len(flows)
+    rep = lambda a: np.repeat(np.asarray(a)[:, None], chunks, axis=1).ravel()  # noqa: E731
+    total = len(step) * chunks
+    return Table({
+        "npu": np.full(total, npu), "coll": np.full(total, coll), "flow": np.tile(flows, len(step)),
+        "stage": np.full(total, stage), "step": rep(step), "op": rep(op), "peer": rep(peer), "dim": rep(dim),
+        "lane": rep(lane), "hops": rep(hops), "gbps": rep(gbps), "offset": off.ravel(), "bytes": (end - off).ravel(),
+        "dep": np.full(total, -1),
+    })
 
 
 def _template_rows(t: Transfers, member: int):
