@@ -73,6 +73,7 @@ SCHEDULERS = {
 DEFAULT_SCHEDULER, DEFAULT_INTRA = "optimal", "scf"
 # graph algorithms schedule the whole network per phase: no per-dimension phases, no dimension orders
 GRAPH_PIPELINE = "decompose-all-reduce,chunk,flat-decompose,select-algorithm"
+FLAT_RING_PIPELINE = "decompose-all-reduce,chunk,flat-decompose,select-algorithm{algorithm=ring}"
 
 
 @dataclass
@@ -122,8 +123,7 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
     if algorithm in comm.GRAPH_ALGORITHMS:
         return one(GRAPH_PIPELINE, f"{algorithm} (graph)", after_each)
     if algorithm == "flat_ring":  # one ring over the whole network instead of a ring per dimension
-        return one(GRAPH_PIPELINE.replace("select-algorithm", "select-algorithm{algorithm=ring}"),
-                   "ring over the whole network (graph)", after_each)
+        return one(FLAT_RING_PIPELINE, "ring over the whole network (graph)", after_each)
     best = one(SCHEDULERS[scheduler], scheduler, after_each)
     if scheduler == "optimal":
         themis = one(SCHEDULERS["themis"], "themis")

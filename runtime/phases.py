@@ -137,15 +137,14 @@ class GroupOrder:
         self.running[server] -= 1
 
 
-def successors(meta: dict):
+def successors(meta: dict) -> dict:
     """For each collective: the phases that wait on (coll, flow, last stage) finishing."""
     colls = meta["collectives"]
     succ = {}
     for ci, c in enumerate(colls):
         for d in c["deps"]:
             succ.setdefault(d, []).append(ci)
-    pending_first = {ci: len(c["deps"]) for ci, c in enumerate(colls)}
-    return succ, pending_first
+    return succ
 
 
 def dep_flows(meta, producer: int, consumer: int, flow: int):
@@ -163,7 +162,7 @@ class Chains:
     def __init__(self, meta: dict):
         self.meta = meta
         self.colls = meta["collectives"]
-        self.succ, _ = successors(meta)
+        self.succ = successors(meta)
         self.waiting = {}   # (npu, coll, flow) -> number of producer chunks still running
         self.done_all = {}  # (npu, coll) -> chunks done
 
