@@ -25,15 +25,19 @@ def compile_themis(topology, kind, size, chunks, bandwidth=None, latency=None, a
     return driver.lower(module, topo)
 
 
+def compile_ir_file(name: str, pipeline: str):
+    """Parse tests/ir/<name> and run `pipeline` on it; returns the module."""
+    with open(os.path.join(IR, name)) as f:
+        module = comm.parse_module(f.read(), comm.new_context())
+    driver.run_passes(module, Topology.from_dict(comm.get_topology(module)), pipeline)
+    return module
+
+
 def test_themis_pass_ir_in_ir_out():
     # Switch(2)_Switch(2) with 25 and 100 GB/s, no latency, 4 chunks of 1KB. By hand: chunk 0 ties and takes dim 0
     # first (load 40.96 vs 5.12 afterwards, in bytes per GB/s); dim 1 is then always the less loaded, so chunks
     # 1-3 start there. The all-gather walks each chunk's order backwards.
-    with open(os.path.join(IR, "themis_2d.mlir")) as f:
-        ctx = comm.new_context()
-        module = comm.parse_module(f.read(), ctx)
-    topo = Topology.from_dict(comm.get_topology(module))
-    driver.run_passes(module, topo, "decompose-all-reduce,hierarchical-decompose,select-algorithm,themis")
+    module = compile_ir_file("themis_2d.mlir", "decompose-all-reduce,hierarchical-decompose,select-algorithm,themis")
     with open(os.path.join(IR, "themis_2d.expected.mlir")) as f:
         assert str(module) == f.read()
 
@@ -112,11 +116,8 @@ def test_optimal_balance_beats_the_greedy_on_the_hand_example():
     # same network as the Themis IR test. Per 1KB chunk (bytes per GB/s): order (0,1) loads dim 0 with 40.96 and
     # dim 1 with 5.12; order (1,0) loads them with 20.48 and 10.24. Four chunks all on (1,0) give a maximum load of
     # 81.92; Themis's greedy 1 x (0,1) + 3 x (1,0) gives 102.4.
-    with open(os.path.join(IR, "themis_2d.mlir")) as f:
-        ctx = comm.new_context()
-        module = comm.parse_module(f.read(), ctx)
-    topo = Topology.from_dict(comm.get_topology(module))
-    driver.run_passes(module, topo, "decompose-all-reduce,hierarchical-decompose,select-algorithm,optimal-balance")
+    module = compile_ir_file("themis_2d.mlir",
+                             "decompose-all-reduce,hierarchical-decompose,select-algorithm,optimal-balance")
     rs = [comm.attrs(op) for op in comm.ops(module) if comm.attrs(op).get("collective") == "g.rs"]
     assert {a["dim"]: a["order"] for a in rs} == {0: [1, 1, 1, 1], 1: [0, 0, 0, 0]}
     assert comm.attrs(module.operation)["comm.balance"] == "OPTIMAL"

@@ -120,17 +120,24 @@ def test_schedules_have_what_the_corruptions_need(sched):
 
 # ---- matching of sends and receives ------------------------------------------------------------------------------
 
-def test_receive_whose_send_was_removed(sched):
+def drop_one_row_message(sched, sends: bool):
+    """The victim's table without one single-row message (a send, or a receive); returns the broken schedule and
+    what the dropped row was."""
     seen = {}
 
     def edit(cols):
-        i = single_row_message(cols, lambda op: op == SEND)
+        i = single_row_message(cols, (lambda op: op == SEND) if sends else (lambda op: op != SEND))
         seen.update(peer=int(cols["peer"][i]), name=name_of(sched, cols, i), flow=int(cols["flow"][i]),
                     stage=int(cols["stage"][i]), step=int(cols["step"][i]))
         return drop_row(cols, i)
 
     broken = Wrapped(sched, edit)
     broken.table(VICTIM)
+    return broken, seen
+
+
+def test_receive_whose_send_was_removed(sched):
+    broken, seen = drop_one_row_message(sched, sends=True)
     expected = (f"NPU {seen['peer']} waits in {seen['name']} chunk {seen['flow']} phase {seen['stage']} step "
                 f"{seen['step']} for data from NPU {VICTIM} that is never sent")
     with pytest.raises(VerificationError, match=re.escape(expected)):
@@ -138,16 +145,7 @@ def test_receive_whose_send_was_removed(sched):
 
 
 def test_send_whose_receive_was_removed(sched):
-    seen = {}
-
-    def edit(cols):
-        i = single_row_message(cols, lambda op: op != SEND)
-        seen.update(peer=int(cols["peer"][i]), name=name_of(sched, cols, i), flow=int(cols["flow"][i]),
-                    stage=int(cols["stage"][i]), step=int(cols["step"][i]))
-        return drop_row(cols, i)
-
-    broken = Wrapped(sched, edit)
-    broken.table(VICTIM)
+    broken, seen = drop_one_row_message(sched, sends=False)
     expected = (f"NPU {seen['peer']} sends to NPU {VICTIM} in {seen['name']} chunk {seen['flow']} phase "
                 f"{seen['stage']} step {seen['step']} but NPU {VICTIM} never receives it")
     with pytest.raises(VerificationError, match=re.escape(expected)):
@@ -246,6 +244,16 @@ DEP_ERROR = (r"NPU 0: send at step \d+ \(chunk \d+\) names dep -?\d+, which is n
              r"it sends")
 
 
+def assert_dep_rejected(sched, s: int, j: int) -> None:
+    """Point send row s of the victim's table at row j: the verifier must reject the dep."""
+    def edit(c):
+        c["dep"][s] = j
+        return c
+
+    with pytest.raises(VerificationError, match=DEP_ERROR):
+        verify(Wrapped(sched, edit))
+
+
 def _pick(cols, want):
     """(send row, row to name as its dep) satisfying want(send, other), or None."""
     n = len(cols["op"])
@@ -268,12 +276,7 @@ def test_dep_pointing_at_a_send_row(sched):
         pair = _pick(cols, lambda s, j: cols["op"][j] == SEND)
     s, j = pair
 
-    def edit(c):
-        c["dep"][s] = j
-        return c
-
-    with pytest.raises(VerificationError, match=DEP_ERROR):
-        verify(Wrapped(sched, edit))
+    assert_dep_rejected(sched, s, j)
 
 
 def test_dep_pointing_at_a_later_receive(sched):
@@ -289,12 +292,7 @@ def test_dep_pointing_at_a_later_receive(sched):
     s, j = pair
     assert j > s  # tables are in time order
 
-    def edit(c):
-        c["dep"][s] = j
-        return c
-
-    with pytest.raises(VerificationError, match=DEP_ERROR):
-        verify(Wrapped(sched, edit))
+    assert_dep_rejected(sched, s, j)
 
 
 def test_dep_pointing_at_a_receive_of_the_same_step(sched):
@@ -304,12 +302,7 @@ def test_dep_pointing_at_a_receive_of_the_same_step(sched):
     assert pair is not None
     s, j = pair
 
-    def edit(c):
-        c["dep"][s] = j
-        return c
-
-    with pytest.raises(VerificationError, match=DEP_ERROR):
-        verify(Wrapped(sched, edit))
+    assert_dep_rejected(sched, s, j)
 
 
 def test_dep_pointing_at_an_earlier_receive_of_other_bytes(sched):
@@ -320,12 +313,7 @@ def test_dep_pointing_at_an_earlier_receive_of_other_bytes(sched):
     assert pair is not None
     s, j = pair
 
-    def edit(c):
-        c["dep"][s] = j
-        return c
-
-    with pytest.raises(VerificationError, match=DEP_ERROR):
-        verify(Wrapped(sched, edit))
+    assert_dep_rejected(sched, s, j)
 
 
 def test_dep_past_the_end_of_the_table(sched):
