@@ -19,6 +19,7 @@ setup(
         "astra_compile",
         "astra_compile.algorithms",
         "astra_compile.dialects",
+        "astra_compile.frontend",
         "astra_compile.passes",
         "astra_compile.runtime",
     ],
@@ -26,6 +27,7 @@ setup(
         "astra_compile": "compiler",
         "astra_compile.algorithms": "compiler/algorithms",
         "astra_compile.dialects": "dialects",
+        "astra_compile.frontend": "compiler/frontend",
         "astra_compile.passes": "passes",
         "astra_compile.runtime": "runtime",
     },
@@ -33,7 +35,9 @@ setup(
     install_requires=[
         # The MLIR Python bindings (upstream MLIR, IRDL, pass manager) ship in this wheel; it needs no torch.
         "torch-mlir==20261001",
-        "ortools==9.15.6755",  # CP-SAT for the optimal chunk-to-dimension-order balance
+        "ortools==9.15.6755",
+        # the PyTorch frontend: fake process group, FakeTensorMode capture, DDP/FSDP2/DTensor, flop_counter
+        "torch==2.15.0",  # CP-SAT for the optimal chunk-to-dimension-order balance
         "numpy>=1.26,<3",
         "pyyaml>=6",
     ],

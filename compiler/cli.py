@@ -17,6 +17,8 @@ EPILOG = """examples:
   astra-compile examples/all_reduce_3d_switch.mlir --emit tables --npu 0
   astra-compile --collective all_to_all --size 64MB --topology "Ring(4)_FC(2)_Switch(8)" --emit tables -o out/
   astra-compile out/            (execute tables written earlier)
+  astra-compile examples/gpt_tp_dp.py --topology 8x8_torus          (a PyTorch training step)
+  astra-compile trace_rank*.json --topology "Switch(4)" --json       (PyTorch execution traces)
 
 sizes: B, KB/MB/GB (powers of 2, as ASTRA-sim), KiB/MiB/GiB; bandwidth in GB/s (2^30 B/s); latency in ns."""
 
@@ -24,12 +26,23 @@ sizes: B, KB/MB/GB (powers of 2, as ASTRA-sim), KiB/MiB/GiB; bandwidth in GB/s (
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="astra-compile", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Compile collectives to per-accelerator schedule tables and time them.")
-    p.add_argument("input", nargs="?", help="a .mlir comm module, or a directory of tables written with -o")
+    p.add_argument("input", nargs="*",
+                   help="a model .py file, PyTorch execution-trace .json files (one per rank), a .mlir comm module, "
+                        "or a directory of tables written with -o")
     g = p.add_argument_group("workload")
     g.add_argument("--collective", choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all"),
                    help="one collective over the whole topology (or --dims)")
     g.add_argument("--size", help="collective size (full buffer, as nccl-tests count it), e.g. 1GB")
     g.add_argument("--dims", help="topology dimensions of the collective's groups, e.g. 0,1 (default: all)")
+    g = p.add_argument_group("training step (model .py files and execution traces)")
+    g.add_argument("--mesh", help="device mesh of a model file, outermost axis first, e.g. dp=8,tp=8 (the last axis "
+                                  "takes topology dimension 0); axes dp, fsdp and tp apply DDP, FSDP2 and the "
+                                  "file's TP_PLAN; default: the file's mesh_axes(), else dp over every NPU")
+    g.add_argument("--peak-tflops", type=float, default=234.0,
+                   help="compute roofline: peak TFLOPS per NPU (default 234, seed 002's A100 figure)")
+    g.add_argument("--mem-bw", type=float, default=1896.0,
+                   help="compute roofline: memory bandwidth per NPU in GB/s of 2^30 B (default 1896 = A100-80GB's "
+                        "2039 decimal GB/s)")
     g = p.add_argument_group("network")
     g.add_argument("--topology", help='e.g. "Ring(4)_FC(2)_Switch(8)", 8x8_torus, 64_switch, or an ASTRA-sim .yml/.json')
     g.add_argument("--bandwidth", help="GB/s per dimension, e.g. 50,50,50 (one value: every dimension)")
@@ -136,7 +149,47 @@ def _positive_int(text: str, what: str) -> int:
     return v
 
 
+def _is_workload(inputs: list[str]) -> bool:
+    return bool(inputs) and (inputs[0].endswith(".py") or all(p.endswith(".json") for p in inputs))
+
+
+def _run_workload(args) -> int:
+    """model.py or execution traces -> the step report (or the workload MLIR)."""
+    from .api import compile as compile_workload
+    for flag, value in (("--collective", args.collective), ("--size", args.size), ("--dims", args.dims),
+                        ("--compare", args.compare), ("--pass-pipeline", args.pass_pipeline),
+                        ("--timeline", args.timeline), ("--plot", args.plot), ("--verify", args.verify)):
+        if value:
+            raise UserError(f"{flag} applies to single collectives, not to a model or trace")
+    if args.emit == "tables":
+        raise UserError("--emit tables prints one collective's schedule: compile it with --collective/--size/--dims "
+                        "(the report lists each collective's kind, bytes and dims)")
+    if not args.topology:
+        raise UserError("--topology is required")
+    chunks = _positive_int(args.chunks, "--chunks") if args.chunks is not None else None
+    report = compile_workload(args.input if len(args.input) > 1 else args.input[0], args.topology,
+                              bandwidth=args.bandwidth, latency=args.latency, links=args.links, mesh=args.mesh,
+                              scheduler=args.scheduler, chunks=chunks, algorithm=args.algorithm,
+                              backend=args.backend, intra=args.intra, peak_tflops=args.peak_tflops,
+                              mem_bw_gbps=args.mem_bw)
+    if args.emit == "mlir":
+        if args.output:
+            _write_text_atomically(args.output, report.mlir)
+        else:
+            sys.stdout.write(report.mlir)
+        return 0
+    print(json.dumps(report.to_dict(), indent=1) if args.json else report.format())
+    return 0
+
+
 def _run(args) -> int:
+    if _is_workload(args.input):
+        return _run_workload(args)
+    if args.mesh:
+        raise UserError("--mesh applies to model .py files")
+    if len(args.input) > 1:
+        raise UserError(f"give one .mlir module or table directory, got {len(args.input)} inputs")
+    args.input = args.input[0] if args.input else None
     from . import driver
     from .dialects import comm
     from .runtime.tables import DirSchedule, write_dir

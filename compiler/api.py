@@ -1,0 +1,80 @@
+"""The Python API for profiling flows: `astra_compile.compile(model_or_trace, topology=...)` -> WorkloadReport.
+
+    import astra_compile
+    report = astra_compile.compile("examples/mlp_dp.py", topology="8x8_torus")
+    report.total_time_us, report.exposed_comm_time_us, report.collectives, report.mlir
+
+The CLI (`astra-compile model.py --topology ...`) is a thin layer over this function.
+"""
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+from . import driver
+from .errors import UserError
+from .frontend.workload import Workload
+from .runtime.workload_engine import Roofline
+from .topology import Topology, parse_topology
+from .workload_driver import WorkloadOptions, run, to_module
+from .workload_report import WorkloadReport, make_report
+
+
+def load_workload(source, world_size: int, mesh: dict | None = None) -> Workload:
+    """A Workload from a model file path, a loaded Python module following the model-file convention, a list of
+    execution-trace files (or one), or a Workload."""
+    if isinstance(source, Workload):
+        return source
+    if isinstance(source, ModuleType):
+        from .frontend.capture import capture
+        from .frontend.model_file import model_file_from_module
+        return capture(model_file_from_module(source), world_size, mesh)
+    paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    paths = [os.fspath(p) for p in paths]
+    if not paths:
+        raise UserError("nothing to compile: no model file or trace given")
+    if len(paths) == 1 and paths[0].endswith(".py"):
+        from .frontend.capture import capture
+        from .frontend.model_file import load_model_file
+        return capture(load_model_file(paths[0]), world_size, mesh)
+    if all(p.endswith(".json") for p in paths):
+        if mesh:
+            raise UserError("--mesh applies to model files; a trace already records its process groups")
+        from .frontend.et_import import load_traces
+        return load_traces(paths, world_size)
+    raise UserError(f"cannot compile {', '.join(paths)}: expected one model .py file or execution-trace .json files")
+
+
+def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, latency=None, links=None,
+            mesh: str | dict | None = None, scheduler: str = driver.DEFAULT_SCHEDULER, chunks: int | None = None,
+            algorithm: str | None = None, backend: str = "analytical", intra: str = driver.DEFAULT_INTRA,
+            peak_tflops: float = Roofline.peak_tflops, mem_bw_gbps: float = Roofline.mem_gbps,
+            rank: int = 0) -> WorkloadReport:
+    """Capture (or import) one training step, compile its collectives for `topology` and time the step.
+
+    `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
+    apply to every collective as on the collective command line; the roofline turns FLOPs and bytes into compute
+    time. `rank` picks whose step the report details (multi-rank traces)."""
+    topo = topology if isinstance(topology, Topology) else parse_topology(topology, bandwidth, latency, links)
+    if isinstance(mesh, str):
+        from .frontend.parallelize import parse_mesh
+        mesh = parse_mesh(mesh)
+    if peak_tflops <= 0 or mem_bw_gbps <= 0:
+        raise UserError("--peak-tflops and --mem-bw must be positive")
+    workload = load_workload(source, topo.npus, mesh)
+    defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
+    opts = WorkloadOptions(scheduler, defaults, driver.RunOptions(backend=backend, intra=intra),
+                           Roofline(peak_tflops, mem_bw_gbps))
+    from .dialects import workload as wl
+    ctx = wl.new_context()
+    module = to_module(ctx, workload, topo)
+    result, times, progs = run(module, topo, opts)
+    if rank not in result.ranks:
+        raise UserError(f"rank {rank} is not among the workload's programs ({sorted(result.ranks)})")
+    info = {"source": workload.source, "topology": topo.name, "npus": topo.npus,
+            "mesh": ",".join(f"{k}={v}" for k, v in mesh.items()) if mesh else "",
+            "backend": backend, "scheduler": scheduler, "peak_tflops": peak_tflops, "mem_bw_gbps": mem_bw_gbps,
+            "rank": rank}
+    report = make_report(info, result, times, progs, rank)
+    report.mlir = str(module)
+    return report

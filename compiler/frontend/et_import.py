@@ -1,0 +1,560 @@
+"""PyTorch execution traces (torch.profiler.ExecutionTraceObserver JSON) -> Workload.
+
+    load_traces(["trace_rank0.json", ..., "trace_rank3.json"])     one program per rank
+    load_traces(["trace_rank0.json"], world_size=64)                one file standing for every rank (spmd)
+
+What torch 2.15 records (schema "1.1.1-chakra.0.0.4"): a flat list of nodes {id, name, ctrl_deps (the enclosing
+node), inputs/outputs {values, shapes, types}, attrs [rf_id, scope, tid, op_schema, ...]}. A tensor value is
+[tensor_id, storage_id, offset, numel, elem_bytes, device]. There is no rank in the file, and the ProcessGroup
+argument of a c10d op is written as "<Object>": the trace does not say which group a c10d collective ran on. What
+it does record is one "## process_group:init ##" node whose input is the JSON of every process group
+(pg_name, pg_desc, ranks, group_size; ranks [] means every rank), the `group_name` argument of functional
+collectives (_c10d_functional::*) and, on NCCL only, `record_param_comms` children carrying the group's name.
+
+How the trace becomes ops:
+- Each outermost operator call becomes one op; the operator calls nested inside it are its implementation
+  (aten::linear -> t, addmm -> expand, copy_), and record_function ranges (module/autograd/optimizer labels) are
+  only containers. Collectives and waits nested inside a compute op (DTensor dispatch) are still taken out.
+- Compute: flops from torch.utils.flop_counter's registry, called on meta tensors rebuilt from the recorded shapes;
+  an op without a formula counts the formulas of the calls nested in it (linear -> addmm). bytes = input + output
+  tensors, 0 for ops that only make views (every output shares storage with an input and nothing is written) and
+  for allocations (empty*).
+- Collectives, full-buffer bytes (DESIGN.md): all_reduce the buffer, all_gather the gathered output,
+  reduce_scatter the input before scattering, all_to_all the input. Collectives the comm dialect has no op for
+  are mapped only when one of its collectives computes a superset of the result on the same buffer:
+  broadcast and reduce -> all_reduce (a broadcast is an all-reduce where non-roots add zeros; every rank then
+  holds what the root holds), barrier -> all_reduce of its one-element tensor (what NCCL runs for a barrier).
+  Point-to-point (send/recv) and rooted gather/scatter raise UserError naming the op.
+  _c10d_functional::wait_tensor becomes a WAIT op.
+- Process group of a collective: the recorded group name if there is one; else the recorded groups that contain
+  the rank, narrowed for all_gather/reduce_scatter by the gathered/scattered size ratio (= group size); if still
+  several, one file per rank is matched across ranks (the members of a group issue its collectives in the same
+  order, with the same kind and size; among several fitting groups the largest wins), and a single SPMD file
+  takes the largest (the world). Limitation: symmetric c10d collectives on a subgroup whose peers issue identical
+  collectives at the same time (Megatron-style tensor parallelism written with dist.all_reduce) are therefore
+  attributed to the largest fitting group; functional collectives (DTensor, DeviceMesh) carry their group.
+- Dependencies: an op depends on the last earlier op that wrote a storage it reads (issue order = node id).
+  Outputs count as written, plus arguments the schema marks as mutated, plus the buffer of a c10d collective.
+- Rank of a file: a top-level "rank" key if present (torch 2.15 writes none), else "rank<N>" in the file name,
+  else the order of the files.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from ..errors import UserError
+from .workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
+
+OUT = "out"  # "the op's recorded outputs" in the tables below
+
+# short name -> (collective, where the full buffer is, where the per-rank part is): an input index or OUT.
+# The part (all_gather input, reduce_scatter output) gives the group size as full / part.
+_C10D = {
+    "allreduce_": ("all_reduce", 0, None),
+    "allreduce_coalesced_": ("all_reduce", 0, None),
+    "broadcast_": ("all_reduce", 0, None),
+    "reduce_": ("all_reduce", 0, None),
+    "barrier": ("all_reduce", 0, None),
+    "monitored_barrier_": ("all_reduce", 0, None),
+    "allgather_": ("all_gather", 0, 1),
+    "_allgather_base_": ("all_gather", 0, 1),
+    "allgather_coalesced_": ("all_gather", 0, 1),
+    "allgather_into_tensor_coalesced_": ("all_gather", 0, 1),
+    "reduce_scatter_": ("reduce_scatter", 1, 0),
+    "_reduce_scatter_base_": ("reduce_scatter", 1, 0),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1, 0),
+    "alltoall_": ("all_to_all", 1, None),
+    "alltoall_base_": ("all_to_all", 1, None),
+}
+_FUNCTIONAL = {
+    "all_reduce": ("all_reduce", 0, None),
+    "all_reduce_": ("all_reduce", 0, None),
+    "all_reduce_coalesced": ("all_reduce", 0, None),
+    "all_reduce_coalesced_": ("all_reduce", 0, None),
+    "broadcast": ("all_reduce", 0, None),
+    "broadcast_": ("all_reduce", 0, None),
+    "all_gather_into_tensor": ("all_gather", OUT, 0),
+    "all_gather_into_tensor_out": ("all_gather", OUT, 0),
+    "all_gather_into_tensor_coalesced": ("all_gather", OUT, 0),
+    "reduce_scatter_tensor": ("reduce_scatter", 0, OUT),
+    "reduce_scatter_tensor_out": ("reduce_scatter", 0, OUT),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", 0, OUT),
+    "all_to_all_single": ("all_to_all", 0, None),
+}
+_COMM_NS = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
+_ALLOC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+_DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
+           "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
+           "unsigned char": "uint8", "bool": "bool"}
+_RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
+
+
+def load_traces(paths: list[str], world_size: int | None = None) -> Workload:
+    """One ExecutionTraceObserver file per rank, or one file for every rank (spmd); see the module notes."""
+    if not paths:
+        raise UserError("no execution trace given")
+    traces = [_Trace(str(p)) for p in paths]
+    spmd = len(traces) == 1
+    world = _world_size(traces, world_size, spmd)
+    ranks = _ranks(traces, world, spmd)
+    for trace, rank in zip(traces, ranks):
+        trace.build(rank, world)
+    _resolve_groups(traces, spmd)
+    return Workload(world_size=world, programs={t.rank: t.ops for t in traces},
+                    source=", ".join(t.path for t in traces), spmd=spmd)
+
+
+# ---------------------------------------------------------------------------------------------- files, ranks
+
+
+def _read(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{path}: no such file")
+    text = p.read_text(errors="replace")
+    if not text.strip():
+        raise UserError(f"{path}: empty file, not an execution trace")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if isinstance(data, dict) and "traceEvents" in data:
+        raise UserError(f"{path}: a profiler (Kineto/Chrome) trace, not an ExecutionTraceObserver trace")
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+        raise UserError(f"{path}: not a PyTorch ExecutionTraceObserver trace (no 'nodes' list)")
+    if not data["nodes"]:
+        raise UserError(f"{path}: the execution trace has no nodes")
+    first = data["nodes"][0]
+    if not isinstance(first, dict) or not isinstance(first.get("inputs"), dict):
+        raise UserError(f"{path}: unsupported execution-trace format (schema {data.get('schema', '?')}; "
+                        "expected torch's 1.1 schema or newer)")
+    return data
+
+
+class _Trace:
+    """One file: its nodes, what it says about process groups, and (after build) its ops."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.data = _read(path)
+        self.groups, self.world_group = self._process_groups()
+        self.rank = -1
+        self.ops: list[Op] = []
+        self.pending: list[tuple[int, list[str]]] = []  # (op index, candidate group names) to resolve
+
+    def fail(self, problem: str):
+        raise UserError(f"{self.path}: {problem}")
+
+    def _process_groups(self) -> tuple[dict[str, list[int] | None], str]:
+        # pg name -> its ranks (None: every rank); the default group is the world
+        for node in self.data["nodes"]:
+            if isinstance(node, dict) and node.get("name") == "## process_group:init ##":
+                try:
+                    configs = json.loads(node["inputs"]["values"][0])
+                    groups = {str(c["pg_name"]): (list(c["ranks"]) or None, int(c["group_size"])) for c in configs}
+                except (KeyError, IndexError, TypeError, ValueError):
+                    self.fail(f"unreadable process-group record in node {node.get('id')}")
+                world = [n for n, (ranks, _) in groups.items() if ranks is None]
+                self.world_size = max(size for _, size in groups.values())
+                return {n: ranks for n, (ranks, _) in groups.items()}, (world[0] if world else "0")
+        self.world_size = None
+        return {}, "0"
+
+    def rank_hint(self) -> int | None:
+        if isinstance(self.data.get("rank"), int):
+            return self.data["rank"]
+        m = _RANK_IN_NAME.search(Path(self.path).name)
+        return int(m.group(1)) if m else None
+
+    def build(self, rank: int, world: int):
+        self.rank, self.world = rank, world
+        try:
+            _Builder(self, world).run()
+        except UserError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+            # a node that does not have the shape torch writes: name the file, never a traceback
+            self.fail(f"malformed execution trace ({type(e).__name__}: {e})".replace("\n", " "))
+
+
+def _world_size(traces: list[_Trace], asked: int | None, spmd: bool) -> int:
+    recorded = {t.world_size for t in traces if t.world_size is not None}
+    if len(recorded) > 1:
+        a, b = (next(t for t in traces if t.world_size == w) for w in sorted(recorded)[:2])
+        raise UserError(f"{b.path}: records world size {b.world_size} but {a.path} records {a.world_size}")
+    recorded_world = recorded.pop() if recorded else None
+    if asked is not None and asked < 1:
+        raise UserError(f"world size must be at least 1, got {asked}")
+    if asked is not None and recorded_world is not None and asked != recorded_world:
+        raise UserError(f"{traces[0].path}: the trace records world size {recorded_world}, not {asked}")
+    if spmd:
+        if asked or recorded_world:
+            return asked or recorded_world
+        if not any(str(n.get("name")).startswith(_COMM_NS) for n in traces[0].data["nodes"] if isinstance(n, dict)):
+            return 1  # a single-process trace without collectives
+        raise UserError(f"{traces[0].path}: the trace does not record the world size; pass world_size")
+    world = asked or recorded_world or len(traces)
+    if world != len(traces):
+        raise UserError(f"{len(traces)} trace files for world size {world}: give one file per rank, "
+                        "or one file that stands for every rank")
+    return world
+
+
+def _ranks(traces: list[_Trace], world: int, spmd: bool) -> list[int]:
+    hints = [t.rank_hint() for t in traces]
+    if spmd:
+        return [hints[0] if hints[0] is not None and hints[0] < world else 0]
+    if all(h is None for h in hints):
+        return list(range(len(traces)))  # the order of the files
+    for t, h in zip(traces, hints):
+        if h is None:
+            raise UserError(f"{t.path}: cannot tell its rank (no 'rank<N>' in the name, unlike the other files)")
+        if h >= world:
+            raise UserError(f"{t.path}: rank {h} is outside world size {world}")
+    if len(set(hints)) != len(hints):
+        dup = next(h for h in hints if hints.count(h) > 1)
+        raise UserError(f"two trace files claim rank {dup}: "
+                        + ", ".join(t.path for t, h in zip(traces, hints) if h == dup))
+    return hints
+
+
+# ---------------------------------------------------------------------------------------------- nodes -> ops
+
+
+def _attr(node: dict, key: str):
+    for a in node.get("attrs") or ():
+        if a.get("name") == key:
+            return a.get("value")
+    return None
+
+
+def _is_tensor(v) -> bool:
+    return (isinstance(v, list) and len(v) == 6 and isinstance(v[5], str)
+            and all(isinstance(x, int) for x in v[:5]))
+
+
+def _tensors(v):
+    """The tensor tuples inside a recorded value (a tensor, or nested lists of them)."""
+    if _is_tensor(v):
+        yield v
+    elif isinstance(v, list):
+        for x in v:
+            yield from _tensors(x)
+
+
+def _nbytes(v) -> int:
+    return sum(t[3] * t[4] for t in _tensors(v))
+
+
+def _storages(v) -> set:
+    return {(t[1], t[5]) for t in _tensors(v)}
+
+
+_schema_cache: dict[str, object] = {}
+
+
+def _schema(node: dict):
+    """The parsed op schema (argument names, kwarg-only, alias/mutation annotations), or None."""
+    text = _attr(node, "op_schema")
+    if not text:
+        return None
+    if text not in _schema_cache:
+        import torch
+        try:
+            _schema_cache[text] = torch._C.parse_schema(text)
+        except RuntimeError:  # schemas naming script classes (c10d ProcessGroup) may not parse
+            _schema_cache[text] = None
+    return _schema_cache[text]
+
+
+class _Builder:
+    def __init__(self, trace: _Trace, world: int):
+        self.trace, self.world = trace, world
+        nodes = [n for n in trace.data["nodes"] if isinstance(n, dict)]
+        self.nodes = sorted(nodes, key=lambda n: n["id"])
+        self.byid = {n["id"]: n for n in self.nodes}
+        self.children = defaultdict(list)
+        for n in self.nodes:
+            if n.get("ctrl_deps") != n["id"] and n.get("ctrl_deps") in self.byid:
+                self.children[n["ctrl_deps"]].append(n)
+        self.last_writer: dict = {}
+
+    # what a node is
+    @staticmethod
+    def kind(node: dict) -> str | None:
+        name = node["name"]
+        ns, _, short = name.partition("::")
+        if ns in _COMM_NS:
+            return WAIT if short == "wait_tensor" else COLLECTIVE
+        schema = _attr(node, "op_schema")
+        if ns == "profiler":  # record_function bookkeeping ops
+            return None
+        if schema or (schema is None and ns == "aten"):
+            return COMPUTE
+        return None
+
+    def enclosing(self) -> dict[int, tuple[bool, bool]]:
+        """node id -> (inside an operator call, inside a collective/wait), following ctrl_deps upwards."""
+        memo: dict[int, tuple[bool, bool]] = {}
+        for start in self.nodes:
+            path, on_path, n = [], set(), start
+            while n["id"] not in memo:
+                path.append(n)
+                on_path.add(n["id"])
+                parent = self.byid.get(n.get("ctrl_deps"))
+                if parent is None or parent["id"] in on_path:  # a root (or a broken cycle)
+                    memo[n["id"]] = (False, False)
+                    path.pop()
+                    break
+                n = parent
+            for child in reversed(path):
+                parent = self.byid[child["ctrl_deps"]]
+                in_op, in_comm = memo[parent["id"]]
+                kind = self.kind(parent)
+                memo[child["id"]] = (in_op or kind is not None, in_comm or kind in (COLLECTIVE, WAIT))
+        return memo
+
+    def run(self):
+        inside = self.enclosing()
+        for node in self.nodes:
+            kind = self.kind(node)
+            in_op, in_comm = inside[node["id"]]
+            if kind == COMPUTE and not in_op:
+                self.add(node, *self.compute(node))
+            elif kind in (COLLECTIVE, WAIT) and not in_comm:
+                self.add(node, *self.comm(node, kind))
+
+    def add(self, node: dict, op: Op, writes: set):
+        ins = node["inputs"]
+        for v, ty in zip(ins["values"], ins.get("types") or [""] * len(ins["values"])):
+            if "Tensor" in ty or not ty:
+                for s in _storages(v):
+                    if s in self.last_writer:
+                        op.deps.append(self.last_writer[s])
+        op.deps = sorted(set(op.deps))
+        index = len(self.trace.ops)
+        for s in writes:
+            self.last_writer[s] = index
+        self.trace.ops.append(op)
+
+    def mutated_args(self, node: dict) -> set:
+        schema = _schema(node)
+        values = node["inputs"]["values"]
+        if schema is None:  # no annotations: the trailing-underscore convention of in-place ops
+            return _storages(values[0]) if values and node["name"].endswith("_") else set()
+        return {s for a, v in zip(schema.arguments, values)
+                if a.alias_info is not None and a.alias_info.is_write for s in _storages(v)}
+
+    # compute ops
+    def compute(self, node: dict) -> tuple[Op, set]:
+        ins, outs = node["inputs"]["values"], node["outputs"]["values"]
+        mutated = self.mutated_args(node)
+        out_storages, in_storages = _storages(outs), _storages(ins)
+        short = node["name"].partition("::")[2]
+        view = not mutated and bool(out_storages) and out_storages <= in_storages
+        nbytes = 0 if view or short in _ALLOC else _nbytes(ins) + _nbytes(outs)
+        writes = set() if view else out_storages | mutated
+        return Op(name=_op_name(node), kind=COMPUTE, flops=self.flops(node, set()), bytes=nbytes), writes
+
+    def flops(self, node: dict, seen: set) -> int:
+        seen.add(node["id"])
+        formula = _formula(node)
+        if formula is not None:
+            return _call_formula(formula, node)
+        return sum(self.flops(c, seen) for c in self.children[node["id"]]
+                   if c["id"] not in seen and self.kind(c) == COMPUTE)
+
+    # collectives and waits
+    def comm(self, node: dict, kind: str) -> tuple[Op, set]:
+        name = node["name"]
+        ns, _, short = name.partition("::")
+        ins, outs = node["inputs"]["values"], node["outputs"]["values"]
+        if kind == WAIT:
+            return Op(name=_op_name(node), kind=WAIT), _storages(outs)
+        table = _C10D if ns == "c10d" else _FUNCTIONAL
+        if short not in table:
+            self.trace.fail(f"node {node['id']}: {name} is not supported: the comm dialect lowers only "
+                            "all_reduce, reduce_scatter, all_gather and all_to_all (no point-to-point or rooted "
+                            "gather/scatter)")
+        collective, full, part = table[short]
+        pick = lambda where: _nbytes(outs) if where == OUT else _nbytes(ins[where])  # noqa: E731
+        nbytes = pick(full)
+        op = Op(name=_op_name(node), kind=COLLECTIVE, bytes=nbytes, collective=collective)
+        ratio = nbytes // pick(part) if part is not None and pick(part) else None
+        self.trace.pending.append((len(self.trace.ops), self.candidates(node, ratio)))
+        writes = _storages(outs) | self.mutated_args(node)
+        if ns == "c10d":  # c10d collectives work in place on their first argument (and do not all return it)
+            writes |= _storages(ins[0])
+        return op, writes
+
+    def candidates(self, node: dict, ratio: int | None) -> list[str]:
+        """Names of the process groups this collective may have run on, largest first."""
+        t = self.trace
+        name = self.recorded_group(node)
+        if name is not None:
+            return [name]
+        mine = [g for g, ranks in t.groups.items() if ranks is None or t.rank in ranks]
+        if not mine:
+            return [t.world_group]
+        sized = [g for g in mine if len(self.ranks_of(g)) == ratio]
+        return sorted(sized or mine, key=lambda g: -len(self.ranks_of(g)))
+
+    def recorded_group(self, node: dict) -> str | None:
+        schema = _schema(node)
+        if schema is not None:  # functional collectives name their group
+            for a, v in zip(schema.arguments, node["inputs"]["values"]):
+                if a.name == "group_name" and isinstance(v, str):
+                    return self.known_group(v)
+        for child in self.children[node["id"]]:  # NCCL: record_param_comms(..., seq, pg_name, rank, ...)
+            if child["name"] == "record_param_comms":
+                return self.param_comms_group(child["inputs"]["values"])
+        return None
+
+    def param_comms_group(self, values: list) -> str | None:
+        # the macro's order after the optional input tensors: seq, pgName, rank, collName, inSplitSizes,
+        # outSplitSizes, globalRankStart, globalRankStride, worldSize; pgName is a name or (name, desc)
+        for i, v in enumerate(values):
+            if isinstance(v, str) or (isinstance(v, list) and v and all(isinstance(x, str) for x in v)):
+                name = v if isinstance(v, str) else v[0]
+                start, stride, size = (values[i + k] if i + k < len(values) else -1 for k in (5, 6, 7))
+                if name not in self.trace.groups and all(isinstance(x, int) for x in (start, stride, size)) \
+                        and start >= 0 and stride > 0 and size > 0:
+                    self.trace.groups[name] = list(range(start, start + stride * size, stride))
+                return self.known_group(name)
+        return None
+
+    def known_group(self, name: str) -> str:
+        if self.trace.groups and name not in self.trace.groups:
+            self.trace.fail(f"process group {name!r} is used but not in the trace's process-group record")
+        if not self.trace.groups:
+            self.trace.groups[name] = None  # no record at all: the world
+        return name
+
+    def ranks_of(self, group: str) -> list[int]:
+        ranks = self.trace.groups.get(group)
+        return list(range(self.world)) if ranks is None else ranks
+
+
+def _op_name(node: dict) -> str:
+    """aten::sum.dim_IntList(...) -> aten.sum.dim_IntList; aten ops without an overload get .default."""
+    name = node["name"]
+    schema = _attr(node, "op_schema") or ""
+    full = schema.split("(", 1)[0] if schema.startswith(name) else name
+    dotted = full.replace("::", ".")
+    if name.startswith("aten::") and "." not in full:
+        dotted += ".default"
+    return dotted
+
+
+# ---------------------------------------------------------------------------------------------- FLOPs
+
+
+def _formula(node: dict):
+    name = node["name"]
+    if not name.startswith("aten::"):
+        return None
+    import torch
+    from torch.utils.flop_counter import flop_registry
+    packet = getattr(torch.ops.aten, name[len("aten::"):], None)
+    return flop_registry.get(packet) if packet is not None else None
+
+
+def _call_formula(formula, node: dict) -> int:
+    """torch's formula on meta tensors shaped as recorded; kwarg-only arguments (addmm's beta) by name."""
+    schema = _schema(node)
+    args, kwargs = [], {}
+    ins, outs = node["inputs"], node["outputs"]
+    try:
+        for i, v in enumerate(ins["values"]):
+            value = _rebuild(v, ins["shapes"][i], ins["types"][i])
+            arg = schema.arguments[i] if schema is not None and i < len(schema.arguments) else None
+            if arg is not None and arg.kwarg_only:
+                kwargs[arg.name] = value
+            else:
+                args.append(value)
+        results = [_rebuild(v, s, t) for v, s, t in zip(outs["values"], outs["shapes"], outs["types"])]
+        out_val = results[0] if len(results) == 1 else tuple(results)
+        return int(formula(*args, out_val=out_val, **kwargs))
+    except (TypeError, ValueError, IndexError, RuntimeError, AttributeError):
+        return 0  # arguments the recording could not render (symbolic sizes, opaque objects)
+
+
+def _rebuild(value, shape, type_: str):
+    """A recorded argument as the op saw it: tensors become meta tensors of the recorded shape and dtype."""
+    import torch
+    if type_.startswith("Tensor"):
+        dtype = getattr(torch, _DTYPES.get(type_[type_.find("(") + 1:-1], "float32"))
+        return torch.empty(shape, dtype=dtype, device="meta")
+    if type_.startswith("GenericList[Tensor"):
+        inner = type_[len("GenericList["):-1]
+        return [_rebuild(v, s, inner) for v, s in zip(value, shape)]
+    if value == "<None>":
+        return None
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- groups
+
+
+def _resolve_groups(traces: list[_Trace], spmd: bool):
+    """Give every collective its process group: directly when one candidate is left, else by matching ranks."""
+    ambiguous = any(len(c) > 1 for t in traces for _, c in t.pending)
+    if ambiguous and not spmd:
+        _match_across_ranks(traces)
+    for t in traces:
+        for index, cands in t.pending:
+            _assign(t, t.ops[index], cands[0])
+
+
+def _assign(t: _Trace, op: Op, group: str):
+    ranks = t.groups.get(group)
+    op.group = tuple(range(t.world)) if ranks is None else tuple(sorted(ranks))
+    op.group_name = group
+
+
+def _match_across_ranks(traces: list[_Trace]):
+    """The members of a group issue its collectives in the same order with the same kind (and size, except
+    all-to-all). Walk every rank's collectives together; a rank's next collective goes to the largest of its
+    candidate groups whose members all have a fitting collective next."""
+    by_rank = {t.rank: t for t in traces}
+    heads = {t.rank: 0 for t in traces}
+    world = len(traces)
+
+    def members(t: _Trace, g: str) -> list[int]:
+        ranks = t.groups.get(g)
+        return list(range(world)) if ranks is None else ranks
+
+    def fits(r: int, g: str, op: Op) -> bool:
+        t = by_rank.get(r)
+        if t is None or heads[r] >= len(t.pending):
+            return False
+        index, cands = t.pending[heads[r]]
+        other = t.ops[index]
+        return (g in cands and other.collective == op.collective
+                and (op.collective == "all_to_all" or other.bytes == op.bytes))
+
+    while any(heads[t.rank] < len(t.pending) for t in traces):
+        progressed = False
+        for t in traces:
+            if heads[t.rank] >= len(t.pending):
+                continue
+            index, cands = t.pending[heads[t.rank]]
+            op = t.ops[index]
+            for g in cands:
+                group = members(t, g)
+                if all(fits(m, g, op) for m in group):
+                    for m in group:
+                        tm = by_rank[m]
+                        tm.pending[heads[m]] = (tm.pending[heads[m]][0], [g])
+                        heads[m] += 1
+                    progressed = True
+                    break
+        if not progressed:
+            t = next(t for t in traces if heads[t.rank] < len(t.pending))
+            op = t.ops[t.pending[heads[t.rank]][0]]
+            raise UserError(f"{t.path}: rank {t.rank}'s collective #{heads[t.rank]} ({op.name}, {op.bytes} bytes) "
+                            "matches no process group across the rank traces; were all ranks recorded over the "
+                            "same steps?")

@@ -1,0 +1,70 @@
+"""Load a model file: the convention users write (docs/workloads.md).
+
+A model file is ordinary Python that provides:
+
+    build_model()                  -> torch.nn.Module          (required)
+    example_inputs()               -> tensor or tuple of tensors (required; one rank's local batch)
+    parallelize(module, mesh)      -> module   (optional: apply DDP / FSDP2 fully_shard / DTensor TP yourself)
+    mesh_axes(world_size)          -> {"dp": 8, "tp": 8}  (optional: the device mesh; --mesh overrides it)
+    TP_PLAN = {"layers.*.attn.qkv": "colwise", ...}   (optional: used when the mesh has a `tp` axis and the
+                                                          file has no parallelize(); values colwise | rowwise or a
+                                                          torch ParallelStyle)
+    FSDP_UNITS = ["layers.*"]      (optional: submodules sharded as their own FSDP2 unit for an `fsdp` axis)
+    loss(output)                   -> scalar tensor (optional; default: the sum of the first output tensor)
+    optimizer(parameters)          -> torch.optim.Optimizer (optional; default: AdamW)
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import UserError
+
+
+@dataclass
+class ModelFile:
+    path: str
+    build_model: Callable
+    example_inputs: Callable
+    parallelize: Callable | None = None
+    mesh_axes: Callable | None = None
+    tp_plan: dict | None = None
+    fsdp_units: list | None = None
+    loss: Callable | None = None
+    optimizer: Callable | None = None
+
+
+def one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def load_model_file(path: str) -> ModelFile:
+    if not os.path.isfile(path):
+        raise UserError(f"cannot read model file {path}: no such file")
+    name = "astra_model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling inside the file look their module up here
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # any error in the user's file is bad input, reported in one line
+        sys.modules.pop(name, None)
+        raise UserError(f"model file {path} failed to import: {one_line(e)}") from None
+    return model_file_from_module(module, path)
+
+
+def model_file_from_module(module, path: str | None = None) -> ModelFile:
+    """The convention read from an imported Python module (a model file, or a module handed to the API)."""
+    path = path or getattr(module, "__file__", None) or module.__name__
+    missing = [f for f in ("build_model", "example_inputs") if not callable(getattr(module, f, None))]
+    if missing:
+        raise UserError(f"model file {path} defines no {' and no '.join(f + '()' for f in missing)}; a model file "
+                        "provides build_model() and example_inputs() (see docs/workloads.md)")
+    return ModelFile(path, module.build_model, module.example_inputs,
+                     parallelize=getattr(module, "parallelize", None), mesh_axes=getattr(module, "mesh_axes", None),
+                     tp_plan=getattr(module, "TP_PLAN", None), fsdp_units=getattr(module, "FSDP_UNITS", None),
+                     loss=getattr(module, "loss", None), optimizer=getattr(module, "optimizer", None))

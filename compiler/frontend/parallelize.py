@@ -1,0 +1,144 @@
+"""The device mesh and the parallelism PyTorch users apply, for model files without their own parallelize().
+
+Mesh axes follow torch's init_device_mesh: ranks are laid out row-major, so the LAST axis varies fastest.
+Topology dimension 0 is the innermost (its NPUs have consecutive ids), so the last mesh axis takes the first
+topology dimensions: `--mesh dp=8,tp=8` on 8x8_torus puts tp on dimension 0 and dp on dimension 1
+(docs/workloads.md). Axis names with a built-in meaning: dp (DistributedDataParallel), fsdp (FSDP2
+fully_shard), tp (DTensor tensor parallelism from the file's TP_PLAN); others (ep, pp, ...) are only passed to
+the file's parallelize(module, mesh).
+"""
+from __future__ import annotations
+
+import fnmatch
+import warnings
+
+import torch.distributed as dist
+
+from ..errors import UserError
+
+BUILTIN_AXES = ("dp", "fsdp", "tp")
+
+
+def parse_mesh(text: str) -> dict[str, int]:
+    """'dp=8,tp=8' -> {'dp': 8, 'tp': 8} (order kept: outermost axis first)."""
+    axes: dict[str, int] = {}
+    for part in text.split(","):
+        name, eq, size = part.strip().partition("=")
+        if not eq or not name.strip().isidentifier():
+            raise UserError(f"--mesh wants name=size pairs such as dp=8,tp=8, got '{text}'")
+        try:
+            n = int(size)
+        except ValueError:
+            raise UserError(f"--mesh axis {name.strip()} needs an integer size, got '{size}'") from None
+        if n <= 0 or name.strip() in axes:
+            raise UserError(f"--mesh axis {name.strip()}: sizes must be positive and names unique ('{text}')")
+        axes[name.strip()] = n
+    return axes
+
+
+def check_mesh(axes: dict[str, int], world_size: int) -> None:
+    total = 1
+    for n in axes.values():
+        total *= n
+    if total != world_size:
+        shape = "x".join(f"{k}={v}" for k, v in axes.items())
+        raise UserError(f"mesh {shape} has {total} ranks but the topology has {world_size} NPUs")
+
+
+def build_mesh(axes: dict[str, int]):
+    from torch.distributed.device_mesh import init_device_mesh
+    return init_device_mesh("cpu", tuple(axes.values()), mesh_dim_names=tuple(axes))
+
+
+def _matching(module, patterns) -> list:
+    names = [n for n, _ in module.named_modules() if n]
+    return [module.get_submodule(n) for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+
+
+def _tp_styles(plan: dict) -> dict:
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    out = {}
+    for pattern, style in plan.items():
+        if isinstance(style, str):
+            if style.lower() not in styles:
+                raise UserError(f"TP_PLAN['{pattern}'] = '{style}': expected colwise or rowwise")
+            style = styles[style.lower()]()
+        out[pattern] = style
+    return out
+
+
+def apply_builtin(module, mesh, axes: dict[str, int], tp_plan: dict | None, fsdp_units: list | None):
+    """Apply tp, then fsdp or dp, as a user's training script would; returns the module to train."""
+    unknown = [a for a in axes if a not in BUILTIN_AXES and axes[a] > 1]
+    if unknown:
+        raise UserError(f"mesh axis {unknown[0]} has no built-in meaning (dp, fsdp, tp); apply it in the model "
+                        "file's parallelize(module, mesh)")
+    if "dp" in axes and "fsdp" in axes:
+        raise UserError("give either a dp (DDP) or an fsdp (FSDP2) axis, not both")
+    if axes.get("tp", 1) > 1:
+        if not tp_plan:
+            raise UserError("the mesh has a tp axis but the model file has no TP_PLAN and no parallelize()")
+        from torch.distributed.tensor.parallel import parallelize_module
+        try:
+            parallelize_module(module, mesh["tp"], _tp_styles(tp_plan))
+        except (RuntimeError, ValueError, AttributeError) as e:
+            raise UserError(f"TP_PLAN does not fit the model: {e}") from None
+    if axes.get("fsdp", 1) > 1:
+        from torch.distributed.fsdp import fully_shard
+        for sub in _matching(module, fsdp_units or []):
+            fully_shard(sub, mesh=mesh["fsdp"])
+        fully_shard(module, mesh=mesh["fsdp"])
+    if axes.get("dp", 1) > 1:
+        from torch.nn.parallel import DistributedDataParallel
+        # buffers are not re-broadcast every step: that is a broadcast, which the comm dialect does not lower
+        with warnings.catch_warnings():  # torch 2.15 calls the flag deprecated; its replacement still broadcasts
+            warnings.simplefilter("ignore", FutureWarning)
+            module = DistributedDataParallel(module, device_mesh=mesh["dp"], broadcast_buffers=False)
+    return module
+
+
+def ddp_modules(module) -> list:
+    from torch.nn.parallel import DistributedDataParallel
+    return [m for m in module.modules() if isinstance(m, DistributedDataParallel)]
+
+
+def record_bucket_hook(state, bucket):
+    """DDP comm hook: all-reduce the bucket through c10d (so the recorder sees it) and hand the bucket back.
+
+    Under the fake process group nothing moves; DDP's own default hook does the same all-reduce on real ones."""
+    buffer = bucket.buffer()
+    work = dist.all_reduce(buffer, group=state, async_op=True)
+    return work.get_future().then(lambda _: buffer)
+
+
+def prepare_ddp(module) -> None:
+    """Every DDP instance gets the recording hook; cross-process checks that read tensor data are skipped."""
+    for ddp in ddp_modules(module):
+        ddp.register_comm_hook(ddp.process_group, record_bucket_hook)
+
+
+def param_bytes(module) -> int:
+    """Bytes of this rank's parameters (the local shard of DTensor parameters)."""
+    total = 0
+    for p in module.parameters():
+        local = p.to_local() if hasattr(p, "to_local") else p
+        total += local.numel() * local.element_size()
+    return total
+
+
+class skip_cross_rank_checks:
+    """DDP's constructor compares parameter shapes across ranks by reading tensor data, which fake tensors do
+    not have; with one process standing for all ranks the check has nothing to compare."""
+
+    def __enter__(self):
+        import torch.nn.parallel.distributed as ddp_impl
+        self._impl, self._saved = ddp_impl, ddp_impl._verify_param_shape_across_processes
+        ddp_impl._verify_param_shape_across_processes = lambda *a, **k: None
+        return self
+
+    def __exit__(self, *exc):
+        self._impl._verify_param_shape_across_processes = self._saved
+        return False
+
+

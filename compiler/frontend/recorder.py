@@ -1,0 +1,150 @@
+"""Record one training step, op by op, as a `Workload` program: a TorchDispatchMode below every tensor subclass.
+
+Every aten op that reaches the dispatcher on plain (fake) tensors becomes a compute op with its FLOPs from
+torch.utils.flop_counter's formulas and the bytes it reads and writes. Collectives (`c10d.*` from
+DistributedDataParallel and FSDP2, `_c10d_functional.*` from DTensor and functional collectives) become
+collective ops with their process group's ranks; `wait_tensor` becomes a wait. Dependencies come from tensor
+storages: an op depends on the last op that wrote a storage it touches, so views and in-place updates keep the
+order a real run needs. This is the mechanism make_fx traces with; recording directly keeps the process groups
+and the order in which DDP's and FSDP2's hooks fire during backward, which is what overlap depends on.
+
+Tensor subclasses (DTensor) are let through first (NotImplemented), so what is recorded is each rank's local work.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import ProcessGroup
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
+
+from ..errors import UserError
+from .workload import COLLECTIVE, COMPUTE, WAIT, Op
+
+# PyTorch's collective ops -> (comm dialect collective, which tensor is the full buffer: "in" | "out")
+COLLECTIVE_OPS = {
+    "c10d.allreduce_": ("all_reduce", "in"),
+    "c10d.allreduce_coalesced_": ("all_reduce", "in"),
+    "c10d._allgather_base_": ("all_gather", "out"),
+    "c10d.allgather_into_tensor_coalesced_": ("all_gather", "out"),
+    "c10d._reduce_scatter_base_": ("reduce_scatter", "in"),
+    "c10d.reduce_scatter_tensor_coalesced_": ("reduce_scatter", "in"),
+    "c10d.alltoall_base_": ("all_to_all", "in"),
+    "_c10d_functional.all_reduce": ("all_reduce", "in"),
+    "_c10d_functional.all_reduce_": ("all_reduce", "in"),
+    "_c10d_functional.all_reduce_coalesced": ("all_reduce", "in"),
+    "_c10d_functional.all_gather_into_tensor": ("all_gather", "out"),
+    "_c10d_functional.all_gather_into_tensor_out": ("all_gather", "out"),
+    "_c10d_functional.all_gather_into_tensor_coalesced": ("all_gather", "out"),
+    "_c10d_functional.reduce_scatter_tensor": ("reduce_scatter", "in"),
+    "_c10d_functional.reduce_scatter_tensor_coalesced": ("reduce_scatter", "in"),
+    "_c10d_functional.all_to_all_single": ("all_to_all", "in"),
+}
+WAIT_OPS = ("_c10d_functional.wait_tensor",)
+# ops that only describe tensors or the profiler: no work, no dependency of their own
+SKIP_NAMESPACES = ("profiler", "prim")
+SKIP_OPS = ("aten._local_scalar_dense", "aten.lift_fresh", "aten.lift_fresh_copy")
+
+
+def _packet_name(func) -> str:
+    return f"{func.namespace}.{func._schema.name.split('::', 1)[1]}"
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+def _written_args(func, args, kwargs) -> list[torch.Tensor]:
+    """The tensors an in-place or out= op writes, from its schema's alias annotations."""
+    written = []
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            value = args[i] if i < len(args) else kwargs.get(a.name)
+            written += _tensors(value)
+    return written
+
+
+def _group_of(args) -> tuple[str, tuple[int, ...]]:
+    """(name, ranks) of the process group a collective runs on: a ProcessGroup object (c10d.*) or the name of a
+    registered group (_c10d_functional.*, always the op's last string argument)."""
+    for a in args:
+        if isinstance(a, torch.ScriptObject) and "ProcessGroup" in str(a._type()):
+            pg = ProcessGroup.unbox(a)
+            return pg.group_name, tuple(dist.get_process_group_ranks(pg))
+    names = [a for a in args if isinstance(a, str)]
+    if names:
+        from torch.distributed.distributed_c10d import _resolve_process_group
+        pg = _resolve_process_group(names[-1])
+        return pg.group_name, tuple(dist.get_process_group_ranks(pg))
+    raise UserError("a collective without a process group argument: cannot tell which ranks take part")
+
+
+class StepRecorder(TorchDispatchMode):
+    """Collects the ops dispatched while active into `self.ops` (one rank's program)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[Op] = []
+        self._writer: dict[int, int] = {}   # storage -> index of the last op that wrote it
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        # a tensor subclass (DTensor) handles the op first; its local ops then come back here
+        if any(t is not torch.Tensor and not issubclass(t, FakeTensor) for t in types):
+            return NotImplemented
+        out = func(*args, **kwargs)
+        name = _packet_name(func)
+        if func.namespace in SKIP_NAMESPACES or name in SKIP_OPS:
+            return out
+        inputs, outputs = _tensors((args, kwargs)), _tensors(out)
+        mutates = any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
+        if func.is_view and not mutates:
+            return out  # a view aliases its input's storage: later readers already depend on its writer
+        deps = sorted({self._writer[s] for s in map(_storage, inputs + outputs) if s in self._writer})
+        if name in COLLECTIVE_OPS:
+            op = self._collective(name, args, inputs, outputs, deps)
+        elif name in WAIT_OPS:
+            op = Op(str(func), WAIT, deps)
+        elif name.startswith(("c10d.", "_c10d_functional.")):
+            raise UserError(f"the step calls {name}, which astra-compile cannot schedule yet (supported: "
+                            "all_reduce, reduce_scatter, all_gather, all_to_all); for DDP pass "
+                            "broadcast_buffers=False")
+        else:
+            flops = 0
+            if func._overloadpacket in flop_registry:
+                flops = int(flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
+            op = Op(str(func), COMPUTE, deps, flops=flops,
+                    bytes=sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs)))
+        self.ops.append(op)
+        for s in map(_storage, outputs + (_written_args(func, args, kwargs) if mutates else [])):
+            self._writer[s] = len(self.ops) - 1
+        return out
+
+    def _collective(self, name, args, inputs, outputs, deps) -> Op:
+        kind, buffer = COLLECTIVE_OPS[name]
+        group_name, ranks = _group_of(args)
+        if name.startswith("c10d."):
+            # c10d ops take (output, input, ...) for gathers/scatters and (tensors, ...) for all-reduce; their
+            # outputs repeat the tensors they fill
+            tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
+            if kind == "all_reduce":
+                full = tensors
+            else:
+                full = tensors[:1] if buffer == "out" else tensors[1:2]
+                if "coalesced" in name:
+                    half = len(tensors) // 2
+                    full = tensors[:half] if buffer == "out" else tensors[half:]
+        else:
+            full = outputs if buffer == "out" else inputs
+        return Op(name, COLLECTIVE, deps, bytes=sum(map(_nbytes, full)), collective=kind,
+                  group=tuple(sorted(ranks)), group_name=group_name)

@@ -1,0 +1,36 @@
+"""The frontends' common output: one training step as a dependency graph of compute ops and collectives per rank.
+
+Both frontends produce a `Workload`: the PyTorch capture (capture.py, one program that stands for every rank of
+an SPMD job) and the execution-trace importer (et_import.py, one program per recorded rank). The workload dialect
+(dialects/workload.py) turns it into MLIR; nothing downstream reads this object except that conversion.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
+# the collectives the comm dialect lowers; the frontends map PyTorch's names onto these
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+
+
+@dataclass
+class Op:
+    name: str                      # what ran: "aten.mm.default", "c10d.allreduce_", ...
+    kind: str                      # COMPUTE | COLLECTIVE | WAIT (a wait blocks compute until its collective ends)
+    deps: list[int] = field(default_factory=list)   # indices of earlier ops of the same program
+    flops: int = 0                 # compute: floating-point operations (torch.utils.flop_counter)
+    bytes: int = 0                 # compute: bytes read + written; collective: full-buffer size (DESIGN.md)
+    collective: str = ""           # one of COLLECTIVES
+    group: tuple[int, ...] = ()    # collective: ranks of its process group, ascending
+    group_name: str = ""           # collective: the process group's name ("dp", "tp", "0", ...)
+
+
+@dataclass
+class Workload:
+    world_size: int
+    programs: dict[int, list[Op]]  # rank -> its ops in issue order (deps point backwards)
+    source: str = ""               # the model file or trace it came from
+    spmd: bool = False             # True: programs holds one rank whose program stands for every rank
+
+    def collectives(self, rank: int) -> list[Op]:
+        return [op for op in self.programs[rank] if op.kind == COLLECTIVE]

@@ -1,0 +1,146 @@
+"""Compile a captured or imported workload: workload MLIR -> comm schedules per collective -> workload engine.
+
+    Workload (frontend) --to_module--> wl + comm MLIR (`--emit mlir`)
+        --each distinct collective (kind, bytes, topology dims)--> the comm pipeline of driver.py, lowered to
+          schedule tables and executed by the chosen network runtime -> its time
+        --program tables (numpy) + those times--> runtime.workload_engine -> step time, compute, exposed comm
+
+A process group maps onto the topology dimensions its ranks span (group_dims); the comm passes then schedule the
+collective over exactly those dimensions, for every group of the same shape at once.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import driver
+from .dialects import workload as wl
+from .errors import UserError
+from .frontend.workload import COLLECTIVE, COMPUTE, Workload
+from .runtime.workload_engine import ProgramTable, Roofline, run_workload, WorkloadError
+from .topology import Topology
+
+KIND_CODE = {"compute": 0, "wait": 2}
+
+
+def group_dims(topology: Topology, ranks) -> list[int]:
+    """The topology dimensions a process group spans. Its ranks must be every NPU that differs from one member
+    only in those dimensions (a mesh axis covers whole dimensions; docs/workloads.md)."""
+    ranks = sorted(set(int(r) for r in ranks))
+    if any(not 0 <= r < topology.npus for r in ranks):
+        raise UserError(f"process group {_show(ranks)} names ranks outside the topology's {topology.npus} NPUs")
+    coords = topology.coords_array()[ranks]
+    dims = [d for d in range(topology.ndims) if len(np.unique(coords[:, d])) > 1]
+    whole = all(len(np.unique(coords[:, d])) == topology.shape[d] for d in dims)
+    if not whole or len(ranks) != math.prod(topology.shape[d] for d in dims):
+        raise UserError(f"process group {_show(ranks)} does not span whole dimensions of {topology.name} "
+                        f"{'x'.join(map(str, topology.shape))}: give a --mesh whose axes match the topology's "
+                        "dimensions (the last mesh axis takes dimension 0)")
+    return dims
+
+
+def _show(ranks) -> str:
+    return "[" + ",".join(map(str, ranks[:6])) + (",...]" if len(ranks) > 6 else "]")
+
+
+def to_module(ctx, workload: Workload, topology: Topology):
+    """The workload as MLIR: one nested module per rank program, collectives as comm ops bound to dimensions."""
+    if workload.world_size != topology.npus:
+        raise UserError(f"the workload has {workload.world_size} ranks but {topology.name} has {topology.npus} NPUs")
+    module = wl.new_workload_module(ctx, topology.to_dict(), workload.world_size, workload.spmd, workload.source)
+    for rank, ops in sorted(workload.programs.items()):
+        groups = {op.group_name: list(op.group) for op in ops if op.kind == COLLECTIVE}
+        with ctx, wl.ir.Location.unknown():
+            ip = wl.add_program(module, rank, groups)
+            values = []
+            for i, op in enumerate(ops):
+                deps = [values[d] for d in op.deps]
+                if op.kind == COMPUTE:
+                    made = wl.create_compute(op.name, op.flops, op.bytes, deps, ip)
+                elif op.kind == COLLECTIVE and len(op.group) > 1:
+                    made = wl.create_collective(op.collective, op.bytes, group_dims(topology, op.group),
+                                                f"{op.collective}_{i}", op.group_name, deps, ip)
+                else:  # a wait, or a collective on a group of one rank (nothing to move): a point of order only
+                    made = wl.create_wait(op.name, deps, ip)
+                values.append(made.results[0])
+    return module
+
+
+@dataclass
+class CollectiveTime:
+    time_ns: float
+    algorithm: str
+
+
+@dataclass
+class WorkloadOptions:
+    scheduler: str = driver.DEFAULT_SCHEDULER
+    defaults: dict = field(default_factory=dict)          # chunks, algorithm (as the collective CLI takes them)
+    run: driver.RunOptions = field(default_factory=driver.RunOptions)
+    roofline: Roofline = field(default_factory=Roofline)
+
+
+def time_collectives(module, topology: Topology, opts: WorkloadOptions) -> dict[tuple, CollectiveTime]:
+    """Compile and run each distinct (kind, bytes, dims) collective of the module once."""
+    ctx = driver.comm.new_context()
+    times: dict[tuple, CollectiveTime] = {}
+    for prog in wl.programs(module):
+        for op in prog.ops:
+            if op.kind in ("compute", "wait"):
+                continue
+            key = (op.kind, int(op.attrs["bytes"]), tuple(op.attrs["dims"]))
+            if key in times:
+                continue
+            one = driver.build_module(ctx, topology, key[0], key[1], list(key[2]))
+            compiled = driver.compile_schedule(str(one), ctx, topology, opts.scheduler, opts.defaults, opts.run)
+            stages = []
+            for s in compiled.report["collectives"][0]["stages"]:
+                label = f"{s['algorithm']}@{'all' if s['dim'] == -1 else s['dim']}"
+                if label not in stages:
+                    stages.append(label)
+            times[key] = CollectiveTime(compiled.result.total_ns, ",".join(stages))
+    return times
+
+
+def program_tables(module, times: dict[tuple, CollectiveTime]) -> tuple[list[ProgramTable], list]:
+    """Numpy program tables for the workload engine, one per rank, and the programs they came from."""
+    progs = wl.programs(module)
+    sync_ids: dict[tuple, int] = {}
+    tables = []
+    for prog in progs:
+        n = len(prog.ops)
+        kind, flops, nbytes = np.zeros(n, np.int8), np.zeros(n), np.zeros(n)
+        duration, stream = np.zeros(n), np.zeros(n, np.int32)
+        sync, size = np.full(n, -1, np.int64), np.ones(n, np.int64)
+        streams, seq = {}, {}
+        for i, op in enumerate(prog.ops):
+            if op.kind in KIND_CODE:
+                kind[i] = KIND_CODE[op.kind]
+                flops[i], nbytes[i] = op.attrs.get("flops", 0), op.attrs.get("bytes", 0)
+                continue
+            group = op.attrs["wl.group"]
+            ranks = tuple(prog.groups[group])
+            kind[i] = 1
+            duration[i] = times[(op.kind, int(op.attrs["bytes"]), tuple(op.attrs["dims"]))].time_ns
+            stream[i] = streams.setdefault(group, len(streams) + 1)
+            k = seq[ranks] = seq.get(ranks, -1) + 1  # the k-th collective of this group matches across ranks
+            sync[i] = sync_ids.setdefault((ranks, k), len(sync_ids))
+            size[i] = len(ranks)
+        ptr = np.zeros(n + 1, np.int64)
+        ptr[1:] = np.cumsum([len(op.deps) for op in prog.ops])
+        idx = np.asarray([d for op in prog.ops for d in op.deps], np.int64)
+        tables.append(ProgramTable(prog.rank, kind, flops, nbytes, duration, stream, sync, size, ptr, idx))
+    return tables, progs
+
+
+def run(module, topology: Topology, opts: WorkloadOptions):
+    times = time_collectives(module, topology, opts)
+    tables, progs = program_tables(module, times)
+    spmd = bool(driver.comm.attrs(module).get("wl.spmd", False))
+    try:
+        result = run_workload(tables, opts.roofline, spmd)
+    except WorkloadError as e:
+        raise UserError(str(e)) from None
+    return result, times, progs

@@ -1,0 +1,100 @@
+"""The per-step report of a workload: total time, compute, exposed communication, and every collective.
+
+`WorkloadReport.to_dict()` is what `--json` prints; `format()` is the text report.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .units import format_size
+
+
+@dataclass
+class WorkloadReport:
+    data: dict
+    mlir: str = ""          # the workload module as compiled (wl + comm dialects)
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+    @property
+    def total_time_us(self) -> float:
+        return self.data["total_time_us"]
+
+    @property
+    def compute_time_us(self) -> float:
+        return self.data["compute_time_us"]
+
+    @property
+    def exposed_comm_time_us(self) -> float:
+        return self.data["exposed_comm_time_us"]
+
+    @property
+    def collectives(self) -> list[dict]:
+        return self.data["collectives"]
+
+    def to_dict(self) -> dict:
+        return self.data
+
+    def format(self) -> str:
+        return format_report(self.data)
+
+
+def make_report(module_info: dict, result, times, progs, rank: int = 0) -> WorkloadReport:
+    """Report rank `rank`'s step (any rank of an SPMD workload); the step time is the slowest rank's."""
+    prog = next(p for p in progs if p.rank == rank)
+    r = result.ranks[rank]
+    calls = []
+    for i, op in enumerate(prog.ops):
+        if op.kind in ("compute", "wait"):
+            continue
+        key = (op.kind, int(op.attrs["bytes"]), tuple(op.attrs["dims"]))
+        group = op.attrs["wl.group"]
+        calls.append({"op": i, "kind": op.kind, "group": group, "group_size": len(prog.groups[group]),
+                      "dims": list(key[2]), "bytes": key[1], "algorithm": times[key].algorithm,
+                      "time_us": times[key].time_ns / 1e3, "start_us": r.start_ns[i] / 1e3,
+                      "end_us": r.end_ns[i] / 1e3})
+    flops = sum(int(op.attrs.get("flops", 0)) for op in prog.ops if op.kind == "compute")
+    data = {**module_info,
+            "total_time_us": result.total_ns / 1e3, "compute_time_us": r.compute_ns / 1e3,
+            "exposed_comm_time_us": (result.total_ns - r.compute_ns) / 1e3, "comm_time_us": r.comm_ns / 1e3,
+            "ops": len(prog.ops), "flops": flops, "collectives": calls, "collective_summary": summarize(calls)}
+    return WorkloadReport(data)
+
+
+def summarize(calls: list[dict]) -> list[dict]:
+    """Calls grouped by (kind, group, bytes), in order of first appearance."""
+    rows: dict[tuple, dict] = {}
+    for c in calls:
+        key = (c["kind"], c["group"], c["bytes"])
+        row = rows.setdefault(key, {k: c[k] for k in ("kind", "group", "group_size", "dims", "bytes", "algorithm",
+                                                          "time_us")} | {"count": 0, "total_us": 0.0})
+        row["count"] += 1
+        row["total_us"] += c["time_us"]
+    return list(rows.values())
+
+
+def format_report(d: dict) -> str:
+    lines = [
+        f"workload        {d['source']} ({d['ops']} ops, {d['flops'] / 1e12:.3f} TFLOP per rank)",
+        f"topology        {d['topology']} ({d['npus']} NPUs)" + (f", mesh {d['mesh']}" if d.get("mesh") else ""),
+        f"runtime         {d['backend']} network, scheduler {d['scheduler']}; compute roofline "
+        f"{d['peak_tflops']:g} TFLOPS, {d['mem_bw_gbps']:g} GB/s",
+        "",
+        f"step time       {d['total_time_us']:.3f} us",
+        f"compute         {d['compute_time_us']:.3f} us",
+        f"exposed comm    {d['exposed_comm_time_us']:.3f} us  (communication {d['comm_time_us']:.3f} us in all, "
+        f"{max(0.0, d['comm_time_us'] - d['exposed_comm_time_us']):.3f} us hidden under compute)",
+        "",
+    ]
+    head = ("collective", "group", "ranks", "dims", "size", "count", "algorithm", "us each", "us total")
+    rows = [head] + [(s["kind"], s["group"], str(s["group_size"]), ",".join(map(str, s["dims"])),
+                      format_size(s["bytes"]), str(s["count"]), s["algorithm"], f"{s['time_us']:.3f}",
+                      f"{s['total_us']:.3f}") for s in d["collective_summary"]]
+    if len(rows) == 1:
+        return "\n".join(lines + ["no collectives"])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    left = (0, 1, 6)
+    lines += ["  ".join(v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
+              .rstrip() for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,27 @@
+// The workload dialect: one training step as compute ops and collectives joined by completion tokens.
+// Collectives are the comm dialect's own ops (comm.all_reduce, ...), so the comm passes run on them unchanged;
+// this dialect adds the compute side. Tokens are !comm.token so both dialects' ops can wait on each other.
+// A workload module holds one nested builtin.module per rank program (attribute wl.rank); an SPMD capture holds
+// one program that stands for every rank (wl.spmd on the outer module).
+// Every attribute has its own constraint variable: IRDL unifies uses of one variable, so a shared %int would
+// force equal values.
+irdl.dialect @wl {
+  // Work on the compute stream: `flops` floating-point operations touching `bytes` bytes of memory.
+  irdl.operation @compute {
+    %flops = irdl.base "#builtin.integer"
+    %bytes = irdl.base "#builtin.integer"
+    %name = irdl.base "#builtin.string"
+    %tok = irdl.base "!comm.token"
+    irdl.operands(deps: variadic %tok)
+    irdl.results(done: %tok)
+    irdl.attributes { "flops" = %flops, "bytes" = %bytes, "name" = %name }
+  }
+  // The compute stream blocks until its operands (collectives) are done: torch's wait_tensor / work.wait().
+  irdl.operation @wait {
+    %name = irdl.base "#builtin.string"
+    %tok = irdl.base "!comm.token"
+    irdl.operands(deps: variadic %tok)
+    irdl.results(done: %tok)
+    irdl.attributes { "name" = %name }
+  }
+}

@@ -1,0 +1,118 @@
+"""The `wl` (workload) dialect: one training step per rank as compute ops and collectives joined by tokens.
+
+Defined in IRDL (workload.irdl.mlir). Collectives are comm dialect ops carrying two discardable attributes,
+`wl.group` (the process group's name) and `wl.stream` (the communication stream it runs on), so the comm passes
+see ordinary comm ops. Layout of a module:
+
+    module attributes {comm.topology = ..., wl.world_size = 64, wl.spmd = true, wl.source = "model.py"} {
+      module attributes {wl.rank = 0 : i64, wl.groups = {dp = array<i64: 0, 8, ...>, tp = ...}} {
+        %0 = "wl.compute"() {name = "aten.mm.default", flops = ..., bytes = ...} : () -> !comm.token
+        %1 = "comm.all_reduce"(%0) {bytes = ..., dims = array<i64: 0>, name = "all_reduce_1", wl.group = "tp"} ...
+        %2 = "wl.wait"(%1) {name = "_c10d_functional.wait_tensor.default"} ...
+      }
+    }
+
+This file only builds and reads modules; the frontends decide what goes in.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from torch_mlir import ir
+from torch_mlir.dialects import irdl
+
+from . import comm
+
+_IRDL_FILE = os.path.join(os.path.dirname(__file__), "workload.irdl.mlir")
+COMPUTE, WAIT = "wl.compute", "wl.wait"
+
+
+def new_context() -> ir.Context:
+    """A context with the comm and wl dialects loaded."""
+    ctx = comm.new_context()
+    with ctx, ir.Location.unknown():
+        with open(_IRDL_FILE) as f:
+            irdl.load_dialects(ir.Module.parse(f.read()))
+    return ctx
+
+
+def new_workload_module(ctx: ir.Context, topology: dict, world_size: int, spmd: bool, source: str) -> ir.Module:
+    module = comm.new_module(ctx)
+    with ctx, ir.Location.unknown():
+        comm.set_topology(module, topology)
+        for name, value in (("wl.world_size", world_size), ("wl.spmd", spmd), ("wl.source", source)):
+            comm.set_attr(module, name, value)
+    return module
+
+
+def add_program(module: ir.Module, rank: int, groups: dict[str, list[int]]) -> ir.InsertionPoint:
+    """A nested module for one rank's program; returns the insertion point for its ops."""
+    with module.context, ir.Location.unknown():
+        prog = ir.Operation.create("builtin.module", regions=1, ip=ir.InsertionPoint(module.body))
+        prog.regions[0].blocks.append()
+        prog.attributes["wl.rank"] = comm.to_attr(int(rank))
+        prog.attributes["wl.groups"] = ir.DictAttr.get({n: comm.to_attr([int(r) for r in ranks])
+                                                        for n, ranks in sorted(groups.items())})
+        return ir.InsertionPoint(prog.regions[0].blocks[0])
+
+
+def create_compute(name: str, flops: int, nbytes: int, deps, ip) -> ir.Operation:
+    return ir.Operation.create(COMPUTE, results=[comm.token_type()], operands=list(deps), ip=ip,
+                               attributes={"name": comm.to_attr(name), "flops": comm.to_attr(int(flops)),
+                                           "bytes": comm.to_attr(int(nbytes))})
+
+
+def create_wait(name: str, deps, ip) -> ir.Operation:
+    return ir.Operation.create(WAIT, results=[comm.token_type()], operands=list(deps), ip=ip,
+                               attributes={"name": comm.to_attr(name)})
+
+
+def create_collective(kind: str, nbytes: int, dims: list[int], name: str, group: str, deps, ip) -> ir.Operation:
+    op = comm.create(kind, {"bytes": int(nbytes), "dims": list(dims), "name": name}, deps, ip)
+    op.attributes["wl.group"] = comm.to_attr(group)
+    return op
+
+
+# ---- reading ----------------------------------------------------------------------------------------------------
+
+@dataclass
+class ProgramOp:
+    kind: str           # "compute" | "wait" | a comm collective name ("all_reduce", ...)
+    name: str
+    attrs: dict
+    deps: list[int]     # indices of earlier ops in the same program
+
+
+@dataclass
+class Program:
+    rank: int
+    groups: dict[str, list[int]]
+    ops: list[ProgramOp]
+
+
+def is_workload(module: ir.Module) -> bool:
+    return "wl.world_size" in comm.attrs(module)
+
+
+def programs(module: ir.Module) -> list[Program]:
+    """Every rank program of a workload module, ops in issue order with their dependencies as indices."""
+    out = []
+    for outer in module.body.operations:
+        op = outer.operation
+        if op.name != "builtin.module":
+            continue
+        a = comm.attrs(op)
+        groups_attr = op.attributes["wl.groups"]
+        groups = {}
+        for named in groups_attr:  # DictAttr iteration yields NamedAttributes
+            groups[named.name] = comm.from_attr(named.attr)
+        index, ops = {}, []  # SSA values hash and compare by identity in these bindings
+        for inner in op.regions[0].blocks[0].operations:
+            o = inner.operation
+            kind = {COMPUTE: "compute", WAIT: "wait"}.get(o.name) or comm.short_name(o)
+            deps = [index[v] for v in o.operands]
+            index[o.results[0]] = len(ops)
+            ops.append(ProgramOp(kind, comm.attrs(o).get("name", ""), comm.attrs(o), deps))
+        out.append(Program(int(a["wl.rank"]), groups, ops))
+    return out
