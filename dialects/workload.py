@@ -116,3 +116,7 @@ def programs(module: ir.Module) -> list[Program]:
             ops.append(ProgramOp(kind, comm.attrs(o).get("name", ""), comm.attrs(o), deps))
         out.append(Program(int(a["wl.rank"]), groups, ops))
     return out
+
+
+def parse_module(text: str, ctx: ir.Context, source: str = "<input>") -> ir.Module:
+    return comm.parse_module(text, ctx, source)

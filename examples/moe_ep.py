@@ -57,11 +57,10 @@ def parallelize(model, mesh):
     ep_group, dp_group = mesh["ep"].get_group(), mesh["dp"].get_group()
     for layer in model.layers:
         layer.ep_group = ep_group
-        layer.expert = DistributedDataParallel(layer.expert, process_group=dp_group, broadcast_buffers=False)
-    model.mix = DistributedDataParallel(model.mix, process_group=dist.group.WORLD, broadcast_buffers=False)
+        layer.expert = DistributedDataParallel(layer.expert, process_group=dp_group)
+    model.mix = DistributedDataParallel(model.mix, process_group=dist.group.WORLD)
     for layer in model.layers:  # routers are shared by all ranks, like mix
-        layer.router = DistributedDataParallel(layer.router, process_group=dist.group.WORLD,
-                                               broadcast_buffers=False)
+        layer.router = DistributedDataParallel(layer.router, process_group=dist.group.WORLD)
     return model
 
 

@@ -80,10 +80,16 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
                 stage = "optimizer(parameters)"
                 opt = spec.optimizer(model.parameters()) if spec.optimizer else torch.optim.AdamW(model.parameters())
 
-            def step():
+            def step(recorder=None):
+                def phase(name):
+                    if recorder is not None:
+                        recorder.phase = name
+                phase("forward")
                 out = model(*inputs)
                 loss = spec.loss(out) if spec.loss else _first_tensor(out).sum()
+                phase("backward")
                 loss.backward()
+                phase("optimizer")
                 opt.step()
                 opt.zero_grad(set_to_none=True)
 
@@ -96,7 +102,7 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
             stage = "the recorded training step"
             recorder = StepRecorder()
             with fake, recorder:
-                step()
+                step(recorder)
         except UserError:
             raise
         except Exception as e:  # the user's model failed to build or trace: bad input, one line

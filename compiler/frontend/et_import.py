@@ -113,8 +113,11 @@ def load_traces(paths: list[str], world_size: int | None = None) -> Workload:
 def _read(path: str) -> dict:
     p = Path(path)
     if not p.is_file():
-        raise UserError(f"{path}: no such file")
-    text = p.read_text(errors="replace")
+        raise UserError(f"{path}: " + ("not a file" if p.exists() else "no such file"))
+    try:
+        text = p.read_text(errors="replace")
+    except OSError as e:
+        raise UserError(f"{path}: cannot read it ({e.strerror})") from None
     if not text.strip():
         raise UserError(f"{path}: empty file, not an execution trace")
     try:
@@ -157,9 +160,10 @@ class _Trace:
                     groups = {str(c["pg_name"]): (list(c["ranks"]) or None, int(c["group_size"])) for c in configs}
                 except (KeyError, IndexError, TypeError, ValueError):
                     self.fail(f"unreadable process-group record in node {node.get('id')}")
-                world = [n for n, (ranks, _) in groups.items() if ranks is None]
-                self.world_size = max(size for _, size in groups.values())
-                return {n: ranks for n, (ranks, _) in groups.items()}, (world[0] if world else "0")
+                # the default group (ranks []) spans the world
+                world = [n for n, (ranks, _) in groups.items() if ranks is None] or ["0"]
+                self.world_size = groups[world[0]][1] if world[0] in groups else None
+                return {n: ranks for n, (ranks, _) in groups.items()}, world[0]
         self.world_size = None
         return {}, "0"
 
@@ -224,6 +228,14 @@ def _ranks(traces: list[_Trace], world: int, spmd: bool) -> list[int]:
 # ---------------------------------------------------------------------------------------------- nodes -> ops
 
 
+def _well_formed(n) -> bool:
+    return (isinstance(n, dict) and isinstance(n.get("id"), int) and isinstance(n.get("name"), str)
+            and isinstance(n.get("ctrl_deps"), int)
+            and all(isinstance(n.get(side), dict) and all(isinstance(n[side].get(k), list)
+                                                         for k in ("values", "shapes", "types"))
+                    for side in ("inputs", "outputs")))
+
+
 def _attr(node: dict, key: str):
     for a in node.get("attrs") or ():
         if a.get("name") == key:
@@ -273,7 +285,11 @@ def _schema(node: dict):
 class _Builder:
     def __init__(self, trace: _Trace, world: int):
         self.trace, self.world = trace, world
-        nodes = [n for n in trace.data["nodes"] if isinstance(n, dict)]
+        nodes = trace.data["nodes"]
+        for i, n in enumerate(nodes):
+            if not _well_formed(n):
+                trace.fail(f"malformed node #{i} (id {n.get('id') if isinstance(n, dict) else '?'}): expected id, "
+                           "name, ctrl_deps, inputs/outputs with values, shapes and types")
         self.nodes = sorted(nodes, key=lambda n: n["id"])
         self.byid = {n["id"]: n for n in self.nodes}
         self.children = defaultdict(list)

@@ -9,7 +9,7 @@ the file's parallelize(module, mesh).
 """
 from __future__ import annotations
 
-import fnmatch
+import re
 import warnings
 
 import torch.distributed as dist
@@ -41,7 +41,7 @@ def check_mesh(axes: dict[str, int], world_size: int) -> None:
     for n in axes.values():
         total *= n
     if total != world_size:
-        shape = "x".join(f"{k}={v}" for k, v in axes.items())
+        shape = ",".join(f"{k}={v}" for k, v in axes.items())
         raise UserError(f"mesh {shape} has {total} ranks but the topology has {world_size} NPUs")
 
 
@@ -50,9 +50,17 @@ def build_mesh(axes: dict[str, int]):
     return init_device_mesh("cpu", tuple(axes.values()), mesh_dim_names=tuple(axes))
 
 
+def axis(mesh, name: str):
+    """The 1-D mesh of one axis (a 1-D mesh is its own axis; slicing it again makes a second, clashing mesh)."""
+    return mesh if mesh.ndim == 1 else mesh[name]
+
+
 def _matching(module, patterns) -> list:
+    """Submodules whose dotted name matches a pattern; `*` stands for one name segment (blocks.* is each block,
+    not every module inside one)."""
+    regexes = [re.compile(re.escape(p).replace(r"\*", r"[^.]+") + "$") for p in patterns]
     names = [n for n, _ in module.named_modules() if n]
-    return [module.get_submodule(n) for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    return [module.get_submodule(n) for n in names if any(r.match(n) for r in regexes)]
 
 
 def _tp_styles(plan: dict) -> dict:
@@ -81,20 +89,22 @@ def apply_builtin(module, mesh, axes: dict[str, int], tp_plan: dict | None, fsdp
             raise UserError("the mesh has a tp axis but the model file has no TP_PLAN and no parallelize()")
         from torch.distributed.tensor.parallel import parallelize_module
         try:
-            parallelize_module(module, mesh["tp"], _tp_styles(tp_plan))
+            parallelize_module(module, axis(mesh, "tp"), _tp_styles(tp_plan))
         except (RuntimeError, ValueError, AttributeError) as e:
             raise UserError(f"TP_PLAN does not fit the model: {e}") from None
     if axes.get("fsdp", 1) > 1:
         from torch.distributed.fsdp import fully_shard
+        fsdp_mesh = axis(mesh, "fsdp")
         for sub in _matching(module, fsdp_units or []):
-            fully_shard(sub, mesh=mesh["fsdp"])
-        fully_shard(module, mesh=mesh["fsdp"])
+            fully_shard(sub, mesh=fsdp_mesh)
+        fully_shard(module, mesh=fsdp_mesh)
     if axes.get("dp", 1) > 1:
         from torch.nn.parallel import DistributedDataParallel
         # buffers are not re-broadcast every step: that is a broadcast, which the comm dialect does not lower
         with warnings.catch_warnings():  # torch 2.15 calls the flag deprecated; its replacement still broadcasts
             warnings.simplefilter("ignore", FutureWarning)
-            module = DistributedDataParallel(module, device_mesh=mesh["dp"], broadcast_buffers=False)
+            module = DistributedDataParallel(module, device_mesh=axis(mesh, "dp"),
+                                             broadcast_buffers=False)
     return module
 
 

@@ -95,6 +95,7 @@ class StepRecorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.ops: list[Op] = []
+        self.phase = ""                     # set by the capture as the step moves on; stamped on every op
         self._writer: dict[int, int] = {}   # storage -> index of the last op that wrote it
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -125,6 +126,7 @@ class StepRecorder(TorchDispatchMode):
                 flops = int(flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
             op = Op(str(func), COMPUTE, deps, flops=flops,
                     bytes=sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs)))
+        op.phase = self.phase
         self.ops.append(op)
         for s in map(_storage, outputs + (_written_args(func, args, kwargs) if mutates else [])):
             self._writer[s] = len(self.ops) - 1

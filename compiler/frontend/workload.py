@@ -23,6 +23,7 @@ class Op:
     collective: str = ""           # one of COLLECTIVES
     group: tuple[int, ...] = ()    # collective: ranks of its process group, ascending
     group_name: str = ""           # collective: the process group's name ("dp", "tp", "0", ...)
+    phase: str = ""                # part of the step when captured: forward | backward | optimizer
 
 
 @dataclass

@@ -1,0 +1,108 @@
+"""`astra-compile model.py --topology ...`: the four examples, the workload MLIR, the API and bad input."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import astra_compile
+from astra_compile.dialects import workload as wl
+from astra_compile.errors import UserError
+from astra_compile.topology import parse_topology
+from astra_compile.workload_driver import group_dims
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+
+
+def example(name):
+    return os.path.join(EXAMPLES, name)
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "astra_compile.cli", *args], capture_output=True, text=True)
+
+
+def check_step(report):
+    assert report.total_time_us > 0 and report.compute_time_us > 0
+    assert report.exposed_comm_time_us == pytest.approx(report.total_time_us - report.compute_time_us)
+    assert 0 <= report.exposed_comm_time_us <= report["comm_time_us"] + 1e-6
+    for c in report.collectives:
+        assert c["start_us"] + c["time_us"] == pytest.approx(c["end_us"]) and c["end_us"] <= report.total_time_us
+
+
+def kinds(report, kind, group):
+    return [c for c in report.collectives if c["kind"] == kind and c["group"] == group]
+
+
+def test_mlp_data_parallel_example():
+    r = astra_compile.compile(example("mlp_dp.py"), "8x8_torus")
+    check_step(r)
+    ars = kinds(r, "all_reduce", "dp")
+    assert sum(c["bytes"] for c in ars) == 8 * (4096 * 4096 + 4096) * 4       # every parameter, once
+    assert all(c["group_size"] == 64 and c["dims"] == [0, 1] for c in ars)
+
+
+def test_gpt_tensor_and_data_parallel_example():
+    r = astra_compile.compile(example("gpt_tp_dp.py"), "8x8_torus")
+    check_step(r)
+    tp = kinds(r, "all_reduce", "tp")
+    assert len(tp) == 4 * 8 and {c["bytes"] for c in tp} == {4 * 1024 * 2048 * 4}   # 2 fwd + 2 bwd per layer
+    assert all(c["dims"] == [0] for c in tp) and all(c["dims"] == [1] for c in kinds(r, "all_reduce", "dp"))
+
+
+def test_resnet_data_parallel_example():
+    r = astra_compile.compile(example("resnet_dp.py"), "8x8_torus")
+    check_step(r)
+    assert r["flops"] > 1e11 and kinds(r, "all_reduce", "dp")
+
+
+def test_moe_expert_parallel_example_uses_all_to_all():
+    r = astra_compile.compile(example("moe_ep.py"), "8x8_torus")
+    check_step(r)
+    a2a = kinds(r, "all_to_all", "ep")
+    assert len(a2a) == 4 * 4 and all(c["dims"] == [0] for c in a2a)    # dispatch + combine, fwd + bwd, 4 layers
+    assert {c["bytes"] for c in a2a} == {4096 * 1024 * 4}
+
+
+def test_cli_json_report_and_workload_mlir(tmp_path):
+    out = cli(example("mlp_dp.py"), "--topology", "4x4_torus", "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    for key in ("total_time_us", "compute_time_us", "exposed_comm_time_us", "collectives"):
+        assert key in d
+    assert {"kind", "bytes", "group_size", "time_us"} <= set(d["collectives"][0])
+    mlir = tmp_path / "step.mlir"
+    out = cli(example("mlp_dp.py"), "--topology", "4x4_torus", "--emit", "mlir", "-o", str(mlir))
+    assert out.returncode == 0, out.stderr
+    ctx = wl.new_context()
+    module = wl.parse_module(mlir.read_text(), ctx)
+    progs = wl.programs(module)
+    assert len(progs) == 1 and progs[0].rank == 0
+    ops = progs[0].ops
+    assert sum(op.kind == "all_reduce" for op in ops) == len(d["collectives"])
+    assert all(dep < i for i, op in enumerate(ops) for dep in op.deps)
+    assert sum(op.attrs.get("flops", 0) for op in ops) == d["flops"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mesh", "dp=3"], "mesh dp=3 has 3 ranks but the topology has 16 NPUs"),
+    (["--mesh", "dp=2,tp=8"], "no TP_PLAN"),
+    (["--emit", "tables"], "--emit tables prints one collective's schedule"),
+    (["--collective", "all_reduce"], "--collective applies to single collectives"),
+])
+def test_cli_bad_workload_options_exit_2(args, message):
+    out = cli(example("mlp_dp.py"), "--topology", "4x4_torus", *args)
+    assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_group_dims_maps_mesh_axes_to_whole_dimensions():
+    topo = parse_topology("8x8_torus")
+    assert group_dims(topo, range(8)) == [0]
+    assert group_dims(topo, range(0, 64, 8)) == [1]
+    assert group_dims(topo, range(64)) == [0, 1]
+    assert group_dims(topo, range(8, 16)) == [0]
+    with pytest.raises(UserError, match="does not span whole dimensions"):
+        group_dims(topo, [0, 1, 8, 9])
+    with pytest.raises(UserError, match="does not span whole dimensions"):
+        group_dims(topo, range(16))          # half of dimension 1
