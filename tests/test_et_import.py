@@ -1,0 +1,290 @@
+"""The execution-trace importer on a real 4-rank recording (gloo on loopback) and on bad input.
+
+The recording runs once per session: four processes train a small model under DDP (one warm-up step), then record
+one training step plus explicit all_gather_into_tensor / reduce_scatter_tensor / all_to_all_single calls (and an
+all_reduce on the subgroup {0, 1}) with ExecutionTraceObserver. Expected values are computed here from the raw
+JSON and from the model's sizes, not by the importer.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from astra_compile.errors import UserError
+from astra_compile.frontend.et_import import load_traces
+from astra_compile.frontend.workload import COLLECTIVE, COMPUTE, WAIT
+
+WORLD = 4
+BATCH, IN, HIDDEN, OUT = 4, 32, 64, 16
+PARAM_BYTES = 4 * (IN * HIDDEN + HIDDEN + HIDDEN * OUT + OUT)  # float32 weights and biases
+AG, RS, A2A, PAIR_AR = 8, 2, 4, 3  # elements per rank of the explicit collectives
+
+WORKER = f"""
+import sys, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.profiler import ExecutionTraceObserver
+rank, store, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+torch.set_num_threads(1)
+dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size={WORLD})
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear({IN}, {HIDDEN}), torch.nn.ReLU(), torch.nn.Linear({HIDDEN}, {OUT}))
+ddp = DistributedDataParallel(model, bucket_cap_mb=4096 / 2**20)  # small buckets: several all-reduces
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+x = torch.randn({BATCH}, {IN})
+def step():
+    opt.zero_grad()
+    ddp(x).sum().backward()
+    opt.step()
+step()  # warm-up
+pair = dist.new_group([0, 1])
+et = ExecutionTraceObserver().register_callback(out)
+et.start()
+step()
+dist.all_gather_into_tensor(torch.empty({AG} * {WORLD}), torch.ones({AG}))
+dist.reduce_scatter_tensor(torch.empty({RS}), torch.ones({RS} * {WORLD}))
+dist.all_to_all_single(torch.empty({A2A} * {WORLD}), torch.ones({A2A} * {WORLD}))
+if rank < 2:
+    dist.all_reduce(torch.ones({PAIR_AR}), group=pair)
+et.stop()
+et.unregister_callback()
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    d = tmp_path_factory.mktemp("et")
+    (d / "worker.py").write_text(WORKER)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(d / "worker.py"), str(r), str(d / "store"),
+                               str(d / f"trace_rank{r}.json")], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(WORLD)]
+    logs = [p.communicate(timeout=180)[0] for p in procs]
+    for r, (p, log) in enumerate(zip(procs, logs)):
+        assert p.returncode == 0, f"rank {r} failed:\n{log}"
+    return [str(d / f"trace_rank{r}.json") for r in range(WORLD)]
+
+
+@pytest.fixture(scope="module")
+def workload(traces):
+    return load_traces(traces)
+
+
+# the test's own reading of the raw JSON: c10d op -> (kind, index of the full-buffer argument)
+RAW = {
+    "c10d::allreduce_": ("all_reduce", 0),
+    "c10d::broadcast_": ("all_reduce", 0),   # mapped: broadcast is an all-reduce where non-roots add zeros
+    "c10d::_allgather_base_": ("all_gather", 0),        # gathered output
+    "c10d::_reduce_scatter_base_": ("reduce_scatter", 1),  # input before scattering
+    "c10d::alltoall_base_": ("all_to_all", 1),           # input buffer
+}
+
+
+def raw_collectives(path):
+    nodes = sorted(json.load(open(path))["nodes"], key=lambda n: n["id"])
+    out = []
+    for n in nodes:
+        if n["name"].startswith("c10d::"):
+            kind, arg = RAW[n["name"]]
+            value = n["inputs"]["values"][arg]
+            tensors = value if isinstance(value[0], list) else [value]
+            out.append((kind, sum(t[3] * t[4] for t in tensors)))
+    return out
+
+
+def test_per_rank_collectives_match_the_raw_trace(workload, traces):
+    assert workload.world_size == WORLD and not workload.spmd
+    assert sorted(workload.programs) == list(range(WORLD))
+    for rank, path in enumerate(traces):
+        got = [(op.collective, op.bytes) for op in workload.collectives(rank)]
+        assert got == raw_collectives(path)
+        assert all(op.kind == COLLECTIVE for op in workload.collectives(rank))
+
+
+def test_ddp_and_explicit_collective_sizes(workload):
+    for rank in range(WORLD):
+        colls = workload.collectives(rank)
+        first_ag = next(i for i, op in enumerate(colls) if op.collective == "all_gather")
+        ddp = [op for op in colls[:first_ag] if op.name == "c10d.allreduce_"]
+        assert len(ddp) >= 2  # the small bucket cap splits the gradients
+        assert sum(op.bytes for op in ddp) == PARAM_BYTES
+        explicit = [(op.collective, op.bytes) for op in colls[first_ag:first_ag + 3]]
+        assert explicit == [("all_gather", 4 * AG * WORLD), ("reduce_scatter", 4 * RS * WORLD),
+                            ("all_to_all", 4 * A2A * WORLD)]
+
+
+def test_process_groups_and_ranks_from_file_names(traces):
+    shuffled = [traces[i] for i in (2, 0, 3, 1)]
+    w = load_traces(shuffled)
+    for rank in range(WORLD):
+        colls = w.collectives(rank)
+        pair = [op for op in colls if op.group == (0, 1)]
+        assert [(op.collective, op.bytes, op.group_name) for op in pair] == \
+            ([("all_reduce", 4 * PAIR_AR, "1")] if rank < 2 else [])
+        assert all(op.group == tuple(range(WORLD)) and op.group_name == "0" for op in colls if op not in pair)
+
+
+def test_single_file_stands_for_every_rank(traces, workload):
+    w = load_traces(traces[:1])
+    assert w.spmd and w.world_size == WORLD and list(w.programs) == [0]
+    assert [(o.collective, o.bytes) for o in w.collectives(0)] == \
+        [(o.collective, o.bytes) for o in workload.collectives(0)]
+    assert load_traces(traces[:1], world_size=WORLD).world_size == WORLD
+
+
+def test_compute_ops_have_flops_from_torch_formulas(workload):
+    ops = workload.programs[0]
+    linear = [op for op in ops if op.name == "aten.linear.default"]
+    assert [op.flops for op in linear] == [2 * BATCH * IN * HIDDEN, 2 * BATCH * HIDDEN * OUT]
+    # first linear reads x, W, b and writes y (float32)
+    assert linear[0].bytes == 4 * (BATCH * IN + IN * HIDDEN + HIDDEN + BATCH * HIDDEN)
+    mms = [op for op in ops if op.name == "aten.mm.default"]
+    assert mms and all(op.flops > 0 for op in mms)
+    # backward: dW1 = dH^T @ x is [HIDDEN, BATCH] @ [BATCH, IN]
+    assert 2 * HIDDEN * BATCH * IN in [op.flops for op in mms]
+    assert all(op.kind == COMPUTE for op in ops if op.name.startswith("aten."))
+    views = [op for op in ops if op.name in ("aten.t.default", "aten.view.default", "aten.detach.default")]
+    assert views and all(op.bytes == 0 and op.flops == 0 for op in views)
+
+
+def test_deps_point_backwards_and_follow_data(workload):
+    for rank, ops in workload.programs.items():
+        for i, op in enumerate(ops):
+            assert all(0 <= d < i for d in op.deps), (rank, i, op)
+        for op in workload.collectives(rank):
+            # every collective's buffer was produced by an earlier op of the step
+            assert op.deps, op
+        relu = next(i for i, op in enumerate(ops) if op.name == "aten.relu.default")
+        first_linear = next(i for i, op in enumerate(ops) if op.name == "aten.linear.default")
+        assert first_linear in ops[relu].deps
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+def one_line_error(paths, match, **kw):
+    with pytest.raises(UserError) as e:
+        load_traces(paths, **kw)
+    msg = str(e.value)
+    assert "\n" not in msg and match in msg, msg
+    return msg
+
+
+@pytest.mark.parametrize("name,content,problem", [
+    ("empty.json", "", "empty"),
+    ("text.json", "this is not json", "not JSON"),
+    ("list.json", "[1, 2, 3]", "not a PyTorch ExecutionTraceObserver trace"),
+    ("kineto.json", '{"traceEvents": []}', "Kineto"),
+    ("other.json", '{"schema": "1.1.1", "foo": 1}', "no 'nodes'"),
+    ("nonodes.json", '{"schema": "1.1.1", "nodes": []}', "no nodes"),
+    ("badnodes.json", '{"schema": "1.1.1", "nodes": [{"id": 1, "name": "x", "inputs": {"values": [1]},'
+                      ' "outputs": {}}]}', "malformed"),
+])
+def test_bad_files_raise_one_line(tmp_path, name, content, problem):
+    p = tmp_path / name
+    p.write_text(content)
+    assert name in one_line_error([str(p)], problem)
+
+
+def test_missing_file(tmp_path):
+    one_line_error([str(tmp_path / "nope_rank0.json")], "no such file")
+    one_line_error([], "no execution trace")
+
+
+def edited(src, dst, edit):
+    data = json.load(open(src))
+    edit(data["nodes"])
+    dst.write_text(json.dumps(data))
+    return str(dst)
+
+
+def test_unsupported_collective_is_named(traces, tmp_path):
+    def to_send(nodes):
+        n = next(n for n in nodes if n["name"] == "c10d::broadcast_")
+        n["name"] = "c10d::send"
+        for a in n["attrs"]:
+            if a["name"] == "op_schema":
+                a["value"] = "c10d::send(Tensor[] tensors, int dst, int tag) -> ()"
+    p = edited(traces[0], tmp_path / "trace_rank0.json", to_send)
+    one_line_error([p], "c10d::send is not supported")
+
+
+def test_world_size_disagreements(traces, tmp_path):
+    def eight(nodes):
+        n = next(n for n in nodes if n["name"] == "## process_group:init ##")
+        groups = json.loads(n["inputs"]["values"][0])
+        groups[0]["group_size"] = 8
+        n["inputs"]["values"][0] = json.dumps(groups)
+    p = edited(traces[1], tmp_path / "trace_rank1.json", eight)
+    one_line_error([traces[0], p, traces[2], traces[3]], "records world size 8")
+    one_line_error(traces[:3], "3 trace files for world size 4")
+    one_line_error(traces[:1], "records world size 4, not 8", world_size=8)
+    one_line_error([traces[0], traces[0], traces[2], traces[3]], "claim rank 0")
+
+
+def test_rank_traces_that_do_not_match(traces, tmp_path):
+    # rank 3 "missed" its all-to-all: the ranks' collectives no longer line up with any process group
+    def drop_all_to_all(nodes):
+        nodes[:] = [n for n in nodes if n["name"] != "c10d::alltoall_base_"]
+    p = edited(traces[3], tmp_path / "trace_rank3.json", drop_all_to_all)
+    one_line_error(traces[:3] + [p], "matches no process group")
+
+
+# ---------------------------------------------------------------------------------------------- hand-made traces
+
+
+def node(id_, name, parent, inputs=(), types=(), outputs=(), out_types=(), schema=""):
+    shapes = lambda vs: [[v[3]] if isinstance(v, list) and len(v) == 6 else [] for v in vs]  # noqa: E731
+    return {"id": id_, "name": name, "ctrl_deps": parent,
+            "inputs": {"values": list(inputs), "shapes": shapes(inputs), "types": list(types)},
+            "outputs": {"values": list(outputs), "shapes": shapes(outputs), "types": list(out_types)},
+            "attrs": [{"name": "op_schema", "type": "string", "value": schema}]}
+
+
+def pg_init(id_, parent):
+    groups = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [], "group_size": 4},
+              {"pg_name": "1", "pg_desc": "tp", "ranks": [0, 1], "group_size": 2}]
+    return node(id_, "## process_group:init ##", parent, [json.dumps(groups)], ["String"])
+
+
+def test_functional_collective_carries_its_group_and_wait(tmp_path):
+    x, y = [10, 11, 0, 6, 4, "cpu"], [12, 13, 0, 6, 4, "cpu"]
+    nodes = [
+        node(1, "[pytorch|profiler|execution_trace|thread]", 1),
+        pg_init(2, 1),
+        node(3, "aten::ones", 1, [[6]], ["GenericList[Int]"], [x], ["Tensor(float)"],
+             "aten::ones(SymInt[] size, *, ScalarType? dtype=None) -> Tensor"),
+        node(4, "_c10d_functional::all_reduce", 1, [x, "sum", "1"], ["Tensor(float)", "String", "String"],
+             [y], ["Tensor(float)"], "_c10d_functional::all_reduce(Tensor input, str reduce_op, str group_name) -> Tensor"),
+        node(5, "c10d::allreduce_", 4, [[y]], ["GenericList[Tensor(float)]"], [[y]], ["GenericList[Tensor(float)]"],
+             "c10d::allreduce_(Tensor[] tensors) -> Tensor[]"),  # nested in the functional op: not a second one
+        node(6, "_c10d_functional::wait_tensor", 1, [y], ["Tensor(float)"], [y], ["Tensor(float)"],
+             "_c10d_functional::wait_tensor(Tensor tensor) -> Tensor"),
+        node(7, "aten::relu", 1, [y], ["Tensor(float)"], [x], ["Tensor(float)"], "aten::relu(Tensor self) -> Tensor"),
+    ]
+    p = tmp_path / "fc.json"
+    p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
+    w = load_traces([str(p)])
+    assert w.spmd and w.world_size == 4
+    ops = w.programs[0]
+    assert [(op.name, op.kind) for op in ops] == [
+        ("aten.ones.default", COMPUTE), ("_c10d_functional.all_reduce", COLLECTIVE),
+        ("_c10d_functional.wait_tensor", WAIT), ("aten.relu.default", COMPUTE)]
+    ar = ops[1]
+    assert (ar.collective, ar.bytes, ar.group, ar.group_name, ar.deps) == ("all_reduce", 24, (0, 1), "1", [0])
+    assert ops[2].deps == [1] and ops[3].deps == [2]  # compute after the wait, the wait after the collective
+
+
+def test_all_gather_group_from_size_ratio(tmp_path):
+    # a c10d all-gather does not record its group; 24 gathered bytes from 12 means a group of 2
+    part, full = [10, 11, 0, 3, 4, "cpu"], [12, 13, 0, 6, 4, "cpu"]
+    nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1), pg_init(2, 1),
+             node(3, "c10d::_allgather_base_", 1, [full, part, "<Object>"], ["Tensor(float)", "Tensor(float)", "Object"],
+                  [full], ["Tensor(float)"], "c10d::_allgather_base_(Tensor output_tensor, Tensor input_tensor) -> Tensor")]
+    p = tmp_path / "trace_rank1.json"
+    p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
+    w = load_traces([str(p)])
+    (op,) = w.collectives(1)
+    assert (op.collective, op.bytes, op.group, op.group_name) == ("all_gather", 24, (0, 1), "1")
