@@ -288,3 +288,18 @@ def test_all_gather_group_from_size_ratio(tmp_path):
     w = load_traces([str(p)])
     (op,) = w.collectives(1)
     assert (op.collective, op.bytes, op.group, op.group_name) == ("all_gather", 24, (0, 1), "1")
+
+
+def test_cli_times_the_recorded_ranks_on_a_topology(traces, workload):
+    # 4 ranks on Ring(2)_Ring(2): the world group spans both dimensions, the subgroup {0,1} dimension 0
+    out = subprocess.run([sys.executable, "-m", "astra_compile.cli", *traces, "--topology", "Ring(2)_Ring(2)",
+                          "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    calls = report["collectives"]
+    assert [(c["kind"], c["bytes"]) for c in calls] == [(op.collective, op.bytes) for op in workload.collectives(0)]
+    assert {tuple(c["dims"]) for c in calls if c["group_size"] == 2} == {(0,)}
+    assert report["exposed_comm_time_us"] == pytest.approx(report["total_time_us"] - report["compute_time_us"])
+    bad = subprocess.run([sys.executable, "-m", "astra_compile.cli", *traces, "--topology", "Ring(8)"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "world size 4, not 8" in bad.stderr
