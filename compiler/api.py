@@ -72,7 +72,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     if rank not in result.ranks:
         raise UserError(f"rank {rank} is not among the workload's programs ({sorted(result.ranks)})")
     info = {"source": workload.source, "topology": topo.name, "npus": topo.npus,
-            "mesh": ",".join(f"{k}={v}" for k, v in mesh.items()) if mesh else "",
+            "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items()),
             "backend": backend, "scheduler": scheduler, "peak_tflops": peak_tflops, "mem_bw_gbps": mem_bw_gbps,
             "rank": rank}
     report = make_report(info, result, times, progs, rank)

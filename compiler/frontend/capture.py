@@ -110,7 +110,7 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
         names = axis_names(device_mesh, axes)
     for op in recorder.ops:
         op.group_name = names.get(op.group, op.group_name)
-    return Workload(world_size, {0: recorder.ops}, source=spec.path, spmd=True)
+    return Workload(world_size, {0: recorder.ops}, source=spec.path, spmd=True, mesh=axes)
 
 
 def axis_names(device_mesh, axes: dict[str, int]) -> dict[tuple, str]:

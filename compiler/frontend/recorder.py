@@ -97,6 +97,9 @@ class StepRecorder(TorchDispatchMode):
         self.ops: list[Op] = []
         self.phase = ""                     # set by the capture as the step moves on; stamped on every op
         self._writer: dict[int, int] = {}   # storage -> index of the last op that wrote it
+        # storages seen, kept alive while recording: a freed storage's address could come back for a new tensor
+        # and tie it to an unrelated writer (dependencies that change from run to run)
+        self._alive: list = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -128,8 +131,9 @@ class StepRecorder(TorchDispatchMode):
                     bytes=sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs)))
         op.phase = self.phase
         self.ops.append(op)
-        for s in map(_storage, outputs + (_written_args(func, args, kwargs) if mutates else [])):
-            self._writer[s] = len(self.ops) - 1
+        for t in outputs + (_written_args(func, args, kwargs) if mutates else []):
+            self._alive.append(t.untyped_storage())
+            self._writer[_storage(t)] = len(self.ops) - 1
         return out
 
     def _collective(self, name, args, inputs, outputs, deps) -> Op:

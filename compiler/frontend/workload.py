@@ -32,6 +32,7 @@ class Workload:
     programs: dict[int, list[Op]]  # rank -> its ops in issue order (deps point backwards)
     source: str = ""               # the model file or trace it came from
     spmd: bool = False             # True: programs holds one rank whose program stands for every rank
+    mesh: dict = field(default_factory=dict)   # device-mesh axes the capture used ({"dp": 8, "tp": 8})
 
     def collectives(self, rank: int) -> list[Op]:
         return [op for op in self.programs[rank] if op.kind == COLLECTIVE]
