@@ -19,10 +19,11 @@ from . import driver
 from .dialects import workload as wl
 from .errors import UserError
 from .frontend.workload import COLLECTIVE, COMPUTE, Workload
+from .runtime import workload_engine as engine
 from .runtime.workload_engine import ProgramTable, Roofline, run_workload, WorkloadError
 from .topology import Topology
 
-KIND_CODE = {"compute": 0, "wait": 2}
+KIND_CODE = {"compute": engine.COMPUTE, "wait": engine.WAIT}
 
 
 def group_dims(topology: Topology, ranks) -> list[int]:
@@ -68,6 +69,11 @@ def to_module(ctx, workload: Workload, topology: Topology):
     return module
 
 
+def collective_key(op) -> tuple:
+    """What a collective's schedule depends on: (kind, bytes, topology dims). Equal keys share one compilation."""
+    return op.kind, int(op.attrs["bytes"]), tuple(op.attrs["dims"])
+
+
 @dataclass
 class CollectiveTime:
     time_ns: float
@@ -90,7 +96,7 @@ def time_collectives(module, topology: Topology, opts: WorkloadOptions) -> dict[
         for op in prog.ops:
             if op.kind in ("compute", "wait"):
                 continue
-            key = (op.kind, int(op.attrs["bytes"]), tuple(op.attrs["dims"]))
+            key = collective_key(op)
             if key in times:
                 continue
             one = driver.build_module(ctx, topology, key[0], key[1], list(key[2]))
@@ -122,8 +128,8 @@ def program_tables(module, times: dict[tuple, CollectiveTime]) -> tuple[list[Pro
                 continue
             group = op.attrs["wl.group"]
             ranks = tuple(prog.groups[group])
-            kind[i] = 1
-            duration[i] = times[(op.kind, int(op.attrs["bytes"]), tuple(op.attrs["dims"]))].time_ns
+            kind[i] = engine.COLLECTIVE
+            duration[i] = times[collective_key(op)].time_ns
             stream[i] = streams.setdefault(group, len(streams) + 1)
             k = seq[ranks] = seq.get(ranks, -1) + 1  # the k-th collective of this group matches across ranks
             sync[i] = sync_ids.setdefault((ranks, k), len(sync_ids))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .units import format_size
+from .workload_driver import collective_key
 
 
 @dataclass
@@ -48,7 +49,7 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0) -> Workl
     for i, op in enumerate(prog.ops):
         if op.kind in ("compute", "wait"):
             continue
-        key = (op.kind, int(op.attrs["bytes"]), tuple(op.attrs["dims"]))
+        key = collective_key(op)
         group = op.attrs["wl.group"]
         calls.append({"op": i, "kind": op.kind, "group": group, "group_size": len(prog.groups[group]),
                       "dims": list(key[2]), "bytes": key[1], "algorithm": times[key].algorithm,

@@ -31,13 +31,17 @@ class IRError(Exception):
     """Malformed or invalid comm IR (one line: the CLI prints it and exits 2)."""
 
 
-def new_context() -> ir.Context:
-    """A fresh MLIR context with the comm dialect loaded from its IRDL definition."""
-    ctx = ir.Context()
+def load_irdl(ctx: ir.Context, path: str) -> ir.Context:
+    """Load the dialects an IRDL file defines into `ctx`."""
     with ctx, ir.Location.unknown():
-        with open(_IRDL_FILE) as f:
+        with open(path) as f:
             irdl.load_dialects(ir.Module.parse(f.read()))
     return ctx
+
+
+def new_context() -> ir.Context:
+    """A fresh MLIR context with the comm dialect loaded from its IRDL definition."""
+    return load_irdl(ir.Context(), _IRDL_FILE)
 
 
 def _first_error_line(err: Exception) -> str:

@@ -1,8 +1,8 @@
 """The `wl` (workload) dialect: one training step per rank as compute ops and collectives joined by tokens.
 
-Defined in IRDL (workload.irdl.mlir). Collectives are comm dialect ops carrying two discardable attributes,
-`wl.group` (the process group's name) and `wl.stream` (the communication stream it runs on), so the comm passes
-see ordinary comm ops. Layout of a module:
+Defined in IRDL (workload.irdl.mlir). Collectives are comm dialect ops carrying one discardable attribute,
+`wl.group` (the process group's name, a key of the program's `wl.groups`), so the comm passes see ordinary comm
+ops. Layout of a module:
 
     module attributes {comm.topology = ..., wl.world_size = 64, wl.spmd = true, wl.source = "model.py"} {
       module attributes {wl.rank = 0 : i64, wl.groups = {dp = array<i64: 0, 8, ...>, tp = ...}} {
@@ -20,7 +20,6 @@ import os
 from dataclasses import dataclass
 
 from torch_mlir import ir
-from torch_mlir.dialects import irdl
 
 from . import comm
 
@@ -30,11 +29,7 @@ COMPUTE, WAIT = "wl.compute", "wl.wait"
 
 def new_context() -> ir.Context:
     """A context with the comm and wl dialects loaded."""
-    ctx = comm.new_context()
-    with ctx, ir.Location.unknown():
-        with open(_IRDL_FILE) as f:
-            irdl.load_dialects(ir.Module.parse(f.read()))
-    return ctx
+    return comm.load_irdl(comm.new_context(), _IRDL_FILE)
 
 
 def new_workload_module(ctx: ir.Context, topology: dict, world_size: int, spmd: bool, source: str) -> ir.Module:
@@ -103,10 +98,8 @@ def programs(module: ir.Module) -> list[Program]:
         if op.name != "builtin.module":
             continue
         a = comm.attrs(op)
-        groups_attr = op.attributes["wl.groups"]
-        groups = {}
-        for named in groups_attr:  # DictAttr iteration yields NamedAttributes
-            groups[named.name] = comm.from_attr(named.attr)
+        # DictAttr iteration yields NamedAttributes
+        groups = {named.name: comm.from_attr(named.attr) for named in op.attributes["wl.groups"]}
         index, ops = {}, []  # SSA values hash and compare by identity in these bindings
         for inner in op.regions[0].blocks[0].operations:
             o = inner.operation
