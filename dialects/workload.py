@@ -86,10 +86,6 @@ class Program:
     ops: list[ProgramOp]
 
 
-def is_workload(module: ir.Module) -> bool:
-    return "wl.world_size" in comm.attrs(module)
-
-
 def programs(module: ir.Module) -> list[Program]:
     """Every rank program of a workload module, ops in issue order with their dependencies as indices."""
     out = []

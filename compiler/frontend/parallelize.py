@@ -128,15 +128,6 @@ def prepare_ddp(module) -> None:
         ddp.register_comm_hook(ddp.process_group, record_bucket_hook)
 
 
-def param_bytes(module) -> int:
-    """Bytes of this rank's parameters (the local shard of DTensor parameters)."""
-    total = 0
-    for p in module.parameters():
-        local = p.to_local() if hasattr(p, "to_local") else p
-        total += local.numel() * local.element_size()
-    return total
-
-
 class skip_cross_rank_checks:
     """DDP's constructor compares parameter shapes across ranks by reading tensor data, which fake tensors do
     not have; with one process standing for all ranks the check has nothing to compare."""
