@@ -28,8 +28,8 @@ def utilisation(spec, bw, lat, chunks, scheduler, intra, active) -> float:
     topo = parse_topology(spec, bw, lat)
     ctx = comm.new_context()
     source = str(driver.build_module(ctx, topo, "all_reduce", 2 ** 30))
-    return driver.compile_schedule(source, ctx, topo, scheduler, {"chunks": chunks}, intra, active).report[
-        "bw_utilization"]
+    run = driver.RunOptions(intra=intra, active_chunks=active)
+    return driver.compile_schedule(source, ctx, topo, scheduler, {"chunks": chunks}, run).report["bw_utilization"]
 
 
 def main() -> None:

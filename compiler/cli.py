@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--compare", action="store_true",
                    help="run every scheduler (baseline with fifo, themis and optimal with scf) side by side")
     g.add_argument("--active-chunks", default="1",
-                   help="phases a dimension works on at once (ASTRA-sim active-chunks-per-dimension; default 1)")
+                   help="phases a dimension works on at once (ASTRA-sim active-chunks-per-dimension; default 1); "
+                        "themis and optimal weigh step latency by it")
     g.add_argument("--backend", choices=("analytical", "congestion"), default="analytical",
                    help="cost model: analytical (no contention) or congestion (every link a FIFO resource)")
     g.add_argument("--switching", choices=("cut-through", "store-and-forward"), default="cut-through",

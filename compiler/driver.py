@@ -109,6 +109,8 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
     `optimal` never loses to Themis: both are compiled and timed and the faster schedule is kept; the report says
     which (`optimal_choice`)."""
     run = run or RunOptions()
+    # the ordering passes weigh a step's latency by how many chunks share the dimension in the runtime
+    defaults = {"active": run.active_chunks, **defaults}
 
     def one(pipe, label, hook=None):
         module = comm.parse_module(source, ctx)

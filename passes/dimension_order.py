@@ -23,6 +23,8 @@ class OrderingPass(Pass):
     """Base of the passes that choose per-chunk dimension orders: they weigh phases by their algorithms."""
     LATENCY_OPTION = (flag, True, "count per-step latency as dimension load (true when a dimension runs one chunk "
                                   "at a time)")
+    ACTIVE_OPTION = (int, 1, "chunks a dimension works on at once (the runtime's --active-chunks, set by the driver): "
+                             "a step's latency overlaps the other chunks' transfers")
 
     def requires(self, module, ctx) -> None:
         for op in comm.ops(module):
@@ -42,7 +44,7 @@ class BufferGroup:
     def visits(self, kind: str, order: list[int]) -> list[int]:
         return order[::-1] if kind == "all_gather" else order
 
-    def load(self, order: list[int], topology, latency: bool = True) -> dict[int, float]:
+    def load(self, order: list[int], topology, latency: bool = True, active: int = 1) -> dict[int, float]:
         """Estimated busy time each dimension gets from one chunk visiting `order`."""
         shape = [d.size for d in topology.dims]
         out = {d: 0.0 for d in self.dims}
@@ -52,7 +54,7 @@ class BufferGroup:
                 dim = topology.dims[d]
                 algo = comm.attrs(phases[d])["algorithm"]
                 out[d] += phase_time_ns(kind, algo, dim.block, dim.size, dim.effective_gbps,
-                                        dim.latency_ns if latency else 0.0, region)
+                                        dim.latency_ns if latency else 0.0, region, active)
         return out
 
     def write(self, orders: list[list[int]], topology) -> None:

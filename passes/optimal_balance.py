@@ -57,14 +57,15 @@ class OptimalBalance(OrderingPass):
     name = "optimal-balance"
     summary = "CP-SAT split of chunks over dimension orders minimising the most loaded dimension"
     options = {"time-limit": (float, 5.0, "seconds CP-SAT may search per buffer"),
-               "latency": OrderingPass.LATENCY_OPTION}
+               "latency": OrderingPass.LATENCY_OPTION, "active": OrderingPass.ACTIVE_OPTION}
 
     def apply(self, module, ctx) -> None:
         load = {d: 0.0 for d in range(len(ctx.topology.dims))}
         statuses = []
         for group in buffer_groups(module):
             orders = list(itertools.permutations(group.dims))
-            loads = [group.load(list(o), ctx.topology, self.option("latency", ctx)) for o in orders]
+            loads = [group.load(list(o), ctx.topology, self.option("latency", ctx),
+                             self.option("active", ctx)) for o in orders]
             counts, status = balanced_counts(orders, loads, {d: load[d] for d in group.dims}, group.chunks,
                                              self.option("time-limit", ctx))
             statuses.append(status)

@@ -24,33 +24,43 @@ def _hops(block: str, k: int, distance: int) -> int:
     return 1 if block == "FullyConnected" else 2
 
 
-def phase_time_ns(kind: str, algorithm: str, block: str, k: int, gbps: float, latency_ns: float,
-                  region: float) -> float:
-    """Time of a `kind` phase of `algorithm` on a k-member dimension for a chunk region of `region` bytes."""
+def phase_steps(kind: str, algorithm: str, block: str, k: int, gbps: float, latency_ns: float,
+                region: float) -> list[tuple[float, float]]:
+    """(latency, transfer) in ns of every step of a `kind` phase of `algorithm` on a k-member dimension, for a chunk
+    region of `region` bytes. Trees are one entry standing for all their steps."""
     link = _link(block, k, gbps)
     hop = lambda d: latency_ns * _hops(block, k, d)  # noqa: E731
     if kind == "all_to_all":
         piece = region / k
         if algorithm == "direct":
-            return hop(k // 2) + piece / link
+            return [(hop(k // 2), piece / link)]
         if algorithm == "halving_doubling":
-            return sum(hop(1 << s) + region / 2 / link for s in range(int(math.log2(k))))
+            return [(hop(1 << s), region / 2 / link) for s in range(int(math.log2(k)))]
         if block == "Ring":  # ring: both neighbours at distance t in step t
-            return sum(hop(t) + piece / link for t in range(1, k // 2 + 1))
-        return k * (hop(1) + piece / link)  # one partner per round
+            return [(hop(t), piece / link) for t in range(1, k // 2 + 1)]
+        return [(hop(1), piece / link)] * k  # one partner per round
     if algorithm == "ring":
         per_link = region / k / (2 if block == "Ring" else 1)
-        return (k - 1) * (hop(1) + per_link / link)
+        return [(hop(1), per_link / link)] * (k - 1)
     if algorithm == "direct":
-        return hop(k // 2) + region / k / link
+        return [(hop(k // 2), region / k / link)]
     if algorithm == "halving_doubling":
         steps = int(math.log2(k))
         dists = [k >> (s + 1) for s in range(steps)] if kind == "reduce_scatter" else [1 << s for s in range(steps)]
-        return sum(hop(d) + region * d / k / link for d in dists)
+        return [(hop(d), region * d / k / link) for d in dists]
     if algorithm == "double_binary_tree":
         height = max(1, math.ceil(math.log2(k + 1)) - 1)
-        return 2 * height * hop(1) + (k - 1) / k * region / 2 / link
+        return [(2 * height * hop(1), (k - 1) / k * region / 2 / link)]
     raise ValueError(f"no cost model for {algorithm}")
+
+
+def phase_time_ns(kind: str, algorithm: str, block: str, k: int, gbps: float, latency_ns: float,
+                  region: float, active: int = 1) -> float:
+    """How long a phase occupies its dimension. With one active chunk per dimension a step holds the links for its
+    latency and its transfer; with `active` chunks in progress the links serve other chunks' steps while a step's
+    latency elapses, so a step costs max(transfer, (latency + transfer) / active) in steady state."""
+    return sum(max(t, (lat + t) / active)
+               for lat, t in phase_steps(kind, algorithm, block, k, gbps, latency_ns, region))
 
 
 def region_sizes(kind: str, dims_in_order: list[int], shape: list[int], chunk: float) -> list[float]:

@@ -12,11 +12,11 @@ from .base import register
 from .dimension_order import OrderingPass, buffer_groups
 
 
-def themis_orders(group, topology, load: dict[int, float], latency: bool = True) -> list[list[int]]:
+def themis_orders(group, topology, load: dict[int, float], latency: bool = True, active: int = 1) -> list[list[int]]:
     orders = []
     for _ in range(group.chunks):
         order = sorted(group.dims, key=lambda d: (load[d], d))  # least-loaded first
-        for d, t in group.load(order, topology, latency).items():
+        for d, t in group.load(order, topology, latency, active).items():
             load[d] += t
         orders.append(order)
     return orders
@@ -26,9 +26,10 @@ def themis_orders(group, topology, load: dict[int, float], latency: bool = True)
 class Themis(OrderingPass):
     name = "themis"
     summary = "Themis: each chunk visits the least-loaded dimension first (needs select-algorithm before it)"
-    options = {"latency": OrderingPass.LATENCY_OPTION}
+    options = {"latency": OrderingPass.LATENCY_OPTION, "active": OrderingPass.ACTIVE_OPTION}
 
     def apply(self, module, ctx) -> None:
         load = {d: 0.0 for d in range(len(ctx.topology.dims))}
         for group in buffer_groups(module):
-            group.write(themis_orders(group, ctx.topology, load, self.option("latency", ctx)), ctx.topology)
+            group.write(themis_orders(group, ctx.topology, load, self.option("latency", ctx),
+                                      self.option("active", ctx)), ctx.topology)
