@@ -21,7 +21,7 @@ from .dependencies import dependencies
 from .errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
 from .runtime.tables import FORMAT, RECV_COPY, RECV_REDUCE, SEND, VERSION, Table
-from .topology import Topology
+from .topology import NEIGHBOUR_BLOCKS, Topology
 
 SYMMETRIC_ALGORITHMS = ("ring", "direct", "halving_doubling")
 OPTIMAL_TREES_MAX_NPUS = 16
@@ -136,6 +136,8 @@ class Schedule:
         all-to-all off a Ring, where each member sits out a different round."""
         if stage.dim == FLAT:  # graph algorithms: NPUs sit at different places of trees or of the ring's cycle
             return False
+        if self.topology.dims[stage.dim].block == "Mesh":  # the ends of a line have one neighbour, the rest two
+            return False
         if plan.kind == "all_to_all" and stage.algorithm == "ring":
             return self.topology.dims[stage.dim].block == "Ring"
         return stage.algorithm in SYMMETRIC_ALGORITHMS
@@ -165,7 +167,7 @@ class Schedule:
         if stage.dim == FLAT:
             return multitree.template(kind, self.trees())
         dim = self.topology.dims[stage.dim]
-        return template(kind, stage.algorithm, dim.size, bidirectional=(dim.block == "Ring"))
+        return template(kind, stage.algorithm, dim.size, bidirectional=(dim.block in NEIGHBOUR_BLOCKS))
 
     def cycle(self) -> list[int]:
         """A Hamiltonian cycle of the NPU-to-NPU links, for the flat ring."""
@@ -176,8 +178,8 @@ class Schedule:
             self._links = self.topology.links()
             self._cycle = graph_ring.hamiltonian_cycle(self.topology, self._links.src, self._links.dst)
             if self._cycle is None:
-                raise UserError(f"no Hamiltonian ring found in {self.topology.name} (a boustrophedon walk closes "
-                                f"only when some dimension has an even size)")
+                raise UserError(f"no Hamiltonian ring found in {self.topology.name} (the walks tried close only "
+                                f"when some dimension has an even size, and a mesh needs two dimensions)")
         return self._cycle
 
     def trees(self) -> "multitree.Trees":
@@ -228,7 +230,7 @@ class Schedule:
     def _a2a_rows(self, plan: CollectivePlan, stage: Stage, coords):
         return _a2a_template(stage.algorithm, tuple(self.shape[d] for d in plan.group_dims),
                              plan.group_dims.index(stage.dim), coords[stage.dim],
-                             self.topology.dims[stage.dim].block == "Ring")
+                             self.topology.dims[stage.dim].block in NEIGHBOUR_BLOCKS)
 
     def _expand(self, npu, plan, si, stage, rows, base, length, member, flows) -> Table:
         """Template rows of one member x chunks `flows` -> table rows in bytes and ranks (stage column = si)."""
@@ -247,6 +249,9 @@ class Schedule:
             direction = np.where(direction == 0, np.where(fwd <= k - fwd, 1, -1), direction)
             hops = np.where(direction == 1, fwd, k - fwd)
             lane = np.where(direction == 1, 0, 1)
+        elif dim.block == "Mesh":  # no wrap-around: the message walks the line towards its receiver
+            hops = np.abs(receiver - sender)
+            lane = np.where(receiver > sender, 0, 1)
         else:
             hops = np.full(n, 1 if dim.block == "FullyConnected" else 2)
             lane = np.zeros(n)
@@ -261,7 +266,7 @@ class Schedule:
         dims = lg.dim[link]
         lane = lg.lane[link]
         if plan.kind == "reduce_scatter" and plan.stages[si].algorithm != "ring":  # trees run their links backwards
-            ring = np.array([self.topology.dims[d].block == "Ring" for d in dims.tolist()], dtype=bool)
+            ring = np.array([self.topology.dims[d].block in NEIGHBOUR_BLOCKS for d in dims.tolist()], dtype=bool)
             lane = np.where(ring, 1 - lane, lane)
         return _rows(npu, plan.index, si, flows, step, op, peer, dims, lane, np.ones(len(step)), lg.gbps[link],
                      off, end)

@@ -1,7 +1,8 @@
 """Multi-dimensional networks stacked from ASTRA-sim 2.0 building blocks.
 
 A topology is a list of dimensions, each a Ring, FullyConnected or Switch block
-of `size` NPUs.  Dimension 0 is the innermost (fastest-varying) one, so NPU
+of `size` NPUs, or a Mesh: a Ring without its wrap-around link (a line of NPUs,
+so `8x8_mesh` is Mesh(8)_Mesh(8) as `8x8_torus` is Ring(8)_Ring(8)).  Dimension 0 is the innermost (fastest-varying) one, so NPU
 rank = c0 + s0*(c1 + s1*(c2 + ...)) as in ASTRA-sim.
 
 `parse_topology` accepts the notations people use with ASTRA-sim (block
@@ -24,8 +25,9 @@ import numpy as np
 from .errors import UserError
 from .units import parse_number_list
 
-BLOCKS = ("Ring", "FullyConnected", "Switch")
-DEFAULT_ALGORITHM = {"Ring": "ring", "FullyConnected": "direct", "Switch": "halving_doubling"}
+BLOCKS = ("Ring", "FullyConnected", "Switch", "Mesh")
+DEFAULT_ALGORITHM = {"Ring": "ring", "FullyConnected": "direct", "Switch": "halving_doubling", "Mesh": "ring"}
+NEIGHBOUR_BLOCKS = ("Ring", "Mesh")  # blocks whose NPUs link to their next and previous neighbour
 
 # Defaults when neither the spec, a file nor an override gives a value.
 DEFAULT_BANDWIDTH_GBPS = 50.0
@@ -39,8 +41,10 @@ _BLOCK_ALIASES = {
     "fc": "FullyConnected",
     "switch": "Switch",
     "sw": "Switch",
+    "mesh": "Mesh",
+    "line": "Mesh",
 }
-_EXPECTED_BLOCKS = "expected Ring(k), FullyConnected(k)/FC(k) or Switch(k)/SW(k)"
+_EXPECTED_BLOCKS = "expected Ring(k), FullyConnected(k)/FC(k), Switch(k)/SW(k) or Mesh(k)/Line(k)"
 
 
 def _whole(value: Any, what: str) -> int:
@@ -104,9 +108,10 @@ class Dimension:
 
     def link_gbps(self) -> float:
         """Bandwidth of ONE physical link an NPU uses in this dimension."""
-        if self.block == "Ring":
+        if self.block in NEIGHBOUR_BLOCKS:
             # Two links per NPU (next and previous neighbour) share the bandwidth;
-            # for size 2 these are two parallel links to the same neighbour.
+            # for a Ring(2) these are two parallel links to the same neighbour.
+            # A Mesh's end NPUs have one of the two.
             return self.effective_gbps / 2
         if self.block == "FullyConnected":
             return self.effective_gbps / (self.size - 1)
@@ -122,6 +127,8 @@ class Dimension:
         if self.block == "Ring":
             d = abs(a - b)
             return min(d, self.size - d)
+        if self.block == "Mesh":
+            return abs(a - b)
         if self.block == "FullyConnected":
             return 1
         return 2  # Switch: NPU -> switch -> NPU
@@ -260,7 +267,8 @@ class Topology:
         """Every directed physical link, built with array operations (no per-NPU loop).
 
         Ring(k): each NPU links to its next and previous neighbour (lane 0 and 1;
-        for k == 2 both go to the single neighbour).  FullyConnected(k): one link
+        for k == 2 both go to the single neighbour).  Mesh(k): the same without
+        the wrap-around pair (the ends have one neighbour).  FullyConnected(k): one link
         to every other group member.  Switch(k): one switch node per group, with
         an NPU->switch and a switch->NPU link per member.
         """
@@ -276,6 +284,12 @@ class Topology:
                 src = np.concatenate([ranks, ranks])
                 dst = np.concatenate([base + (c + 1) % d.size * st, base + (c - 1) % d.size * st])
                 lane = np.repeat(np.array([0, 1], dtype=np.int64), n)
+            elif d.block == "Mesh":
+                # next neighbour (lane 0) from all but the last NPU, previous (lane 1) from all but the first
+                fwd, back = ranks[c < d.size - 1], ranks[c > 0]
+                src = np.concatenate([fwd, back])
+                dst = np.concatenate([fwd + st, back - st])
+                lane = np.concatenate([np.zeros(fwd.shape, dtype=np.int64), np.ones(back.shape, dtype=np.int64)])
             elif d.block == "FullyConnected":
                 # Block j (j = 1..size-1) links every NPU to the member j places further on.
                 offsets = np.repeat(np.arange(1, d.size, dtype=np.int64), n)
@@ -382,17 +396,13 @@ def _parse_notation(spec: str) -> tuple[list[str], list[int]]:
     if m is not None:
         shape = _parse_shape(m.group(1), spec)
         kind = m.group(2).lower()
-        if kind == "mesh":
-            # A mesh has no wrap-around links, so it is not a stack of the blocks above.
-            raise UserError("mesh topologies need the graph backend (not available yet): "
-                            "use a torus or Ring/FC/Switch blocks")
         if kind == "torus":
             block = "Ring"
         elif kind in _BLOCK_ALIASES:
             block = _BLOCK_ALIASES[kind]
         else:
             raise UserError(f"unknown topology shorthand '{spec}'; expected e.g. 8x8_torus, "
-                            f"64_switch, 8_ring or 8x4_fc")
+                            f"8x8_mesh, 64_switch, 8_ring or 8x4_fc")
         return [block] * len(shape), shape
 
     m = _SHAPE_NOTATION_RE.match(spec)
@@ -413,7 +423,7 @@ def _parse_notation(spec: str) -> tuple[list[str], list[int]]:
 def _file_block(value: Any, source: str) -> str:
     canon = _BLOCK_ALIASES.get(value.strip().lower()) if isinstance(value, str) else None
     if canon is None:
-        raise UserError(f"{source}: unknown topology block {value!r}; expected Ring, FullyConnected or Switch")
+        raise UserError(f"{source}: unknown topology block {value!r}; expected Ring, FullyConnected, Switch or Mesh")
     return canon
 
 
@@ -521,10 +531,11 @@ def parse_topology(
     """Build a Topology from a notation string or an ASTRA-sim network file.
 
     `spec` may be:
-      * blocks joined by '_': Ring(k), FullyConnected(k)/FC(k), Switch(k)/SW(k)
-        (case-insensitive), e.g. 'Ring(4)_FC(2)_Switch(8)'; dimension 0 first;
-      * a shorthand: '8x8_torus' (all Ring), '64_switch', '8x8_switch', '8_ring',
-        '8x4_fc' ('NxM_mesh' is rejected: a mesh has no wrap-around links);
+      * blocks joined by '_': Ring(k), FullyConnected(k)/FC(k), Switch(k)/SW(k),
+        Mesh(k)/Line(k) (case-insensitive), e.g. 'Ring(4)_FC(2)_Switch(8)';
+        dimension 0 first;
+      * a shorthand: '8x8_torus' (all Ring), '8x8_mesh' (all Mesh), '64_switch',
+        '8x8_switch', '8_ring', '8x4_fc';
       * ASTRA-sim 2.0 shape notation: 'Ring_FC_Ring_Switch:2x8x8x4';
       * a path to an ASTRA-sim 2.x network .yml/.yaml or an older .json file.
 

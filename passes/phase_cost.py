@@ -13,14 +13,16 @@ GIB = 2 ** 30
 
 
 def _link(block: str, k: int, gbps: float) -> float:
-    """Bytes per ns of one link (Ring: B/2 per neighbour link; FullyConnected: B/(k-1); Switch: B)."""
-    share = {"Ring": 2, "FullyConnected": k - 1, "Switch": 1}[block]
+    """Bytes per ns of one link (Ring, Mesh: B/2 per neighbour link; FullyConnected: B/(k-1); Switch: B)."""
+    share = {"Ring": 2, "Mesh": 2, "FullyConnected": k - 1, "Switch": 1}[block]
     return gbps / share * GIB / 1e9
 
 
 def _hops(block: str, k: int, distance: int) -> int:
     if block == "Ring":
         return min(distance % k, (-distance) % k)
+    if block == "Mesh":  # a line: partners `distance` apart along it (k - 1 for a ring's wrap-around transfer)
+        return distance
     return 1 if block == "FullyConnected" else 2
 
 
@@ -33,17 +35,17 @@ def phase_steps(kind: str, algorithm: str, block: str, k: int, gbps: float, late
     if kind == "all_to_all":
         piece = region / k
         if algorithm == "direct":
-            return [(hop(k // 2), piece / link)]
+            return [(max(hop(k // 2), hop(k - 1)), piece / link)]
         if algorithm == "halving_doubling":
             return [(hop(1 << s), region / 2 / link) for s in range(int(math.log2(k)))]
-        if block == "Ring":  # ring: both neighbours at distance t in step t
-            return [(hop(t), piece / link) for t in range(1, k // 2 + 1)]
+        if block in ("Ring", "Mesh"):  # ring: both neighbours at distance t in step t
+            return [(max(hop(t), hop(k - t)), piece / link) for t in range(1, k // 2 + 1)]
         return [(hop(1), piece / link)] * k  # one partner per round
     if algorithm == "ring":
-        per_link = region / k / (2 if block == "Ring" else 1)
-        return [(hop(1), per_link / link)] * (k - 1)
+        per_link = region / k / (2 if block in ("Ring", "Mesh") else 1)
+        return [(max(hop(1), hop(k - 1)), per_link / link)] * (k - 1)
     if algorithm == "direct":
-        return [(hop(k // 2), region / k / link)]
+        return [(max(hop(k // 2), hop(k - 1)), region / k / link)]
     if algorithm == "halving_doubling":
         steps = int(math.log2(k))
         dists = [k >> (s + 1) for s in range(steps)] if kind == "reduce_scatter" else [1 << s for s in range(steps)]

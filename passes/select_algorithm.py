@@ -1,7 +1,8 @@
 """select-algorithm: choose the algorithm of every phase from its dimension's building block.
 
 Defaults follow ASTRA-sim 2.0 (seed 002, Table "topology-aware collectives"): Ring -> ring, FullyConnected ->
-direct, Switch -> halving_doubling (ring when the switch's size is not a power of two). The `algorithm` option overrides them: one name for every dimension, or a
+direct, Switch -> halving_doubling (ring when the switch's size is not a power of two); a Mesh (a line, not in
+ASTRA-sim) -> ring, whose wrap-around transfer walks the line back. The `algorithm` option overrides them: one name for every dimension, or a
 comma-separated list with one name per topology dimension. Phases that already name an algorithm keep it.
 """
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from ..dialects import comm
 from .base import Pass, PassError, register
 
-BLOCK_DEFAULT = {"Ring": "ring", "FullyConnected": "direct", "Switch": "halving_doubling"}
+BLOCK_DEFAULT = {"Ring": "ring", "FullyConnected": "direct", "Switch": "halving_doubling", "Mesh": "ring"}
 
 
 def _names(text: str) -> list[str]:

@@ -3,7 +3,8 @@
 Model (documented in docs/cost-model.md):
 - Links are resources. A Switch dimension gives every NPU one uplink to its group's switch and one downlink from it
   (bandwidth B each); a FullyConnected dimension one link to each other member (B/(k-1)); a Ring dimension one link
-  to each neighbour in each direction (B/2). The switch itself is non-blocking: only its ports queue.
+  to each neighbour in each direction (B/2); a Mesh dimension the same without the wrap-around links, so a transfer
+  between a line's ends walks every link in between. The switch itself is non-blocking: only its ports queue.
 - A message follows its route hop by hop and takes every link on it for bytes / bandwidth. Every link serves its
   queue first-in first-out (ties by arrival order). Switching:
   - `cut-through` (default, as real switches and packetised transfers behave): the message's head reaches the next
@@ -103,8 +104,12 @@ class _Links:
         if block == "FullyConnected":
             return [self._id(("fc", dim, src, dst))]
         k, stride = self.shape[dim], self.strides[dim]
-        step = 1 if lane == 0 else -1
         c0 = (src // stride) % k
+        if block == "Mesh":  # a line: towards the receiver, never round
+            step = 1 if (dst // stride) % k > c0 else -1
+            lane = 0 if step == 1 else 1
+        else:
+            step = 1 if lane == 0 else -1
         nodes = [src + (((c0 + step * i) % k) - c0) * stride for i in range(hops)]
         return [self._id(("ring", dim, lane, node)) for node in nodes]
 

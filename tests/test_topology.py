@@ -174,7 +174,6 @@ def test_arguments_override_file_values(tmp_path):
         ("Ring_FC", ["'Ring'", "no size", "Ring_FC:4x2"]),
         ("", ["empty topology"]),
         ("   ", ["empty topology"]),
-        ("8x8_mesh", ["mesh topologies need the graph backend"]),
         ("8x8_hypercube", ["unknown topology shorthand '8x8_hypercube'"]),
         ("8x1_torus", ["size must be at least 2", "got 1"]),
         ("Ring_FC:4", ["2 blocks", "1 dimension"]),

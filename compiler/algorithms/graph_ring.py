@@ -1,7 +1,8 @@
 """Ring over the whole network: a Hamiltonian cycle of the link graph, run bidirectionally (the seed-003 "ring").
 
 The cycle follows a reflected (boustrophedon) walk of the coordinates, in which consecutive NPUs differ by one
-step in one dimension; it closes when the last NPU is a neighbour of the first, as on tori of even size. Blocks
+step in one dimension; it closes when the last NPU is a neighbour of the first, as on tori of even size. Meshes
+have no wrap-around links: there a comb walk (out along one dimension, snake back through the rest) closes. Blocks
 are relabelled so that the NPU at every position owns the block of its own rank, the layout every flat phase uses.
 """
 from __future__ import annotations
@@ -22,22 +23,45 @@ def snake_order(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
     return out
 
 
+def comb_order(shape: tuple[int, ...]) -> list[tuple[int, ...]] | None:
+    """A closed walk that needs no wrap-around link (a Hamiltonian cycle of the mesh of this shape), or None.
+
+    Dimension 0 is the comb's spine: the walk runs along it at the first position of the other dimensions, then
+    snakes through every further position of them over dimension-0 coordinates 1..k-1 and comes home along
+    coordinate 0. It closes when the other dimensions hold an even number of positions."""
+    if len(shape) < 2:
+        return None
+    rest = snake_order(shape[1:])
+    if len(rest) % 2:
+        return None
+    out = [(x,) + rest[0] for x in range(shape[0])]
+    for j, y in enumerate(rest[1:], start=1):
+        xs = range(shape[0] - 1, 0, -1) if j % 2 else range(1, shape[0])
+        out.extend((x,) + y for x in xs)
+    out.extend((0,) + y for y in reversed(rest[1:]))
+    return out
+
+
 def hamiltonian_cycle(topology, src, dst) -> list[int] | None:
-    """Ranks along a cycle of physical links, or None when no walk closes. The walk is tried with every
-    dimension as the outermost one (an even-sized outer dimension lets the walk end next to its start)."""
+    """Ranks along a cycle of physical links, or None when no walk closes. The snake walk (closing over a
+    wrap-around link, as on tori of even size) and the comb walk (no wrap-around, as on meshes) are tried with
+    every dimension in every role."""
     import itertools
     edges = set(zip(src.tolist(), dst.tolist()))
     shape = topology.shape
     for perm in itertools.permutations(range(len(shape))):
-        walk = snake_order(tuple(shape[d] for d in perm))
-        order = []
-        for c in walk:
-            coords = [0] * len(shape)
-            for i, d in enumerate(perm):
-                coords[d] = c[i]
-            order.append(topology.rank(coords))
-        if all((a, b) in edges and (b, a) in edges for a, b in zip(order, order[1:] + order[:1])):
-            return order
+        permuted = tuple(shape[d] for d in perm)
+        for walk in (snake_order(permuted), comb_order(permuted)):
+            if walk is None:
+                continue
+            order = []
+            for c in walk:
+                coords = [0] * len(shape)
+                for i, d in enumerate(perm):
+                    coords[d] = c[i]
+                order.append(topology.rank(coords))
+            if all((a, b) in edges and (b, a) in edges for a, b in zip(order, order[1:] + order[:1])):
+                return order
     return None
 
 

@@ -29,6 +29,15 @@ class Trees:
         return self.step.max(axis=1)
 
 
+def step_lower_bound(npus: int, src: np.ndarray, dst: np.ndarray) -> int:
+    """No allocation finishes sooner: the N(N-1) tree edges spread over all directed links, and every NPU takes
+    one edge from each of the other N-1 trees through its own incoming links (a mesh corner has two)."""
+    if npus < 2:
+        return 0
+    indegree = np.bincount(np.asarray(dst)[np.asarray(dst) < npus], minlength=npus)
+    return max(-(-npus * (npus - 1) // len(src)), -(-(npus - 1) // int(indegree.min())))
+
+
 def build_trees(npus: int, src: np.ndarray, dst: np.ndarray, ports: int | None = None) -> Trees:
     """Top-down link allocation over the directed links (src[i] -> dst[i]) between NPUs."""
     out = [[] for _ in range(npus)]

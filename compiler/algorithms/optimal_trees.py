@@ -3,11 +3,11 @@
 Same constraints as the greedy construction (multitree.py): one spanning tree per root; an edge u -> v of tree r
 in step t needs u to hold r's data before t (u is r, or joined in an earlier step); each directed link carries at
 most one edge per step; optionally at most `ports` new edges leave a node per step. The smallest T with a
-solution is the optimum; the search starts from the link-count bound ceil(N(N-1) / links).
+solution is the optimum; the search starts from multitree.step_lower_bound (link count and in-degree).
 """
 from __future__ import annotations
 
-import math
+import numpy as np
 
 
 def feasible(npus: int, src, dst, steps: int, ports: int | None = None, time_limit_s: float = 30.0):
@@ -57,8 +57,6 @@ def feasible(npus: int, src, dst, steps: int, ports: int | None = None, time_lim
 
 
 def _trees(npus, src, dst, steps, chosen):
-    import numpy as np
-
     from .multitree import Trees
     parent = np.full((npus, npus), -1, dtype=np.int64)
     step = np.zeros((npus, npus), dtype=np.int64)
@@ -69,9 +67,10 @@ def _trees(npus, src, dst, steps, chosen):
 
 
 def fewest_steps(npus: int, src, dst, upper: int, ports: int | None = None, time_limit_s: float = 30.0):
-    """(optimum or None, trees of the optimum or None) searching T from the link-count bound up to `upper`, a
+    """(optimum or None, trees of the optimum or None) searching T from the lower bound up to `upper`, a
     step count known to be feasible (MultiTree's); None when the solver ran out of time before proving it."""
-    lower = max(1, math.ceil(npus * (npus - 1) / len(src)))
+    from .multitree import step_lower_bound
+    lower = max(1, step_lower_bound(npus, np.asarray(src), np.asarray(dst)))
     for steps in range(lower, upper + 1):
         ok, found = feasible(npus, src, dst, steps, ports, time_limit_s)
         if ok:
