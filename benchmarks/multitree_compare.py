@@ -2,7 +2,7 @@
 MultiTree against the per-dimension algorithms (ring per dimension = 2D-ring, double binary tree per dimension,
 direct), on the congestion-aware runtime (links are resources) and the analytical one.
 
-    python benchmarks/multitree_compare.py [--topology 8x8_torus] [--latency 500]
+    python benchmarks/multitree_compare.py [--topology 8x8_torus] [--latency 500] [--plot FILE.png]
 
 "ring (Hamiltonian)" is one bidirectional ring over all NPUs along a Hamiltonian cycle of the torus (the seed's
 "ring" baseline); "2D-ring" runs a ring per dimension.
@@ -21,30 +21,64 @@ ALGOS = [("multitree", "multitree"), ("ring (Hamiltonian)", "flat_ring"), ("2D-r
          ("dbt per dim", "double_binary_tree"), ("direct per dim", "direct")]
 
 
+def measure(topology: str, bandwidth: str, latency: str, sizes: list[str]) -> dict:
+    """{size: {algorithm label: (congestion us, analytical us)}} for all-reduce of each size."""
+    from astra_compile.units import parse_size
+    topo = parse_topology(topology, bandwidth, latency)
+    ctx = comm.new_context()
+    out = {}
+    for size in sizes:
+        source = str(driver.build_module(ctx, topo, "all_reduce", parse_size(size)))
+        out[size] = {}
+        for name, algo in ALGOS:
+            sched = driver.compile_schedule(source, ctx, topo, "baseline", {"algorithm": algo}).schedule
+            out[size][name] = (congestion.run(sched).total_ns / 1e3, analytical.run(sched).total_ns / 1e3)
+    return out
+
+
+def plot(results: dict, title: str, path: str) -> None:
+    """Congestion-aware time against size, one line per algorithm, log-log."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from astra_compile.units import parse_size
+    sizes = list(results)
+    x = [parse_size(s) for s in sizes]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, _ in ALGOS:
+        ax.plot(x, [results[s][name][0] for s in sizes], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(x, sizes)
+    ax.set_xlabel("all-reduce size")
+    ax.set_ylabel("time (us, congestion-aware)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--topology", default="8x8_torus")
     ap.add_argument("--bandwidth", default="100")
     ap.add_argument("--latency", default="500")
+    ap.add_argument("--sizes", default=",".join(SIZES))
+    ap.add_argument("--plot", metavar="FILE.png", help="also draw the congestion-aware times (matplotlib)")
     args = ap.parse_args()
-    from astra_compile.units import parse_size
-    topo = parse_topology(args.topology, args.bandwidth, args.latency)
-    ctx = comm.new_context()
-    print(f"{topo.name}, {args.bandwidth} GB/s per dimension, {args.latency} ns; all-reduce time in us "
-          f"(congestion-aware / analytical)")
+    results = measure(args.topology, args.bandwidth, args.latency, args.sizes.split(","))
+    title = f"{parse_topology(args.topology).name}, {args.bandwidth} GB/s per dimension, {args.latency} ns"
+    print(f"{title}; all-reduce time in us (congestion-aware / analytical)")
     print(f"{'size':>8s}" + "".join(f"{name:>26s}" for name, _ in ALGOS) + f"{'vs ring':>10s}{'vs 2D-ring':>12s}")
-    for size in SIZES:
-        source = str(driver.build_module(ctx, topo, "all_reduce", parse_size(size)))
-        row, times = [], {}
-        for name, algo in ALGOS:
-            sched = driver.compile_schedule(source, ctx, topo, "baseline", {"algorithm": algo}).schedule
-            c = congestion.run(sched).total_ns / 1e3
-            a = analytical.run(sched).total_ns / 1e3
-            times[name] = c
-            row.append(f"{c:12.1f} / {a:11.1f}")
-        print(f"{size:>8s}" + "".join(f"{v:>26s}" for v in row)
-              + f"{times['ring (Hamiltonian)'] / times['multitree']:9.2f}x"
-              + f"{times['2D-ring'] / times['multitree']:11.2f}x")
+    for size, times in results.items():
+        row = "".join(f"{f'{c:12.1f} / {a:11.1f}':>26s}" for c, a in times.values())
+        print(f"{size:>8s}{row}{times['ring (Hamiltonian)'][0] / times['multitree'][0]:9.2f}x"
+              f"{times['2D-ring'][0] / times['multitree'][0]:11.2f}x")
+    if args.plot:
+        plot(results, title, args.plot)
+        print(f"plot written to {args.plot}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from .algorithms import Transfers, all_to_all, graph_ring, multitree, template
+from .algorithms.translated_trees import translated_trees
 from .dependencies import dependencies
 from .errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
@@ -190,7 +191,14 @@ class Schedule:
                 raise UserError("multitree needs links between NPUs (Ring and FullyConnected dimensions); "
                                 f"{self.topology.name} has switch dimensions")
             self._links = lg = self.topology.links()
-            self._trees = multitree.build_trees(self.topology.npus, lg.src, lg.dst)
+            # tori: one tree translated to every root (fast, and meets the link-count bound on the tori tried);
+            # otherwise, or when that misses the bound, MultiTree's greedy turns; the fewer steps win
+            self._trees = translated_trees(self.topology, lg)
+            if self._trees is None or self._trees.steps > multitree.step_lower_bound(self.topology.npus, lg.src,
+                                                                                     lg.dst):
+                greedy = multitree.build_trees(self.topology.npus, lg.src, lg.dst)
+                if self._trees is None or greedy.steps < self._trees.steps:
+                    self._trees = greedy
             if any(s.algorithm == "multitree_optimal" for p in self.plans for s in p.stages):
                 if self.topology.npus > OPTIMAL_TREES_MAX_NPUS:
                     raise UserError(f"multitree_optimal searches with CP-SAT and is meant for at most "

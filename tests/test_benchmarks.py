@@ -21,3 +21,17 @@ def test_themis_chunks_measures_one_network():
     base = themis_chunks.utilisation("Switch(4)_Switch(2)", "100,25", "0", 8, "baseline", "fifo", 1)
     themis = themis_chunks.utilisation("Switch(4)_Switch(2)", "100,25", "0", 8, "themis", "scf", 2)
     assert 0 < base < themis <= 1
+
+
+def test_multitree_compare_measures_and_plots(tmp_path):
+    import multitree_compare
+    results = multitree_compare.measure("4x4_torus", "100", "500", ["64KB", "1MB"])
+    for times in results.values():
+        assert set(times) == {name for name, _ in multitree_compare.ALGOS}
+        # contention-free schedules time the same on both backends; congestion never beats the analytical bound
+        for name in ("multitree", "ring (Hamiltonian)", "2D-ring"):
+            assert times[name][0] == pytest.approx(times[name][1], rel=1e-9)
+        assert all(c >= a * (1 - 1e-9) for c, a in times.values())
+    out = tmp_path / "plot.png"
+    multitree_compare.plot(results, "4x4 torus", str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,50 @@
+"""MultiTree tree construction time (MultiTree issue: 16x16 torus under 1 s, 32x32 torus under 5 s).
+
+For each network: steps, the lower bound (link count and in-degree), and the median wall time of the translated
+construction (tori: one tree moved to every root) and of the greedy turns (every network), as the compiler picks
+between them. Medians of several runs; the machine is shared.
+
+    python benchmarks/tree_construction.py [--runs 3] [--networks 8x8_torus,16x16_torus,32x32_torus,...]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from astra_compile.algorithms.multitree import build_trees, step_lower_bound
+from astra_compile.algorithms.translated_trees import translated_trees
+from astra_compile.topology import parse_topology
+
+NETWORKS = "8x8_torus,16x16_torus,32x32_torus,4x4x4_torus,8x8x8_torus,8x8_mesh,16x16_mesh,32x32_mesh"
+
+
+def timed(fn, runs: int):
+    walls, out = [], None
+    for _ in range(runs):
+        start = time.perf_counter()
+        out = fn()
+        walls.append(time.perf_counter() - start)
+    return out, statistics.median(walls)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--networks", default=NETWORKS)
+    args = ap.parse_args()
+    print(f"{'network':>14s} {'NPUs':>6s} {'bound':>6s} {'translated':>11s} {'median s':>9s} {'greedy':>7s} "
+          f"{'median s':>9s}")
+    for name in args.networks.split(","):
+        topo = parse_topology(name)
+        lg = topo.links()
+        bound = step_lower_bound(topo.npus, lg.src, lg.dst)
+        trans, t_wall = timed(lambda: translated_trees(topo, lg), args.runs)
+        greedy, g_wall = timed(lambda: build_trees(topo.npus, lg.src, lg.dst), args.runs)
+        t_steps = "-" if trans is None else str(trans.steps)
+        t_time = "-" if trans is None else f"{t_wall:.3f}"
+        print(f"{name:>14s} {topo.npus:6d} {bound:6d} {t_steps:>11s} {t_time:>9s} {greedy.steps:7d} {g_wall:9.3f}")
+
+
+if __name__ == "__main__":
+    main()
