@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "over the whole network: multitree, multitree_optimal (<= 16 NPUs), "
                                        "flat_ring")
     g.add_argument("--chunks", help="chunks per collective (ASTRA-sim preferred-dataset-splits; default 1)")
+    g.add_argument("--ports", help="multitree: new tree edges an NPU may start per step (injection ports; default: "
+                                   "one per link)")
     g.add_argument("--pass-pipeline", help="passes to run, e.g. 'decompose-all-reduce,chunk{chunks=8},"
                                            "hierarchical-decompose,select-algorithm'")
     g.add_argument("--print-ir-after-all", action="store_true", help="print the module after every pass (stderr)")
@@ -159,7 +161,8 @@ def _run_workload(args) -> int:
     from .api import compile as compile_workload
     for flag, value in (("--collective", args.collective), ("--size", args.size), ("--dims", args.dims),
                         ("--compare", args.compare), ("--pass-pipeline", args.pass_pipeline),
-                        ("--timeline", args.timeline), ("--plot", args.plot), ("--verify", args.verify)):
+                        ("--timeline", args.timeline), ("--plot", args.plot), ("--verify", args.verify),
+                        ("--ports", args.ports)):
         if value:
             raise UserError(f"{flag} applies to single collectives, not to a model or trace")
     if args.emit == "tables":
@@ -247,6 +250,10 @@ def _run(args) -> int:
         defaults["chunks"] = _positive_int(args.chunks, "--chunks")
     if args.algorithm:
         defaults["algorithm"] = args.algorithm
+    if args.ports is not None:
+        if str(args.algorithm or "").strip().lower() not in ("multitree", "multitree_optimal"):
+            raise UserError("--ports applies to --algorithm multitree or multitree_optimal")
+        defaults["ports"] = _positive_int(args.ports, "--ports")
     hook = driver.print_after_each(sys.stderr) if args.print_ir_after_all else None
     if args.compare:
         if args.pass_pipeline:

@@ -191,12 +191,13 @@ class Schedule:
                 raise UserError("multitree needs links between NPUs (Ring and FullyConnected dimensions); "
                                 f"{self.topology.name} has switch dimensions")
             self._links = lg = self.topology.links()
+            ports = next((s.ports for p in self.plans for s in p.stages if s.ports is not None), None)
             # tori: one tree translated to every root (fast, and meets the link-count bound on the tori tried);
             # otherwise, or when that misses the bound, MultiTree's greedy turns; the fewer steps win
-            self._trees = translated_trees(self.topology, lg)
+            self._trees = translated_trees(self.topology, lg, ports)
             if self._trees is None or self._trees.steps > multitree.step_lower_bound(self.topology.npus, lg.src,
-                                                                                     lg.dst):
-                greedy = multitree.build_trees(self.topology.npus, lg.src, lg.dst)
+                                                                                     lg.dst, ports):
+                greedy = multitree.build_trees(self.topology.npus, lg.src, lg.dst, ports)
                 if self._trees is None or greedy.steps < self._trees.steps:
                     self._trees = greedy
             if any(s.algorithm == "multitree_optimal" for p in self.plans for s in p.stages):
@@ -204,7 +205,7 @@ class Schedule:
                     raise UserError(f"multitree_optimal searches with CP-SAT and is meant for at most "
                                     f"{OPTIMAL_TREES_MAX_NPUS} NPUs; {self.topology.name} has {self.topology.npus}")
                 from .algorithms.optimal_trees import fewest_steps
-                steps, trees = fewest_steps(self.topology.npus, lg.src, lg.dst, self._trees.steps)
+                steps, trees = fewest_steps(self.topology.npus, lg.src, lg.dst, self._trees.steps, ports)
                 if trees is not None and steps < self._trees.steps:
                     self._trees = trees
         return self._trees

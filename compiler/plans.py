@@ -17,6 +17,7 @@ class Stage:
     dim: int
     algorithm: str
     bytes: int
+    ports: int | None = None  # multitree: new tree edges per node per step (None: one per link)
 
 
 @dataclass
@@ -78,7 +79,8 @@ def plans_from_module(module) -> list[CollectivePlan]:
         plan = plans[name]
         if a["stage"] != len(plan.stages) or a["kind"] != plan.kind or a["chunks"] != plan.chunks:
             raise UserError(f"phases of '{name}' are out of order or disagree on kind/chunks")
-        plan.stages.append(Stage(a["kind"], int(a["dim"]), comm.canonical_algorithm(a["algorithm"]), int(a["bytes"])))
+        plan.stages.append(Stage(a["kind"], int(a["dim"]), comm.canonical_algorithm(a["algorithm"]), int(a["bytes"]),
+                                 int(a["ports"]) if "ports" in a else None))
         positions.setdefault(name, []).append(a.get("order"))
         for operand in op.operands:
             dep = producer.get(operand.owner)

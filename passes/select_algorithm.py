@@ -39,7 +39,9 @@ def check_applicable(algorithm: str, kind: str, size: int, dim: int) -> None:
 class SelectAlgorithm(Pass):
     name = "select-algorithm"
     summary = "per-dimension algorithm: ring, direct, halving_doubling or double_binary_tree"
-    options = {"algorithm": (_names, None, "one algorithm, or one per topology dimension (comma-separated)")}
+    options = {"algorithm": (_names, None, "one algorithm, or one per topology dimension (comma-separated)"),
+               "ports": (int, None, "multitree: new tree edges a node may start per step (its injection ports); "
+                                    "default one per link")}
 
     def apply(self, module, ctx) -> None:
         try:
@@ -60,6 +62,11 @@ class SelectAlgorithm(Pass):
                     raise PassError(f"a phase over every dimension needs a graph algorithm "
                                     f"({', '.join(comm.GRAPH_ALGORITHMS + ('ring',))}), not {algo}")
                 comm.set_attr(op, "algorithm", algo)
+                ports = self.option("ports", ctx)
+                if ports is not None and algo in ("multitree", "multitree_optimal"):
+                    if ports < 1:
+                        raise PassError(f"ports must be at least 1, got {ports}")
+                    comm.set_attr(op, "ports", int(ports))
                 continue
             algo = a.get("algorithm") or algorithm_for(a["dim"], blocks, sizes, chosen)
             if algo in comm.GRAPH_ALGORITHMS:

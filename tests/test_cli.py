@@ -103,6 +103,10 @@ def test_verify_flag(capsys):
 
 
 BAD = [
+    (["--collective", "all_reduce", "--size", "1MB", "--topology", "4x4_torus", "--ports", "2"],
+     "--ports applies to --algorithm multitree"),
+    (["--collective", "all_reduce", "--size", "1MB", "--topology", "4x4_torus", "--algorithm", "multitree",
+      "--ports", "0"], "--ports must be a positive integer"),
     (["--collective", "all_reduce", "--size", "1GB", "--topology", "Rign(8)"], "unknown topology block"),
     (["--collective", "all_reduce", "--size", "1GB", "--topology", "Ring(8"], "Ring(8"),
     (["--collective", "all_reduce", "--size", "1GB", "--topology", "Ring(8)_Ring(8)", "--bandwidth", "1,2,3"],

@@ -180,3 +180,24 @@ def test_multitree_on_a_torus_uses_the_translated_trees_and_verifies():
     verify(sched)
     assert link_conflicts(sched) == []
     assert sched.trees().steps == 4          # the greedy turns take 5 here; 4 is CP-SAT's proven optimum
+
+
+@pytest.mark.parametrize("topology", ["4x4_torus", "4x4_mesh", "FC(4)_Ring(4)"])
+@pytest.mark.parametrize("ports", [1, 2])
+def test_port_limit_caps_new_edges_per_node_per_step(topology, ports):
+    from astra_compile.algorithms.multitree import step_lower_bound
+    topo = parse_topology(topology, "100", "500")
+    ctx = comm.new_context()
+    source = str(driver.build_module(ctx, topo, "all_reduce", topo.npus * 3000))
+    sched = driver.compile_schedule(source, ctx, topo, "baseline", {"algorithm": "multitree", "ports": ports}).schedule
+    trees = sched.trees()
+    r, v = np.nonzero(trees.parent >= 0)
+    starts = np.stack([trees.parent[r, v], trees.step[r, v]], axis=1)
+    _, per_node_step = np.unique(starts, axis=0, return_counts=True)
+    assert per_node_step.max() <= ports                       # never more than `ports` new edges leave a node
+    lg = topo.links()
+    assert trees.steps >= step_lower_bound(topo.npus, lg.src, lg.dst, ports) >= -(-(topo.npus - 1) // ports)
+    verify(sched)
+    assert link_conflicts(sched) == []
+    if topology == "4x4_torus":
+        assert trees.steps == -(-(topo.npus - 1) // ports)   # translated trees meet the port bound: 15 and 8 steps

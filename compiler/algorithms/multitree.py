@@ -30,13 +30,15 @@ class Trees:
         return self.step.max(axis=1)
 
 
-def step_lower_bound(npus: int, src: np.ndarray, dst: np.ndarray) -> int:
+def step_lower_bound(npus: int, src: np.ndarray, dst: np.ndarray, ports: int | None = None) -> int:
     """No allocation finishes sooner: the N(N-1) tree edges spread over all directed links, and every NPU takes
-    one edge from each of the other N-1 trees through its own incoming links (a mesh corner has two)."""
+    one edge from each of the other N-1 trees through its own incoming links (a mesh corner has two); with a
+    port limit, N nodes start at most N x ports edges per step."""
     if npus < 2:
         return 0
     indegree = np.bincount(np.asarray(dst)[np.asarray(dst) < npus], minlength=npus)
-    return max(-(-npus * (npus - 1) // len(src)), -(-(npus - 1) // int(indegree.min())))
+    bound = max(-(-npus * (npus - 1) // len(src)), -(-(npus - 1) // int(indegree.min())))
+    return bound if ports is None else max(bound, -(-(npus - 1) // ports))
 
 
 def build_trees(npus: int, src: np.ndarray, dst: np.ndarray, ports: int | None = None) -> Trees:

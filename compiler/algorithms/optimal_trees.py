@@ -70,7 +70,7 @@ def fewest_steps(npus: int, src, dst, upper: int, ports: int | None = None, time
     """(optimum or None, trees of the optimum or None) searching T from the lower bound up to `upper`, a
     step count known to be feasible (MultiTree's); None when the solver ran out of time before proving it."""
     from .multitree import step_lower_bound
-    lower = max(1, step_lower_bound(npus, np.asarray(src), np.asarray(dst)))
+    lower = max(1, step_lower_bound(npus, np.asarray(src), np.asarray(dst), ports))
     for steps in range(lower, upper + 1):
         ok, found = feasible(npus, src, dst, steps, ports, time_limit_s)
         if ok:

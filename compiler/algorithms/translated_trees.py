@@ -16,9 +16,10 @@ import numpy as np
 from .multitree import Trees
 
 
-def translated_trees(topology, links) -> Trees | None:
+def translated_trees(topology, links, ports: int | None = None) -> Trees | None:
     """The translated trees, or None when some dimension is not a Ring or FullyConnected block (a switch or a
-    mesh has no translation symmetry)."""
+    mesh has no translation symmetry). `ports` caps the new edges a node starts per step: an edge of tree 0 in
+    step t becomes one edge out of every node in step t, so tree 0 may add at most `ports` edges per step."""
     if any(d.block not in ("Ring", "FullyConnected") for d in topology.dims):
         return None
     n, shape = topology.npus, np.asarray(topology.shape, dtype=np.int64)
@@ -33,7 +34,7 @@ def translated_trees(topology, links) -> Trees | None:
     link_of[links.src, gen] = np.arange(len(links))
     head = np.full((n, ngen), -1, dtype=np.int64)
     head[links.src, gen] = links.dst
-    parent0, step0, gen0 = _tree0(n, head.tolist(), ngen)
+    parent0, step0, gen0 = _tree0(n, head.tolist(), ngen, ports)
     # translate[r, v]: node v of tree 0 moved by root r's coordinates
     strides = np.asarray(topology.strides(), dtype=np.int64)
     translate = (((coords[:, None, :] + coords[None, :, :]) % shape) * strides).sum(axis=2)
@@ -50,9 +51,9 @@ def translated_trees(topology, links) -> Trees | None:
     return Trees(parent, step, link, int(step0.max()) if n > 1 else 0)
 
 
-def _tree0(n: int, head: list[list[int]], ngen: int):
+def _tree0(n: int, head: list[list[int]], ngen: int, ports: int | None):
     """Tree rooted at NPU 0: per step, each generator adds one edge from the oldest member whose neighbour along
-    it is still outside the tree."""
+    it is still outside the tree (up to `ports` edges in all per step)."""
     in_tree = bytearray(n)
     in_tree[0] = 1
     members = [0]
@@ -64,6 +65,8 @@ def _tree0(n: int, head: list[list[int]], ngen: int):
         t += 1
         held = len(members)
         for g in range(ngen):
+            if ports is not None and len(members) - held >= ports:
+                break
             i = scan[g]
             while i < held and in_tree[head[members[i]][g]]:
                 i += 1
