@@ -15,6 +15,7 @@ from astra_compile import driver
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical, congestion
 from astra_compile.topology import parse_topology
+from astra_compile.units import parse_size
 
 SIZES = ["64KB", "1MB", "16MB", "256MB", "1GB"]
 ALGOS = [("multitree", "multitree"), ("ring (Hamiltonian)", "flat_ring"), ("2D-ring", "ring"),
@@ -23,7 +24,6 @@ ALGOS = [("multitree", "multitree"), ("ring (Hamiltonian)", "flat_ring"), ("2D-r
 
 def measure(topology: str, bandwidth: str, latency: str, sizes: list[str]) -> dict:
     """{size: {algorithm label: (congestion us, analytical us)}} for all-reduce of each size."""
-    from astra_compile.units import parse_size
     topo = parse_topology(topology, bandwidth, latency)
     ctx = comm.new_context()
     out = {}
@@ -41,7 +41,6 @@ def plot(results: dict, title: str, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from astra_compile.units import parse_size
     sizes = list(results)
     x = [parse_size(s) for s in sizes]
     fig, ax = plt.subplots(figsize=(7, 4.5))

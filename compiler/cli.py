@@ -251,7 +251,7 @@ def _run(args) -> int:
     if args.algorithm:
         defaults["algorithm"] = args.algorithm
     if args.ports is not None:
-        if str(args.algorithm or "").strip().lower() not in ("multitree", "multitree_optimal"):
+        if str(args.algorithm or "").strip().lower() not in comm.GRAPH_ALGORITHMS:
             raise UserError("--ports applies to --algorithm multitree or multitree_optimal")
         defaults["ports"] = _positive_int(args.ports, "--ports")
     hook = driver.print_after_each(sys.stderr) if args.print_ir_after_all else None

@@ -102,6 +102,11 @@ class Dimension:
         return f"{self.block}({self.size})"
 
     @property
+    def default_algorithm(self) -> str:
+        """The block's own algorithm (select-algorithm's default)."""
+        return DEFAULT_ALGORITHM[self.block]
+
+    @property
     def effective_gbps(self) -> float:
         """Per-NPU bandwidth of this dimension: bandwidth_gbps * links."""
         return self.bandwidth_gbps * self.links

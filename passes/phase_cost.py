@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 
+NEIGHBOUR_BLOCKS = ("Ring", "Mesh")  # as topology.NEIGHBOUR_BLOCKS (passes import only the dialects)
+
 GIB = 2 ** 30
 
 
 def _link(block: str, k: int, gbps: float) -> float:
     """Bytes per ns of one link (Ring, Mesh: B/2 per neighbour link; FullyConnected: B/(k-1); Switch: B)."""
-    share = {"Ring": 2, "Mesh": 2, "FullyConnected": k - 1, "Switch": 1}[block]
+    share = 2 if block in NEIGHBOUR_BLOCKS else {"FullyConnected": k - 1, "Switch": 1}[block]
     return gbps / share * GIB / 1e9
 
 
@@ -38,11 +40,11 @@ def phase_steps(kind: str, algorithm: str, block: str, k: int, gbps: float, late
             return [(max(hop(k // 2), hop(k - 1)), piece / link)]
         if algorithm == "halving_doubling":
             return [(hop(1 << s), region / 2 / link) for s in range(int(math.log2(k)))]
-        if block in ("Ring", "Mesh"):  # ring: both neighbours at distance t in step t
+        if block in NEIGHBOUR_BLOCKS:  # ring: both neighbours at distance t in step t
             return [(max(hop(t), hop(k - t)), piece / link) for t in range(1, k // 2 + 1)]
         return [(hop(1), piece / link)] * k  # one partner per round
     if algorithm == "ring":
-        per_link = region / k / (2 if block in ("Ring", "Mesh") else 1)
+        per_link = region / k / (2 if block in NEIGHBOUR_BLOCKS else 1)
         return [(max(hop(1), hop(k - 1)), per_link / link)] * (k - 1)
     if algorithm == "direct":
         return [(max(hop(k // 2), hop(k - 1)), region / k / link)]

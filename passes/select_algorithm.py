@@ -10,18 +10,18 @@ from __future__ import annotations
 from ..dialects import comm
 from .base import Pass, PassError, register
 
-BLOCK_DEFAULT = {"Ring": "ring", "FullyConnected": "direct", "Switch": "halving_doubling", "Mesh": "ring"}
-
 
 def _names(text: str) -> list[str]:
     return [comm.canonical_algorithm(t) for t in text.split(",") if t.strip()]
 
 
-def algorithm_for(dim: int, blocks: list[str], sizes: list[int], chosen: list[str] | None) -> str:
+def algorithm_for(dim: int, dims: list, chosen: list[str] | None) -> str:
+    """`dims`: the topology's dimensions (their block's default comes from topology.DEFAULT_ALGORITHM)."""
     if chosen:
         return chosen[0] if len(chosen) == 1 else chosen[dim]
-    default = BLOCK_DEFAULT[blocks[dim]]
-    if default == "halving_doubling" and sizes[dim] & (sizes[dim] - 1):
+    default = dims[dim].default_algorithm
+    size = dims[dim].size
+    if default == "halving_doubling" and size & (size - 1):
         return "ring"  # a switch of a non-power-of-two size: halving-doubling has no schedule, ring uses the link fully
     return default
 
@@ -48,10 +48,9 @@ class SelectAlgorithm(Pass):
             chosen = self.option("algorithm", ctx)
         except comm.IRError as e:
             raise PassError(str(e)) from None
-        blocks = [d.block for d in ctx.topology.dims]
-        sizes = [d.size for d in ctx.topology.dims]
-        if chosen and len(chosen) not in (1, len(blocks)):
-            raise PassError(f"--algorithm lists {len(chosen)} algorithms for {len(blocks)} dimensions")
+        dims = ctx.topology.dims
+        if chosen and len(chosen) not in (1, len(dims)):
+            raise PassError(f"--algorithm lists {len(chosen)} algorithms for {len(dims)} dimensions")
         for op in comm.ops(module):
             if comm.short_name(op) != "phase":
                 continue
@@ -63,16 +62,16 @@ class SelectAlgorithm(Pass):
                                     f"({', '.join(comm.GRAPH_ALGORITHMS + ('ring',))}), not {algo}")
                 comm.set_attr(op, "algorithm", algo)
                 ports = self.option("ports", ctx)
-                if ports is not None and algo in ("multitree", "multitree_optimal"):
+                if ports is not None and algo in comm.GRAPH_ALGORITHMS:
                     if ports < 1:
                         raise PassError(f"ports must be at least 1, got {ports}")
                     comm.set_attr(op, "ports", int(ports))
                 continue
-            algo = a.get("algorithm") or algorithm_for(a["dim"], blocks, sizes, chosen)
+            algo = a.get("algorithm") or algorithm_for(a["dim"], dims, chosen)
             if algo in comm.GRAPH_ALGORITHMS:
                 raise PassError(f"{algo} schedules the whole network at once: compile with --algorithm {algo} "
                                 f"(flat-decompose instead of hierarchical-decompose)")
-            check_applicable(algo, a["kind"], sizes[a["dim"]], a["dim"])
+            check_applicable(algo, a["kind"], dims[a["dim"]].size, a["dim"])
             comm.set_attr(op, "algorithm", algo)
 
     def ensures(self, module, ctx) -> None:

@@ -136,19 +136,17 @@ def drop_one_row_message(sched, sends: bool):
     return broken, seen
 
 
-def test_receive_whose_send_was_removed(sched):
-    broken, seen = drop_one_row_message(sched, sends=True)
-    expected = (f"NPU {seen['peer']} waits in {seen['name']} chunk {seen['flow']} phase {seen['stage']} step "
-                f"{seen['step']} for data from NPU {VICTIM} that is never sent")
-    with pytest.raises(VerificationError, match=re.escape(expected)):
-        verify(broken)
-
-
-def test_send_whose_receive_was_removed(sched):
-    broken, seen = drop_one_row_message(sched, sends=False)
-    expected = (f"NPU {seen['peer']} sends to NPU {VICTIM} in {seen['name']} chunk {seen['flow']} phase "
-                f"{seen['stage']} step {seen['step']} but NPU {VICTIM} never receives it")
-    with pytest.raises(VerificationError, match=re.escape(expected)):
+@pytest.mark.parametrize("sends,expected", [
+    # a send row removed from the victim: its peer waits for data that never comes
+    (True, "NPU {peer} waits in {name} chunk {flow} phase {stage} step {step} for data from NPU {victim} that is "
+           "never sent"),
+    # a receive row removed from the victim: its peer's send is never received
+    (False, "NPU {peer} sends to NPU {victim} in {name} chunk {flow} phase {stage} step {step} but NPU {victim} "
+            "never receives it"),
+])
+def test_one_sided_message(sched, sends, expected):
+    broken, seen = drop_one_row_message(sched, sends=sends)
+    with pytest.raises(VerificationError, match=re.escape(expected.format(victim=VICTIM, **seen))):
         verify(broken)
 
 
