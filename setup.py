@@ -8,7 +8,12 @@ all live under the one import package `astra_compile` so nothing squats on gener
     passes/    -> astra_compile.passes     (one pass per file)
     runtime/   -> astra_compile.runtime    (table formats, cost models, verifier; imports nothing from compiler/)
 """
-from setuptools import setup
+from setuptools import Extension, setup
+
+# The congestion runtime's event core in C. optional: without a C compiler the install still succeeds and the
+# runtime falls back to its Python engine (same results, about 10x slower).
+LINKCORE = Extension("astra_compile.runtime._linkcore", ["runtime/_linkcore.c"], optional=True,
+                     extra_compile_args=["-O2", "-std=c99"])
 
 setup(
     name="astra-compile",
@@ -32,6 +37,7 @@ setup(
         "astra_compile.runtime": "runtime",
     },
     package_data={"astra_compile.dialects": ["*.mlir"]},
+    ext_modules=[LINKCORE],
     install_requires=[
         # The MLIR Python bindings (upstream MLIR, IRDL, pass manager) ship in this wheel; it needs no torch.
         "torch-mlir==20261001",

@@ -195,6 +195,8 @@ def link_summary(result, top: int = 8) -> dict:
     order = np.argsort(-busy, kind="stable")[:top]
     return {
         "links": len(busy),
+        # link transfers simulated, and those they stand for (symmetric execution: every link of the network)
+        "transfers": dict(result.link_transfers),
         "busiest": [{"link": links["name"][i], "busy_us": busy[i] / 1e3, "utilization": busy[i] / total,
                      "bytes": int(links["bytes"][i])} for i in order],
         "mean_utilization_per_dim": {int(d): float(busy[dims == d].mean() / total) for d in np.unique(dims)},

@@ -19,6 +19,13 @@ Model (documented in docs/cost-model.md):
   messages are delivered and those it receives have come in; each NPU admits `active_chunks` phases per dimension
   in an order shared by the dimension's group.
 
+- Ties: events of one instant run in the order they were created; then waiting phases are admitted in (NPU,
+  dimension) order; then idle links start their next transfer in link-number order (runtime/links.py).
+
+Engines: the plan (congestion_plan.py: messages, routes, injection order, service groups, as flat numpy arrays)
+runs in the compiled event core (_linkcore.c, built by `pip install .`) or, without a C compiler at install time,
+in the Python reference engine below. They give identical results (tests/test_linkcore.py).
+
 Executions:
 - `full`: every NPU, every message, every link.
 - `symmetric`: for schedules whose every NPU runs a relabelling of NPU 0's table under a symmetry of the network
@@ -34,11 +41,19 @@ import heapq
 
 import numpy as np
 
-from .phases import INTRA_POLICIES, PhaseEngine, Result, Table, messages, table_of
+from .congestion_plan import Plan
+from .phases import (INTRA_POLICIES, PhaseEngine, Result, make_result, never_starts, table_of,
+                     waits_forever)
 from .tables import Schedule
+
+try:  # the compiled event core (built by `pip install .`; without a C compiler the Python engine runs instead)
+    from . import _linkcore
+except ImportError:  # pragma: no cover - depends on the build machine
+    _linkcore = None
 
 
 SWITCHING = ("cut-through", "store-and-forward")
+I64, F64 = np.int64, np.float64
 
 
 def symmetric_ok(meta: dict) -> bool:
@@ -50,10 +65,14 @@ def symmetric_ok(meta: dict) -> bool:
                    and dims[st["dim"]]["size"] > 2 for c in meta["collectives"] for st in c["stages"])
 
 
+ENGINES = ("auto", "compiled", "python")
+
+
 def run(schedule: Schedule, intra: str = "fifo", active_chunks: int = 1, timeline: bool = False,
-        switching: str = "cut-through", mode: str = "auto") -> Result:
+        switching: str = "cut-through", mode: str = "auto", engine: str = "auto") -> Result:
     """Execute the tables over the links. mode: auto (symmetric when valid), symmetric or full; `timeline` keeps
-    every link transfer for a trace (full mode: every link of the network)."""
+    every link transfer for a trace (full mode: every link of the network). engine: the compiled event core
+    (auto: when built) or the Python reference engine; both give identical results (tested)."""
     meta = schedule.meta
     if switching not in SWITCHING:
         raise ValueError(f"unknown switching {switching}")
@@ -67,109 +86,97 @@ def run(schedule: Schedule, intra: str = "fifo", active_chunks: int = 1, timelin
         raise ValueError(f"unknown intra-dimension policy {intra}")
     if active_chunks < 1:
         raise ValueError("active_chunks must be at least 1")
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine}")
+    if engine == "compiled" and _linkcore is None:
+        raise ValueError("the compiled congestion core is not built (reinstall with a C compiler)")
     npus = [0] if mode == "symmetric" else range(meta["npus"])
-    tables = {n: table_of(schedule, n) for n in npus}
-    return _Engine(meta, tables, intra, active_chunks, timeline, switching == "cut-through", mode).run()
+    cut_through = switching == "cut-through"
+    if engine == "python" or _linkcore is None:
+        tables = {n: table_of(schedule, n) for n in npus}
+        plan = Plan(meta, npus, tables.__getitem__, mode == "symmetric")
+        out = _Engine(plan, tables, intra, active_chunks, timeline, cut_through).simulate_links()
+    else:  # tables are read one by one: only the plan is held
+        plan = Plan(meta, npus, lambda n: table_of(schedule, n), mode == "symmetric")
+        out = _compiled(plan, intra, active_chunks, timeline, cut_through)
+    return _result(plan, *out)
 
 
-class _Links:
-    """Integer ids for the physical links, and the route of a transfer as a list of link ids."""
+def _result(plan: Plan, rec: dict, link_time, link_bytes, served: int, transfers) -> Result:
+    result = make_result(plan.meta, "symmetric" if plan.symmetric else "full", rec, plan.ndims, plan.per_dim_bytes)
+    result.backend = "congestion"
+    # every NPU's links repeat the representative ones in symmetric execution
+    result.link_transfers = {"simulated": served, "modelled": served * (plan.npus if plan.symmetric else 1)}
+    names = plan.link_names()
+    result.links = {"name": names, "busy_ns": list(link_time), "bytes": list(link_bytes), "dim": plan.link_dims()}
+    result.transfers = [(names[l], a, b, int(plan.msg_src[mid]), int(plan.msg_dst[mid]), int(plan.msg_bytes[mid]))
+                        for l, a, b, mid in transfers]
+    return result
 
-    def __init__(self, meta: dict, representative: bool = False):
-        self.representative = representative
-        dims = meta["topology"]["dims"]
-        self.blocks = [d["block"] for d in dims]
-        self.shape = [d["size"] for d in dims]
-        self.strides = [int(np.prod(self.shape[:d])) for d in range(len(dims))]
-        self.ids: dict = {}
-        self.names: list = []
 
-    def _id(self, key) -> int:
-        i = self.ids.get(key)
-        if i is None:
-            i = self.ids[key] = len(self.names)
-            self.names.append(key)
-        return i
+def _compiled(plan: Plan, intra: str, active: int, timeline: bool, cut_through: bool):
+    """Run the plan in the C event core; returns what _Engine.simulate_links returns."""
+    arrays = {k: v for k, v in vars(plan).items() if isinstance(v, np.ndarray)}
+    out = _linkcore.simulate(arrays, plan.P, plan.NS, plan.M, plan.L, plan.G, plan.K, len(plan.sim), plan.ndims,
+                             active, int(intra == "scf"), int(cut_through), int(plan.symmetric), int(timeline))
+    rec_pid, rec_start, rec_end, link_time = (np.frombuffer(b, t) for b, t in zip(out[:4], (I64, F64, F64, F64)))
+    link_bytes, served = np.frombuffer(out[4], I64), out[5]
+    xfer, begun, started = np.frombuffer(out[6], F64), np.frombuffer(out[7], np.int8), np.frombuffer(out[8], np.int8)
+    if begun.any():  # a step that started but whose receives never all came
+        _deadlock_waiting(plan, np.flatnonzero(begun))
+    never = np.flatnonzero((plan.nsteps > 0) & ~started.astype(bool))
+    if len(never):
+        _deadlock_never(plan, never)
+    si, kid = np.divmod(rec_pid, plan.K)
+    rec = {"npu": plan.sim[si], "coll": plan.key_coll[kid], "flow": plan.key_flow[kid],
+           "stage": plan.key_stage[kid], "dim": plan.key_dim[kid], "start": rec_start, "end": rec_end}
+    transfers = [(int(l), a, b, int(mid)) for l, a, b, mid in xfer.reshape(-1, 4).tolist()]
+    return rec, link_time.tolist(), link_bytes.tolist(), int(served), transfers
 
-    def route(self, src: int, dst: int, dim: int, lane: int, hops: int) -> list[int]:
-        block = self.blocks[dim]
-        if self.representative:  # one link per class stands for all its images under the network's symmetry
-            if block == "Switch":
-                return [self._id(("up", dim, src)), self._id(("down", dim, src))]
-            if block == "FullyConnected":
-                return [self._id(("fc", dim, src, dst))]
-            return [self._id(("ring", dim, lane, src))] * hops
-        if block == "Switch":
-            return [self._id(("up", dim, src)), self._id(("down", dim, dst))]
-        if block == "FullyConnected":
-            return [self._id(("fc", dim, src, dst))]
-        k, stride = self.shape[dim], self.strides[dim]
-        c0 = (src // stride) % k
-        if block == "Mesh":  # a line: towards the receiver, never round
-            step = 1 if (dst // stride) % k > c0 else -1
-            lane = 0 if step == 1 else 1
-        else:
-            step = 1 if lane == 0 else -1
-        nodes = [src + (((c0 + step * i) % k) - c0) * stride for i in range(hops)]
-        return [self._id(("ring", dim, lane, node)) for node in nodes]
 
-    def describe(self, link: int) -> str:
-        kind, dim, *rest = self.names[link]
-        if kind == "up":
-            return f"dim{dim} npu{rest[0]}->switch"
-        if kind == "down":
-            return f"dim{dim} switch->npu{rest[0]}"
-        if kind == "fc":
-            return f"dim{dim} npu{rest[0]}->npu{rest[1]}"
-        lane, node = rest
-        return f"dim{dim} npu{node}->{'next' if lane == 0 else 'prev'}"
+def _phase_tuple(plan: Plan, pid: int):
+    si, kid = divmod(int(pid), plan.K)
+    return (int(plan.sim[si]), int(plan.key_coll[kid]), int(plan.key_flow[kid]), int(plan.key_stage[kid]))
+
+
+def _deadlock_waiting(plan: Plan, steps) -> None:
+    raise waits_forever(*min((_phase_tuple(plan, plan.step_phase[g]), int(g - plan.step_start[plan.step_phase[g]]))
+                             for g in steps))
+
+
+def _deadlock_never(plan: Plan, phases) -> None:
+    raise never_starts(min(_phase_tuple(plan, p) for p in phases))
 
 
 class _Engine(PhaseEngine):
-    """Steps over the links: a step injects its messages into their first links; links serve their queues."""
+    """The Python reference engine: steps over the links, a step injects its messages into their first links, links
+    serve their queues. The compiled core (_linkcore.c) follows it event for event."""
 
-    def __init__(self, meta, tables: dict, intra: str, active: int, timeline: bool, cut_through: bool, mode: str):
-        super().__init__(meta, tables, intra, active, mode == "symmetric")
-        self.timeline, self.cut_through = timeline, cut_through
-        self.latency = [float(x) for x in meta["latency_ns"]]
-        self.links = _Links(meta, representative=self.symmetric)
-        self._build(Table.concat(list(tables.values())))
-        nlinks = len(self.links.names)
-        self.queues = [[] for _ in range(nlinks)]  # per link: heap of (ready time, seq, message, hop)
-        self.link_busy = [False] * nlinks
-        self.link_time = [0.0] * nlinks
-        self.link_bytes = [0] * nlinks
+    def __init__(self, plan: Plan, tables: dict, intra: str, active: int, timeline: bool, cut_through: bool):
+        super().__init__(plan.meta, tables, intra, active, plan.symmetric)
+        self.plan, self.timeline, self.cut_through = plan, timeline, cut_through
+        phase = [_phase_tuple(plan, p) for p in range(plan.P)]
+        step_key = [(phase[p], g - int(plan.step_start[p])) for g, p in enumerate(plan.step_phase.tolist())]
+        sends, expect = plan.send_order.tolist(), plan.expect.tolist()
+        for p, (a, b) in enumerate(zip(plan.step_start[:-1].tolist(), plan.step_start[1:].tolist())):
+            if b > a:
+                self.steps[phase[p]] = [[sends[plan.step_send[g]:plan.step_send[g + 1]], expect[g]]
+                                        for g in range(a, b)]
+        rs, route = plan.route_start.tolist(), plan.route.tolist()
+        self.msg_route = [route[a:b] for a, b in zip(rs[:-1], rs[1:])]
+        self.msg_ns, self.msg_lat, self.msg_bytes = plan.msg_ns.tolist(), plan.msg_lat.tolist(), \
+            plan.msg_bytes.tolist()
+        self.msg_src = [step_key[g] for g in plan.msg_src_step.tolist()]
+        self.msg_dst = [step_key[g] if g >= 0 else None for g in plan.msg_dst_step.tolist()]
+        self.queues = [[] for _ in range(plan.L)]  # per link: heap of (ready time, seq, message, hop)
+        self.link_busy = [False] * plan.L
+        self.link_time = [0.0] * plan.L
+        self.link_bytes = [0] * plan.L
         self.transfers = []
         self.own_left: dict = {}   # (pk, step) -> sends not yet delivered
         self.got: dict = {}        # (pk, step) -> receives arrived
         self.touched: set = set()  # links that may start a transfer now
         self.served = 0            # link transfers simulated
-
-    def _build(self, table: Table) -> None:
-        """Per (npu, c, f, s): steps of [message ids in injection order, receives expected]; per message its route."""
-        m = messages(table, self.meta["latency_ns"])
-        self.msg_route, self.msg_ns, self.msg_lat, self.msg_dst, self.msg_src, self.msg_bytes = [], [], [], [], [], []
-        cols = [m[k].tolist() for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "lane", "dim", "bytes",
-                                        "link_ns", "hops")]
-        pending_sends: dict = {}
-        for npu, c, f, s, st, snd, peer, lane, d, nbytes, link_ns, hops in zip(*cols):
-            pk = (npu, c, f, s)
-            steps = self.steps.setdefault(pk, [])
-            while len(steps) <= st:
-                steps.append([[], 0])
-            if snd:
-                mid = len(self.msg_route)
-                self.msg_route.append(self.links.route(npu, peer, d, lane, hops))
-                self.msg_ns.append(link_ns)
-                self.msg_lat.append(self.latency[d])
-                self.msg_src.append((pk, st))
-                self.msg_dst.append(((peer, c, f, s), st))
-                self.msg_bytes.append(nbytes)
-                pending_sends.setdefault((pk, st), []).append((((peer - npu) % self.npus), mid))
-            elif not self.symmetric:  # symmetric: each receive is the mirror of an own send, delivered with it
-                steps[st][1] += 1
-        for (pk, st), sends in pending_sends.items():
-            self.steps[pk][st][0] = [mid for _, mid in sorted(sends)]  # rotated peer order
 
     def _enqueue(self, mid: int, hop: int, now: float) -> None:
         link = self.msg_route[mid][hop]
@@ -211,16 +218,15 @@ class _Engine(PhaseEngine):
             sk = self.msg_src[mid]  # delivered
             self.own_left[sk] -= 1
             self._check(sk, now)
-            if not self.symmetric:
-                rk = self.msg_dst[mid]
+            rk = self.msg_dst[mid]
+            if rk is not None:
                 self.got[rk] = self.got.get(rk, 0) + 1
                 self._check(rk, now)
         else:  # step_done
             self.step_finished(*data, now)
 
     def serve(self, now: float) -> None:
-        while self.touched:
-            link = self.touched.pop()
+        for link in sorted(self.touched):  # in link order, so both engines break ties alike
             if self.link_busy[link] or not self.queues[link]:
                 continue
             _, _, mid, hop = heapq.heappop(self.queues[link])
@@ -237,17 +243,8 @@ class _Engine(PhaseEngine):
             # arrived (store-and-forward); delivery is always the tail's arrival
             ahead = now if self.cut_through and not last else end
             self.push(ahead + self.msg_lat[mid], "hop_done", (mid, hop))
+        self.touched.clear()
 
-    def run(self) -> Result:
-        result = self.simulate()
-        result.backend = "congestion"
-        nlinks = len(self.links.names)
-        # every NPU's links repeat the representative ones in symmetric execution
-        result.link_transfers = {"simulated": self.served,
-                                 "modelled": self.served * (self.npus if self.symmetric else 1)}
-        result.links = {"name": [self.links.describe(i) for i in range(nlinks)],
-                        "busy_ns": self.link_time, "bytes": self.link_bytes,
-                        "dim": [self.links.names[i][1] for i in range(nlinks)]}
-        result.transfers = [(self.links.describe(l), a, b, self.msg_src[mid][0][0], self.msg_dst[mid][0][0],
-                             self.msg_bytes[mid]) for l, a, b, mid in self.transfers]
-        return result
+    def simulate_links(self):
+        self.execute()
+        return self.rec, self.link_time, self.link_bytes, self.served, self.transfers

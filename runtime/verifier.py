@@ -261,22 +261,22 @@ def link_conflicts(schedule: Schedule) -> list[tuple]:
 
     Every message is followed along its route (as the congestion runtime routes it); an empty list means the
     schedule is contention-free step by step, as MultiTree's link allocation promises."""
-    from .congestion import _Links
+    from .links import LinkMap
     from .phases import messages
     meta = schedule.meta
-    links = _Links(meta)
+    links = LinkMap(meta)
     seen: dict = {}
     conflicts = []
     for npu in range(meta["npus"]):
         m = messages(schedule.table(npu), meta["latency_ns"])
-        cols = [m[k].tolist() for k in ("coll", "flow", "stage", "step", "send", "peer", "lane", "dim", "hops")]
-        for c, f, s, st, snd, peer, lane, d, hops in zip(*cols):
-            if not snd:
-                continue
-            for link in links.route(npu, peer, d, lane, hops):
-                key = (c, f, s, st, link)
+        s = m["send"] == 1
+        start, ids = links.routes(m["npu"][s], m["peer"][s], m["dim"][s], m["lane"][s], m["hops"][s])
+        cols = [m[k][s].tolist() for k in ("coll", "flow", "stage", "step", "peer")]
+        for i, (c, f, s_, st, peer) in enumerate(zip(*cols)):
+            for link in ids[start[i]:start[i + 1]].tolist():
+                key = (c, f, s_, st, link)
                 if key in seen:
-                    conflicts.append((links.describe(link), c, f, s, st, seen[key], (npu, peer)))
+                    conflicts.append((links.describe(link), c, f, s_, st, seen[key], (npu, peer)))
                 else:
                     seen[key] = (npu, peer)
     return conflicts

@@ -1,0 +1,492 @@
+/* The compiled event core of the congestion-aware runtime.
+ *
+ * It executes a congestion_plan.Plan exactly as the Python reference engine (congestion._Engine on
+ * phases.PhaseEngine) does, event for event, so both give identical results (tests compare them):
+ * - phases become eligible on a service group when its last member has them ready, and each group serves them in
+ *   one shared order (FIFO by ready time, or smallest chunk first); a server (NPU, dimension) runs up to `active`
+ *   phases at once (phases.GroupOrder);
+ * - a finished phase releases the chunk's next stage, and collectives waiting on it (phases.Chains);
+ * - a step injects its messages into their first links; every link serves a FIFO queue; a hop ends `latency` after
+ *   the head (cut-through) or the tail (store-and-forward) left the link; a step ends when its own messages are
+ *   delivered and its receives have arrived.
+ * Events of one instant run in the order they were created; admissions follow in server order, then links start
+ * transfers in link order.
+ *
+ * Interface: simulate(arrays: dict of int64/float64 numpy arrays named as the Plan's attributes, P, NS, M, L, G, K,
+ * S, ndims, active, scf, cut_through, symmetric, timeline) -> (rec_pid, rec_start, rec_end, link_time, link_bytes,
+ * served, transfers, begun, started), the arrays as bytes-backed buffers wrapped by the caller.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int64_t i64;
+
+/* ---- growable arrays and heaps ---------------------------------------------------------------------------- */
+
+enum { PHASE_DONE = 0, LINK_FREE = 1, HOP_DONE = 2, STEP_DONE = 3 };
+
+typedef struct { double t; i64 seq; i64 a; int kind; } Event;          /* HOP_DONE: a = route position */
+typedef struct { double size, ready; i64 flow, coll, stage, kid; } Prio;  /* eligible phase of a group */
+
+typedef struct { Event *v; i64 n, cap; } EventHeap;
+typedef struct { Prio *v; i64 n, cap; } PrioHeap;
+typedef struct { i64 *v; i64 n, cap; } Vec;
+
+static int grow(void **v, i64 *cap, i64 need, size_t item) {
+    if (need <= *cap) return 0;
+    i64 c = *cap ? *cap * 2 : 16;
+    while (c < need) c *= 2;
+    void *p = realloc(*v, (size_t)c * item);
+    if (!p) return -1;
+    *v = p;
+    *cap = c;
+    return 0;
+}
+
+static int vec_push(Vec *s, i64 x) {
+    if (grow((void **)&s->v, &s->cap, s->n + 1, sizeof(i64))) return -1;
+    s->v[s->n++] = x;
+    return 0;
+}
+
+static inline int ev_less(const Event *x, const Event *y) {
+    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
+}
+
+static int ev_push(EventHeap *h, Event e) {
+    if (grow((void **)&h->v, &h->cap, h->n + 1, sizeof(Event))) return -1;
+    i64 i = h->n++;
+    while (i > 0) {
+        i64 p = (i - 1) / 2;
+        if (!ev_less(&e, &h->v[p])) break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = e;
+    return 0;
+}
+
+static Event ev_pop(EventHeap *h) {
+    Event top = h->v[0], last = h->v[--h->n];
+    i64 i = 0;
+    for (;;) {
+        i64 c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && ev_less(&h->v[c + 1], &h->v[c])) c++;
+        if (!ev_less(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n) h->v[i] = last;
+    return top;
+}
+
+static inline int prio_less(const Prio *x, const Prio *y) {
+    if (x->size != y->size) return x->size < y->size;
+    if (x->ready != y->ready) return x->ready < y->ready;
+    if (x->flow != y->flow) return x->flow < y->flow;
+    if (x->coll != y->coll) return x->coll < y->coll;
+    return x->stage < y->stage;
+}
+
+static int prio_push(PrioHeap *h, Prio e) {
+    if (grow((void **)&h->v, &h->cap, h->n + 1, sizeof(Prio))) return -1;
+    i64 i = h->n++;
+    while (i > 0) {
+        i64 p = (i - 1) / 2;
+        if (!prio_less(&e, &h->v[p])) break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = e;
+    return 0;
+}
+
+static Prio prio_pop(PrioHeap *h) {
+    Prio top = h->v[0], last = h->v[--h->n];
+    i64 i = 0;
+    for (;;) {
+        i64 c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && prio_less(&h->v[c + 1], &h->v[c])) c++;
+        if (!prio_less(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n) h->v[i] = last;
+    return top;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    i64 x = *(const i64 *)a, y = *(const i64 *)b;
+    return (x > y) - (x < y);
+}
+
+/* ---- the plan's arrays -------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const i64 *sim, *key_coll, *key_flow, *key_stage, *key_dim, *nstages, *chunks, *key_base, *chunk_base;
+    const i64 *step_start, *step_phase, *expect, *send_order, *step_send, *msg_src_step, *msg_dst_step;
+    const i64 *route_start, *route, *msg_bytes, *server_group, *member, *member_start, *group_size, *group_local;
+    const i64 *count_base, *cons_start, *cons, *cons_per_chunk, *ndeps;
+    const double *msg_ns, *msg_lat, *phase_size;
+} Plan;
+
+typedef struct {
+    Plan p;
+    i64 P, NS, M, L, G, K, S, nd, active, ncoll, nchunk_total, route_len;
+    int scf, cut_through, symmetric, timeline;
+    /* state */
+    EventHeap events;
+    i64 seq;
+    PrioHeap *eligible;            /* per group */
+    Vec *order;                    /* per group: keys in service order */
+    i64 *position, *running;       /* per server */
+    i64 *count;                    /* per (group, key): members ready */
+    double *count_time;            /*                 latest ready time */
+    i64 *waiting, *done_all;       /* per (npu, coll, flow) / (npu, coll) */
+    i64 *own_left, *got;           /* per step */
+    char *begun, *started;         /* per step / per phase */
+    double *phase_start;
+    i64 *msg_of_pos, *next_in_queue, *qhead, *qtail; /* link FIFOs threaded through route positions */
+    char *busy, *link_touched, *server_touched;
+    Vec touched_links, touched_servers;
+    /* outputs */
+    i64 *rec_pid, nrec;
+    double *rec_start, *rec_end, *link_time;
+    i64 *link_bytes, served;
+    double *xfer;  /* timeline: (link, start, end, message) per transfer */
+} Sim;
+
+static int push_event(Sim *s, double t, int kind, i64 a) {
+    Event e = {t, s->seq++, a, kind};
+    return ev_push(&s->events, e);
+}
+
+static i64 server_of(Sim *s, i64 si, i64 dim) { return si * (s->nd + 1) + dim + 1; }
+
+static int touch_server(Sim *s, i64 sid) {
+    if (s->server_touched[sid]) return 0;
+    s->server_touched[sid] = 1;
+    return vec_push(&s->touched_servers, sid);
+}
+
+static int touch_link(Sim *s, i64 link) {
+    if (s->link_touched[link]) return 0;
+    s->link_touched[link] = 1;
+    return vec_push(&s->touched_links, link);
+}
+
+/* phases.GroupOrder.ready: key `kid` is ready on simulated NPU si at `now` */
+static int ready(Sim *s, i64 si, i64 kid, double now) {
+    const Plan *p = &s->p;
+    i64 dim = p->key_dim[kid];
+    i64 g = p->server_group[server_of(s, si, dim)];
+    i64 c = p->count_base[kid] + p->group_local[g];
+    s->count[c] += 1;
+    if (now > s->count_time[c]) s->count_time[c] = now;
+    if (s->count[c] < p->group_size[g]) return 0;
+    Prio e = {s->scf ? p->phase_size[si * s->K + kid] : 0.0, s->count_time[c], p->key_flow[kid], p->key_coll[kid],
+              p->key_stage[kid], kid};
+    if (prio_push(&s->eligible[g], e)) return -1;
+    for (i64 m = p->member_start[g]; m < p->member_start[g + 1]; m++)
+        if (touch_server(s, p->member[m])) return -1;
+    return 0;
+}
+
+/* phases.Chains.finished, feeding each released key to ready() */
+static int finished(Sim *s, i64 si, i64 kid, double now) {
+    const Plan *p = &s->p;
+    i64 c = p->key_coll[kid], f = p->key_flow[kid], st = p->key_stage[kid];
+    if (st + 1 < p->nstages[c]) return ready(s, si, kid + 1, now);
+    i64 done = ++s->done_all[si * s->ncoll + c];
+    for (i64 j = p->cons_start[c]; j < p->cons_start[c + 1]; j++) {
+        i64 consumer = p->cons[j], lo = f, hi = f + 1;
+        if (!p->cons_per_chunk[j]) {
+            if (done < p->chunks[c]) continue;
+            lo = 0;
+            hi = p->chunks[consumer];
+        }
+        for (i64 g = lo; g < hi; g++) {
+            i64 w = si * s->nchunk_total + p->chunk_base[consumer] + g;
+            if (--s->waiting[w] == 0 && ready(s, si, p->key_base[consumer] + g * p->nstages[consumer], now))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static int check_step(Sim *s, i64 g, double now) {
+    if (!s->begun[g]) return 0;
+    if (s->own_left[g] == 0 && s->got[g] >= s->p.expect[g]) {
+        s->begun[g] = 0;
+        s->got[g] = 0;
+        return push_event(s, now, STEP_DONE, g);
+    }
+    return 0;
+}
+
+static int enqueue(Sim *s, i64 pos) {
+    i64 link = s->p.route[pos];
+    s->next_in_queue[pos] = -1;
+    if (s->qtail[link] < 0) s->qhead[link] = pos;
+    else s->next_in_queue[s->qtail[link]] = pos;
+    s->qtail[link] = pos;
+    return touch_link(s, link);
+}
+
+static int start_step(Sim *s, i64 g, double now) {
+    const Plan *p = &s->p;
+    i64 a = p->step_send[g], b = p->step_send[g + 1];
+    s->own_left[g] = b - a;
+    s->begun[g] = 1;
+    for (i64 i = a; i < b; i++)
+        if (enqueue(s, p->route_start[p->send_order[i]])) return -1;
+    return check_step(s, g, now);
+}
+
+static int admit(Sim *s, double now) {
+    const Plan *p = &s->p;
+    Vec *ts = &s->touched_servers;
+    qsort(ts->v, (size_t)ts->n, sizeof(i64), cmp_i64);
+    for (i64 i = 0; i < ts->n; i++) {
+        i64 sid = ts->v[i], si = sid / (s->nd + 1);
+        s->server_touched[sid] = 0;
+        i64 g = p->server_group[sid];
+        while (s->running[sid] < s->active) {
+            Vec *ord = &s->order[g];
+            if (s->position[sid] >= ord->n) {
+                if (!s->eligible[g].n) break;
+                if (vec_push(ord, prio_pop(&s->eligible[g]).kid)) return -1;
+            }
+            i64 kid = ord->v[s->position[sid]++];
+            s->running[sid] += 1;
+            i64 pid = si * s->K + kid;
+            s->started[pid] = 1;
+            s->phase_start[pid] = now;
+            if (p->step_start[pid + 1] > p->step_start[pid]) {
+                if (start_step(s, p->step_start[pid], now)) return -1;
+            } else if (push_event(s, now, PHASE_DONE, pid)) {
+                return -1;
+            }
+        }
+    }
+    ts->n = 0;
+    return 0;
+}
+
+static int serve(Sim *s, double now) {
+    const Plan *p = &s->p;
+    Vec *tl = &s->touched_links;
+    qsort(tl->v, (size_t)tl->n, sizeof(i64), cmp_i64);
+    for (i64 i = 0; i < tl->n; i++) {
+        i64 link = tl->v[i];
+        s->link_touched[link] = 0;
+        if (s->busy[link] || s->qhead[link] < 0) continue;
+        i64 pos = s->qhead[link];
+        s->qhead[link] = s->next_in_queue[pos];
+        if (s->qhead[link] < 0) s->qtail[link] = -1;
+        i64 mid = s->msg_of_pos[pos];
+        double ns = p->msg_ns[mid], end = now + ns;
+        s->busy[link] = 1;
+        if (s->timeline) {
+            double *x = s->xfer + 4 * s->served;
+            x[0] = (double)link;
+            x[1] = now;
+            x[2] = end;
+            x[3] = (double)mid;
+        }
+        s->served += 1;
+        s->link_time[link] += ns;
+        s->link_bytes[link] += p->msg_bytes[mid];
+        if (push_event(s, end, LINK_FREE, link)) return -1;
+        int last = pos + 1 == p->route_start[mid + 1];
+        double ahead = (s->cut_through && !last) ? now : end;
+        if (push_event(s, ahead + p->msg_lat[mid], HOP_DONE, pos)) return -1;
+    }
+    tl->n = 0;
+    return 0;
+}
+
+static int on_event(Sim *s, Event e, double now) {
+    const Plan *p = &s->p;
+    switch (e.kind) {
+    case PHASE_DONE: {
+        i64 pid = e.a, si = pid / s->K, kid = pid % s->K;
+        s->rec_pid[s->nrec] = pid;
+        s->rec_start[s->nrec] = s->phase_start[pid];
+        s->rec_end[s->nrec] = now;
+        s->nrec++;
+        i64 sid = server_of(s, si, p->key_dim[kid]);
+        s->running[sid] -= 1;
+        if (touch_server(s, sid)) return -1;
+        return finished(s, si, kid, now);
+    }
+    case LINK_FREE:
+        s->busy[e.a] = 0;
+        return touch_link(s, e.a);
+    case HOP_DONE: {
+        i64 pos = e.a, mid = s->msg_of_pos[pos];
+        if (pos + 1 < p->route_start[mid + 1]) return enqueue(s, pos + 1);
+        i64 g = p->msg_src_step[mid];
+        s->own_left[g] -= 1;
+        if (check_step(s, g, now)) return -1;
+        i64 r = p->msg_dst_step[mid];
+        if (r >= 0) {
+            s->got[r] += 1;
+            return check_step(s, r, now);
+        }
+        return 0;
+    }
+    default: { /* STEP_DONE */
+        i64 g = e.a, pid = p->step_phase[g];
+        if (g + 1 < p->step_start[pid + 1]) return start_step(s, g + 1, now);
+        return push_event(s, now, PHASE_DONE, pid);
+    }
+    }
+}
+
+static int run_sim(Sim *s) {
+    const Plan *p = &s->p;
+    for (i64 si = 0; si < s->S; si++)
+        for (i64 c = 0; c < s->ncoll; c++)
+            for (i64 f = 0; f < p->chunks[c]; f++) {
+                s->waiting[si * s->nchunk_total + p->chunk_base[c] + f] = p->ndeps[c];
+                if (!p->ndeps[c] && ready(s, si, p->key_base[c] + f * p->nstages[c], 0.0)) return -1;
+            }
+    if (admit(s, 0.0) || serve(s, 0.0)) return -1;
+    while (s->events.n) {
+        double now = s->events.v[0].t;
+        while (s->events.n && s->events.v[0].t == now)
+            if (on_event(s, ev_pop(&s->events), now)) return -1;
+        if (admit(s, now) || serve(s, now)) return -1;
+    }
+    return 0;
+}
+
+/* ---- Python glue -------------------------------------------------------------------------------------------- */
+
+static const void *array(PyObject *arrays, const char *name, Py_buffer *views, int *nviews, size_t item) {
+    PyObject *o = PyDict_GetItemString(arrays, name);
+    if (!o) {
+        PyErr_Format(PyExc_KeyError, "plan array %s missing", name);
+        return NULL;
+    }
+    Py_buffer *v = &views[*nviews];
+    if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    (*nviews)++;
+    if ((size_t)v->itemsize != item) {
+        PyErr_Format(PyExc_TypeError, "plan array %s has items of %zd bytes, expected %zu", name, v->itemsize, item);
+        return NULL;
+    }
+    return v->len ? v->buf : (const void *)"";
+}
+
+static void *zalloc(i64 n, size_t item) { return calloc((size_t)(n > 0 ? n : 1), item); }
+
+static PyObject *bytes_of(const void *v, i64 n, size_t item) {
+    return PyBytes_FromStringAndSize((const char *)v, (Py_ssize_t)((size_t)n * item));
+}
+
+static PyObject *simulate(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *arrays;
+    Sim s;
+    memset(&s, 0, sizeof s);
+    if (!PyArg_ParseTuple(args, "O!LLLLLLLLLiiii", &PyDict_Type, &arrays, &s.P, &s.NS, &s.M, &s.L, &s.G, &s.K, &s.S,
+                          &s.nd, &s.active, &s.scf, &s.cut_through, &s.symmetric, &s.timeline))
+        return NULL;
+    Py_buffer views[40];
+    int nv = 0;
+    PyObject *result = NULL;
+    Plan *p = &s.p;
+#define I(name) (p->name = (const i64 *)array(arrays, #name, views, &nv, 8)) == NULL
+#define D(name) (p->name = (const double *)array(arrays, #name, views, &nv, 8)) == NULL
+    if (I(sim) || I(key_coll) || I(key_flow) || I(key_stage) || I(key_dim) || I(nstages) || I(chunks) ||
+        I(key_base) || I(chunk_base) || I(step_start) || I(step_phase) || I(expect) || I(send_order) ||
+        I(step_send) || I(msg_src_step) || I(msg_dst_step) || I(route_start) || I(route) || I(msg_bytes) ||
+        I(server_group) || I(member) || I(member_start) || I(group_size) || I(group_local) || I(count_base) ||
+        I(cons_start) || I(cons) || I(cons_per_chunk) || I(ndeps) || D(msg_ns) || D(msg_lat) || D(phase_size))
+        goto done;
+#undef I
+#undef D
+    PyObject *nst = PyDict_GetItemString(arrays, "nstages");
+    s.ncoll = PyObject_Length(nst);
+    s.nchunk_total = p->chunk_base[s.ncoll];
+    s.route_len = p->route_start[s.M];
+    i64 servers = s.S * (s.nd + 1), counts = p->count_base[s.K];
+    s.eligible = zalloc(s.G, sizeof(PrioHeap));
+    s.order = zalloc(s.G, sizeof(Vec));
+    s.position = zalloc(servers, 8);
+    s.running = zalloc(servers, 8);
+    s.server_touched = zalloc(servers, 1);
+    s.count = zalloc(counts, 8);
+    s.count_time = zalloc(counts, 8);
+    s.waiting = zalloc(s.S * s.nchunk_total, 8);
+    s.done_all = zalloc(s.S * s.ncoll, 8);
+    s.own_left = zalloc(s.NS, 8);
+    s.got = zalloc(s.NS, 8);
+    s.begun = zalloc(s.NS, 1);
+    s.started = zalloc(s.P, 1);
+    s.phase_start = zalloc(s.P, 8);
+    s.msg_of_pos = zalloc(s.route_len, 8);
+    s.next_in_queue = zalloc(s.route_len, 8);
+    s.qhead = zalloc(s.L, 8);
+    s.qtail = zalloc(s.L, 8);
+    s.busy = zalloc(s.L, 1);
+    s.link_touched = zalloc(s.L, 1);
+    s.rec_pid = zalloc(s.P, 8);
+    s.rec_start = zalloc(s.P, 8);
+    s.rec_end = zalloc(s.P, 8);
+    s.link_time = zalloc(s.L, 8);
+    s.link_bytes = zalloc(s.L, 8);
+    s.xfer = zalloc(s.timeline ? 4 * s.route_len : 1, 8);
+    if (!s.eligible || !s.order || !s.position || !s.running || !s.server_touched || !s.count || !s.count_time ||
+        !s.waiting || !s.done_all || !s.own_left || !s.got || !s.begun || !s.started || !s.phase_start ||
+        !s.msg_of_pos || !s.next_in_queue || !s.qhead || !s.qtail || !s.busy || !s.link_touched || !s.rec_pid ||
+        !s.rec_start || !s.rec_end || !s.link_time || !s.link_bytes || !s.xfer) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i64 m = 0; m < s.M; m++)
+        for (i64 r = p->route_start[m]; r < p->route_start[m + 1]; r++) s.msg_of_pos[r] = m;
+    for (i64 l = 0; l < s.L; l++) s.qhead[l] = s.qtail[l] = -1;
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = run_sim(&s);
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = Py_BuildValue("(NNNNNLNNN)", bytes_of(s.rec_pid, s.nrec, 8), bytes_of(s.rec_start, s.nrec, 8),
+                           bytes_of(s.rec_end, s.nrec, 8), bytes_of(s.link_time, s.L, 8),
+                           bytes_of(s.link_bytes, s.L, 8), s.served,
+                           bytes_of(s.xfer, s.timeline ? 4 * s.served : 0, 8), bytes_of(s.begun, s.NS, 1),
+                           bytes_of(s.started, s.P, 1));
+done:
+    for (int i = 0; i < nv; i++) PyBuffer_Release(&views[i]);
+    if (s.eligible)
+        for (i64 g = 0; g < s.G; g++) free(s.eligible[g].v);
+    if (s.order)
+        for (i64 g = 0; g < s.G; g++) free(s.order[g].v);
+    void *owned[] = {s.events.v, s.eligible, s.order, s.position, s.running, s.server_touched, s.count, s.count_time,
+                     s.waiting, s.done_all, s.own_left, s.got, s.begun, s.started, s.phase_start, s.msg_of_pos,
+                     s.next_in_queue, s.qhead, s.qtail, s.busy, s.link_touched, s.touched_links.v,
+                     s.touched_servers.v, s.rec_pid, s.rec_start, s.rec_end, s.link_time, s.link_bytes, s.xfer};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"simulate", simulate, METH_VARARGS, "Execute a congestion plan (see astra_compile.runtime.congestion)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_linkcore", "Compiled congestion-aware event core.", -1,
+                                    methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__linkcore(void) { return PyModule_Create(&module); }

@@ -1,0 +1,93 @@
+"""The physical links of a topology and the route of every message over them, for the congestion runtime and the
+link-conflict check.
+
+Every possible directed link has a fixed integer id, so routes can be computed for all messages at once with numpy
+and both execution engines see the same numbering. Per dimension d with k members, each NPU owns `slots` ids:
+- Switch: 2 (slot 0 its uplink to the group's switch, slot 1 its downlink from it);
+- FullyConnected: k (slot j its link to the member with coordinate j; its own slot is unused);
+- Ring and Mesh: 2 (slot 0 the link to its next neighbour, slot 1 to its previous one).
+id = offset[d] + npu * slots[d] + slot.
+
+`representative` routes (symmetric execution, only NPU 0's messages) use NPU 0's links of each class: its uplink and
+downlink for a switch hop, its link to each FC peer, its own link per ring direction for every hop.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+RING, SWITCH, FC, MESH = 0, 1, 2, 3
+BLOCK_CODE = {"Ring": RING, "Switch": SWITCH, "FullyConnected": FC, "Mesh": MESH}
+
+
+class LinkMap:
+    def __init__(self, meta: dict, representative: bool = False):
+        dims = meta["topology"]["dims"]
+        self.representative = representative
+        self.blocks = [d["block"] for d in dims]
+        self.shape = np.array([d["size"] for d in dims], np.int64)
+        self.strides = np.array([int(np.prod(self.shape[:d])) for d in range(len(dims))], np.int64)
+        self.npus = int(np.prod(self.shape)) if len(dims) else 1
+        self.slots = np.array([k if b == "FullyConnected" else 2 for b, k in zip(self.blocks, self.shape)], np.int64)
+        self.offset = np.concatenate([[0], np.cumsum(self.slots * self.npus)]).astype(np.int64)
+
+    def routes(self, src, dst, dim, lane, hops) -> tuple[np.ndarray, np.ndarray]:
+        """Routes of messages given as arrays: (start, ids) in CSR form, message i takes the links
+        ids[start[i]:start[i+1]] in order."""
+        src, dst, dim, lane, hops = (np.asarray(a, np.int64) for a in (src, dst, dim, lane, hops))
+        n = len(src)
+        code = np.array([BLOCK_CODE.get(b, 0) for b in self.blocks], np.int64)[dim] if n else np.zeros(0, np.int64)
+        switch, fc = code == SWITCH, code == FC
+        length = np.where(switch, 2, np.where(fc, 1, hops))
+        start = np.concatenate([[0], np.cumsum(length)]).astype(np.int64)
+        ids = np.empty(int(start[-1]), np.int64)
+        if not n:
+            return start, ids
+        k, stride, slots, off = self.shape[dim], self.strides[dim], self.slots[dim], self.offset[dim]
+        dst_link_owner = src if self.representative else dst  # representative: NPU 0's downlink stands for all
+        # switch: uplink of the sender, downlink of the receiver
+        i = np.flatnonzero(switch)
+        ids[start[i]] = off[i] + src[i] * 2
+        ids[start[i] + 1] = off[i] + dst_link_owner[i] * 2 + 1
+        # fully connected: the sender's link to the receiver's coordinate
+        i = np.flatnonzero(fc)
+        ids[start[i]] = off[i] + src[i] * slots[i] + (dst[i] // stride[i]) % k[i]
+        # ring and mesh: one link per hop, walking from the sender (rings by lane, meshes towards the receiver)
+        i = np.flatnonzero(~switch & ~fc)
+        if len(i):
+            c0 = (src[i] // stride[i]) % k[i]
+            mesh = code[i] == MESH
+            towards = np.where((dst[i] // stride[i]) % k[i] > c0, 1, -1)
+            step = np.where(mesh, towards, np.where(lane[i] == 0, 1, -1))
+            lane_i = np.where(step == 1, 0, 1)
+            if np.all(hops[i] == 1):  # neighbour transfers (the common case): the sender's own link
+                ids[start[i]] = off[i] + src[i] * 2 + lane_i
+                return start, ids
+            per = np.repeat(np.arange(len(i)), hops[i])
+            h = np.arange(len(per)) - np.repeat(_starts(hops[i]), hops[i])  # hop index within each route
+            if self.representative:
+                node = src[i][per]
+            else:
+                node = src[i][per] + (((c0[per] + step[per] * h) % k[i][per]) - c0[per]) * stride[i][per]
+            ids[np.repeat(start[i], hops[i]) + h] = off[i][per] + node * 2 + lane_i[per]
+        return start, ids
+
+    def dim_of(self, link) -> np.ndarray:
+        return np.searchsorted(self.offset, np.asarray(link, np.int64), side="right") - 1
+
+    def describe(self, link: int) -> str:
+        d = int(self.dim_of(link))
+        npu, slot = divmod(int(link) - int(self.offset[d]), int(self.slots[d]))
+        block = self.blocks[d]
+        if block == "Switch":
+            return f"dim{d} npu{npu}->switch" if slot == 0 else f"dim{d} switch->npu{npu}"
+        if block == "FullyConnected":
+            stride, k = int(self.strides[d]), int(self.shape[d])
+            peer = npu + (slot - (npu // stride) % k) * stride
+            return f"dim{d} npu{npu}->npu{peer}"
+        return f"dim{d} npu{npu}->{'next' if slot == 0 else 'prev'}"
+
+
+def _starts(lengths: np.ndarray) -> np.ndarray:
+    """Start of each group in a concatenation of groups of the given lengths."""
+    return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
