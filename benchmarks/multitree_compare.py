@@ -1,6 +1,8 @@
 """All-reduce time on an 8x8 torus, 100 GB/s per dimension (50 GB/s per link and direction), 64KB to 1GB:
 MultiTree against the per-dimension algorithms (ring per dimension = 2D-ring, double binary tree per dimension,
-direct), on the congestion-aware runtime (links are resources) and the analytical one.
+direct) and the topology-unaware ones over all NPUs whose messages are routed dimension by dimension (rank-order
+ring, halving-doubling, double binary tree, direct), on the congestion-aware runtime (links are resources) and the
+analytical one.
 
     python benchmarks/multitree_compare.py [--topology 8x8_torus] [--latency 500] [--plot FILE.png]
 
@@ -13,13 +15,18 @@ import argparse
 
 from astra_compile import driver
 from astra_compile.dialects import comm
+from astra_compile.errors import UserError
+from astra_compile.passes.base import PassError
 from astra_compile.runtime import analytical, congestion
 from astra_compile.topology import parse_topology
 from astra_compile.units import parse_size
 
 SIZES = ["64KB", "1MB", "16MB", "256MB", "1GB"]
 ALGOS = [("multitree", "multitree"), ("ring (Hamiltonian)", "flat_ring"), ("2D-ring", "ring"),
-         ("dbt per dim", "double_binary_tree"), ("direct per dim", "direct")]
+         ("dbt per dim", "double_binary_tree"), ("direct per dim", "direct"),
+         # topology-unaware, over all NPUs, messages routed dimension by dimension
+         ("rank-order ring (routed)", "rank_ring"), ("halving-doubling (routed)", "flat_halving_doubling"),
+         ("dbt (routed)", "flat_double_binary_tree"), ("direct (routed)", "flat_direct")]
 
 
 def measure(topology: str, bandwidth: str, latency: str, sizes: list[str]) -> dict:
@@ -31,7 +38,10 @@ def measure(topology: str, bandwidth: str, latency: str, sizes: list[str]) -> di
         source = str(driver.build_module(ctx, topo, "all_reduce", parse_size(size)))
         out[size] = {}
         for name, algo in ALGOS:
-            sched = driver.compile_schedule(source, ctx, topo, "baseline", {"algorithm": algo}).schedule
+            try:
+                sched = driver.compile_schedule(source, ctx, topo, "baseline", {"algorithm": algo}).schedule
+            except (UserError, PassError):  # e.g. halving-doubling on a network that is not a power of two
+                continue
             out[size][name] = (congestion.run(sched).total_ns / 1e3, analytical.run(sched).total_ns / 1e3)
     return out
 
@@ -45,6 +55,8 @@ def plot(results: dict, title: str, path: str) -> None:
     x = [parse_size(s) for s in sizes]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, _ in ALGOS:
+        if any(name not in results[s] for s in sizes):
+            continue
         ax.plot(x, [results[s][name][0] for s in sizes], marker="o", label=name)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -70,9 +82,10 @@ def main() -> None:
     results = measure(args.topology, args.bandwidth, args.latency, args.sizes.split(","))
     title = f"{parse_topology(args.topology).name}, {args.bandwidth} GB/s per dimension, {args.latency} ns"
     print(f"{title}; all-reduce time in us (congestion-aware / analytical)")
-    print(f"{'size':>8s}" + "".join(f"{name:>26s}" for name, _ in ALGOS) + f"{'vs ring':>10s}{'vs 2D-ring':>12s}")
+    names = [name for name, _ in ALGOS if all(name in times for times in results.values())]
+    print(f"{'size':>8s}" + "".join(f"{name:>26s}" for name in names) + f"{'vs ring':>10s}{'vs 2D-ring':>12s}")
     for size, times in results.items():
-        row = "".join(f"{f'{c:12.1f} / {a:11.1f}':>26s}" for c, a in times.values())
+        row = "".join(f"{f'{times[n][0]:12.1f} / {times[n][1]:11.1f}':>26s}" for n in names)
         print(f"{size:>8s}{row}{times['ring (Hamiltonian)'][0] / times['multitree'][0]:9.2f}x"
               f"{times['2D-ring'][0] / times['multitree'][0]:11.2f}x")
     if args.plot:

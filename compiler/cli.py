@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--algorithm", help="per dimension: ring, direct, halving_doubling, double_binary_tree (one, or "
                                        "one per dimension, comma-separated; default: the building block's own); "
                                        "over the whole network: multitree, multitree_optimal (<= 16 NPUs), "
-                                       "flat_ring")
+                                       "flat_ring (Hamiltonian cycle); routed over ranks: rank_ring, flat_direct, "
+                                       "flat_halving_doubling, flat_double_binary_tree")
     g.add_argument("--chunks", help="chunks per collective (ASTRA-sim preferred-dataset-splits; default 1)")
     g.add_argument("--ports", help="multitree: new tree edges an NPU may start per step (injection ports; default: "
                                    "one per link)")

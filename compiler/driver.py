@@ -73,7 +73,10 @@ SCHEDULERS = {
 DEFAULT_SCHEDULER, DEFAULT_INTRA = "optimal", "scf"
 # graph algorithms schedule the whole network per phase: no per-dimension phases, no dimension orders
 GRAPH_PIPELINE = "decompose-all-reduce,chunk,flat-decompose,select-algorithm"
-FLAT_RING_PIPELINE = "decompose-all-reduce,chunk,flat-decompose,select-algorithm{algorithm=ring}"
+# --algorithm names of one phase over the whole network -> that phase's algorithm: a ring along a Hamiltonian
+# cycle of links, and topology-unaware algorithms over ranks whose messages are routed dimension by dimension
+FLAT_ALGORITHMS = {"flat_ring": "ring", "rank_ring": "rank_ring", "flat_direct": "direct",
+                   "flat_halving_doubling": "halving_doubling", "flat_double_binary_tree": "double_binary_tree"}
 
 
 @dataclass
@@ -124,8 +127,11 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
     algorithm = str(defaults.get("algorithm", "")).strip().lower()
     if algorithm in comm.GRAPH_ALGORITHMS:
         return one(GRAPH_PIPELINE, f"{algorithm} (graph)", after_each)
-    if algorithm == "flat_ring":  # one ring over the whole network instead of a ring per dimension
-        return one(FLAT_RING_PIPELINE, "ring over the whole network (graph)", after_each)
+    if algorithm in FLAT_ALGORITHMS:  # one phase over the whole network instead of one per dimension
+        flat = FLAT_ALGORITHMS[algorithm]
+        label = "ring along a Hamiltonian cycle (graph)" if flat == "ring" else f"{flat} over the whole network (routed)"
+        return one(f"decompose-all-reduce,chunk,flat-decompose,select-algorithm{{algorithm={flat}}}", label,
+                   after_each)
     best = one(SCHEDULERS[scheduler], scheduler, after_each)
     if scheduler == "optimal":
         themis = one(SCHEDULERS["themis"], "themis")

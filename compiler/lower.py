@@ -21,6 +21,8 @@ from .algorithms.translated_trees import translated_trees
 from .dependencies import dependencies
 from .errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
+from .dialects.comm import ROUTED_ALGORITHMS
+from .runtime.links import LANE_SHORTEST, ROUTED, LinkMap
 from .runtime.tables import FORMAT, RECV_COPY, RECV_REDUCE, SEND, VERSION, Table
 from .topology import NEIGHBOUR_BLOCKS, Topology
 
@@ -165,6 +167,9 @@ class Schedule:
     def _template(self, kind: str, stage: Stage) -> Transfers:
         if stage.dim == FLAT and stage.algorithm == "ring":
             return graph_ring.template(kind, self.cycle(), self._links.src, self._links.dst)
+        if stage.dim == FLAT and stage.algorithm in ROUTED_ALGORITHMS:  # over ranks, routed across dimensions
+            base = "ring" if stage.algorithm == "rank_ring" else stage.algorithm
+            return template(kind, base, self.topology.npus, bidirectional=True)
         if stage.dim == FLAT:
             return multitree.template(kind, self.trees())
         dim = self.topology.dims[stage.dim]
@@ -247,6 +252,8 @@ class Schedule:
         n = len(step)
         off = base[None, :] + (lo[:, None] * length[None, :]) // units
         end = base[None, :] + (hi[:, None] * length[None, :]) // units
+        if stage.dim == FLAT and stage.algorithm in ROUTED_ALGORITHMS:
+            return self._expand_routed(npu, plan, si, step, op, peer_m, direction, off, end, flows)
         if stage.dim == FLAT:
             return self._expand_graph(npu, plan, si, step, op, peer_m, link, off, end, flows)
         dim = self.topology.dims[stage.dim]
@@ -279,6 +286,27 @@ class Schedule:
             lane = np.where(ring, 1 - lane, lane)
         return _rows(npu, plan.index, si, flows, step, op, peer, dims, lane, np.ones(len(step)), lg.gbps[link],
                      off, end)
+
+
+    def _expand_routed(self, npu, plan, si, step, op, peer, direction, off, end, flows) -> Table:
+        """Rows of a phase over ranks: each message is routed dimension by dimension (runtime/links.py); its lane
+        says which way round the Ring legs go (the template's direction, or the shorter way), `hops` counts its
+        links and `gbps` is its slowest link's bandwidth (cut-through: the message streams at that rate)."""
+        sender = np.where(op == SEND, npu, peer)
+        receiver = np.where(op == SEND, peer, npu)
+        lane = np.where(direction == 1, 0, np.where(direction == -1, 1, LANE_SHORTEST))
+        owner, (_, _, ldim, _, lhops) = self._link_map().legs(sender, receiver, lane)
+        hops = np.bincount(owner, weights=lhops, minlength=len(step)).astype(np.int64)
+        link_gbps = np.array([d.link_gbps() for d in self.topology.dims])
+        gbps = np.full(len(step), np.inf)
+        np.minimum.at(gbps, owner, link_gbps[ldim])
+        return _rows(npu, plan.index, si, flows, step, op, peer, np.full(len(step), ROUTED), lane, hops, gbps,
+                     off, end)
+
+    def _link_map(self) -> LinkMap:
+        if getattr(self, "_links_map", None) is None:
+            self._links_map = LinkMap({"topology": self.topology.to_dict()})
+        return self._links_map
 
 
 def _rows(npu, coll, stage, flows, step, op, peer, dim, lane, hops, gbps, off, end) -> Table:

@@ -29,7 +29,8 @@ def algorithm_for(dim: int, dims: list, chosen: list[str] | None) -> str:
 def check_applicable(algorithm: str, kind: str, size: int, dim: int) -> None:
     """Reject (algorithm, phase kind, group size) combinations that have no schedule."""
     if algorithm == "halving_doubling" and size & (size - 1):
-        raise PassError(f"halving_doubling needs a power-of-two group, dimension {dim} has {size} NPUs")
+        where = "the network" if dim < 0 else f"dimension {dim}"
+        raise PassError(f"halving_doubling needs a power-of-two group, {where} has {size} NPUs")
     if algorithm == "double_binary_tree" and kind == "all_to_all":
         raise PassError("double_binary_tree has no all_to_all schedule (trees cannot forward per-destination "
                         "data in place); use ring, direct or halving_doubling for all_to_all")
@@ -57,9 +58,10 @@ class SelectAlgorithm(Pass):
             a = comm.attrs(op)
             if a["dim"] == -1:  # a phase over the whole group: only graph algorithms schedule those
                 algo = a.get("algorithm") or (chosen[0] if chosen and len(chosen) == 1 else "multitree")
-                if algo not in comm.GRAPH_ALGORITHMS + ("ring",):
-                    raise PassError(f"a phase over every dimension needs a graph algorithm "
-                                    f"({', '.join(comm.GRAPH_ALGORITHMS + ('ring',))}), not {algo}")
+                if algo not in comm.FLAT_ALGORITHMS:
+                    raise PassError(f"a phase over every dimension needs one of {', '.join(comm.FLAT_ALGORITHMS)}, "
+                                    f"not {algo}")
+                check_applicable(algo, a["kind"], ctx.topology.npus, -1)
                 comm.set_attr(op, "algorithm", algo)
                 ports = self.option("ports", ctx)
                 if ports is not None and algo in comm.GRAPH_ALGORITHMS:
@@ -68,7 +70,7 @@ class SelectAlgorithm(Pass):
                     comm.set_attr(op, "ports", int(ports))
                 continue
             algo = a.get("algorithm") or algorithm_for(a["dim"], dims, chosen)
-            if algo in comm.GRAPH_ALGORITHMS:
+            if algo in comm.GRAPH_ALGORITHMS + ("rank_ring",):
                 raise PassError(f"{algo} schedules the whole network at once: compile with --algorithm {algo} "
                                 f"(flat-decompose instead of hierarchical-decompose)")
             check_applicable(algo, a["kind"], dims[a["dim"]].size, a["dim"])

@@ -132,7 +132,7 @@ typedef struct {
     const i64 *step_start, *step_phase, *expect, *send_order, *step_send, *msg_src_step, *msg_dst_step;
     const i64 *route_start, *route, *msg_bytes, *server_group, *member, *member_start, *group_size, *group_local;
     const i64 *count_base, *cons_start, *cons, *cons_per_chunk, *ndeps;
-    const double *msg_ns, *msg_lat, *phase_size;
+    const double *msg_ns, *route_lat, *phase_size;
 } Plan;
 
 typedef struct {
@@ -305,7 +305,7 @@ static int serve(Sim *s, double now) {
         if (push_event(s, end, LINK_FREE, link)) return -1;
         int last = pos + 1 == p->route_start[mid + 1];
         double ahead = (s->cut_through && !last) ? now : end;
-        if (push_event(s, ahead + p->msg_lat[mid], HOP_DONE, pos)) return -1;
+        if (push_event(s, ahead + p->route_lat[pos], HOP_DONE, pos)) return -1;
     }
     tl->n = 0;
     return 0;
@@ -409,7 +409,7 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
         I(key_base) || I(chunk_base) || I(step_start) || I(step_phase) || I(expect) || I(send_order) ||
         I(step_send) || I(msg_src_step) || I(msg_dst_step) || I(route_start) || I(route) || I(msg_bytes) ||
         I(server_group) || I(member) || I(member_start) || I(group_size) || I(group_local) || I(count_base) ||
-        I(cons_start) || I(cons) || I(cons_per_chunk) || I(ndeps) || D(msg_ns) || D(msg_lat) || D(phase_size))
+        I(cons_start) || I(cons) || I(cons_per_chunk) || I(ndeps) || D(msg_ns) || D(route_lat) || D(phase_size))
         goto done;
 #undef I
 #undef D

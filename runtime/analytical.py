@@ -63,7 +63,7 @@ class _Engine(PhaseEngine):
 
     def _build_steps(self, table: Table) -> None:
         """steps[(npu, c, f, s)] = list of [link time, sends [(peer, cost)], own cost, receives, own-receive cost]."""
-        m = messages(table, self.meta["latency_ns"])
+        m = messages(table, self.meta)
         cols = [m[k].tolist() for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "dim", "cost",
                                         "link_ns")]
         for npu, c, f, s, st, snd, peer, d, cost, link_ns in zip(*cols):

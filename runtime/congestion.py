@@ -164,8 +164,9 @@ class _Engine(PhaseEngine):
                                         for g in range(a, b)]
         rs, route = plan.route_start.tolist(), plan.route.tolist()
         self.msg_route = [route[a:b] for a, b in zip(rs[:-1], rs[1:])]
-        self.msg_ns, self.msg_lat, self.msg_bytes = plan.msg_ns.tolist(), plan.msg_lat.tolist(), \
-            plan.msg_bytes.tolist()
+        self.msg_ns, self.msg_bytes = plan.msg_ns.tolist(), plan.msg_bytes.tolist()
+        lat = plan.route_lat.tolist()
+        self.hop_lat = [lat[a:b] for a, b in zip(rs[:-1], rs[1:])]
         self.msg_src = [step_key[g] for g in plan.msg_src_step.tolist()]
         self.msg_dst = [step_key[g] if g >= 0 else None for g in plan.msg_dst_step.tolist()]
         self.queues = [[] for _ in range(plan.L)]  # per link: heap of (ready time, seq, message, hop)
@@ -242,7 +243,7 @@ class _Engine(PhaseEngine):
             # the next node has the head `latency` after it left (cut-through) or the whole message after the tail
             # arrived (store-and-forward); delivery is always the tail's arrival
             ahead = now if self.cut_through and not last else end
-            self.push(ahead + self.msg_lat[mid], "hop_done", (mid, hop))
+            self.push(ahead + self.hop_lat[mid][hop], "hop_done", (mid, hop))
         self.touched.clear()
 
     def simulate_links(self):

@@ -10,6 +10,7 @@ Numbering:
   the sender first); `expect[g]` receives complete it (none in symmetric execution, where a receive is the mirror
   of an own send);
 - a message's links are route[route_start[m]:route_start[m+1]], numbered 0..L-1 (link_id[l] is the LinkMap id);
+  route_lat holds each hop's latency;
 - a server is (si, dim) with dim -1 for phases over the whole network: sid = si * (ndims + 1) + dim + 1; servers of
   one group (the members of a dimension's group, or one NPU in symmetric execution) share one service order.
 """
@@ -63,7 +64,7 @@ class Plan:
         parts = []
         for npu in self.sim.tolist():
             t = fetch(npu)
-            self.per_dim_bytes = np.maximum(self.per_dim_bytes, per_dim_bytes(t, self.ndims))
+            self.per_dim_bytes = np.maximum(self.per_dim_bytes, per_dim_bytes(t, self.meta))
             if len(t):
                 rp = si_of[npu] * K + self.kid(t["coll"], t["flow"], t["stage"])
                 lo, hi = np.full(K, np.iinfo(I64).max), np.zeros(K, I64)
@@ -71,8 +72,8 @@ class Plan:
                 np.maximum.at(hi, rp - si_of[npu] * K, t["offset"] + t["bytes"])
                 has = np.bincount(rp - si_of[npu] * K, minlength=K) > 0
                 self.phase_size[si_of[npu] * K + np.flatnonzero(has)] = (hi - lo)[has]
-            parts.append(messages(t, self.meta["latency_ns"]))
-        m = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else messages(Table.empty(), [])
+            parts.append(messages(t, self.meta))
+        m = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else messages(Table.empty(), self.meta)
         pid = si_of[m["npu"]] * K + self.kid(m["coll"], m["flow"], m["stage"])
         nsteps = np.zeros(self.P, I64)
         np.maximum.at(nsteps, pid, m["step"].astype(I64) + 1)
@@ -89,7 +90,6 @@ class Plan:
         self.M = len(s)
         self.msg_src, self.msg_dst, self.msg_bytes = src, dst, m["bytes"][s].astype(I64)
         self.msg_ns = m["link_ns"][s].astype(np.float64)
-        self.msg_lat = np.asarray(self.meta["latency_ns"], np.float64)[m["dim"][s]] if self.M else np.zeros(0)
         self.msg_src_step = gstep[s]
         dst_pid = si_of[dst] * K + self.kid(m["coll"][s], m["flow"][s], m["stage"][s])
         step = m["step"][s].astype(I64)
@@ -103,6 +103,9 @@ class Plan:
         self.link_id, route = np.unique(ids, return_inverse=True)
         self.route_start, self.route = start, route.astype(I64)
         self.L = len(self.link_id)
+        # each hop pays the latency of its link's dimension (a routed message crosses several)
+        self.route_lat = np.asarray(self.meta["latency_ns"], np.float64)[self.links.dim_of(ids)] if len(ids) \
+            else np.zeros(0)
 
     def _groups(self) -> None:
         """Service groups: the members of a dimension's group (full execution) or NPU 0 alone (symmetric)."""

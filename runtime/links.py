@@ -17,6 +17,8 @@ import numpy as np
 
 
 RING, SWITCH, FC, MESH = 0, 1, 2, 3
+ROUTED = -1         # the `dim` of a message routed across dimensions (dimension order)
+LANE_SHORTEST = 2   # a routed message's lane: each Ring leg the shorter way (0: all forward, 1: all backward)
 BLOCK_CODE = {"Ring": RING, "Switch": SWITCH, "FullyConnected": FC, "Mesh": MESH}
 
 
@@ -33,8 +35,50 @@ class LinkMap:
 
     def routes(self, src, dst, dim, lane, hops) -> tuple[np.ndarray, np.ndarray]:
         """Routes of messages given as arrays: (start, ids) in CSR form, message i takes the links
-        ids[start[i]:start[i+1]] in order."""
+        ids[start[i]:start[i+1]] in order. A routed message (dim -1) takes its legs one dimension after another."""
         src, dst, dim, lane, hops = (np.asarray(a, np.int64) for a in (src, dst, dim, lane, hops))
+        routed = dim == ROUTED
+        if not routed.any():
+            return self._single(src, dst, dim, lane, hops)
+        if self.representative:
+            raise ValueError("routed messages have no representative links (their schedules are not symmetric)")
+        owner, legs = self.legs(src[routed], dst[routed], lane[routed])
+        seg_msg = np.concatenate([np.flatnonzero(~routed), np.flatnonzero(routed)[owner]])
+        seg = [np.concatenate([a[~routed], b]) for a, b in zip((src, dst, dim, lane, hops), legs)]
+        order = np.argsort(seg_msg, kind="stable")  # a message's legs stay in dimension order
+        seg_start, ids = self._single(*(a[order] for a in seg))
+        length = np.bincount(seg_msg[order], weights=np.diff(seg_start), minlength=len(src)).astype(np.int64)
+        return np.concatenate([[0], np.cumsum(length)]).astype(np.int64), ids
+
+    def legs(self, src, dst, lane):
+        """Dimension-order routing of routed messages: per message, one leg per dimension in which sender and
+        receiver differ, taken in dimension order. Returns (message index of each leg, (src, dst, dim, lane, hops)
+        of the legs), legs of one message in dimension order. On a Ring the message's lane says the direction
+        (0 forward, 1 backward, 2 the shorter way, ties forward); a Mesh leg walks towards the receiver."""
+        src, dst, lane = (np.asarray(a, np.int64) for a in (src, dst, lane))
+        cur = src.copy()
+        parts = []
+        for d, block in enumerate(self.blocks):
+            k, st = int(self.shape[d]), int(self.strides[d])
+            cs, cd = (cur // st) % k, (dst // st) % k
+            nxt = cur + (cd - cs) * st
+            fwd = (cd - cs) % k
+            leg_lane = np.where(lane == LANE_SHORTEST, np.where(fwd <= k - fwd, 0, 1), lane)
+            if block == "Ring":
+                hops = np.where(leg_lane == 0, fwd, (k - fwd) % k)
+            elif block == "Mesh":
+                hops = np.abs(cd - cs)
+            else:
+                hops = np.full(len(src), 2 if block == "Switch" else 1)
+            i = np.flatnonzero(cs != cd)
+            parts.append((i, cur[i], nxt[i], np.full(len(i), d), leg_lane[i], hops[i]))
+            cur = nxt
+        cols = [np.concatenate([p[j] for p in parts]).astype(np.int64) for j in range(6)]
+        order = np.argsort(cols[0], kind="stable")
+        return cols[0][order], tuple(c[order] for c in cols[1:])
+
+    def _single(self, src, dst, dim, lane, hops) -> tuple[np.ndarray, np.ndarray]:
+        """Routes of messages along one dimension each."""
         n = len(src)
         code = np.array([BLOCK_CODE.get(b, 0) for b in self.blocks], np.int64)[dim] if n else np.zeros(0, np.int64)
         switch, fc = code == SWITCH, code == FC

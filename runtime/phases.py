@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .links import ROUTED, LinkMap
 from .tables import SEND, Schedule, Table, TableError
 
 GIB = 2 ** 30
@@ -43,8 +44,9 @@ class Result:
     link_transfers: dict = field(default_factory=dict)  # congestion backend: link transfers simulated / modelled
 
 
-def messages(t: Table, latency_ns: list[float]):
-    """Aggregate rows into messages: returns dict of arrays keyed like the table plus `cost` (ns)."""
+def messages(t: Table, meta: dict):
+    """Aggregate rows into messages: returns dict of arrays keyed like the table plus `cost` (ns): latency per hop
+    plus bytes / bandwidth. A routed message (dim -1) pays each leg's hops at that dimension's latency."""
     if not len(t):
         return {k: np.zeros(0, np.int64) for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "lane",
                                                    "dim", "bytes", "cost", "link_ns", "hops")}
@@ -56,12 +58,20 @@ def messages(t: Table, latency_ns: list[float]):
     starts = np.flatnonzero(first)
     nbytes = np.add.reduceat(t["bytes"][order], starts)
     o = order[starts]
-    lat = np.asarray(latency_ns, dtype=np.float64)[t["dim"][o]]
+    latency = np.asarray(meta["latency_ns"], dtype=np.float64)
+    dim = t["dim"][o].astype(np.int64)
+    lat = latency[np.maximum(dim, 0)] * t["hops"][o]
+    routed = np.flatnonzero(dim == ROUTED)
+    if len(routed):
+        sender = np.where(send[o][routed] == 1, t["npu"][o][routed], t["peer"][o][routed])
+        receiver = np.where(send[o][routed] == 1, t["peer"][o][routed], t["npu"][o][routed])
+        owner, (_, _, ldim, _, lhops) = LinkMap(meta).legs(sender, receiver, t["lane"][o][routed])
+        lat[routed] = np.bincount(owner, weights=latency[ldim] * lhops, minlength=len(routed))
     link_ns = nbytes / (t["gbps"][o] * GIB / 1e9)
-    cost = lat * t["hops"][o] + link_ns
-    return {"link_ns": link_ns, "hops": t["hops"][o], "npu": t["npu"][o], "coll": t["coll"][o], "flow": t["flow"][o], "stage": t["stage"][o],
-            "step": t["step"][o], "send": send[o], "peer": t["peer"][o], "lane": t["lane"][o], "dim": t["dim"][o],
-            "bytes": nbytes, "cost": cost}
+    cost = lat + link_ns
+    return {"link_ns": link_ns, "hops": t["hops"][o], "npu": t["npu"][o], "coll": t["coll"][o], "flow": t["flow"][o],
+            "stage": t["stage"][o], "step": t["step"][o], "send": send[o], "peer": t["peer"][o],
+            "lane": t["lane"][o], "dim": t["dim"][o], "bytes": nbytes, "cost": cost}
 
 
 def pack_keys(keys: list[np.ndarray]) -> list[np.ndarray]:
@@ -82,9 +92,18 @@ def pack_keys(keys: list[np.ndarray]) -> list[np.ndarray]:
     return words
 
 
-def per_dim_bytes(t: Table, ndims: int) -> np.ndarray:
-    s = t["op"] == SEND
-    return np.bincount(t["dim"][s].astype(np.int64), weights=t["bytes"][s], minlength=ndims).astype(np.int64)
+def per_dim_bytes(t: Table, meta: dict) -> np.ndarray:
+    """Bytes an NPU sends per dimension; a routed message counts on the dimension of its first leg."""
+    ndims = len(meta["latency_ns"])
+    s = np.flatnonzero(t["op"] == SEND)
+    dim = t["dim"][s].astype(np.int64)
+    routed = dim == ROUTED
+    if routed.any():
+        owner, (_, _, ldim, _, _) = LinkMap(meta).legs(t["npu"][s][routed], t["peer"][s][routed],
+                                                        t["lane"][s][routed])
+        first = np.concatenate([[True], owner[1:] != owner[:-1]])
+        dim[np.flatnonzero(routed)[owner[first]]] = ldim[first]
+    return np.bincount(dim, weights=t["bytes"][s], minlength=ndims).astype(np.int64)
 
 
 def table_of(schedule: Schedule, npu: int) -> Table:
@@ -301,7 +320,7 @@ class PhaseEngine:
         sizes = {n: phase_sizes(t) for n, t in tables.items()}
         self.order = GroupOrder([1] * len(shape) if symmetric else shape,
                                 lambda npu, now, key: priority_key(intra, sizes[npu].get(key, 0), now, *key))
-        self.per_dim = np.max([per_dim_bytes(t, self.ndims) for t in tables.values()], axis=0)
+        self.per_dim = np.max([per_dim_bytes(t, meta) for t in tables.values()], axis=0)
         self.steps: dict = {}     # (npu, coll, flow, stage) -> per-step records of the runtime
         self.begun: dict = {}     # (pk, step) started and not yet finished
         self.events: list = []

@@ -268,7 +268,7 @@ def link_conflicts(schedule: Schedule) -> list[tuple]:
     seen: dict = {}
     conflicts = []
     for npu in range(meta["npus"]):
-        m = messages(schedule.table(npu), meta["latency_ns"])
+        m = messages(schedule.table(npu), meta)
         s = m["send"] == 1
         start, ids = links.routes(m["npu"][s], m["peer"][s], m["dim"][s], m["lane"][s], m["hops"][s])
         cols = [m[k][s].tolist() for k in ("coll", "flow", "stage", "step", "peer")]
