@@ -53,21 +53,23 @@ def test_rank_ring_on_an_8x8_torus_by_hand():
     verify(compile_flat("8x8_torus", "all_gather", 64 * 1024, "rank_ring"))
 
 
+@pytest.mark.parametrize("kind,phases", [("reduce_scatter", 1), ("all_reduce", 2)])
 @pytest.mark.parametrize("switching,factor", [("cut-through", 12), ("store-and-forward", 13)])
-def test_direct_over_a_4x4_torus_by_hand(switching, factor):
+def test_direct_over_a_4x4_torus_by_hand(kind, phases, switching, factor):
     # every NPU sends S/16 to each of its 15 peers at once, dimension 0 first, each Ring leg the shorter way (2
     # apart: forward). Per NPU the forward dimension-0 hops are 4 x (1 + 2) = 12 (peers 1 and 2 columns on, any
     # row), the backward ones 4 (3 columns on); likewise along dimension 1. So every forward link carries 12
     # messages of T = (S/16) / (B/2) and every backward link 4: the forward links pace it at 12 T; storing and
     # forwarding adds one T for the last message's second leg. The analytical model sends all 15 at once: T.
+    # An all-reduce's all-gather half sends each NPU's shard the same way: twice all of it.
     size = 16 * GIB // 8
-    sched = compile_flat("4x4_torus", "reduce_scatter", size, "flat_direct", bandwidth="2", latency="0")
+    sched = compile_flat("4x4_torus", kind, size, "flat_direct", bandwidth="2", latency="0")
     t = (size / 16) / (1 * GIB / 1e9)
-    assert analytical.run(sched).total_ns == pytest.approx(t)
+    assert analytical.run(sched).total_ns == pytest.approx(phases * t)
     result = congestion.run(sched, mode="full", switching=switching)
-    assert result.total_ns == pytest.approx(factor * t)
+    assert result.total_ns == pytest.approx(phases * factor * t)
     busy = np.sort(np.round(np.asarray(result.links["busy_ns"]) / t, 9))
-    assert busy.tolist() == [4.0] * 32 + [12.0] * 32
+    assert busy.tolist() == [4.0 * phases] * 32 + [12.0 * phases] * 32
 
 
 @pytest.mark.parametrize("topology,algorithm,kind", [
