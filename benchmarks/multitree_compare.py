@@ -5,6 +5,10 @@ ring, halving-doubling, double binary tree, direct), on the congestion-aware run
 analytical one.
 
     python benchmarks/multitree_compare.py [--topology 8x8_torus] [--latency 500] [--plot FILE.png]
+    python benchmarks/multitree_compare.py --topology 4x8_bigraph --bandwidth 50   (BiGraph: 50 GB/s per link)
+
+On a graph topology (4x8_bigraph) the per-dimension ring ("2D-ring") is a ring over ranks in rank order along
+shortest paths, one direction; the Hamiltonian ring does not apply.
 
 "ring (Hamiltonian)" is one bidirectional ring over all NPUs along a Hamiltonian cycle of the torus (the seed's
 "ring" baseline); "2D-ring" runs a ring per dimension.
@@ -83,11 +87,12 @@ def main() -> None:
     title = f"{parse_topology(args.topology).name}, {args.bandwidth} GB/s per dimension, {args.latency} ns"
     print(f"{title}; all-reduce time in us (congestion-aware / analytical)")
     names = [name for name, _ in ALGOS if all(name in times for times in results.values())]
-    print(f"{'size':>8s}" + "".join(f"{name:>26s}" for name in names) + f"{'vs ring':>10s}{'vs 2D-ring':>12s}")
+    versus = [n for n in ("ring (Hamiltonian)", "2D-ring", "halving-doubling (routed)") if n in names]
+    print(f"{'size':>8s}" + "".join(f"{name:>26s}" for name in names)
+          + "".join(f"{'multitree vs ' + n.split(' (')[0]:>30s}" for n in versus))
     for size, times in results.items():
         row = "".join(f"{f'{times[n][0]:12.1f} / {times[n][1]:11.1f}':>26s}" for n in names)
-        print(f"{size:>8s}{row}{times['ring (Hamiltonian)'][0] / times['multitree'][0]:9.2f}x"
-              f"{times['2D-ring'][0] / times['multitree'][0]:11.2f}x")
+        print(f"{size:>8s}{row}" + "".join(f"{times[n][0] / times['multitree'][0]:29.2f}x" for n in versus))
     if args.plot:
         plot(results, title, args.plot)
         print(f"plot written to {args.plot}")

@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compute roofline: memory bandwidth per NPU in GB/s of 2^30 B (default 1896 = A100-80GB's "
                         "2039 decimal GB/s)")
     g = p.add_argument_group("network")
-    g.add_argument("--topology", help='e.g. "Ring(4)_FC(2)_Switch(8)", 8x8_torus, 64_switch, or an ASTRA-sim .yml/.json')
+    g.add_argument("--topology", help='e.g. "Ring(4)_FC(2)_Switch(8)", 8x8_torus, 64_switch, an ASTRA-sim .yml/.json, '
+                                         'or a graph: 4x8_bigraph, dgx1, 2_dgx1, a .edges file')
     g.add_argument("--bandwidth", help="GB/s per dimension, e.g. 50,50,50 (one value: every dimension)")
     g.add_argument("--latency", help="ns per hop per dimension, e.g. 500,500,500")
     g.add_argument("--links", help="links-count per dimension (multiplies bandwidth)")

@@ -139,8 +139,8 @@ class Schedule:
         all-to-all off a Ring, where each member sits out a different round."""
         if stage.dim == FLAT:  # graph algorithms: NPUs sit at different places of trees or of the ring's cycle
             return False
-        if self.topology.dims[stage.dim].block == "Mesh":  # the ends of a line have one neighbour, the rest two
-            return False
+        if self.topology.dims[stage.dim].block in ("Mesh", "Graph"):  # a line's ends have one neighbour, the rest
+            return False                                                 # two; a graph's NPUs sit anywhere
         if plan.kind == "all_to_all" and stage.algorithm == "ring":
             return self.topology.dims[stage.dim].block == "Ring"
         return stage.algorithm in SYMMETRIC_ALGORITHMS
@@ -177,6 +177,9 @@ class Schedule:
 
     def cycle(self) -> list[int]:
         """A Hamiltonian cycle of the NPU-to-NPU links, for the flat ring."""
+        if self.topology.graph is not None:
+            raise UserError(f"flat_ring walks the coordinates of a torus or mesh; {self.topology.name} is a graph: "
+                            f"use rank_ring (a ring over ranks along shortest paths)")
         if getattr(self, "_cycle", None) is None:
             if any(d.block == "Switch" for d in self.topology.dims):
                 raise UserError(f"a ring over the whole network needs links between NPUs; {self.topology.name} has "
@@ -191,6 +194,11 @@ class Schedule:
     def trees(self) -> "multitree.Trees":
         """The spanning trees over the NPU-to-NPU links (built once per schedule): MultiTree's greedy top-down
         allocation, or for multitree_optimal the fewest-step allocation CP-SAT proves (small networks)."""
+        if getattr(self, "_trees", None) is None and self.topology.graph is not None:
+            if any(s.algorithm == "multitree_optimal" for p in self.plans for s in p.stages):
+                raise UserError("multitree_optimal searches over links between NPUs; a graph topology's tree edges "
+                                "are paths: use multitree")
+            self._trees = self._graph_trees()
         if getattr(self, "_trees", None) is None:
             if any(d.block == "Switch" for d in self.topology.dims):
                 raise UserError("multitree needs links between NPUs (Ring and FullyConnected dimensions); "
@@ -260,6 +268,10 @@ class Schedule:
         k = dim.size
         sender = np.where(op == SEND, member, peer_m)
         receiver = np.where(op == SEND, peer_m, member)
+        if dim.block == "Graph":  # one dimension over ranks: every message takes its shortest path
+            hops, gbps = self._route_columns(sender, receiver, np.full(n, stage.dim), np.zeros(n, np.int64))
+            return _rows(npu, plan.index, si, flows, step, op, peer_m, np.full(n, stage.dim), np.zeros(n), hops,
+                         gbps, off, end)
         if dim.block == "Ring":
             fwd = (receiver - sender) % k
             direction = np.where(direction == 0, np.where(fwd <= k - fwd, 1, -1), direction)
@@ -278,6 +290,12 @@ class Schedule:
     def _expand_graph(self, npu, plan, si, step, op, peer, link, off, end, flows) -> Table:
         """Rows of a flat (graph) phase: peers are ranks and each transfer names its physical link. The
         reduce-scatter runs the trees' links backwards: the same dimension, the other lane of a ring."""
+        if self.topology.graph is not None:  # tree edges are paths between NPUs: shortest ones, both ways
+            sender = np.where(op == SEND, npu, peer)
+            receiver = np.where(op == SEND, peer, npu)
+            zeros = np.zeros(len(step), np.int64)
+            hops, gbps = self._route_columns(sender, receiver, zeros, zeros)
+            return _rows(npu, plan.index, si, flows, step, op, peer, zeros, zeros, hops, gbps, off, end)
         lg = self._links
         dims = lg.dim[link]
         lane = lg.lane[link]
@@ -288,6 +306,27 @@ class Schedule:
                      off, end)
 
 
+    def _graph_trees(self) -> "multitree.Trees":
+        """MultiTree on a graph topology: a tree edge joins two NPUs along the shortest path (through switches, which
+        forward but do not reduce). An edge takes the links of its path for the all-gather and those of the path back
+        for the reduce-scatter (which runs the trees upwards in mirrored steps), so both directions stay
+        contention-free. Nearer NPUs are tried first."""
+        g, npus = self.topology.graph, self.topology.npus
+        links = self._link_map()
+        u, v = np.divmod(np.arange(npus * npus), npus)
+        keep = u != v
+        u, v = u[keep], v[keep]
+        order = np.lexsort((v, links.distance(u, v), u))
+        u, v = u[order], v[order]
+        zeros = np.zeros(len(u), np.int64)
+        fs, fwd = links.routes(u, v, zeros, zeros, zeros)
+        bs, back = links.routes(v, u, zeros, zeros, zeros)
+        nlinks = len(g.src)
+        paths = [tuple(fwd[fs[i]:fs[i + 1]].tolist()) + tuple((back[bs[i]:bs[i + 1]] + nlinks).tolist())
+                 for i in range(len(u))]
+        ports = next((s.ports for p in self.plans for s in p.stages if s.ports is not None), None)
+        return multitree.build_trees(npus, u, v, ports, paths=paths, resources=2 * nlinks)
+
     def _expand_routed(self, npu, plan, si, step, op, peer, direction, off, end, flows) -> Table:
         """Rows of a phase over ranks: each message is routed dimension by dimension (runtime/links.py); its lane
         says which way round the Ring legs go (the template's direction, or the shorter way), `hops` counts its
@@ -295,13 +334,20 @@ class Schedule:
         sender = np.where(op == SEND, npu, peer)
         receiver = np.where(op == SEND, peer, npu)
         lane = np.where(direction == 1, 0, np.where(direction == -1, 1, LANE_SHORTEST))
-        owner, (_, _, ldim, _, lhops) = self._link_map().legs(sender, receiver, lane)
-        hops = np.bincount(owner, weights=lhops, minlength=len(step)).astype(np.int64)
-        link_gbps = np.array([d.link_gbps() for d in self.topology.dims])
-        gbps = np.full(len(step), np.inf)
-        np.minimum.at(gbps, owner, link_gbps[ldim])
-        return _rows(npu, plan.index, si, flows, step, op, peer, np.full(len(step), ROUTED), lane, hops, gbps,
-                     off, end)
+        dim = np.full(len(step), ROUTED)
+        hops, gbps = self._route_columns(sender, receiver, dim, lane)
+        return _rows(npu, plan.index, si, flows, step, op, peer, dim, lane, hops, gbps, off, end)
+
+    def _route_columns(self, sender, receiver, dim, lane):
+        """`hops` and `gbps` of messages the runtime routes (runtime/links.py): the links of each route, and the
+        slowest of them."""
+        links = self._link_map()
+        start, ids = links.routes(sender, receiver, dim, lane, np.zeros(len(sender), np.int64))
+        if self.topology.graph is not None:
+            per_link = self.topology.graph.gbps[ids]
+        else:
+            per_link = np.array([d.link_gbps() for d in self.topology.dims])[links.dim_of(ids)]
+        return np.diff(start), np.minimum.reduceat(per_link, start[:-1]) if len(ids) else np.zeros(0)
 
     def _link_map(self) -> LinkMap:
         if getattr(self, "_links_map", None) is None:

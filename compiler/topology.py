@@ -22,11 +22,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import graphs
 from .errors import UserError
+from .graphs import Graph
 from .units import parse_number_list
 
-BLOCKS = ("Ring", "FullyConnected", "Switch", "Mesh")
-DEFAULT_ALGORITHM = {"Ring": "ring", "FullyConnected": "direct", "Switch": "halving_doubling", "Mesh": "ring"}
+BLOCKS = ("Ring", "FullyConnected", "Switch", "Mesh", "Graph")  # Graph: explicit links (graphs.py), never stacked
+DEFAULT_ALGORITHM = {"Ring": "ring", "FullyConnected": "direct", "Switch": "halving_doubling", "Mesh": "ring",
+                     "Graph": "ring"}
 NEIGHBOUR_BLOCKS = ("Ring", "Mesh")  # blocks whose NPUs link to their next and previous neighbour
 
 # Defaults when neither the spec, a file nor an override gives a value.
@@ -120,7 +123,7 @@ class Dimension:
             return self.effective_gbps / 2
         if self.block == "FullyConnected":
             return self.effective_gbps / (self.size - 1)
-        return self.effective_gbps  # Switch: a single NPU<->switch link
+        return self.effective_gbps  # Switch: a single NPU<->switch link; Graph: the NPU's links together
 
     def hops(self, a: int, b: int) -> int:
         """Link hops between coordinates a and b along this dimension (0 if a == b)."""
@@ -136,6 +139,8 @@ class Dimension:
             return abs(a - b)
         if self.block == "FullyConnected":
             return 1
+        if self.block == "Graph":
+            raise UserError("hops on a graph topology depend on its links: route with runtime.links.LinkMap")
         return 2  # Switch: NPU -> switch -> NPU
 
 
@@ -189,6 +194,7 @@ class LinkGraph:
 class Topology:
     dims: tuple[Dimension, ...]
     name: str = ""  # canonical notation; derived from dims when left empty
+    graph: Graph | None = field(default=None, compare=False)  # the links of a Graph topology (one Graph dimension)
     _strides: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -197,6 +203,12 @@ class Topology:
             raise UserError("a topology needs at least one dimension")
         if not all(isinstance(d, Dimension) for d in dims):
             raise UserError("topology dimensions must be Dimension objects")
+        graphs = sum(d.block == "Graph" for d in dims)
+        if graphs and (len(dims) != 1 or self.graph is None or self.graph.npus != dims[0].size):
+            raise UserError("a Graph dimension stands alone and comes with its links (e.g. 4x8_bigraph, dgx1, a "
+                            ".edges file)")
+        if self.graph is not None and not graphs:
+            raise UserError("links given for a topology without a Graph dimension")
         object.__setattr__(self, "dims", dims)
         if not self.name:
             object.__setattr__(self, "name", "_".join(d.notation for d in dims))
@@ -277,6 +289,10 @@ class Topology:
         to every other group member.  Switch(k): one switch node per group, with
         an NPU->switch and a switch->NPU link per member.
         """
+        if self.graph is not None:
+            g = self.graph
+            zeros = np.zeros(len(g.src), np.int64)
+            return LinkGraph(g.nodes, g.npus, g.src, g.dst, zeros, zeros, g.gbps, g.latency_ns)
         n = self.npus
         ranks = np.arange(n, dtype=np.int64)
         parts: list[tuple[np.ndarray, ...]] = []
@@ -327,7 +343,7 @@ class Topology:
         )
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "name": self.name,
             "dims": [
                 {"block": d.block, "size": d.size, "bandwidth_gbps": d.bandwidth_gbps,
@@ -335,6 +351,9 @@ class Topology:
                 for d in self.dims
             ],
         }
+        if self.graph is not None:
+            out["graph"] = self.graph.to_dict()
+        return out
 
     @staticmethod
     def from_dict(d: Any) -> "Topology":
@@ -350,7 +369,8 @@ class Topology:
                                       entry["latency_ns"], entry.get("links", 1)))
             except UserError as e:
                 raise UserError(f"topology dict: dimension {k}: {e}") from None
-        return Topology(tuple(dims), d.get("name") or "")
+        graph = Graph.from_dict(d["graph"]) if d.get("graph") is not None else None
+        return Topology(tuple(dims), d.get("name") or "", graph)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -553,6 +573,9 @@ def parse_topology(
     if not isinstance(spec, str) or not spec.strip():
         raise UserError("empty topology; expected e.g. 'Ring(8)_Switch(4)', '8x8_torus' or a .yml/.json file")
     spec = spec.strip()
+    graph = _parse_graph(spec, bandwidth, latency)
+    if graph is not None:
+        return graph
     if spec.lower().endswith((".yml", ".yaml", ".json")):
         source = f"topology file '{spec}'"
         values = _load_file(spec)
@@ -585,3 +608,29 @@ def parse_topology(
         except UserError as e:
             raise UserError(f"{source}: dimension {k} ({blocks[k]}({sizes[k]})): {e}") from None
     return Topology(tuple(dims))
+
+
+def _parse_graph(spec: str, bandwidth, latency) -> Topology | None:
+    """A graph topology (graphs.py): AxB_bigraph, dgx1, N_dgx1 or an .edges file; None for anything else. One
+    bandwidth and latency apply to every link (an edge list's own values win)."""
+    big, dgx = graphs.BIGRAPH_RE.match(spec), graphs.DGX_RE.match(spec)
+    if not (big or dgx or spec.lower().endswith(".edges")):
+        return None
+    bw = parse_number_list(bandwidth, "bandwidth", count=1, positive=True)[0] if bandwidth is not None \
+        else DEFAULT_BANDWIDTH_GBPS
+    lat = parse_number_list(latency, "latency", count=1, positive=False)[0] if latency is not None \
+        else DEFAULT_LATENCY_NS
+    if big:
+        graph, name = graphs.bigraph(int(big.group(1)), int(big.group(2)), bw, lat), spec.lower()
+    elif dgx:
+        graph, name = graphs.dgx1(int(dgx.group(1) or 1), bw, lat), spec.lower()
+    else:
+        graph, name = graphs.read_edge_list(spec, bw, lat), os.path.basename(spec)
+    return graph_topology(graph, name)
+
+
+def graph_topology(graph: Graph, name: str) -> Topology:
+    """One Graph dimension over the graph's NPUs: its bandwidth is the smallest per-NPU injection bandwidth and its
+    latency the smallest link latency (what the report's ideal time and the dimension-level passes use)."""
+    dim = Dimension("Graph", graph.npus, graph.injection_gbps(), float(graph.latency_ns.min()))
+    return Topology((dim,), name, graph)

@@ -31,6 +31,7 @@ ALGORITHM_ALIASES = {"hd": "halving_doubling", "halvingdoubling": "halving_doubl
 
 _IRDL_FILE = os.path.join(os.path.dirname(__file__), "comm.irdl.mlir")
 TOPOLOGY_ATTR = "comm.topology"
+GRAPH_KEYS = ("names", "npus", "src", "dst", "gbps", "latency_ns")
 
 
 class IRError(Exception):
@@ -174,6 +175,13 @@ def set_topology(module: ir.Module, topo: dict) -> None:
     mod.attributes["comm.bandwidth_gbps"] = to_attr([float(d["bandwidth_gbps"]) for d in dims])
     mod.attributes["comm.latency_ns"] = to_attr([float(d["latency_ns"]) for d in dims])
     mod.attributes["comm.links"] = to_attr([int(d.get("links", 1)) for d in dims])
+    graph = topo.get("graph")
+    for key in GRAPH_KEYS:  # a graph topology's links (graphs.py), as arrays beside the dimension attributes
+        if graph is None:
+            if f"comm.graph_{key}" in mod.attributes:
+                del mod.attributes[f"comm.graph_{key}"]
+        else:
+            mod.attributes[f"comm.graph_{key}"] = to_attr(graph[key])
 
 
 def get_topology(module: ir.Module) -> dict | None:
@@ -192,7 +200,14 @@ def get_topology(module: ir.Module) -> dict | None:
     except (KeyError, TypeError) as e:
         raise IRError(f"module attribute {TOPOLOGY_ATTR} needs comm.blocks, comm.shape, comm.bandwidth_gbps, "
                       f"comm.latency_ns and comm.links beside it ({e})") from None
-    return {"name": a[TOPOLOGY_ATTR], "dims": dims}
+    out = {"name": a[TOPOLOGY_ATTR], "dims": dims}
+    if "comm.graph_src" in a:
+        try:
+            out["graph"] = {key: a[f"comm.graph_{key}"] for key in GRAPH_KEYS}
+        except KeyError as e:
+            raise IRError(f"module attribute comm.graph_src needs {', '.join('comm.graph_' + k for k in GRAPH_KEYS)} "
+                          f"beside it (missing {e})") from None
+    return out
 
 
 # ---- value checks IRDL cannot express --------------------------------------------------------------------------

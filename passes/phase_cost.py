@@ -15,8 +15,9 @@ GIB = 2 ** 30
 
 
 def _link(block: str, k: int, gbps: float) -> float:
-    """Bytes per ns of one link (Ring, Mesh: B/2 per neighbour link; FullyConnected: B/(k-1); Switch: B)."""
-    share = 2 if block in NEIGHBOUR_BLOCKS else {"FullyConnected": k - 1, "Switch": 1}[block]
+    """Bytes per ns of one link (Ring, Mesh: B/2 per neighbour link; FullyConnected: B/(k-1); Switch: B; Graph: its
+    per-NPU bandwidth, an estimate: its messages take paths whose links the lowering knows)."""
+    share = 2 if block in NEIGHBOUR_BLOCKS else {"FullyConnected": k - 1, "Switch": 1, "Graph": 1}[block]
     return gbps / share * GIB / 1e9
 
 
@@ -25,7 +26,7 @@ def _hops(block: str, k: int, distance: int) -> int:
         return min(distance % k, (-distance) % k)
     if block == "Mesh":  # a line: partners `distance` apart along it (k - 1 for a ring's wrap-around transfer)
         return distance
-    return 1 if block == "FullyConnected" else 2
+    return 1 if block == "FullyConnected" else 2  # Switch; a Graph as if every partner sat behind one switch
 
 
 def phase_steps(kind: str, algorithm: str, block: str, k: int, gbps: float, latency_ns: float,

@@ -58,7 +58,7 @@ I64, F64 = np.int64, np.float64
 
 def symmetric_ok(meta: dict) -> bool:
     """Can NPU 0 over representative links stand for the whole network (see the module docstring)?"""
-    if not meta.get("symmetric"):
+    if not meta.get("symmetric") or meta["topology"].get("graph") is not None:
         return False
     dims = meta["topology"]["dims"]
     return not any(st["algorithm"] == "halving_doubling" and dims[st["dim"]]["block"] == "Ring"

@@ -104,8 +104,7 @@ class Plan:
         self.route_start, self.route = start, route.astype(I64)
         self.L = len(self.link_id)
         # each hop pays the latency of its link's dimension (a routed message crosses several)
-        self.route_lat = np.asarray(self.meta["latency_ns"], np.float64)[self.links.dim_of(ids)] if len(ids) \
-            else np.zeros(0)
+        self.route_lat = self.links.latency(ids)
 
     def _groups(self) -> None:
         """Service groups: the members of a dimension's group (full execution) or NPU 0 alone (symmetric)."""

@@ -61,12 +61,15 @@ def messages(t: Table, meta: dict):
     latency = np.asarray(meta["latency_ns"], dtype=np.float64)
     dim = t["dim"][o].astype(np.int64)
     lat = latency[np.maximum(dim, 0)] * t["hops"][o]
-    routed = np.flatnonzero(dim == ROUTED)
-    if len(routed):
+    graph = meta["topology"].get("graph") is not None
+    routed = np.flatnonzero((dim == ROUTED) | graph)
+    if len(routed):  # the sum of the latencies of the links on the route
         sender = np.where(send[o][routed] == 1, t["npu"][o][routed], t["peer"][o][routed])
         receiver = np.where(send[o][routed] == 1, t["peer"][o][routed], t["npu"][o][routed])
-        owner, (_, _, ldim, _, lhops) = LinkMap(meta).legs(sender, receiver, t["lane"][o][routed])
-        lat[routed] = np.bincount(owner, weights=latency[ldim] * lhops, minlength=len(routed))
+        links = LinkMap(meta)
+        start, ids = links.routes(sender, receiver, dim[routed], t["lane"][o][routed], t["hops"][o][routed])
+        owner = np.repeat(np.arange(len(routed)), np.diff(start))
+        lat[routed] = np.bincount(owner, weights=links.latency(ids), minlength=len(routed))
     link_ns = nbytes / (t["gbps"][o] * GIB / 1e9)
     cost = lat + link_ns
     return {"link_ns": link_ns, "hops": t["hops"][o], "npu": t["npu"][o], "coll": t["coll"][o], "flow": t["flow"][o],

@@ -41,8 +41,12 @@ def step_lower_bound(npus: int, src: np.ndarray, dst: np.ndarray, ports: int | N
     return bound if ports is None else max(bound, -(-(npus - 1) // ports))
 
 
-def build_trees(npus: int, src: np.ndarray, dst: np.ndarray, ports: int | None = None) -> Trees:
-    """Top-down link allocation over the directed links (src[i] -> dst[i]) between NPUs."""
+def build_trees(npus: int, src: np.ndarray, dst: np.ndarray, ports: int | None = None,
+                paths: list[tuple[int, ...]] | None = None, resources: int = 0) -> Trees:
+    """Top-down link allocation over the directed links (src[i] -> dst[i]) between NPUs.
+
+    With `paths`, edge i (src[i] -> dst[i], NPUs joined through switches) takes the resources paths[i] (ids below
+    `resources`) instead of a link of its own: it may join a step only when none of them is taken yet."""
     out = [[] for _ in range(npus)]
     for lid, (a, b) in enumerate(zip(src.tolist(), dst.tolist())):
         out[a].append((b, lid))
@@ -63,7 +67,7 @@ def build_trees(npus: int, src: np.ndarray, dst: np.ndarray, ports: int | None =
     t = 0
     while left:
         t += 1
-        used = bytearray(len(src))
+        used = bytearray(len(src) if paths is None else resources)
         ports_used = [0] * npus
         for r in range(npus):
             tree, cur = in_tree[r], cursor[r]
@@ -95,12 +99,17 @@ def build_trees(npus: int, src: np.ndarray, dst: np.ndarray, ports: int | None =
                     if ports is None or ports_used[u] < ports:
                         # links before the cursor lead into the tree (the refresh at each step moves it past them)
                         for v, lid in islice(out[u], cur[u], None):
-                            if not tree[v] and not used[lid]:
+                            if not tree[v] and (not used[lid] if paths is None
+                                                else not any(used[x] for x in paths[lid])):
                                 break
                         else:
                             v = -1
                         if v >= 0:
-                            used[lid] = 1
+                            if paths is None:
+                                used[lid] = 1
+                            else:
+                                for x in paths[lid]:
+                                    used[x] = 1
                             ports_used[u] += 1
                             tree[v] = 1
                             parent[r][v], step[r][v], link[r][v] = u, t, lid

@@ -1,0 +1,137 @@
+"""Graph topologies (compiler/graphs.py): BiGraph, DGX-1 boxes and edge-list files; every algorithm routed over
+their shortest paths, verified on data, MultiTree contention-free through switches, timings by hand."""
+import re
+
+import numpy as np
+import pytest
+
+from astra_compile.cli import main
+from astra_compile.dialects import comm
+from astra_compile.errors import UserError
+from astra_compile.runtime import analytical, congestion
+from astra_compile.runtime.links import LinkMap
+from astra_compile.runtime.verifier import link_conflicts, verify
+from astra_compile.topology import Topology, parse_topology
+from test_linkcore import assert_same
+from test_routed import compile_flat
+
+GIB = 2 ** 30
+
+
+def test_bigraph_shape_and_paths():
+    topo = parse_topology("4x8_bigraph")
+    g = topo.graph
+    assert topo.npus == 64 and g.nodes == 72 and len(g.src) == 2 * (64 + 4 * 4)
+    assert [d.block for d in topo.dims] == ["Graph"]
+    links = LinkMap({"topology": topo.to_dict()})
+    # NPUs 0..7 hang on switch 0 of group 0, 8..15 on switch 1 of group 0, 32.. on group 1
+    assert links.distance([0, 0, 0], [7, 32, 8]).tolist() == [2, 3, 4]
+    start, ids = links.routes([0], [8], [0], [0], [0])
+    assert [links.describe(i) for i in ids] == ["npu0->sw0.0", "sw0.0->sw1.0", "sw1.0->sw0.1", "sw0.1->npu8"]
+
+
+def test_dgx1_and_boxes():
+    one = parse_topology("dgx1")
+    assert one.npus == 8 and one.graph.nodes == 8 and len(one.graph.src) == 2 * (2 * 6 + 4)
+    links = LinkMap({"topology": one.to_dict()})
+    assert links.distance([0, 0, 0], [3, 4, 5]).tolist() == [1, 1, 2]
+    two = parse_topology("2_dgx1", bandwidth="25")
+    assert two.npus == 16 and two.graph.nodes == 17
+    # 4 NVLinks and one link to the switch between the boxes, 25 GB/s each
+    assert two.dims[0].bandwidth_gbps == 125.0
+
+
+def test_edge_list_file(tmp_path):
+    f = tmp_path / "ring_and_switch.edges"
+    f.write_text("# a 4-NPU ring with a switch in the middle\n0 1\n1 2\n2 3 25\n3 0 50 100\n0 hub\n2 hub\n")
+    topo = parse_topology(str(f), bandwidth="50", latency="200")
+    g = topo.graph
+    assert topo.npus == 4 and g.names[4:] == ("hub",) and len(g.src) == 12
+    assert sorted(set(g.gbps.tolist())) == [25.0, 50.0] and sorted(set(g.latency_ns.tolist())) == [100.0, 200.0]
+    assert Topology.from_dict(topo.to_dict()).graph.to_dict() == g.to_dict()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("0 1\n2 3\n", "NPU 2 cannot be reached"),
+    ("0 2\n", "numbered 0..1 without gaps"),
+    ("0 1 fast\n", "must be numbers"),
+    ("0\n", "expected 'a b [GB/s] [ns]'"),
+    ("0 1 0\n", "positive bandwidth"),
+])
+def test_bad_edge_lists_are_one_line(tmp_path, capsys, text, message):
+    f = tmp_path / "bad.edges"
+    f.write_text(text)
+    with pytest.raises(UserError, match=re.escape(message)):
+        parse_topology(str(f))
+    code = main(["--collective", "all_reduce", "--size", "1MB", "--topology", str(f)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err
+
+
+def test_module_keeps_the_graph():
+    topo = parse_topology("2x2_bigraph", "100", "300")
+    ctx = comm.new_context()
+    from astra_compile import driver
+    module = driver.build_module(ctx, topo, "all_reduce", 4096)
+    again = comm.parse_module(str(module), ctx)
+    assert Topology.from_dict(comm.get_topology(again)).graph.to_dict() == topo.graph.to_dict()
+
+
+ALGORITHMS = [None, "direct", "halving_doubling", "double_binary_tree", "rank_ring", "flat_direct",
+              "flat_halving_doubling", "multitree"]
+
+
+@pytest.mark.parametrize("topology", ["2x2_bigraph", "dgx1", "2_dgx1"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_algorithm_runs_on_graphs(topology, algorithm):
+    npus = parse_topology(topology).npus
+    sched = compile_flat(topology, "all_reduce", npus * 512 + 24, algorithm or "ring", chunks=2)
+    verify(sched)
+    result = assert_same(sched, mode="full")
+    assert result.total_ns >= analytical.run(sched).total_ns * (1 - 1e-12)
+    if algorithm == "multitree":
+        # tree edges cross switches: each step's edges hold disjoint paths, down the trees and back up
+        assert link_conflicts(sched) == []
+
+
+def test_ring_on_a_bigraph_by_hand():
+    # 2x2_bigraph: NPUs 0,1 | 2,3 on group 0's switches, 4,5 | 6,7 on group 1's. The rank-order ring's hops take
+    # 2 links (same switch), 4 (1->2, 5->6: same group, another switch) or 3 (3->4, 7->0). No link carries two
+    # messages, so each of the 2 x 7 steps of the all-reduce lasts 4 latencies + (S/8) / B.
+    size = 8 * 4096
+    sched = compile_flat("2x2_bigraph", "all_reduce", size, "ring", bandwidth="100", latency="500")
+    expected = 14 * (4 * 500 + (size / 8) / (100 * GIB / 1e9))
+    assert analytical.run(sched).total_ns == pytest.approx(expected, rel=1e-12)
+    assert congestion.run(sched, mode="full").total_ns == pytest.approx(expected, rel=1e-12)
+    assert link_conflicts(sched) == []
+
+
+def test_direct_on_a_bigraph_by_hand():
+    # 1x2_bigraph: NPUs 0,1 on switch A, 2,3 on switch B, one link each way between A and B; latency 0, one
+    # reduce-scatter step, messages of T = (S/4) / B. Every NPU sends 3 (peer after itself first): its uplink and its
+    # downlink carry 3 T, but A->B carries the 4 messages from 0 and 1 to 2 and 3, back to back from t = 0 (NPU 1
+    # sends to 2 first), so the last arrives at 4 T; B->A likewise. The analytical model: T.
+    size = 4 * GIB // 4
+    sched = compile_flat("1x2_bigraph", "reduce_scatter", size, "direct", bandwidth="1", latency="0")
+    t = (size / 4) / (GIB / 1e9)
+    assert analytical.run(sched).total_ns == pytest.approx(t)
+    result = congestion.run(sched, mode="full")
+    assert result.total_ns == pytest.approx(4 * t)
+    busy = dict(zip(result.links["name"], np.asarray(result.links["busy_ns"]) / t))
+    assert busy["sw0.0->sw1.0"] == pytest.approx(4) and busy["sw1.0->sw0.0"] == pytest.approx(4)
+    assert all(busy[f"npu{n}->{s}"] == pytest.approx(3) for n, s in [(0, "sw0.0"), (3, "sw1.0")])
+
+
+def test_graph_only_errors_are_one_line(capsys):
+    for argv, message in [(["--algorithm", "flat_ring"], "use rank_ring"),
+                          (["--algorithm", "multitree_optimal"], "use multitree")]:
+        code = main(["--collective", "all_reduce", "--size", "1MB", "--topology", "dgx1", *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_cli_on_a_bigraph(capsys):
+    code = main(["--collective", "all_reduce", "--size", "1MB", "--topology", "2x2_bigraph", "--algorithm",
+                 "multitree", "--backend", "congestion", "--verify"])
+    out = capsys.readouterr().out
+    assert code == 0 and "2x2_bigraph" in out and "Graph" in out
