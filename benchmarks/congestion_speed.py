@@ -17,13 +17,12 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from helpers import compile_collective  # noqa: E402
+from _timing import timed  # noqa: E402  (this folder is on the path when the script runs)
 
 from astra_compile.runtime import congestion  # noqa: E402
 
@@ -51,15 +50,6 @@ class ReadTables:
         return self.tables[npu]
 
 
-def timed(fn, runs: int):
-    walls, out = [], None
-    for _ in range(runs):
-        start = time.perf_counter()
-        out = fn()
-        walls.append(time.perf_counter() - start)
-    return statistics.median(walls), out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
@@ -73,12 +63,12 @@ def main() -> None:
           f"{'ratio':>6s}")
     for name, topo, chunks, algo in ENGINE_CASES:
         sched = compile_collective(topo, "all_reduce", 2 ** 30, chunks=chunks, algorithm=algo)
-        read, cached = timed(lambda: ReadTables(sched), 1)
-        med, result = timed(lambda: congestion.run(cached, mode="full", engine="compiled"), args.runs)
+        cached, read = timed(lambda: ReadTables(sched), 1)
+        result, med = timed(lambda: congestion.run(cached, mode="full", engine="compiled"), args.runs)
         n = result.link_transfers["simulated"]
         py = ratio = "-"
         if not args.skip_python and n < 500_000:
-            pmed, presult = timed(lambda: congestion.run(cached, mode="full", engine="python"), args.runs)
+            presult, pmed = timed(lambda: congestion.run(cached, mode="full", engine="python"), args.runs)
             assert presult.total_ns == result.total_ns
             py, ratio = f"{pmed:.3f}", f"{pmed / med:.1f}x"
         print(f"{name:70s} {n:10d} {read:9.3f} {med:8.3f} {n / med:12.0f} {py:>9s} {ratio:>6s}")
@@ -90,7 +80,7 @@ def main() -> None:
         for execution in ("full", "symmetric"):
             argv = [exe, "--collective", "all_reduce", "--size", "1GB", "--chunks", "64", "--backend", "congestion",
                     "--execution", execution, "--json", *extra]
-            med, out = timed(lambda: subprocess.run(argv, capture_output=True, text=True, check=True).stdout,
+            out, med = timed(lambda: subprocess.run(argv, capture_output=True, text=True, check=True).stdout,
                              args.runs)
             report = json.loads(out)
             transfers = report["link_utilization"]["transfers"]

@@ -9,23 +9,14 @@ between them. Medians of several runs; the machine is shared.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 from astra_compile.algorithms.multitree import build_trees, step_lower_bound
 from astra_compile.algorithms.translated_trees import translated_trees
 from astra_compile.topology import parse_topology
 
+from _timing import timed  # this folder is on the path when the script runs
+
 NETWORKS = "8x8_torus,16x16_torus,32x32_torus,4x4x4_torus,8x8x8_torus,8x8_mesh,16x16_mesh,32x32_mesh"
-
-
-def timed(fn, runs: int):
-    walls, out = [], None
-    for _ in range(runs):
-        start = time.perf_counter()
-        out = fn()
-        walls.append(time.perf_counter() - start)
-    return out, statistics.median(walls)
 
 
 def main() -> None:

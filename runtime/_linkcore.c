@@ -31,8 +31,6 @@ enum { PHASE_DONE = 0, LINK_FREE = 1, HOP_DONE = 2, STEP_DONE = 3 };
 typedef struct { double t; i64 seq; i64 a; int kind; } Event;          /* HOP_DONE: a = route position */
 typedef struct { double size, ready; i64 flow, coll, stage, kid; } Prio;  /* eligible phase of a group */
 
-typedef struct { Event *v; i64 n, cap; } EventHeap;
-typedef struct { Prio *v; i64 n, cap; } PrioHeap;
 typedef struct { i64 *v; i64 n, cap; } Vec;
 
 static int grow(void **v, i64 *cap, i64 need, size_t item) {
@@ -56,34 +54,6 @@ static inline int ev_less(const Event *x, const Event *y) {
     return x->t < y->t || (x->t == y->t && x->seq < y->seq);
 }
 
-static int ev_push(EventHeap *h, Event e) {
-    if (grow((void **)&h->v, &h->cap, h->n + 1, sizeof(Event))) return -1;
-    i64 i = h->n++;
-    while (i > 0) {
-        i64 p = (i - 1) / 2;
-        if (!ev_less(&e, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = e;
-    return 0;
-}
-
-static Event ev_pop(EventHeap *h) {
-    Event top = h->v[0], last = h->v[--h->n];
-    i64 i = 0;
-    for (;;) {
-        i64 c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && ev_less(&h->v[c + 1], &h->v[c])) c++;
-        if (!ev_less(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
-
 static inline int prio_less(const Prio *x, const Prio *y) {
     if (x->size != y->size) return x->size < y->size;
     if (x->ready != y->ready) return x->ready < y->ready;
@@ -92,33 +62,38 @@ static inline int prio_less(const Prio *x, const Prio *y) {
     return x->stage < y->stage;
 }
 
-static int prio_push(PrioHeap *h, Prio e) {
-    if (grow((void **)&h->v, &h->cap, h->n + 1, sizeof(Prio))) return -1;
-    i64 i = h->n++;
-    while (i > 0) {
-        i64 p = (i - 1) / 2;
-        if (!prio_less(&e, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
+/* a binary min-heap of T ordered by less(): Heap, Heap_push, Heap_pop */
+#define DEFINE_HEAP(Heap, T, less)                                                                           \
+    typedef struct { T *v; i64 n, cap; } Heap;                                                               \
+    static int Heap##_push(Heap *h, T e) {                                                                   \
+        if (grow((void **)&h->v, &h->cap, h->n + 1, sizeof(T))) return -1;                                  \
+        i64 i = h->n++;                                                                                      \
+        while (i > 0) {                                                                                      \
+            i64 p = (i - 1) / 2;                                                                             \
+            if (!less(&e, &h->v[p])) break;                                                                  \
+            h->v[i] = h->v[p];                                                                               \
+            i = p;                                                                                           \
+        }                                                                                                    \
+        h->v[i] = e;                                                                                         \
+        return 0;                                                                                            \
+    }                                                                                                        \
+    static T Heap##_pop(Heap *h) {                                                                           \
+        T top = h->v[0], last = h->v[--h->n];                                                                \
+        i64 i = 0;                                                                                           \
+        for (;;) {                                                                                           \
+            i64 c = 2 * i + 1;                                                                               \
+            if (c >= h->n) break;                                                                            \
+            if (c + 1 < h->n && less(&h->v[c + 1], &h->v[c])) c++;                                           \
+            if (!less(&h->v[c], &last)) break;                                                               \
+            h->v[i] = h->v[c];                                                                               \
+            i = c;                                                                                           \
+        }                                                                                                    \
+        if (h->n) h->v[i] = last;                                                                            \
+        return top;                                                                                          \
     }
-    h->v[i] = e;
-    return 0;
-}
 
-static Prio prio_pop(PrioHeap *h) {
-    Prio top = h->v[0], last = h->v[--h->n];
-    i64 i = 0;
-    for (;;) {
-        i64 c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && prio_less(&h->v[c + 1], &h->v[c])) c++;
-        if (!prio_less(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
+DEFINE_HEAP(EventHeap, Event, ev_less)
+DEFINE_HEAP(PrioHeap, Prio, prio_less)
 
 static int cmp_i64(const void *a, const void *b) {
     i64 x = *(const i64 *)a, y = *(const i64 *)b;
@@ -163,7 +138,7 @@ typedef struct {
 
 static int push_event(Sim *s, double t, int kind, i64 a) {
     Event e = {t, s->seq++, a, kind};
-    return ev_push(&s->events, e);
+    return EventHeap_push(&s->events, e);
 }
 
 static i64 server_of(Sim *s, i64 si, i64 dim) { return si * (s->nd + 1) + dim + 1; }
@@ -191,7 +166,7 @@ static int ready(Sim *s, i64 si, i64 kid, double now) {
     if (s->count[c] < p->group_size[g]) return 0;
     Prio e = {s->scf ? p->phase_size[si * s->K + kid] : 0.0, s->count_time[c], p->key_flow[kid], p->key_coll[kid],
               p->key_stage[kid], kid};
-    if (prio_push(&s->eligible[g], e)) return -1;
+    if (PrioHeap_push(&s->eligible[g], e)) return -1;
     for (i64 m = p->member_start[g]; m < p->member_start[g + 1]; m++)
         if (touch_server(s, p->member[m])) return -1;
     return 0;
@@ -260,7 +235,7 @@ static int admit(Sim *s, double now) {
             Vec *ord = &s->order[g];
             if (s->position[sid] >= ord->n) {
                 if (!s->eligible[g].n) break;
-                if (vec_push(ord, prio_pop(&s->eligible[g]).kid)) return -1;
+                if (vec_push(ord, PrioHeap_pop(&s->eligible[g]).kid)) return -1;
             }
             i64 kid = ord->v[s->position[sid]++];
             s->running[sid] += 1;
@@ -361,7 +336,7 @@ static int run_sim(Sim *s) {
     while (s->events.n) {
         double now = s->events.v[0].t;
         while (s->events.n && s->events.v[0].t == now)
-            if (on_event(s, ev_pop(&s->events), now)) return -1;
+            if (on_event(s, EventHeap_pop(&s->events), now)) return -1;
         if (admit(s, now) || serve(s, now)) return -1;
     }
     return 0;

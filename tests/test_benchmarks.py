@@ -9,7 +9,7 @@ BENCH = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
 sys.path.insert(0, BENCH)
 
 
-@pytest.mark.parametrize("script", sorted(f for f in os.listdir(BENCH) if f.endswith(".py")))
+@pytest.mark.parametrize("script", sorted(f for f in os.listdir(BENCH) if f.endswith(".py") and not f.startswith("_")))
 def test_benchmark_script_starts(script):
     done = subprocess.run([sys.executable, os.path.join(BENCH, script), "--help"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
