@@ -305,7 +305,6 @@ class Schedule:
         return _rows(npu, plan.index, si, flows, step, op, peer, dims, lane, np.ones(len(step)), lg.gbps[link],
                      off, end)
 
-
     def _graph_trees(self) -> "multitree.Trees":
         """MultiTree on a graph topology: a tree edge joins two NPUs along the shortest path (through switches, which
         forward but do not reduce). An edge takes the links of its path for the all-gather and those of the path back

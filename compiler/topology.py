@@ -203,11 +203,11 @@ class Topology:
             raise UserError("a topology needs at least one dimension")
         if not all(isinstance(d, Dimension) for d in dims):
             raise UserError("topology dimensions must be Dimension objects")
-        graphs = sum(d.block == "Graph" for d in dims)
-        if graphs and (len(dims) != 1 or self.graph is None or self.graph.npus != dims[0].size):
+        graph_dims = sum(d.block == "Graph" for d in dims)
+        if graph_dims and (len(dims) != 1 or self.graph is None or self.graph.npus != dims[0].size):
             raise UserError("a Graph dimension stands alone and comes with its links (e.g. 4x8_bigraph, dgx1, a "
                             ".edges file)")
-        if self.graph is not None and not graphs:
+        if self.graph is not None and not graph_dims:
             raise UserError("links given for a topology without a Graph dimension")
         object.__setattr__(self, "dims", dims)
         if not self.name:
@@ -575,6 +575,8 @@ def parse_topology(
     spec = spec.strip()
     graph = _parse_graph(spec, bandwidth, latency)
     if graph is not None:
+        if links is not None:
+            raise UserError(f"--links does not apply to {spec}: a graph topology lists its links")
         return graph
     if spec.lower().endswith((".yml", ".yaml", ".json")):
         source = f"topology file '{spec}'"

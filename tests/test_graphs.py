@@ -68,6 +68,11 @@ def test_bad_edge_lists_are_one_line(tmp_path, capsys, text, message):
     assert code == 2 and err.count("\n") == 1 and message in err
 
 
+def test_links_count_does_not_apply_to_graphs():
+    with pytest.raises(UserError, match="a graph topology lists its links"):
+        parse_topology("4x8_bigraph", links="2")
+
+
 def test_module_keeps_the_graph():
     topo = parse_topology("2x2_bigraph", "100", "300")
     ctx = comm.new_context()
