@@ -46,7 +46,8 @@ class Result:
 
 def messages(t: Table, meta: dict):
     """Aggregate rows into messages: returns dict of arrays keyed like the table plus `cost` (ns): latency per hop
-    plus bytes / bandwidth. A routed message (dim -1) pays each leg's hops at that dimension's latency."""
+    plus bytes / bandwidth. A routed message (dim -1), and every message on a graph topology, pays the latency of
+    each link on its route (runtime/links.py)."""
     if not len(t):
         return {k: np.zeros(0, np.int64) for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "lane",
                                                    "dim", "bytes", "cost", "link_ns", "hops")}
