@@ -269,9 +269,8 @@ class Schedule:
         sender = np.where(op == SEND, member, peer_m)
         receiver = np.where(op == SEND, peer_m, member)
         if dim.block == "Graph":  # one dimension over ranks: every message takes its shortest path
-            hops, gbps = self._route_columns(sender, receiver, np.full(n, stage.dim), np.zeros(n, np.int64))
-            return _rows(npu, plan.index, si, flows, step, op, peer_m, np.full(n, stage.dim), np.zeros(n), hops,
-                         gbps, off, end)
+            return self._routed_rows(npu, plan, si, flows, step, op, peer_m, np.full(n, stage.dim),
+                                     np.zeros(n, np.int64), off, end)
         if dim.block == "Ring":
             fwd = (receiver - sender) % k
             direction = np.where(direction == 0, np.where(fwd <= k - fwd, 1, -1), direction)
@@ -291,11 +290,8 @@ class Schedule:
         """Rows of a flat (graph) phase: peers are ranks and each transfer names its physical link. The
         reduce-scatter runs the trees' links backwards: the same dimension, the other lane of a ring."""
         if self.topology.graph is not None:  # tree edges are paths between NPUs: shortest ones, both ways
-            sender = np.where(op == SEND, npu, peer)
-            receiver = np.where(op == SEND, peer, npu)
             zeros = np.zeros(len(step), np.int64)
-            hops, gbps = self._route_columns(sender, receiver, zeros, zeros)
-            return _rows(npu, plan.index, si, flows, step, op, peer, zeros, zeros, hops, gbps, off, end)
+            return self._routed_rows(npu, plan, si, flows, step, op, peer, zeros, zeros, off, end)
         lg = self._links
         dims = lg.dim[link]
         lane = lg.lane[link]
@@ -330,23 +326,22 @@ class Schedule:
         """Rows of a phase over ranks: each message is routed dimension by dimension (runtime/links.py); its lane
         says which way round the Ring legs go (the template's direction, or the shorter way), `hops` counts its
         links and `gbps` is its slowest link's bandwidth (cut-through: the message streams at that rate)."""
+        lane = np.where(direction == 1, 0, np.where(direction == -1, 1, LANE_SHORTEST))
+        return self._routed_rows(npu, plan, si, flows, step, op, peer, np.full(len(step), ROUTED), lane, off, end)
+
+    def _routed_rows(self, npu, plan, si, flows, step, op, peer, dim, lane, off, end) -> Table:
+        """Rows of messages the runtime routes (runtime/links.py): `hops` counts the links of each route and `gbps`
+        is the slowest of them."""
         sender = np.where(op == SEND, npu, peer)
         receiver = np.where(op == SEND, peer, npu)
-        lane = np.where(direction == 1, 0, np.where(direction == -1, 1, LANE_SHORTEST))
-        dim = np.full(len(step), ROUTED)
-        hops, gbps = self._route_columns(sender, receiver, dim, lane)
-        return _rows(npu, plan.index, si, flows, step, op, peer, dim, lane, hops, gbps, off, end)
-
-    def _route_columns(self, sender, receiver, dim, lane):
-        """`hops` and `gbps` of messages the runtime routes (runtime/links.py): the links of each route, and the
-        slowest of them."""
         links = self._link_map()
         start, ids = links.routes(sender, receiver, dim, lane, np.zeros(len(sender), np.int64))
         if self.topology.graph is not None:
             per_link = self.topology.graph.gbps[ids]
         else:
             per_link = np.array([d.link_gbps() for d in self.topology.dims])[links.dim_of(ids)]
-        return np.diff(start), np.minimum.reduceat(per_link, start[:-1]) if len(ids) else np.zeros(0)
+        gbps = np.minimum.reduceat(per_link, start[:-1]) if len(ids) else np.zeros(0)
+        return _rows(npu, plan.index, si, flows, step, op, peer, dim, lane, np.diff(start), gbps, off, end)
 
     def _link_map(self) -> LinkMap:
         if getattr(self, "_links_map", None) is None:
