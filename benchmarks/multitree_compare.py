@@ -5,10 +5,10 @@ ring, halving-doubling, double binary tree, direct), on the congestion-aware run
 analytical one.
 
     python benchmarks/multitree_compare.py [--topology 8x8_torus] [--latency 500] [--plot FILE.png]
-    python benchmarks/multitree_compare.py --topology 4x8_bigraph --bandwidth 50   (BiGraph: 50 GB/s per link)
+    python benchmarks/multitree_compare.py --topology 4x8_bigraph --bandwidth 50   (BiGraph, 32 NPUs: 50 GB/s per link)
 
-On a graph topology (4x8_bigraph) the per-dimension ring ("2D-ring") is a ring over ranks in rank order along
-shortest paths, one direction; the Hamiltonian ring does not apply.
+On a graph topology (4x8_bigraph) the algorithms run over ranks along shortest paths: the per-dimension ring is
+"ring (rank order, one way)", `rank_ring` the same ring both ways round; the Hamiltonian ring does not apply.
 
 "ring (Hamiltonian)" is one bidirectional ring over all NPUs along a Hamiltonian cycle of the torus (the seed's
 "ring" baseline); "2D-ring" runs a ring per dimension.
@@ -31,6 +31,11 @@ ALGOS = [("multitree", "multitree"), ("ring (Hamiltonian)", "flat_ring"), ("2D-r
          # topology-unaware, over all NPUs, messages routed dimension by dimension
          ("rank-order ring (routed)", "rank_ring"), ("halving-doubling (routed)", "flat_halving_doubling"),
          ("dbt (routed)", "flat_double_binary_tree"), ("direct (routed)", "flat_direct")]
+# on a graph topology the per-dimension algorithms already run over ranks along shortest paths: only the ring
+# (one way round) differs from a routed one
+GRAPH_ALGOS = [("multitree", "multitree"), ("ring (rank order, one way)", "ring"),
+               ("rank-order ring (both ways)", "rank_ring"), ("halving-doubling (routed)", "flat_halving_doubling"),
+               ("dbt (routed)", "flat_double_binary_tree"), ("direct (routed)", "flat_direct")]
 
 
 def measure(topology: str, bandwidth: str, latency: str, sizes: list[str]) -> dict:
@@ -41,7 +46,7 @@ def measure(topology: str, bandwidth: str, latency: str, sizes: list[str]) -> di
     for size in sizes:
         source = str(driver.build_module(ctx, topo, "all_reduce", parse_size(size)))
         out[size] = {}
-        for name, algo in ALGOS:
+        for name, algo in (GRAPH_ALGOS if topo.graph is not None else ALGOS):
             try:
                 sched = driver.compile_schedule(source, ctx, topo, "baseline", {"algorithm": algo}).schedule
             except (UserError, PassError):  # e.g. halving-doubling on a network that is not a power of two
@@ -58,7 +63,7 @@ def plot(results: dict, title: str, path: str) -> None:
     sizes = list(results)
     x = [parse_size(s) for s in sizes]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, _ in ALGOS:
+    for name in results[sizes[0]]:
         if any(name not in results[s] for s in sizes):
             continue
         ax.plot(x, [results[s][name][0] for s in sizes], marker="o", label=name)
@@ -86,12 +91,14 @@ def main() -> None:
     results = measure(args.topology, args.bandwidth, args.latency, args.sizes.split(","))
     title = f"{parse_topology(args.topology).name}, {args.bandwidth} GB/s per dimension, {args.latency} ns"
     print(f"{title}; all-reduce time in us (congestion-aware / analytical)")
-    names = [name for name, _ in ALGOS if all(name in times for times in results.values())]
-    versus = [n for n in ("ring (Hamiltonian)", "2D-ring", "halving-doubling (routed)") if n in names]
-    print(f"{'size':>8s}" + "".join(f"{name:>26s}" for name in names)
+    names = [name for name in next(iter(results.values())) if all(name in times for times in results.values())]
+    versus = [n for n in ("ring (Hamiltonian)", "2D-ring", "ring (rank order, one way)", "halving-doubling (routed)")
+              if n in names]
+    w = max(26, max(len(n) for n in names) + 2)
+    print(f"{'size':>8s}" + "".join(f"{name:>{w}s}" for name in names)
           + "".join(f"{'multitree vs ' + n.split(' (')[0]:>30s}" for n in versus))
     for size, times in results.items():
-        row = "".join(f"{f'{times[n][0]:12.1f} / {times[n][1]:11.1f}':>26s}" for n in names)
+        row = "".join(f"{f'{times[n][0]:12.1f} / {times[n][1]:11.1f}':>{w}s}" for n in names)
         print(f"{size:>8s}{row}" + "".join(f"{times[n][0] / times['multitree'][0]:29.2f}x" for n in versus))
     if args.plot:
         plot(results, title, args.plot)

@@ -6,9 +6,11 @@ per-dimension algorithms become algorithms over ranks (ring in rank order, direc
 tree) and MultiTree allocates its tree edges (NPU to NPU, through switches) so that no link carries two in a step.
 
 Built-in graphs:
-- `AxB_bigraph` (EFLOPS, as in the MultiTree evaluation): two groups of A switches, B NPUs on each switch, every
-  switch linked to every switch of the other group; 2 x A x B NPUs (4x8_bigraph: 64). NPUs on one switch are two
-  links apart, on switches of different groups three, of the same group four.
+- `MxN_bigraph` (EFLOPS's BiGraph, as the MultiTree evaluation builds it): N switches in two groups of N/2, M NPUs
+  on each switch, every switch linked to every switch of the other group; M x N NPUs (4x8_bigraph: 32, the
+  evaluation's network; its simulator's `--bigraph-m 4 --bigraph-n 8`). NPU rank = switch x M + slot, switches
+  0..N/2-1 forming the first group. NPUs on one switch are two links apart, on switches of different groups three,
+  of the same group four.
 - `dgx1`, `N_dgx1`: DGX-1's hybrid cube-mesh of 8 GPUs (NVLink: each quad fully connected, GPU i linked to i+4);
   N boxes add one switch joined to every GPU (the network between boxes).
 - an edge-list file `*.edges`: one undirected link per line, `a b [GB/s] [ns]`; integer nodes are NPUs (0..N-1,
@@ -99,16 +101,16 @@ def undirected(pairs: list[tuple[int, int]], gbps: float, latency: float):
     return src, dst, np.full(len(src), float(gbps)), np.full(len(src), float(latency))
 
 
-def bigraph(switches: int, per_switch: int, gbps: float, latency: float) -> Graph:
-    """Two groups of `switches` switches, `per_switch` NPUs on each, complete bipartite between the groups. NPU
-    rank = (group * switches + switch) * per_switch + slot."""
-    if switches < 1 or per_switch < 1:
-        raise UserError("a bigraph needs at least one switch per group and one NPU per switch")
-    npus = 2 * switches * per_switch
-    sw = lambda g, s: npus + g * switches + s  # noqa: E731
-    pairs = [(n, sw(n // per_switch // switches, (n // per_switch) % switches)) for n in range(npus)]
-    pairs += [(sw(0, a), sw(1, b)) for a in range(switches) for b in range(switches)]
-    names = [f"npu{i}" for i in range(npus)] + [f"sw{g}.{s}" for g in range(2) for s in range(switches)]
+def bigraph(per_switch: int, switches: int, gbps: float, latency: float) -> Graph:
+    """`switches` switches in two equal groups, complete bipartite between the groups, `per_switch` NPUs on each
+    switch. NPU rank = switch * per_switch + slot; switches 0..switches/2-1 are the first group."""
+    if per_switch < 1 or switches < 2 or switches % 2:
+        raise UserError(f"an MxN_bigraph needs M >= 1 NPUs per switch and an even number N >= 2 of switches, "
+                        f"got {per_switch}x{switches}")
+    npus, half = per_switch * switches, switches // 2
+    pairs = [(n, npus + n // per_switch) for n in range(npus)]
+    pairs += [(npus + a, npus + b) for a in range(half) for b in range(half, switches)]
+    names = [f"npu{i}" for i in range(npus)] + [f"sw{g}.{s}" for g in range(2) for s in range(half)]
     return make_graph(names, npus, *undirected(pairs, gbps, latency))
 
 

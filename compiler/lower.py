@@ -28,6 +28,7 @@ from .topology import NEIGHBOUR_BLOCKS, Topology
 
 SYMMETRIC_ALGORITHMS = ("ring", "direct", "halving_doubling")
 OPTIMAL_TREES_MAX_NPUS = 16
+PATH_TREES_MAX_NPUS = 256  # trees through switches weigh every NPU pair: 128 NPUs take 5-25 s
 
 
 def _split(base: np.ndarray, length: np.ndarray, parts: int, index) -> tuple[np.ndarray, np.ndarray]:
@@ -193,16 +194,17 @@ class Schedule:
 
     def trees(self) -> "multitree.Trees":
         """The spanning trees over the NPU-to-NPU links (built once per schedule): MultiTree's greedy top-down
-        allocation, or for multitree_optimal the fewest-step allocation CP-SAT proves (small networks)."""
-        if getattr(self, "_trees", None) is None and self.topology.graph is not None:
+        allocation, or for multitree_optimal the fewest-step allocation CP-SAT proves (small networks). Where NPUs
+        meet through switches (graph topologies, Switch dimensions) a tree edge is a routed path instead."""
+        if getattr(self, "_trees", None) is None and self._routed_trees():
             if any(s.algorithm == "multitree_optimal" for p in self.plans for s in p.stages):
-                raise UserError("multitree_optimal searches over links between NPUs; a graph topology's tree edges "
-                                "are paths: use multitree")
-            self._trees = self._graph_trees()
+                raise UserError(f"multitree_optimal searches over links between NPUs; {self.topology.name} joins "
+                                f"NPUs through switches, so its tree edges are paths: use multitree")
+            if self.topology.npus > PATH_TREES_MAX_NPUS:
+                raise UserError(f"multitree through switches weighs every pair of NPUs and is meant for at most "
+                                f"{PATH_TREES_MAX_NPUS} NPUs; {self.topology.name} has {self.topology.npus}")
+            self._trees = self._path_trees()
         if getattr(self, "_trees", None) is None:
-            if any(d.block == "Switch" for d in self.topology.dims):
-                raise UserError("multitree needs links between NPUs (Ring and FullyConnected dimensions); "
-                                f"{self.topology.name} has switch dimensions")
             self._links = lg = self.topology.links()
             ports = next((s.ports for p in self.plans for s in p.stages if s.ports is not None), None)
             # tori: one tree translated to every root (fast, and meets the link-count bound on the tori tried);
@@ -289,9 +291,9 @@ class Schedule:
     def _expand_graph(self, npu, plan, si, step, op, peer, link, off, end, flows) -> Table:
         """Rows of a flat (graph) phase: peers are ranks and each transfer names its physical link. The
         reduce-scatter runs the trees' links backwards: the same dimension, the other lane of a ring."""
-        if self.topology.graph is not None:  # tree edges are paths between NPUs: shortest ones, both ways
-            zeros = np.zeros(len(step), np.int64)
-            return self._routed_rows(npu, plan, si, flows, step, op, peer, zeros, zeros, off, end)
+        if self._routed_trees():  # tree edges are routed paths between NPUs
+            dim, lane = self._route_of_pairs(len(step))
+            return self._routed_rows(npu, plan, si, flows, step, op, peer, dim, lane, off, end)
         lg = self._links
         dims = lg.dim[link]
         lane = lg.lane[link]
@@ -301,26 +303,61 @@ class Schedule:
         return _rows(npu, plan.index, si, flows, step, op, peer, dims, lane, np.ones(len(step)), lg.gbps[link],
                      off, end)
 
-    def _graph_trees(self) -> "multitree.Trees":
-        """MultiTree on a graph topology: a tree edge joins two NPUs along the shortest path (through switches, which
-        forward but do not reduce). An edge takes the links of its path for the all-gather and those of the path back
+    def _routed_trees(self) -> bool:
+        """Do tree edges run through switches (paths, routed by the runtime) rather than over single links?"""
+        return self.topology.graph is not None or any(d.block == "Switch" for d in self.topology.dims)
+
+    def _route_of_pairs(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(dim, lane) of routed NPU-to-NPU messages: a graph's shortest path, or across a stack dimension by
+        dimension, each Ring leg the shorter way."""
+        if self.topology.graph is not None:
+            return np.zeros(n, np.int64), np.zeros(n, np.int64)
+        return np.full(n, ROUTED, np.int64), np.full(n, LANE_SHORTEST, np.int64)
+
+    def _path_trees(self) -> "multitree.Trees":
+        """MultiTree where NPUs meet through switches: a tree edge joins two NPUs along their route (a graph's
+        shortest path, a stack's dimension-order route; switches forward but do not reduce). An edge takes the links of its path for the all-gather and those of the path back
         for the reduce-scatter (which runs the trees upwards in mirrored steps), so both directions stay
-        contention-free. Nearer NPUs are tried first."""
-        g, npus = self.topology.graph, self.topology.npus
+        contention-free. Nearer NPUs are tried first.
+
+        Greedy allocation is a heuristic, so a few variants run and the fewest steps win (the first on a tie): the
+        NPU pairs at most D links apart, for the two smallest D that join all NPUs and for all pairs (long paths
+        hold many links for one edge), with the tie order of the trees fixed or rotated. On the 4x8 BiGraph, leaving out the 4-link pairs
+        (two switches of one group) in fixed order meets the bound of 31 steps; all pairs, rotated, take 34."""
+        npus = self.topology.npus
         links = self._link_map()
         u, v = np.divmod(np.arange(npus * npus), npus)
         keep = u != v
         u, v = u[keep], v[keep]
-        order = np.lexsort((v, links.distance(u, v), u))
-        u, v = u[order], v[order]
+        dim, lane = self._route_of_pairs(len(u))
         zeros = np.zeros(len(u), np.int64)
-        fs, fwd = links.routes(u, v, zeros, zeros, zeros)
-        bs, back = links.routes(v, u, zeros, zeros, zeros)
-        nlinks = len(g.src)
+        fs, fwd = links.routes(u, v, dim, lane, zeros)
+        bs, back = links.routes(v, u, dim, lane, zeros)
+        distance = np.diff(fs)
+        nlinks = int(links.offset[-1])
+        order = np.lexsort((v, distance, u))
+        u, v, distance = u[order], v[order], distance[order]
         paths = [tuple(fwd[fs[i]:fs[i + 1]].tolist()) + tuple((back[bs[i]:bs[i + 1]] + nlinks).tolist())
-                 for i in range(len(u))]
+                 for i in order.tolist()]
         ports = next((s.ports for p in self.plans for s in p.stages if s.ports is not None), None)
-        return multitree.build_trees(npus, u, v, ports, paths=paths, resources=2 * nlinks)
+        lg = self.topology.links()
+        bound = multitree.step_lower_bound(npus, lg.src, lg.dst, ports)
+        # the two shortest caps that join all NPUs, and no cap: more rarely pays (on 16-NPU rings of switches
+        # nothing did), and each variant is a full allocation
+        caps = [c for c in np.unique(distance).tolist() if _joins_all(npus, u[distance <= c], v[distance <= c])]
+        best = None
+        for cap in sorted(set(caps[:2] + caps[-1:])):
+            pick = np.flatnonzero(distance <= cap)
+            for rotate in (False, True):
+                trees = multitree.build_trees(npus, u[pick], v[pick], ports, paths=[paths[i] for i in pick],
+                                              resources=2 * nlinks, rotate=rotate)
+                if best is None or trees.steps < best.steps:
+                    # tree edges index the pairs picked; make them index all pairs
+                    best = multitree.Trees(trees.parent, trees.step,
+                                           np.where(trees.link >= 0, pick[trees.link], -1), trees.steps)
+                if best.steps <= bound:
+                    return best
+        return best
 
     def _expand_routed(self, npu, plan, si, step, op, peer, direction, off, end, flows) -> Table:
         """Rows of a phase over ranks: each message is routed dimension by dimension (runtime/links.py); its lane
@@ -347,6 +384,17 @@ class Schedule:
         if getattr(self, "_links_map", None) is None:
             self._links_map = LinkMap({"topology": self.topology.to_dict()})
         return self._links_map
+
+
+def _joins_all(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
+    """Do the directed edges src -> dst reach every node 0..n-1 from node 0?"""
+    seen = np.zeros(n, bool)
+    seen[0], frontier = True, np.array([0])
+    while len(frontier):
+        nxt = np.unique(dst[np.isin(src, frontier)])
+        frontier = nxt[~seen[nxt]]
+        seen[frontier] = True
+    return bool(seen.all())
 
 
 def _rows(npu, coll, stage, flows, step, op, peer, dim, lane, hops, gbps, off, end) -> Table:

@@ -613,7 +613,7 @@ def parse_topology(
 
 
 def _parse_graph(spec: str, bandwidth, latency) -> Topology | None:
-    """A graph topology (graphs.py): AxB_bigraph, dgx1, N_dgx1 or an .edges file; None for anything else. One
+    """A graph topology (graphs.py): MxN_bigraph, dgx1, N_dgx1 or an .edges file; None for anything else. One
     bandwidth and latency apply to every link (an edge list's own values win)."""
     big, dgx = graphs.BIGRAPH_RE.match(spec), graphs.DGX_RE.match(spec)
     if not (big or dgx or spec.lower().endswith(".edges")):

@@ -19,15 +19,24 @@ GIB = 2 ** 30
 
 
 def test_bigraph_shape_and_paths():
+    # the MultiTree evaluation's network: 4 NPUs on each of 8 switches, 4 switches per group
     topo = parse_topology("4x8_bigraph")
     g = topo.graph
-    assert topo.npus == 64 and g.nodes == 72 and len(g.src) == 2 * (64 + 4 * 4)
+    assert topo.npus == 32 and g.nodes == 40 and len(g.src) == 2 * (32 + 4 * 4)
     assert [d.block for d in topo.dims] == ["Graph"]
     links = LinkMap({"topology": topo.to_dict()})
-    # NPUs 0..7 hang on switch 0 of group 0, 8..15 on switch 1 of group 0, 32.. on group 1
-    assert links.distance([0, 0, 0], [7, 32, 8]).tolist() == [2, 3, 4]
-    start, ids = links.routes([0], [8], [0], [0], [0])
-    assert [links.describe(i) for i in ids] == ["npu0->sw0.0", "sw0.0->sw1.0", "sw1.0->sw0.1", "sw0.1->npu8"]
+    # NPUs 0..3 hang on switch 0 of group 0, 4..7 on switch 1 of group 0, 16.. on group 1
+    assert links.distance([0, 0, 0], [3, 16, 4]).tolist() == [2, 3, 4]
+    start, ids = links.routes([0], [4], [0], [0], [0])
+    assert [links.describe(i) for i in ids] == ["npu0->sw0.0", "sw0.0->sw1.0", "sw1.0->sw0.1", "sw0.1->npu4"]
+
+
+@pytest.mark.parametrize("spec", ["4x7_bigraph", "0x8_bigraph", "4x0_bigraph"])
+def test_bad_bigraph_shapes(spec, capsys):
+    with pytest.raises(UserError, match="MxN_bigraph needs"):
+        parse_topology(spec)
+    assert main(["--collective", "all_reduce", "--size", "1MB", "--topology", spec]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
 
 
 def test_dgx1_and_boxes():
@@ -74,7 +83,7 @@ def test_links_count_does_not_apply_to_graphs():
 
 
 def test_module_keeps_the_graph():
-    topo = parse_topology("2x2_bigraph", "100", "300")
+    topo = parse_topology("2x4_bigraph", "100", "300")
     ctx = comm.new_context()
     from astra_compile import driver
     module = driver.build_module(ctx, topo, "all_reduce", 4096)
@@ -86,7 +95,7 @@ ALGORITHMS = [None, "direct", "halving_doubling", "double_binary_tree", "rank_ri
               "flat_halving_doubling", "multitree"]
 
 
-@pytest.mark.parametrize("topology", ["2x2_bigraph", "dgx1", "2_dgx1"])
+@pytest.mark.parametrize("topology", ["2x4_bigraph", "dgx1", "2_dgx1"])
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_algorithm_runs_on_graphs(topology, algorithm):
     npus = parse_topology(topology).npus
@@ -100,11 +109,11 @@ def test_every_algorithm_runs_on_graphs(topology, algorithm):
 
 
 def test_ring_on_a_bigraph_by_hand():
-    # 2x2_bigraph: NPUs 0,1 | 2,3 on group 0's switches, 4,5 | 6,7 on group 1's. The rank-order ring's hops take
+    # 2x4_bigraph: NPUs 0,1 | 2,3 on group 0's switches, 4,5 | 6,7 on group 1's. The rank-order ring's hops take
     # 2 links (same switch), 4 (1->2, 5->6: same group, another switch) or 3 (3->4, 7->0). No link carries two
     # messages, so each of the 2 x 7 steps of the all-reduce lasts 4 latencies + (S/8) / B.
     size = 8 * 4096
-    sched = compile_flat("2x2_bigraph", "all_reduce", size, "ring", bandwidth="100", latency="500")
+    sched = compile_flat("2x4_bigraph", "all_reduce", size, "ring", bandwidth="100", latency="500")
     expected = 14 * (4 * 500 + (size / 8) / (100 * GIB / 1e9))
     assert analytical.run(sched).total_ns == pytest.approx(expected, rel=1e-12)
     assert congestion.run(sched, mode="full").total_ns == pytest.approx(expected, rel=1e-12)
@@ -112,12 +121,12 @@ def test_ring_on_a_bigraph_by_hand():
 
 
 def test_direct_on_a_bigraph_by_hand():
-    # 1x2_bigraph: NPUs 0,1 on switch A, 2,3 on switch B, one link each way between A and B; latency 0, one
+    # 2x2_bigraph: NPUs 0,1 on switch A, 2,3 on switch B, one link each way between A and B; latency 0, one
     # reduce-scatter step, messages of T = (S/4) / B. Every NPU sends 3 (peer after itself first): its uplink and its
     # downlink carry 3 T, but A->B carries the 4 messages from 0 and 1 to 2 and 3, back to back from t = 0 (NPU 1
     # sends to 2 first), so the last arrives at 4 T; B->A likewise. The analytical model: T.
     size = 4 * GIB // 4
-    sched = compile_flat("1x2_bigraph", "reduce_scatter", size, "direct", bandwidth="1", latency="0")
+    sched = compile_flat("2x2_bigraph", "reduce_scatter", size, "direct", bandwidth="1", latency="0")
     t = (size / 4) / (GIB / 1e9)
     assert analytical.run(sched).total_ns == pytest.approx(t)
     result = congestion.run(sched, mode="full")
@@ -136,7 +145,22 @@ def test_graph_only_errors_are_one_line(capsys):
 
 
 def test_cli_on_a_bigraph(capsys):
-    code = main(["--collective", "all_reduce", "--size", "1MB", "--topology", "2x2_bigraph", "--algorithm",
+    code = main(["--collective", "all_reduce", "--size", "1MB", "--topology", "2x4_bigraph", "--algorithm",
                  "multitree", "--backend", "congestion", "--verify"])
     out = capsys.readouterr().out
-    assert code == 0 and "2x2_bigraph" in out and "Graph" in out
+    assert code == 0 and "2x4_bigraph" in out and "Graph" in out
+
+
+def test_multitree_meets_the_port_bound_on_the_evaluated_bigraph():
+    # 4x8_bigraph: every NPU has one link, so it takes one tree edge per step: at least 31 steps for 32 trees.
+    # MultiTree meets that bound (the trees over the pairs at most 3 links apart) and stays contention-free, so
+    # the congestion-aware runtime gives the analytical time
+    sched = compile_flat("4x8_bigraph", "all_reduce", 32 * 4096, "multitree", bandwidth="50", latency="500")
+    trees = sched.trees()
+    assert trees.steps == 31
+    pairs = LinkMap({"topology": sched.topology.to_dict()})
+    child = np.nonzero(trees.parent >= 0)
+    assert pairs.distance(trees.parent[child], child[1]).max() == 3
+    verify(sched)
+    assert link_conflicts(sched) == []
+    assert congestion.run(sched, mode="full").total_ns == pytest.approx(analytical.run(sched).total_ns, rel=1e-12)

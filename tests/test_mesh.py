@@ -76,7 +76,7 @@ def test_per_dimension_algorithms_on_a_mesh_verify(algorithm, kind):
     assert congestion.run(sched).total_ns >= analytical.run(sched).total_ns * (1 - 1e-9)
 
 
-@pytest.mark.parametrize("topology,steps", [("8x8_mesh", 32), ("16x16_mesh", 128), ("4x4_mesh", 10)])
+@pytest.mark.parametrize("topology,steps", [("8x8_mesh", 32), ("16x16_mesh", 128), ("4x4_mesh", 9), ("3x5_mesh", 8)])
 def test_multitree_on_meshes_against_the_corner_bound(topology, steps):
     # a corner NPU has two incoming links and must take one edge from each of the other N-1 trees: at least
     # ceil((N-1)/2) steps, above the edge-count bound (8x8: 4032 edges over 224 links = 18 steps)
@@ -84,7 +84,7 @@ def test_multitree_on_meshes_against_the_corner_bound(topology, steps):
     lg = topo.links()
     trees = build_trees(topo.npus, lg.src, lg.dst)
     assert step_lower_bound(topo.npus, lg.src, lg.dst) == -(-(topo.npus - 1) // 2)
-    assert trees.steps == steps    # 8x8 and 16x16 meet the bound; 4x4 takes 10 where CP-SAT proves 8
+    assert trees.steps == steps    # 8x8 and 16x16 meet the bound; 4x4 takes 9 (CP-SAT: 8), 3x5 8 (bound 7)
 
 
 def test_optimal_trees_meet_the_corner_bound_on_a_4x4_mesh():
