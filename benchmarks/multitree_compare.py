@@ -35,6 +35,7 @@ ALGOS = [("multitree", "multitree"), ("ring (Hamiltonian)", "flat_ring"), ("2D-r
 # (one way round) differs from a routed one
 GRAPH_ALGOS = [("multitree", "multitree"), ("ring (rank order, one way)", "ring"),
                ("rank-order ring (both ways)", "rank_ring"), ("halving-doubling (routed)", "flat_halving_doubling"),
+               ("HDRM (rank-mapped halving-doubling)", "hdrm"),
                ("dbt (routed)", "flat_double_binary_tree"), ("direct (routed)", "flat_direct")]
 
 
@@ -92,8 +93,8 @@ def main() -> None:
     title = f"{parse_topology(args.topology).name}, {args.bandwidth} GB/s per dimension, {args.latency} ns"
     print(f"{title}; all-reduce time in us (congestion-aware / analytical)")
     names = [name for name in next(iter(results.values())) if all(name in times for times in results.values())]
-    versus = [n for n in ("ring (Hamiltonian)", "2D-ring", "ring (rank order, one way)", "halving-doubling (routed)")
-              if n in names]
+    versus = [n for n in ("ring (Hamiltonian)", "2D-ring", "ring (rank order, one way)", "halving-doubling (routed)",
+                          "HDRM (rank-mapped halving-doubling)") if n in names]
     w = max(26, max(len(n) for n in names) + 2)
     print(f"{'size':>8s}" + "".join(f"{name:>{w}s}" for name in names)
           + "".join(f"{'multitree vs ' + n.split(' (')[0]:>30s}" for n in versus))

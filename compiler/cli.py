@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "one per dimension, comma-separated; default: the building block's own); "
                                        "over the whole network: multitree, multitree_optimal (<= 16 NPUs), "
                                        "flat_ring (Hamiltonian cycle); routed over ranks: rank_ring, flat_direct, "
-                                       "flat_halving_doubling, flat_double_binary_tree")
+                                       "flat_halving_doubling, flat_double_binary_tree; hdrm (all-reduce on a "
+                                       "BiGraph: halving-doubling with EFLOPS's rank mapping)")
     g.add_argument("--chunks", help="chunks per collective (ASTRA-sim preferred-dataset-splits; default 1)")
     g.add_argument("--ports", help="multitree: new tree edges an NPU may start per step (injection ports; default: "
                                    "one per link)")
@@ -218,9 +219,14 @@ def _run(args) -> int:
         out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta["npus"], "backend": result.backend,
                "execution": result.mode, "per_dim_bytes": result.per_dim_bytes,
                "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
+        if args.verify:  # the written tables on their own: their meta carries every shard layout
+            from .runtime.verifier import verify
+            verify(schedule)
+            out["verified"] = True
         print(json.dumps(out, indent=1) if args.json else
               f"total time {out['total_time_us']:.3f} us on {out['npus']} NPUs ({result.backend}, {result.mode} "
-              f"execution)")
+              f"execution)" + ("\nverified: every NPU's buffer matches the collective's definition" if args.verify
+                               else ""))
         return 0
 
     topology = None

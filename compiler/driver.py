@@ -76,7 +76,8 @@ GRAPH_PIPELINE = "decompose-all-reduce,chunk,flat-decompose,select-algorithm"
 # --algorithm names of one phase over the whole network -> that phase's algorithm: a ring along a Hamiltonian
 # cycle of links, and topology-unaware algorithms over ranks whose messages are routed dimension by dimension
 FLAT_ALGORITHMS = {"flat_ring": "ring", "rank_ring": "rank_ring", "flat_direct": "direct",
-                   "flat_halving_doubling": "halving_doubling", "flat_double_binary_tree": "double_binary_tree"}
+                   "flat_halving_doubling": "halving_doubling", "flat_double_binary_tree": "double_binary_tree",
+                   "hdrm": "hdrm"}
 
 
 @dataclass

@@ -16,10 +16,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from .algorithms import Transfers, all_to_all, graph_ring, multitree, template
+from .algorithms import Transfers, all_to_all, graph_ring, hdrm, multitree, template
 from .algorithms.translated_trees import translated_trees
 from .dependencies import dependencies
 from .errors import UserError
+from .graphs import BIGRAPH_RE
 from .plans import FLAT, CollectivePlan, Stage
 from .dialects.comm import ROUTED_ALGORITHMS
 from .runtime.links import LANE_SHORTEST, ROUTED, LinkMap
@@ -169,12 +170,27 @@ class Schedule:
         if stage.dim == FLAT and stage.algorithm == "ring":
             return graph_ring.template(kind, self.cycle(), self._links.src, self._links.dst)
         if stage.dim == FLAT and stage.algorithm in ROUTED_ALGORITHMS:  # over ranks, routed across dimensions
-            base = "ring" if stage.algorithm == "rank_ring" else stage.algorithm
+            base = {"rank_ring": "ring", "hdrm": "halving_doubling"}.get(stage.algorithm, stage.algorithm)
             return template(kind, base, self.topology.npus, bidirectional=True)
         if stage.dim == FLAT:
             return multitree.template(kind, self.trees())
         dim = self.topology.dims[stage.dim]
         return template(kind, stage.algorithm, dim.size, bidirectional=(dim.block in NEIGHBOUR_BLOCKS))
+
+    def _hdrm_map(self, plan: CollectivePlan) -> np.ndarray:
+        """HDRM's placement of virtual ranks on NPUs (algorithms/hdrm.py). Only an all-reduce may run over virtual
+        ranks: its result is the same on every NPU, while a reduce-scatter's or all-gather's blocks would land on
+        the wrong NPUs."""
+        if plan.buffer_kind != "all_reduce":
+            raise UserError(f"hdrm places ranks on NPUs and schedules all-reduce only, not {plan.buffer_kind}; use "
+                            f"flat_halving_doubling")
+        if getattr(self, "_hdrm", None) is None:
+            big = BIGRAPH_RE.match(self.topology.name)
+            if not big or not hdrm.applies(int(big.group(1)), int(big.group(2))):
+                raise UserError(f"hdrm needs an MxN_bigraph with M and N/2 powers of two and M <= N/2 (every NPU of "
+                                f"a switch then reaches a different switch), not {self.topology.name}")
+            self._hdrm = hdrm.rank_map(int(big.group(1)), int(big.group(2)))
+        return self._hdrm
 
     def cycle(self) -> list[int]:
         """A Hamiltonian cycle of the NPU-to-NPU links, for the flat ring."""
@@ -239,7 +255,10 @@ class Schedule:
                         rows = self._a2a_rows(plan, stage, coords)
                         base, length = self.chunk_regions(plan, flows)
                     else:
-                        rows = _template_rows(self._template(plan.kind, stage), self._member(coords, stage.dim))
+                        member = self._member(coords, stage.dim)
+                        if stage.algorithm == "hdrm":  # the schedule runs over virtual ranks: this NPU's is pi^-1
+                            member = int(np.argsort(self._hdrm_map(plan))[member])
+                        rows = _template_rows(self._template(plan.kind, stage), member)
                         base, length = self._stage_region(plan, levels, position)
                     parts.append(self._expand(npu, plan, position, stage, rows, base, length,
                                               self._member(coords, stage.dim), flows))
@@ -263,6 +282,8 @@ class Schedule:
         off = base[None, :] + (lo[:, None] * length[None, :]) // units
         end = base[None, :] + (hi[:, None] * length[None, :]) // units
         if stage.dim == FLAT and stage.algorithm in ROUTED_ALGORITHMS:
+            if stage.algorithm == "hdrm":  # peers are virtual ranks: place them
+                peer_m = self._hdrm_map(plan)[peer_m]
             return self._expand_routed(npu, plan, si, step, op, peer_m, direction, off, end, flows)
         if stage.dim == FLAT:
             return self._expand_graph(npu, plan, si, step, op, peer_m, link, off, end, flows)

@@ -19,12 +19,12 @@ COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broa
 POINT_TO_POINT = ("send", "recv")
 PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all")
 ALGORITHMS = ("ring", "direct", "halving_doubling", "double_binary_tree", "multitree", "multitree_optimal",
-              "rank_ring")
+              "rank_ring", "hdrm")
 GRAPH_ALGORITHMS = ("multitree", "multitree_optimal")  # phases over a whole group (dim = -1), scheduled link by link
 # algorithms of a phase over the whole group (dim = -1): the graph algorithms, "ring" along a Hamiltonian cycle of
 # links, and topology-unaware ones over ranks whose messages are routed across dimensions ("rank_ring": a ring in
-# rank order)
-ROUTED_ALGORITHMS = ("rank_ring", "direct", "halving_doubling", "double_binary_tree")
+# rank order; "hdrm": halving-doubling over ranks mapped onto a BiGraph so that no link is shared)
+ROUTED_ALGORITHMS = ("rank_ring", "direct", "halving_doubling", "double_binary_tree", "hdrm")
 FLAT_ALGORITHMS = GRAPH_ALGORITHMS + ("ring",) + ROUTED_ALGORITHMS
 ALGORITHM_ALIASES = {"hd": "halving_doubling", "halvingdoubling": "halving_doubling", "rhd": "halving_doubling",
                      "dbt": "double_binary_tree", "doublebinarytree": "double_binary_tree", "tree": "double_binary_tree"}

@@ -28,9 +28,9 @@ def algorithm_for(dim: int, dims: list, chosen: list[str] | None) -> str:
 
 def check_applicable(algorithm: str, kind: str, size: int, dim: int) -> None:
     """Reject (algorithm, phase kind, group size) combinations that have no schedule."""
-    if algorithm == "halving_doubling" and size & (size - 1):
+    if algorithm in ("halving_doubling", "hdrm") and size & (size - 1):
         where = "the network" if dim < 0 else f"dimension {dim}"
-        raise PassError(f"halving_doubling needs a power-of-two group, {where} has {size} NPUs")
+        raise PassError(f"{algorithm} needs a power-of-two group, {where} has {size} NPUs")
     if algorithm == "double_binary_tree" and kind == "all_to_all":
         raise PassError("double_binary_tree has no all_to_all schedule (trees cannot forward per-destination "
                         "data in place); use ring, direct or halving_doubling for all_to_all")
@@ -70,7 +70,7 @@ class SelectAlgorithm(Pass):
                     comm.set_attr(op, "ports", int(ports))
                 continue
             algo = a.get("algorithm") or algorithm_for(a["dim"], dims, chosen)
-            if algo in comm.GRAPH_ALGORITHMS + ("rank_ring",):
+            if algo in comm.GRAPH_ALGORITHMS + ("rank_ring", "hdrm"):
                 raise PassError(f"{algo} schedules the whole network at once: compile with --algorithm {algo} "
                                 f"(flat-decompose instead of hierarchical-decompose)")
             check_applicable(algo, a["kind"], dims[a["dim"]].size, a["dim"])

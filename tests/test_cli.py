@@ -94,6 +94,22 @@ def test_tables_directory_roundtrip(capsys, tmp_path):
     from astra_compile.runtime.tables import DirSchedule
     from astra_compile.runtime.verifier import verify
     verify(DirSchedule(str(out_dir)))
+    code, out, _ = cli(capsys, str(out_dir), "--verify")
+    assert code == 0 and "verified: every NPU's buffer" in out
+    # a table edited to send the wrong part of its buffer still runs, but --verify catches it
+    path = out_dir / "npu_1.csv"
+    lines = path.read_text().splitlines()
+    head = lines[0].split(",")
+    op, offset = head.index("op"), head.index("offset")
+    row = next(i for i, line in enumerate(lines[1:], 1)
+               if line.split(",")[op] == "0" and int(line.split(",")[offset]) > 0)
+    cells = lines[row].split(",")
+    cells[offset] = "0"
+    lines[row] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    code = main([str(out_dir), "--verify"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("astra-compile: verification failed") and err.count("\n") == 1
 
 
 def test_verify_flag(capsys):

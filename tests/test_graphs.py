@@ -164,3 +164,50 @@ def test_multitree_meets_the_port_bound_on_the_evaluated_bigraph():
     verify(sched)
     assert link_conflicts(sched) == []
     assert congestion.run(sched, mode="full").total_ns == pytest.approx(analytical.run(sched).total_ns, rel=1e-12)
+
+
+@pytest.mark.parametrize("per_switch,switches", [(1, 2), (2, 4), (4, 8), (2, 8), (4, 16), (8, 16), (1, 8)])
+def test_hdrm_mapping_sends_each_switch_to_distinct_switches(per_switch, switches):
+    from astra_compile.algorithms.hdrm import rank_map
+    pi = rank_map(per_switch, switches)
+    npus = per_switch * switches
+    assert sorted(pi.tolist()) == list(range(npus))
+    for bit in range(npus.bit_length() - 1):  # every halving-doubling step: partners differ in one rank bit
+        partner = pi[np.arange(npus) ^ (1 << bit)]
+        switch, other = pi // per_switch, partner // per_switch
+        assert np.all(switch // (switches // 2) != other // (switches // 2))   # always across the groups
+        assert len(set(zip(switch.tolist(), other.tolist()))) == npus          # each switch pair carries one
+
+
+def test_hdrm_is_contention_free_where_halving_doubling_is_not():
+    size = 32 * 4096
+    plain = compile_flat("4x8_bigraph", "all_reduce", size, "halving_doubling", bandwidth="50", latency="500")
+    mapped = compile_flat("4x8_bigraph", "all_reduce", size, "hdrm", bandwidth="50", latency="500")
+    verify(mapped)
+    assert link_conflicts(mapped) == [] and link_conflicts(plain) != []
+    ideal = analytical.run(mapped).total_ns
+    assert ideal == pytest.approx(analytical.run(plain).total_ns, rel=1e-12)
+    assert assert_same(mapped, mode="full").total_ns == pytest.approx(ideal, rel=1e-12)
+    assert congestion.run(plain, mode="full").total_ns > 1.5 * ideal
+
+
+def test_hdrm_by_hand():
+    # 2x4_bigraph, 8 NPUs: 3 halving steps and 3 doubling steps, every partner across the groups (3 links) and no
+    # link shared, so each step takes 3 latencies + its message (S/2, S/4, S/8) / B
+    size = 8 * 4096
+    sched = compile_flat("2x4_bigraph", "all_reduce", size, "hdrm", bandwidth="100", latency="500")
+    b = 100 * GIB / 1e9
+    expected = 2 * (3 * 3 * 500 + (size / 2 + size / 4 + size / 8) / b)
+    assert analytical.run(sched).total_ns == pytest.approx(expected, rel=1e-12)
+    assert congestion.run(sched, mode="full").total_ns == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--collective", "reduce_scatter", "--topology", "4x8_bigraph"], "schedules all-reduce only"),
+    (["--collective", "all_reduce", "--topology", "8x8_torus"], "hdrm needs an MxN_bigraph"),
+    (["--collective", "all_reduce", "--topology", "8x4_bigraph"], "M <= N/2"),
+])
+def test_hdrm_errors_are_one_line(capsys, argv, message):
+    code = main([*argv, "--size", "1MB", "--algorithm", "hdrm"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err, err
