@@ -337,14 +337,15 @@ class Schedule:
 
     def _path_trees(self) -> "multitree.Trees":
         """MultiTree where NPUs meet through switches: a tree edge joins two NPUs along their route (a graph's
-        shortest path, a stack's dimension-order route; switches forward but do not reduce). An edge takes the links of its path for the all-gather and those of the path back
-        for the reduce-scatter (which runs the trees upwards in mirrored steps), so both directions stay
-        contention-free. Nearer NPUs are tried first.
+        shortest path, a stack's dimension-order route; switches forward but do not reduce). An edge takes the links
+        of its path for the all-gather and those of the path back for the reduce-scatter (which runs the trees
+        upwards in mirrored steps), so both directions stay contention-free. Nearer NPUs are tried first.
 
         Greedy allocation is a heuristic, so a few variants run and the fewest steps win (the first on a tie): the
         NPU pairs at most D links apart, for the two smallest D that join all NPUs and for all pairs (long paths
-        hold many links for one edge), with the tie order of the trees fixed or rotated. On the 4x8 BiGraph, leaving out the 4-link pairs
-        (two switches of one group) in fixed order meets the bound of 31 steps; all pairs, rotated, take 34."""
+        hold many links for one edge), with the tie order of the trees fixed or rotated. On the 4x8 BiGraph,
+        leaving out the 4-link pairs (two switches of one group) in fixed order meets the bound of 31 steps; all
+        pairs, rotated, take 34."""
         npus = self.topology.npus
         links = self._link_map()
         u, v = np.divmod(np.arange(npus * npus), npus)
