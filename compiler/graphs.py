@@ -80,14 +80,19 @@ def make_graph(names, npus, src, dst, gbps, latency_ns) -> Graph:
     return graph
 
 
-def _check_connected(g: Graph) -> None:
-    seen = np.zeros(g.nodes, bool)
+def reachable(nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Which of nodes 0..nodes-1 the directed edges src -> dst reach from node 0 (breadth-first, by arrays)."""
+    seen = np.zeros(nodes, bool)
     seen[0], frontier = True, np.array([0])
     while len(frontier):
-        nxt = np.unique(g.dst[np.isin(g.src, frontier)])
-        nxt = nxt[~seen[nxt]]
-        seen[nxt] = True
-        frontier = nxt
+        nxt = np.unique(dst[np.isin(src, frontier)])
+        frontier = nxt[~seen[nxt]]
+        seen[frontier] = True
+    return seen
+
+
+def _check_connected(g: Graph) -> None:
+    seen = reachable(g.nodes, g.src, g.dst)
     if not seen[:g.npus].all():
         missing = int(np.flatnonzero(~seen[:g.npus])[0])
         raise UserError(f"graph topology: NPU {missing} cannot be reached from NPU 0")

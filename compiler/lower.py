@@ -20,7 +20,7 @@ from .algorithms import Transfers, all_to_all, graph_ring, hdrm, multitree, temp
 from .algorithms.translated_trees import translated_trees
 from .dependencies import dependencies
 from .errors import UserError
-from .graphs import BIGRAPH_RE
+from .graphs import BIGRAPH_RE, reachable
 from .plans import FLAT, CollectivePlan, Stage
 from .dialects.comm import ROUTED_ALGORITHMS
 from .runtime.links import LANE_SHORTEST, ROUTED, LinkMap
@@ -177,10 +177,10 @@ class Schedule:
         dim = self.topology.dims[stage.dim]
         return template(kind, stage.algorithm, dim.size, bidirectional=(dim.block in NEIGHBOUR_BLOCKS))
 
-    def _hdrm_map(self, plan: CollectivePlan) -> np.ndarray:
-        """HDRM's placement of virtual ranks on NPUs (algorithms/hdrm.py). Only an all-reduce may run over virtual
-        ranks: its result is the same on every NPU, while a reduce-scatter's or all-gather's blocks would land on
-        the wrong NPUs."""
+    def _hdrm_map(self, plan: CollectivePlan, inverse: bool = False) -> np.ndarray:
+        """HDRM's placement of virtual ranks on NPUs (algorithms/hdrm.py), or with `inverse` each NPU's virtual
+        rank. Only an all-reduce may run over virtual ranks: its result is the same on every NPU, while a
+        reduce-scatter's or all-gather's blocks would land on the wrong NPUs."""
         if plan.buffer_kind != "all_reduce":
             raise UserError(f"hdrm places ranks on NPUs and schedules all-reduce only, not {plan.buffer_kind}; use "
                             f"flat_halving_doubling")
@@ -189,8 +189,9 @@ class Schedule:
             if not big or not hdrm.applies(int(big.group(1)), int(big.group(2))):
                 raise UserError(f"hdrm needs an MxN_bigraph with M and N/2 powers of two and M <= N/2 (every NPU of "
                                 f"a switch then reaches a different switch), not {self.topology.name}")
-            self._hdrm = hdrm.rank_map(int(big.group(1)), int(big.group(2)))
-        return self._hdrm
+            pi = hdrm.rank_map(int(big.group(1)), int(big.group(2)))
+            self._hdrm = (pi, np.argsort(pi))
+        return self._hdrm[1 if inverse else 0]
 
     def cycle(self) -> list[int]:
         """A Hamiltonian cycle of the NPU-to-NPU links, for the flat ring."""
@@ -257,7 +258,7 @@ class Schedule:
                     else:
                         member = self._member(coords, stage.dim)
                         if stage.algorithm == "hdrm":  # the schedule runs over virtual ranks: this NPU's is pi^-1
-                            member = int(np.argsort(self._hdrm_map(plan))[member])
+                            member = int(self._hdrm_map(plan, inverse=True)[member])
                         rows = _template_rows(self._template(plan.kind, stage), member)
                         base, length = self._stage_region(plan, levels, position)
                     parts.append(self._expand(npu, plan, position, stage, rows, base, length,
@@ -366,7 +367,7 @@ class Schedule:
         bound = multitree.step_lower_bound(npus, lg.src, lg.dst, ports)
         # the two shortest caps that join all NPUs, and no cap: more rarely pays (on 16-NPU rings of switches
         # nothing did), and each variant is a full allocation
-        caps = [c for c in np.unique(distance).tolist() if _joins_all(npus, u[distance <= c], v[distance <= c])]
+        caps = [c for c in np.unique(distance).tolist() if reachable(npus, u[distance <= c], v[distance <= c]).all()]
         best = None
         for cap in sorted(set(caps[:2] + caps[-1:])):
             pick = np.flatnonzero(distance <= cap)
@@ -406,17 +407,6 @@ class Schedule:
         if getattr(self, "_links_map", None) is None:
             self._links_map = LinkMap({"topology": self.topology.to_dict()})
         return self._links_map
-
-
-def _joins_all(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
-    """Do the directed edges src -> dst reach every node 0..n-1 from node 0?"""
-    seen = np.zeros(n, bool)
-    seen[0], frontier = True, np.array([0])
-    while len(frontier):
-        nxt = np.unique(dst[np.isin(src, frontier)])
-        frontier = nxt[~seen[nxt]]
-        seen[frontier] = True
-    return bool(seen.all())
 
 
 def _rows(npu, coll, stage, flows, step, op, peer, dim, lane, hops, gbps, off, end) -> Table:
