@@ -10,6 +10,7 @@ import tempfile
 
 from .errors import UserError
 
+VERIFIED = "verified: every NPU's buffer matches the collective's definition"
 EPILOG = """examples:
   astra-compile --collective all_reduce --size 1GB --topology "Switch(8)_Switch(8)_Switch(8)" \\
       --bandwidth 50,50,50 --latency 1,1,1 --algorithm halving_doubling --chunks 64
@@ -225,8 +226,7 @@ def _run(args) -> int:
             out["verified"] = True
         print(json.dumps(out, indent=1) if args.json else
               f"total time {out['total_time_us']:.3f} us on {out['npus']} NPUs ({result.backend}, {result.mode} "
-              f"execution)" + ("\nverified: every NPU's buffer matches the collective's definition" if args.verify
-                               else ""))
+              f"execution)" + (f"\n{VERIFIED}" if args.verify else ""))
         return 0
 
     topology = None
@@ -324,7 +324,7 @@ def _run(args) -> int:
     else:
         print(driver.format_report(report))
         if args.verify:
-            print("verified: every NPU's buffer matches the collective's definition")
+            print(VERIFIED)
     return 0
 
 

@@ -92,9 +92,9 @@ def build_trees(npus: int, src: np.ndarray, dst: np.ndarray, ports: int | None =
         first = [0] * npus
         added = 0
         # the trees furthest from done go first (they bound the step count), ties in root order, by default
-        # rotated every step so no tree always gets the best links; a tree that cannot grow any more in this step drops out of the
-        # step's remaining turns. One turn adds one edge (inlined: this loop runs once per tree edge, a million
-        # times on a 32x32 torus)
+        # rotated every step so no tree always gets the best links; a tree that cannot grow any more in this step
+        # drops out of the step's remaining turns. One turn adds one edge (inlined: this loop runs once per tree
+        # edge, a million times on a 32x32 torus)
         shift = t if rotate else 0
         active = sorted(((k + shift) % npus for k in range(npus) if len(members[(k + shift) % npus]) < npus),
                         key=lambda r: len(members[r]))
@@ -105,7 +105,8 @@ def build_trees(npus: int, src: np.ndarray, dst: np.ndarray, ports: int | None =
                 f, nholders, v = first[r], len(holders), -1
                 while f < nholders:
                     u = holders[f]
-                    if (ports is None or ports_used[u] < ports) and (exits is None or not all(used[x] for x in exits[u])):
+                    if ((ports is None or ports_used[u] < ports)
+                            and (exits is None or not all(used[x] for x in exits[u]))):
                         # links before the cursor lead into the tree (the refresh at each step moves it past them)
                         for v, lid in islice(out[u], cur[u], None):
                             if not tree[v] and (not used[lid] if paths is None
