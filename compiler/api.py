@@ -8,6 +8,7 @@ The CLI (`astra-compile model.py --topology ...`) is a thin layer over this func
 """
 from __future__ import annotations
 
+import math
 import os
 from types import ModuleType
 
@@ -59,8 +60,9 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     if isinstance(mesh, str):
         from .frontend.parallelize import parse_mesh
         mesh = parse_mesh(mesh)
-    if peak_tflops <= 0 or mem_bw_gbps <= 0:
-        raise UserError("--peak-tflops and --mem-bw must be positive")
+    for flag, value in (("--peak-tflops", peak_tflops), ("--mem-bw", mem_bw_gbps)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise UserError(f"{flag} must be a finite positive number, got {value!r}")
     workload = load_workload(source, topo.npus, mesh)
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
     opts = WorkloadOptions(scheduler, defaults, driver.RunOptions(backend=backend, intra=intra),

@@ -6,8 +6,9 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
 
+from . import cli_rules
+from .runtime import atomic
 from .errors import UserError
 
 VERIFIED = "verified: every NPU's buffer matches the collective's definition"
@@ -24,9 +25,18 @@ EPILOG = """examples:
 sizes: B, KB/MB/GB (powers of 2, as ASTRA-sim), KiB/MiB/GiB; bandwidth in GB/s (2^30 B/s); latency in ns."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line naming the option and what it accepts, not the whole usage block."""
+
+    def error(self, message: str):
+        hint = " (astra-compile --help lists them)" if message.startswith("unrecognized arguments") else ""
+        sys.stderr.write(f"astra-compile: error: {message}{hint}\n")
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="astra-compile", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                description="Compile collectives to per-accelerator schedule tables and time them.")
+    p = _Parser(prog="astra-compile", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                description="Compile collectives to per-accelerator schedule tables and time them.")
     p.add_argument("input", nargs="*",
                    help="a model .py file, PyTorch execution-trace .json files (one per rank), a .mlir comm module, "
                         "or a directory of tables written with -o")
@@ -94,7 +104,27 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--plot", metavar="FILE.png", help="plot link utilisation over time (needs matplotlib)")
     g.add_argument("--verify", action="store_true",
                    help="also execute the schedule on data and check the collective's result on every NPU")
+    g.add_argument("--force", action="store_true",
+                   help="with --emit tables -o DIR: replace DIR when it holds an earlier table directory (a "
+                        "directory holding anything else is never replaced)")
     return p
+
+
+def _join_dashed_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`--size -1MB` -> `--size=-1MB`: a value that starts with '-' would otherwise be read as a missing argument,
+    and the size's own check names the real problem."""
+    takes_value = {o for a in parser._actions for o in a.option_strings if a.nargs is None and a.const is None}
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a in takes_value and i + 1 < len(argv) and argv[i + 1].startswith("-") and argv[i + 1] != "--" \
+                and argv[i + 1] not in parser._option_string_actions:
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(a)
+            i += 1
+    return out
 
 
 def _fail(message: str) -> int:
@@ -102,35 +132,19 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _write_text_atomically(path: str, text: str) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise UserError(f"cannot write {path}: {d} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".astra-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes files private; give the user's usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_dashed_values(parser, sys.argv[1:] if argv is None else list(argv)))
+    given = {k for k, v in vars(args).items() if v != parser.get_default(k)}
     # imported here so --help stays instant and argument errors need no MLIR
     from .dialects.comm import IRError
     from .passes import PassError
+    from .runtime.atomic import OutputError
     from .runtime.tables import TableError
     from .runtime.verifier import VerificationError
     try:
-        return _run(args)
-    except (UserError, IRError, PassError, TableError) as e:
+        return _run(args, given)
+    except (UserError, IRError, PassError, TableError, OutputError) as e:
         return _fail(str(e))
     except VerificationError as e:  # a wrong schedule is the compiler's fault, not the input's
         sys.stderr.write(f"astra-compile: verification failed: {e}\n")
@@ -163,12 +177,6 @@ def _is_workload(inputs: list[str]) -> bool:
 def _run_workload(args) -> int:
     """model.py or execution traces -> the step report (or the workload MLIR)."""
     from .api import compile as compile_workload
-    for flag, value in (("--collective", args.collective), ("--size", args.size), ("--dims", args.dims),
-                        ("--compare", args.compare), ("--pass-pipeline", args.pass_pipeline),
-                        ("--timeline", args.timeline), ("--plot", args.plot), ("--verify", args.verify),
-                        ("--ports", args.ports)):
-        if value:
-            raise UserError(f"{flag} applies to single collectives, not to a model or trace")
     if args.emit == "tables":
         raise UserError("--emit tables prints one collective's schedule: compile it with --collective/--size/--dims "
                         "(the report lists each collective's kind, bytes and dims)")
@@ -182,7 +190,7 @@ def _run_workload(args) -> int:
                               mem_bw_gbps=args.mem_bw)
     if args.emit == "mlir":
         if args.output:
-            _write_text_atomically(args.output, report.mlir)
+            atomic.write_text(args.output, report.mlir)
         else:
             sys.stdout.write(report.mlir)
         return 0
@@ -190,44 +198,74 @@ def _run_workload(args) -> int:
     return 0
 
 
-def _run(args) -> int:
-    if _is_workload(args.input):
-        return _run_workload(args)
-    if args.mesh:
-        raise UserError("--mesh applies to model .py files")
-    if len(args.input) > 1:
-        raise UserError(f"give one .mlir module or table directory, got {len(args.input)} inputs")
-    args.input = args.input[0] if args.input else None
-    from . import driver
-    from .dialects import comm
-    from .runtime.tables import DirSchedule, write_dir
-    from .topology import parse_topology
-    from .units import parse_size
-
+def _kind(args) -> str:
     if args.list_passes:
+        return "list-passes"
+    if _is_workload(args.input):
+        return "training step"
+    if len(args.input) == 1 and os.path.isdir(args.input[0]):
+        return "table directory"
+    return "collective"
+
+
+def _run(args, given: set[str] = frozenset()) -> int:
+    kind = _kind(args)
+    cli_rules.check(kind, args, given)
+    if kind == "list-passes":
         from .passes import REGISTRY
         for name, cls in sorted(REGISTRY.items()):
             opts = " ".join(f"{k}=<{h}>" for k, (_, _, h) in cls.options.items())
             print(f"{name:24s} {cls.summary}" + (f"  [{opts}]" if opts else ""))
         return 0
-
+    if kind == "training step":
+        return _run_workload(args)
+    if len(args.input) > 1:
+        raise UserError(f"give one .mlir module or table directory, got {len(args.input)} inputs")
+    args.input = args.input[0] if args.input else None
+    from . import driver
     active = _positive_int(args.active_chunks, "--active-chunks")
     run = driver.RunOptions(args.backend, args.execution, args.intra, active, args.switching,
                             timeline=bool(args.timeline or args.plot) and args.backend == "congestion")
-    if args.input and os.path.isdir(args.input):
-        schedule = DirSchedule(args.input)  # execute tables written earlier
-        result = driver.execute(schedule, run)
-        out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta["npus"], "backend": result.backend,
-               "execution": result.mode, "per_dim_bytes": result.per_dim_bytes,
-               "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
-        if args.verify:  # the written tables on their own: their meta carries every shard layout
-            from .runtime.verifier import verify
-            verify(schedule)
-            out["verified"] = True
-        print(json.dumps(out, indent=1) if args.json else
-              f"total time {out['total_time_us']:.3f} us on {out['npus']} NPUs ({result.backend}, {result.mode} "
-              f"execution)" + (f"\n{VERIFIED}" if args.verify else ""))
-        return 0
+    if kind == "table directory":
+        return _run_table_dir(args, run)
+    return _run_collective(args, run)
+
+
+def _write_timeline(args, result, meta: dict, title: str) -> None:
+    if args.timeline:
+        from .runtime.trace import write_trace
+        write_trace(args.timeline, result, meta)
+    if args.plot:
+        from .runtime.trace import write_plot
+        write_plot(args.plot, result, len(meta["latency_ns"]), title)
+
+
+def _run_table_dir(args, run) -> int:
+    """Execute tables written earlier with -o."""
+    from . import driver
+    from .runtime.tables import DirSchedule
+    schedule = DirSchedule(args.input)
+    result = driver.execute(schedule, run)
+    out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta["npus"], "backend": result.backend,
+           "execution": result.mode, "per_dim_bytes": result.per_dim_bytes,
+           "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
+    _write_timeline(args, result, schedule.meta, f"{args.input}: {result.backend} runtime")
+    if args.verify:  # the written tables on their own: their meta carries every shard layout
+        from .runtime.verifier import verify
+        verify(schedule)
+        out["verified"] = True
+    print(json.dumps(out, indent=1) if args.json else
+          f"total time {out['total_time_us']:.3f} us on {out['npus']} NPUs ({result.backend}, {result.mode} "
+          f"execution)" + (f"\n{VERIFIED}" if args.verify else ""))
+    return 0
+
+
+def _run_collective(args, run) -> int:
+    """One collective (--collective) or a comm module (.mlir): compile, then report, emit MLIR or emit tables."""
+    from . import driver
+    from .dialects import comm
+    from .topology import parse_topology
+    from .units import parse_size
 
     topology = None
     if args.topology:
@@ -239,8 +277,8 @@ def _run(args) -> int:
     if args.input:
         if not args.input.endswith(".mlir"):
             raise UserError(f"cannot compile '{args.input}': expected a .mlir comm module or a table directory")
-        if args.collective or args.size:
-            raise UserError("give either an input module or --collective/--size, not both")
+        if args.collective or args.size or args.dims:
+            raise UserError("give either an input module or --collective/--size/--dims, not both")
         module = driver.read_module(ctx, args.input)
         topology = driver.module_topology(module, topology)
     else:
@@ -264,8 +302,6 @@ def _run(args) -> int:
         defaults["ports"] = _positive_int(args.ports, "--ports")
     hook = driver.print_after_each(sys.stderr) if args.print_ir_after_all else None
     if args.compare:
-        if args.pass_pipeline:
-            raise UserError("--compare runs each scheduler's own pipeline; drop --pass-pipeline")
         source = str(module)
         reports = {name: driver.compile_schedule(source, ctx, topology, name, defaults,
                                                  dataclasses.replace(run, intra=intra)).report
@@ -275,49 +311,27 @@ def _run(args) -> int:
     compiled = driver.compile_schedule(str(module), ctx, topology, args.scheduler, defaults, run, hook,
                                        args.pass_pipeline)
     module, schedule = compiled.module, compiled.schedule
+    if args.verify:  # before anything is written: a schedule that fails verification is never emitted
+        from .runtime.verifier import verify
+        verify(schedule)
+        if args.emit != "report":
+            sys.stderr.write(VERIFIED + "\n")  # stdout carries the MLIR or the table
 
     if args.emit == "mlir":
         text = str(module)
         if args.output:
-            _write_text_atomically(args.output, text)
+            atomic.write_text(args.output, text)
         else:
             sys.stdout.write(text)
         return 0
 
     if args.emit == "tables":
-        if args.output:
-            write_dir(schedule, args.output, args.table_format)
-            print(f"wrote {schedule.meta['npus']} tables and meta.json to {args.output}")
-            return 0
-        if args.npu is None:
-            raise UserError("--emit tables needs --npu K (print one table) or -o DIR (write them all)")
-        npu = _int_list(args.npu, "--npu")[0] if args.npu.strip() else -1
-        if not 0 <= npu < topology.npus:
-            raise UserError(f"--npu {npu} outside 0..{topology.npus - 1}")
-        if args.table_view == "trees":
-            from .tree_table import format_tree_table
-            print(f"# accelerator {npu} of {topology.npus} on {topology.name}: MultiTree commands")
-            print(format_tree_table(schedule, npu))
-            return 0
-        table = schedule.table(npu)
-        if args.json:
-            print(json.dumps({c: table[c].tolist() for c in table.cols}))
-        else:
-            print(f"# accelerator {npu} of {topology.npus} on {topology.name}: {len(table)} rows")
-            print(table.to_text(schedule.meta))
-        return 0
+        return _emit_tables(args, schedule, topology)
 
     report = compiled.report
-    if args.timeline:
-        from .runtime.trace import write_trace
-        write_trace(args.timeline, compiled.result, schedule.meta)
-    if args.plot:
-        from .runtime.trace import write_plot
-        write_plot(args.plot, compiled.result, topology.ndims,
-                   f"{topology.name}: {report['backend']} runtime, {report['scheduler']} scheduler")
+    _write_timeline(args, compiled.result, schedule.meta,
+                    f"{topology.name}: {report['backend']} runtime, {report['scheduler']} scheduler")
     if args.verify:
-        from .runtime.verifier import verify
-        verify(schedule)
         report["verified"] = True
     if args.json:
         print(json.dumps(report, indent=1))
@@ -325,6 +339,31 @@ def _run(args) -> int:
         print(driver.format_report(report))
         if args.verify:
             print(VERIFIED)
+    return 0
+
+
+def _emit_tables(args, schedule, topology) -> int:
+    from .runtime.tables import write_dir
+    if args.output:
+        write_dir(schedule, args.output, args.table_format, force=args.force)
+        print(f"wrote {schedule.meta['npus']} tables and meta.json to {args.output}")
+        return 0
+    if args.npu is None:
+        raise UserError("--emit tables needs --npu K (print one table) or -o DIR (write them all)")
+    npu = _int_list(args.npu, "--npu")[0] if args.npu.strip() else -1
+    if not 0 <= npu < topology.npus:
+        raise UserError(f"--npu {npu} outside 0..{topology.npus - 1}")
+    if args.table_view == "trees":
+        from .tree_table import format_tree_table
+        print(f"# accelerator {npu} of {topology.npus} on {topology.name}: MultiTree commands")
+        print(format_tree_table(schedule, npu))
+        return 0
+    table = schedule.table(npu)
+    if args.json:
+        print(json.dumps({c: table[c].tolist() for c in table.cols}))
+    else:
+        print(f"# accelerator {npu} of {topology.npus} on {topology.name}: {len(table)} rows")
+        print(table.to_text(schedule.meta))
     return 0
 
 

@@ -46,10 +46,12 @@ def build_module(ctx, topology: Topology, collective: str, nbytes: int, dims: li
 
 def read_module(ctx, path: str):
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not text (a binary file?); expected a .mlir comm module") from None
     return comm.parse_module(text, ctx, source=path)
 
 
@@ -93,15 +95,19 @@ class RunOptions:
 
 def execute(schedule: Schedule, run: RunOptions):
     """Run the tables on the chosen backend; both return a runtime.phases.Result."""
+    from .runtime.phases import OptionError
     if run.backend == "analytical":
         from .runtime import analytical
-        return analytical.run(schedule, run.execution, run.intra, run.active_chunks)
+        try:
+            return analytical.run(schedule, run.execution, run.intra, run.active_chunks)
+        except OptionError as e:
+            raise UserError(str(e)) from None
     if run.backend == "congestion":
         from .runtime import congestion
         mode = "full" if run.timeline else run.execution
         try:
             return congestion.run(schedule, run.intra, run.active_chunks, run.timeline, run.switching, mode)
-        except ValueError as e:
+        except OptionError as e:
             raise UserError(str(e)) from None
     raise UserError(f"unknown backend '{run.backend}' (analytical or congestion)")
 
@@ -210,11 +216,34 @@ def link_summary(result, top: int = 8) -> dict:
     }
 
 
+def capacity_bound_ns(topology: Topology, per_dim_bytes) -> float:
+    """The time the busiest NPU needs at least to push what it sends in a dimension through its links there (their
+    bandwidths sum to the dimension's per-NPU bandwidth). No cost model may beat it; the analytical one does when
+    an NPU's concurrent messages each take a whole link (direct, trees), as ASTRA-sim's congestion-unaware
+    backend does."""
+    return max((nbytes / (topology.dims[d].effective_gbps * GIB / 1e9) for d, nbytes in enumerate(per_dim_bytes)),
+               default=0.0)
+
+
+def physics_note(r: dict) -> str | None:
+    """One line when a report's time beats what the links can carry (never a utilisation above 100 % without it)."""
+    if not r["exceeds_link_capacity"]:
+        return None
+    fix = ("--backend congestion makes them share it" if r["backend"] == "analytical" else
+           "this is a defect of the congestion model: please report it")
+    return (f"note: {r['total_time_us']:.3f} us beats the link-capacity bound of {r['capacity_bound_us']:.3f} us: "
+            f"the {r['backend']} backend lets each of an NPU's concurrent messages use a whole link (as ASTRA-sim's "
+            f"congestion-unaware backend does); {fix}")
+
+
 def make_report(schedule: Schedule, result, scheduler: str = "baseline", run: RunOptions | None = None) -> dict:
     run = run or RunOptions(intra="fifo")
     topo = schedule.topology
     ideal_ns, ideal_bytes, bw = ideal_time_ns(schedule)
     total_us = result.total_ns / 1e3
+    # no schedule can beat either bound: the ideal (the fewest bytes over all links) or its own traffic per link
+    bound_ns = max(capacity_bound_ns(topo, result.per_dim_bytes), ideal_ns)
+    exceeds = result.total_ns < bound_ns * (1 - 1e-9)  # a relative margin: float sums may differ in the last bits
     algos = [sorted({s.algorithm for p in schedule.plans for s in p.stages if s.dim in (d, -1)})
              for d in range(topo.ndims)]
     colls = []
@@ -232,6 +261,7 @@ def make_report(schedule: Schedule, result, scheduler: str = "baseline", run: Ru
         "bw_utilization": (ideal_ns / result.total_ns) if result.total_ns else 0.0,
         "gap_to_ideal_pct": (100 * (result.total_ns / ideal_ns - 1)) if ideal_ns else 0.0,
         "ideal_bytes_per_npu": ideal_bytes, "ideal_bandwidth_gbps": bw,
+        "capacity_bound_us": bound_ns / 1e3, "exceeds_link_capacity": bool(exceeds),
         "per_dim_bytes": result.per_dim_bytes,
         "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns],
         "dims": [{"dim": i, "block": d.block, "size": d.size, "bandwidth_gbps": d.effective_gbps,
@@ -258,8 +288,9 @@ def format_report(r: dict) -> str:
         f"ideal time      {r['ideal_time_us']:.3f} us  ({r['ideal_bytes_per_npu'] / 2**20:.2f} MB per NPU over "
         f"{r['ideal_bandwidth_gbps']:g} GB/s)",
         f"bw utilization  {100 * r['bw_utilization']:.2f} %  ({r['gap_to_ideal_pct']:.2f} % above ideal)",
-        "",
     ]
+    note = physics_note(r)
+    lines += [note, ""] if note else [""]
     head = ("dim", "block", "NPUs", "GB/s", "latency ns", "algorithm", "sent per NPU", "busy us", "busy %")
     rows = [head]
     for d, nb, busy in zip(r["dims"], r["per_dim_bytes"], r["per_dim_busy_us"]):
@@ -291,5 +322,7 @@ def compare_rows(reports: dict) -> str:
         rows.append([name, r["intra"], f"{r['total_time_us']:.3f}", f"{r['ideal_time_us']:.3f}",
                      f"{100 * r['bw_utilization']:.2f}"] + [f"{b:.3f}" for b in r["per_dim_busy_us"]])
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    return "\n".join("  ".join(v.rjust(w) if i > 1 else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths)))
-                     .rstrip() for row in rows)
+    lines = ["  ".join(v.rjust(w) if i > 1 else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+             for row in rows]
+    lines += [f"{name}: {physics_note(r)}" for name, r in reports.items() if physics_note(r)]
+    return "\n".join(lines)

@@ -19,6 +19,7 @@ Links are bidirectional: one directed link each way, each with the line's (or --
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ import numpy as np
 
 from .errors import UserError
 
+NPU_ID = re.compile(r"^(0|[1-9][0-9]*)$", re.ASCII)  # an NPU in an edge list; other names are switches
 BIGRAPH_RE = re.compile(r"^(\d+)x(\d+)_bigraph$", re.IGNORECASE)
 DGX_RE = re.compile(r"^(?:(\d+)_)?dgx1$", re.IGNORECASE)
 
@@ -71,8 +73,8 @@ def make_graph(names, npus, src, dst, gbps, latency_ns) -> Graph:
         raise UserError("graph topology: src, dst, gbps and latency_ns must be equally long and not empty")
     if src.min() < 0 or dst.min() < 0 or max(src.max(), dst.max()) >= n or np.any(src == dst):
         raise UserError("graph topology: a link joins a node that does not exist, or a node to itself")
-    if np.any(gbps <= 0) or np.any(lat < 0):
-        raise UserError("graph topology: every link needs a positive bandwidth and a latency >= 0")
+    if not (np.isfinite(gbps).all() and np.isfinite(lat).all()) or np.any(gbps <= 0) or np.any(lat < 0):
+        raise UserError("graph topology: every link needs a finite positive bandwidth and a finite latency >= 0")
     if len(set(zip(src.tolist(), dst.tolist()))) != len(src):
         raise UserError("graph topology: two links join the same pair of nodes in the same direction")
     graph = Graph(tuple(names), npus, src, dst, gbps, lat)
@@ -140,10 +142,12 @@ def dgx1(boxes: int, gbps: float, latency: float) -> Graph:
 def read_edge_list(path: str, gbps: float, latency: float) -> Graph:
     """An edge-list file (see the module docstring); a line's own GB/s and ns win over the defaults given."""
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError as e:
         raise UserError(f"cannot read topology file '{path}': {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"topology file '{path}' is not text (a binary file?)") from None
     edges, npu_ids, switch_names = [], set(), []
     for no, line in enumerate(lines, 1):
         words = line.split("#", 1)[0].split()
@@ -156,9 +160,15 @@ def read_edge_list(path: str, gbps: float, latency: float) -> Graph:
             lat = float(words[3]) if len(words) > 3 else latency
         except ValueError:
             raise UserError(f"{path}:{no}: bandwidth and latency must be numbers, got '{line.strip()}'") from None
+        if not (math.isfinite(bw) and bw > 0 and math.isfinite(lat) and lat >= 0):
+            raise UserError(f"{path}:{no}: a link needs a finite positive bandwidth and a finite latency >= 0, got "
+                            f"'{line.strip()}'")
         for w in words[:2]:
-            if w.isdigit():
+            if NPU_ID.match(w):
                 npu_ids.add(int(w))
+            elif any(ch.isdigit() for ch in w) and all(ch.isdigit() for ch in w):
+                # '00', '٣', '²': digits Python reads as numbers but that would key a different node than they say
+                raise UserError(f"{path}:{no}: NPU '{w}' must be written in ASCII digits without leading zeros")
             elif w not in switch_names:
                 switch_names.append(w)
         edges.append((words[0], words[1], bw, lat, no))

@@ -473,11 +473,29 @@ def _load_yaml(path: str) -> dict:
     """ASTRA-sim 2.x network .yml: topology, npus_count, bandwidth (GB/s), latency (ns)."""
     import yaml
 
+    class StrictLoader(yaml.SafeLoader):
+        """SafeLoader that refuses a key written twice (YAML keeps the last one without a word)."""
+
+    def mapping(loader, node, deep=False):
+        keys = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in keys:
+                raise UserError(f"topology file '{path}' line {key_node.start_mark.line + 1}: key '{key}' is given "
+                                f"twice")
+            keys.add(key)
+        return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = yaml.load(f, Loader=StrictLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as e:
         raise UserError(f"topology file '{path}' is not valid YAML: {_one_line(e)}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"topology file '{path}' is not text (a binary file?)") from None
+    except RecursionError:
+        raise UserError(f"topology file '{path}' nests too deeply") from None
     if not isinstance(data, dict):
         raise UserError(f"topology file '{path}' must be a YAML mapping with keys topology and npus_count")
     known = ("topology", "npus_count", "bandwidth", "latency", "links_count")
@@ -511,11 +529,22 @@ def _load_json(path: str) -> dict:
     Those files carry many fields this compiler does not model (hbm-*, nic-latency,
     ...), so unknown keys are ignored here rather than rejected.
     """
+    def no_duplicates(pairs):
+        keys = [k for k, _ in pairs]
+        twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+        if twice is not None:
+            raise UserError(f"topology file '{path}': key '{twice}' is given twice")
+        return dict(pairs)
+
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            data = json.load(f, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as e:
         raise UserError(f"topology file '{path}' is not valid JSON: {_one_line(e)}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"topology file '{path}' is not text (a binary file?)") from None
+    except RecursionError:
+        raise UserError(f"topology file '{path}' nests too deeply") from None
     if not isinstance(data, dict):
         raise UserError(f"topology file '{path}' must be a JSON object with topologies-per-dim and units-count")
     for key in ("topologies-per-dim", "units-count"):

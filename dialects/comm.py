@@ -225,10 +225,20 @@ def verify_module(module: ir.Module, shape: list[int] | None = None) -> None:
     if not module.operation.verify():
         raise IRError("module does not verify")
     names = set()
+    seen: set = set()
     for op in ops(module):
         kind, a, where = short_name(op), attrs(op), f"comm.{short_name(op)}"
         if "name" in a:
             where += f" '{a['name']}'"
+        # a module body is a graph region: MLIR accepts a use before its definition, hence cycles; the compiler
+        # reads dependencies in program order, so every op must come after the ops it waits for
+        for operand in op.operands:
+            if operand.owner == op:
+                raise IRError(f"{where} depends on itself")
+            if operand.owner not in seen:
+                raise IRError(f"{where} waits for an op that comes after it (a dependency cycle, or ops out of "
+                              f"dependency order)")
+        seen.add(op)
         if int(a.get("bytes", 1)) <= 0:
             raise IRError(f"{where}: bytes must be positive, got {a['bytes']}")
         if int(a.get("chunks", 1)) <= 0:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 
-from .phases import INTRA_POLICIES, PhaseEngine, Result, Table, messages, table_of
+from .phases import INTRA_POLICIES, OptionError, PhaseEngine, Result, Table, messages, table_of
 from .tables import Schedule
 
 
@@ -31,13 +31,16 @@ def run(schedule: Schedule, mode: str = "auto", intra: str = "fifo", active_chun
     dimension works on at once (ASTRA-sim's active-chunks-per-dimension)."""
     meta = schedule.meta
     if intra not in INTRA_POLICIES:
-        raise ValueError(f"unknown intra-dimension policy {intra}")
+        raise OptionError(f"unknown intra-dimension policy {intra}")
     if active_chunks < 1:
-        raise ValueError("active_chunks must be at least 1")
+        raise OptionError("active_chunks must be at least 1")
     if mode == "auto":
         mode = "symmetric" if meta.get("symmetric") else "full"
     if mode not in ("symmetric", "full"):
-        raise ValueError(f"unknown mode {mode}")
+        raise OptionError(f"unknown mode {mode}")
+    if mode == "symmetric" and not meta.get("symmetric"):  # NPU 0 would stand for NPUs that run other steps
+        raise OptionError("--execution symmetric: this schedule's NPUs do not all run the same steps (trees, rings "
+                         "over ranks, meshes, uneven splits); NPU 0 cannot stand for them: use --execution full")
     npus = [0] if mode == "symmetric" else list(range(meta["npus"]))
     return _Engine(meta, {n: table_of(schedule, n) for n in npus}, mode, intra, active_chunks).run()
 

@@ -42,7 +42,7 @@ import heapq
 import numpy as np
 
 from .congestion_plan import Plan
-from .phases import (INTRA_POLICIES, PhaseEngine, Result, make_result, never_starts, table_of,
+from .phases import (INTRA_POLICIES, OptionError, PhaseEngine, Result, make_result, never_starts, table_of,
                      waits_forever)
 from .tables import Schedule
 
@@ -75,21 +75,22 @@ def run(schedule: Schedule, intra: str = "fifo", active_chunks: int = 1, timelin
     (auto: when built) or the Python reference engine; both give identical results (tested)."""
     meta = schedule.meta
     if switching not in SWITCHING:
-        raise ValueError(f"unknown switching {switching}")
+        raise OptionError(f"unknown switching {switching}")
     if mode == "auto":
         mode = "symmetric" if symmetric_ok(meta) and not timeline else "full"
     if mode == "symmetric" and not symmetric_ok(meta):
-        raise ValueError("this schedule has no symmetry the congestion runtime can use: run it in full mode")
+        raise OptionError("--execution symmetric: this schedule has no symmetry the congestion runtime can use (trees, "
+                         "rings over ranks, meshes, uneven splits, halving-doubling across a Ring): use --execution full")
     if mode not in ("symmetric", "full"):
-        raise ValueError(f"unknown mode {mode}")
+        raise OptionError(f"unknown mode {mode}")
     if intra not in INTRA_POLICIES:
-        raise ValueError(f"unknown intra-dimension policy {intra}")
+        raise OptionError(f"unknown intra-dimension policy {intra}")
     if active_chunks < 1:
-        raise ValueError("active_chunks must be at least 1")
+        raise OptionError("active_chunks must be at least 1")
     if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine}")
+        raise OptionError(f"unknown engine {engine}")
     if engine == "compiled" and _linkcore is None:
-        raise ValueError("the compiled congestion core is not built (reinstall with a C compiler)")
+        raise OptionError("the compiled congestion core is not built (reinstall with a C compiler)")
     npus = [0] if mode == "symmetric" else range(meta["npus"])
     cut_through = switching == "cut-through"
     if engine == "python" or _linkcore is None:

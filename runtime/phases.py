@@ -13,6 +13,10 @@ from .tables import SEND, Schedule, Table, TableError
 GIB = 2 ** 30
 
 
+class OptionError(ValueError):
+    """Run options the tables cannot honour (one line; the CLI prints it and exits 2)."""
+
+
 class DeadlockError(TableError, RuntimeError):
     """The tables cannot run to completion: a receive waits for data that never comes."""
 

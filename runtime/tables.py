@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+
+from . import atomic
 
 FORMAT = "astra-compile-tables"
 VERSION = 1
@@ -87,17 +88,22 @@ class Table:
 
     @staticmethod
     def from_csv(path: str) -> "Table":
+        from .table_checks import table_from_columns
         try:
-            with open(path) as f:
+            with open(path, encoding="utf-8") as f:
                 header = f.readline().strip().split(",")
             if tuple(header) != COLUMN_NAMES:
                 raise TableError(f"{path}: header is not {','.join(COLUMN_NAMES)}")
             data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2, dtype=np.float64)
-        except (OSError, ValueError) as e:
-            raise TableError(f"{path}: {e}") from None
+        except OSError as e:
+            raise TableError(f"{path}: {e.strerror}") from None
+        except ValueError as e:  # also a binary file (UnicodeDecodeError)
+            raise TableError(f"{path}: not a table of numbers ({' '.join(str(e).split())[:120]})") from None
         if data.size == 0:
             return Table.empty()
-        return Table({c: data[:, i] for i, c in enumerate(COLUMN_NAMES)})
+        if data.shape[1] != len(COLUMN_NAMES):
+            raise TableError(f"{path}: rows have {data.shape[1]} values, the header {len(COLUMN_NAMES)}")
+        return table_from_columns({c: data[:, i] for i, c in enumerate(COLUMN_NAMES)}, path)
 
     def to_text(self, meta: dict | None = None) -> str:
         """Human-readable rows: one line per row, op names spelled out, sizes in bytes."""
@@ -121,17 +127,13 @@ class Schedule(Protocol):
     def table(self, npu: int) -> Table: ...
 
 
-def write_dir(schedule: Schedule, out_dir: str, fmt: str = "csv") -> None:
-    """Write meta.json and one table per NPU; the directory appears complete or not at all."""
+def write_dir(schedule: Schedule, out_dir: str, fmt: str = "csv", force: bool = False) -> None:
+    """Write meta.json and one table per NPU; the directory appears complete or not at all (runtime/atomic.py).
+    An existing directory is replaced only when it is empty, or is an earlier table directory and `force` is set."""
     if fmt not in ("csv", "json"):
         raise TableError(f"unknown table format '{fmt}' (csv or json)")
-    parent = os.path.dirname(os.path.abspath(out_dir)) or "."
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise TableError(f"{out_dir} exists and is not a directory")
-    if not os.path.isdir(parent):
-        raise TableError(f"cannot write {out_dir}: {parent} does not exist")
-    tmp = tempfile.mkdtemp(prefix=".tables-", dir=parent)
-    try:
+
+    def fill(tmp: str) -> None:
         meta = dict(getattr(schedule, "export_meta", lambda: schedule.meta)(), table_format=fmt)
         with open(os.path.join(tmp, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1)
@@ -143,39 +145,69 @@ def write_dir(schedule: Schedule, out_dir: str, fmt: str = "csv") -> None:
             else:
                 with open(path, "w") as f:
                     json.dump({c: t.cols[c].tolist() for c in COLUMN_NAMES}, f)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes the folder private; give the user's usual permissions
-        for name in os.listdir(tmp):
-            os.chmod(os.path.join(tmp, name), 0o666 & ~mask)
-        if os.path.isdir(out_dir):
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    atomic.write_dir(out_dir, fill, not_a_table_dir, force, "tables")
+
+
+_TABLE_FILE = re.compile(r"^npu_[0-9]+\.(csv|json)$")
+
+
+def not_a_table_dir(path: str) -> str | None:
+    """None when `path` is provably a table directory astra-compile wrote (its meta.json names the format and it
+    holds nothing but meta.json and npu_K tables); otherwise why not, naming a file."""
+    names = sorted(os.listdir(path))
+    foreign = [n for n in names if n != "meta.json" and not _TABLE_FILE.match(n)]
+    if foreign:
+        return f"it holds files astra-compile did not write ({foreign[0]})"
+    try:
+        with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return "it has no readable meta.json of an astra-compile table directory"
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        return f"its meta.json is not an {FORMAT} file"
+    return None
 
 
 class DirSchedule:
-    """A schedule read back from a directory written by write_dir."""
+    """A schedule read back from a directory written by write_dir. Nothing is trusted: meta.json, the presence of
+    every NPU's table and each table's rows are checked (table_checks.py), and a claimed symmetry is confirmed
+    against every table before NPU 0 may stand for the others."""
 
     def __init__(self, path: str):
+        from . import table_checks
         self.path = path
         try:
-            with open(os.path.join(path, "meta.json")) as f:
-                self.meta = json.load(f)
-        except (OSError, ValueError) as e:
-            raise TableError(f"{path}: cannot read meta.json ({e})") from None
-        if self.meta.get("format") != FORMAT:
-            raise TableError(f"{path}/meta.json is not an {FORMAT} file")
+            with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
+                meta = json.load(f)
+        except OSError as e:
+            raise TableError(f"{path}: cannot read meta.json ({e.strerror})") from None
+        except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+            raise TableError(f"{path}/meta.json is not JSON ({' '.join(str(e).split())[:120]})") from None
+        self.meta = table_checks.check_meta(meta, path)
         self.fmt = self.meta.get("table_format", "csv")
+        table_checks.check_files(path, self.meta)
+        if self.meta.get("symmetric"):
+            first = self.table(0)
+            for npu in range(1, self.meta["npus"]):
+                if not table_checks.symmetric_claim_holds(first, self.table(npu)):
+                    # an edited table: still runnable, but only in full execution
+                    self.meta = dict(self.meta, symmetric=False)
+                    break
 
     def table(self, npu: int) -> Table:
+        from . import table_checks
         path = os.path.join(self.path, f"npu_{npu}.{self.fmt}")
         if self.fmt == "csv":
-            return Table.from_csv(path)
-        try:
-            with open(path) as f:
-                return Table(json.load(f))
-        except (OSError, ValueError) as e:
-            raise TableError(f"{path}: {e}") from None
+            table = Table.from_csv(path)
+        else:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    cols = json.load(f)
+            except OSError as e:
+                raise TableError(f"{path}: {e.strerror}") from None
+            except (ValueError, RecursionError) as e:
+                raise TableError(f"{path} is not JSON ({' '.join(str(e).split())[:120]})") from None
+            table = table_checks.table_from_columns(cols, path)
+        table_checks.check_rows(table, self.meta, npu, path)
+        return table

@@ -7,11 +7,10 @@ execution). Times are microseconds, as the trace format expects.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 
 import numpy as np
 
+from . import atomic
 from .tables import TableError
 
 
@@ -37,35 +36,13 @@ def chrome_trace(result, meta: dict) -> dict:
             "otherData": {"backend": result.backend, "execution": result.mode, "total_us": result.total_ns / 1e3}}
 
 
-def _atomic_write(path: str, write) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise TableError(f"cannot write {path}: {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".astra-")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes files private; give the user's usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_trace(path: str, result, meta: dict) -> None:
     trace = chrome_trace(result, meta)
 
     def write(tmp):
         with open(tmp, "w") as f:
             json.dump(trace, f)
-    _atomic_write(path, write)
+    atomic.write_file(path, write)
 
 
 def utilisation_over_time(result, ndims: int, bins: int = 200):
@@ -116,6 +93,6 @@ def write_plot(path: str, result, ndims: int, title: str) -> None:
     def write(tmp):
         fig.savefig(tmp, format="png", dpi=110)
     try:
-        _atomic_write(path, write)
+        atomic.write_file(path, write)
     finally:
         plt.close(fig)

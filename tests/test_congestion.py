@@ -104,7 +104,7 @@ def test_bad_backend_combination_is_one_line(capsys):
     code = main(["--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(8)", "--algorithm",
                  "halving_doubling", "--backend", "congestion", "--execution", "symmetric"])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "full mode" in err
+    assert code == 2 and err.count("\n") == 1 and "--execution full" in err
 
 
 from hypothesis import given, settings, strategies as st  # noqa: E402

@@ -1,21 +1,44 @@
-"""The installed layout: one import package, installed (not the source folders), no generic top-level names."""
+"""The installed layout: one import package (astra_compile), no generic top-level names; `pip install .` and
+`pip install -e .` both work."""
 import importlib.metadata
+import json
 import os
 
-import astra_compile
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+# repository folder -> installed subpackage (setup.py's package_dir)
+FOLDERS = {"compiler": "astra_compile", "dialects": "astra_compile.dialects", "passes": "astra_compile.passes",
+           "runtime": "astra_compile.runtime"}
 
 
-def test_imported_from_the_installed_package_not_the_checkout():
-    assert not os.path.abspath(astra_compile.__file__).startswith(REPO + os.sep)
+def _dist():
+    """The distribution pip installed (it has a RECORD; a checkout's stale egg-info on sys.path has none)."""
+    return next(d for d in importlib.metadata.distributions()
+                if d.metadata["Name"] == "astra-compile" and d.read_text("RECORD"))
+
+
+def _editable() -> bool:
+    text = _dist().read_text("direct_url.json")
+    return bool(text) and json.loads(text).get("dir_info", {}).get("editable", False)
+
+
+def test_one_import_package_serves_every_folder():
+    import importlib
+    for folder, package in FOLDERS.items():
+        module = importlib.import_module(package)
+        where = os.path.dirname(os.path.abspath(module.__file__))
+        if _editable():  # an editable install maps each subpackage onto its repository folder
+            assert where == os.path.join(REPO, folder), (package, where)
+        else:  # a regular install copies them into site-packages, outside the checkout
+            assert not where.startswith(REPO + os.sep), (package, where)
 
 
 def test_installed_files_live_under_one_package():
-    # look in the site-packages the package was imported from (a source checkout may hold a stale egg-info)
-    site = os.path.dirname(os.path.dirname(os.path.abspath(astra_compile.__file__)))
-    dist = next(d for d in importlib.metadata.distributions(path=[site]) if d.metadata["Name"] == "astra-compile")
-    files = [str(f) for f in dist.files]
+    if _editable():  # the files stay in the checkout; what is installed is a finder for astra_compile alone
+        files = [str(f) for f in _dist().files if f.suffix == ".py" and f.parent == type(f)("")]
+        assert files and all(f.startswith("__editable___astra_compile") for f in files), files
+        return
+    files = [str(f) for f in _dist().files]
     code = [f for f in files if f.endswith((".py", ".mlir"))]
     assert code and all(f.startswith("astra_compile/") for f in code)
     for sub in ("dialects/comm.py", "dialects/comm.irdl.mlir", "passes/base.py", "runtime/analytical.py", "cli.py"):

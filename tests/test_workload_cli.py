@@ -89,7 +89,7 @@ def test_cli_json_report_and_workload_mlir(tmp_path):
     (["--mesh", "dp=3"], "mesh dp=3 has 3 ranks but the topology has 16 NPUs"),
     (["--mesh", "dp=2,tp=8"], "no TP_PLAN"),
     (["--emit", "tables"], "--emit tables prints one collective's schedule"),
-    (["--collective", "all_reduce"], "--collective applies to single collectives"),
+    (["--collective", "all_reduce"], "--collective does not apply to a training step run"),
 ])
 def test_cli_bad_workload_options_exit_2(args, message):
     out = cli(example("mlp_dp.py"), "--topology", "4x4_torus", *args)

@@ -50,7 +50,7 @@ def mesh_axes_for(spec: ModelFile, world_size: int, mesh: dict[str, int] | None)
     if mesh is None and spec.mesh_axes is not None:
         try:
             mesh = dict(spec.mesh_axes(world_size))
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             raise UserError(f"{spec.path}: mesh_axes({world_size}) failed: {one_line(e)}") from None
     axes = mesh if mesh is not None else {"dp": world_size}
     check_mesh(axes, world_size)
@@ -105,6 +105,8 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
                 step(recorder)
         except UserError:
             raise
+        except SystemExit as e:  # the user's code called sys.exit(): never exit with its status as if done
+            raise UserError(f"{spec.path}: {stage} called sys.exit({e.code!r})") from None
         except Exception as e:  # the user's model failed to build or trace: bad input, one line
             raise UserError(f"{spec.path}: {stage} failed: {one_line(e)}") from None
         names = axis_names(device_mesh, axes)

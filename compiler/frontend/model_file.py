@@ -51,6 +51,11 @@ def load_model_file(path: str) -> ModelFile:
     sys.modules[name] = module  # dataclasses and pickling inside the file look their module up here
     try:
         spec.loader.exec_module(module)
+    except SystemExit as e:  # sys.exit() at import: the file is a script, not a model file; never exit 0 with it
+        sys.modules.pop(name, None)
+        raise UserError(f"model file {path} called sys.exit({e.code!r}) while being imported; a model file defines "
+                        f"build_model() and example_inputs() (guard script code with if __name__ == '__main__')") \
+            from None
     except Exception as e:  # any error in the user's file is bad input, reported in one line
         sys.modules.pop(name, None)
         raise UserError(f"model file {path} failed to import: {one_line(e)}") from None

@@ -1,0 +1,59 @@
+"""Which command-line options apply to which kind of run, so that no option is ever silently ignored.
+
+Every run is one of: listing passes, executing a table directory, a training step (model file or traces), or a
+collective (from --collective or a .mlir module) emitted as a report, MLIR or tables. An option given outside the
+runs it applies to ends the command with one line naming it and what it applies to.
+"""
+from __future__ import annotations
+
+from .errors import UserError
+
+# runtime options: how tables execute
+RUN = {"backend", "execution", "intra", "active_chunks", "switching"}
+NETWORK = {"topology", "bandwidth", "latency", "links"}
+COMPILE = {"algorithm", "chunks", "scheduler"}
+
+ALLOWED = {
+    "list-passes": set(),
+    "table directory": RUN | {"json", "verify", "timeline", "plot"},
+    "training step": NETWORK | COMPILE | {"mesh", "peak_tflops", "mem_bw", "backend", "intra", "emit", "output",
+                                          "json"},
+    "collective": NETWORK | COMPILE | RUN | {"collective", "size", "dims", "ports", "pass_pipeline",
+                                             "print_ir_after_all", "emit", "npu", "output", "table_format",
+                                             "table_view", "json", "compare", "timeline", "plot", "verify",
+                                             "force"},
+}
+
+# (option, condition on the parsed arguments under which it does NOT apply, what it applies to)
+CONDITIONAL = (
+    ("switching", lambda a: a.backend != "congestion", "--backend congestion"),
+    ("output", lambda a: a.emit == "report", "--emit mlir (a file) or --emit tables (a directory)"),
+    ("npu", lambda a: a.emit != "tables", "--emit tables"),
+    ("npu", lambda a: a.output is not None, "--emit tables without -o (it prints one table; -o writes all)"),
+    ("table_format", lambda a: a.emit != "tables" or a.output is None, "--emit tables -o DIR"),
+    ("table_view", lambda a: a.emit != "tables" or a.npu is None, "--emit tables --npu K"),
+    ("force", lambda a: a.emit != "tables" or a.output is None, "--emit tables -o DIR"),
+    ("json", lambda a: a.emit == "mlir", "reports and tables (--emit mlir prints MLIR)"),
+    ("json", lambda a: a.emit == "tables" and a.output is not None, "--emit tables --npu K or reports"),
+    ("timeline", lambda a: a.emit != "report" or a.compare, "one timed schedule (not --emit mlir/tables, "
+                                                            "not --compare)"),
+    ("plot", lambda a: a.emit != "report" or a.compare, "one timed schedule (not --emit mlir/tables, not --compare)"),
+    ("verify", lambda a: a.compare, "one schedule (not --compare)"),
+    ("print_ir_after_all", lambda a: a.compare, "one pipeline (not --compare)"),
+    ("pass_pipeline", lambda a: a.compare, "one pipeline (--compare runs each scheduler's own)"),
+    ("emit", lambda a: a.compare, "one schedule (--compare prints a report per scheduler)"),
+)
+
+
+def flag(dest: str) -> str:
+    return "-o/--output" if dest == "output" else "--" + dest.replace("_", "-")
+
+
+def check(kind: str, args, given: set[str]) -> None:
+    """Refuse, in one line, the first option given that does not apply to this kind of run."""
+    for dest in sorted(given - ALLOWED[kind] - {"input"}):
+        raise UserError(f"{flag(dest)} does not apply to a {kind} run" +
+                        (": nothing else goes with --list-passes" if kind == "list-passes" else ""))
+    for dest, off, applies_to in CONDITIONAL:
+        if dest in given and dest in ALLOWED[kind] and off(args):
+            raise UserError(f"{flag(dest)} applies to {applies_to}")

@@ -1,0 +1,344 @@
+"""Hostile and wrong input: the user's files are never lost, wrong input never gets exit 0, forced options the
+schedule cannot honour and options that do not apply are refused, and answers beyond physics say so.
+
+Each refusal is exit status 2 and exactly one line on stderr."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from astra_compile.cli import main
+
+RING4 = ["--collective", "all_reduce", "--size", "1MB", "--topology", "4_ring"]
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+
+
+def cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def refused(capsys, *argv, match: str = "") -> str:
+    code, out, err = cli(capsys, *argv)
+    assert code == 2, (code, out, err)
+    assert err.count("\n") == 1 and err.startswith("astra-compile: error: "), err
+    assert match in err, err
+    return err
+
+
+# ---- data loss: -o never removes what it did not write ------------------------------------------------------------
+
+def test_output_into_a_directory_with_a_users_file_is_refused(capsys, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "thesis.txt").write_text("four years of work")
+    refused(capsys, *RING4, "--emit", "tables", "-o", out, match="thesis.txt")
+    refused(capsys, *RING4, "--emit", "tables", "-o", out, "--force", match="thesis.txt")  # not even forced
+    assert sorted(os.listdir(out)) == ["thesis.txt"] and (out / "thesis.txt").read_text() == "four years of work"
+
+
+def test_output_into_the_current_directory_is_refused(capsys, tmp_path, monkeypatch):
+    (tmp_path / "thesis.txt").write_text("mine")
+    monkeypatch.chdir(tmp_path)
+    refused(capsys, *RING4, "--emit", "tables", "-o", ".", match="current directory")
+    refused(capsys, *RING4, "--emit", "tables", "-o", "..", match="current directory")
+    assert sorted(os.listdir(tmp_path)) == ["thesis.txt"]
+
+
+def test_output_into_home_is_refused(capsys, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("export PS1=$")
+    monkeypatch.setenv("HOME", str(home))
+    refused(capsys, *RING4, "--emit", "tables", "-o", os.path.expanduser("~"), match=".bashrc")
+    assert sorted(os.listdir(home)) == [".bashrc"] and (home / ".bashrc").read_text() == "export PS1=$"
+
+
+def test_an_earlier_table_directory_is_replaced_only_with_force(capsys, tmp_path):
+    out = tmp_path / "tables"
+    assert cli(capsys, *RING4, "--emit", "tables", "-o", out)[0] == 0
+    before = (out / "meta.json").read_text()
+    refused(capsys, *RING4[:-1], "8_ring", "--emit", "tables", "-o", out, match="--force")
+    assert (out / "meta.json").read_text() == before
+    assert cli(capsys, *RING4[:-1], "8_ring", "--emit", "tables", "-o", out, "--force")[0] == 0
+    assert json.loads((out / "meta.json").read_text())["npus"] == 8
+    assert sorted(os.listdir(out)) == ["meta.json"] + sorted(f"npu_{i}.csv" for i in range(8))
+    assert not [n for n in os.listdir(tmp_path) if n != "tables"]  # no temporary left behind
+
+
+def test_an_empty_directory_is_filled(capsys, tmp_path):
+    out = tmp_path / "empty"
+    out.mkdir()
+    assert cli(capsys, *RING4, "--emit", "tables", "-o", out)[0] == 0
+    assert len(os.listdir(out)) == 5
+
+
+def test_mlir_output_onto_a_directory_is_refused(capsys, tmp_path):
+    refused(capsys, *RING4, "--emit", "mlir", "-o", tmp_path, match="is a directory")
+
+
+def _complete(out) -> bool:
+    meta = json.loads((out / "meta.json").read_text())
+    return sorted(os.listdir(out)) == sorted(["meta.json"] + [f"npu_{i}.csv" for i in range(meta["npus"])])
+
+
+def test_an_interrupted_write_keeps_the_old_tables(capsys, tmp_path, monkeypatch):
+    out = tmp_path / "tables"
+    assert cli(capsys, *RING4, "--emit", "tables", "-o", out)[0] == 0
+    before = {n: (out / n).read_bytes() for n in os.listdir(out)}
+    from astra_compile.runtime.tables import Table
+    written = []
+
+    def interrupted(self, path):  # Ctrl-C after the fifth table
+        if len(written) == 5:
+            raise KeyboardInterrupt
+        written.append(path)
+        open(path, "w").close()
+    monkeypatch.setattr(Table, "to_csv", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        main([*RING4[:-1], "4x4_torus", "--emit", "tables", "-o", str(out), "--force"])
+    assert {n: (out / n).read_bytes() for n in os.listdir(out)} == before
+    assert os.listdir(tmp_path) == ["tables"]  # the temporary directory is gone
+
+
+def test_killed_output_leaves_the_old_tables_or_none(tmp_path):
+    """SIGKILL at several moments of a `-o --force` over an earlier output: every time, the directory is either the
+    old output, complete, or the new one, complete (or, between the two renames, absent)."""
+    out = tmp_path / "tables"
+    base = [sys.executable, "-m", "astra_compile.cli", "--collective", "all_reduce", "--size", "64MB",
+            "--chunks", "4", "--emit", "tables", "-o", str(out), "--scheduler", "baseline"]
+    subprocess.run(base + ["--topology", "4_ring"], check=True, capture_output=True)
+    seen = set()
+    for delay in (0.3, 0.8, 1.3, 1.8, 2.5, 3.5):
+        p = subprocess.Popen(base + ["--topology", "16x16_torus", "--force"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        if out.exists():
+            assert _complete(out)
+            npus = json.loads((out / "meta.json").read_text())["npus"]
+            assert npus in (4, 256)
+            seen.add(npus)
+            if npus == 256:  # put the old output back for the next round
+                subprocess.run(base + ["--topology", "4_ring", "--force"], check=True, capture_output=True)
+        else:
+            seen.add(None)
+            subprocess.run(base + ["--topology", "4_ring"], check=True, capture_output=True)
+    assert 4 in seen  # at least one kill landed mid-write and left the old output whole
+
+
+# ---- wrong input never answers with exit 0 --------------------------------------------------------------------
+
+MODULE_HEAD = ('module attributes {comm.topology = "Ring(4)", comm.blocks = ["Ring"], comm.shape = array<i64: 4>, '
+               'comm.bandwidth_gbps = array<f64: 50.0>, comm.latency_ns = array<f64: 500.0>, '
+               'comm.links = array<i64: 1>} {\n')
+
+
+def _op(result: str, operand: str, name: str) -> str:
+    args, types = (f"({operand})", "(!comm.token)") if operand else ("()", "()")
+    return (f'  {result} = "comm.all_reduce"{args} {{bytes = 1024 : i64, dims = array<i64: 0>, name = "{name}"}} : '
+            f'{types} -> !comm.token\n')
+
+
+@pytest.mark.parametrize("body,match", [
+    (_op("%0", "%1", "a") + _op("%1", "%0", "b"), "comes after it"),
+    (_op("%0", "%0", "a"), "depends on itself"),
+    (_op("%0", "%1", "a") + _op("%1", "", "b"), "comes after it"),  # a forward use would drop the dependency
+])
+def test_dependency_cycles_are_refused(capsys, tmp_path, body, match):
+    path = tmp_path / "m.mlir"
+    path.write_text(MODULE_HEAD + body + "}\n")
+    refused(capsys, path, match=match)
+
+
+@pytest.fixture
+def tables(capsys, tmp_path):
+    out = tmp_path / "t"
+    assert cli(capsys, *RING4, "--chunks", "2", "--emit", "tables", "-o", out)[0] == 0
+    return out
+
+
+def _edit_csv(path, row: int, column: str, value: str) -> None:
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[row + 1].split(",")
+    cells[header.index(column)] = value
+    lines[row + 1] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_missing_table_is_refused(capsys, tables):
+    os.unlink(tables / "npu_2.csv")
+    refused(capsys, tables, match="npu_2.csv is missing")
+
+
+@pytest.mark.parametrize("column,value,match", [
+    ("bytes", "-5", "bytes"), ("bytes", "0", "bytes"), ("gbps", "0", "gbps"), ("gbps", "-50", "gbps"),
+    ("gbps", "nan", "gbps"), ("gbps", "inf", "gbps"), ("peer", "7", "peer"), ("op", "9", "op"),
+    ("coll", "70000", "coll"), ("step", "1.5", "step"), ("offset", "99999999", "offset"),
+])
+def test_a_bad_row_is_refused(capsys, tables, column, value, match):
+    _edit_csv(tables / "npu_1.csv", 0, column, value)
+    err = refused(capsys, tables, match=match)
+    assert "npu_1.csv" in err
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda m: [], "must be an object"),
+    (lambda m: {k: v for k, v in m.items() if k != "collectives"}, "collectives"),
+    (lambda m: dict(m, npus=0), "npus"),
+    (lambda m: dict(m, npus=10 ** 12), "npus"),
+    (lambda m: dict(m, latency_ns=[]), "latency_ns"),
+    (lambda m: dict(m, version=99), "version 99"),
+    (lambda m: dict(m, symmetric="yes"), "symmetric"),
+])
+def test_a_damaged_meta_json_is_refused(capsys, tables, edit, match):
+    meta = json.loads((tables / "meta.json").read_text())
+    (tables / "meta.json").write_text(json.dumps(edit(meta)))
+    refused(capsys, tables, match=match)
+
+
+def test_an_edited_table_loses_the_symmetric_shortcut(capsys, tables):
+    code, out, _ = cli(capsys, tables, "--json")
+    assert code == 0 and json.loads(out)["execution"] == "symmetric"
+    _edit_csv(tables / "npu_3.csv", 0, "hops", "3")  # still a valid table, but not NPU 0's relabelled
+    code, out, _ = cli(capsys, tables, "--json")
+    assert code == 0 and json.loads(out)["execution"] == "full"
+    refused(capsys, tables, "--execution", "symmetric", match="--execution full")
+
+
+@pytest.mark.parametrize("name,text,match", [
+    ("dup.yml", "topology: [Ring]\nnpus_count: [4]\nnpus_count: [8]\n", "given twice"),
+    ("dup.json", '{"topologies-per-dim": ["Ring"], "units-count": [4], "units-count": [8]}', "given twice"),
+    ("inf.edges", "0 1 inf\n", "finite"),
+    ("lat.edges", "0 1 50 1e400\n", "finite"),
+    ("zeros.edges", "0 1\n1 00\n", "leading zeros"),
+    ("arabic.edges", "0 1\n1 \u0662\n", "ASCII digits"),
+    ("super.edges", "0 1\n1 \u00b2\n", "ASCII digits"),
+])
+def test_bad_network_files_are_refused(capsys, tmp_path, name, text, match):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", path, match=match)
+
+
+@pytest.mark.parametrize("name", ["net.yml", "net.json", "net.edges", "m.mlir"])
+def test_binary_files_are_named_as_such(capsys, tmp_path, name):
+    path = tmp_path / name
+    path.write_bytes(bytes(range(256)) * 4)
+    args = (path,) if name.endswith(".mlir") else ("--collective", "all_reduce", "--size", "1MB", "--topology", path)
+    refused(capsys, *args, match="binary")
+
+
+@pytest.mark.parametrize("flag,value", [("--peak-tflops", "nan"), ("--peak-tflops", "inf"), ("--mem-bw", "nan"),
+                                        ("--mem-bw", "-inf")])
+def test_roofline_must_be_finite(capsys, flag, value):
+    refused(capsys, os.path.join(EXAMPLES, "mlp_dp.py"), "--topology", "4_ring", flag, value, match=flag)
+
+
+def test_a_model_file_that_exits_is_refused(capsys, tmp_path):
+    path = tmp_path / "script.py"
+    path.write_text("import sys\nsys.exit(0)\n")
+    refused(capsys, path, "--topology", "4_ring", match="sys.exit(0)")
+
+
+# ---- forced options the schedule cannot honour ------------------------------------------------------------------
+
+@pytest.mark.parametrize("topology,algorithm", [("4_ring", "double_binary_tree"), ("3x3_mesh", "multitree"),
+                                                ("2x4_torus", "rank_ring"), ("4_ring", "halving_doubling")])
+@pytest.mark.parametrize("backend", ["analytical", "congestion"])
+def test_forced_symmetric_execution_on_an_asymmetric_schedule_is_refused(capsys, topology, algorithm, backend):
+    if algorithm == "halving_doubling" and backend == "analytical":
+        pytest.skip("halving-doubling on a Ring is symmetric for the analytical model (not for the links)")
+    refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", topology, "--algorithm", algorithm,
+            "--execution", "symmetric", "--backend", backend, match="--execution full")
+
+
+# ---- options that do not apply -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra,match", [
+    (["--timeline", "t.json", "--compare"], "--timeline"),
+    (["--timeline", "t.json", "--emit", "tables", "--npu", "0"], "--timeline"),
+    (["--plot", "p.png", "--emit", "mlir"], "--plot"),
+    (["--verify", "--compare"], "--verify"),
+    (["--switching", "store-and-forward"], "--backend congestion"),
+    (["-o", "x"], "-o/--output"),
+    (["--npu", "0"], "--emit tables"),
+    (["--table-format", "json", "--emit", "tables", "--npu", "0"], "--table-format"),
+    (["--force", "--emit", "mlir"], "--force"),
+    (["--mesh", "dp=4"], "--mesh"),
+])
+def test_options_that_do_not_apply_are_refused(capsys, tmp_path, monkeypatch, extra, match):
+    monkeypatch.chdir(tmp_path)
+    refused(capsys, *RING4, *extra, match=match)
+    assert not os.listdir(tmp_path)  # nothing written
+
+
+@pytest.mark.parametrize("extra", [["--collective", "all_reduce"], ["--topology", "8_ring"], ["--chunks", "4"],
+                                   ["--algorithm", "direct"], ["--scheduler", "themis"]])
+def test_a_table_directory_takes_only_runtime_options(capsys, tables, extra):
+    refused(capsys, tables, *extra, match="table directory")
+
+
+def test_verify_with_emitted_output_is_honoured(capsys, tmp_path):
+    code, out, err = cli(capsys, *RING4, "--emit", "mlir", "--verify")
+    assert code == 0 and out.startswith("module") and "verified" in err
+    code, out, err = cli(capsys, *RING4, "--emit", "tables", "-o", tmp_path / "t", "--verify")
+    assert code == 0 and "verified" in err and (tmp_path / "t" / "meta.json").exists()
+
+
+def test_timeline_of_a_table_directory_is_written(capsys, tables, tmp_path):
+    code, _, _ = cli(capsys, tables, "--timeline", tmp_path / "trace.json")
+    assert code == 0 and json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--emit", "bar"], "argument --emit: invalid choice: 'bar'"),
+    (["--size", "-1MB"], "size must be positive, got '-1MB'"),  # not "expected one argument"
+])
+def test_usage_errors_are_one_line(capsys, argv, match):
+    try:
+        code = main(["--collective", "all_reduce", "--topology", "4_ring"] +
+                    (argv if argv[0] == "--size" else ["--size", "1MB"] + argv))
+    except SystemExit as e:  # argparse's own errors leave through sys.exit
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and match in err, err
+
+
+# ---- answers beyond physics say so -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("topology,algorithm", [("8_switch", "direct"), ("8_ring", "direct"), ("8x8_mesh", "direct"),
+                                                ("8_switch", "flat_direct")])
+def test_a_time_that_beats_the_links_says_so(capsys, topology, algorithm):
+    argv = ["--collective", "all_reduce", "--size", "64MB", "--topology", topology, "--algorithm", algorithm]
+    code, out, _ = cli(capsys, *argv, "--json")
+    r = json.loads(out)
+    assert code == 0 and r["exceeds_link_capacity"] and r["total_time_us"] < r["capacity_bound_us"]
+    code, out, _ = cli(capsys, *argv)
+    assert "beats the link-capacity bound" in out and "--backend congestion" in out
+    code, out, _ = cli(capsys, *argv, "--backend", "congestion", "--json")
+    r = json.loads(out)
+    assert code == 0 and not r["exceeds_link_capacity"] and r["bw_utilization"] <= 1
+
+
+@pytest.mark.parametrize("topology,algorithm", [("8_switch", "halving_doubling"), ("8x8_torus", "ring"),
+                                                ("4x4_torus", "multitree"), ("Ring(4)_FC(4)", None)])
+def test_no_note_where_the_links_carry_the_time(capsys, topology, algorithm):
+    argv = ["--collective", "all_reduce", "--size", "64MB", "--topology", topology, "--json"]
+    code, out, _ = cli(capsys, *argv, *(["--algorithm", algorithm] if algorithm else []))
+    r = json.loads(out)
+    assert code == 0 and not r["exceeds_link_capacity"] and r["bw_utilization"] <= 1
+
+
+def test_compare_names_the_schedulers_that_beat_the_links(capsys):
+    code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "8_switch",
+                       "--algorithm", "direct", "--compare")
+    assert code == 0 and out.count("beats the link-capacity bound") == 3
