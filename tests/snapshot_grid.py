@@ -119,16 +119,26 @@ def observe(command: str) -> dict:
 
 
 def observe_examples() -> dict:
+    """The examples run from their folder, so no path of this checkout appears in a report."""
+    here = os.getcwd()
+    os.chdir(EXAMPLES)
+    try:
+        return _observe_examples()
+    finally:
+        os.chdir(here)
+
+
+def _observe_examples() -> dict:
     out = {}
     for name in MLIR_EXAMPLES:
-        path = os.path.join(EXAMPLES, name)
+        path = name
         code, text, err = run_cli([path])
         jcode, jtext, _ = run_cli([path, "--json"])
         mcode, mlir, _ = run_cli([path, "--emit", "mlir"])
         out[name] = {"exit": code, "text": text, "stderr": err, "report": json.loads(jtext) if jcode == 0 else None,
                      "mlir": mlir}
     for name in MODEL_EXAMPLES:
-        code, text, err = run_cli([os.path.join(EXAMPLES, name), "--topology", "8x8_torus", "--json"])
+        code, text, err = run_cli([name, "--topology", "8x8_torus", "--json"])
         out[name] = {"exit": code, "report": json.loads(text) if code == 0 else None, "stderr": err}
     return out
 

@@ -46,7 +46,7 @@ def feasible(npus: int, src, dst, steps: int, ports: int | None = None, time_lim
                 model.add(sum(x[r, lid, t] for r in range(npus) for lid in out[u] if (r, lid, t) in x) <= ports)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.num_workers = 2
+    solver.parameters.num_workers = 1  # deterministic: several workers race to different optimal trees
     status = solver.solve(model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         chosen = [(r, lid, t) for (r, lid, t), var in x.items() if solver.value(var)]
