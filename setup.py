@@ -3,10 +3,11 @@
 The repository keeps the folders compiler/, dialects/, passes/ and runtime/ at the top level; installed, they
 all live under the one import package `astra_compile` so nothing squats on generic names such as `compiler`:
 
-    compiler/  -> astra_compile            (driver, CLI, topology, lowering, report)
+    compiler/  -> astra_compile            (driver, CLI, lowering, report)
+    network/   -> astra_compile.network    (the one network model: topology, blocks, links, parsers; numpy only)
     dialects/  -> astra_compile.dialects   (the comm dialect, IRDL)
     passes/    -> astra_compile.passes     (one pass per file)
-    runtime/   -> astra_compile.runtime    (table formats, cost models, verifier; imports nothing from compiler/)
+    runtime/   -> astra_compile.runtime    (table formats, cost models, verifier; imports only network/)
 """
 from setuptools import Extension, setup
 
@@ -25,6 +26,8 @@ setup(
         "astra_compile.algorithms",
         "astra_compile.dialects",
         "astra_compile.frontend",
+        "astra_compile.network",
+        "astra_compile.network.blocks",
         "astra_compile.passes",
         "astra_compile.runtime",
     ],
@@ -33,6 +36,8 @@ setup(
         "astra_compile.algorithms": "compiler/algorithms",
         "astra_compile.dialects": "dialects",
         "astra_compile.frontend": "compiler/frontend",
+        "astra_compile.network": "network",
+        "astra_compile.network.blocks": "network/blocks",
         "astra_compile.passes": "passes",
         "astra_compile.runtime": "runtime",
     },

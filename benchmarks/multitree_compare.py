@@ -19,11 +19,11 @@ import argparse
 
 from astra_compile import driver
 from astra_compile.dialects import comm
-from astra_compile.errors import UserError
+from astra_compile.network.errors import UserError
 from astra_compile.passes.base import PassError
 from astra_compile.runtime import analytical, congestion
-from astra_compile.topology import parse_topology
-from astra_compile.units import parse_size
+from astra_compile.network.parse import parse_topology
+from astra_compile.network.units import parse_size
 
 SIZES = ["64KB", "1MB", "16MB", "256MB", "1GB"]
 ALGOS = [("multitree", "multitree"), ("ring (Hamiltonian)", "flat_ring"), ("2D-ring", "ring"),

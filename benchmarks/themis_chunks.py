@@ -12,7 +12,7 @@ import statistics
 
 from astra_compile import driver
 from astra_compile.dialects import comm
-from astra_compile.topology import parse_topology
+from astra_compile.network.parse import parse_topology
 
 NETWORKS = [
     ("seed000 3D-SW 8x8x8", "Switch(8)_Switch(8)_Switch(8)", "50,50,50", "1,1,1"),

@@ -12,7 +12,7 @@ import argparse
 
 from astra_compile.algorithms.multitree import build_trees, step_lower_bound
 from astra_compile.algorithms.translated_trees import translated_trees
-from astra_compile.topology import parse_topology
+from astra_compile.network.parse import parse_topology
 
 from _timing import timed  # this folder is on the path when the script runs
 

@@ -13,10 +13,11 @@ import os
 from types import ModuleType
 
 from . import driver
-from .errors import UserError
+from .network.errors import UserError
 from .frontend.workload import Workload
 from .runtime.workload_engine import Roofline
-from .topology import Topology, parse_topology
+from .network.parse import parse_topology
+from .network.topology import Topology
 from .workload_driver import WorkloadOptions, run, to_module
 from .workload_report import WorkloadReport, make_report
 

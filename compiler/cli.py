@@ -9,7 +9,7 @@ import sys
 
 from . import cli_rules
 from .runtime import atomic
-from .errors import UserError
+from .network.errors import UserError
 
 VERIFIED = "verified: every NPU's buffer matches the collective's definition"
 EPILOG = """examples:
@@ -264,8 +264,8 @@ def _run_collective(args, run) -> int:
     """One collective (--collective) or a comm module (.mlir): compile, then report, emit MLIR or emit tables."""
     from . import driver
     from .dialects import comm
-    from .topology import parse_topology
-    from .units import parse_size
+    from .network.parse import parse_topology
+    from .network.units import parse_size
 
     topology = None
     if args.topology:

@@ -6,7 +6,7 @@ runs it applies to ends the command with one line naming it and what it applies 
 """
 from __future__ import annotations
 
-from .errors import UserError
+from .network.errors import UserError
 
 # runtime options: how tables execute
 RUN = {"backend", "execution", "intra", "active_chunks", "switching"}

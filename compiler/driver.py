@@ -9,14 +9,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dialects import comm
-from .errors import UserError
+from .network.errors import UserError
 from .lower import Schedule
 from .plans import plans_from_module
 from .passes import DEFAULT_PIPELINE, PassContext, PassManager, parse_pipeline
 from .passes.base import ir_dump_header
-from .topology import Topology
+from .network.topology import Topology
+from .network.units import gbps_to_bytes_per_ns
 
-GIB = 2 ** 30
+
 SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 
 
@@ -191,7 +192,7 @@ def ideal_time_ns(schedule: Schedule) -> tuple[float, float, float]:
             group *= topo.dims[d].size
         gbps = sum(topo.dims[d].effective_gbps for d in p.group_dims)
         nb = lower_bound_bytes(p.buffer_kind, p.bytes, group)
-        total_ns += nb / (gbps * GIB / 1e9)
+        total_ns += nb / gbps_to_bytes_per_ns(gbps)
         total_bytes += nb
         bw = max(bw, gbps)
     return total_ns, total_bytes, bw
@@ -221,7 +222,7 @@ def capacity_bound_ns(topology: Topology, per_dim_bytes) -> float:
     bandwidths sum to the dimension's per-NPU bandwidth). No cost model may beat it; the analytical one does when
     an NPU's concurrent messages each take a whole link (direct, trees), as ASTRA-sim's congestion-unaware
     backend does."""
-    return max((nbytes / (topology.dims[d].effective_gbps * GIB / 1e9) for d, nbytes in enumerate(per_dim_bytes)),
+    return max((nbytes / gbps_to_bytes_per_ns(topology.dims[d].effective_gbps) for d, nbytes in enumerate(per_dim_bytes)),
                default=0.0)
 
 
@@ -271,7 +272,7 @@ def make_report(schedule: Schedule, result, scheduler: str = "baseline", run: Ru
 
 
 def format_report(r: dict) -> str:
-    from .units import format_size
+    from .network.units import format_size
     lines = []
     for c in r["collectives"]:
         lines.append(f"{c['name']}: {c['kind']} of {format_size(c['bytes'])} over dims "

@@ -19,13 +19,14 @@ import numpy as np
 from .algorithms import Transfers, all_to_all, graph_ring, hdrm, multitree, template
 from .algorithms.translated_trees import translated_trees
 from .dependencies import dependencies
-from .errors import UserError
-from .graphs import BIGRAPH_RE, reachable
+from .network.errors import UserError
+from .network.graphs import BIGRAPH_RE, reachable
 from .plans import FLAT, CollectivePlan, Stage
 from .dialects.comm import ROUTED_ALGORITHMS
-from .runtime.links import LANE_SHORTEST, ROUTED, LinkMap
+from .network.links import LANE_SHORTEST, ROUTED, LinkMap
 from .runtime.tables import FORMAT, RECV_COPY, RECV_REDUCE, SEND, VERSION, Table
-from .topology import NEIGHBOUR_BLOCKS, Topology
+from .network.blocks import SHORTEST
+from .network.topology import Topology
 
 SYMMETRIC_ALGORITHMS = ("ring", "direct", "halving_doubling")
 OPTIMAL_TREES_MAX_NPUS = 16
@@ -141,10 +142,11 @@ class Schedule:
         all-to-all off a Ring, where each member sits out a different round."""
         if stage.dim == FLAT:  # graph algorithms: NPUs sit at different places of trees or of the ring's cycle
             return False
-        if self.topology.dims[stage.dim].block in ("Mesh", "Graph"):  # a line's ends have one neighbour, the rest
-            return False                                                 # two; a graph's NPUs sit anywhere
-        if plan.kind == "all_to_all" and stage.algorithm == "ring":
-            return self.topology.dims[stage.dim].block == "Ring"
+        kind = self.topology.dims[stage.dim].kind
+        if not kind.transitive:  # a line's ends have one neighbour, the rest two; a graph's NPUs sit anywhere
+            return False
+        if plan.kind == "all_to_all" and stage.algorithm == "ring":  # one partner per round: members sit out
+            return kind.neighbour_links                              # different rounds off a ring
         return stage.algorithm in SYMMETRIC_ALGORITHMS
 
     def _splits_evenly(self) -> bool:
@@ -175,7 +177,7 @@ class Schedule:
         if stage.dim == FLAT:
             return multitree.template(kind, self.trees())
         dim = self.topology.dims[stage.dim]
-        return template(kind, stage.algorithm, dim.size, bidirectional=(dim.block in NEIGHBOUR_BLOCKS))
+        return template(kind, stage.algorithm, dim.size, bidirectional=dim.kind.neighbour_links)
 
     def _hdrm_map(self, plan: CollectivePlan, inverse: bool = False) -> np.ndarray:
         """HDRM's placement of virtual ranks on NPUs (algorithms/hdrm.py), or with `inverse` each NPU's virtual
@@ -199,7 +201,7 @@ class Schedule:
             raise UserError(f"flat_ring walks the coordinates of a torus or mesh; {self.topology.name} is a graph: "
                             f"use rank_ring (a ring over ranks along shortest paths)")
         if getattr(self, "_cycle", None) is None:
-            if any(d.block == "Switch" for d in self.topology.dims):
+            if not all(d.kind.direct for d in self.topology.dims):
                 raise UserError(f"a ring over the whole network needs links between NPUs; {self.topology.name} has "
                                 f"switch dimensions")
             self._links = self.topology.links()
@@ -274,7 +276,7 @@ class Schedule:
     def _a2a_rows(self, plan: CollectivePlan, stage: Stage, coords):
         return _a2a_template(stage.algorithm, tuple(self.shape[d] for d in plan.group_dims),
                              plan.group_dims.index(stage.dim), coords[stage.dim],
-                             self.topology.dims[stage.dim].block in NEIGHBOUR_BLOCKS)
+                             self.topology.dims[stage.dim].kind.neighbour_links)
 
     def _expand(self, npu, plan, si, stage, rows, base, length, member, flows) -> Table:
         """Template rows of one member x chunks `flows` -> table rows in bytes and ranks (stage column = si)."""
@@ -292,20 +294,12 @@ class Schedule:
         k = dim.size
         sender = np.where(op == SEND, member, peer_m)
         receiver = np.where(op == SEND, peer_m, member)
-        if dim.block == "Graph":  # one dimension over ranks: every message takes its shortest path
+        if not dim.kind.stackable:  # a graph: one dimension over ranks, every message takes its shortest path
             return self._routed_rows(npu, plan, si, flows, step, op, peer_m, np.full(n, stage.dim),
                                      np.zeros(n, np.int64), off, end)
-        if dim.block == "Ring":
-            fwd = (receiver - sender) % k
-            direction = np.where(direction == 0, np.where(fwd <= k - fwd, 1, -1), direction)
-            hops = np.where(direction == 1, fwd, k - fwd)
-            lane = np.where(direction == 1, 0, 1)
-        elif dim.block == "Mesh":  # no wrap-around: the message walks the line towards its receiver
-            hops = np.abs(receiver - sender)
-            lane = np.where(receiver > sender, 0, 1)
-        else:
-            hops = np.full(n, 1 if dim.block == "FullyConnected" else 2)
-            lane = np.zeros(n)
+        # the template's direction (+1 forward, -1 backward, 0 the shorter way) as a lane; the block says the hops
+        hops, lane = dim.kind.path(k, sender, receiver, np.where(direction == 1, 0, np.where(direction == -1, 1,
+                                                                                          SHORTEST)))
         peer = npu + (peer_m - member) * self.strides[stage.dim]
         return _rows(npu, plan.index, si, flows, step, op, peer, np.full(n, stage.dim), lane, hops,
                      np.full(n, dim.link_gbps()), off, end)
@@ -320,14 +314,14 @@ class Schedule:
         dims = lg.dim[link]
         lane = lg.lane[link]
         if plan.kind == "reduce_scatter" and plan.stages[si].algorithm != "ring":  # trees run their links backwards
-            ring = np.array([self.topology.dims[d].block in NEIGHBOUR_BLOCKS for d in dims.tolist()], dtype=bool)
+            ring = np.array([self.topology.dims[d].kind.neighbour_links for d in dims.tolist()], dtype=bool)
             lane = np.where(ring, 1 - lane, lane)
         return _rows(npu, plan.index, si, flows, step, op, peer, dims, lane, np.ones(len(step)), lg.gbps[link],
                      off, end)
 
     def _routed_trees(self) -> bool:
         """Do tree edges run through switches (paths, routed by the runtime) rather than over single links?"""
-        return self.topology.graph is not None or any(d.block == "Switch" for d in self.topology.dims)
+        return not all(d.kind.direct for d in self.topology.dims)
 
     def _route_of_pairs(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(dim, lane) of routed NPU-to-NPU messages: a graph's shortest path, or across a stack dimension by

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .dialects import comm
-from .errors import UserError
+from .network.errors import UserError
 
 FLAT = -1  # a phase over every dimension of its group (graph algorithms)
 

@@ -17,11 +17,11 @@ import numpy as np
 
 from . import driver
 from .dialects import workload as wl
-from .errors import UserError
+from .network.errors import UserError
 from .frontend.workload import COLLECTIVE, COMPUTE, Workload
 from .runtime import workload_engine as engine
 from .runtime.workload_engine import ProgramTable, Roofline, run_workload, WorkloadError
-from .topology import Topology
+from .network.topology import Topology
 
 KIND_CODE = {"compute": engine.COMPUTE, "wait": engine.WAIT}
 

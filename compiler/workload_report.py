@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .units import format_size
+from .network.units import format_size
 from .workload_driver import collective_key
 
 

@@ -1,28 +1,82 @@
-"""The physical links of a topology and the route of every message over them, for the congestion runtime and the
-link-conflict check.
+"""The one link numbering of the project and the route of every message over it: the lowering, both runtimes, the
+tree builders and the link-conflict check all use these ids.
 
-Every possible directed link has a fixed integer id, so routes can be computed for all messages at once with numpy
-and both execution engines see the same numbering. Per dimension d with k members, each NPU owns `slots` ids:
-- Switch: 2 (slot 0 its uplink to the group's switch, slot 1 its downlink from it);
-- FullyConnected: k (slot j its link to the member with coordinate j; its own slot is unused);
-- Ring and Mesh: 2 (slot 0 the link to its next neighbour, slot 1 to its previous one).
-id = offset[d] + npu * slots[d] + slot.
+Per dimension d with k members each NPU owns `slots` ids (its block says how many and what each is, network/blocks/):
+id = offset[d] + npu * slots[d] + slot. Switch: slot 0 the NPU's uplink, 1 its downlink; FullyConnected: slot j its
+link to the member with coordinate j (its own slot unused); Ring and Mesh: slot 0 to the next member, 1 to the
+previous one. Routes are computed for all messages at once with numpy.
 
-A Graph topology (compiler/graphs.py) numbers its directed links as listed; every message takes its shortest
-path (fewest links, ties to the lowest-numbered link), the same wherever it is routed.
+A Graph topology (network/graphs.py) numbers its directed links as listed; every message takes its shortest path
+(fewest links, ties to the lowest-numbered link), the same wherever it is routed.
 
 `representative` routes (symmetric execution, only NPU 0's messages) use NPU 0's links of each class: its uplink and
 downlink for a switch hop, its link to each FC peer, its own link per ring direction for every hop.
+
+`LinkGraph` lists the same links as (src node, dst node) pairs with switch nodes, in the order tree and cycle
+searches visit them, each with its id here.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from . import blocks
+from .blocks import SHORTEST
 
-RING, SWITCH, FC, MESH = 0, 1, 2, 3
-ROUTED = -1         # the `dim` of a message routed across dimensions (dimension order)
-LANE_SHORTEST = 2   # a routed message's lane: each Ring leg the shorter way (0: all forward, 1: all backward)
-BLOCK_CODE = {"Ring": RING, "Switch": SWITCH, "FullyConnected": FC, "Mesh": MESH}
+ROUTED = -1                # the `dim` of a message routed across dimensions (dimension order)
+LANE_SHORTEST = SHORTEST   # a routed message's lane: each Ring leg the shorter way (0: all forward, 1: all backward)
+
+
+def link_offsets(slots, npus: int) -> np.ndarray:
+    """First id of each dimension's links (and, last, the number of ids)."""
+    return np.concatenate([[0], np.cumsum(np.asarray(slots, np.int64) * npus)]).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One directed physical link (for readable iteration over small graphs)."""
+
+    src: int
+    dst: int
+    dim: int
+    gbps: float
+    latency_ns: float
+    lane: int = 0  # distinguishes the two parallel links of a Ring(2)
+
+
+@dataclass(frozen=True)
+class LinkGraph:
+    """All directed physical links of a topology as parallel numpy arrays (Topology.links()).
+
+    Nodes 0..npus-1 are NPUs; nodes npus..num_nodes-1 are switches, one per group of a Switch dimension: the
+    switches of each Switch dimension are numbered consecutively after those of earlier dimensions, ordered by the
+    group's rank in the shape with that dimension removed. `id` is each link's id in the one numbering (LinkMap).
+    Arrays rather than objects because large topologies have tens of thousands of links.
+    """
+
+    num_nodes: int
+    npus: int
+    src: np.ndarray         # int64
+    dst: np.ndarray         # int64
+    dim: np.ndarray         # int64, dimension the link belongs to
+    lane: np.ndarray        # int64, 0 except the second parallel link of Ring(2)
+    gbps: np.ndarray        # float64, bandwidth of the link
+    latency_ns: np.ndarray  # float64
+    id: np.ndarray          # int64, the link's id in the numbering of LinkMap
+
+    def __len__(self) -> int:
+        return int(self.src.shape[0])
+
+    @property
+    def num_switches(self) -> int:
+        return self.num_nodes - self.npus
+
+    def as_links(self) -> list[Link]:
+        return [
+            Link(int(s), int(d), int(k), float(g), float(l), int(n))
+            for s, d, k, g, l, n in zip(self.src, self.dst, self.dim, self.gbps, self.latency_ns, self.lane)
+        ]
 
 
 _PATH_TABLES: dict = {}  # graph -> (dist, next): breadth-first searches are the costly part of routing a graph
@@ -36,8 +90,10 @@ class LinkMap:
         self.shape = np.array([d["size"] for d in dims], np.int64)
         self.strides = np.array([int(np.prod(self.shape[:d])) for d in range(len(dims))], np.int64)
         self.npus = int(np.prod(self.shape)) if len(dims) else 1
-        self.slots = np.array([k if b == "FullyConnected" else 2 for b, k in zip(self.blocks, self.shape)], np.int64)
-        self.offset = np.concatenate([[0], np.cumsum(self.slots * self.npus)]).astype(np.int64)
+        self.kinds = [blocks.block(b) for b in self.blocks]  # an unknown block is refused, never routed as a Ring
+        self.slots = np.array([b.slots(int(k)) if b.stackable else 0 for b, k in zip(self.kinds, self.shape)],
+                              np.int64)
+        self.offset = link_offsets(self.slots, self.npus)
         self.dim_latency = np.array([d["latency_ns"] for d in dims], np.float64)
         graph = meta["topology"].get("graph")
         self.graph = None
@@ -78,62 +134,34 @@ class LinkMap:
             return i, (src[i], dst[i], np.zeros(len(i), np.int64), lane[i], self.distance(src[i], dst[i]))
         cur = src.copy()
         parts = []
-        for d, block in enumerate(self.blocks):
+        for d, kind in enumerate(self.kinds):
             k, st = int(self.shape[d]), int(self.strides[d])
             cs, cd = (cur // st) % k, (dst // st) % k
             nxt = cur + (cd - cs) * st
-            fwd = (cd - cs) % k
-            leg_lane = np.where(lane == LANE_SHORTEST, np.where(fwd <= k - fwd, 0, 1), lane)
-            if block == "Ring":
-                hops = np.where(leg_lane == 0, fwd, (k - fwd) % k)
-            elif block == "Mesh":
-                hops = np.abs(cd - cs)
-            else:
-                hops = np.full(len(src), 2 if block == "Switch" else 1)
             i = np.flatnonzero(cs != cd)
-            parts.append((i, cur[i], nxt[i], np.full(len(i), d), leg_lane[i], hops[i]))
+            hops, leg_lane = kind.path(k, cs[i], cd[i], lane[i])
+            parts.append((i, cur[i], nxt[i], np.full(len(i), d), leg_lane, hops))
             cur = nxt
         cols = [np.concatenate([p[j] for p in parts]).astype(np.int64) for j in range(6)]
         order = np.argsort(cols[0], kind="stable")
         return cols[0][order], tuple(c[order] for c in cols[1:])
 
     def _single(self, src, dst, dim, lane, hops) -> tuple[np.ndarray, np.ndarray]:
-        """Routes of messages along one dimension each."""
+        """Routes of messages along one dimension each: each dimension's block lists the links."""
         n = len(src)
-        code = np.array([BLOCK_CODE.get(b, 0) for b in self.blocks], np.int64)[dim] if n else np.zeros(0, np.int64)
-        switch, fc = code == SWITCH, code == FC
-        length = np.where(switch, 2, np.where(fc, 1, hops))
+        length = np.zeros(n, np.int64)
+        for d in np.unique(dim).tolist():
+            i = np.flatnonzero(dim == d)
+            length[i] = self.kinds[d].lengths(hops[i])
         start = np.concatenate([[0], np.cumsum(length)]).astype(np.int64)
         ids = np.empty(int(start[-1]), np.int64)
-        if not n:
-            return start, ids
-        k, stride, slots, off = self.shape[dim], self.strides[dim], self.slots[dim], self.offset[dim]
-        dst_link_owner = src if self.representative else dst  # representative: NPU 0's downlink stands for all
-        # switch: uplink of the sender, downlink of the receiver
-        i = np.flatnonzero(switch)
-        ids[start[i]] = off[i] + src[i] * 2
-        ids[start[i] + 1] = off[i] + dst_link_owner[i] * 2 + 1
-        # fully connected: the sender's link to the receiver's coordinate
-        i = np.flatnonzero(fc)
-        ids[start[i]] = off[i] + src[i] * slots[i] + (dst[i] // stride[i]) % k[i]
-        # ring and mesh: one link per hop, walking from the sender (rings by lane, meshes towards the receiver)
-        i = np.flatnonzero(~switch & ~fc)
-        if len(i):
-            c0 = (src[i] // stride[i]) % k[i]
-            mesh = code[i] == MESH
-            towards = np.where((dst[i] // stride[i]) % k[i] > c0, 1, -1)
-            step = np.where(mesh, towards, np.where(lane[i] == 0, 1, -1))
-            lane_i = np.where(step == 1, 0, 1)
-            if np.all(hops[i] == 1):  # neighbour transfers (the common case): the sender's own link
-                ids[start[i]] = off[i] + src[i] * 2 + lane_i
-                return start, ids
-            per = np.repeat(np.arange(len(i)), hops[i])
-            h = np.arange(len(per)) - np.repeat(_starts(hops[i]), hops[i])  # hop index within each route
-            if self.representative:
-                node = src[i][per]
-            else:
-                node = src[i][per] + (((c0[per] + step[per] * h) % k[i][per]) - c0[per]) * stride[i][per]
-            ids[np.repeat(start[i], hops[i]) + h] = off[i][per] + node * 2 + lane_i[per]
+        for d in np.unique(dim).tolist():
+            i = np.flatnonzero(dim == d)
+            k, st = int(self.shape[d]), int(self.strides[d])
+            owner, slot = self.kinds[d].route(k, st, src[i], dst[i], lane[i], hops[i], self.representative)
+            at = np.repeat(start[i], length[i]) + (np.arange(int(length[i].sum())) -
+                                                    np.repeat(_starts(length[i]), length[i]))
+            ids[at] = self.offset[d] + owner * self.slots[d] + slot
         return start, ids
 
     # ---- graph topologies: shortest paths ------------------------------------------------------------------
@@ -197,14 +225,7 @@ class LinkMap:
             return f"{self.names[self.graph['src'][link]]}->{self.names[self.graph['dst'][link]]}"
         d = int(self.dim_of(link))
         npu, slot = divmod(int(link) - int(self.offset[d]), int(self.slots[d]))
-        block = self.blocks[d]
-        if block == "Switch":
-            return f"dim{d} npu{npu}->switch" if slot == 0 else f"dim{d} switch->npu{npu}"
-        if block == "FullyConnected":
-            stride, k = int(self.strides[d]), int(self.shape[d])
-            peer = npu + (slot - (npu // stride) % k) * stride
-            return f"dim{d} npu{npu}->npu{peer}"
-        return f"dim{d} npu{npu}->{'next' if slot == 0 else 'prev'}"
+        return self.kinds[d].describe(d, npu, slot, int(self.shape[d]), int(self.strides[d]))
 
 
 def _starts(lengths: np.ndarray) -> np.ndarray:

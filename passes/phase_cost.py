@@ -9,24 +9,13 @@ from __future__ import annotations
 
 import math
 
-NEIGHBOUR_BLOCKS = ("Ring", "Mesh")  # as topology.NEIGHBOUR_BLOCKS (passes import only the dialects)
-
-GIB = 2 ** 30
-
+from ..network import blocks
+from ..network.units import gbps_to_bytes_per_ns
 
 def _link(block: str, k: int, gbps: float) -> float:
-    """Bytes per ns of one link (Ring, Mesh: B/2 per neighbour link; FullyConnected: B/(k-1); Switch: B; Graph: its
-    per-NPU bandwidth, an estimate: its messages take paths whose links the lowering knows)."""
-    share = 2 if block in NEIGHBOUR_BLOCKS else {"FullyConnected": k - 1, "Switch": 1, "Graph": 1}[block]
-    return gbps / share * GIB / 1e9
-
-
-def _hops(block: str, k: int, distance: int) -> int:
-    if block == "Ring":
-        return min(distance % k, (-distance) % k)
-    if block == "Mesh":  # a line: partners `distance` apart along it (k - 1 for a ring's wrap-around transfer)
-        return distance
-    return 1 if block == "FullyConnected" else 2  # Switch; a Graph as if every partner sat behind one switch
+    """Bytes per ns of one link: the NPU's bandwidth over the links that share it (network/blocks/; a Graph's
+    per-NPU bandwidth is an estimate: its messages take paths whose links the lowering knows)."""
+    return gbps_to_bytes_per_ns(gbps / blocks.BLOCKS[block].link_share(k))
 
 
 def phase_steps(kind: str, algorithm: str, block: str, k: int, gbps: float, latency_ns: float,
@@ -34,18 +23,19 @@ def phase_steps(kind: str, algorithm: str, block: str, k: int, gbps: float, late
     """(latency, transfer) in ns of every step of a `kind` phase of `algorithm` on a k-member dimension, for a chunk
     region of `region` bytes. Trees are one entry standing for all their steps."""
     link = _link(block, k, gbps)
-    hop = lambda d: latency_ns * _hops(block, k, d)  # noqa: E731
+    hop = lambda d: latency_ns * blocks.BLOCKS[block].cost_hops(k, d)  # noqa: E731
+    neighbour = blocks.BLOCKS[block].neighbour_links
     if kind == "all_to_all":
         piece = region / k
         if algorithm == "direct":
             return [(max(hop(k // 2), hop(k - 1)), piece / link)]
         if algorithm == "halving_doubling":
             return [(hop(1 << s), region / 2 / link) for s in range(int(math.log2(k)))]
-        if block in NEIGHBOUR_BLOCKS:  # ring: both neighbours at distance t in step t
+        if neighbour:  # ring: both neighbours at distance t in step t
             return [(max(hop(t), hop(k - t)), piece / link) for t in range(1, k // 2 + 1)]
         return [(hop(1), piece / link)] * k  # one partner per round
     if algorithm == "ring":
-        per_link = region / k / (2 if block in NEIGHBOUR_BLOCKS else 1)
+        per_link = region / k / (2 if neighbour else 1)
         return [(max(hop(1), hop(k - 1)), per_link / link)] * (k - 1)
     if algorithm == "direct":
         return [(max(hop(k // 2), hop(k - 1)), region / k / link)]

@@ -16,14 +16,10 @@ def _names(text: str) -> list[str]:
 
 
 def algorithm_for(dim: int, dims: list, chosen: list[str] | None) -> str:
-    """`dims`: the topology's dimensions (their block's default comes from topology.DEFAULT_ALGORITHM)."""
+    """`dims`: the topology's dimensions (each block says its default for its size, network/blocks/)."""
     if chosen:
         return chosen[0] if len(chosen) == 1 else chosen[dim]
-    default = dims[dim].default_algorithm
-    size = dims[dim].size
-    if default == "halving_doubling" and size & (size - 1):
-        return "ring"  # a switch of a non-power-of-two size: halving-doubling has no schedule, ring uses the link fully
-    return default
+    return dims[dim].default_algorithm
 
 
 def check_applicable(algorithm: str, kind: str, size: int, dim: int) -> None:

@@ -41,6 +41,7 @@ import heapq
 
 import numpy as np
 
+from ..network import blocks
 from .congestion_plan import Plan
 from .phases import (INTRA_POLICIES, OptionError, PhaseEngine, Result, make_result, never_starts, table_of,
                      waits_forever)
@@ -61,7 +62,9 @@ def symmetric_ok(meta: dict) -> bool:
     if not meta.get("symmetric") or meta["topology"].get("graph") is not None:
         return False
     dims = meta["topology"]["dims"]
-    return not any(st["algorithm"] == "halving_doubling" and dims[st["dim"]]["block"] == "Ring"
+    # halving-doubling across neighbour links (k > 2) sends each NPU's partner the shorter way round, forwards
+    # from some NPUs and backwards from others: no relabelling maps one NPU's links onto another's
+    return not any(st["algorithm"] == "halving_doubling" and blocks.block(dims[st["dim"]]["block"]).neighbour_links
                    and dims[st["dim"]]["size"] > 2 for c in meta["collectives"] for st in c["stages"])
 
 

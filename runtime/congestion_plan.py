@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .links import LinkMap
+from ..network.links import LinkMap
 from .phases import Table, messages, per_dim_bytes, successors
 
 

@@ -7,10 +7,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .links import ROUTED, LinkMap
+from ..network.links import ROUTED, LinkMap
+from ..network.units import gbps_to_bytes_per_ns
 from .tables import SEND, Schedule, Table, TableError
-
-GIB = 2 ** 30
 
 
 class OptionError(ValueError):
@@ -75,7 +74,7 @@ def messages(t: Table, meta: dict):
         start, ids = links.routes(sender, receiver, dim[routed], t["lane"][o][routed], t["hops"][o][routed])
         owner = np.repeat(np.arange(len(routed)), np.diff(start))
         lat[routed] = np.bincount(owner, weights=links.latency(ids), minlength=len(routed))
-    link_ns = nbytes / (t["gbps"][o] * GIB / 1e9)
+    link_ns = nbytes / gbps_to_bytes_per_ns(t["gbps"][o])
     cost = lat + link_ns
     return {"link_ns": link_ns, "hops": t["hops"][o], "npu": t["npu"][o], "coll": t["coll"][o], "flow": t["flow"][o],
             "stage": t["stage"][o], "step": t["step"][o], "send": send[o], "peer": t["peer"][o],

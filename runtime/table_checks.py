@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from ..network import blocks
 from .tables import COLUMN_NAMES, DTYPES, FORMAT, OP_NAMES, VERSION, Table, TableError
 
 PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all")
@@ -78,8 +79,8 @@ def check_meta(meta, path: str) -> dict:
     for k, d in enumerate(dims):
         w = f"{where}: topology.dims[{k}]"
         _dict(d, w, ("block", "size", "bandwidth_gbps", "latency_ns"))
-        if not isinstance(d["block"], str):
-            raise TableError(f"{w}.block must be a block name, got {d['block']!r}")
+        if not isinstance(d["block"], str) or d["block"] not in blocks.BLOCKS:
+            raise TableError(f"{w}.block must be one of {', '.join(blocks.BLOCKS)}, got {d['block']!r}")
         sizes.append(_int(d["size"], f"{w}.size", 2))
         _real(d["bandwidth_gbps"], f"{w}.bandwidth_gbps", True)
         _real(d["latency_ns"], f"{w}.latency_ns", False)

@@ -261,7 +261,7 @@ def link_conflicts(schedule: Schedule) -> list[tuple]:
 
     Every message is followed along its route (as the congestion runtime routes it); an empty list means the
     schedule is contention-free step by step, as MultiTree's link allocation promises."""
-    from .links import LinkMap
+    from ..network.links import LinkMap
     from .phases import messages
     meta = schedule.meta
     links = LinkMap(meta)

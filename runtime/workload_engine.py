@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..network.units import gbps_to_bytes_per_ns
+
 COMPUTE, COLLECTIVE, WAIT = 0, 1, 2
-GIB = 2 ** 30
 
 
 class WorkloadError(Exception):
@@ -36,7 +37,7 @@ class Roofline:
     mem_gbps: float = 1896.0     # A100-80GB HBM2e, 2039 GB/s decimal = 1896 GB/s in 2^30 units
 
     def time_ns(self, flops: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-        return np.maximum(flops / (self.peak_tflops * 1e3), nbytes / (self.mem_gbps * GIB / 1e9))
+        return np.maximum(flops / (self.peak_tflops * 1e3), nbytes / gbps_to_bytes_per_ns(self.mem_gbps))
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Shared test helpers: compile a single collective to a schedule through the real pipeline."""
 from astra_compile import driver
 from astra_compile.dialects import comm
-from astra_compile.topology import parse_topology
+from astra_compile.network.parse import parse_topology
 
 
 def compile_collective(topology: str, kind: str, size: int, chunks: int = 1, algorithm: str | None = None,

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from astra_compile.errors import UserError
+from astra_compile.network.errors import UserError
 from astra_compile.frontend.et_import import load_traces
 from astra_compile.frontend.workload import COLLECTIVE, COMPUTE, WAIT
 

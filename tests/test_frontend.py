@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from astra_compile.api import load_workload
-from astra_compile.errors import UserError
+from astra_compile.network.errors import UserError
 from astra_compile.frontend.capture import capture
 from astra_compile.frontend.model_file import load_model_file
 

@@ -7,11 +7,12 @@ import pytest
 
 from astra_compile.cli import main
 from astra_compile.dialects import comm
-from astra_compile.errors import UserError
+from astra_compile.network.errors import UserError
 from astra_compile.runtime import analytical, congestion
-from astra_compile.runtime.links import LinkMap
+from astra_compile.network.links import LinkMap
 from astra_compile.runtime.verifier import link_conflicts, verify
-from astra_compile.topology import Topology, parse_topology
+from astra_compile.network.parse import parse_topology
+from astra_compile.network.topology import Topology
 from test_linkcore import assert_same
 from test_routed import compile_flat
 

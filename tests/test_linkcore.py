@@ -10,7 +10,7 @@ from astra_compile import driver
 from astra_compile.dialects import comm
 from astra_compile.runtime import congestion
 from astra_compile.runtime.phases import DeadlockError, Table
-from astra_compile.topology import parse_topology
+from astra_compile.network.parse import parse_topology
 from helpers import compile_collective
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")

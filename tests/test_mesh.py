@@ -4,10 +4,10 @@ import pytest
 from astra_compile import driver
 from astra_compile.algorithms.multitree import build_trees, step_lower_bound
 from astra_compile.dialects import comm
-from astra_compile.errors import UserError
+from astra_compile.network.errors import UserError
 from astra_compile.runtime import analytical, congestion
 from astra_compile.runtime.verifier import link_conflicts, verify
-from astra_compile.topology import parse_topology
+from astra_compile.network.parse import parse_topology
 
 from helpers import compile_collective
 

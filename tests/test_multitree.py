@@ -10,7 +10,7 @@ from astra_compile.algorithms.multitree import build_trees
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical, congestion
 from astra_compile.runtime.verifier import link_conflicts, verify
-from astra_compile.topology import parse_topology
+from astra_compile.network.parse import parse_topology
 
 
 def compile_multitree(topology, size, chunks=1, bandwidth=None, latency=None):
@@ -95,7 +95,7 @@ def test_multitree_through_switch_dimensions(topology, steps):
 
 
 def test_multitree_optimal_refuses_switches():
-    from astra_compile.errors import UserError
+    from astra_compile.network.errors import UserError
     topo = parse_topology("Switch(4)")
     ctx = comm.new_context()
     source = str(driver.build_module(ctx, topo, "all_reduce", 4096))
@@ -169,7 +169,7 @@ def test_flat_ring_on_a_hamiltonian_cycle(topology):
 
 
 def test_flat_ring_needs_a_closing_walk():
-    from astra_compile.errors import UserError
+    from astra_compile.network.errors import UserError
     topo = parse_topology("Ring(3)_Ring(3)")   # the reflected walk ends away from its start
     ctx = comm.new_context()
     source = str(driver.build_module(ctx, topo, "all_reduce", 4096))
@@ -226,6 +226,6 @@ def test_port_limit_caps_new_edges_per_node_per_step(topology, ports):
 
 
 def test_multitree_through_switches_has_a_size_limit():
-    from astra_compile.errors import UserError
+    from astra_compile.network.errors import UserError
     with pytest.raises(UserError, match="meant for at most 256 NPUs; Switch\\(8\\)_Switch\\(8\\)_Switch\\(8\\) has 512"):
         compile_multitree("Switch(8)_Switch(8)_Switch(8)", 512 * 64).schedule.trees()

@@ -6,7 +6,7 @@ import pytest
 from astra_compile import driver
 from astra_compile.dialects import comm
 from astra_compile.passes import REGISTRY, PassError, parse_pipeline
-from astra_compile.topology import Topology
+from astra_compile.network.topology import Topology
 
 IR = os.path.join(os.path.dirname(__file__), "ir")
 

@@ -19,7 +19,7 @@ from astra_compile import driver
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical, verifier
 from astra_compile.runtime.tables import RECV_COPY, RECV_REDUCE, SEND, DirSchedule, write_dir
-from astra_compile.topology import parse_topology
+from astra_compile.network.parse import parse_topology
 
 BLOCKS = ("Ring", "FC", "Switch", "Mesh")
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")

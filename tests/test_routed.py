@@ -7,9 +7,9 @@ from astra_compile import driver
 from astra_compile.cli import main
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical, congestion
-from astra_compile.runtime.links import LANE_SHORTEST, ROUTED, LinkMap
+from astra_compile.network.links import LANE_SHORTEST, ROUTED, LinkMap
 from astra_compile.runtime.verifier import link_conflicts, verify
-from astra_compile.topology import parse_topology
+from astra_compile.network.parse import parse_topology
 from test_linkcore import assert_same
 
 GIB = 2 ** 30

@@ -7,7 +7,8 @@ from astra_compile import driver
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical
 from astra_compile.runtime.verifier import verify
-from astra_compile.topology import Topology, parse_topology
+from astra_compile.network.parse import parse_topology
+from astra_compile.network.topology import Topology
 
 IR = os.path.join(os.path.dirname(__file__), "ir")
 GB = 2 ** 30

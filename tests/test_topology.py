@@ -6,15 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from astra_compile.errors import UserError
-from astra_compile.topology import (
-    BLOCKS,
-    DEFAULT_ALGORITHM,
-    Dimension,
-    Link,
-    Topology,
-    parse_topology,
-)
+from astra_compile.network.errors import UserError
+from astra_compile.network.blocks import BLOCKS
+from astra_compile.network.links import Link
+from astra_compile.network.parse import parse_topology
+from astra_compile.network.topology import Dimension, Topology
 
 SEED_JSON = {
     "dimensions-count": 3,
@@ -367,8 +363,10 @@ def test_link_gbps():
     assert Dimension("Switch", 8, 100, 1, links=4).effective_gbps == 400.0
 
 
-def test_default_algorithms_cover_blocks():
-    assert set(DEFAULT_ALGORITHM) == set(BLOCKS)
+def test_every_block_has_a_default_algorithm():
+    assert {"Ring", "FullyConnected", "Switch", "Mesh", "Graph"} <= set(BLOCKS)
+    for block in BLOCKS.values():
+        assert block.default_algorithm(8)
 
 
 # ----------------------------------------------------------------- link graph

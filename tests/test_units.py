@@ -1,7 +1,7 @@
 import pytest
 
-from astra_compile.errors import UserError
-from astra_compile.units import (
+from astra_compile.network.errors import UserError
+from astra_compile.network.units import (
     GIB,
     format_size,
     gbps_to_bytes_per_ns,

@@ -16,7 +16,7 @@ from astra_compile.dialects import comm
 from astra_compile.runtime import analytical
 from astra_compile.runtime.tables import RECV_COPY, RECV_REDUCE, SEND, Table
 from astra_compile.runtime.verifier import VerificationError, verify
-from astra_compile.topology import parse_topology
+from astra_compile.network.parse import parse_topology
 
 TOPOLOGY = "Ring(4)_Switch(2)"
 SIZE = 4096

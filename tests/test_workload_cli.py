@@ -8,8 +8,8 @@ import pytest
 
 import astra_compile
 from astra_compile.dialects import workload as wl
-from astra_compile.errors import UserError
-from astra_compile.topology import parse_topology
+from astra_compile.network.errors import UserError
+from astra_compile.network.parse import parse_topology
 from astra_compile.workload_driver import group_dims
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")

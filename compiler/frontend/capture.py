@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..errors import UserError
+from ..network.errors import UserError
 from .model_file import ModelFile, one_line
 from .parallelize import (apply_builtin, build_mesh, check_mesh, ddp_modules, prepare_ddp,
                           skip_cross_rank_checks)

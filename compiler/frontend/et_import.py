@@ -45,7 +45,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from ..errors import UserError
+from ..network.errors import UserError
 from .workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
 
 OUT = "out"  # "the op's recorded outputs" in the tables below

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import UserError
+from ..network.errors import UserError
 
 
 @dataclass

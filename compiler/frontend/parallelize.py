@@ -14,7 +14,7 @@ import warnings
 
 import torch.distributed as dist
 
-from ..errors import UserError
+from ..network.errors import UserError
 
 BUILTIN_AXES = ("dp", "fsdp", "tp")
 

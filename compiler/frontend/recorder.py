@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from ..errors import UserError
+from ..network.errors import UserError
 from .workload import COLLECTIVE, COMPUTE, WAIT, Op
 
 # PyTorch's collective ops -> (comm dialect collective, which tensor is the full buffer: "in" | "out")

@@ -1,0 +1,54 @@
+"""The building blocks of network dimensions: one file per block in this folder, each a `Block` subclass
+(base.py). Every module here is imported and every Block subclass with a name registered, so adding a block is
+adding its file.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from ..errors import UserError
+from .base import BACKWARD, FORWARD, SHORTEST, Block  # noqa: F401
+
+BLOCKS: dict[str, Block] = {}
+_SPELLINGS: dict[str, str] = {}  # lower-case spelling -> canonical name
+
+
+def _register_all() -> None:
+    for info in pkgutil.iter_modules(__path__):
+        if info.name != "base":
+            importlib.import_module(f"{__name__}.{info.name}")
+    found = sorted((c for c in _subclasses(Block) if c.name), key=lambda c: (c.order, c.name))
+    for cls in found:
+        BLOCKS[cls.name] = cls()
+        for word in (cls.name,) + cls.spellings + cls.aliases:
+            _SPELLINGS[word.lower()] = cls.name
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def canonical(word: str) -> str | None:
+    """The block a spelling names (case-insensitive), or None."""
+    return _SPELLINGS.get(word.strip().lower()) if isinstance(word, str) else None
+
+
+def block(name: str) -> Block:
+    """The block of a canonical name; an unknown one is bad input (never silently routed as something else)."""
+    found = BLOCKS.get(name)
+    if found is None:
+        raise UserError(f"unknown topology block {name!r}; {expected()}")
+    return found
+
+
+def expected(notation: bool = True) -> str:
+    """'expected Ring(k), FullyConnected(k)/FC(k), ... or Mesh(k)/Line(k)': the blocks the notation accepts (or,
+    with notation=False, their names as network files write them: 'expected Ring, FullyConnected, ...')."""
+    forms = ["/".join(f"{s}(k)" for s in b.spellings) if notation else b.name for b in BLOCKS.values() if b.listed]
+    return "expected " + (", ".join(forms[:-1]) + " or " + forms[-1] if len(forms) > 1 else forms[0])
+
+
+_register_all()
