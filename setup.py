@@ -5,6 +5,7 @@ all live under the one import package `astra_compile` so nothing squats on gener
 
     compiler/  -> astra_compile            (driver, CLI, lowering, report)
     network/   -> astra_compile.network    (the one network model: topology, blocks, links, parsers; numpy only)
+    algorithms/ -> astra_compile.algorithms (one file per collective algorithm, a registry; imports only network/)
     dialects/  -> astra_compile.dialects   (the comm dialect, IRDL)
     passes/    -> astra_compile.passes     (one pass per file)
     runtime/   -> astra_compile.runtime    (table formats, cost models, verifier; imports only network/)
@@ -33,7 +34,7 @@ setup(
     ],
     package_dir={
         "astra_compile": "compiler",
-        "astra_compile.algorithms": "compiler/algorithms",
+        "astra_compile.algorithms": "algorithms",
         "astra_compile.dialects": "dialects",
         "astra_compile.frontend": "compiler/frontend",
         "astra_compile.network": "network",

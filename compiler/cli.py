@@ -297,8 +297,11 @@ def _run_collective(args, run) -> int:
     if args.algorithm:
         defaults["algorithm"] = args.algorithm
     if args.ports is not None:
-        if str(args.algorithm or "").strip().lower() not in comm.GRAPH_ALGORITHMS:
-            raise UserError("--ports applies to --algorithm multitree or multitree_optimal")
+        from . import algorithms
+        name = algorithms.canonical(args.algorithm or "")
+        if name is None or not algorithms.REGISTRY[name].takes_ports:
+            takes = " or ".join(n for n, a in algorithms.REGISTRY.items() if a.takes_ports)
+            raise UserError(f"--ports applies to --algorithm {takes}")
         defaults["ports"] = _positive_int(args.ports, "--ports")
     hook = driver.print_after_each(sys.stderr) if args.print_ir_after_all else None
     if args.compare:

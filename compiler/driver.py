@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import algorithms
 from .dialects import comm
 from .network.errors import UserError
 from .lower import Schedule
@@ -74,13 +75,9 @@ SCHEDULERS = {
     "optimal": DEFAULT_PIPELINE + ",optimal-balance",  # CP-SAT split of chunks over orders (checked against themis)
 }
 DEFAULT_SCHEDULER, DEFAULT_INTRA = "optimal", "scf"
-# graph algorithms schedule the whole network per phase: no per-dimension phases, no dimension orders
-GRAPH_PIPELINE = "decompose-all-reduce,chunk,flat-decompose,select-algorithm"
-# --algorithm names of one phase over the whole network -> that phase's algorithm: a ring along a Hamiltonian
-# cycle of links, and topology-unaware algorithms over ranks whose messages are routed dimension by dimension
-FLAT_ALGORITHMS = {"flat_ring": "ring", "rank_ring": "rank_ring", "flat_direct": "direct",
-                   "flat_halving_doubling": "halving_doubling", "flat_double_binary_tree": "double_binary_tree",
-                   "hdrm": "hdrm"}
+# whole-network algorithms (network and ranks scope, algorithms/) schedule one phase over every dimension: no
+# per-dimension phases, no dimension orders
+FLAT_PIPELINE = "decompose-all-reduce,chunk,flat-decompose,select-algorithm{{algorithm={}}}"
 
 
 @dataclass
@@ -132,14 +129,10 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
 
     if pipeline is not None:
         return one(pipeline, "custom pipeline", after_each)
-    algorithm = str(defaults.get("algorithm", "")).strip().lower()
-    if algorithm in comm.GRAPH_ALGORITHMS:
-        return one(GRAPH_PIPELINE, f"{algorithm} (graph)", after_each)
-    if algorithm in FLAT_ALGORITHMS:  # one phase over the whole network instead of one per dimension
-        flat = FLAT_ALGORITHMS[algorithm]
-        label = "ring along a Hamiltonian cycle (graph)" if flat == "ring" else f"{flat} over the whole network (routed)"
-        return one(f"decompose-all-reduce,chunk,flat-decompose,select-algorithm{{algorithm={flat}}}", label,
-                   after_each)
+    name = algorithms.canonical(str(defaults.get("algorithm", "")))  # None for a per-dimension list
+    if name is not None and algorithms.REGISTRY[name].scope != algorithms.DIMENSION:
+        alg = algorithms.REGISTRY[name]
+        return one(FLAT_PIPELINE.format(alg.phase_name), alg.label, after_each)
     best = one(SCHEDULERS[scheduler], scheduler, after_each)
     if scheduler == "optimal":
         themis = one(SCHEDULERS["themis"], "themis")

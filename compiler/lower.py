@@ -16,20 +16,18 @@ from functools import lru_cache
 
 import numpy as np
 
-from .algorithms import Transfers, all_to_all, graph_ring, hdrm, multitree, template
+from . import algorithms
+from .algorithms import RANKS, Transfers, flat_ring, hdrm, multitree
 from .algorithms.translated_trees import translated_trees
 from .dependencies import dependencies
 from .network.errors import UserError
 from .network.graphs import BIGRAPH_RE, reachable
 from .plans import FLAT, CollectivePlan, Stage
-from .dialects.comm import ROUTED_ALGORITHMS
 from .network.links import LANE_SHORTEST, ROUTED, LinkMap
 from .runtime.tables import FORMAT, RECV_COPY, RECV_REDUCE, SEND, VERSION, Table
 from .network.blocks import SHORTEST
 from .network.topology import Topology
 
-SYMMETRIC_ALGORITHMS = ("ring", "direct", "halving_doubling")
-OPTIMAL_TREES_MAX_NPUS = 16
 PATH_TREES_MAX_NPUS = 256  # trees through switches weigh every NPU pair: 128 NPUs take 5-25 s
 
 
@@ -147,7 +145,7 @@ class Schedule:
             return False
         if plan.kind == "all_to_all" and stage.algorithm == "ring":  # one partner per round: members sit out
             return kind.neighbour_links                              # different rounds off a ring
-        return stage.algorithm in SYMMETRIC_ALGORITHMS
+        return algorithms.for_phase(stage.algorithm, flat=False).symmetric
 
     def _splits_evenly(self) -> bool:
         """True when every chunk, block and unit has the same byte count on every NPU. Only then is every NPU's
@@ -169,15 +167,15 @@ class Schedule:
         return self._template(plan.kind, stage).units
 
     def _template(self, kind: str, stage: Stage) -> Transfers:
-        if stage.dim == FLAT and stage.algorithm == "ring":
-            return graph_ring.template(kind, self.cycle(), self._links.src, self._links.dst)
-        if stage.dim == FLAT and stage.algorithm in ROUTED_ALGORITHMS:  # over ranks, routed across dimensions
-            base = {"rank_ring": "ring", "hdrm": "halving_doubling"}.get(stage.algorithm, stage.algorithm)
-            return template(kind, base, self.topology.npus, bidirectional=True)
+        alg = algorithms.for_phase(stage.algorithm, flat=stage.dim == FLAT)
+        if alg.scope == RANKS:  # over ranks, routed across dimensions
+            return alg.template(kind, self.topology.npus, bidirectional=True)
+        if alg.name == "flat_ring":
+            return flat_ring.template(kind, self.cycle(), self._links.src, self._links.dst)
         if stage.dim == FLAT:
             return multitree.template(kind, self.trees())
         dim = self.topology.dims[stage.dim]
-        return template(kind, stage.algorithm, dim.size, bidirectional=dim.kind.neighbour_links)
+        return alg.template(kind, dim.size, bidirectional=dim.kind.neighbour_links)
 
     def _hdrm_map(self, plan: CollectivePlan, inverse: bool = False) -> np.ndarray:
         """HDRM's placement of virtual ranks on NPUs (algorithms/hdrm.py), or with `inverse` each NPU's virtual
@@ -205,7 +203,7 @@ class Schedule:
                 raise UserError(f"a ring over the whole network needs links between NPUs; {self.topology.name} has "
                                 f"switch dimensions")
             self._links = self.topology.links()
-            self._cycle = graph_ring.hamiltonian_cycle(self.topology, self._links.src, self._links.dst)
+            self._cycle = flat_ring.hamiltonian_cycle(self.topology, self._links.src, self._links.dst)
             if self._cycle is None:
                 raise UserError(f"no Hamiltonian ring found in {self.topology.name} (the walks tried close only "
                                 f"when some dimension has an even size, and a mesh needs two dimensions)")
@@ -235,10 +233,10 @@ class Schedule:
                 if self._trees is None or greedy.steps < self._trees.steps:
                     self._trees = greedy
             if any(s.algorithm == "multitree_optimal" for p in self.plans for s in p.stages):
-                if self.topology.npus > OPTIMAL_TREES_MAX_NPUS:
+                from .algorithms.multitree_optimal import MultitreeOptimal, fewest_steps
+                if self.topology.npus > MultitreeOptimal.max_npus:
                     raise UserError(f"multitree_optimal searches with CP-SAT and is meant for at most "
-                                    f"{OPTIMAL_TREES_MAX_NPUS} NPUs; {self.topology.name} has {self.topology.npus}")
-                from .algorithms.optimal_trees import fewest_steps
+                                    f"{MultitreeOptimal.max_npus} NPUs; {self.topology.name} has {self.topology.npus}")
                 steps, trees = fewest_steps(self.topology.npus, lg.src, lg.dst, self._trees.steps, ports)
                 if trees is not None and steps < self._trees.steps:
                     self._trees = trees
@@ -284,7 +282,7 @@ class Schedule:
         n = len(step)
         off = base[None, :] + (lo[:, None] * length[None, :]) // units
         end = base[None, :] + (hi[:, None] * length[None, :]) // units
-        if stage.dim == FLAT and stage.algorithm in ROUTED_ALGORITHMS:
+        if stage.dim == FLAT and algorithms.for_phase(stage.algorithm, flat=True).scope == RANKS:
             if stage.algorithm == "hdrm":  # peers are virtual ranks: place them
                 peer_m = self._hdrm_map(plan)[peer_m]
             return self._expand_routed(npu, plan, si, step, op, peer_m, direction, off, end, flows)
@@ -448,7 +446,7 @@ def _a2a_template(algorithm: str, group_shape: tuple, local_dim: int, member: in
     k = group_shape[local_dim]
     slot_coord = (np.arange(nslots) // stride) % k
     cols = {c: [] for c in ("step", "op", "peer", "lo", "hi", "dir")}
-    for step, src, dst, x, direction in all_to_all.exchanges(algorithm, k, ring_dim):
+    for step, src, dst, x, direction in algorithms.for_phase(algorithm, flat=False).exchanges(k, ring_dim):
         if member not in (src, dst):
             continue
         lo, hi = _runs(np.flatnonzero(slot_coord == x))

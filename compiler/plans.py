@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import algorithms
 from .dialects import comm
 from .network.errors import UserError
 
@@ -79,7 +80,8 @@ def plans_from_module(module) -> list[CollectivePlan]:
         plan = plans[name]
         if a["stage"] != len(plan.stages) or a["kind"] != plan.kind or a["chunks"] != plan.chunks:
             raise UserError(f"phases of '{name}' are out of order or disagree on kind/chunks")
-        plan.stages.append(Stage(a["kind"], int(a["dim"]), comm.canonical_algorithm(a["algorithm"]), int(a["bytes"]),
+        alg = algorithms.for_phase(a["algorithm"], flat=int(a["dim"]) == FLAT)
+        plan.stages.append(Stage(a["kind"], int(a["dim"]), alg.phase_name, int(a["bytes"]),
                                  int(a["ports"]) if "ports" in a else None))
         positions.setdefault(name, []).append(a.get("order"))
         for operand in op.operands:

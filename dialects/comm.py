@@ -18,17 +18,6 @@ from torch_mlir.dialects import irdl
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 POINT_TO_POINT = ("send", "recv")
 PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all")
-ALGORITHMS = ("ring", "direct", "halving_doubling", "double_binary_tree", "multitree", "multitree_optimal",
-              "rank_ring", "hdrm")
-GRAPH_ALGORITHMS = ("multitree", "multitree_optimal")  # phases over a whole group (dim = -1), scheduled link by link
-# algorithms of a phase over the whole group (dim = -1): the graph algorithms, "ring" along a Hamiltonian cycle of
-# links, and topology-unaware ones over ranks whose messages are routed across dimensions ("rank_ring": a ring in
-# rank order; "hdrm": halving-doubling over ranks mapped onto a BiGraph so that no link is shared)
-ROUTED_ALGORITHMS = ("rank_ring", "direct", "halving_doubling", "double_binary_tree", "hdrm")
-FLAT_ALGORITHMS = GRAPH_ALGORITHMS + ("ring",) + ROUTED_ALGORITHMS
-ALGORITHM_ALIASES = {"hd": "halving_doubling", "halvingdoubling": "halving_doubling", "rhd": "halving_doubling",
-                     "dbt": "double_binary_tree", "doublebinarytree": "double_binary_tree", "tree": "double_binary_tree"}
-
 _IRDL_FILE = os.path.join(os.path.dirname(__file__), "comm.irdl.mlir")
 TOPOLOGY_ATTR = "comm.topology"
 GRAPH_KEYS = ("names", "npus", "src", "dst", "gbps", "latency_ns")
@@ -212,14 +201,6 @@ def get_topology(module: ir.Module) -> dict | None:
 
 # ---- value checks IRDL cannot express --------------------------------------------------------------------------
 
-def canonical_algorithm(name: str) -> str:
-    key = name.strip().lower().replace("-", "_")
-    key = ALGORITHM_ALIASES.get(key.replace("_", ""), ALGORITHM_ALIASES.get(key, key))
-    if key not in ALGORITHMS:
-        raise IRError(f"unknown algorithm '{name}'; expected one of {', '.join(ALGORITHMS)}")
-    return key
-
-
 def verify_module(module: ir.Module, shape: list[int] | None = None) -> None:
     """MLIR verification plus value checks; `shape` (sizes per topology dimension) bounds dimension indices."""
     if not module.operation.verify():
@@ -274,5 +255,4 @@ def verify_module(module: ir.Module, shape: list[int] | None = None) -> None:
                 raise IRError(f"{where}: phase kind '{a['kind']}' is not one of {', '.join(PHASE_KINDS)}")
             if shape is not None and not (0 <= a["dim"] < len(shape) or a["dim"] == -1):
                 raise IRError(f"{where}: dim {a['dim']} outside the topology's {len(shape)} dimensions")
-            if "algorithm" in a:
-                canonical_algorithm(a["algorithm"])
+            # the algorithm's name is checked against the registry where it is read (select-algorithm, lowering)

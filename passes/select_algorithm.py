@@ -7,12 +7,23 @@ comma-separated list with one name per topology dimension. Phases that already n
 """
 from __future__ import annotations
 
+from .. import algorithms
 from ..dialects import comm
+from ..network.errors import UserError
 from .base import Pass, PassError, register
 
 
 def _names(text: str) -> list[str]:
-    return [comm.canonical_algorithm(t) for t in text.split(",") if t.strip()]
+    """--algorithm names (aliases resolved); a phase name of a whole-network algorithm ('ring' for the
+    Hamiltonian cycle) is resolved per phase."""
+    out = []
+    for t in text.split(","):
+        if t.strip():
+            name = algorithms.canonical(t)
+            if name is None:
+                raise PassError(f"unknown algorithm '{t.strip()}'; expected one of {', '.join(algorithms.REGISTRY)}")
+            out.append(name)
+    return out
 
 
 def algorithm_for(dim: int, dims: list, chosen: list[str] | None) -> str:
@@ -22,29 +33,24 @@ def algorithm_for(dim: int, dims: list, chosen: list[str] | None) -> str:
     return dims[dim].default_algorithm
 
 
-def check_applicable(algorithm: str, kind: str, size: int, dim: int) -> None:
-    """Reject (algorithm, phase kind, group size) combinations that have no schedule."""
-    if algorithm in ("halving_doubling", "hdrm") and size & (size - 1):
-        where = "the network" if dim < 0 else f"dimension {dim}"
-        raise PassError(f"{algorithm} needs a power-of-two group, {where} has {size} NPUs")
-    if algorithm == "double_binary_tree" and kind == "all_to_all":
-        raise PassError("double_binary_tree has no all_to_all schedule (trees cannot forward per-destination "
-                        "data in place); use ring, direct or halving_doubling for all_to_all")
+def check_applicable(alg, kind: str, size: int, dim: int) -> None:
+    """Reject (algorithm, phase kind, group size) combinations that have no schedule (the algorithm's check)."""
+    try:
+        alg.check(kind, size, "the network" if dim < 0 else f"dimension {dim}")
+    except UserError as e:
+        raise PassError(str(e)) from None
 
 
 @register
 class SelectAlgorithm(Pass):
     name = "select-algorithm"
-    summary = "per-dimension algorithm: ring, direct, halving_doubling or double_binary_tree"
+    summary = "the algorithm of every phase (algorithms/: per dimension, or over the whole network)"
     options = {"algorithm": (_names, None, "one algorithm, or one per topology dimension (comma-separated)"),
                "ports": (int, None, "multitree: new tree edges a node may start per step (its injection ports); "
                                     "default one per link")}
 
     def apply(self, module, ctx) -> None:
-        try:
-            chosen = self.option("algorithm", ctx)
-        except comm.IRError as e:
-            raise PassError(str(e)) from None
+        chosen = self.option("algorithm", ctx)
         dims = ctx.topology.dims
         if chosen and len(chosen) not in (1, len(dims)):
             raise PassError(f"--algorithm lists {len(chosen)} algorithms for {len(dims)} dimensions")
@@ -52,25 +58,33 @@ class SelectAlgorithm(Pass):
             if comm.short_name(op) != "phase":
                 continue
             a = comm.attrs(op)
-            if a["dim"] == -1:  # a phase over the whole group: only graph algorithms schedule those
-                algo = a.get("algorithm") or (chosen[0] if chosen and len(chosen) == 1 else "multitree")
-                if algo not in comm.FLAT_ALGORITHMS:
-                    raise PassError(f"a phase over every dimension needs one of {', '.join(comm.FLAT_ALGORITHMS)}, "
-                                    f"not {algo}")
-                check_applicable(algo, a["kind"], ctx.topology.npus, -1)
-                comm.set_attr(op, "algorithm", algo)
+            if a["dim"] == -1:  # a phase over the whole group: only whole-network algorithms schedule those
+                word = a.get("algorithm") or (chosen[0] if chosen and len(chosen) == 1 else "multitree")
+                try:
+                    alg = algorithms.for_phase(word, flat=True)
+                except UserError:
+                    flat = ", ".join(dict.fromkeys(x.phase_name for x in algorithms.scoped(algorithms.NETWORK,
+                                                                                           algorithms.RANKS)))
+                    raise PassError(f"a phase over every dimension needs one of {flat}, not {word}") from None
+                check_applicable(alg, a["kind"], ctx.topology.npus, -1)
+                comm.set_attr(op, "algorithm", alg.phase_name)
                 ports = self.option("ports", ctx)
-                if ports is not None and algo in comm.GRAPH_ALGORITHMS:
+                if ports is not None and alg.takes_ports:
                     if ports < 1:
                         raise PassError(f"ports must be at least 1, got {ports}")
                     comm.set_attr(op, "ports", int(ports))
                 continue
-            algo = a.get("algorithm") or algorithm_for(a["dim"], dims, chosen)
-            if algo in comm.GRAPH_ALGORITHMS + ("rank_ring", "hdrm"):
-                raise PassError(f"{algo} schedules the whole network at once: compile with --algorithm {algo} "
+            word = a.get("algorithm") or algorithm_for(a["dim"], dims, chosen)
+            name = algorithms.canonical(word)
+            if name is not None and algorithms.REGISTRY[name].scope != algorithms.DIMENSION:
+                raise PassError(f"{name} schedules the whole network at once: compile with --algorithm {name} "
                                 f"(flat-decompose instead of hierarchical-decompose)")
-            check_applicable(algo, a["kind"], dims[a["dim"]].size, a["dim"])
-            comm.set_attr(op, "algorithm", algo)
+            try:
+                alg = algorithms.for_phase(word, flat=False)
+            except UserError as e:
+                raise PassError(str(e)) from None
+            check_applicable(alg, a["kind"], dims[a["dim"]].size, a["dim"])
+            comm.set_attr(op, "algorithm", alg.phase_name)
 
     def ensures(self, module, ctx) -> None:
         super().ensures(module, ctx)

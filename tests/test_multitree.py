@@ -133,7 +133,7 @@ def test_seed003_style_table_for_accelerator_0(capsys):
     ("Ring(4)", 2, 2), ("Ring(8)", 4, 4), ("Ring(2)_Ring(4)", 3, 3), ("4x4_torus", 5, 4), ("Ring(3)_Ring(3)", 3, 2),
 ])
 def test_cp_sat_optimum_beside_multitree(topology, greedy, optimum):
-    from astra_compile.algorithms.optimal_trees import feasible, fewest_steps
+    from astra_compile.algorithms.multitree_optimal import feasible, fewest_steps
     topo = parse_topology(topology)
     lg = topo.links()
     assert build_trees(topo.npus, lg.src, lg.dst).steps == greedy

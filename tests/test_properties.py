@@ -15,13 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from astra_compile import driver
+from astra_compile import algorithms, driver
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical, verifier
 from astra_compile.runtime.tables import RECV_COPY, RECV_REDUCE, SEND, DirSchedule, write_dir
+from astra_compile.network.errors import UserError
 from astra_compile.network.parse import parse_topology
 
 BLOCKS = ("Ring", "FC", "Switch", "Mesh")
+BLOCK_NAMES = {"Ring": "Ring", "FC": "FullyConnected", "Switch": "Switch", "Mesh": "Mesh"}
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 CLOSED_FORM = ("ring", "direct", "halving_doubling")
 SETTINGS = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -31,13 +33,19 @@ def _pow2(k: int) -> bool:
     return k & (k - 1) == 0
 
 
-def applicable(kind: str, k: int) -> list[str]:
-    """Algorithms that have a schedule for a `kind` phase on a group of k members."""
-    out = ["ring", "direct"]
-    if _pow2(k):
-        out.append("halving_doubling")
-    if kind != "all_to_all":
-        out.append("double_binary_tree")
+def applicable(kind: str, k: int, block: str) -> list[str]:
+    """Per-dimension algorithms of the registry that have a schedule for a `kind` phase on a group of k members
+    of `block` (each algorithm's own check): a new algorithm file is property-tested without a word here."""
+    out = []
+    for alg in algorithms.scoped(algorithms.DIMENSION):
+        if alg.blocks is not None and BLOCK_NAMES[block] not in alg.blocks:
+            continue
+        try:
+            for phase in (("reduce_scatter", "all_gather") if kind == "all_reduce" else (kind,)):
+                alg.check(phase, k, "the group")
+        except UserError:
+            continue
+        out.append(alg.name)
     return out
 
 
@@ -101,19 +109,19 @@ def cases(draw, mode=None, allow_tree=True, big=False, ndims=None):
         dims.append((block, draw(st.sampled_from([2, 3, 4, 5]))))
     tree_ok = allow_tree and mode != "symmetric"
 
-    def options(k):
-        return [a for a in applicable(kind, k) if tree_ok or a != "double_binary_tree"]
+    def options(k, block):
+        return [a for a in applicable(kind, k, block) if tree_ok or a != "double_binary_tree"]
 
     if how == "default":
         # a Switch whose size is not a power of two defaults to ring (halving_doubling has no schedule there)
         algos = [DEFAULT[b] if not (b == "Switch" and k & (k - 1)) else "ring" for b, k in dims]
         algorithm = None
     elif how == "single":
-        common = [a for a in options(2) if all(a in options(k) for _, k in dims)]
+        common = [a for a in options(2, "Ring") if all(a in options(k, b) for b, k in dims)]
         name = draw(st.sampled_from(common))
         algorithm, algos = name, [name] * ndims
     else:
-        algos = [draw(st.sampled_from(options(k))) for _, k in dims]
+        algos = [draw(st.sampled_from(options(k, b))) for b, k in dims]
         algorithm = ",".join(algos)
     chunks = draw(st.integers(1, 4))
     npus = math.prod(k for _, k in dims)

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import halving_doubling
+from .base import RANKS, Algorithm
+
 
 def applies(per_switch: int, switches: int) -> bool:
     """Does the contention-free mapping exist for an MxN_bigraph (powers of two, M <= N/2)?"""
@@ -41,3 +44,18 @@ def rank_map(per_switch: int, switches: int) -> np.ndarray:
     high[:, :k] ^= np.where(group[:, None] == 1, x[:, :k], 0)  # group 1: switch bit j = x_{K+j} xor x_j, j < K
     switch = group * (switches // 2) + (high << np.arange(s)).sum(axis=1)
     return switch * per_switch + slot
+
+
+class Hdrm(Algorithm):
+    """Halving-doubling over virtual ranks placed on the NPUs of a BiGraph by `rank_map`."""
+    order = 24
+    name = "hdrm"
+    scope = RANKS
+    label = "hdrm over the whole network (routed)"
+
+    def check(self, kind, k, where):
+        super().check(kind, k, where)
+        halving_doubling.check_power_of_two(self.name, k, where)
+
+    def template(self, kind, k, bidirectional=False):
+        return halving_doubling.template(kind, k)

@@ -11,9 +11,11 @@ with those outside. Up steps are numbered by height, down steps by the parent's 
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
-from . import Transfers, same_units
+from ..network.errors import UserError
+from .base import ALL_TO_ALL, DIMENSION, Algorithm, Transfers, same_units
 
 
 def in_order_tree(k: int):
@@ -60,3 +62,22 @@ def template(kind: str, k: int) -> Transfers:
             for b in down_blocks:
                 rows.append(same_units(top + depth[p], p, v, 2 * b + q, 2 * b + q + 1))
     return Transfers.build(2 * k, rows, reduce=(kind == "reduce_scatter"))
+
+
+class DoubleBinaryTree(Algorithm):
+    order = 3
+    name = "double_binary_tree"
+    aliases = ("dbt", "doublebinarytree", "tree")
+    scope = DIMENSION
+
+    def check(self, kind, k, where):
+        if kind == ALL_TO_ALL:
+            raise UserError("double_binary_tree has no all_to_all schedule (trees cannot forward per-destination "
+                            "data in place); use ring, direct or halving_doubling for all_to_all")
+
+    def template(self, kind, k, bidirectional=False):
+        return template(kind, k)
+
+    def cost_steps(self, kind, block, k, link, hop, region):
+        height = max(1, math.ceil(math.log2(k + 1)) - 1)
+        return [(2 * height * hop(1), (k - 1) / k * region / 2 / link)]

@@ -1,4 +1,5 @@
-"""Ring over the whole network: a Hamiltonian cycle of the link graph, run bidirectionally (the seed-003 "ring").
+"""flat_ring: a ring over the whole network along a Hamiltonian cycle of the link graph, run bidirectionally (the
+seed-003 "ring").
 
 The cycle follows a reflected (boustrophedon) walk of the coordinates, in which consecutive NPUs differ by one
 step in one dimension; it closes when the last NPU is a neighbour of the first, as on tori of even size. Meshes
@@ -7,8 +8,8 @@ are relabelled so that the NPU at every position owns the block of its own rank,
 """
 from __future__ import annotations
 
-from . import Transfers
 from . import ring
+from .base import NETWORK, Algorithm, Transfers
 
 
 def snake_order(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -82,3 +83,11 @@ def template(kind: str, cycle: list[int], src, dst) -> Transfers:
         lid = choices[half % len(choices)]  # Ring(2): the two directions take the two parallel links
         rows.append((st, a, b, unit, unit + 1, unit, unit + 1, direction, lid))
     return Transfers.build(2 * n, rows, reduce=(kind == "reduce_scatter"))
+
+
+class FlatRing(Algorithm):
+    order = 12
+    name = "flat_ring"
+    phase_name = "ring"
+    scope = NETWORK
+    label = "ring along a Hamiltonian cycle (graph)"

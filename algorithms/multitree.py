@@ -18,7 +18,7 @@ from itertools import islice
 
 import numpy as np
 
-from . import Transfers, same_units
+from .base import NETWORK, Algorithm, Transfers, same_units
 
 
 @dataclass(frozen=True)
@@ -155,3 +155,13 @@ def template(kind: str, trees: Trees) -> Transfers:
             else:  # parent sends block r to child v
                 rows.append(same_units(t - 1, p, v, r, r + 1) + (lid,))
     return Transfers.build(npus, rows, reduce=(kind == "reduce_scatter"))
+
+
+class Multitree(Algorithm):
+    """Registered as --algorithm multitree; the trees are allocated over the physical links (or routed paths
+    through switches) of the whole network."""
+    order = 10
+    name = "multitree"
+    scope = NETWORK
+    takes_ports = True
+    label = "multitree (graph)"

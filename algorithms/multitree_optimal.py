@@ -1,4 +1,5 @@
-"""The fewest time steps for MultiTree's spanning trees, by CP-SAT (small graphs, up to about 16 NPUs).
+"""multitree_optimal: MultiTree's spanning trees in the fewest time steps, proven by CP-SAT (small graphs, up to
+about 16 NPUs).
 
 Same constraints as the greedy construction (multitree.py): one spanning tree per root; an edge u -> v of tree r
 in step t needs u to hold r's data before t (u is r, or joined in an earlier step); each directed link carries at
@@ -8,6 +9,9 @@ solution is the optimum; the search starts from multitree.step_lower_bound (link
 from __future__ import annotations
 
 import numpy as np
+
+from .base import NETWORK, Algorithm
+from .multitree import Trees, step_lower_bound
 
 
 def feasible(npus: int, src, dst, steps: int, ports: int | None = None, time_limit_s: float = 30.0):
@@ -57,7 +61,6 @@ def feasible(npus: int, src, dst, steps: int, ports: int | None = None, time_lim
 
 
 def _trees(npus, src, dst, steps, chosen):
-    from .multitree import Trees
     parent = np.full((npus, npus), -1, dtype=np.int64)
     step = np.zeros((npus, npus), dtype=np.int64)
     link = np.full((npus, npus), -1, dtype=np.int64)
@@ -69,7 +72,6 @@ def _trees(npus, src, dst, steps, chosen):
 def fewest_steps(npus: int, src, dst, upper: int, ports: int | None = None, time_limit_s: float = 30.0):
     """(optimum or None, trees of the optimum or None) searching T from the lower bound up to `upper`, a
     step count known to be feasible (MultiTree's); None when the solver ran out of time before proving it."""
-    from .multitree import step_lower_bound
     lower = max(1, step_lower_bound(npus, np.asarray(src), np.asarray(dst), ports))
     for steps in range(lower, upper + 1):
         ok, found = feasible(npus, src, dst, steps, ports, time_limit_s)
@@ -78,3 +80,12 @@ def fewest_steps(npus: int, src, dst, upper: int, ports: int | None = None, time
         if ok is None:  # ran out of time: the optimum lies between here and `upper`
             return None, None
     return None, None
+
+
+class MultitreeOptimal(Algorithm):
+    order = 11
+    name = "multitree_optimal"
+    scope = NETWORK
+    takes_ports = True
+    label = "multitree_optimal (graph)"
+    max_npus = 16  # CP-SAT's model grows with roots x links x steps

@@ -1,0 +1,105 @@
+"""The interface every collective algorithm implements (one file per algorithm in this folder), and the transfer
+templates the lowering expands.
+
+An algorithm serves phases of some kinds (reduce_scatter, all_gather, all_to_all) at one scope:
+- `dimension`: on the k members of one topology dimension (ring, direct, halving-doubling, trees, in-switch);
+- `ranks`: over every NPU at once by rank, each message routed across the dimensions (rank_ring, flat_direct, ...);
+- `network`: over every NPU at once along chosen physical links (multitree, flat_ring), whose structure (trees, a
+  cycle) a pass decides.
+
+A phase's template (`Transfers`): at `step`, member `src` sends units [src_lo, src_hi) of its region to member `dst`,
+which reduces (adds) or copies them into units [dst_lo, dst_hi) of its own. The region (the bytes the phase works
+on) is split into `units` equal units (floor boundaries, so any byte count works). Reduce-scatter leaves member m
+owning block m (units [m*P, (m+1)*P) with P = units // k); all-gather starts from that ownership. `direction`
+(+1 / -1 / 0) says which way round a Ring dimension a transfer goes (0: the shorter way).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..network.errors import UserError
+
+DIMENSION, RANKS, NETWORK = "dimension", "ranks", "network"
+REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL = "reduce_scatter", "all_gather", "all_to_all"
+
+
+@dataclass(frozen=True)
+class Transfers:
+    units: int
+    steps: int
+    step: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    src_lo: np.ndarray
+    src_hi: np.ndarray
+    dst_lo: np.ndarray
+    dst_hi: np.ndarray
+    reduce: np.ndarray      # bool per transfer
+    direction: np.ndarray   # +1, -1, or 0 = shortest way
+    # network-scope algorithms (members = NPUs of the whole network): the physical link (index into Topology.links())
+    link: np.ndarray | None = None
+
+    @staticmethod
+    def build(units: int, rows: list[tuple], reduce: bool) -> "Transfers":
+        """rows: (step, src, dst, src_lo, src_hi, dst_lo, dst_hi, direction[, link])."""
+        width = len(rows[0]) if rows else 8
+        a = np.array(rows, dtype=np.int64).reshape(-1, width)
+        order = np.lexsort((a[:, 3], a[:, 2], a[:, 1], a[:, 0]))
+        a = a[order]
+        steps = int(a[:, 0].max()) + 1 if len(a) else 0
+        return Transfers(units, steps, a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5], a[:, 6],
+                         np.full(len(a), reduce), a[:, 7], a[:, 8] if width > 8 else None)
+
+
+def same_units(step, src, dst, lo, hi, direction=0):
+    """A row that sends units [lo, hi) to the same units of the receiver (every algorithm but all-to-all)."""
+    return (step, src, dst, lo, hi, lo, hi, direction)
+
+
+class Algorithm:
+    """One collective algorithm. Subclasses in this folder register themselves (algorithms/__init__.py)."""
+    order: int = 100                        # place in listings
+    name: str = ""                          # the --algorithm name
+    phase_name: str = ""                    # what a phase's `algorithm` attribute holds (default: the name)
+    aliases: tuple[str, ...] = ()           # further spellings (lower case, no separators)
+    scope: str = DIMENSION
+    kinds: tuple[str, ...] = (REDUCE_SCATTER, ALL_GATHER)
+    blocks: tuple[str, ...] | None = None   # dimension scope: the blocks it runs on (None: any)
+    symmetric: bool = False                 # on a transitive block every member runs a relabelling of member 0's steps
+    label: str = ""                         # reports: how a whole-network pipeline with this algorithm is named
+    takes_ports: bool = False               # honours --ports (new tree edges an NPU may start per step)
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if cls.name and not cls.__dict__.get("phase_name"):
+            cls.phase_name = cls.name
+
+    def check(self, kind: str, k: int, where: str) -> None:
+        """Refuse (UserError, one line) a phase this algorithm has no schedule for: `kind` on a group of k
+        members (`where` names the group: 'dimension 1', 'the network')."""
+        if kind not in self.kinds:
+            raise UserError(f"{self.name} has no {kind} schedule")
+
+    # ---- dimension and ranks scope ----------------------------------------------------------------------
+
+    def template(self, kind: str, k: int, bidirectional: bool = False) -> Transfers:
+        """The transfers of a reduce-scatter or all-gather phase on k members (`bidirectional`: each member
+        links to both ring neighbours, as on a Ring dimension)."""
+        raise NotImplementedError(f"{self.name} has no template")
+
+    def exchanges(self, k: int, bidirectional: bool) -> tuple[tuple[int, int, int, int, int], ...]:
+        """All-to-all along one dimension, in place, as pairwise exchanges of slot groups: (step, src, dst, x,
+        direction) for every slot group sent (a slot is the buffer piece for one destination NPU of the group; the
+        group sent holds the slots whose coordinate in this dimension is x). The receiver stores it at coordinate
+        x XOR src XOR dst: for direct and ring x = dst, so the slot lands at the sender's coordinate, and after
+        every dimension slot j of NPU n holds what NPU j had for n. Each exchange is a swap: what a member
+        receives in a step overwrites only what it sent in that step."""
+        raise UserError(f"no all_to_all schedule for {self.name}")
+
+    def cost_steps(self, kind: str, block, k: int, link: float, hop, region: float) -> list[tuple[float, float]]:
+        """(latency, transfer) in ns of every step of a phase on a chunk's region of `region` bytes, for the
+        ordering passes: `link` is one link's bandwidth in bytes per ns, `hop(distance)` the latency to a partner
+        that many members away (the block's hops times the latency). Trees may return one entry for all steps."""
+        raise ValueError(f"no cost model for {self.name}")

@@ -1,0 +1,77 @@
+"""Ring reduce-scatter / all-gather: k-1 steps, each member passes one block to its ring neighbour.
+
+On a Ring dimension the NPU's bandwidth is split over its two neighbour links, so the schedule is bidirectional:
+every block is halved and the halves travel round the ring in opposite directions (two counter-rotating rings),
+which moves the same bytes per link-second as one ring at the full dimension bandwidth.
+
+All-to-all: on neighbour links (a Ring) the ring-distance-ordered pairwise exchange with both neighbours at
+distance t in step t-1 (floor(k/2) steps); elsewhere one partner per step, (t - m) mod k in round t (an
+involution, so every exchange is a swap; each member sits out at most one round).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .base import ALL_GATHER, ALL_TO_ALL, DIMENSION, REDUCE_SCATTER, Algorithm, Transfers, same_units
+
+
+@lru_cache(maxsize=None)
+def template(kind: str, k: int, bidirectional: bool = False) -> Transfers:
+    parts = 2 if bidirectional else 1
+    rows = []
+    for m in range(k):
+        for s in range(k - 1):
+            for q in range(parts):
+                d = 1 if q == 0 else -1
+                if kind == "reduce_scatter":
+                    # send the block that ends at the member d*(k-1) ahead of it, so member m finishes owning block m
+                    b = (m - d * (s + 1)) % k
+                else:
+                    b = (m - d * s) % k  # all-gather: forward the block received in the previous step
+                u = b * parts + q
+                rows.append(same_units(s, m, (m + d) % k, u, u + 1, d))
+    return Transfers.build(k * parts, rows, reduce=(kind == "reduce_scatter"))
+
+
+@lru_cache(maxsize=None)
+def exchanges(k: int, bidirectional: bool) -> tuple[tuple[int, int, int, int, int], ...]:
+    rows = []
+    if not bidirectional:
+        # one partner per step (a switch port or one FC link at a time)
+        for t in range(k):
+            for m in range(k):
+                p = (t - m) % k
+                if p != m:
+                    rows.append((t, m, p, p, 0))
+        used = sorted({r[0] for r in rows})
+        return tuple((used.index(r[0]),) + r[1:] for r in rows)
+    for t in range(1, k // 2 + 1):  # step t-1 swaps with the members t ahead and t behind
+        for m in range(k):
+            ahead, behind = (m + t) % k, (m - t) % k
+            rows.append((t - 1, m, ahead, ahead, 1))
+            if behind != ahead:
+                rows.append((t - 1, m, behind, behind, -1))
+    return tuple(rows)
+
+
+class Ring(Algorithm):
+    order = 0
+    name = "ring"
+    scope = DIMENSION
+    kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL)
+    symmetric = True
+
+    def template(self, kind, k, bidirectional=False):
+        return template(kind, k, bidirectional)
+
+    def exchanges(self, k, bidirectional):
+        return exchanges(k, bidirectional)
+
+    def cost_steps(self, kind, block, k, link, hop, region):
+        if kind == ALL_TO_ALL:
+            piece = region / k
+            if block.neighbour_links:  # both neighbours at distance t in step t
+                return [(max(hop(t), hop(k - t)), piece / link) for t in range(1, k // 2 + 1)]
+            return [(hop(1), piece / link)] * k  # one partner per round
+        per_link = region / k / (2 if block.neighbour_links else 1)
+        return [(max(hop(1), hop(k - 1)), per_link / link)] * (k - 1)
