@@ -7,10 +7,8 @@ runtime needs none of it (it reads tables).
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from ..network.errors import UserError
+from ..network.registry import discover
 from .base import (ALL_GATHER, ALL_TO_ALL, DIMENSION, NETWORK, RANKS, REDUCE_SCATTER, Algorithm,  # noqa: F401
                    Transfers, same_units)
 
@@ -19,21 +17,12 @@ _SPELLINGS: dict[str, str] = {}       # name or alias without separators -> name
 
 
 def _register_all() -> None:
-    for info in pkgutil.iter_modules(__path__):
-        if info.name != "base":
-            importlib.import_module(f"{__name__}.{info.name}")
-    found = sorted((c for c in _subclasses(Algorithm) if c.name), key=lambda c: (c.order, c.name))
+    found = discover(__name__, __path__, Algorithm)
     for cls in found:
         REGISTRY[cls.name] = cls()
     for alg in REGISTRY.values():
         for word in (alg.name,) + alg.aliases:
             _SPELLINGS.setdefault(_key(word), alg.name)
-
-
-def _subclasses(cls):
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from _subclasses(sub)
 
 
 def _key(word: str) -> str:

@@ -70,6 +70,7 @@ class Algorithm:
     symmetric: bool = False                 # on a transitive block every member runs a relabelling of member 0's steps
     label: str = ""                         # reports: how a whole-network pipeline with this algorithm is named
     takes_ports: bool = False               # honours --ports (new tree edges an NPU may start per step)
+    power_of_two: bool = False              # needs a group of 2^n members
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -81,6 +82,8 @@ class Algorithm:
         members (`where` names the group: 'dimension 1', 'the network')."""
         if kind not in self.kinds:
             raise UserError(f"{self.name} has no {kind} schedule")
+        if self.power_of_two and k & (k - 1):
+            raise UserError(f"{self.phase_name} needs a power-of-two group, {where} has {k} NPUs")
 
     # ---- dimension and ranks scope ----------------------------------------------------------------------
 
@@ -103,3 +106,14 @@ class Algorithm:
         ordering passes: `link` is one link's bandwidth in bytes per ns, `hop(distance)` the latency to a partner
         that many members away (the block's hops times the latency). Trees may return one entry for all steps."""
         raise ValueError(f"no cost model for {self.name}")
+
+
+class OverRanks(Algorithm):
+    """A per-dimension algorithm run over every NPU at once by rank, each message routed across the dimensions (a
+    topology-unaware baseline); `over` names the per-dimension algorithm whose template it runs."""
+    scope = RANKS
+    over: str = ""
+
+    def template(self, kind, k, bidirectional=False):
+        from . import REGISTRY  # the registry is complete by the time a template is asked for
+        return REGISTRY[self.over].template(kind, k, True)

@@ -1,17 +1,10 @@
 """flat_direct: direct over all NPUs at once by rank, every message routed across the dimensions (a topology-unaware
 baseline)."""
-from __future__ import annotations
-
-from . import direct
-from .base import RANKS, Algorithm
+from .base import OverRanks
 
 
-class FlatDirect(Algorithm):
+class FlatDirect(OverRanks):
     order = 21
     name = "flat_direct"
-    phase_name = "direct"
-    scope = RANKS
+    phase_name = over = "direct"
     label = "direct over the whole network (routed)"
-
-    def template(self, kind, k, bidirectional=False):
-        return direct.template(kind, k)

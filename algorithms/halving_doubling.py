@@ -10,13 +10,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from ..network.errors import UserError
 from .base import ALL_GATHER, ALL_TO_ALL, DIMENSION, REDUCE_SCATTER, Algorithm, Transfers, same_units
-
-
-def check_power_of_two(name: str, k: int, where: str) -> None:
-    if k & (k - 1):
-        raise UserError(f"{name} needs a power-of-two group, {where} has {k} NPUs")
 
 
 @lru_cache(maxsize=None)
@@ -60,10 +54,7 @@ class HalvingDoubling(Algorithm):
     scope = DIMENSION
     kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL)
     symmetric = True
-
-    def check(self, kind, k, where):
-        super().check(kind, k, where)
-        check_power_of_two(self.name, k, where)
+    power_of_two = True
 
     def template(self, kind, k, bidirectional=False):
         return template(kind, k)

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import halving_doubling
-from .base import RANKS, Algorithm
+from .base import OverRanks
 
 
 def applies(per_switch: int, switches: int) -> bool:
@@ -46,16 +45,10 @@ def rank_map(per_switch: int, switches: int) -> np.ndarray:
     return switch * per_switch + slot
 
 
-class Hdrm(Algorithm):
+class Hdrm(OverRanks):
     """Halving-doubling over virtual ranks placed on the NPUs of a BiGraph by `rank_map`."""
     order = 24
     name = "hdrm"
-    scope = RANKS
+    over = "halving_doubling"
+    power_of_two = True
     label = "hdrm over the whole network (routed)"
-
-    def check(self, kind, k, where):
-        super().check(kind, k, where)
-        halving_doubling.check_power_of_two(self.name, k, where)
-
-    def template(self, kind, k, bidirectional=False):
-        return halving_doubling.template(kind, k)

@@ -4,10 +4,8 @@ adding its file.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from ..errors import UserError
+from ..registry import discover
 from .base import BACKWARD, FORWARD, SHORTEST, Block  # noqa: F401
 
 BLOCKS: dict[str, Block] = {}
@@ -15,20 +13,11 @@ _SPELLINGS: dict[str, str] = {}  # lower-case spelling -> canonical name
 
 
 def _register_all() -> None:
-    for info in pkgutil.iter_modules(__path__):
-        if info.name != "base":
-            importlib.import_module(f"{__name__}.{info.name}")
-    found = sorted((c for c in _subclasses(Block) if c.name), key=lambda c: (c.order, c.name))
+    found = discover(__name__, __path__, Block)
     for cls in found:
         BLOCKS[cls.name] = cls()
         for word in (cls.name,) + cls.spellings + cls.aliases:
             _SPELLINGS[word.lower()] = cls.name
-
-
-def _subclasses(cls):
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from _subclasses(sub)
 
 
 def canonical(word: str) -> str | None:
