@@ -71,6 +71,7 @@ class Algorithm:
     label: str = ""                         # reports: how a whole-network pipeline with this algorithm is named
     takes_ports: bool = False               # honours --ports (new tree edges an NPU may start per step)
     power_of_two: bool = False              # needs a group of 2^n members
+    planned_by: str = ""                    # the pass that decides its structure (trees, a cycle, a placement)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

@@ -8,6 +8,7 @@ are relabelled so that the NPU at every position owns the block of its own rank,
 """
 from __future__ import annotations
 
+from ..network.errors import UserError
 from . import ring
 from .base import NETWORK, Algorithm, Transfers
 
@@ -90,4 +91,20 @@ class FlatRing(Algorithm):
     name = "flat_ring"
     phase_name = "ring"
     scope = NETWORK
+    planned_by = "find-cycle"
     label = "ring along a Hamiltonian cycle (graph)"
+
+    def plan(self, topology) -> list[int]:
+        """Ranks along a Hamiltonian cycle of the NPU-to-NPU links (the find-cycle pass records it)."""
+        if topology.graph is not None:
+            raise UserError(f"flat_ring walks the coordinates of a torus or mesh; {topology.name} is a graph: use "
+                            f"rank_ring (a ring over ranks along shortest paths)")
+        if not all(d.kind.direct for d in topology.dims):
+            raise UserError(f"a ring over the whole network needs links between NPUs; {topology.name} has switch "
+                            f"dimensions")
+        links = topology.links()
+        cycle = hamiltonian_cycle(topology, links.src, links.dst)
+        if cycle is None:
+            raise UserError(f"no Hamiltonian ring found in {topology.name} (the walks tried close only when some "
+                            f"dimension has an even size, and a mesh needs two dimensions)")
+        return cycle

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..network.errors import UserError
+from ..network.graphs import bigraph_shape
 from .base import OverRanks
 
 
@@ -46,9 +48,23 @@ def rank_map(per_switch: int, switches: int) -> np.ndarray:
 
 
 class Hdrm(OverRanks):
-    """Halving-doubling over virtual ranks placed on the NPUs of a BiGraph by `rank_map`."""
+    """Halving-doubling over virtual ranks placed on the NPUs of a BiGraph by `rank_map` (the place-ranks pass
+    records the placement)."""
     order = 24
     name = "hdrm"
     over = "halving_doubling"
     power_of_two = True
+    planned_by = "place-ranks"
     label = "hdrm over the whole network (routed)"
+
+    def plan(self, topology, buffer_kind: str) -> np.ndarray:
+        """pi: virtual rank -> NPU. Only an all-reduce may run over virtual ranks: its result is the same on every
+        NPU, while a reduce-scatter's or all-gather's blocks would land on the wrong NPUs."""
+        if buffer_kind != "all_reduce":
+            raise UserError(f"hdrm places ranks on NPUs and schedules all-reduce only, not {buffer_kind}; use "
+                            f"flat_halving_doubling")
+        shape = bigraph_shape(topology.graph) if topology.graph is not None else None
+        if shape is None or not applies(*shape):
+            raise UserError(f"hdrm needs an MxN_bigraph with M and N/2 powers of two and M <= N/2 (every NPU of a "
+                            f"switch then reaches a different switch), not {topology.name}")
+        return rank_map(*shape)

@@ -9,7 +9,8 @@ down the tree (edge added in step t used in step t), the reduce-scatter reduces 
 T - t), so each step is contention-free in both directions.
 
 Works on links that join NPUs directly (Ring, FullyConnected and Mesh dimensions) and, given each edge's path, where
-NPUs meet through switches: Switch dimensions and graph topologies (the lowering's `_path_trees`).
+NPUs meet through switches: Switch dimensions and graph topologies (`path_trees`). The allocate-trees pass calls
+`allocate` and records the trees in the IR (comm.trees); the lowering only expands them.
 """
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from itertools import islice
 
 import numpy as np
 
+from ..network.errors import UserError
+from ..network.graphs import reachable
+from ..network.links import LANE_SHORTEST, ROUTED, LinkMap
 from .base import NETWORK, Algorithm, Transfers, same_units
 
 
@@ -157,11 +161,98 @@ def template(kind: str, trees: Trees) -> Transfers:
     return Transfers.build(npus, rows, reduce=(kind == "reduce_scatter"))
 
 
+
+
+PATH_TREES_MAX_NPUS = 256  # trees through switches weigh every NPU pair: 128 NPUs take 5-25 s
+
+
+def routed(topology) -> bool:
+    """Do tree edges run through switches (paths the runtime routes) rather than over single links?"""
+    return not all(d.kind.direct for d in topology.dims)
+
+
+def allocate(topology, ports: int | None = None) -> tuple[Trees, str]:
+    """(trees, method) for MultiTree on `topology`. Direct networks: on tori one tree translated to every root
+    (fast, and at the link-count bound on the tori tried); otherwise, or when that misses the bound, the greedy
+    turns; the fewer steps win. Through switches: greedy over routed NPU-to-NPU paths (`path_trees`)."""
+    from .translated_trees import translated_trees
+    npus = topology.npus
+    if routed(topology):
+        if npus > PATH_TREES_MAX_NPUS:
+            raise UserError(f"multitree through switches weighs every pair of NPUs and is meant for at most "
+                            f"{PATH_TREES_MAX_NPUS} NPUs; {topology.name} has {npus}")
+        return path_trees(topology, ports), "paths"
+    lg = topology.links()
+    trees, method = translated_trees(topology, lg, ports), "translated"
+    if trees is None or trees.steps > step_lower_bound(npus, lg.src, lg.dst, ports):
+        greedy = build_trees(npus, lg.src, lg.dst, ports)
+        if trees is None or greedy.steps < trees.steps:
+            trees, method = greedy, "greedy"
+    return trees, method
+
+
+def route_of_pairs(topology, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(dim, lane) of routed NPU-to-NPU messages: a graph's shortest path, or across a stack dimension by
+    dimension, each Ring leg the shorter way."""
+    if topology.graph is not None:
+        return np.zeros(n, np.int64), np.zeros(n, np.int64)
+    return np.full(n, ROUTED, np.int64), np.full(n, LANE_SHORTEST, np.int64)
+
+
+def path_trees(topology, ports: int | None = None) -> Trees:
+    """MultiTree where NPUs meet through switches: a tree edge joins two NPUs along their route (a graph's shortest
+    path, a stack's dimension-order route; switches forward but do not reduce). An edge takes the links of its path
+    for the all-gather and those of the path back for the reduce-scatter (which runs the trees upwards in mirrored
+    steps), so both directions stay contention-free. Nearer NPUs are tried first. Edges are routed, so the trees
+    name no link (-1).
+
+    Greedy allocation is a heuristic, so a few variants run and the fewest steps win (the first on a tie): the NPU
+    pairs at most D links apart, for the two smallest D that join all NPUs and for all pairs (long paths hold many
+    links for one edge), with the tie order of the trees fixed or rotated. On the 4x8 BiGraph, leaving out the
+    4-link pairs (two switches of one group) in fixed order meets the bound of 31 steps; all pairs, rotated, take
+    34."""
+    npus = topology.npus
+    links = LinkMap({"topology": topology.to_dict()})
+    u, v = np.divmod(np.arange(npus * npus), npus)
+    keep = u != v
+    u, v = u[keep], v[keep]
+    dim, lane = route_of_pairs(topology, len(u))
+    zeros = np.zeros(len(u), np.int64)
+    fs, fwd = links.routes(u, v, dim, lane, zeros)
+    bs, back = links.routes(v, u, dim, lane, zeros)
+    distance = np.diff(fs)
+    nlinks = int(links.offset[-1])
+    order = np.lexsort((v, distance, u))
+    u, v, distance = u[order], v[order], distance[order]
+    paths = [tuple(fwd[fs[i]:fs[i + 1]].tolist()) + tuple((back[bs[i]:bs[i + 1]] + nlinks).tolist())
+             for i in order.tolist()]
+    lg = topology.links()
+    bound = step_lower_bound(npus, lg.src, lg.dst, ports)
+    # the two shortest caps that join all NPUs, and no cap: more rarely pays (on 16-NPU rings of switches nothing
+    # did), and each variant is a full allocation
+    caps = [c for c in np.unique(distance).tolist() if reachable(npus, u[distance <= c], v[distance <= c]).all()]
+    best = None
+    for cap in sorted(set(caps[:2] + caps[-1:])):
+        pick = np.flatnonzero(distance <= cap)
+        for rotate in (False, True):
+            trees = build_trees(npus, u[pick], v[pick], ports, paths=[paths[i] for i in pick],
+                                resources=2 * nlinks, rotate=rotate)
+            if best is None or trees.steps < best.steps:
+                best = Trees(trees.parent, trees.step, np.full_like(trees.link, -1), trees.steps)
+            if best.steps <= bound:
+                return best
+    return best
+
+
 class Multitree(Algorithm):
     """Registered as --algorithm multitree; the trees are allocated over the physical links (or routed paths
-    through switches) of the whole network."""
+    through switches) of the whole network by the allocate-trees pass."""
     order = 10
     name = "multitree"
     scope = NETWORK
     takes_ports = True
+    planned_by = "allocate-trees"
     label = "multitree (graph)"
+
+    def plan(self, topology, ports: int | None) -> tuple[Trees, str]:
+        return allocate(topology, ports)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..network.errors import UserError
 from .base import NETWORK, Algorithm
-from .multitree import Trees, step_lower_bound
+from .multitree import Trees, allocate, routed, step_lower_bound
 
 
 def feasible(npus: int, src, dst, steps: int, ports: int | None = None, time_limit_s: float = 30.0):
@@ -87,5 +88,21 @@ class MultitreeOptimal(Algorithm):
     name = "multitree_optimal"
     scope = NETWORK
     takes_ports = True
+    planned_by = "allocate-trees"
     label = "multitree_optimal (graph)"
     max_npus = 16  # CP-SAT's model grows with roots x links x steps
+
+    def plan(self, topology, ports: int | None) -> tuple[Trees, str]:
+        """MultiTree's trees, replaced by the fewest-step allocation CP-SAT proves when that takes fewer steps."""
+        if routed(topology):
+            raise UserError(f"multitree_optimal searches over links between NPUs; {topology.name} joins NPUs "
+                            f"through switches, so its tree edges are paths: use multitree")
+        trees, method = allocate(topology, ports)
+        if topology.npus > self.max_npus:
+            raise UserError(f"multitree_optimal searches with CP-SAT and is meant for at most {self.max_npus} NPUs; "
+                            f"{topology.name} has {topology.npus}")
+        lg = topology.links()
+        steps, best = fewest_steps(topology.npus, lg.src, lg.dst, trees.steps, ports)
+        if best is not None and steps < trees.steps:
+            return best, "cp-sat"
+        return trees, method

@@ -17,18 +17,15 @@ from functools import lru_cache
 import numpy as np
 
 from . import algorithms
-from .algorithms import RANKS, Transfers, flat_ring, hdrm, multitree
-from .algorithms.translated_trees import translated_trees
+from .algorithms import RANKS, Transfers, flat_ring, multitree
 from .dependencies import dependencies
 from .network.errors import UserError
-from .network.graphs import BIGRAPH_RE, reachable
 from .plans import FLAT, CollectivePlan, Stage
 from .network.links import LANE_SHORTEST, ROUTED, LinkMap
 from .runtime.tables import FORMAT, RECV_COPY, RECV_REDUCE, SEND, VERSION, Table
 from .network.blocks import SHORTEST
 from .network.topology import Topology
 
-PATH_TREES_MAX_NPUS = 256  # trees through switches weigh every NPU pair: 128 NPUs take 5-25 s
 
 
 def _split(base: np.ndarray, length: np.ndarray, parts: int, index) -> tuple[np.ndarray, np.ndarray]:
@@ -171,75 +168,62 @@ class Schedule:
         if alg.scope == RANKS:  # over ranks, routed across dimensions
             return alg.template(kind, self.topology.npus, bidirectional=True)
         if alg.name == "flat_ring":
-            return flat_ring.template(kind, self.cycle(), self._links.src, self._links.dst)
+            links = self._graph_links()
+            return flat_ring.template(kind, self.cycle(), links.src, links.dst)
         if stage.dim == FLAT:
             return multitree.template(kind, self.trees())
         dim = self.topology.dims[stage.dim]
         return alg.template(kind, dim.size, bidirectional=dim.kind.neighbour_links)
 
-    def _hdrm_map(self, plan: CollectivePlan, inverse: bool = False) -> np.ndarray:
-        """HDRM's placement of virtual ranks on NPUs (algorithms/hdrm.py), or with `inverse` each NPU's virtual
-        rank. Only an all-reduce may run over virtual ranks: its result is the same on every NPU, while a
-        reduce-scatter's or all-gather's blocks would land on the wrong NPUs."""
-        if plan.buffer_kind != "all_reduce":
-            raise UserError(f"hdrm places ranks on NPUs and schedules all-reduce only, not {plan.buffer_kind}; use "
-                            f"flat_halving_doubling")
+    def _structure(self, kind: str) -> dict:
+        """Attributes of the comm.<kind> op the whole-network phases run on (recorded by a pass; one per module)."""
+        for plan in self.plans:
+            for stage in plan.stages:
+                if stage.structure is not None and stage.structure[0] == kind:
+                    return stage.structure[1]
+        raise UserError(f"the module has no comm.{kind} for its whole-network phases")
+
+    def _graph_links(self):
+        """The physical links in the order the tree and cycle searches used (Topology.links())."""
+        if getattr(self, "_links", None) is None:
+            self._links = self.topology.links()
+        return self._links
+
+    def _hdrm_map(self, inverse: bool = False) -> np.ndarray:
+        """HDRM's placement of virtual ranks on NPUs as recorded by place-ranks (comm.placement), or with
+        `inverse` each NPU's virtual rank."""
         if getattr(self, "_hdrm", None) is None:
-            big = BIGRAPH_RE.match(self.topology.name)
-            if not big or not hdrm.applies(int(big.group(1)), int(big.group(2))):
-                raise UserError(f"hdrm needs an MxN_bigraph with M and N/2 powers of two and M <= N/2 (every NPU of "
-                                f"a switch then reaches a different switch), not {self.topology.name}")
-            pi = hdrm.rank_map(int(big.group(1)), int(big.group(2)))
+            pi = np.asarray(self._structure("placement")["ranks"], np.int64)
             self._hdrm = (pi, np.argsort(pi))
         return self._hdrm[1 if inverse else 0]
 
     def cycle(self) -> list[int]:
-        """A Hamiltonian cycle of the NPU-to-NPU links, for the flat ring."""
-        if self.topology.graph is not None:
-            raise UserError(f"flat_ring walks the coordinates of a torus or mesh; {self.topology.name} is a graph: "
-                            f"use rank_ring (a ring over ranks along shortest paths)")
-        if getattr(self, "_cycle", None) is None:
-            if not all(d.kind.direct for d in self.topology.dims):
-                raise UserError(f"a ring over the whole network needs links between NPUs; {self.topology.name} has "
-                                f"switch dimensions")
-            self._links = self.topology.links()
-            self._cycle = flat_ring.hamiltonian_cycle(self.topology, self._links.src, self._links.dst)
-            if self._cycle is None:
-                raise UserError(f"no Hamiltonian ring found in {self.topology.name} (the walks tried close only "
-                                f"when some dimension has an even size, and a mesh needs two dimensions)")
-        return self._cycle
+        """The Hamiltonian cycle find-cycle recorded (comm.cycle), for the flat ring."""
+        return self._structure("cycle")["order"]
 
     def trees(self) -> "multitree.Trees":
-        """The spanning trees over the NPU-to-NPU links (built once per schedule): MultiTree's greedy top-down
-        allocation, or for multitree_optimal the fewest-step allocation CP-SAT proves (small networks). Where NPUs
-        meet through switches (graph topologies, Switch dimensions) a tree edge is a routed path instead."""
-        if getattr(self, "_trees", None) is None and self._routed_trees():
-            if any(s.algorithm == "multitree_optimal" for p in self.plans for s in p.stages):
-                raise UserError(f"multitree_optimal searches over links between NPUs; {self.topology.name} joins "
-                                f"NPUs through switches, so its tree edges are paths: use multitree")
-            if self.topology.npus > PATH_TREES_MAX_NPUS:
-                raise UserError(f"multitree through switches weighs every pair of NPUs and is meant for at most "
-                                f"{PATH_TREES_MAX_NPUS} NPUs; {self.topology.name} has {self.topology.npus}")
-            self._trees = self._path_trees()
+        """The spanning trees allocate-trees recorded (comm.trees). Their links are ids of the network's numbering;
+        the templates index Topology.links(), so each id is mapped back, and must join the node to its parent."""
         if getattr(self, "_trees", None) is None:
-            self._links = lg = self.topology.links()
-            ports = next((s.ports for p in self.plans for s in p.stages if s.ports is not None), None)
-            # tori: one tree translated to every root (fast, and meets the link-count bound on the tori tried);
-            # otherwise, or when that misses the bound, MultiTree's greedy turns; the fewer steps win
-            self._trees = translated_trees(self.topology, lg, ports)
-            if self._trees is None or self._trees.steps > multitree.step_lower_bound(self.topology.npus, lg.src,
-                                                                                     lg.dst, ports):
-                greedy = multitree.build_trees(self.topology.npus, lg.src, lg.dst, ports)
-                if self._trees is None or greedy.steps < self._trees.steps:
-                    self._trees = greedy
-            if any(s.algorithm == "multitree_optimal" for p in self.plans for s in p.stages):
-                from .algorithms.multitree_optimal import MultitreeOptimal, fewest_steps
-                if self.topology.npus > MultitreeOptimal.max_npus:
-                    raise UserError(f"multitree_optimal searches with CP-SAT and is meant for at most "
-                                    f"{MultitreeOptimal.max_npus} NPUs; {self.topology.name} has {self.topology.npus}")
-                steps, trees = fewest_steps(self.topology.npus, lg.src, lg.dst, self._trees.steps, ports)
-                if trees is not None and steps < self._trees.steps:
-                    self._trees = trees
+            a = self._structure("trees")
+            n = self.topology.npus
+            parent = np.asarray(a["parent"], np.int64).reshape(n, n)
+            step = np.asarray(a["step"], np.int64).reshape(n, n)
+            link = np.asarray(a["link"], np.int64).reshape(n, n)
+            if not multitree.routed(self.topology):
+                lg = self._graph_links()
+                index = np.full(int(lg.id.max()) + 1, -1, np.int64)
+                index[lg.id] = np.arange(len(lg))
+                edge = parent >= 0
+                ok = (link >= 0) & (link < len(index))
+                link = np.where(ok, index[np.clip(link, 0, len(index) - 1)], -1)
+                nodes = np.broadcast_to(np.arange(n), (n, n))
+                bad = edge & ((link < 0) | (lg.src[np.maximum(link, 0)] != parent) |
+                              (lg.dst[np.maximum(link, 0)] != nodes))
+                if bad.any():
+                    r, v = (int(x[0]) for x in np.nonzero(bad))
+                    raise UserError(f"comm.trees: the link of node {v} in tree {r} does not join it to its parent")
+            self._trees = multitree.Trees(parent, step, link, int(a["steps"]))
         return self._trees
 
     # ---- tables -------------------------------------------------------------------------------------------
@@ -257,8 +241,8 @@ class Schedule:
                         base, length = self.chunk_regions(plan, flows)
                     else:
                         member = self._member(coords, stage.dim)
-                        if stage.algorithm == "hdrm":  # the schedule runs over virtual ranks: this NPU's is pi^-1
-                            member = int(self._hdrm_map(plan, inverse=True)[member])
+                        if stage.structure and stage.structure[0] == "placement":  # over virtual ranks: pi^-1
+                            member = int(self._hdrm_map(inverse=True)[member])
                         rows = _template_rows(self._template(plan.kind, stage), member)
                         base, length = self._stage_region(plan, levels, position)
                     parts.append(self._expand(npu, plan, position, stage, rows, base, length,
@@ -283,8 +267,8 @@ class Schedule:
         off = base[None, :] + (lo[:, None] * length[None, :]) // units
         end = base[None, :] + (hi[:, None] * length[None, :]) // units
         if stage.dim == FLAT and algorithms.for_phase(stage.algorithm, flat=True).scope == RANKS:
-            if stage.algorithm == "hdrm":  # peers are virtual ranks: place them
-                peer_m = self._hdrm_map(plan)[peer_m]
+            if stage.structure and stage.structure[0] == "placement":  # peers are virtual ranks: place them
+                peer_m = self._hdrm_map()[peer_m]
             return self._expand_routed(npu, plan, si, step, op, peer_m, direction, off, end, flows)
         if stage.dim == FLAT:
             return self._expand_graph(npu, plan, si, step, op, peer_m, link, off, end, flows)
@@ -305,10 +289,10 @@ class Schedule:
     def _expand_graph(self, npu, plan, si, step, op, peer, link, off, end, flows) -> Table:
         """Rows of a flat (graph) phase: peers are ranks and each transfer names its physical link. The
         reduce-scatter runs the trees' links backwards: the same dimension, the other lane of a ring."""
-        if self._routed_trees():  # tree edges are routed paths between NPUs
-            dim, lane = self._route_of_pairs(len(step))
+        if multitree.routed(self.topology):  # tree edges are routed paths between NPUs
+            dim, lane = multitree.route_of_pairs(self.topology, len(step))
             return self._routed_rows(npu, plan, si, flows, step, op, peer, dim, lane, off, end)
-        lg = self._links
+        lg = self._graph_links()
         dims = lg.dim[link]
         lane = lg.lane[link]
         if plan.kind == "reduce_scatter" and plan.stages[si].algorithm != "ring":  # trees run their links backwards
@@ -316,63 +300,6 @@ class Schedule:
             lane = np.where(ring, 1 - lane, lane)
         return _rows(npu, plan.index, si, flows, step, op, peer, dims, lane, np.ones(len(step)), lg.gbps[link],
                      off, end)
-
-    def _routed_trees(self) -> bool:
-        """Do tree edges run through switches (paths, routed by the runtime) rather than over single links?"""
-        return not all(d.kind.direct for d in self.topology.dims)
-
-    def _route_of_pairs(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """(dim, lane) of routed NPU-to-NPU messages: a graph's shortest path, or across a stack dimension by
-        dimension, each Ring leg the shorter way."""
-        if self.topology.graph is not None:
-            return np.zeros(n, np.int64), np.zeros(n, np.int64)
-        return np.full(n, ROUTED, np.int64), np.full(n, LANE_SHORTEST, np.int64)
-
-    def _path_trees(self) -> "multitree.Trees":
-        """MultiTree where NPUs meet through switches: a tree edge joins two NPUs along their route (a graph's
-        shortest path, a stack's dimension-order route; switches forward but do not reduce). An edge takes the links
-        of its path for the all-gather and those of the path back for the reduce-scatter (which runs the trees
-        upwards in mirrored steps), so both directions stay contention-free. Nearer NPUs are tried first.
-
-        Greedy allocation is a heuristic, so a few variants run and the fewest steps win (the first on a tie): the
-        NPU pairs at most D links apart, for the two smallest D that join all NPUs and for all pairs (long paths
-        hold many links for one edge), with the tie order of the trees fixed or rotated. On the 4x8 BiGraph,
-        leaving out the 4-link pairs (two switches of one group) in fixed order meets the bound of 31 steps; all
-        pairs, rotated, take 34."""
-        npus = self.topology.npus
-        links = self._link_map()
-        u, v = np.divmod(np.arange(npus * npus), npus)
-        keep = u != v
-        u, v = u[keep], v[keep]
-        dim, lane = self._route_of_pairs(len(u))
-        zeros = np.zeros(len(u), np.int64)
-        fs, fwd = links.routes(u, v, dim, lane, zeros)
-        bs, back = links.routes(v, u, dim, lane, zeros)
-        distance = np.diff(fs)
-        nlinks = int(links.offset[-1])
-        order = np.lexsort((v, distance, u))
-        u, v, distance = u[order], v[order], distance[order]
-        paths = [tuple(fwd[fs[i]:fs[i + 1]].tolist()) + tuple((back[bs[i]:bs[i + 1]] + nlinks).tolist())
-                 for i in order.tolist()]
-        ports = next((s.ports for p in self.plans for s in p.stages if s.ports is not None), None)
-        lg = self.topology.links()
-        bound = multitree.step_lower_bound(npus, lg.src, lg.dst, ports)
-        # the two shortest caps that join all NPUs, and no cap: more rarely pays (on 16-NPU rings of switches
-        # nothing did), and each variant is a full allocation
-        caps = [c for c in np.unique(distance).tolist() if reachable(npus, u[distance <= c], v[distance <= c]).all()]
-        best = None
-        for cap in sorted(set(caps[:2] + caps[-1:])):
-            pick = np.flatnonzero(distance <= cap)
-            for rotate in (False, True):
-                trees = multitree.build_trees(npus, u[pick], v[pick], ports, paths=[paths[i] for i in pick],
-                                              resources=2 * nlinks, rotate=rotate)
-                if best is None or trees.steps < best.steps:
-                    # tree edges index the pairs picked; make them index all pairs
-                    best = multitree.Trees(trees.parent, trees.step,
-                                           np.where(trees.link >= 0, pick[trees.link], -1), trees.steps)
-                if best.steps <= bound:
-                    return best
-        return best
 
     def _expand_routed(self, npu, plan, si, step, op, peer, direction, off, end, flows) -> Table:
         """Rows of a phase over ranks: each message is routed dimension by dimension (runtime/links.py); its lane

@@ -19,6 +19,8 @@ class Stage:
     algorithm: str
     bytes: int
     ports: int | None = None  # multitree: new tree edges per node per step (None: one per link)
+    # whole-network phases: (kind, attributes) of the structure op they run on (comm.trees, comm.cycle, ...)
+    structure: tuple[str, dict] | None = None
 
 
 @dataclass
@@ -63,6 +65,8 @@ def plans_from_module(module) -> list[CollectivePlan]:
     producer: dict = {}
     for op in comm.ops(module):
         kind = comm.short_name(op)
+        if kind in comm.STRUCTURES:  # read through the phases that take its token
+            continue
         if kind != "phase":
             raise UserError(f"comm.{kind} '{comm.attrs(op).get('name', '?')}' is not lowered to phases: "
                             f"the schedule lowering handles all_reduce, reduce_scatter, all_gather and all_to_all")
@@ -82,7 +86,10 @@ def plans_from_module(module) -> list[CollectivePlan]:
             raise UserError(f"phases of '{name}' are out of order or disagree on kind/chunks")
         alg = algorithms.for_phase(a["algorithm"], flat=int(a["dim"]) == FLAT)
         plan.stages.append(Stage(a["kind"], int(a["dim"]), alg.phase_name, int(a["bytes"]),
-                                 int(a["ports"]) if "ports" in a else None))
+                                 int(a["ports"]) if "ports" in a else None, comm.structure_of(op)))
+        if alg.planned_by and plan.stages[-1].structure is None:
+            raise UserError(f"phase {a['stage']} of '{name}' runs {alg.name} but takes no structure token (trees, "
+                            f"cycle, placement): run {alg.planned_by} first")
         positions.setdefault(name, []).append(a.get("order"))
         for operand in op.operands:
             dep = producer.get(operand.owner)

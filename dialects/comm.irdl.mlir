@@ -103,4 +103,38 @@ irdl.dialect @comm {
     irdl.attributes { "bytes" = %bytes, "dim" = %dim, "stage" = %stage, "chunks" = %chunks,
                       "collective" = %coll, "kind" = %kind }
   }
+
+  // Decisions passes record for phases over the whole network (dim = -1). Each yields a token the phases that run
+  // on it take as an operand, so the lowering finds the structure through the IR, never by a name.
+  //
+  // MultiTree's spanning trees (the allocate-trees pass): tree r's node v joined it in time step step[r*npus + v]
+  // (1-based; 0 for the root) from parent[r*npus + v] (-1 for the root) over link[r*npus + v] (its id in the
+  // network's link numbering, network/links.py; -1 where tree edges are paths routed through switches). `steps`
+  // is the trees' height in time steps; `method` how they were found: translated, greedy, cp-sat or paths.
+  irdl.operation @trees {
+    %npus = irdl.base "#builtin.integer"
+    %steps = irdl.base "#builtin.integer"
+    %parent = irdl.base "#builtin.dense_array"
+    %step = irdl.base "#builtin.dense_array"
+    %link = irdl.base "#builtin.dense_array"
+    %method = irdl.base "#builtin.string"
+    %tok = irdl.base @comm::@token
+    irdl.results(done: %tok)
+    irdl.attributes { "npus" = %npus, "steps" = %steps, "parent" = %parent, "step" = %step, "link" = %link,
+                      "method" = %method }
+  }
+  // A ring over the whole network (the find-cycle pass): the NPUs in the order of a Hamiltonian cycle of links.
+  irdl.operation @cycle {
+    %array = irdl.base "#builtin.dense_array"
+    %tok = irdl.base @comm::@token
+    irdl.results(done: %tok)
+    irdl.attributes { "order" = %array }
+  }
+  // A placement of virtual ranks on NPUs (the place-ranks pass, for hdrm): virtual rank r runs on NPU ranks[r].
+  irdl.operation @placement {
+    %array = irdl.base "#builtin.dense_array"
+    %tok = irdl.base @comm::@token
+    irdl.results(done: %tok)
+    irdl.attributes { "ranks" = %array }
+  }
 }

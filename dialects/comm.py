@@ -18,6 +18,7 @@ from torch_mlir.dialects import irdl
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 POINT_TO_POINT = ("send", "recv")
 PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all")
+STRUCTURES = ("trees", "cycle", "placement")  # decisions passes record for whole-network phases (tokens they take)
 _IRDL_FILE = os.path.join(os.path.dirname(__file__), "comm.irdl.mlir")
 TOPOLOGY_ATTR = "comm.topology"
 GRAPH_KEYS = ("names", "npus", "src", "dst", "gbps", "latency_ns")
@@ -147,6 +148,27 @@ def create(name: str, attributes: dict, deps: Iterable[ir.Value] = (), ip: ir.In
     return ir.Operation.create(f"comm.{name}", **kwargs)
 
 
+def add_dependency(op, value: ir.Value):
+    """`op` again with `value` as one more token operand (an op's operand list cannot grow in place): the new op
+    keeps every attribute and takes over every use. Returns the new op."""
+    op = getattr(op, "operation", op)
+    names = [item if isinstance(item, str) else item.name for item in op.attributes]
+    new = ir.Operation.create(op.name, results=[token_type()], operands=list(op.operands) + [value],
+                              attributes={n: op.attributes[n] for n in names}, ip=ir.InsertionPoint(op))
+    op.result.replace_all_uses_with(new.result)
+    op.erase()
+    return new
+
+
+def structure_of(op) -> tuple[str, dict] | None:
+    """(kind, attributes) of the structure op (comm.trees, comm.cycle, comm.placement) whose token `op` takes."""
+    for operand in getattr(op, "operation", op).operands:
+        owner = operand.owner
+        if owner.name.startswith("comm.") and short_name(owner) in STRUCTURES:
+            return short_name(owner), attrs(owner)
+    return None
+
+
 def ops(module: ir.Module) -> list:
     """The comm ops of a module, in program order (the module body is flat)."""
     return [op.operation for op in module.body.operations if op.operation.name.startswith("comm.")]
@@ -199,7 +221,23 @@ def get_topology(module: ir.Module) -> dict | None:
     return out
 
 
+def schedule_choice(module: ir.Module) -> dict | None:
+    """What choose-schedule recorded: {'schedule': 'cp-sat' | 'themis', 'cp_sat_time_ns', 'themis_time_ns'}."""
+    a = _attr_dict(module.operation.attributes)
+    if "comm.schedule" not in a:
+        return None
+    return {"schedule": a["comm.schedule"], "cp_sat_time_ns": a["comm.cp_sat_time_ns"],
+            "themis_time_ns": a["comm.themis_time_ns"]}
+
+
 # ---- value checks IRDL cannot express --------------------------------------------------------------------------
+
+def _npus(shape: list[int]) -> int:
+    out = 1
+    for k in shape:
+        out *= k
+    return out
+
 
 def verify_module(module: ir.Module, shape: list[int] | None = None) -> None:
     """MLIR verification plus value checks; `shape` (sizes per topology dimension) bounds dimension indices."""
@@ -236,20 +274,26 @@ def verify_module(module: ir.Module, shape: list[int] | None = None) -> None:
                 raise IRError(f"{where}: collective name used twice")
             names.add(a["name"])
         if kind in ("broadcast", "reduce") and shape is not None:
-            npus = 1
-            for s in shape:
-                npus *= s
+            npus = _npus(shape)
             if not 0 <= a["root"] < npus:
                 raise IRError(f"{where}: root {a['root']} outside 0..{npus - 1}")
         if kind in POINT_TO_POINT and shape is not None:
-            npus = 1
-            for s in shape:
-                npus *= s
+            npus = _npus(shape)
             for end in ("src", "dst"):
                 if not 0 <= a[end] < npus:
                     raise IRError(f"{where}: {end} {a[end]} outside 0..{npus - 1}")
             if a["src"] == a["dst"]:
                 raise IRError(f"{where}: src and dst are the same NPU {a['src']}")
+        if kind == "trees":
+            n = a["npus"]
+            if n < 2 or any(len(a[k]) != n * n for k in ("parent", "step", "link")):
+                raise IRError(f"{where}: parent, step and link must hold npus x npus = {n * n} entries")
+            if shape is not None and n != _npus(shape):
+                raise IRError(f"{where}: trees over {n} NPUs on a topology of {_npus(shape)}")
+        if kind in ("cycle", "placement"):
+            values = a["order" if kind == "cycle" else "ranks"]
+            if sorted(values) != list(range(len(values))) or (shape is not None and len(values) != _npus(shape)):
+                raise IRError(f"{where}: must list every NPU once")
         if kind == "phase":
             if a["kind"] not in PHASE_KINDS:
                 raise IRError(f"{where}: phase kind '{a['kind']}' is not one of {', '.join(PHASE_KINDS)}")

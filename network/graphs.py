@@ -121,6 +121,19 @@ def bigraph(per_switch: int, switches: int, gbps: float, latency: float) -> Grap
     return make_graph(names, npus, *undirected(pairs, gbps, latency))
 
 
+def bigraph_shape(graph: Graph) -> tuple[int, int] | None:
+    """(M, N) when `graph` is exactly the MxN BiGraph `bigraph` builds (the same NPUs, switches and links), else
+    None: recognised by its links, not by its name, so an equal edge list is one too."""
+    switches = graph.nodes - graph.npus
+    if switches < 2 or switches % 2 or graph.npus % switches:
+        return None
+    m = graph.npus // switches
+    ref = bigraph(m, switches, 1.0, 0.0)
+    if sorted(zip(ref.src.tolist(), ref.dst.tolist())) != sorted(zip(graph.src.tolist(), graph.dst.tolist())):
+        return None
+    return m, switches
+
+
 def dgx1(boxes: int, gbps: float, latency: float) -> Graph:
     """DGX-1 hybrid cube-mesh boxes (8 GPUs each); with several boxes one switch joins every GPU."""
     if boxes < 1:

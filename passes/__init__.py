@@ -7,4 +7,5 @@ from .base import REGISTRY, Pass, PassContext, PassError, PassManager, parse_pip
 from . import decompose_all_reduce, chunk, hierarchical_decompose, select_algorithm  # noqa: F401  (register)
 
 DEFAULT_PIPELINE = "decompose-all-reduce,chunk,hierarchical-decompose,select-algorithm"
-from . import flat_decompose, optimal_balance, themis  # noqa: F401,E402  (register)
+from . import (allocate_trees, choose_schedule, find_cycle, flat_decompose, optimal_balance,  # noqa: F401,E402
+               place_ranks, themis)

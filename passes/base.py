@@ -17,10 +17,12 @@ class PassError(Exception):
 
 @dataclass
 class PassContext:
-    """What passes may read besides the module: the topology (an object with `.dims`, each with `.block` and
-    `.size`) and driver-level defaults for pass options (e.g. {'chunks': 64, 'algorithm': 'ring'})."""
+    """What passes may read besides the module: the topology (network.topology.Topology), driver-level defaults
+    for pass options (e.g. {'chunks': 64, 'algorithm': 'ring'}) and, where a pass must time a schedule on the
+    cost model (choose-schedule), `evaluate(module) -> ns` from the driver (passes do not import the runtime)."""
     topology: Any
     defaults: dict = field(default_factory=dict)
+    evaluate: Callable[[Any], float] | None = None
 
 
 class Pass:

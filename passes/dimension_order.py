@@ -74,13 +74,16 @@ class BufferGroup:
 
 
 def buffer_groups(module) -> list[BufferGroup]:
-    """The module's phases grouped by buffer, in program order."""
+    """The module's per-dimension phases grouped by buffer, in program order (a phase over the whole network has
+    no dimension order to choose)."""
     groups: dict[str, BufferGroup] = {}
     by_coll: dict[str, tuple[str, dict]] = {}
     for op in comm.ops(module):
         if comm.short_name(op) != "phase":
             continue
         a = comm.attrs(op)
+        if a["dim"] == -1:
+            continue
         buffer = a.get("part_of", a["collective"])
         g = groups.setdefault(buffer, BufferGroup(buffer, int(a["chunks"]), int(a["group_bytes"]),
                                                   sorted(a["group_dims"])))

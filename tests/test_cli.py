@@ -65,7 +65,7 @@ def test_print_ir_after_all(capsys):
     headers = [l for l in err.splitlines() if l.startswith("// -----// IR Dump After")]
     assert headers == [f"// -----// IR Dump After {p} //----- //" for p in
                        ("decompose-all-reduce", "chunk", "hierarchical-decompose", "select-algorithm",
-                        "optimal-balance")]
+                        "optimal-balance", "choose-schedule")]
 
 
 def test_tables_for_one_npu(capsys):
