@@ -20,7 +20,7 @@ def translated_trees(topology, links, ports: int | None = None) -> Trees | None:
     """The translated trees, or None when some dimension is not a Ring or FullyConnected block (a switch or a
     mesh has no translation symmetry). `ports` caps the new edges a node starts per step: an edge of tree 0 in
     step t becomes one edge out of every node in step t, so tree 0 may add at most `ports` edges per step."""
-    if not all(d.kind.direct and d.kind.transitive for d in topology.dims):
+    if not all(d.kind.translatable for d in topology.dims):
         return None
     n, shape = topology.npus, np.asarray(topology.shape, dtype=np.int64)
     coords = topology.coords_array()                      # (n, dims)

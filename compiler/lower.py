@@ -138,7 +138,9 @@ class Schedule:
         if stage.dim == FLAT:  # graph algorithms: NPUs sit at different places of trees or of the ring's cycle
             return False
         kind = self.topology.dims[stage.dim].kind
-        if not kind.transitive:  # a line's ends have one neighbour, the rest two; a graph's NPUs sit anywhere
+        # a line's ends have one neighbour, the rest two; a graph's NPUs sit anywhere; on a hypercube a ring's
+        # neighbour is one link away from some NPUs and several from others
+        if not kind.symmetric_for(stage.algorithm):
             return False
         if plan.kind == "all_to_all" and stage.algorithm == "ring":  # one partner per round: members sit out
             return kind.neighbour_links                              # different rounds off a ring

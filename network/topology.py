@@ -62,10 +62,11 @@ class Dimension:
         # Validate here so every way of building a Dimension (parser, from_dict,
         # direct construction) enforces the same rules; normalise the types so
         # equal dimensions compare equal whatever the source wrote (8 vs 8.0).
-        blocks.block(self.block)  # an unknown block is refused, never routed as another
+        kind = blocks.block(self.block)  # an unknown block is refused, never routed as another
         size = _whole(self.size, "size")
         if size < 2:
             raise UserError(f"size must be at least 2 NPUs, got {size}")
+        kind.check_size(size)
         bw = _real(self.bandwidth_gbps, "bandwidth")
         if bw <= 0:
             raise UserError(f"bandwidth must be positive (GB/s), got {bw:g}")

@@ -22,8 +22,8 @@ from astra_compile.runtime.tables import RECV_COPY, RECV_REDUCE, SEND, DirSchedu
 from astra_compile.network.errors import UserError
 from astra_compile.network.parse import parse_topology
 
-BLOCKS = ("Ring", "FC", "Switch", "Mesh")
-BLOCK_NAMES = {"Ring": "Ring", "FC": "FullyConnected", "Switch": "Switch", "Mesh": "Mesh"}
+BLOCKS = ("Ring", "FC", "Switch", "Mesh", "HC")
+BLOCK_NAMES = {"Ring": "Ring", "FC": "FullyConnected", "Switch": "Switch", "Mesh": "Mesh", "HC": "Hypercube"}
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 CLOSED_FORM = ("ring", "direct", "halving_doubling")
 SETTINGS = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -89,10 +89,13 @@ class Case:
                                                         for (b, _), a in zip(self.dims, self.algos))
         # a Mesh's end NPUs have one neighbour, the others two: no two positions on a line are alike
         line = any(b == "Mesh" for b, _ in self.dims)
-        return all(a in CLOSED_FORM for a in self.algos) and self.even and not one_partner and not line
+        # a ring's neighbour c+1 on a hypercube is one link away from even c, more from odd c
+        cube_ring = any(b == "HC" and a == "ring" for (b, _), a in zip(self.dims, self.algos))
+        return (all(a in CLOSED_FORM for a in self.algos) and self.even and not one_partner and not line
+                and not cube_ring)
 
 
-DEFAULT = {"Ring": "ring", "FC": "direct", "Switch": "halving_doubling", "Mesh": "ring"}
+DEFAULT = {"Ring": "ring", "FC": "direct", "Switch": "halving_doubling", "Mesh": "ring", "HC": "halving_doubling"}
 
 
 @st.composite
@@ -106,7 +109,7 @@ def cases(draw, mode=None, allow_tree=True, big=False, ndims=None):
     dims = []
     for _ in range(ndims):
         block = draw(st.sampled_from(BLOCKS))
-        dims.append((block, draw(st.sampled_from([2, 3, 4, 5]))))
+        dims.append((block, draw(st.sampled_from([2, 4, 8] if block == "HC" else [2, 3, 4, 5]))))
     tree_ok = allow_tree and mode != "symmetric"
 
     def options(k, block):
@@ -294,11 +297,13 @@ def test_not_faster_than_ideal(case):
 
 
 @settings(max_examples=60, **SETTINGS)
-@given(cases(mode="default", big=True, ndims=1).filter(lambda c: c.kind != "all_to_all" and c.dims[0][0] != "Mesh"))
+@given(cases(mode="default", big=True, ndims=1).filter(lambda c: c.kind != "all_to_all"
+                                                      and c.dims[0][0] not in ("Mesh", "HC")))
 def test_single_dimension_defaults_reach_ideal_without_latency(case):
     """On one dimension the block's default algorithm is bandwidth-optimal: with no latency and an even split, the
     runtime's time is exactly the ideal time, whatever the chunk count. (Not on a Mesh: its end NPUs have one of
-    the two B/2 links the ideal counts, so Mesh(2) takes twice the ideal.)"""
+    the two B/2 links the ideal counts, so Mesh(2) takes twice the ideal. Not on a Hypercube: halving-doubling
+    uses one of its n links per step, so it takes n times the ideal.)"""
     case.latency = 0.0
     case.size -= case.size % (2 * case.npus * case.chunks)
     sched = compile_case(case)

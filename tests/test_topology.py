@@ -170,7 +170,7 @@ def test_arguments_override_file_values(tmp_path):
         ("Ring_FC", ["'Ring'", "no size", "Ring_FC:4x2"]),
         ("", ["empty topology"]),
         ("   ", ["empty topology"]),
-        ("8x8_hypercube", ["unknown topology shorthand '8x8_hypercube'"]),
+        ("8x8_dragonfly", ["unknown topology shorthand '8x8_dragonfly'"]),
         ("8x1_torus", ["size must be at least 2", "got 1"]),
         ("Ring_FC:4", ["2 blocks", "1 dimension"]),
         ("Ring_Tree:4x4", ["unknown topology block 'Tree'"]),

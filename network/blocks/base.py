@@ -25,6 +25,15 @@ class Block:
     neighbour_links: bool = False       # each NPU links to its next and previous member: rings run both ways
     direct: bool = True                 # members are joined by links between NPUs (no switch in between)
     transitive: bool = True             # every member sees the same links: relabelling maps one onto another
+    translatable: bool = False          # moving every member c to c + r (mod k) maps links onto links (a ring, FC)
+
+    def check_size(self, k: int) -> None:
+        """Refuse (UserError) a size this block cannot have."""
+
+    def symmetric_for(self, algorithm: str) -> bool:
+        """Do all members run relabelled copies of member 0's steps under this per-dimension algorithm (its
+        messages cross the same numbers of links from every member)? Only then may NPU 0 stand for all."""
+        return self.transitive
 
     # ---- bandwidth and distance -----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ class FullyConnected(Block):
     order = 1
     name = "FullyConnected"
     spellings = ("FullyConnected", "FC")
+    translatable = True
 
     def link_share(self, k: int) -> int:
         return k - 1

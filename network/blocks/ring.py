@@ -14,6 +14,7 @@ class Ring(Block):
     order = 0
     name = "Ring"
     spellings = ("Ring",)
+    translatable = True
     neighbour_links = True
 
     def link_share(self, k: int) -> int:
