@@ -42,7 +42,7 @@ setup(
         "astra_compile.passes": "passes",
         "astra_compile.runtime": "runtime",
     },
-    package_data={"astra_compile.dialects": ["*.mlir"]},
+    package_data={"astra_compile.dialects": ["*.mlir"], "astra_compile.runtime": ["*.json"]},
     ext_modules=[LINKCORE],
     install_requires=[
         # The MLIR Python bindings (upstream MLIR, IRDL, pass manager) ship in this wheel; it needs no torch.
@@ -54,7 +54,7 @@ setup(
         "pyyaml>=6",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8", "jsonschema>=4"],
         "plot": ["matplotlib>=3.8"],
     },
     entry_points={"console_scripts": ["astra-compile=astra_compile.cli:main"]},

@@ -212,7 +212,7 @@ def path_trees(topology, ports: int | None = None) -> Trees:
     4-link pairs (two switches of one group) in fixed order meets the bound of 31 steps; all pairs, rotated, take
     34."""
     npus = topology.npus
-    links = LinkMap({"topology": topology.to_dict()})
+    links = LinkMap(topology.to_dict())
     u, v = np.divmod(np.arange(npus * npus), npus)
     keep = u != v
     u, v = u[keep], v[keep]

@@ -44,7 +44,7 @@ class ReadTables:
 
     def __init__(self, schedule):
         self.meta = schedule.meta
-        self.tables = {n: schedule.table(n, deps=False) for n in range(schedule.meta["npus"])}
+        self.tables = {n: schedule.table(n, deps=False) for n in range(schedule.meta.npus)}
 
     def table(self, npu, deps=False):
         return self.tables[npu]

@@ -237,7 +237,7 @@ def _write_timeline(args, result, meta: dict, title: str) -> None:
         write_trace(args.timeline, result, meta)
     if args.plot:
         from .runtime.trace import write_plot
-        write_plot(args.plot, result, len(meta["latency_ns"]), title)
+        write_plot(args.plot, result, meta.ndims, title)
 
 
 def _run_table_dir(args, run) -> int:
@@ -246,7 +246,7 @@ def _run_table_dir(args, run) -> int:
     from .runtime.tables import DirSchedule
     schedule = DirSchedule(args.input)
     result = driver.execute(schedule, run)
-    out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta["npus"], "backend": result.backend,
+    out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta.npus, "backend": result.backend,
            "execution": result.mode, "per_dim_bytes": result.per_dim_bytes,
            "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
     _write_timeline(args, result, schedule.meta, f"{args.input}: {result.backend} runtime")
@@ -349,7 +349,7 @@ def _emit_tables(args, schedule, topology) -> int:
     from .runtime.tables import write_dir
     if args.output:
         write_dir(schedule, args.output, args.table_format, force=args.force)
-        print(f"wrote {schedule.meta['npus']} tables and meta.json to {args.output}")
+        print(f"wrote {schedule.meta.npus} tables and meta.json to {args.output}")
         return 0
     if args.npu is None:
         raise UserError("--emit tables needs --npu K (print one table) or -o DIR (write them all)")

@@ -22,7 +22,8 @@ from .dependencies import dependencies
 from .network.errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
 from .network.links import LANE_SHORTEST, ROUTED, LinkMap
-from .runtime.tables import FORMAT, RECV_COPY, RECV_REDUCE, SEND, VERSION, Table
+from .runtime.meta import Meta
+from .runtime.tables import RECV_COPY, RECV_REDUCE, SEND, Table
 from .network.blocks import SHORTEST
 from .network.topology import Topology
 
@@ -44,12 +45,9 @@ class Schedule:
         self.shape = topology.shape
         self.strides = topology.strides()
         self._check_sizes()
-        self.meta = {
-            "format": FORMAT, "version": VERSION, "npus": topology.npus, "topology": topology.to_dict(),
-            "latency_ns": [d.latency_ns for d in topology.dims],
-            "symmetric": self._splits_evenly() and all(self._symmetric(p, s) for p in plans for s in p.stages),
-            "collectives": [p.to_meta() for p in plans],
-        }
+        self.meta = Meta(topology.npus, topology.to_dict(), tuple(d.latency_ns for d in topology.dims),
+                         self._splits_evenly() and all(self._symmetric(p, s) for p in plans for s in p.stages),
+                         tuple(p.to_meta() for p in plans))
 
     # ---- regions ------------------------------------------------------------------------------------------
 
@@ -92,10 +90,12 @@ class Schedule:
             out[:, flows, 0], out[:, flows, 1] = np.broadcast_arrays(base, length)
         return out
 
-    def export_meta(self) -> dict:
+    def export_meta(self) -> Meta:
         """meta plus every reduce-scatter/all-gather shard layout, so written tables can be verified on their own."""
-        shards = {str(p.index): self.shards(p.index).tolist() for p in self.plans if p.kind != "all_to_all"}
-        return dict(self.meta, shards=shards)
+        if getattr(self, "_exported", None) is None:
+            self._exported = self.meta.with_(shards={p.index: self.shards(p.index) for p in self.plans
+                                                     if p.kind != "all_to_all"})
+        return self._exported
 
     def _stage_region(self, plan: CollectivePlan, levels, position: int):
         if plan.kind == "reduce_scatter":
@@ -326,7 +326,7 @@ class Schedule:
 
     def _link_map(self) -> LinkMap:
         if getattr(self, "_links_map", None) is None:
-            self._links_map = LinkMap({"topology": self.topology.to_dict()})
+            self._links_map = LinkMap(self.topology.to_dict())
         return self._links_map
 
 

@@ -8,6 +8,7 @@ import numpy as np
 from . import algorithms
 from .dialects import comm
 from .network.errors import UserError
+from .runtime.meta import CollectiveMeta, StageMeta
 
 FLAT = -1  # a phase over every dimension of its group (graph algorithms)
 
@@ -49,13 +50,12 @@ class CollectivePlan:
         uniq, inverse = np.unique(orders, axis=0, return_inverse=True)
         return [(tuple(int(x) for x in u), np.flatnonzero(inverse.ravel() == i)) for i, u in enumerate(uniq)]
 
-    def to_meta(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "buffer": self.buffer, "buffer_kind": self.buffer_kind,
-                "bytes": self.bytes, "chunks": self.chunks, "group_dims": self.group_dims, "deps": self.deps,
-                "stages": [{"kind": s.kind, "dim": s.dim, "algorithm": s.algorithm, "bytes": s.bytes}
-                           for s in self.stages],
-                # dims each chunk visits, in order (the runtime needs a phase's dimension before it runs)
-                "chunk_dims": [[self.stages[i].dim for i in row] for row in self.chunk_orders().tolist()]}
+    def to_meta(self) -> CollectiveMeta:
+        # chunk_dims: the dims each chunk visits, in order (the runtime needs a phase's dimension before it runs)
+        return CollectiveMeta(self.name, self.kind, self.buffer, self.buffer_kind, self.bytes, self.chunks,
+                              tuple(self.group_dims), tuple(self.deps),
+                              tuple(StageMeta(s.kind, s.dim, s.algorithm, s.bytes) for s in self.stages),
+                              tuple(tuple(self.stages[i].dim for i in row) for row in self.chunk_orders().tolist()))
 
 
 def plans_from_module(module) -> list[CollectivePlan]:

@@ -83,8 +83,9 @@ _PATH_TABLES: dict = {}  # graph -> (dist, next): breadth-first searches are the
 
 
 class LinkMap:
-    def __init__(self, meta: dict, representative: bool = False):
-        dims = meta["topology"]["dims"]
+    def __init__(self, topology: dict, representative: bool = False):
+        """`topology`: the serialised topology (Topology.to_dict(), as meta.json and the IR hold it)."""
+        dims = topology["dims"]
         self.representative = representative
         self.blocks = [d["block"] for d in dims]
         self.shape = np.array([d["size"] for d in dims], np.int64)
@@ -95,7 +96,7 @@ class LinkMap:
                               np.int64)
         self.offset = link_offsets(self.slots, self.npus)
         self.dim_latency = np.array([d["latency_ns"] for d in dims], np.float64)
-        graph = meta["topology"].get("graph")
+        graph = topology.get("graph")
         self.graph = None
         if graph is not None:  # a Graph topology: link ids are the graph's directed links
             self.graph = {k: np.asarray(graph[k], np.float64 if k in ("gbps", "latency_ns") else np.int64)

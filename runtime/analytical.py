@@ -35,13 +35,13 @@ def run(schedule: Schedule, mode: str = "auto", intra: str = "fifo", active_chun
     if active_chunks < 1:
         raise OptionError("active_chunks must be at least 1")
     if mode == "auto":
-        mode = "symmetric" if meta.get("symmetric") else "full"
+        mode = "symmetric" if meta.symmetric else "full"
     if mode not in ("symmetric", "full"):
         raise OptionError(f"unknown mode {mode}")
-    if mode == "symmetric" and not meta.get("symmetric"):  # NPU 0 would stand for NPUs that run other steps
+    if mode == "symmetric" and not meta.symmetric:  # NPU 0 would stand for NPUs that run other steps
         raise OptionError("--execution symmetric: this schedule's NPUs do not all run the same steps (trees, rings "
                          "over ranks, meshes, uneven splits); NPU 0 cannot stand for them: use --execution full")
-    npus = [0] if mode == "symmetric" else list(range(meta["npus"]))
+    npus = [0] if mode == "symmetric" else list(range(meta.npus))
     return _Engine(meta, {n: table_of(schedule, n) for n in npus}, mode, intra, active_chunks).run()
 
 

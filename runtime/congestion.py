@@ -57,15 +57,15 @@ SWITCHING = ("cut-through", "store-and-forward")
 I64, F64 = np.int64, np.float64
 
 
-def symmetric_ok(meta: dict) -> bool:
+def symmetric_ok(meta) -> bool:
     """Can NPU 0 over representative links stand for the whole network (see the module docstring)?"""
-    if not meta.get("symmetric") or meta["topology"].get("graph") is not None:
+    if not meta.symmetric or meta.topology.get("graph") is not None:
         return False
-    dims = meta["topology"]["dims"]
+    dims = meta.topology["dims"]
     # halving-doubling across neighbour links (k > 2) sends each NPU's partner the shorter way round, forwards
     # from some NPUs and backwards from others: no relabelling maps one NPU's links onto another's
-    return not any(st["algorithm"] == "halving_doubling" and blocks.block(dims[st["dim"]]["block"]).neighbour_links
-                   and dims[st["dim"]]["size"] > 2 for c in meta["collectives"] for st in c["stages"])
+    return not any(st.algorithm == "halving_doubling" and blocks.block(dims[st.dim]["block"]).neighbour_links
+                   and dims[st.dim]["size"] > 2 for c in meta.collectives for st in c.stages)
 
 
 ENGINES = ("auto", "compiled", "python")
@@ -94,7 +94,7 @@ def run(schedule: Schedule, intra: str = "fifo", active_chunks: int = 1, timelin
         raise OptionError(f"unknown engine {engine}")
     if engine == "compiled" and _linkcore is None:
         raise OptionError("the compiled congestion core is not built (reinstall with a C compiler)")
-    npus = [0] if mode == "symmetric" else range(meta["npus"])
+    npus = [0] if mode == "symmetric" else range(meta.npus)
     cut_through = switching == "cut-through"
     if engine == "python" or _linkcore is None:
         tables = {n: table_of(schedule, n) for n in npus}

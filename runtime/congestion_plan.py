@@ -28,27 +28,27 @@ I64 = np.int64
 class Plan:
     """`fetch(npu)` gives an NPU's table; tables are read one at a time, so only their messages are held at once."""
 
-    def __init__(self, meta: dict, npus, fetch, symmetric: bool):
+    def __init__(self, meta, npus, fetch, symmetric: bool):
         self.meta, self.symmetric = meta, symmetric
-        self.npus, self.ndims = meta["npus"], len(meta["latency_ns"])
+        self.npus, self.ndims = meta.npus, meta.ndims
         self.sim = np.array(sorted(npus), I64)
-        self.links = LinkMap(meta, representative=symmetric)
+        self.links = LinkMap(meta.topology, representative=symmetric)
         self._keys(meta)
         self._phases_and_messages(fetch)
         self._groups()
         self._chains(meta)
 
-    def _keys(self, meta: dict) -> None:
-        colls = meta["collectives"]
-        self.nstages = np.array([len(c["stages"]) for c in colls], I64)
-        self.chunks = np.array([c["chunks"] for c in colls], I64)
+    def _keys(self, meta) -> None:
+        colls = meta.collectives
+        self.nstages = np.array([len(c.stages) for c in colls], I64)
+        self.chunks = np.array([c.chunks for c in colls], I64)
         self.key_base = np.concatenate([[0], np.cumsum(self.nstages * self.chunks)]).astype(I64)
         self.K = int(self.key_base[-1])
         coll = np.repeat(np.arange(len(colls)), self.nstages * self.chunks)
         local = np.arange(self.K) - self.key_base[coll]
         self.key_coll, self.key_flow, self.key_stage = coll.astype(I64), local // self.nstages[coll], \
             local % self.nstages[coll]
-        self.key_dim = np.array([colls[c]["chunk_dims"][f][s] for c, f, s in
+        self.key_dim = np.array([colls[c].chunk_dims[f][s] for c, f, s in
                                  zip(coll.tolist(), self.key_flow.tolist(), self.key_stage.tolist())], I64)
 
     def kid(self, coll, flow, stage):
@@ -109,7 +109,7 @@ class Plan:
     def _groups(self) -> None:
         """Service groups: the members of a dimension's group (full execution) or NPU 0 alone (symmetric)."""
         S, nd = len(self.sim), self.ndims
-        shape = [d["size"] for d in self.meta["topology"]["dims"]]
+        shape = self.meta.shape
         if self.symmetric:
             shape = [1] * nd
         strides = [int(np.prod(shape[:d])) for d in range(nd)]
@@ -133,19 +133,19 @@ class Plan:
         per_key = np.array(ngroups, I64)[self.key_dim + 1]
         self.count_base = np.concatenate([[0], np.cumsum(per_key)]).astype(I64)
 
-    def _chains(self, meta: dict) -> None:
-        colls = meta["collectives"]
+    def _chains(self, meta) -> None:
+        colls = meta.collectives
         succ = successors(meta)
         cons, per_chunk, start = [], [], [0]
         for ci, c in enumerate(colls):
             for consumer in succ.get(ci, []):
                 other = colls[consumer]
                 cons.append(consumer)
-                per_chunk.append(int(c["buffer"] == other["buffer"] and c["chunks"] == other["chunks"]))
+                per_chunk.append(int(c.buffer == other.buffer and c.chunks == other.chunks))
             start.append(len(cons))
         self.cons_start, self.cons = np.array(start, I64), np.array(cons, I64)
         self.cons_per_chunk = np.array(per_chunk, I64)
-        self.ndeps = np.array([len(c["deps"]) for c in colls], I64)
+        self.ndeps = np.array([len(c.deps) for c in colls], I64)
         self.chunk_base = np.concatenate([[0], np.cumsum(self.chunks)]).astype(I64)
 
     def link_names(self) -> list[str]:

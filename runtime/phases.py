@@ -47,7 +47,7 @@ class Result:
     link_transfers: dict = field(default_factory=dict)  # congestion backend: link transfers simulated / modelled
 
 
-def messages(t: Table, meta: dict):
+def messages(t: Table, meta):
     """Aggregate rows into messages: returns dict of arrays keyed like the table plus `cost` (ns): latency per hop
     plus bytes / bandwidth. A routed message (dim -1), and every message on a graph topology, pays the latency of
     each link on its route (runtime/links.py)."""
@@ -62,15 +62,15 @@ def messages(t: Table, meta: dict):
     starts = np.flatnonzero(first)
     nbytes = np.add.reduceat(t["bytes"][order], starts)
     o = order[starts]
-    latency = np.asarray(meta["latency_ns"], dtype=np.float64)
+    latency = np.asarray(meta.latency_ns, dtype=np.float64)
     dim = t["dim"][o].astype(np.int64)
     lat = latency[np.maximum(dim, 0)] * t["hops"][o]
-    graph = meta["topology"].get("graph") is not None
+    graph = meta.topology.get("graph") is not None
     routed = np.flatnonzero((dim == ROUTED) | graph)
     if len(routed):  # the sum of the latencies of the links on the route
         sender = np.where(send[o][routed] == 1, t["npu"][o][routed], t["peer"][o][routed])
         receiver = np.where(send[o][routed] == 1, t["peer"][o][routed], t["npu"][o][routed])
-        links = LinkMap(meta)
+        links = LinkMap(meta.topology)
         start, ids = links.routes(sender, receiver, dim[routed], t["lane"][o][routed], t["hops"][o][routed])
         owner = np.repeat(np.arange(len(routed)), np.diff(start))
         lat[routed] = np.bincount(owner, weights=links.latency(ids), minlength=len(routed))
@@ -99,14 +99,14 @@ def pack_keys(keys: list[np.ndarray]) -> list[np.ndarray]:
     return words
 
 
-def per_dim_bytes(t: Table, meta: dict) -> np.ndarray:
+def per_dim_bytes(t: Table, meta) -> np.ndarray:
     """Bytes an NPU sends per dimension; a routed message counts on the dimension of its first leg."""
-    ndims = len(meta["latency_ns"])
+    ndims = meta.ndims
     s = np.flatnonzero(t["op"] == SEND)
     dim = t["dim"][s].astype(np.int64)
     routed = dim == ROUTED
     if routed.any():
-        owner, (_, _, ldim, _, _) = LinkMap(meta).legs(t["npu"][s][routed], t["peer"][s][routed],
+        owner, (_, _, ldim, _, _) = LinkMap(meta.topology).legs(t["npu"][s][routed], t["peer"][s][routed],
                                                         t["lane"][s][routed])
         first = np.concatenate([[True], owner[1:] != owner[:-1]])
         dim[np.flatnonzero(routed)[owner[first]]] = ldim[first]
@@ -114,10 +114,8 @@ def per_dim_bytes(t: Table, meta: dict) -> np.ndarray:
 
 
 def table_of(schedule: Schedule, npu: int) -> Table:
-    try:
-        return schedule.table(npu, deps=False)
-    except TypeError:
-        return schedule.table(npu)
+    """An NPU's table without the `dep` column's work (the cost models do not read it)."""
+    return schedule.table(npu, deps=False)
 
 
 class GroupOrder:
@@ -192,12 +190,11 @@ class GroupOrder:
         self.running[server] -= 1
 
 
-def successors(meta: dict) -> dict:
+def successors(meta) -> dict:
     """For each collective: the phases that wait on (coll, flow, last stage) finishing."""
-    colls = meta["collectives"]
     succ = {}
-    for ci, c in enumerate(colls):
-        for d in c["deps"]:
+    for ci, c in enumerate(meta.collectives):
+        for d in c.deps:
             succ.setdefault(d, []).append(ci)
     return succ
 
@@ -207,16 +204,16 @@ def dep_flows(meta, producer: int, consumer: int, flow: int):
 
     Chunk by chunk only inside one buffer (an all_reduce's all_gather half picks up each chunk its reduce_scatter
     half finished); a collective on another buffer waits for the whole producer (None)."""
-    p, c = meta["collectives"][producer], meta["collectives"][consumer]
-    return [flow] if p["buffer"] == c["buffer"] and p["chunks"] == c["chunks"] else None
+    p, c = meta.collectives[producer], meta.collectives[consumer]
+    return [flow] if p.buffer == c.buffer and p.chunks == c.chunks else None
 
 
 class Chains:
     """Readiness of phases: chunk chains inside a collective and per-chunk dependencies between collectives."""
 
-    def __init__(self, meta: dict):
+    def __init__(self, meta):
         self.meta = meta
-        self.colls = meta["collectives"]
+        self.colls = meta.collectives
         self.succ = successors(meta)
         self.waiting = {}   # (npu, coll, flow) -> number of producer chunks still running
         self.done_all = {}  # (npu, coll) -> chunks done
@@ -224,25 +221,25 @@ class Chains:
     def initial(self, npu):
         out = []
         for ci, c in enumerate(self.colls):
-            for f in range(c["chunks"]):
-                self.waiting[(npu, ci, f)] = len(c["deps"])
-                if not c["deps"]:
+            for f in range(c.chunks):
+                self.waiting[(npu, ci, f)] = len(c.deps)
+                if not c.deps:
                     out.append((ci, f, 0))
         return out
 
     def finished(self, npu, coll, flow, stage):
         """Phases made ready by (coll, flow, stage) finishing on npu."""
         c = self.colls[coll]
-        if stage + 1 < len(c["stages"]):
+        if stage + 1 < len(c.stages):
             return [(coll, flow, stage + 1)]
         out = []
         self.done_all[(npu, coll)] = self.done_all.get((npu, coll), 0) + 1
         for consumer in self.succ.get(coll, []):
             flows = dep_flows(self.meta, coll, consumer, flow)
             if flows is None:
-                if self.done_all[(npu, coll)] < c["chunks"]:
+                if self.done_all[(npu, coll)] < c.chunks:
                     continue
-                flows = range(self.colls[consumer]["chunks"])
+                flows = range(self.colls[consumer].chunks)
             for f in flows:
                 self.waiting[(npu, consumer, f)] -= 1
                 if self.waiting[(npu, consumer, f)] == 0:
@@ -250,9 +247,9 @@ class Chains:
         return out
 
 
-def phase_dim(meta: dict, key) -> int:
+def phase_dim(meta, key) -> int:
     """Dimension of phase key = (coll, chunk, stage); -1 for a phase over every dimension (graph algorithms)."""
-    return meta["collectives"][key[0]]["chunk_dims"][key[1]][key[2]]
+    return meta.collectives[key[0]].chunk_dims[key[1]][key[2]]
 
 
 INTRA_POLICIES = ("fifo", "scf")
@@ -288,7 +285,7 @@ def make_result(meta, mode, rec, ndims, per_dim_bytes) -> Result:
             sel = (phases["npu"] == npu) & ((phases["dim"] == d) | (phases["dim"] == -1))
             busy[d] = max(busy[d], union_length(phases["start"][sel], phases["end"][sel]))
     ends = [float(phases["end"][phases["coll"] == ci].max()) if np.any(phases["coll"] == ci) else 0.0
-            for ci in range(len(meta["collectives"]))]
+            for ci in range(len(meta.collectives))]
     return Result(mode, total, ndims, phases, [int(x) for x in per_dim_bytes], busy.tolist(), ends)
 
 
@@ -317,13 +314,13 @@ class PhaseEngine:
     admission, and calls `step_finished(pk, step, now)` when a step completes. All events of one instant are
     handled before anything is admitted or served, so simultaneous events cannot overtake one another."""
 
-    def __init__(self, meta: dict, tables: dict, intra: str, active: int, symmetric: bool):
+    def __init__(self, meta, tables: dict, intra: str, active: int, symmetric: bool):
         self.meta, self.active, self.symmetric = meta, active, symmetric
         self.mode = "symmetric" if symmetric else "full"
-        self.ndims = len(meta["latency_ns"])
-        self.npus = meta["npus"]
+        self.ndims = meta.ndims
+        self.npus = meta.npus
         self.simulated = list(tables)
-        shape = [d["size"] for d in meta["topology"]["dims"]]
+        shape = meta.shape
         sizes = {n: phase_sizes(t) for n, t in tables.items()}
         self.order = GroupOrder([1] * len(shape) if symmetric else shape,
                                 lambda npu, now, key: priority_key(intra, sizes[npu].get(key, 0), now, *key))

@@ -15,9 +15,8 @@ from typing import Protocol
 import numpy as np
 
 from . import atomic
-
-FORMAT = "astra-compile-tables"
-VERSION = 1
+from .errors import TableError
+from .meta import FORMAT, VERSION, Meta  # noqa: F401 (FORMAT, VERSION: the table format's name and version)
 
 SEND, RECV_REDUCE, RECV_COPY = 0, 1, 2
 OP_NAMES = {SEND: "SEND", RECV_REDUCE: "RECV_REDUCE", RECV_COPY: "RECV_COPY"}
@@ -42,10 +41,6 @@ COLUMNS = (
 )
 COLUMN_NAMES = tuple(c[0] for c in COLUMNS)
 DTYPES = {c[0]: c[1] for c in COLUMNS}
-
-
-class TableError(Exception):
-    """A malformed table or table directory (one line; the CLI prints it and exits 2)."""
 
 
 @dataclass
@@ -105,11 +100,11 @@ class Table:
             raise TableError(f"{path}: rows have {data.shape[1]} values, the header {len(COLUMN_NAMES)}")
         return table_from_columns({c: data[:, i] for i, c in enumerate(COLUMN_NAMES)}, path)
 
-    def to_text(self, meta: dict | None = None) -> str:
+    def to_text(self, meta=None) -> str:
         """Human-readable rows: one line per row, op names spelled out, sizes in bytes."""
         names = ("step", "op", "flow", "coll", "stage", "dim", "peer", "lane", "hops", "offset", "bytes", "dep")
         rows = [names]
-        coll_names = [c["name"] for c in meta["collectives"]] if meta else None
+        coll_names = [c.name for c in meta.collectives] if meta else None
         for i in range(len(self)):
             r = {c: self.cols[c][i] for c in COLUMN_NAMES}
             rows.append((str(r["step"]), OP_NAMES[int(r["op"])], str(r["flow"]),
@@ -121,10 +116,17 @@ class Table:
 
 
 class Schedule(Protocol):
-    """What the runtime needs: `meta` (dict, see docs/tables.md) and `table(npu) -> Table`."""
-    meta: dict
+    """What the runtime executes: `meta` (runtime/meta.py) and one table per NPU. The compiler's lowering and a table
+    directory read back (DirSchedule) both are one."""
+    meta: Meta
 
-    def table(self, npu: int) -> Table: ...
+    def table(self, npu: int, deps: bool = True) -> Table:
+        """NPU `npu`'s table; deps=False may leave the `dep` column unfilled (the cost models do not read it)."""
+        ...
+
+    def export_meta(self) -> Meta:
+        """meta with every reduce-scatter/all-gather shard layout, so written tables verify on their own."""
+        ...
 
 
 def write_dir(schedule: Schedule, out_dir: str, fmt: str = "csv", force: bool = False) -> None:
@@ -134,10 +136,9 @@ def write_dir(schedule: Schedule, out_dir: str, fmt: str = "csv", force: bool = 
         raise TableError(f"unknown table format '{fmt}' (csv or json)")
 
     def fill(tmp: str) -> None:
-        meta = dict(getattr(schedule, "export_meta", lambda: schedule.meta)(), table_format=fmt)
-        with open(os.path.join(tmp, "meta.json"), "w") as f:
-            json.dump(meta, f, indent=1)
-        for npu in range(meta["npus"]):
+        meta = schedule.export_meta().with_(table_format=fmt)
+        meta.write(os.path.join(tmp, "meta.json"))
+        for npu in range(meta.npus):
             t = schedule.table(npu)
             path = os.path.join(tmp, f"npu_{npu}.{fmt}")
             if fmt == "csv":
@@ -170,32 +171,28 @@ def not_a_table_dir(path: str) -> str | None:
 
 
 class DirSchedule:
-    """A schedule read back from a directory written by write_dir. Nothing is trusted: meta.json, the presence of
-    every NPU's table and each table's rows are checked (table_checks.py), and a claimed symmetry is confirmed
-    against every table before NPU 0 may stand for the others."""
+    """A schedule read back from a directory written by write_dir. Nothing is trusted: meta.json is checked key by key
+    (Meta.read), every NPU's table must be present and each table's rows in range (table_checks.py), and a claimed
+    symmetry is confirmed against every table before NPU 0 may stand for the others."""
 
     def __init__(self, path: str):
         from . import table_checks
         self.path = path
-        try:
-            with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
-                meta = json.load(f)
-        except OSError as e:
-            raise TableError(f"{path}: cannot read meta.json ({e.strerror})") from None
-        except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
-            raise TableError(f"{path}/meta.json is not JSON ({' '.join(str(e).split())[:120]})") from None
-        self.meta = table_checks.check_meta(meta, path)
-        self.fmt = self.meta.get("table_format", "csv")
+        self.meta = Meta.read(path)
+        self.fmt = self.meta.table_format or "csv"
         table_checks.check_files(path, self.meta)
-        if self.meta.get("symmetric"):
+        if self.meta.symmetric:
             first = self.table(0)
-            for npu in range(1, self.meta["npus"]):
+            for npu in range(1, self.meta.npus):
                 if not table_checks.symmetric_claim_holds(first, self.table(npu)):
                     # an edited table: still runnable, but only in full execution
-                    self.meta = dict(self.meta, symmetric=False)
+                    self.meta = self.meta.with_(symmetric=False)
                     break
 
-    def table(self, npu: int) -> Table:
+    def export_meta(self) -> Meta:
+        return self.meta
+
+    def table(self, npu: int, deps: bool = True) -> Table:
         from . import table_checks
         path = os.path.join(self.path, f"npu_{npu}.{self.fmt}")
         if self.fmt == "csv":

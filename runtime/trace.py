@@ -14,8 +14,8 @@ from . import atomic
 from .tables import TableError
 
 
-def chrome_trace(result, meta: dict) -> dict:
-    names = [c["name"] for c in meta["collectives"]]
+def chrome_trace(result, meta) -> dict:
+    names = [c.name for c in meta.collectives]
     events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "NPUs"}},
               {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "links"}}]
     p = result.phases
@@ -36,7 +36,7 @@ def chrome_trace(result, meta: dict) -> dict:
             "otherData": {"backend": result.backend, "execution": result.mode, "total_us": result.total_ns / 1e3}}
 
 
-def write_trace(path: str, result, meta: dict) -> None:
+def write_trace(path: str, result, meta) -> None:
     trace = chrome_trace(result, meta)
 
     def write(tmp):

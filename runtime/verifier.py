@@ -46,35 +46,34 @@ def _group_layout(shape: list[int], dims: list[int]):
     return gid, local, mult if outside else 1
 
 
-def _shards(schedule: Schedule, ci: int) -> np.ndarray:
-    if hasattr(schedule, "shards"):
-        return np.asarray(schedule.shards(ci))
-    try:
-        return np.asarray(schedule.meta["shards"][str(ci)])
-    except KeyError:
-        raise VerificationError(f"collective {ci}: the table directory has no shard layout to verify against") from None
+def _shards(shards: dict, ci: int) -> np.ndarray:
+    """(npus, chunks, 2) offset and length of each NPU's reduce-scatter output / all-gather input shard."""
+    if ci not in shards:
+        raise VerificationError(f"collective {ci}: the table directory has no shard layout to verify against")
+    return np.asarray(shards[ci])
 
 
 def verify(schedule: Schedule, seed: int = 0) -> dict:
-    meta = schedule.meta
-    npus = meta["npus"]
-    shape = [d["size"] for d in meta["topology"]["dims"]]
-    colls = meta["collectives"]
+    meta = schedule.export_meta()  # with every shard layout
+    shards = meta.shards or {}
+    npus = meta.npus
+    shape = meta.shape
+    colls = meta.collectives
     rng = np.random.default_rng(seed)
 
     buffers, init, kinds, members = {}, {}, {}, {}
     for ci, c in enumerate(colls):
-        b = c["buffer"]
+        b = c.buffer
         members.setdefault(b, []).append(ci)
         if b in buffers:
             continue
-        if npus * c["bytes"] > MAX_ELEMENTS:
-            raise TableError(f"{c['name']}: {npus} NPUs x {c['bytes']} bytes is too large to execute on data "
+        if npus * c.bytes > MAX_ELEMENTS:
+            raise TableError(f"{c.name}: {npus} NPUs x {c.bytes} bytes is too large to execute on data "
                                     f"(limit {MAX_ELEMENTS} bytes in all); verify a smaller size")
-        kinds[b] = c["buffer_kind"]
-        data = rng.integers(0, 1000, size=(npus, c["bytes"]), dtype=np.int64)
+        kinds[b] = c.buffer_kind
+        data = rng.integers(0, 1000, size=(npus, c.bytes), dtype=np.int64)
         if kinds[b] == "all_gather":
-            sh = _shards(schedule, ci)
+            sh = _shards(shards, ci)
             owned = np.zeros_like(data, dtype=bool)
             for n in range(npus):
                 for off, ln in sh[n]:
@@ -92,8 +91,8 @@ def verify(schedule: Schedule, seed: int = 0) -> dict:
     for b, kind in kinds.items():
         ci = members[b][0]
         c = colls[ci]
-        gid, local, _ = _group_layout(shape, c["group_dims"])
-        _check(kind, c, ci, schedule, init[b], buffers[b], gid, local)
+        gid, local, _ = _group_layout(shape, c.group_dims)
+        _check(kind, c, ci, shards, init[b], buffers[b], gid, local)
     return {"rows": len(table), "collectives": len(colls), "buffers": len(buffers)}
 
 
@@ -102,7 +101,7 @@ def _check_rows(t: Table, colls, npus: int) -> None:
     ncoll = len(colls)
     bad = (t["coll"] < 0) | (t["coll"] >= ncoll) | (t["peer"] < 0) | (t["peer"] >= npus) | (t["peer"] == t["npu"])
     bad |= (t["bytes"] <= 0) | (t["offset"] < 0) | (t["dep"] < -1)
-    size = np.array([c["bytes"] for c in colls], dtype=np.int64)
+    size = np.array([c.bytes for c in colls], dtype=np.int64)
     bad |= t["offset"] + t["bytes"] > size[np.clip(t["coll"], 0, ncoll - 1)]
     if bad.any():
         i = int(np.argmax(bad))
@@ -157,12 +156,12 @@ def _explain_mismatch(ks, kr, colls):
     for key in kr.T.tolist():
         if tuple(key) not in sset:
             c, f, st, step, snd, rcv, _ = key
-            raise VerificationError(f"NPU {rcv} waits in {colls[c]['name']} chunk {f} phase {st} step {step} for data "
+            raise VerificationError(f"NPU {rcv} waits in {colls[c].name} chunk {f} phase {st} step {step} for data "
                                     f"from NPU {snd} that is never sent")
     for key in ks.T.tolist():
         if tuple(key) not in rset:
             c, f, st, step, snd, rcv, _ = key
-            raise VerificationError(f"NPU {snd} sends to NPU {rcv} in {colls[c]['name']} chunk {f} phase {st} step "
+            raise VerificationError(f"NPU {snd} sends to NPU {rcv} in {colls[c].name} chunk {f} phase {st} step "
                                     f"{step} but NPU {rcv} never receives it")
     raise VerificationError("sends and receives differ in number of rows per message")
 
@@ -183,7 +182,7 @@ def _execute(t: Table, s_idx, r_idx, colls, buffers) -> None:
     for grp in np.split(np.arange(len(r_idx)), bounds):
         if not len(grp):
             continue
-        buf = buffers[colls[int(t["coll"][r_idx[grp[0]]])]["buffer"]]
+        buf = buffers[colls[int(t["coll"][r_idx[grp[0]]])].buffer]
         size = buf.shape[1]
         flat = buf.reshape(-1)
         si, ri = s_idx[grp], r_idx[grp]
@@ -201,8 +200,8 @@ def _fail(what: str, npu: int, final, expected) -> None:
                             f"{bad[0]}")
 
 
-def _check(kind, c, ci, schedule, init, final, gid, local) -> None:
-    name = c["name"] if kind == c["kind"] else c["buffer"]
+def _check(kind, c, ci, shards, init, final, gid, local) -> None:
+    name = c.name if kind == c.kind else c.buffer
     npus = len(gid)
     group_sum = np.zeros_like(init)
     for g in np.unique(gid):
@@ -213,7 +212,7 @@ def _check(kind, c, ci, schedule, init, final, gid, local) -> None:
             if not np.array_equal(final[n], group_sum[n]):
                 _fail(f"all_reduce '{name}'", n, final[n], group_sum[n])
     elif kind == "reduce_scatter":
-        sh = _shards(schedule, ci)
+        sh = _shards(shards, ci)
         cover = np.zeros((int(gid.max()) + 1, init.shape[1]), np.int64)
         for n in range(npus):
             for off, ln in sh[n]:
@@ -240,15 +239,15 @@ def _check(kind, c, ci, schedule, init, final, gid, local) -> None:
         # the lowering demands whole slots, so the buffer is (chunks, slots, slot bytes) on every NPU
         groups = np.unique(gid)
         nslots = len(gid) // len(groups)
-        if c["bytes"] % (c["chunks"] * nslots):
-            raise VerificationError(f"all_to_all '{name}': {c['bytes']} bytes do not split into {c['chunks']} chunks "
+        if c.bytes % (c.chunks * nslots):
+            raise VerificationError(f"all_to_all '{name}': {c.bytes} bytes do not split into {c.chunks} chunks "
                                     f"of {nslots} equal slots")
         members = np.zeros((int(gid.max()) + 1, nslots), np.int64)
         members[gid, local] = np.arange(npus)
-        shaped = init.reshape(npus, c["chunks"], nslots, -1)
+        shaped = init.reshape(npus, c.chunks, nslots, -1)
         # expected[n, chunk, j] = what member j of n's group had in slot local[n]
         src = members[gid][:, :, None]                     # (npus, slots, 1)
-        expected = shaped[src, np.arange(c["chunks"])[None, None, :], local[:, None, None]]  # (npus, j, chunk, L)
+        expected = shaped[src, np.arange(c.chunks)[None, None, :], local[:, None, None]]  # (npus, j, chunk, L)
         expected = expected.transpose(0, 2, 1, 3).reshape(npus, -1)
         for n in np.flatnonzero(np.any(final != expected, axis=1))[:1]:
             _fail(f"all_to_all '{name}'", n, final[n], expected[n])
@@ -264,10 +263,10 @@ def link_conflicts(schedule: Schedule) -> list[tuple]:
     from ..network.links import LinkMap
     from .phases import messages
     meta = schedule.meta
-    links = LinkMap(meta)
+    links = LinkMap(meta.topology)
     seen: dict = {}
     conflicts = []
-    for npu in range(meta["npus"]):
+    for npu in range(meta.npus):
         m = messages(schedule.table(npu), meta)
         s = m["send"] == 1
         start, ids = links.routes(m["npu"][s], m["peer"][s], m["dim"][s], m["lane"][s], m["hops"][s])

@@ -25,7 +25,7 @@ def test_bigraph_shape_and_paths():
     g = topo.graph
     assert topo.npus == 32 and g.nodes == 40 and len(g.src) == 2 * (32 + 4 * 4)
     assert [d.block for d in topo.dims] == ["Graph"]
-    links = LinkMap({"topology": topo.to_dict()})
+    links = LinkMap(topo.to_dict())
     # NPUs 0..3 hang on switch 0 of group 0, 4..7 on switch 1 of group 0, 16.. on group 1
     assert links.distance([0, 0, 0], [3, 16, 4]).tolist() == [2, 3, 4]
     start, ids = links.routes([0], [4], [0], [0], [0])
@@ -43,7 +43,7 @@ def test_bad_bigraph_shapes(spec, capsys):
 def test_dgx1_and_boxes():
     one = parse_topology("dgx1")
     assert one.npus == 8 and one.graph.nodes == 8 and len(one.graph.src) == 2 * (2 * 6 + 4)
-    links = LinkMap({"topology": one.to_dict()})
+    links = LinkMap(one.to_dict())
     assert links.distance([0, 0, 0], [3, 4, 5]).tolist() == [1, 1, 2]
     two = parse_topology("2_dgx1", bandwidth="25")
     assert two.npus == 16 and two.graph.nodes == 17
@@ -159,7 +159,7 @@ def test_multitree_meets_the_port_bound_on_the_evaluated_bigraph():
     sched = compile_flat("4x8_bigraph", "all_reduce", 32 * 4096, "multitree", bandwidth="50", latency="500")
     trees = sched.trees()
     assert trees.steps == 31
-    pairs = LinkMap({"topology": sched.topology.to_dict()})
+    pairs = LinkMap(sched.topology.to_dict())
     child = np.nonzero(trees.parent >= 0)
     assert pairs.distance(trees.parent[child], child[1]).max() == 3
     verify(sched)

@@ -24,7 +24,7 @@ def report(capsys, *argv):
 
 def test_e_cube_routes_cross_the_lowest_differing_bit_first():
     topo = parse_topology("Hypercube(8)")
-    links = LinkMap({"topology": topo.to_dict()})
+    links = LinkMap(topo.to_dict())
     start, ids = links.routes([0, 5], [7, 4], [0, 0], [0, 0], [3, 1])
     assert np.diff(start).tolist() == [3, 1]
     assert [links.describe(i) for i in ids] == ["dim0 npu0->npu1", "dim0 npu1->npu3", "dim0 npu3->npu7",
@@ -60,7 +60,7 @@ def test_every_algorithm_verifies_on_data(capsys, topology, kind, algorithm):
 def test_symmetric_schedules_agree_with_full_execution(algorithm):
     sched = compile_collective("Hypercube(8)_Ring(2)", "all_reduce", 2 ** 20, chunks=4,
                                algorithm=f"{algorithm},ring")
-    assert sched.meta["symmetric"]
+    assert sched.meta.symmetric
     assert analytical.run(sched, "symmetric").total_ns == analytical.run(sched, "full").total_ns
     sym = congestion.run(sched, mode="symmetric")
     assert sym.total_ns == congestion.run(sched, mode="full").total_ns
@@ -68,7 +68,7 @@ def test_symmetric_schedules_agree_with_full_execution(algorithm):
 
 def test_a_ring_on_a_hypercube_is_not_called_symmetric():
     sched = compile_collective("Hypercube(8)", "all_reduce", 2 ** 20, algorithm="ring")
-    assert not sched.meta["symmetric"]  # c -> c+1 is one link from even c, up to three from odd c
+    assert not sched.meta.symmetric  # c -> c+1 is one link from even c, up to three from odd c
 
 
 def test_sizes_that_are_not_powers_of_two_are_refused():

@@ -71,7 +71,7 @@ def test_graph_algorithms_on_meshes_are_verified_and_contention_free(topology, a
 def test_per_dimension_algorithms_on_a_mesh_verify(algorithm, kind):
     sched = compile_collective("4x4_mesh", kind, 16 * 16 * 4, algorithm=algorithm)
     verify(sched)
-    assert not sched.meta["symmetric"]
+    assert not sched.meta.symmetric
     # links are shared, never faster than the contention-free estimate
     assert congestion.run(sched).total_ns >= analytical.run(sched).total_ns * (1 - 1e-9)
 

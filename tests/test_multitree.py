@@ -165,7 +165,7 @@ def test_flat_ring_on_a_hamiltonian_cycle(topology):
     assert sorted(cycle) == list(range(topo.npus))
     verify(compiled.schedule)
     assert link_conflicts(compiled.schedule) == []
-    assert not compiled.schedule.meta["symmetric"]
+    assert not compiled.schedule.meta.symmetric
 
 
 def test_flat_ring_needs_a_closing_walk():

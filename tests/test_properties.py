@@ -183,8 +183,8 @@ def phase_region(length: int, dim: int, shape: list[int], xs: list[int]) -> int:
 @given(cases())
 def test_schedule_verifies_on_data(case):
     sched = compile_case(case)
-    for c in sched.meta["collectives"]:
-        assert [s["algorithm"] for s in c["stages"]] == [case.algos[s["dim"]] for s in c["stages"]]
+    for c in sched.meta.collectives:
+        assert [s.algorithm for s in c.stages] == [case.algos[s.dim] for s in c.stages]
     stats = verifier.verify(sched)
     n = case.npus
     total = 0
@@ -209,8 +209,8 @@ def test_all_reduce_halves_share_one_buffer(case, data):
     the shards the reduce-scatter half produced), and the all-gather's first sends name the reduce-scatter receives
     that wrote the shard they forward."""
     sched = compile_case(case)
-    colls = sched.meta["collectives"]
-    assert [(c["kind"], c["buffer"], c["buffer_kind"]) for c in colls] == [
+    colls = sched.meta.collectives
+    assert [(c.kind, c.buffer, c.buffer_kind) for c in colls] == [
         ("reduce_scatter", "all_reduce", "all_reduce"), ("all_gather", "all_reduce", "all_reduce")]
     assert verifier.verify(sched)["buffers"] == 1
     t = sched.table(data.draw(st.integers(0, case.npus - 1), label="npu"))
@@ -233,7 +233,7 @@ def test_written_tables_verify_on_their_own(case):
         out = f"{tmp}/tables"
         write_dir(sched, out, "csv")
         back = DirSchedule(out)
-        assert back.meta["collectives"] == sched.meta["collectives"]
+        assert back.meta.collectives == sched.meta.collectives
         verifier.verify(back)
         for npu in range(case.npus):
             a, b = sched.table(npu), back.table(npu)
@@ -250,7 +250,7 @@ def test_symmetric_execution_matches_full(case):
     ring/direct/halving_doubling schedules whose splits are even (uneven floor splits give NPUs byte counts that
     differ by a byte here and there), and then agree with full execution."""
     sched = compile_case(case)
-    assert sched.meta["symmetric"] is case.symmetric
+    assert sched.meta.symmetric is case.symmetric
     full = analytical.run(sched, "full").total_ns
     assert full > 0
     if case.symmetric:
@@ -265,7 +265,7 @@ def test_symmetric_only_for_even_splits(size, symmetric):
     shortcut (2000.969 ns) then disagreed with full execution (2001.043 ns)."""
     case = Case("Ring(5)", [("Ring", 5)], "all_gather", 1, size, None, ["ring"])
     sched = compile_case(case)
-    assert sched.meta["symmetric"] is symmetric
+    assert sched.meta.symmetric is symmetric
     full = analytical.run(sched, "full").total_ns
     auto = analytical.run(sched)
     assert auto.mode == ("symmetric" if symmetric else "full")
@@ -276,11 +276,11 @@ def test_symmetric_only_for_even_splits(size, symmetric):
 @given(cases().filter(lambda c: "double_binary_tree" in c.algos))
 def test_tree_schedules_run_in_full_mode(case):
     sched = compile_case(case)
-    assert sched.meta["symmetric"] is False
+    assert sched.meta.symmetric is False
     res = analytical.run(sched)
     assert res.mode == "full"
     assert res.total_ns > 0
-    assert len(res.collective_end_ns) == len(sched.meta["collectives"])
+    assert len(res.collective_end_ns) == len(sched.meta.collectives)
     assert max(res.collective_end_ns) == pytest.approx(res.total_ns)
 
 

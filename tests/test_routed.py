@@ -23,7 +23,7 @@ def compile_flat(topology, kind, size, algorithm, bandwidth=None, latency=None, 
 
 
 def test_routes_go_dimension_by_dimension():
-    links = LinkMap({"topology": parse_topology("4x4_torus").to_dict()})
+    links = LinkMap(parse_topology("4x4_torus").to_dict())
     route = lambda src, dst, lane: [links.describe(i) for i in  # noqa: E731
                                     links.routes([src], [dst], [ROUTED], [lane], [0])[1]]
     # (3,0) -> (0,1): forward over dimension 0's wrap-around, then forward along dimension 1
@@ -32,7 +32,7 @@ def test_routes_go_dimension_by_dimension():
     assert route(3, 4, 1) == ["dim0 npu3->prev", "dim0 npu2->prev", "dim0 npu1->prev", "dim1 npu0->prev",
                               "dim1 npu12->prev", "dim1 npu8->prev"]
     assert route(3, 4, LANE_SHORTEST) == ["dim0 npu3->next", "dim1 npu0->next"]
-    switched = LinkMap({"topology": parse_topology("Switch(4)_Mesh(3)").to_dict()})
+    switched = LinkMap(parse_topology("Switch(4)_Mesh(3)").to_dict())
     assert [switched.describe(i) for i in switched.routes([0], [9], [ROUTED], [0], [0])[1]] == [
         "dim0 npu0->switch", "dim0 switch->npu1", "dim1 npu1->next", "dim1 npu5->next"]
 
@@ -81,7 +81,7 @@ def test_routed_schedules_verify_and_both_engines_agree(topology, algorithm, kin
     topo = parse_topology(topology)
     sched = compile_flat(topology, kind, topo.npus * 4096 + 12, algorithm, chunks=2)
     verify(sched)
-    assert not sched.meta["symmetric"]
+    assert not sched.meta.symmetric
     result = assert_same(sched, mode="full", timeline=True)
     # contention only ever slows a schedule down
     assert result.total_ns >= analytical.run(sched).total_ns * (1 - 1e-12)

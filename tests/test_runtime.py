@@ -53,7 +53,7 @@ def test_fifo_pipeline_by_hand():
 def test_symmetric_agrees_with_full_execution(topology, kind, algorithm, chunks):
     # a size every chunk, block and unit divides: then every NPU's table is an exact relabelling of NPU 0's
     sched = compile_collective(topology, kind, 2 ** 20 * 75, chunks=chunks, algorithm=algorithm, latency="700")
-    assert sched.meta["symmetric"]
+    assert sched.meta.symmetric
     sym, full = analytical.run(sched, "symmetric"), analytical.run(sched, "full")
     assert sym.total_ns == pytest.approx(full.total_ns, rel=1e-9)
     assert sym.per_dim_bytes == full.per_dim_bytes
@@ -67,7 +67,7 @@ def test_symmetric_agrees_with_full_execution(topology, kind, algorithm, chunks)
 def test_trees_run_in_full_mode_and_cost_more_than_ring_here():
     tree = compile_collective("Ring(8)", "all_reduce", 2 ** 24, chunks=4, algorithm="double_binary_tree")
     ring = compile_collective("Ring(8)", "all_reduce", 2 ** 24, chunks=4)
-    assert not tree.meta["symmetric"]
+    assert not tree.meta.symmetric
     assert analytical.run(tree).mode == "full"
     assert analytical.run(tree).total_ns > analytical.run(ring).total_ns
 
@@ -75,7 +75,7 @@ def test_trees_run_in_full_mode_and_cost_more_than_ring_here():
 def test_uneven_split_is_not_called_symmetric():
     # 1000 bytes in 3 chunks: NPUs move blocks that differ by a byte, so the shortcut would be approximate
     sched = compile_collective("Ring(4)", "all_reduce", 1000, chunks=3)
-    assert not sched.meta["symmetric"]
+    assert not sched.meta.symmetric
     assert analytical.run(sched).mode == "full"
     with pytest.raises(OptionError, match="--execution full"):  # forcing the shortcut is refused, not obeyed
         analytical.run(sched, "symmetric")

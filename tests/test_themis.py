@@ -140,7 +140,7 @@ def test_themis_schedules_verify_on_data(topology, bandwidth, latency, kind):
 @pytest.mark.parametrize("intra,active", [("fifo", 1), ("scf", 1), ("scf", 3), ("fifo", 2)])
 def test_symmetric_matches_full_with_themis(intra, active):
     sched = compile_themis("Ring(4)_FC(2)_Switch(4)", "all_reduce", 2 ** 20 * 15, 6, "100,50,25", "300")
-    assert sched.meta["symmetric"]
+    assert sched.meta.symmetric
     sym = analytical.run(sched, "symmetric", intra, active)
     full = analytical.run(sched, "full", intra, active)
     assert sym.total_ns == pytest.approx(full.total_ns, rel=1e-12)

@@ -53,11 +53,13 @@ class Wrapped:
         self._npu = npu
         self._shards_edit = shards_edit
 
-    def shards(self, index: int):
-        sh = np.array(self._sched.shards(index), copy=True)
-        return self._shards_edit(sh) if self._shards_edit else sh
+    def export_meta(self):
+        shards = {i: np.array(self._sched.shards(i), copy=True) for i in self._sched.export_meta().shards}
+        if self._shards_edit:
+            shards = {i: self._shards_edit(sh) for i, sh in shards.items()}
+        return self.meta.with_(shards=shards)
 
-    def table(self, npu: int) -> Table:
+    def table(self, npu: int, deps: bool = True) -> Table:
         t = self._sched.table(npu)
         if npu != self._npu or self._edit is None:
             return t
@@ -100,7 +102,7 @@ def single_row_message(cols, op_filter) -> int:
 
 
 def name_of(sched, cols, i) -> str:
-    return sched.meta["collectives"][int(cols["coll"][i])]["name"]
+    return sched.meta.collectives[int(cols["coll"][i])].name
 
 
 # ---- the wrapper is not the fault --------------------------------------------------------------------------------
@@ -162,7 +164,7 @@ def test_duplicated_send_row(sched):
 def test_send_to_the_wrong_peer(sched):
     def edit(cols):
         i = int(np.flatnonzero(cols["op"] == SEND)[0])
-        cols["peer"][i] = (cols["peer"][i] + 1) % sched.meta["npus"] or 1
+        cols["peer"][i] = (cols["peer"][i] + 1) % sched.meta.npus or 1
         return cols
 
     with pytest.raises(VerificationError, match="never (sent|receives it)"):
@@ -191,7 +193,7 @@ def test_receive_with_changed_byte_count(sched):
 def test_wrong_receive_operation(sched):
     """RECV_REDUCE -> RECV_COPY drops the NPU's own contribution (wrong sum); RECV_COPY -> RECV_REDUCE adds into
     data that should have been overwritten."""
-    kind = sched.meta["collectives"][0]["buffer_kind"]
+    kind = sched.meta.collectives[0].buffer_kind
     t = sched.table(VICTIM)
     reducing = kind in ("all_reduce", "reduce_scatter")
     assert np.any(t["op"] == RECV_REDUCE) == reducing
@@ -217,7 +219,7 @@ def test_send_offset_shifted_by_one_byte(sched, shift):
         cols["offset"][i] += shift
         return cols
 
-    kind = sched.meta["collectives"][0]["buffer_kind"]
+    kind = sched.meta.collectives[0].buffer_kind
     with pytest.raises(VerificationError, match=rf"^{kind} '[^']+'.*: NPU \d+ differs from the definition"):
         verify(Wrapped(sched, edit))
 
@@ -267,7 +269,7 @@ def test_dep_pointing_at_a_send_row(sched):
     t = sched.table(VICTIM)
     cols = dict(t.cols)
     pair = _pick(cols, lambda s, j: cols["op"][j] == SEND and when(cols, j) < when(cols, s) and overlaps(cols, s, j))
-    kind = sched.meta["collectives"][0]["buffer_kind"]
+    kind = sched.meta.collectives[0].buffer_kind
     if kind != "reduce_scatter":
         assert pair is not None
     else:
@@ -282,7 +284,7 @@ def test_dep_pointing_at_a_later_receive(sched):
     t = sched.table(VICTIM)
     cols = dict(t.cols)
     pair = _pick(cols, lambda s, j: cols["op"][j] != SEND and when(cols, j) > when(cols, s) and overlaps(cols, s, j))
-    kind = sched.meta["collectives"][0]["buffer_kind"]
+    kind = sched.meta.collectives[0].buffer_kind
     if kind in ("all_reduce", "all_to_all"):
         assert pair is not None
     else:
@@ -315,7 +317,7 @@ def test_dep_pointing_at_an_earlier_receive_of_other_bytes(sched):
 
 
 def test_dep_past_the_end_of_the_table(sched):
-    last = sched.meta["npus"] - 1
+    last = sched.meta.npus - 1
 
     def edit(c):
         i = int(np.flatnonzero(c["op"] == SEND)[0])
