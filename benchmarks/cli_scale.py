@@ -1,9 +1,11 @@
 """Wall time and peak memory of the astra-compile CLI, start-up included (issue: each case under 1 s).
 
 Runs every case several times as a fresh process and prints the median wall time and the peak resident memory
-(from the child's rusage). The machine is shared: compare medians, not single runs.
+(from the child's rusage). The machine is shared: compare medians, not single runs. With several `--exe` (e.g. an
+install of an earlier commit beside this one) the runs of all executables interleave, so they share the machine's
+load and their ratio is measured in one run.
 
-    python benchmarks/cli_scale.py [--runs 5]
+    python benchmarks/cli_scale.py [--runs 5] [--exe PATH ...]
 """
 from __future__ import annotations
 
@@ -32,10 +34,7 @@ CASES = [
 ]
 
 
-def run_once(argv: list[str]) -> tuple[float, float]:
-    exe = shutil.which("astra-compile")
-    if exe is None:
-        raise SystemExit("astra-compile is not installed: pip install . first")
+def run_once(argv: list[str], exe: str) -> tuple[float, float]:
     start = time.perf_counter()
     proc = subprocess.Popen([exe, *argv, "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -49,12 +48,26 @@ def run_once(argv: list[str]) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--exe", action="append", help="astra-compile executable(s) to time (default: the one on PATH)")
     args = ap.parse_args()
-    print(f"{'case':80s} {'median wall s':>13s} {'min':>7s} {'max':>7s} {'peak RSS MB':>11s}")
+    exes = args.exe or [shutil.which("astra-compile")]
+    if not all(exes):
+        raise SystemExit("astra-compile is not installed: pip install . first")
+    label = max(len(e) for e in exes) if len(exes) > 1 else 0
+    print(f"{'case':80s} {'exe':{label}s} {'median wall s':>13s} {'min':>7s} {'max':>7s} {'peak RSS MB':>11s}")
     for name, argv in CASES:
-        walls, mems = zip(*(run_once(argv) for _ in range(args.runs)))
-        print(f"{name:80s} {statistics.median(walls):13.3f} {min(walls):7.3f} {max(walls):7.3f} "
-              f"{max(mems):11.1f}")
+        runs = {e: [] for e in exes}
+        for _ in range(args.runs):
+            for e in exes:  # interleaved: every executable sees the same load
+                runs[e].append(run_once(argv, e))
+        for e in exes:
+            walls, mems = zip(*runs[e])
+            print(f"{name:80s} {e if label else '':{label}s} {statistics.median(walls):13.3f} {min(walls):7.3f} "
+                  f"{max(walls):7.3f} {max(mems):11.1f}")
+        if len(exes) > 1:
+            base = statistics.median(w for w, _ in runs[exes[0]])
+            print(f"{'':80s} {'ratio to first':{label}s} " + "  ".join(
+                f"{statistics.median(w for w, _ in runs[e]) / base:.3f}" for e in exes[1:]))
 
 
 if __name__ == "__main__":

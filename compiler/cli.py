@@ -72,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "one per link)")
     g.add_argument("--pass-pipeline", help="passes to run, e.g. 'decompose-all-reduce,chunk{chunks=8},"
                                            "hierarchical-decompose,select-algorithm'")
-    g.add_argument("--print-ir-after-all", action="store_true", help="print the module after every pass (stderr)")
+    g.add_argument("--print-ir-after-all", action="store_true",
+                   help="print the module after every pass (stderr, from MLIR's pass manager)")
+    g.add_argument("--mlir-timing", action="store_true", help="print MLIR's pass timing report (stderr)")
     g.add_argument("--list-passes", action="store_true", help="list the registered passes and exit")
     g = p.add_argument_group("output")
     g.add_argument("--emit", choices=("report", "mlir", "tables"), default="report")
@@ -303,7 +305,6 @@ def _run_collective(args, run) -> int:
             takes = " or ".join(n for n, a in algorithms.REGISTRY.items() if a.takes_ports)
             raise UserError(f"--ports applies to --algorithm {takes}")
         defaults["ports"] = _positive_int(args.ports, "--ports")
-    hook = driver.print_after_each(sys.stderr) if args.print_ir_after_all else None
     if args.compare:
         source = str(module)
         reports = {name: driver.compile_schedule(source, ctx, topology, name, defaults,
@@ -311,8 +312,8 @@ def _run_collective(args, run) -> int:
                    for name, intra in (("baseline", "fifo"), ("themis", "scf"), ("optimal", "scf"))}
         print(json.dumps(reports, indent=1) if args.json else driver.compare_rows(reports))
         return 0
-    compiled = driver.compile_schedule(str(module), ctx, topology, args.scheduler, defaults, run, hook,
-                                       args.pass_pipeline)
+    compiled = driver.compile_schedule(str(module), ctx, topology, args.scheduler, defaults, run,
+                                       args.print_ir_after_all, args.pass_pipeline, args.mlir_timing)
     module, schedule = compiled.module, compiled.schedule
     if args.verify:  # before anything is written: a schedule that fails verification is never emitted
         from .runtime.verifier import verify

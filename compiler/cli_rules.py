@@ -19,7 +19,8 @@ ALLOWED = {
     "training step": NETWORK | COMPILE | {"mesh", "peak_tflops", "mem_bw", "backend", "intra", "emit", "output",
                                           "json"},
     "collective": NETWORK | COMPILE | RUN | {"collective", "size", "dims", "ports", "pass_pipeline",
-                                             "print_ir_after_all", "emit", "npu", "output", "table_format",
+                                             "print_ir_after_all", "mlir_timing", "emit", "npu", "output",
+                                             "table_format",
                                              "table_view", "json", "compare", "timeline", "plot", "verify",
                                              "force"},
 }
@@ -40,6 +41,7 @@ CONDITIONAL = (
     ("plot", lambda a: a.emit != "report" or a.compare, "one timed schedule (not --emit mlir/tables, not --compare)"),
     ("verify", lambda a: a.compare, "one schedule (not --compare)"),
     ("print_ir_after_all", lambda a: a.compare, "one pipeline (not --compare)"),
+    ("mlir_timing", lambda a: a.compare, "one pipeline (not --compare)"),
     ("pass_pipeline", lambda a: a.compare, "one pipeline (--compare runs each scheduler's own)"),
     ("emit", lambda a: a.compare, "one schedule (--compare prints a report per scheduler)"),
 )

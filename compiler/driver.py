@@ -14,9 +14,8 @@ from .network.errors import UserError
 from .lower import Schedule
 from .plans import plans_from_module
 from .passes import DEFAULT_PIPELINE, PassContext, PassManager, parse_pipeline
-from .passes.base import ir_dump_header
 from .network.topology import Topology
-from .network.units import gbps_to_bytes_per_ns
+from .network.units import MAX_BYTES, format_size, gbps_to_bytes_per_ns
 
 
 SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
@@ -36,6 +35,9 @@ def build_module(ctx, topology: Topology, collective: str, nbytes: int, dims: li
         raise UserError(f"unknown collective '{collective}'; expected one of {', '.join(SUPPORTED)}")
     if nbytes <= 0:
         raise UserError(f"collective size must be positive, got {nbytes} bytes")
+    if nbytes > MAX_BYTES:
+        raise UserError(f"collective size {format_size(nbytes)} exceeds the largest collective astra-compile takes, "
+                        f"{format_size(MAX_BYTES)}")
     dims = list(range(topology.ndims)) if dims is None else dims
     module = comm.new_module(ctx)
     with ctx, comm.ir.Location.unknown():
@@ -60,7 +62,8 @@ def read_module(ctx, path: str):
 def module_topology(module, override: Topology | None) -> Topology:
     """The topology to compile for: the command line's, else the one recorded in the module."""
     if override is not None:
-        comm.set_topology(module, override.to_dict())
+        with module.context:
+            comm.set_topology(module, override.to_dict())
         return override
     recorded = comm.get_topology(module)
     if recorded is None:
@@ -112,7 +115,8 @@ def execute(schedule: Schedule, run: RunOptions):
 
 
 def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defaults: dict,
-                     run: RunOptions | None = None, after_each=None, pipeline: str | None = None) -> Compiled:
+                     run: RunOptions | None = None, print_ir: bool = False, pipeline: str | None = None,
+                     timing: bool = False) -> Compiled:
     """Compile the module text with a scheduler's pipeline (or an explicit one), lower and time it.
 
     `optimal` never loses to Themis: its choose-schedule pass times both on this run's cost model and keeps the
@@ -129,9 +133,9 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
             timed[key] = (schedule, execute(schedule, run))
         return timed[key][1].total_ns
 
-    def one(pipe, label, hook=None):
+    def one(pipe, label, print_ir=False):
         module = comm.parse_module(source, ctx)
-        run_passes(module, topology, pipe, defaults, hook, evaluate)
+        run_passes(module, topology, pipe, defaults, print_ir, evaluate, timing)
         evaluate(module)
         schedule, result = timed[_body(module)]
         report = make_report(schedule, result, label, run)
@@ -142,13 +146,13 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
         return Compiled(module, schedule, result, report)
 
     if pipeline is not None:
-        return one(pipeline, "custom pipeline", after_each)
+        return one(pipeline, "custom pipeline", print_ir)
     name = algorithms.canonical(str(defaults.get("algorithm", "")))  # None for a per-dimension list
     if name is not None and algorithms.REGISTRY[name].scope != algorithms.DIMENSION:
         alg = algorithms.REGISTRY[name]
         pipeline = FLAT_PIPELINE.format(alg.phase_name) + (f",{alg.planned_by}" if alg.planned_by else "")
-        return one(pipeline, alg.label, after_each)
-    return one(SCHEDULERS[scheduler], scheduler, after_each)
+        return one(pipeline, alg.label, print_ir)
+    return one(SCHEDULERS[scheduler], scheduler, print_ir)
 
 
 def _body(module) -> str:
@@ -156,18 +160,14 @@ def _body(module) -> str:
     return "\n".join(str(op) for op in module.body.operations)
 
 
-def run_passes(module, topology: Topology, pipeline: str | None = None, defaults: dict | None = None,
-               after_each=None, evaluate=None) -> None:
+def run_passes(module, topology: Topology, pipeline: str | None = None, flags: dict | None = None,
+               print_ir: bool = False, evaluate=None, timing: bool = False) -> None:
+    """Run a pipeline on the module. `flags` (command-line values: chunks, algorithm, ports, active) fill the options
+    the pipeline's passes have and leave unset, so --pass-pipeline 'chunk' --chunks 8 chunks in 8."""
     comm.verify_module(module, list(topology.shape))
-    passes = parse_pipeline(pipeline if pipeline is not None else DEFAULT_PIPELINE)
-    PassManager(passes).run(module, PassContext(topology, defaults or {}, evaluate), after_each)
-
-
-def print_after_each(out):
-    """after_each callback that prints the module after every pass, as mlir-opt --mlir-print-ir-after-all."""
-    def hook(p, module):
-        out.write(ir_dump_header(p.name) + "\n" + str(module) + "\n")
-    return hook
+    passes = [p.with_unset(flags or {}) for p in parse_pipeline(pipeline if pipeline is not None else
+                                                                DEFAULT_PIPELINE)]
+    PassManager(passes).run(module, PassContext(topology, evaluate), print_ir, timing)
 
 
 def lower(module, topology: Topology) -> Schedule:
@@ -277,7 +277,6 @@ def make_report(schedule: Schedule, result, scheduler: str = "baseline", run: Ru
 
 
 def format_report(r: dict) -> str:
-    from .network.units import format_size
     lines = []
     for c in r["collectives"]:
         lines.append(f"{c['name']}: {c['kind']} of {format_size(c['bytes'])} over dims "

@@ -88,8 +88,11 @@ irdl.dialect @comm {
   // One step of a hierarchical lowering: `kind` (reduce_scatter, all_gather, all_to_all) of the collective
   // `collective` over topology dimension `dim`, entered with `bytes` per NPU (summed over chunks), pipelined in
   // `chunks` chunks (dim = -1: every dimension of the group at once, for graph algorithms such as multitree).
-  // `stage` is its position in the collective's chain. The algorithm attribute is set by the
-  // select-algorithm pass.
+  // `stage` is its position in the collective's chain; `group_bytes` and `group_dims` the collective's own size and
+  // dimensions. Optional (the pinned IRDL cannot declare optional attributes; dialects/comm.py OPTIONAL does):
+  // `algorithm` (select-algorithm), `order` (per chunk, this phase's position in the chunk's chain: themis,
+  // optimal-balance, choose-schedule), `ports` (multitree's injection ports), `part_of` (the all_reduce whose half
+  // it is). Collectives may carry `chunks` (input, or the chunk pass) and `part_of` (decompose-all-reduce) likewise.
   irdl.operation @phase {
     %bytes = irdl.base "#builtin.integer"
     %dim = irdl.base "#builtin.integer"
@@ -97,11 +100,14 @@ irdl.dialect @comm {
     %chunks = irdl.base "#builtin.integer"
     %coll = irdl.base "#builtin.string"
     %kind = irdl.base "#builtin.string"
+    %group_bytes = irdl.base "#builtin.integer"
+    %group_dims = irdl.base "#builtin.dense_array"
     %tok = irdl.base @comm::@token
     irdl.operands(deps: variadic %tok)
     irdl.results(done: %tok)
     irdl.attributes { "bytes" = %bytes, "dim" = %dim, "stage" = %stage, "chunks" = %chunks,
-                      "collective" = %coll, "kind" = %kind }
+                      "collective" = %coll, "kind" = %kind, "group_bytes" = %group_bytes,
+                      "group_dims" = %group_dims }
   }
 
   // Decisions passes record for phases over the whole network (dim = -1). Each yields a token the phases that run

@@ -15,11 +15,28 @@ from typing import Any, Iterable
 from torch_mlir import ir
 from torch_mlir.dialects import irdl
 
+from ..network.units import MAX_BYTES
+
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 POINT_TO_POINT = ("send", "recv")
 PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all")
 STRUCTURES = ("trees", "cycle", "placement")  # decisions passes record for whole-network phases (tokens they take)
 _IRDL_FILE = os.path.join(os.path.dirname(__file__), "comm.irdl.mlir")
+MAX_CHUNKS = 2 ** 20  # chunk index x bytes (<= 2^40) must stay inside int64 in the lowering
+
+# Attributes an op may carry beyond those its IRDL definition requires: the pinned IRDL cannot declare an attribute
+# optional, so the optional ones are declared here (IRDL checks the required ones' presence and kind).
+OPTIONAL = {**{c: ("chunks", "part_of") for c in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all",
+                                                  "broadcast", "reduce")},
+            "phase": ("algorithm", "order", "ports", "part_of")}
+# what every attribute's value must be, where IRDL's kinds (integer, string, dense array) say too little
+VALUE_KINDS = {"ints": ("dims", "group_dims", "order", "parent", "step", "link", "ranks"),
+               "str": ("name", "part_of", "collective", "kind", "algorithm", "method"),
+               "int": ("bytes", "chunks", "root", "src", "dst", "dim", "stage", "group_bytes", "ports", "npus",
+                       "steps")}
+# module attributes: the topology (set_topology) and the decisions passes record there
+MODULE_ATTRS = ("comm.topology", "comm.blocks", "comm.shape", "comm.bandwidth_gbps", "comm.latency_ns", "comm.links",
+                "comm.balance", "comm.schedule", "comm.cp_sat_time_ns", "comm.themis_time_ns")
 TOPOLOGY_ATTR = "comm.topology"
 GRAPH_KEYS = ("names", "npus", "src", "dst", "gbps", "latency_ns")
 
@@ -34,6 +51,26 @@ def load_irdl(ctx: ir.Context, path: str) -> ir.Context:
         with open(path) as f:
             irdl.load_dialects(ir.Module.parse(f.read()))
     return ctx
+
+
+def irdl_attributes(path: str) -> dict[str, tuple[str, ...]]:
+    """op name -> the attributes its IRDL definition declares (read from the IRDL file itself, the one place they
+    are written)."""
+    out = {}
+    with ir.Context(), ir.Location.unknown():
+        with open(path) as f:
+            defs = ir.Module.parse(f.read())
+        for dialect in defs.body.operations:
+            prefix = ir.StringAttr(dialect.attributes["sym_name"]).value
+            for op in dialect.regions[0].blocks[0].operations:
+                if op.operation.name != "irdl.operation":
+                    continue
+                name = f"{prefix}.{ir.StringAttr(op.attributes['sym_name']).value}"
+                out[name] = ()
+                for inner in op.regions[0].blocks[0].operations:
+                    if inner.operation.name == "irdl.attributes":
+                        out[name] = tuple(ir.StringAttr(a).value for a in inner.attributes["attributeValueNames"])
+    return out
 
 
 def new_context() -> ir.Context:
@@ -169,9 +206,26 @@ def structure_of(op) -> tuple[str, dict] | None:
     return None
 
 
+def walk(module: ir.Module) -> list:
+    """Every op of a module in program order, nested regions included (a workload module holds one module per
+    rank)."""
+    out = []
+
+    def visit(block) -> None:
+        for op in block.operations:
+            op = op.operation
+            out.append(op)
+            for region in op.regions:
+                for inner in region.blocks:
+                    visit(inner)
+    visit(module.body)
+    return out
+
+
 def ops(module: ir.Module) -> list:
-    """The comm ops of a module, in program order (the module body is flat)."""
-    return [op.operation for op in module.body.operations if op.operation.name.startswith("comm.")]
+    """The comm ops of a module in program order, nested ones included, so the comm passes also run on the
+    collectives of a workload module."""
+    return [op for op in walk(module) if op.name.startswith("comm.")]
 
 
 # ---- the topology a module is compiled for --------------------------------------------------------------------
@@ -239,27 +293,78 @@ def _npus(shape: list[int]) -> int:
     return out
 
 
+_DECLARED: dict | None = None
+
+
+def declared() -> dict[str, set[str]]:
+    """short op name -> every attribute it may carry (IRDL's required ones and OPTIONAL)."""
+    global _DECLARED
+    if _DECLARED is None:
+        _DECLARED = {name.split(".", 1)[1]: set(attrs) | set(OPTIONAL.get(name.split(".", 1)[1], ()))
+                     for name, attrs in irdl_attributes(_IRDL_FILE).items()}
+    return _DECLARED
+
+
+def _check_declared(module: ir.Module) -> None:
+    """Refuse attributes nobody declared (a typo such as `chunk = 4` would otherwise be ignored) and values of the
+    wrong kind (dims as floats, chunks as a string)."""
+    graph_keys = {f"comm.graph_{k}" for k in GRAPH_KEYS}
+    for name in _attr_dict(module.operation.attributes):
+        if name.startswith("comm.") and name not in MODULE_ATTRS and name not in graph_keys:
+            raise IRError(f"module attribute '{name}' is not declared by the comm dialect")
+    kinds = {attr: kind for kind, names in VALUE_KINDS.items() for attr in names}
+    table = declared()
+    for op in ops(module):
+        kind, a = short_name(op), attrs(op)
+        where = f"comm.{kind}" + (f" '{a['name']}'" if isinstance(a.get("name"), str) else "")
+        for attr, value in a.items():
+            if "." in attr and not attr.startswith("comm."):  # another dialect's discardable attribute (wl.group)
+                continue
+            if attr not in table.get(kind, set()):
+                raise IRError(f"{where}: undeclared attribute '{attr}' (comm.{kind} takes "
+                              f"{', '.join(sorted(table.get(kind, ()))) or 'none'})")
+            want = kinds.get(attr)
+            ok = {"int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+                  "str": lambda v: isinstance(v, str),
+                  "ints": lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                for x in v)}
+            if want is not None and not ok[want](value):
+                spell = {"int": "an integer", "str": "a string", "ints": "an array<i64>"}[want]
+                raise IRError(f"{where}: attribute '{attr}' must be {spell}, got {value!r}")
+            if want == "int" and not -2 ** 63 <= value < 2 ** 63:
+                raise IRError(f"{where}: attribute '{attr}' = {value} does not fit in int64")
+
+
 def verify_module(module: ir.Module, shape: list[int] | None = None) -> None:
     """MLIR verification plus value checks; `shape` (sizes per topology dimension) bounds dimension indices."""
     if not module.operation.verify():
         raise IRError("module does not verify")
+    _check_declared(module)
     names = set()
     seen: set = set()
-    for op in ops(module):
-        kind, a, where = short_name(op), attrs(op), f"comm.{short_name(op)}"
-        if "name" in a:
-            where += f" '{a['name']}'"
+    for op in walk(module):
         # a module body is a graph region: MLIR accepts a use before its definition, hence cycles; the compiler
         # reads dependencies in program order, so every op must come after the ops it waits for
-        for operand in op.operands:
+        comm_op = op.name.startswith("comm.")
+        for operand in op.operands if comm_op else ():
+            where = f"{op.name}" + (f" '{attrs(op)['name']}'" if "name" in attrs(op) else "")
             if operand.owner == op:
                 raise IRError(f"{where} depends on itself")
             if operand.owner not in seen:
                 raise IRError(f"{where} waits for an op that comes after it (a dependency cycle, or ops out of "
                               f"dependency order)")
         seen.add(op)
+    for op in ops(module):
+        kind, a, where = short_name(op), attrs(op), f"comm.{short_name(op)}"
+        if "name" in a:
+            where += f" '{a['name']}'"
         if int(a.get("bytes", 1)) <= 0:
             raise IRError(f"{where}: bytes must be positive, got {a['bytes']}")
+        if int(a.get("bytes", 1)) > MAX_BYTES:
+            raise IRError(f"{where}: bytes {a['bytes']} exceeds the largest collective astra-compile takes "
+                          f"({MAX_BYTES} bytes, 1TiB)")
+        if int(a.get("chunks", 1)) > MAX_CHUNKS:
+            raise IRError(f"{where}: chunks {a['chunks']} exceeds {MAX_CHUNKS}")
         if int(a.get("chunks", 1)) <= 0:
             raise IRError(f"{where}: chunks must be positive, got {a['chunks']}")
         if kind in COLLECTIVES:

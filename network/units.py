@@ -15,6 +15,9 @@ from typing import Sequence
 from .errors import UserError
 
 GIB = 2**30
+# The largest collective buffer the compiler takes: 1 TiB per NPU. Table offsets are int64 and the lowering
+# multiplies a byte count by a unit index (up to 2 x NPUs) before dividing, which must not overflow.
+MAX_BYTES = 2**40
 
 # Every spelling maps to a power of two; the IEC "KiB" forms are accepted as
 # synonyms because people use both interchangeably for these units.  The

@@ -19,6 +19,7 @@ from .structure import phases_planned_by, record
 class AllocateTrees(Pass):
     name = "allocate-trees"
     summary = "MultiTree: spanning trees by link allocation per time step, recorded as comm.trees"
+    after = ("select-algorithm",)
 
     def apply(self, module, ctx) -> None:
         phases = phases_planned_by(module, self.name)

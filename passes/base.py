@@ -1,12 +1,16 @@
-"""Pass infrastructure: a registry of named passes, pipeline parsing and a pass manager.
+"""Pass infrastructure: passes as frozen dataclasses whose typed fields are their options, a registry, pipelines
+written as in mlir-opt with an order every pass declares and that is checked before anything runs, and upstream
+MLIR's PassManager running them (each pass is a Python pass of the pinned bindings; IR printing and timing come
+from MLIR).
 
-A pipeline is written as in mlir-opt: comma-separated pass names, each optionally followed by options in braces,
-e.g. `decompose-all-reduce,chunk{chunks=64},select-algorithm{algorithm=ring}`.
+A pipeline: comma-separated pass names, each optionally followed by options in braces, e.g.
+`decompose-all-reduce,chunk{chunks=64},hierarchical-decompose,select-algorithm{algorithm=ring}`.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from ..dialects import comm
 
@@ -17,36 +21,69 @@ class PassError(Exception):
 
 @dataclass
 class PassContext:
-    """What passes may read besides the module: the topology (network.topology.Topology), driver-level defaults
-    for pass options (e.g. {'chunks': 64, 'algorithm': 'ring'}) and, where a pass must time a schedule on the
-    cost model (choose-schedule), `evaluate(module) -> ns` from the driver (passes do not import the runtime)."""
+    """What passes may read besides the module: the topology (network.topology.Topology) and, where a pass must
+    time a schedule on the cost model (choose-schedule), `evaluate(module) -> ns` from the driver (passes do not
+    import the runtime). Options are the passes' own fields, never a context-wide dictionary."""
     topology: Any
-    defaults: dict = field(default_factory=dict)
     evaluate: Callable[[Any], float] | None = None
 
 
+def option(parse: Callable[[str], Any], default: Any, help: str):
+    """A pass option: a dataclass field that is None until given (in the pipeline text, or filled in by the driver
+    from a command-line flag), `parse` turning pipeline text into its value, `default` what it means when unset."""
+    return field(default=None, metadata={"parse": parse, "default": default, "help": help})
+
+
+@dataclass(frozen=True)
 class Pass:
-    name: str = ""
-    summary: str = ""
-    # option name -> (converter, default, help); defaults may be overridden by PassContext.defaults
-    options: dict[str, tuple[Callable[[str], Any], Any, str]] = {}
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    # the declared order, checked before anything runs: passes that, when in the same pipeline, must come earlier
+    # (after) or later (before) than this one
+    after: ClassVar[tuple[str, ...]] = ()
+    before: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, **given: str):
-        unknown = set(given) - set(self.options)
-        if unknown:
-            raise PassError(f"pass '{self.name}' has no option '{sorted(unknown)[0]}'"
-                            f" (options: {', '.join(self.options) or 'none'})")
-        self.given = given
+    @classmethod
+    def options(cls) -> dict[str, dataclasses.Field]:
+        """Pipeline spelling (dashes) -> option field."""
+        return {f.name.replace("_", "-"): f for f in dataclasses.fields(cls) if "parse" in f.metadata}
 
-    def option(self, key: str, ctx: PassContext) -> Any:
-        conv, default, _ = self.options[key]
-        raw = self.given.get(key, ctx.defaults.get(key, default))
-        if raw is None or not isinstance(raw, str):
-            return raw
-        try:
-            return conv(raw)
-        except (ValueError, TypeError) as e:
-            raise PassError(f"pass '{self.name}': bad value '{raw}' for option '{key}' ({e})") from None
+    @classmethod
+    def from_text(cls, given: dict[str, str]) -> "Pass":
+        fields = cls.options()
+        values = {}
+        for key, text in given.items():
+            if key not in fields:
+                raise PassError(f"pass '{cls.name}' has no option '{key}' (options: {', '.join(fields) or 'none'})")
+            try:
+                values[fields[key].name] = fields[key].metadata["parse"](text)
+            except (ValueError, TypeError) as e:
+                raise PassError(f"pass '{cls.name}': bad value '{text}' for option '{key}' ({e})") from None
+        return cls(**values)
+
+    def value(self, name: str) -> Any:
+        """An option's value, or its default when unset."""
+        v = getattr(self, name)
+        return self.__dataclass_fields__[name].metadata["default"] if v is None else v
+
+    def with_unset(self, values: dict) -> "Pass":
+        """This pass with the options it has and that are still unset taken from `values` (command-line flags;
+        text is parsed as in a pipeline)."""
+        fill = {}
+        for key, f in self.options().items():
+            v = values.get(f.name)
+            if getattr(self, f.name) is None and v is not None:
+                try:
+                    fill[f.name] = f.metadata["parse"](v) if isinstance(v, str) else v
+                except (ValueError, TypeError) as e:
+                    raise PassError(f"pass '{self.name}': bad value '{v}' for option '{key}' ({e})") from None
+        return dataclasses.replace(self, **fill) if fill else self
+
+    def text(self) -> str:
+        """The pass as pipeline text, with the options that are set."""
+        set_ = [f"{k}={_show(getattr(self, f.name))}" for k, f in self.options().items()
+                if getattr(self, f.name) is not None]
+        return self.name + (f"{{{' '.join(set_)}}}" if set_ else "")
 
     def requires(self, module, ctx: PassContext) -> None:
         """Precondition; raise PassError when the module is not what this pass expects."""
@@ -63,6 +100,11 @@ class Pass:
         with module.context, comm.ir.Location.unknown():
             self.apply(module, ctx)
         self.ensures(module, ctx)
+
+
+def _show(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value).lower() \
+        if isinstance(value, bool) else str(value)
 
 
 REGISTRY: dict[str, type[Pass]] = {}
@@ -94,7 +136,7 @@ def _split_top_level(text: str, sep: str) -> list[str]:
 
 
 def parse_pipeline(text: str) -> list[Pass]:
-    """'a,b{x=1 y=2}' -> [A(), B(x='1', y='2')]. Accepts an mlir-opt style 'builtin.module(...)' wrapper."""
+    """'a,b{x=1 y=2}' -> [A(), B(x=1, y=2)]. Accepts an mlir-opt style 'builtin.module(...)' wrapper."""
     text = text.strip()
     if text.startswith("builtin.module(") and text.endswith(")"):
         text = text[len("builtin.module("):-1]
@@ -116,21 +158,54 @@ def parse_pipeline(text: str) -> list[Pass]:
         name = name.strip()
         if name not in REGISTRY:
             raise PassError(f"unknown pass '{name}'; available: {', '.join(sorted(REGISTRY))}")
-        passes.append(REGISTRY[name](**opts))
+        passes.append(REGISTRY[name].from_text(opts))
+    check_order(passes)
     return passes
 
 
+def check_order(passes: list[Pass]) -> None:
+    """Refuse a pipeline that runs a pass before one it declares must come first (or after one it must precede),
+    before any pass runs."""
+    position = {}
+    for i, p in enumerate(passes):
+        position.setdefault(p.name, i)
+    for i, p in enumerate(passes):
+        for earlier in p.after:
+            if earlier in position and position[earlier] > i:
+                raise PassError(f"pipeline order: {p.name} must come after {earlier}")
+        for later in p.before:
+            if later in position and position[later] < i:
+                raise PassError(f"pipeline order: {p.name} must come before {later}")
+
+
 class PassManager:
+    """Runs passes in upstream MLIR's PassManager, one Python pass each (the pinned bindings' PassManager.add of a
+    callable): `print_ir` is mlir-opt's --mlir-print-ir-after-all, `timing` its --mlir-timing (both print to
+    stderr from MLIR)."""
+
     def __init__(self, passes: list[Pass]):
+        check_order(passes)
         self.passes = passes
 
-    def run(self, module, ctx: PassContext, after_each: Callable[[Pass, Any], None] | None = None) -> None:
-        for p in self.passes:
-            p(module, ctx)
-            if after_each is not None:
-                after_each(p, module)
+    def run(self, module, ctx: PassContext, print_ir: bool = False, timing: bool = False) -> None:
+        from torch_mlir import passmanager
+        with module.context:
+            pm = passmanager.PassManager("builtin.module")
+            for p in self.passes:
+                pm.add(_runner(p, module, ctx), name=p.name, argument=p.name, description=p.summary)
+            if print_ir:
+                pm.enable_ir_printing()
+            if timing:
+                pm.enable_timing()
+            pm.run(module.operation)
+
+
+def _runner(p: Pass, module, ctx: PassContext):
+    def run(op, _external_pass) -> None:  # MLIR hands the module operation; the passes work on the module
+        p(module, ctx)
+    return run
 
 
 def ir_dump_header(pass_name: str) -> str:
-    """The banner mlir-opt prints with --mlir-print-ir-after-all."""
-    return f"// -----// IR Dump After {pass_name} //----- //"
+    """The banner MLIR prints before the module with --mlir-print-ir-after-all (for a Python pass)."""
+    return f"// -----// IR Dump After {pass_name}: {pass_name} //----- //"

@@ -11,6 +11,8 @@ function in the pass context (PassContext.evaluate).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..dialects import comm
 from .base import PassError, register
 from .dimension_order import OrderingPass
@@ -18,10 +20,11 @@ from .themis import Themis
 
 
 @register
+@dataclass(frozen=True)
 class ChooseSchedule(OrderingPass):
     name = "choose-schedule"
     summary = "time CP-SAT's orders against Themis's on the cost model and keep the faster (after optimal-balance)"
-    options = {"latency": OrderingPass.LATENCY_OPTION, "active": OrderingPass.ACTIVE_OPTION}
+    after = ("optimal-balance",)
 
     def requires(self, module, ctx) -> None:
         super().requires(module, ctx)
@@ -32,7 +35,7 @@ class ChooseSchedule(OrderingPass):
     def apply(self, module, ctx) -> None:
         themis = comm.parse_module(str(module), module.context)
         with themis.context, comm.ir.Location.unknown():
-            Themis(**{k: v for k, v in self.given.items()}).apply(themis, ctx)
+            Themis(latency=self.latency, active=self.active).apply(themis, ctx)
         cp_sat_ns, themis_ns = ctx.evaluate(module), ctx.evaluate(themis)
         keep_themis = themis_ns < cp_sat_ns
         if keep_themis:  # the same phases in the same places: take over each one's orders and bytes

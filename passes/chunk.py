@@ -6,8 +6,10 @@ is done, so different dimensions work on different chunks at the same time. Coll
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..dialects import comm
-from .base import Pass, PassError, register
+from .base import Pass, PassError, option, register
 
 
 def _positive_int(text: str) -> int:
@@ -18,13 +20,15 @@ def _positive_int(text: str) -> int:
 
 
 @register
+@dataclass(frozen=True)
 class Chunk(Pass):
     name = "chunk"
     summary = "set the chunk count of every collective (ASTRA-sim preferred-dataset-splits)"
-    options = {"chunks": (_positive_int, 1, "chunks per collective")}
+    before = ("hierarchical-decompose", "flat-decompose")  # they copy each collective's chunk count to its phases
+    chunks: int | None = option(_positive_int, 1, "chunks per collective")
 
     def apply(self, module, ctx) -> None:
-        chunks = self.option("chunks", ctx)
+        chunks = self.value("chunks")
         for op in comm.ops(module):
             kind = comm.short_name(op)
             if kind in comm.COLLECTIVES and "chunks" not in comm.attrs(op):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..dialects import comm
-from .base import Pass, PassError
+from .base import Pass, PassError, option
 from .phase_cost import phase_time_ns, region_sizes
 
 
@@ -19,12 +19,14 @@ def flag(text: str) -> bool:
     return text.strip().lower() in ("1", "true", "yes", "on")
 
 
+@dataclass(frozen=True)
 class OrderingPass(Pass):
     """Base of the passes that choose per-chunk dimension orders: they weigh phases by their algorithms."""
-    LATENCY_OPTION = (flag, True, "count per-step latency as dimension load (true when a dimension runs one chunk "
-                                  "at a time)")
-    ACTIVE_OPTION = (int, 1, "chunks a dimension works on at once (the runtime's --active-chunks, set by the driver): "
-                             "a step's latency overlaps the other chunks' transfers")
+    after = ("select-algorithm",)
+    latency: bool | None = option(flag, True, "count per-step latency as dimension load (true when a dimension runs "
+                                              "one chunk at a time)")
+    active: int | None = option(int, 1, "chunks a dimension works on at once (the runtime's --active-chunks): a "
+                                        "step's latency overlaps the other chunks' transfers")
 
     def requires(self, module, ctx) -> None:
         for op in comm.ops(module):

@@ -10,6 +10,7 @@ from .structure import phases_planned_by, record
 class FindCycle(Pass):
     name = "find-cycle"
     summary = "flat_ring: a Hamiltonian cycle of links, recorded as comm.cycle"
+    after = ("select-algorithm",)
 
     def apply(self, module, ctx) -> None:
         phases = phases_planned_by(module, self.name)

@@ -17,6 +17,7 @@ FLAT = -1  # the `dim` of a phase that spans every dimension of its group
 class FlatDecompose(Pass):
     name = "flat-decompose"
     summary = "one phase per collective over all its dimensions (for graph algorithms such as multitree)"
+    after = ("decompose-all-reduce",)
 
     def apply(self, module, ctx) -> None:
         ndims = len(ctx.topology.dims)

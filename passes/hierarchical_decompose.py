@@ -38,6 +38,7 @@ def phase_plan(kind: str, dims: list[int], shape: list[int], nbytes: int) -> lis
 class HierarchicalDecompose(Pass):
     name = "hierarchical-decompose"
     summary = "one phase per topology dimension: RS ascending, AG descending, all-to-all ascending"
+    after = ("decompose-all-reduce",)
 
     def apply(self, module, ctx) -> None:
         shape = [d.size for d in ctx.topology.dims]

@@ -9,9 +9,10 @@ chunk sequence (stride scheduling), so every stretch of the pipeline is as balan
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from ..dialects import comm
-from .base import PassError, register
+from .base import PassError, option, register
 from .dimension_order import OrderingPass, buffer_groups
 
 SCALE = 1000  # CP-SAT takes integers: loads in picoseconds
@@ -24,11 +25,14 @@ def balanced_counts(orders, loads, base, chunks, time_limit_s):
     x = [model.new_int_var(0, chunks, f"x{i}") for i in range(len(orders))]
     model.add(sum(x) == chunks)
     dims = list(base)
-    # an upper bound on any dimension's load (rounding adds at most one unit per chunk)
-    worst = int(SCALE * (max(base.values()) + chunks * max(max(l.values()) for l in loads))) + chunks + 1
+    # an upper bound on any dimension's load (rounding adds at most one unit per chunk); CP-SAT's integers are 64-bit,
+    # so loads too large for picoseconds are counted in coarser units (only enormous collectives ever need it)
+    bound = max(base.values()) + chunks * max(max(l.values()) for l in loads)
+    scale = SCALE if bound * SCALE < 2 ** 60 else 2 ** 60 / max(bound, 1.0)
+    worst = int(scale * bound) + chunks + 1
     top = model.new_int_var(0, worst, "max_load")
     for d in dims:
-        model.add(top >= int(SCALE * base[d]) + sum(int(round(SCALE * l[d])) * xi for l, xi in zip(loads, x)))
+        model.add(top >= int(scale * base[d]) + sum(int(round(scale * l[d])) * xi for l, xi in zip(loads, x)))
     model.minimize(top)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
@@ -53,21 +57,20 @@ def spread(orders, counts) -> list:
 
 
 @register
+@dataclass(frozen=True)
 class OptimalBalance(OrderingPass):
     name = "optimal-balance"
     summary = "CP-SAT split of chunks over dimension orders minimising the most loaded dimension"
-    options = {"time-limit": (float, 5.0, "seconds CP-SAT may search per buffer"),
-               "latency": OrderingPass.LATENCY_OPTION, "active": OrderingPass.ACTIVE_OPTION}
+    time_limit: float | None = option(float, 5.0, "seconds CP-SAT may search per buffer")
 
     def apply(self, module, ctx) -> None:
         load = {d: 0.0 for d in range(len(ctx.topology.dims))}
         statuses = []
         for group in buffer_groups(module):
             orders = list(itertools.permutations(group.dims))
-            loads = [group.load(list(o), ctx.topology, self.option("latency", ctx),
-                             self.option("active", ctx)) for o in orders]
+            loads = [group.load(list(o), ctx.topology, self.value("latency"), self.value("active")) for o in orders]
             counts, status = balanced_counts(orders, loads, {d: load[d] for d in group.dims}, group.chunks,
-                                             self.option("time-limit", ctx))
+                                             self.value("time_limit"))
             statuses.append(status)
             for o, c in zip(loads, counts):
                 for d, t in o.items():

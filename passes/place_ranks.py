@@ -10,6 +10,7 @@ from .structure import phases_planned_by, record
 class PlaceRanks(Pass):
     name = "place-ranks"
     summary = "hdrm: virtual ranks placed on BiGraph NPUs, recorded as comm.placement"
+    after = ("select-algorithm",)
 
     def apply(self, module, ctx) -> None:
         phases = phases_planned_by(module, self.name)

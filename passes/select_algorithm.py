@@ -7,13 +7,15 @@ comma-separated list with one name per topology dimension. Phases that already n
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .. import algorithms
 from ..dialects import comm
 from ..network.errors import UserError
-from .base import Pass, PassError, register
+from .base import Pass, PassError, option, register
 
 
-def _names(text: str) -> list[str]:
+def _names(text: str) -> tuple[str, ...]:
     """--algorithm names (aliases resolved); a phase name of a whole-network algorithm ('ring' for the
     Hamiltonian cycle) is resolved per phase."""
     out = []
@@ -23,7 +25,7 @@ def _names(text: str) -> list[str]:
             if name is None:
                 raise PassError(f"unknown algorithm '{t.strip()}'; expected one of {', '.join(algorithms.REGISTRY)}")
             out.append(name)
-    return out
+    return tuple(out)
 
 
 def algorithm_for(dim: int, dims: list, chosen: list[str] | None) -> str:
@@ -42,15 +44,18 @@ def check_applicable(alg, kind: str, size: int, dim: int) -> None:
 
 
 @register
+@dataclass(frozen=True)
 class SelectAlgorithm(Pass):
     name = "select-algorithm"
     summary = "the algorithm of every phase (algorithms/: per dimension, or over the whole network)"
-    options = {"algorithm": (_names, None, "one algorithm, or one per topology dimension (comma-separated)"),
-               "ports": (int, None, "multitree: new tree edges a node may start per step (its injection ports); "
-                                    "default one per link")}
+    after = ("hierarchical-decompose", "flat-decompose")
+    algorithm: tuple[str, ...] | None = option(_names, None, "one algorithm, or one per topology dimension "
+                                                             "(comma-separated); default: each block's own")
+    ports: int | None = option(int, None, "multitree: new tree edges a node may start per step (its injection "
+                                          "ports); default one per link")
 
     def apply(self, module, ctx) -> None:
-        chosen = self.option("algorithm", ctx)
+        chosen = self.value("algorithm")
         dims = ctx.topology.dims
         if chosen and len(chosen) not in (1, len(dims)):
             raise PassError(f"--algorithm lists {len(chosen)} algorithms for {len(dims)} dimensions")
@@ -68,7 +73,7 @@ class SelectAlgorithm(Pass):
                     raise PassError(f"a phase over every dimension needs one of {flat}, not {word}") from None
                 check_applicable(alg, a["kind"], ctx.topology.npus, -1)
                 comm.set_attr(op, "algorithm", alg.phase_name)
-                ports = self.option("ports", ctx)
+                ports = self.value("ports")
                 if ports is not None and alg.takes_ports:
                     if ports < 1:
                         raise PassError(f"ports must be at least 1, got {ports}")

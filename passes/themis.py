@@ -8,6 +8,8 @@ visits the dimensions in reverse. Loads accumulate over the module's collectives
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .base import register
 from .dimension_order import OrderingPass, buffer_groups
 
@@ -23,13 +25,13 @@ def themis_orders(group, topology, load: dict[int, float], latency: bool = True,
 
 
 @register
+@dataclass(frozen=True)
 class Themis(OrderingPass):
     name = "themis"
     summary = "Themis: each chunk visits the least-loaded dimension first (needs select-algorithm before it)"
-    options = {"latency": OrderingPass.LATENCY_OPTION, "active": OrderingPass.ACTIVE_OPTION}
 
     def apply(self, module, ctx) -> None:
         load = {d: 0.0 for d in range(len(ctx.topology.dims))}
         for group in buffer_groups(module):
-            group.write(themis_orders(group, ctx.topology, load, self.option("latency", ctx),
-                                      self.option("active", ctx)), ctx.topology)
+            group.write(themis_orders(group, ctx.topology, load, self.value("latency"), self.value("active")),
+                        ctx.topology)

@@ -1,11 +1,9 @@
 """Every decision the compiler makes is in its IR: MultiTree's trees, the flat ring's cycle, HDRM's placement and
 the schedule `optimal` keeps are recorded by passes (allocate-trees, find-cycle, place-ranks, choose-schedule);
 the lowering only expands what the module says, and --print-ir-after-all ends with the module that is emitted."""
-import io
 import json
 import os
 import re
-import contextlib
 
 import numpy as np
 import pytest
@@ -17,16 +15,23 @@ from astra_compile.network import graphs
 from astra_compile.network.parse import parse_topology
 
 
+@pytest.fixture(autouse=True)
+def _fd(capfd):
+    global CAPFD
+    CAPFD = capfd
+
+
 def cli(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
+    """Run the CLI in-process; MLIR's pass manager prints the IR dumps from C++, so capture at the descriptors."""
+    CAPFD.readouterr()
+    code = main([str(a) for a in argv])
+    out, err = CAPFD.readouterr()
+    return code, out, err
 
 
 def dumps(err: str) -> dict:
     """--print-ir-after-all output: pass name -> the module printed after it."""
-    parts = re.split(r"// -----// IR Dump After (\S+) //----- //\n", err)
+    parts = re.split(r"// -----// IR Dump After (\S+): \S+ //----- //\n", err)
     return dict(zip(parts[1::2], parts[2::2]))
 
 

@@ -342,3 +342,35 @@ def test_compare_names_the_schedulers_that_beat_the_links(capsys):
     code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "8_switch",
                        "--algorithm", "direct", "--compare")
     assert code == 0 and out.count("beats the link-capacity bound") == 3
+
+
+# ---- typed IR: undeclared attributes, wrong kinds, numbers past int64 ------------------------------------------
+
+EXAMPLE_MODULE = os.path.join(EXAMPLES, "all_reduce_3d_switch.mlir")
+
+
+@pytest.mark.parametrize("old,new,match", [
+    ("chunks = 64 : i64", "chunk = 64 : i64", "undeclared attribute 'chunk'"),
+    ("chunks = 64 : i64", 'chunks = "64"', "'chunks' must be an integer"),
+    ("dims = array<i64: 0, 1, 2>", "dims = array<f64: 0.0, 1.0, 2.0>", "'dims' must be an array<i64>"),
+    ("bytes = 1073741824 : i64", "bytes = 99999999999999999999 : i128", "does not fit in int64"),
+    ("bytes = 1073741824 : i64", "bytes = 9223372036854775807 : i64", "exceeds the largest collective"),
+    ("chunks = 64 : i64", "chunks = 2000000 : i64", "exceeds 1048576"),
+    ("comm.links = array<i64: 1, 1, 1>", "comm.links = array<i64: 1, 1, 1>,\n  comm.linx = 3", "'comm.linx'"),
+])
+def test_a_module_with_wrong_attributes_is_refused(capsys, tmp_path, old, new, match):
+    with open(EXAMPLE_MODULE) as f:
+        text = f.read()
+    assert old in text
+    path = tmp_path / "m.mlir"
+    path.write_text(text.replace(old, new, 1))
+    refused(capsys, path, match=match)
+
+
+def test_a_module_compiles_for_another_topology(capsys):
+    code, out, _ = cli(capsys, EXAMPLE_MODULE, "--topology", "8x8x8_torus", "--json")
+    assert code == 0 and json.loads(out)["topology"] == "Ring(8)_Ring(8)_Ring(8)"
+
+
+def test_a_size_past_the_limit_is_refused(capsys):
+    refused(capsys, "--collective", "all_reduce", "--size", "2TB", "--topology", "4_ring", match="largest collective")

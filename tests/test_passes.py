@@ -79,9 +79,16 @@ def test_chunk_keeps_explicit_chunks():
 def test_pipeline_parsing():
     ps = parse_pipeline("builtin.module(decompose-all-reduce, chunk{chunks=8},select-algorithm{algorithm=ring,direct})")
     assert [p.name for p in ps] == ["decompose-all-reduce", "chunk", "select-algorithm"]
-    assert ps[1].given == {"chunks": "8"} and ps[2].given == {"algorithm": "ring,direct"}
+    # options are typed fields, parsed from the text
+    assert ps[1].chunks == 8 and ps[2].algorithm == ("ring", "direct") and ps[2].ports is None
+    assert [p.text() for p in ps] == ["decompose-all-reduce", "chunk{chunks=8}", "select-algorithm{algorithm=ring,direct}"]
     for bad, needle in [("chunk{chunks=8", "unbalanced"), ("chunk{size=8}", "no option 'size'"),
-                        ("frobnicate", "unknown pass"), ("chunk{chunks}", "key=value")]:
+                        ("frobnicate", "unknown pass"), ("chunk{chunks}", "key=value"),
+                        ("chunk{chunks=0}", "bad value '0'"),
+                        ("select-algorithm,hierarchical-decompose", "select-algorithm must come after "
+                                                                    "hierarchical-decompose"),
+                        ("themis,select-algorithm", "themis must come after select-algorithm"),
+                        ("hierarchical-decompose,chunk", "chunk must come before hierarchical-decompose")]:
         with pytest.raises(PassError, match=needle):
             parse_pipeline(bad)
 
