@@ -214,9 +214,9 @@ def _run(args, given: set[str] = frozenset()) -> int:
     kind = _kind(args)
     cli_rules.check(kind, args, given)
     if kind == "list-passes":
-        from .passes import REGISTRY
-        for name, cls in sorted(REGISTRY.items()):
-            opts = " ".join(f"{k}=<{h}>" for k, (_, _, h) in cls.options.items())
+        from .passes import all_passes
+        for name, cls in sorted(all_passes().items()):
+            opts = " ".join(f"{k}=<{f.metadata['help']}>" for k, f in cls.options().items())
             print(f"{name:24s} {cls.summary}" + (f"  [{opts}]" if opts else ""))
         return 0
     if kind == "training step":

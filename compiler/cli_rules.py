@@ -14,7 +14,7 @@ NETWORK = {"topology", "bandwidth", "latency", "links"}
 COMPILE = {"algorithm", "chunks", "scheduler"}
 
 ALLOWED = {
-    "list-passes": set(),
+    "list-passes": {"list_passes"},
     "table directory": RUN | {"json", "verify", "timeline", "plot"},
     "training step": NETWORK | COMPILE | {"mesh", "peak_tflops", "mem_bw", "backend", "intra", "emit", "output",
                                           "json"},

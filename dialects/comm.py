@@ -45,31 +45,34 @@ class IRError(Exception):
     """Malformed or invalid comm IR (one line: the CLI prints it and exits 2)."""
 
 
+_IRDL_ATTRS: dict[str, dict[str, tuple[str, ...]]] = {}  # IRDL file -> op name -> declared attributes
+
+
 def load_irdl(ctx: ir.Context, path: str) -> ir.Context:
-    """Load the dialects an IRDL file defines into `ctx`."""
+    """Load the dialects an IRDL file defines into `ctx` (and note, once, the attributes each op declares)."""
     with ctx, ir.Location.unknown():
         with open(path) as f:
-            irdl.load_dialects(ir.Module.parse(f.read()))
+            defs = ir.Module.parse(f.read())
+        if path not in _IRDL_ATTRS:
+            _IRDL_ATTRS[path] = _declared_attributes(defs)
+        irdl.load_dialects(defs)
     return ctx
 
 
-def irdl_attributes(path: str) -> dict[str, tuple[str, ...]]:
+def _declared_attributes(defs: ir.Module) -> dict[str, tuple[str, ...]]:
     """op name -> the attributes its IRDL definition declares (read from the IRDL file itself, the one place they
     are written)."""
     out = {}
-    with ir.Context(), ir.Location.unknown():
-        with open(path) as f:
-            defs = ir.Module.parse(f.read())
-        for dialect in defs.body.operations:
-            prefix = ir.StringAttr(dialect.attributes["sym_name"]).value
-            for op in dialect.regions[0].blocks[0].operations:
-                if op.operation.name != "irdl.operation":
-                    continue
-                name = f"{prefix}.{ir.StringAttr(op.attributes['sym_name']).value}"
-                out[name] = ()
-                for inner in op.regions[0].blocks[0].operations:
-                    if inner.operation.name == "irdl.attributes":
-                        out[name] = tuple(ir.StringAttr(a).value for a in inner.attributes["attributeValueNames"])
+    for dialect in defs.body.operations:
+        prefix = ir.StringAttr(dialect.attributes["sym_name"]).value
+        for op in dialect.regions[0].blocks[0].operations:
+            if op.operation.name != "irdl.operation":
+                continue
+            name = f"{prefix}.{ir.StringAttr(op.attributes['sym_name']).value}"
+            out[name] = ()
+            for inner in op.regions[0].blocks[0].operations:
+                if inner.operation.name == "irdl.attributes":
+                    out[name] = tuple(ir.StringAttr(a).value for a in inner.attributes["attributeValueNames"])
     return out
 
 
@@ -300,8 +303,10 @@ def declared() -> dict[str, set[str]]:
     """short op name -> every attribute it may carry (IRDL's required ones and OPTIONAL)."""
     global _DECLARED
     if _DECLARED is None:
+        if _IRDL_FILE not in _IRDL_ATTRS:
+            new_context()
         _DECLARED = {name.split(".", 1)[1]: set(attrs) | set(OPTIONAL.get(name.split(".", 1)[1], ()))
-                     for name, attrs in irdl_attributes(_IRDL_FILE).items()}
+                     for name, attrs in _IRDL_ATTRS[_IRDL_FILE].items()}
     return _DECLARED
 
 

@@ -9,6 +9,8 @@ A pipeline: comma-separated pass names, each optionally followed by options in b
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
@@ -108,11 +110,35 @@ def _show(value) -> str:
 
 
 REGISTRY: dict[str, type[Pass]] = {}
+# modules of this package that hold shared code, not a pass; every other module is the pass of its name
+# (decompose_all_reduce.py is decompose-all-reduce), imported when a pipeline first names it
+HELPERS = ("base", "phase_cost", "dimension_order", "structure")
 
 
 def register(cls: type[Pass]) -> type[Pass]:
     REGISTRY[cls.name] = cls
     return cls
+
+
+def lookup(name: str) -> type[Pass] | None:
+    """The pass of a name, its module imported on first use (start-up pays only for the passes a run uses)."""
+    if name not in REGISTRY:
+        module = name.replace("-", "_")
+        if module.isidentifier() and module not in HELPERS:
+            try:
+                importlib.import_module(f"{__package__}.{module}")
+            except ModuleNotFoundError as e:
+                if e.name != f"{__package__}.{module}":
+                    raise
+    return REGISTRY.get(name)
+
+
+def all_passes() -> dict[str, type[Pass]]:
+    """Every pass of the package (--list-passes, error messages)."""
+    for info in pkgutil.iter_modules(importlib.import_module(__package__).__path__):
+        if info.name not in HELPERS:
+            importlib.import_module(f"{__package__}.{info.name}")
+    return REGISTRY
 
 
 def _split_top_level(text: str, sep: str) -> list[str]:
@@ -156,9 +182,10 @@ def parse_pipeline(text: str) -> list[Pass]:
                 k, v = kv.split("=", 1)
                 opts[k.strip()] = v.strip()
         name = name.strip()
-        if name not in REGISTRY:
-            raise PassError(f"unknown pass '{name}'; available: {', '.join(sorted(REGISTRY))}")
-        passes.append(REGISTRY[name].from_text(opts))
+        cls = lookup(name)
+        if cls is None:
+            raise PassError(f"unknown pass '{name}'; available: {', '.join(sorted(all_passes()))}")
+        passes.append(cls.from_text(opts))
     check_order(passes)
     return passes
 

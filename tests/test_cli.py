@@ -204,3 +204,10 @@ def test_bundled_examples_compile(capsys, name):
     assert code == 0, err
     r = json.loads(out)
     assert r["total_time_us"] >= r["ideal_time_us"] > 0
+
+
+def test_list_passes_lists_every_pass_alone(capsys):
+    code, out, _ = cli(capsys, "--list-passes")
+    names = [line.split()[0] for line in out.splitlines()]
+    assert code == 0 and "allocate-trees" in names and "choose-schedule" in names and len(names) == 11
+    assert main(["--list-passes", "--chunks", "4"]) == 2  # nothing else goes with it
