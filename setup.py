@@ -42,7 +42,8 @@ setup(
         "astra_compile.passes": "passes",
         "astra_compile.runtime": "runtime",
     },
-    package_data={"astra_compile.dialects": ["*.mlir"], "astra_compile.runtime": ["*.json"]},
+    package_data={"astra_compile": ["*.json"], "astra_compile.dialects": ["*.mlir"],
+                  "astra_compile.runtime": ["*.json"]},
     ext_modules=[LINKCORE],
     install_requires=[
         # The MLIR Python bindings (upstream MLIR, IRDL, pass manager) ship in this wheel; it needs no torch.

@@ -29,7 +29,7 @@ def utilisation(spec, bw, lat, chunks, scheduler, intra, active) -> float:
     ctx = comm.new_context()
     source = str(driver.build_module(ctx, topo, "all_reduce", 2 ** 30))
     run = driver.RunOptions(intra=intra, active_chunks=active)
-    return driver.compile_schedule(source, ctx, topo, scheduler, {"chunks": chunks}, run).report["bw_utilization"]
+    return driver.compile_schedule(source, ctx, topo, scheduler, {"chunks": chunks}, run).report.bw_utilization
 
 
 def main() -> None:

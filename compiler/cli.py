@@ -310,7 +310,9 @@ def _run_collective(args, run) -> int:
         reports = {name: driver.compile_schedule(source, ctx, topology, name, defaults,
                                                  dataclasses.replace(run, intra=intra)).report
                    for name, intra in (("baseline", "fifo"), ("themis", "scf"), ("optimal", "scf"))}
-        print(json.dumps(reports, indent=1) if args.json else driver.compare_rows(reports))
+        from .report import compare_rows
+        print(json.dumps({k: r.to_json() for k, r in reports.items()}, indent=1) if args.json else
+              compare_rows(reports))
         return 0
     compiled = driver.compile_schedule(str(module), ctx, topology, args.scheduler, defaults, run,
                                        args.print_ir_after_all, args.pass_pipeline, args.mlir_timing)
@@ -334,13 +336,13 @@ def _run_collective(args, run) -> int:
 
     report = compiled.report
     _write_timeline(args, compiled.result, schedule.meta,
-                    f"{topology.name}: {report['backend']} runtime, {report['scheduler']} scheduler")
+                    f"{topology.name}: {report.backend} runtime, {report.scheduler} scheduler")
     if args.verify:
-        report["verified"] = True
+        report = report.with_(verified=True)
     if args.json:
-        print(json.dumps(report, indent=1))
+        print(json.dumps(report.to_json(), indent=1))
     else:
-        print(driver.format_report(report))
+        print(report.format())
         if args.verify:
             print(VERIFIED)
     return 0

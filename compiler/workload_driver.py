@@ -102,8 +102,8 @@ def time_collectives(module, topology: Topology, opts: WorkloadOptions) -> dict[
             one = driver.build_module(ctx, topology, key[0], key[1], list(key[2]))
             compiled = driver.compile_schedule(str(one), ctx, topology, opts.scheduler, opts.defaults, opts.run)
             stages = []
-            for s in compiled.report["collectives"][0]["stages"]:
-                label = f"{s['algorithm']}@{'all' if s['dim'] == -1 else s['dim']}"
+            for s in compiled.report.collectives[0].stages:
+                label = f"{s.algorithm}@{'all' if s.dim == -1 else s.dim}"
                 if label not in stages:
                     stages.append(label)
             times[key] = CollectiveTime(compiled.result.total_ns, ",".join(stages))

@@ -5,6 +5,7 @@ Tolerances: 1% for seed 000's figures, 2% for seed 002's Table III times; Table 
 import pytest
 
 from astra_compile import driver
+from astra_compile.report import ideal_time_ns, make_report
 from astra_compile.runtime import analytical
 from helpers import compile_collective
 
@@ -14,7 +15,7 @@ MB = 2 ** 20
 
 def run(sched):
     result = analytical.run(sched)
-    return result, driver.make_report(sched, result)
+    return result, make_report(sched, result, "baseline", driver.RunOptions(intra="fifo")).to_json()
 
 
 def test_seed000_baseline_3d_switch():

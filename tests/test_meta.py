@@ -68,3 +68,23 @@ def test_the_schema_ships_with_the_package():
 def test_the_reader_checks_what_a_schema_cannot(tmp_path, edit, match):
     with pytest.raises(TableError, match=match):
         Meta.from_json(edit(_written(tmp_path)), "meta.json")
+
+
+REPORT_CASES = [
+    ["--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)_Switch(2)", "--chunks", "3", "--verify"],
+    ["--collective", "all_to_all", "--size", "64KB", "--topology", "FC(4)", "--backend", "congestion"],
+    ["--collective", "all_gather", "--size", "96KB", "--topology", "2x4_bigraph", "--algorithm", "multitree"],
+    ["--collective", "all_reduce", "--size", "64MB", "--topology", "8_switch", "--algorithm", "direct"],
+]
+
+
+@pytest.mark.parametrize("argv", REPORT_CASES)
+def test_json_reports_follow_their_schema(capsys, argv):
+    from astra_compile.report import SCHEMA_FILE as REPORT_SCHEMA
+    with open(REPORT_SCHEMA) as f:
+        schema = json.load(f)
+    assert main([*argv, "--json"]) == 0
+    jsonschema.validate(json.loads(capsys.readouterr().out), schema)
+    assert main([*argv[:6], "--compare", "--json"]) == 0
+    for report in json.loads(capsys.readouterr().out).values():
+        jsonschema.validate(report, schema)

@@ -74,8 +74,8 @@ def test_multitree_beats_hierarchical_ring_on_8x8_torus():
     source = str(driver.build_module(ctx, topo, "all_reduce", 2 ** 26))
     ring = driver.compile_schedule(source, ctx, topo, "baseline", {})
     tree = driver.compile_schedule(source, ctx, topo, "baseline", {"algorithm": "multitree"})
-    assert tree.report["total_time_us"] < 0.6 * ring.report["total_time_us"]
-    assert tree.report["scheduler"] == "multitree (graph)"
+    assert tree.report.total_time_us < 0.6 * ring.report.total_time_us
+    assert tree.report.scheduler == "multitree (graph)"
 
 
 @pytest.mark.parametrize("topology,steps", [("Switch(8)", 7), ("Switch(4)_Ring(2)", 4), ("Ring(4)_Switch(4)", 8),
@@ -152,7 +152,7 @@ def test_optimal_trees_schedule_verifies_and_is_faster(topology):
     verify(best.schedule)
     assert link_conflicts(best.schedule) == []
     assert best.schedule.trees().steps < greedy.schedule.trees().steps
-    assert best.report["total_time_us"] < greedy.report["total_time_us"]
+    assert best.report.total_time_us < greedy.report.total_time_us
 
 
 @pytest.mark.parametrize("topology", ["8x8_torus", "4x4x4_torus", "Ring(4)_FC(3)", "Ring(2)_Ring(4)"])

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from astra_compile import algorithms, driver
+from astra_compile.report import ideal_time_ns
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical, verifier
 from astra_compile.runtime.tables import RECV_COPY, RECV_REDUCE, SEND, DirSchedule, write_dir
@@ -290,7 +291,7 @@ def test_not_faster_than_ideal(case):
     """No schedule beats sending the lower-bound bytes over all of an NPU's bandwidth (direct on a Switch, which the
     model lets use the full link to every peer at once, is no default and is left out)."""
     sched = compile_case(case)
-    ideal = driver.ideal_time_ns(sched)[0]
+    ideal = ideal_time_ns(sched)[0]
     assert ideal > 0
     for mode in ("auto", "full"):
         assert analytical.run(sched, mode).total_ns >= ideal * (1 - 1e-9)
@@ -307,7 +308,7 @@ def test_single_dimension_defaults_reach_ideal_without_latency(case):
     case.latency = 0.0
     case.size -= case.size % (2 * case.npus * case.chunks)
     sched = compile_case(case)
-    ideal = driver.ideal_time_ns(sched)[0]
+    ideal = ideal_time_ns(sched)[0]
     assert analytical.run(sched, "symmetric").total_ns == pytest.approx(ideal, rel=1e-9)
     assert analytical.run(sched, "full").total_ns == pytest.approx(ideal, rel=1e-9)
 
@@ -394,4 +395,4 @@ def test_full_mode_does_not_deadlock_with_uneven_split():
                 bandwidth=[50.0, 12.5], latency=0.0)
     sched = compile_case(case)
     verifier.verify(sched)  # the schedule itself is correct
-    assert analytical.run(sched, "full").total_ns >= driver.ideal_time_ns(sched)[0]
+    assert analytical.run(sched, "full").total_ns >= ideal_time_ns(sched)[0]

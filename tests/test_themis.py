@@ -4,6 +4,7 @@ import os
 import pytest
 
 from astra_compile import driver
+from astra_compile.report import ideal_time_ns, make_report
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical
 from astra_compile.runtime.verifier import verify
@@ -55,7 +56,7 @@ def test_themis_requires_algorithms():
 def test_seed000_themis_reaches_published_utilisation():
     sched = compile_themis("Switch(8)_Switch(8)_Switch(8)", "all_reduce", GB, 64, "50,50,50", "1,1,1",
                            "halving_doubling")
-    report = driver.make_report(sched, analytical.run(sched, intra="scf"), "themis", driver.RunOptions(intra="scf"))
+    report = make_report(sched, analytical.run(sched, intra="scf"), "themis", driver.RunOptions(intra="scf")).to_json()
     assert report["bw_utilization"] >= 0.975                                  # published 97.59 %
     assert report["total_time_us"] == pytest.approx(13635.871, rel=0.01)      # published time
     baseline = compile_themis("Switch(8)_Switch(8)_Switch(8)", "all_reduce", GB, 64, "50,50,50", "1,1,1",
@@ -82,7 +83,7 @@ SEED001 = [
 def test_seed001_themis_improves_on_baseline(topology, bandwidth, latency):
     base = compile_themis(topology, "all_reduce", GB, 64, bandwidth, latency, scheduler="baseline")
     themis = compile_themis(topology, "all_reduce", GB, 64, bandwidth, latency)
-    ideal = driver.ideal_time_ns(base)[0]
+    ideal = ideal_time_ns(base)[0]
     u_base = ideal / analytical.run(base).total_ns
     u_themis = ideal / analytical.run(themis, intra="scf").total_ns
     assert 0.5 < u_base < 0.65          # published mean 56.31 %
@@ -101,8 +102,8 @@ def test_seed001_mean_utilisation_reaches_published_with_active_chunks():
         source = str(driver.build_module(ctx, topo, "all_reduce", GB))
         for name in util:
             r = driver.RunOptions("analytical", intra="fifo", active_chunks=4) if name == "baseline" else run
-            util[name].append(driver.compile_schedule(source, ctx, topo, name, {"chunks": 128}, r).report[
-                "bw_utilization"])
+            util[name].append(driver.compile_schedule(source, ctx, topo, name, {"chunks": 128}, r).report
+                              .bw_utilization)
     mean = {k: sum(v) / len(v) for k, v in util.items()}
     assert mean["themis"] >= 0.95
     assert 0.5 < mean["baseline"] < 0.65
@@ -171,8 +172,8 @@ def test_optimal_never_worse_than_themis(topology, bandwidth, latency):
     topo = parse_topology(topology, bandwidth, latency)
     ctx = comm.new_context()
     source = str(driver.build_module(ctx, topo, "all_reduce", GB))
-    optimal = driver.compile_schedule(source, ctx, topo, "optimal", {"chunks": 64}).report
-    themis = driver.compile_schedule(source, ctx, topo, "themis", {"chunks": 64}).report
+    optimal = driver.compile_schedule(source, ctx, topo, "optimal", {"chunks": 64}).report.to_json()
+    themis = driver.compile_schedule(source, ctx, topo, "themis", {"chunks": 64}).report.to_json()
     assert optimal["total_time_us"] <= themis["total_time_us"]
     assert optimal["gap_to_ideal_pct"] >= 0
     assert optimal["optimal_choice"] in ("cp-sat", "themis")
