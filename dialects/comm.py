@@ -35,10 +35,8 @@ VALUE_KINDS = {"ints": ("dims", "group_dims", "order", "parent", "step", "link",
                "int": ("bytes", "chunks", "root", "src", "dst", "dim", "stage", "group_bytes", "ports", "npus",
                        "steps")}
 # module attributes: the topology (set_topology) and the decisions passes record there
-MODULE_ATTRS = ("comm.topology", "comm.blocks", "comm.shape", "comm.bandwidth_gbps", "comm.latency_ns", "comm.links",
-                "comm.balance", "comm.schedule", "comm.cp_sat_time_ns", "comm.themis_time_ns")
+MODULE_ATTRS = ("comm.topology", "comm.balance", "comm.schedule", "comm.cp_sat_time_ns", "comm.themis_time_ns")
 TOPOLOGY_ATTR = "comm.topology"
-GRAPH_KEYS = ("names", "npus", "src", "dst", "gbps", "latency_ns")
 
 
 class IRError(Exception):
@@ -121,11 +119,15 @@ def to_attr(value: Any) -> ir.Attribute:
     if isinstance(value, int):
         return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
     if isinstance(value, float):
-        return ir.FloatAttr.get(ir.F64Type.get(), value)
+        return ir.FloatAttr.get_f64(value)
     if isinstance(value, str):
         return ir.StringAttr.get(value)
+    if isinstance(value, dict):
+        return ir.DictAttr.get({str(k): to_attr(v) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
         vals = list(value)
+        if vals and all(isinstance(v, dict) for v in vals):
+            return ir.ArrayAttr.get([to_attr(v) for v in vals])
         if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
             return ir.DenseI64ArrayAttr.get([int(v) for v in vals])
         if all(isinstance(v, (int, float)) for v in vals):
@@ -147,6 +149,8 @@ def from_attr(attr: ir.Attribute) -> Any:
         return list(attr)
     if isinstance(attr, ir.ArrayAttr):
         return [from_attr(a) for a in attr]
+    if isinstance(attr, ir.DictAttr):
+        return {attr[i].name: from_attr(attr[i].attr) for i in range(len(attr))}
     return str(attr)
 
 
@@ -234,48 +238,29 @@ def ops(module: ir.Module) -> list:
 # ---- the topology a module is compiled for --------------------------------------------------------------------
 
 def set_topology(module: ir.Module, topo: dict) -> None:
-    """Record the topology (Topology.to_dict() form) on the module, readable in the printed IR."""
-    dims = topo["dims"]
-    mod = module.operation
-    mod.attributes[TOPOLOGY_ATTR] = to_attr(topo["name"])
-    mod.attributes["comm.blocks"] = to_attr([d["block"] for d in dims])
-    mod.attributes["comm.shape"] = to_attr([int(d["size"]) for d in dims])
-    mod.attributes["comm.bandwidth_gbps"] = to_attr([float(d["bandwidth_gbps"]) for d in dims])
-    mod.attributes["comm.latency_ns"] = to_attr([float(d["latency_ns"]) for d in dims])
-    mod.attributes["comm.links"] = to_attr([int(d.get("links", 1)) for d in dims])
-    graph = topo.get("graph")
-    for key in GRAPH_KEYS:  # a graph topology's links (graphs.py), as arrays beside the dimension attributes
-        if graph is None:
-            if f"comm.graph_{key}" in mod.attributes:
-                del mod.attributes[f"comm.graph_{key}"]
-        else:
-            mod.attributes[f"comm.graph_{key}"] = to_attr(graph[key])
+    """Record the topology on the module as one dictionary attribute in the network's one serialised form
+    (Topology.to_dict(), as meta.json holds it): `comm.topology = {dims = [{block = "Ring", size = 8, ...}],
+    name = "Ring(8)"}` (a graph topology adds `graph`)."""
+    module.operation.attributes[TOPOLOGY_ATTR] = to_attr(topo)
+
+
+LEGACY_TOPOLOGY = ("comm.blocks", "comm.shape", "comm.bandwidth_gbps", "comm.latency_ns", "comm.links")
 
 
 def get_topology(module: ir.Module) -> dict | None:
     """The topology recorded on the module (Topology.to_dict() form), or None when it has none."""
     a = _attr_dict(module.operation.attributes)
+    legacy = [k for k in LEGACY_TOPOLOGY if k in a] + [k for k in a if k.startswith("comm.graph_")]
+    if legacy:
+        raise IRError(f"module attribute {legacy[0]}: a module records its topology as one attribute, comm.topology "
+                      f"= {{name = ..., dims = [{{block = ..., size = ..., bandwidth_gbps = ..., latency_ns = ..., "
+                      f"links = ...}}]}} (docs/architecture.md)")
     if TOPOLOGY_ATTR not in a:
         return None
-    try:
-        n = len(a["comm.shape"])
-        keys = ("comm.blocks", "comm.shape", "comm.bandwidth_gbps", "comm.latency_ns", "comm.links")
-        if any(len(a[k]) != n for k in keys):
-            raise IRError("module topology attributes disagree in length")
-        dims = [{"block": a["comm.blocks"][i], "size": int(a["comm.shape"][i]),
-                 "bandwidth_gbps": float(a["comm.bandwidth_gbps"][i]), "latency_ns": float(a["comm.latency_ns"][i]),
-                 "links": int(a["comm.links"][i])} for i in range(n)]
-    except (KeyError, TypeError) as e:
-        raise IRError(f"module attribute {TOPOLOGY_ATTR} needs comm.blocks, comm.shape, comm.bandwidth_gbps, "
-                      f"comm.latency_ns and comm.links beside it ({e})") from None
-    out = {"name": a[TOPOLOGY_ATTR], "dims": dims}
-    if "comm.graph_src" in a:
-        try:
-            out["graph"] = {key: a[f"comm.graph_{key}"] for key in GRAPH_KEYS}
-        except KeyError as e:
-            raise IRError(f"module attribute comm.graph_src needs {', '.join('comm.graph_' + k for k in GRAPH_KEYS)} "
-                          f"beside it (missing {e})") from None
-    return out
+    value = a[TOPOLOGY_ATTR]
+    if not isinstance(value, dict) or not isinstance(value.get("dims"), list):
+        raise IRError(f"module attribute {TOPOLOGY_ATTR} must be a dictionary with a dims list, got {value!r}"[:200])
+    return value
 
 
 def schedule_choice(module: ir.Module) -> dict | None:
@@ -313,9 +298,9 @@ def declared() -> dict[str, set[str]]:
 def _check_declared(module: ir.Module) -> None:
     """Refuse attributes nobody declared (a typo such as `chunk = 4` would otherwise be ignored) and values of the
     wrong kind (dims as floats, chunks as a string)."""
-    graph_keys = {f"comm.graph_{k}" for k in GRAPH_KEYS}
     for name in _attr_dict(module.operation.attributes):
-        if name.startswith("comm.") and name not in MODULE_ATTRS and name not in graph_keys:
+        if name.startswith("comm.") and name not in MODULE_ATTRS + LEGACY_TOPOLOGY and \
+                not name.startswith("comm.graph_"):
             raise IRError(f"module attribute '{name}' is not declared by the comm dialect")
     kinds = {attr: kind for kind, names in VALUE_KINDS.items() for attr in names}
     table = declared()

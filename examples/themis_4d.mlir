@@ -2,12 +2,12 @@
 // all-reduce in 16 chunks. Compare the schedulers with:
 //   astra-compile examples/themis_4d.mlir --compare
 module attributes {
-  comm.topology = "Ring(4)_FullyConnected(8)_Ring(4)_Switch(8)",
-  comm.blocks = ["Ring", "FullyConnected", "Ring", "Switch"],
-  comm.shape = array<i64: 4, 8, 4, 8>,
-  comm.bandwidth_gbps = array<f64: 375.0, 175.0, 150.0, 100.0>,
-  comm.latency_ns = array<f64: 20.0, 700.0, 700.0, 1700.0>,
-  comm.links = array<i64: 1, 1, 1, 1>
+  comm.topology = {name = "Ring(4)_FullyConnected(8)_Ring(4)_Switch(8)", dims = [
+    {block = "Ring", size = 4, bandwidth_gbps = 375.0, latency_ns = 20.0, links = 1},
+    {block = "FullyConnected", size = 8, bandwidth_gbps = 175.0, latency_ns = 700.0, links = 1},
+    {block = "Ring", size = 4, bandwidth_gbps = 150.0, latency_ns = 700.0, links = 1},
+    {block = "Switch", size = 8, bandwidth_gbps = 100.0, latency_ns = 1700.0, links = 1}
+  ]}
 } {
   %0 = "comm.all_reduce"() {bytes = 1073741824 : i64, dims = array<i64: 0, 1, 2, 3>, name = "grads", chunks = 16 : i64} : () -> !comm.token
 }

@@ -135,9 +135,8 @@ def test_killed_output_leaves_the_old_tables_or_none(tmp_path):
 
 # ---- wrong input never answers with exit 0 --------------------------------------------------------------------
 
-MODULE_HEAD = ('module attributes {comm.topology = "Ring(4)", comm.blocks = ["Ring"], comm.shape = array<i64: 4>, '
-               'comm.bandwidth_gbps = array<f64: 50.0>, comm.latency_ns = array<f64: 500.0>, '
-               'comm.links = array<i64: 1>} {\n')
+MODULE_HEAD = ('module attributes {comm.topology = {name = "Ring(4)", dims = [{block = "Ring", size = 4, '
+               'bandwidth_gbps = 50.0, latency_ns = 500.0, links = 1}]}} {\n')
 
 
 def _op(result: str, operand: str, name: str) -> str:
@@ -356,7 +355,9 @@ EXAMPLE_MODULE = os.path.join(EXAMPLES, "all_reduce_3d_switch.mlir")
     ("bytes = 1073741824 : i64", "bytes = 99999999999999999999 : i128", "does not fit in int64"),
     ("bytes = 1073741824 : i64", "bytes = 9223372036854775807 : i64", "exceeds the largest collective"),
     ("chunks = 64 : i64", "chunks = 2000000 : i64", "exceeds 1048576"),
-    ("comm.links = array<i64: 1, 1, 1>", "comm.links = array<i64: 1, 1, 1>,\n  comm.linx = 3", "'comm.linx'"),
+    ("comm.topology = {", "comm.linx = 3, comm.topology = {", "'comm.linx'"),
+    ("comm.topology = {", 'comm.shape = array<i64: 8>, comm.topology = {', "one attribute, comm.topology"),
+    ('latency_ns = 1.0, links = 1}', 'latency_ns = -1.0, links = 1}', "latency must be >= 0"),
 ])
 def test_a_module_with_wrong_attributes_is_refused(capsys, tmp_path, old, new, match):
     with open(EXAMPLE_MODULE) as f:

@@ -32,9 +32,9 @@ def test_ir_in_ir_out(pipeline, expected):
         assert compile_text(source, pipeline) == f.read()
 
 
-HEADER = ('module attributes {comm.bandwidth_gbps = array<f64: 50.0, 50.0>, comm.blocks = ["Ring", "FullyConnected"], '
-          'comm.latency_ns = array<f64: 1.0, 1.0>, comm.links = array<i64: 1, 1>, comm.shape = array<i64: 6, 4>, '
-          'comm.topology = "Ring(6)_FullyConnected(4)"} {\n')
+HEADER = ('module attributes {comm.topology = {name = "Ring(6)_FullyConnected(4)", dims = [{block = "Ring", size = 6, '
+          'bandwidth_gbps = 50.0, latency_ns = 1.0, links = 1}, {block = "FullyConnected", size = 4, '
+          'bandwidth_gbps = 50.0, latency_ns = 1.0, links = 1}]}} {\n')
 
 
 def phases(text):
@@ -123,9 +123,8 @@ def test_module_verifier_value_checks():
 
 
 def test_switch_of_non_power_of_two_size_defaults_to_ring():
-    src = ('module attributes {comm.bandwidth_gbps = array<f64: 50.0>, comm.blocks = ["Switch"], '
-           'comm.latency_ns = array<f64: 1.0>, comm.links = array<i64: 1>, comm.shape = array<i64: 6>, '
-           'comm.topology = "Switch(6)"} {\n'
+    src = ('module attributes {comm.topology = {name = "Switch(6)", dims = [{block = "Switch", size = 6, '
+           'bandwidth_gbps = 50.0, latency_ns = 1.0, links = 1}]}} {\n'
            '  %0 = "comm.all_gather"() {bytes = 600 : i64, dims = array<i64: 0>, name = "a"} : () -> !comm.token\n}')
     assert 'algorithm = "ring"' in phases(compile_text(src, "hierarchical-decompose,select-algorithm"))[0]
     with pytest.raises(PassError, match="power-of-two"):
