@@ -72,6 +72,8 @@ class Algorithm:
     takes_ports: bool = False               # honours --ports (new tree edges an NPU may start per step)
     power_of_two: bool = False              # needs a group of 2^n members
     planned_by: str = ""                    # the pass that decides its structure (trees, a cycle, a placement)
+    fuses_all_reduce: bool = False          # an all-reduce over one dimension runs as one pass (in_switch)
+    in_network: bool = False                # switches reduce and multicast (the ideal all-reduce is then lower)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

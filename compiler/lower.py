@@ -23,7 +23,7 @@ from .network.errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
 from .network.links import LANE_SHORTEST, ROUTED, LinkMap
 from .runtime.meta import Meta
-from .runtime.tables import RECV_COPY, RECV_REDUCE, SEND, Table
+from .runtime.tables import RECV_COPY, RECV_REDUCE, SEND, SWITCH, Table
 from .network.blocks import SHORTEST
 from .network.topology import Topology
 
@@ -175,6 +175,8 @@ class Schedule:
         if stage.dim == FLAT:
             return multitree.template(kind, self.trees())
         dim = self.topology.dims[stage.dim]
+        if stage.fused:  # an all-reduce's halves run as one pass (select-algorithm decided, the phases say so)
+            return alg.template(kind, dim.size, dim.kind.neighbour_links, fused=True)
         return alg.template(kind, dim.size, bidirectional=dim.kind.neighbour_links)
 
     def _structure(self, kind: str) -> dict:
@@ -285,6 +287,9 @@ class Schedule:
         hops, lane = dim.kind.path(k, sender, receiver, np.where(direction == 1, 0, np.where(direction == -1, 1,
                                                                                           SHORTEST)))
         peer = npu + (peer_m - member) * self.strides[stage.dim]
+        # member k of a template is the switch (in-network reduction): one link up or down, peer SWITCH
+        to_switch = peer_m == k
+        peer, hops = np.where(to_switch, SWITCH, peer), np.where(to_switch, 1, hops)
         return _rows(npu, plan.index, si, flows, step, op, peer, np.full(n, stage.dim), lane, hops,
                      np.full(n, dim.link_gbps()), off, end)
 

@@ -22,6 +22,7 @@ class Stage:
     ports: int | None = None  # multitree: new tree edges per node per step (None: one per link)
     # whole-network phases: (kind, attributes) of the structure op they run on (comm.trees, comm.cycle, ...)
     structure: tuple[str, dict] | None = None
+    fused: bool = False  # an all-reduce half that runs fused with its twin (in_switch: one reduce-and-multicast)
 
 
 @dataclass
@@ -86,7 +87,8 @@ def plans_from_module(module) -> list[CollectivePlan]:
             raise UserError(f"phases of '{name}' are out of order or disagree on kind/chunks")
         alg = algorithms.for_phase(a["algorithm"], flat=int(a["dim"]) == FLAT)
         plan.stages.append(Stage(a["kind"], int(a["dim"]), alg.phase_name, int(a["bytes"]),
-                                 int(a["ports"]) if "ports" in a else None, comm.structure_of(op)))
+                                 int(a["ports"]) if "ports" in a else None, comm.structure_of(op),
+                                 bool(a.get("fused", 0))))
         if alg.planned_by and plan.stages[-1].structure is None:
             raise UserError(f"phase {a['stage']} of '{name}' runs {alg.name} but takes no structure token (trees, "
                             f"cycle, placement): run {alg.planned_by} first")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import algorithms
 from .network.topology import Topology
 from .network.units import format_size, gbps_to_bytes_per_ns
 
@@ -136,10 +137,11 @@ def make_report(schedule, result, scheduler: str, run, choice: dict | None = Non
         cp_sat_time_us=choice["cp_sat_time_ns"] / 1e3 if choice else None)
 
 
-def lower_bound_bytes(kind: str, nbytes: int, group: int) -> float:
-    """Bytes each NPU must send at least (the numerator of the ideal time in seed 000)."""
+def lower_bound_bytes(kind: str, nbytes: int, group: int, in_network: bool = False) -> float:
+    """Bytes each NPU must send (or receive) at least: the numerator of the ideal time in seed 000. Where switches
+    reduce in the network (in_switch) an all-reduce needs each NPU's buffer to cross its link only once each way."""
     if kind == "all_reduce":
-        return 2 * (group - 1) / group * nbytes
+        return (min(2 * (group - 1) / group, 1.0) if in_network else 2 * (group - 1) / group) * nbytes
     return (group - 1) / group * nbytes
 
 
@@ -156,7 +158,9 @@ def ideal_time_ns(schedule: Schedule) -> tuple[float, float, float]:
         for d in p.group_dims:
             group *= topo.dims[d].size
         gbps = sum(topo.dims[d].effective_gbps for d in p.group_dims)
-        nb = lower_bound_bytes(p.buffer_kind, p.bytes, group)
+        in_network = any(algorithms.for_phase(s.algorithm, s.dim == -1).in_network
+                         for q in schedule.plans if q.buffer == p.buffer for s in q.stages)
+        nb = lower_bound_bytes(p.buffer_kind, p.bytes, group, in_network)
         total_ns += nb / gbps_to_bytes_per_ns(gbps)
         total_bytes += nb
         bw = max(bw, gbps)

@@ -92,7 +92,8 @@ irdl.dialect @comm {
   // dimensions. Optional (the pinned IRDL cannot declare optional attributes; dialects/comm.py OPTIONAL does):
   // `algorithm` (select-algorithm), `order` (per chunk, this phase's position in the chunk's chain: themis,
   // optimal-balance, choose-schedule), `ports` (multitree's injection ports), `part_of` (the all_reduce whose half
-  // it is). Collectives may carry `chunks` (input, or the chunk pass) and `part_of` (decompose-all-reduce) likewise.
+  // it is), `fused` (1: the halves of a one-dimension all-reduce run as one pass, in_switch's reduce-and-multicast).
+  // Collectives may carry `chunks` (input, or the chunk pass) and `part_of` (decompose-all-reduce) likewise.
   irdl.operation @phase {
     %bytes = irdl.base "#builtin.integer"
     %dim = irdl.base "#builtin.integer"

@@ -28,12 +28,12 @@ MAX_CHUNKS = 2 ** 20  # chunk index x bytes (<= 2^40) must stay inside int64 in 
 # optional, so the optional ones are declared here (IRDL checks the required ones' presence and kind).
 OPTIONAL = {**{c: ("chunks", "part_of") for c in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all",
                                                   "broadcast", "reduce")},
-            "phase": ("algorithm", "order", "ports", "part_of")}
+            "phase": ("algorithm", "order", "ports", "part_of", "fused")}
 # what every attribute's value must be, where IRDL's kinds (integer, string, dense array) say too little
 VALUE_KINDS = {"ints": ("dims", "group_dims", "order", "parent", "step", "link", "ranks"),
                "str": ("name", "part_of", "collective", "kind", "algorithm", "method"),
                "int": ("bytes", "chunks", "root", "src", "dst", "dim", "stage", "group_bytes", "ports", "npus",
-                       "steps")}
+                       "steps", "fused")}
 # module attributes: the topology (set_topology) and the decisions passes record there
 MODULE_ATTRS = ("comm.topology", "comm.balance", "comm.schedule", "comm.cp_sat_time_ns", "comm.themis_time_ns")
 TOPOLOGY_ATTR = "comm.topology"

@@ -89,7 +89,12 @@ class SelectAlgorithm(Pass):
             except UserError as e:
                 raise PassError(str(e)) from None
             check_applicable(alg, a["kind"], dims[a["dim"]].size, a["dim"])
+            if alg.blocks is not None and dims[a["dim"]].block not in alg.blocks:
+                raise PassError(f"{alg.name} runs on {' or '.join(alg.blocks)} dimensions; dimension {a['dim']} is a "
+                                f"{dims[a['dim']].block}")
             comm.set_attr(op, "algorithm", alg.phase_name)
+            if alg.fuses_all_reduce and a.get("part_of") and len(a["group_dims"]) == 1:
+                comm.set_attr(op, "fused", 1)  # the all-reduce's halves become one pass
 
     def ensures(self, module, ctx) -> None:
         super().ensures(module, ctx)

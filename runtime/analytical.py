@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import heapq
 
+import numpy as np
+
 from .phases import INTRA_POLICIES, OptionError, PhaseEngine, Result, Table, messages, table_of
-from .tables import Schedule
+from .tables import SWITCH, Schedule
 
 
 def run(schedule: Schedule, mode: str = "auto", intra: str = "fifo", active_chunks: int = 1) -> Result:
@@ -63,17 +65,28 @@ class _Engine(PhaseEngine):
         self.link_busy: set = set()
         self.touched: set = set()   # link servers that may start a step now
         self.arrived: dict = {}     # (pk, step) -> [count, latest arrival]
+        self.switch_in: dict = {}   # (dim, group, coll, flow, stage, step) -> [members in, first bytes, last bytes]
+        self.strides = [int(np.prod(self.meta.shape[:d])) for d in range(self.meta.ndims)]
 
     def _build_steps(self, table: Table) -> None:
-        """steps[(npu, c, f, s)] = list of [link time, sends [(peer, cost)], own cost, receives, own-receive cost]."""
+        """steps[(npu, c, f, s)] = list of [link time, sends [(peer, cost)], own cost, receives, own-receive cost,
+        (latency, send ns, receive ns) of a transfer with the switch or None].
+
+        A transfer with the switch (peer SWITCH: in-network reduction) is cut through the switch: the sum for a
+        receiver streams out one latency after the members' first bytes are in and ends one latency after their
+        last, so when every member starts at once a step ends 2 x latency + max(sent, received) / bandwidth after
+        it began."""
         m = messages(table, self.meta)
         cols = [m[k].tolist() for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "dim", "cost",
                                         "link_ns")]
         for npu, c, f, s, st, snd, peer, d, cost, link_ns in zip(*cols):
             steps = self.steps.setdefault((npu, c, f, s), [])
             while len(steps) <= st:
-                steps.append([0.0, [], 0.0, 0, 0.0])
+                steps.append([0.0, [], 0.0, 0, 0.0, None])
             rec = steps[st]
+            if peer == SWITCH:
+                lat, up, down = rec[5] or (cost - link_ns, 0.0, 0.0)
+                rec[5] = (lat, max(up, link_ns), down) if snd else (lat, up, max(down, link_ns))
             if snd:
                 rec[0] = max(rec[0], link_ns)
                 rec[1].append((peer, cost))
@@ -81,6 +94,11 @@ class _Engine(PhaseEngine):
             else:
                 rec[3] += 1
                 rec[4] = max(rec[4], cost)
+        for steps in self.steps.values():
+            for rec in steps:
+                if rec[5] is not None and rec[3]:  # what the switch sends back, as seen from this NPU's own start
+                    lat, up, down = rec[5]
+                    rec[4] = max(rec[4], 2 * lat + max(up, down))
 
     def start_phase(self, pk, now: float) -> None:
         self.start_step(pk, 0, now)
@@ -93,15 +111,18 @@ class _Engine(PhaseEngine):
         self.touched.add(server)
 
     def _record(self, pk, st):
-        return self.steps[pk][st] if st < self.nsteps(pk) else (0.0, (), 0.0, 0, 0.0)
+        return self.steps[pk][st] if st < self.nsteps(pk) else (0.0, (), 0.0, 0, 0.0, None)
 
     def _begin(self, pk, st: int, now: float) -> float:
         """The links take the step: its messages leave now. Returns how long the links stay busy."""
-        link_ns, sends, own, expect, self_recv = self._record(pk, st)
+        link_ns, sends, own, expect, self_recv, switch = self._record(pk, st)
         if self.symmetric:  # the twin of every message it receives left its peer now
             self.arrived[(pk, st)] = [expect, now + self_recv]
         else:
             for peer, cost in sends:
+                if peer == SWITCH:
+                    self._to_switch(pk, st, now, switch)
+                    continue
                 rk = ((peer,) + pk[1:], st)
                 a = self.arrived.setdefault(rk, [0, 0.0])
                 a[0] += 1
@@ -110,6 +131,32 @@ class _Engine(PhaseEngine):
         self.begun[(pk, st)] = (now, now + own)
         self._check((pk, st))
         return link_ns
+
+    def _to_switch(self, pk, st: int, now: float, switch) -> None:
+        """A member's contribution reaches its group's switch; once every member's is in, each member's receive
+        from the switch arrives one latency after the last first byte plus its bytes, and no sooner than one
+        latency after the last byte in."""
+        lat, up, _ = switch
+        npu, c, f, s = pk
+        d = self.dim_of(pk[1:])
+        k, stride = self.meta.shape[d], self.strides[d]
+        base = npu - ((npu // stride) % k) * stride
+        key = (d, base, c, f, s, st)
+        state = self.switch_in.setdefault(key, [0, 0.0, 0.0])
+        state[0] += 1
+        state[1], state[2] = max(state[1], now + lat), max(state[2], now + lat + up)
+        if state[0] < k:
+            return
+        del self.switch_in[key]
+        for member in range(base, base + k * stride, stride):
+            rk = ((member, c, f, s), st)
+            rec = self._record(*rk)
+            if not rec[3] or rec[5] is None:
+                continue
+            a = self.arrived.setdefault(rk, [0, 0.0])
+            a[0] += 1
+            a[1] = max(a[1], state[1] + lat + rec[5][2], state[2] + lat)
+            self._check(rk)
 
     def _check(self, sk) -> None:
         if sk not in self.begun:

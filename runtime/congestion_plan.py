@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..network.links import LinkMap
-from .phases import Table, messages, per_dim_bytes, successors
+from .phases import OptionError, Table, messages, per_dim_bytes, successors
+from .tables import SWITCH
 
 
 I64 = np.int64
@@ -72,6 +73,9 @@ class Plan:
                 np.maximum.at(hi, rp - si_of[npu] * K, t["offset"] + t["bytes"])
                 has = np.bincount(rp - si_of[npu] * K, minlength=K) > 0
                 self.phase_size[si_of[npu] * K + np.flatnonzero(has)] = (hi - lo)[has]
+            if np.any(t["peer"] == SWITCH):
+                raise OptionError("the congestion backend does not model a switch that reduces and multicasts "
+                                  "(in_switch); time it with --backend analytical")
             parts.append(messages(t, self.meta))
         m = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else messages(Table.empty(), self.meta)
         pid = si_of[m["npu"]] * K + self.kid(m["coll"], m["flow"], m["stage"])

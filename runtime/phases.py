@@ -55,7 +55,8 @@ def messages(t: Table, meta):
         return {k: np.zeros(0, np.int64) for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "lane",
                                                    "dim", "bytes", "cost", "link_ns", "hops")}
     send = (t["op"] == SEND).astype(np.int64)
-    words = pack_keys([t["npu"], t["coll"], t["flow"], t["stage"], t["step"], send, t["peer"], t["lane"]])
+    # peer + 1: the keys must be non-negative and a transfer with the switch has peer -1 (tables.SWITCH)
+    words = pack_keys([t["npu"], t["coll"], t["flow"], t["stage"], t["step"], send, t["peer"] + 1, t["lane"]])
     order = np.lexsort(words[::-1]) if len(words) > 1 else np.argsort(words[0], kind="stable")
     sk = np.stack([w[order] for w in words])
     first = np.concatenate([[True], np.any(sk[:, 1:] != sk[:, :-1], axis=0)])

@@ -12,7 +12,8 @@ import os
 
 import numpy as np
 
-from .tables import COLUMN_NAMES, DTYPES, OP_NAMES, Table, TableError
+from ..network import blocks
+from .tables import COLUMN_NAMES, DTYPES, OP_NAMES, SWITCH, Table, TableError
 
 # columns every NPU of a symmetric schedule shares, as a multiset of rows (peers, offsets and the row order, hence
 # `dep`, are relabelled per NPU)
@@ -68,6 +69,8 @@ def check_rows(t: Table, meta, npu: int, source: str) -> None:
     chunks = np.array([c.chunks for c in colls], np.int64)[safe]
     stages = np.array([len(c.stages) for c in colls], np.int64)[safe]
     size = np.array([c.bytes for c in colls], np.int64)[safe]
+    switch_dims = np.array([blocks.block(d["block"]).has_switch for d in meta.topology["dims"]] + [False])
+    to_switch = (t["peer"] == SWITCH) & switch_dims[np.clip(t["dim"], -1, ndims - 1)]
     checks = (
         ("npu", t["npu"] != npu, f"is not {npu}"),
         ("coll", (coll < 0) | (coll >= ncoll), f"is not a collective of meta.json (0..{ncoll - 1})"),
@@ -75,8 +78,8 @@ def check_rows(t: Table, meta, npu: int, source: str) -> None:
         ("stage", (t["stage"] < 0) | (t["stage"] >= stages), "is not a stage of its collective"),
         ("step", t["step"] < 0, "is negative"),
         ("op", ~np.isin(t["op"], list(OP_NAMES)), f"is not an op code ({OP_NAMES})"),
-        ("peer", (t["peer"] < 0) | (t["peer"] >= meta.npus) | (t["peer"] == npu),
-         "is not another NPU"),
+        ("peer", ((t["peer"] < 0) | (t["peer"] >= meta.npus) | (t["peer"] == npu)) & ~to_switch,
+         "is not another NPU (nor -1, the switch of a Switch dimension)"),
         ("dim", (t["dim"] < -1) | (t["dim"] >= ndims), f"is not a dimension (-1..{ndims - 1})"),
         ("lane", t["lane"] < 0, "is negative"),
         ("hops", t["hops"] < 1, "is below 1"),

@@ -19,6 +19,9 @@ from .errors import TableError
 from .meta import FORMAT, VERSION, Meta  # noqa: F401 (FORMAT, VERSION: the table format's name and version)
 
 SEND, RECV_REDUCE, RECV_COPY = 0, 1, 2
+# `peer` of a transfer with the switch of the row's dimension group (in-network reduction, algorithms/in_switch.py):
+# a SEND to it adds to the switch's sum for its (collective, chunk, phase, step), a RECV_COPY takes that sum
+SWITCH = -1
 OP_NAMES = {SEND: "SEND", RECV_REDUCE: "RECV_REDUCE", RECV_COPY: "RECV_COPY"}
 OP_CODES = {v: k for k, v in OP_NAMES.items()}
 
@@ -30,7 +33,8 @@ COLUMNS = (
     ("stage", np.int16, "phase of the chunk's chain (meta.collectives[coll].stages)"),
     ("step", np.int32, "step inside the phase; step s+1 starts when every row of step s is done on this NPU"),
     ("op", np.int8, "SEND, RECV_REDUCE (add into the buffer) or RECV_COPY (overwrite)"),
-    ("peer", np.int32, "the other NPU of the transfer"),
+    ("peer", np.int32, "the other NPU of the transfer; -1: the switch of this NPU's group in `dim` (in-network "
+                       "reduction)"),
     ("dim", np.int8, "topology dimension the transfer travels in"),
     ("lane", np.int8, "which of the parallel links to that peer (Ring: 0 = forward, 1 = backward)"),
     ("hops", np.int16, "links traversed"),

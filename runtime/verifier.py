@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tables import SEND, RECV_REDUCE, Schedule, Table, TableError
+from .tables import RECV_REDUCE, SEND, SWITCH, Schedule, Table, TableError
 
 MAX_ELEMENTS = 50_000_000
 POISON = -(1 << 40)
@@ -85,8 +85,10 @@ def verify(schedule: Schedule, seed: int = 0) -> dict:
     table = Table.concat([schedule.table(n) for n in range(npus)])
     _check_rows(table, colls, npus)
     _check_deps(table, npus)
-    sends, recvs = _match(table, colls)
-    _execute(table, sends, recvs, colls, buffers)
+    switch = table["peer"] == SWITCH  # transfers with a switch that reduces and multicasts (in_switch)
+    pairs = Table({c: v[~switch] for c, v in table.cols.items()})
+    sends, recvs = _match(pairs, colls)
+    _execute(pairs, sends, recvs, colls, buffers, Table({c: v[switch] for c, v in table.cols.items()}), shape)
 
     for b, kind in kinds.items():
         ci = members[b][0]
@@ -99,7 +101,8 @@ def verify(schedule: Schedule, seed: int = 0) -> dict:
 def _check_rows(t: Table, colls, npus: int) -> None:
     """Every row names a real collective, peer and byte range inside its buffer, and a dep that is -1 or a row."""
     ncoll = len(colls)
-    bad = (t["coll"] < 0) | (t["coll"] >= ncoll) | (t["peer"] < 0) | (t["peer"] >= npus) | (t["peer"] == t["npu"])
+    bad = (t["coll"] < 0) | (t["coll"] >= ncoll) | (t["peer"] < SWITCH) | (t["peer"] >= npus) | (t["peer"] == t["npu"])
+    bad |= (t["peer"] == SWITCH) & (t["dim"] < 0)
     bad |= (t["bytes"] <= 0) | (t["offset"] < 0) | (t["dep"] < -1)
     size = np.array([c.bytes for c in colls], dtype=np.int64)
     bad |= t["offset"] + t["bytes"] > size[np.clip(t["coll"], 0, ncoll - 1)]
@@ -173,25 +176,64 @@ def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - before + np.repeat(starts, lens)
 
 
-def _execute(t: Table, s_idx, r_idx, colls, buffers) -> None:
-    """Run every step of every phase: all its sends read, then all its receives write (vectorised per step)."""
+def _when(t: Table, rows) -> np.ndarray:
+    return (t["coll"][rows].astype(np.int64) << 40) + (t["stage"][rows].astype(np.int64) << 20) + t["step"][rows]
+
+
+def _execute(t: Table, s_idx, r_idx, colls, buffers, sw: Table, shape) -> None:
+    """Run every step of every phase in time order: all its sends read (a send to a switch adds into that
+    switch's sum), then all its receives write (a receive from a switch copies its sum); vectorised per step."""
     order = np.lexsort((t["step"][r_idx], t["stage"][r_idx], t["coll"][r_idx]))
     s_idx, r_idx = s_idx[order], r_idx[order]
-    key = (t["coll"][r_idx].astype(np.int64) << 40) + (t["stage"][r_idx].astype(np.int64) << 20) + t["step"][r_idx]
-    bounds = np.flatnonzero(np.diff(key)) + 1
-    for grp in np.split(np.arange(len(r_idx)), bounds):
-        if not len(grp):
-            continue
-        buf = buffers[colls[int(t["coll"][r_idx[grp[0]]])].buffer]
+    key = _when(t, r_idx)
+    sw_key = _when(sw, np.arange(len(sw)))
+    for when in np.union1d(key, sw_key).tolist():
+        grp = np.flatnonzero(key == when)
+        rows = np.flatnonzero(sw_key == when)
+        coll = int((t if len(grp) else sw)["coll"][(r_idx[grp[0]] if len(grp) else rows[0])])
+        buf = buffers[colls[coll].buffer]
         size = buf.shape[1]
         flat = buf.reshape(-1)
         si, ri = s_idx[grp], r_idx[grp]
         lens = t["bytes"][si]
         payload = flat[_ranges(t["npu"][si].astype(np.int64) * size + t["offset"][si], lens)]
         dst = _ranges(t["npu"][ri].astype(np.int64) * size + t["offset"][ri], lens)
+        sums = _switch_sums(sw, rows, flat, size, shape) if len(rows) else None
         reduce = np.repeat(t["op"][ri] == RECV_REDUCE, lens)
         np.add.at(flat, dst[reduce], payload[reduce])  # add.at: two children may add into one parent's bytes
         flat[dst[~reduce]] = payload[~reduce]
+        if sums is not None:
+            _switch_receives(sw, rows, flat, size, shape, sums)
+
+
+def _switch_of(sw: Table, rows, shape) -> np.ndarray:
+    """Each row's switch: its NPU's group in the row's dimension (the NPU with that coordinate 0), per dimension."""
+    stride = np.cumprod([1] + list(shape))[:-1]
+    d = sw["dim"][rows].astype(np.int64)
+    k, st = np.asarray(shape)[d], stride[d]
+    npu = sw["npu"][rows].astype(np.int64)
+    return d * (1 << 40) + npu - ((npu // st) % k) * st
+
+
+def _switch_sums(sw: Table, rows, flat, size: int, shape) -> dict:
+    """The sums every switch holds after this step's sends: switch -> bytes of the buffer (zero where nothing came)."""
+    send = rows[sw["op"][rows] == SEND]
+    sums: dict = {}
+    for s, npu, off, n in zip(_switch_of(sw, send, shape).tolist(), sw["npu"][send].tolist(),
+                              sw["offset"][send].tolist(), sw["bytes"][send].tolist()):
+        acc = sums.setdefault(s, np.zeros(size, flat.dtype))
+        acc[off:off + n] += flat[npu * size + off: npu * size + off + n]
+    return sums
+
+
+def _switch_receives(sw: Table, rows, flat, size: int, shape, sums: dict) -> None:
+    recv = rows[sw["op"][rows] != SEND]
+    for s, npu, off, n, step in zip(_switch_of(sw, recv, shape).tolist(), sw["npu"][recv].tolist(),
+                                    sw["offset"][recv].tolist(), sw["bytes"][recv].tolist(),
+                                    sw["step"][recv].tolist()):
+        if s not in sums:
+            raise VerificationError(f"NPU {npu} waits at step {step} for a switch's sum nobody sent to")
+        flat[npu * size + off: npu * size + off + n] = sums[s][off:off + n]
 
 
 def _fail(what: str, npu: int, final, expected) -> None:
@@ -268,7 +310,7 @@ def link_conflicts(schedule: Schedule) -> list[tuple]:
     conflicts = []
     for npu in range(meta.npus):
         m = messages(schedule.table(npu), meta)
-        s = m["send"] == 1
+        s = (m["send"] == 1) & (m["peer"] != SWITCH)  # a switch that reduces takes every member's message at once
         start, ids = links.routes(m["npu"][s], m["peer"][s], m["dim"][s], m["lane"][s], m["hops"][s])
         cols = [m[k][s].tolist() for k in ("coll", "flow", "stage", "step", "peer")]
         for i, (c, f, s_, st, peer) in enumerate(zip(*cols)):

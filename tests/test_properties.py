@@ -92,8 +92,8 @@ class Case:
         line = any(b == "Mesh" for b, _ in self.dims)
         # a ring's neighbour c+1 on a hypercube is one link away from even c, more from odd c
         cube_ring = any(b == "HC" and a == "ring" for (b, _), a in zip(self.dims, self.algos))
-        return (all(a in CLOSED_FORM for a in self.algos) and self.even and not one_partner and not line
-                and not cube_ring)
+        return (all(a in CLOSED_FORM + ("in_switch",) for a in self.algos) and self.even and not one_partner
+                and not line and not cube_ring)
 
 
 DEFAULT = {"Ring": "ring", "FC": "direct", "Switch": "halving_doubling", "Mesh": "ring", "HC": "halving_doubling"}

@@ -26,6 +26,7 @@ class Block:
     direct: bool = True                 # members are joined by links between NPUs (no switch in between)
     transitive: bool = True             # every member sees the same links: relabelling maps one onto another
     translatable: bool = False          # moving every member c to c + r (mod k) maps links onto links (a ring, FC)
+    has_switch: bool = False            # the members hang off one switch a table row may address (peer -1)
 
     def check_size(self, k: int) -> None:
         """Refuse (UserError) a size this block cannot have."""

@@ -16,6 +16,7 @@ class Switch(Block):
     name = "Switch"
     spellings = ("Switch", "SW")
     direct = False
+    has_switch = True
 
     def link_share(self, k: int) -> int:
         return 1
