@@ -69,30 +69,25 @@ def plans_from_module(module) -> list[CollectivePlan]:
         if kind in comm.STRUCTURES:  # read through the phases that take its token
             continue
         if kind != "phase":
-            raise UserError(f"comm.{kind} '{comm.attrs(op).get('name', '?')}' is not lowered to phases: "
+            raise UserError(f"comm.{kind} '{comm.view(op).values().get('name', '?')}' is not lowered to phases: "
                             f"the schedule lowering handles all_reduce, reduce_scatter, all_gather and all_to_all")
-        a = comm.attrs(op)
-        if "algorithm" not in a:
-            raise UserError(f"phase {a['stage']} of '{a['collective']}' has no algorithm (run select-algorithm)")
-        name = a["collective"]
+        p = comm.view(op)
+        if p.algorithm is None:
+            raise UserError(f"phase {p.stage} of '{p.collective}' has no algorithm (run select-algorithm)")
+        name = p.collective
         if name not in plans:
-            part_of = a.get("part_of")
-            plans[name] = CollectivePlan(len(plans), name, a["kind"], buffer=name, buffer_kind=a["kind"],
-                                         bytes=int(a["group_bytes"]), chunks=int(a["chunks"]),
-                                         group_dims=sorted(a["group_dims"]))
-            if part_of:
-                plans[name].buffer = part_of
+            plans[name] = CollectivePlan(len(plans), name, p.kind, buffer=p.part_of or name, buffer_kind=p.kind,
+                                         bytes=p.group_bytes, chunks=p.chunks, group_dims=sorted(p.group_dims))
         plan = plans[name]
-        if a["stage"] != len(plan.stages) or a["kind"] != plan.kind or a["chunks"] != plan.chunks:
+        if p.stage != len(plan.stages) or p.kind != plan.kind or p.chunks != plan.chunks:
             raise UserError(f"phases of '{name}' are out of order or disagree on kind/chunks")
-        alg = algorithms.for_phase(a["algorithm"], flat=int(a["dim"]) == FLAT)
-        plan.stages.append(Stage(a["kind"], int(a["dim"]), alg.phase_name, int(a["bytes"]),
-                                 int(a["ports"]) if "ports" in a else None, comm.structure_of(op),
-                                 bool(a.get("fused", 0))))
+        alg = algorithms.for_phase(p.algorithm, flat=p.dim == FLAT)
+        plan.stages.append(Stage(p.kind, p.dim, alg.phase_name, p.bytes, p.ports, comm.structure_of(op),
+                                 bool(p.fused)))
         if alg.planned_by and plan.stages[-1].structure is None:
-            raise UserError(f"phase {a['stage']} of '{name}' runs {alg.name} but takes no structure token (trees, "
+            raise UserError(f"phase {p.stage} of '{name}' runs {alg.name} but takes no structure token (trees, "
                             f"cycle, placement): run {alg.planned_by} first")
-        positions.setdefault(name, []).append(a.get("order"))
+        positions.setdefault(name, []).append(p.order)
         for operand in op.operands:
             dep = producer.get(operand.owner)
             if dep is not None and dep != name and plans[dep].index not in plan.deps:

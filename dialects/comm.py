@@ -174,6 +174,44 @@ def set_attr(op, name: str, value: Any) -> None:
     op.attributes[name] = to_attr(value)
 
 
+class OpView:
+    """A typed view of one comm op: each attribute the op declares (IRDL or OPTIONAL) reads as a Python attribute,
+    None where an optional one is not set; a name the op does not declare raises AttributeError instead of passing
+    quietly, and `set` writes declared attributes only, of the declared kind. `opname` is the op's short name
+    ('phase', 'all_reduce'), `op` the operation."""
+
+    def __init__(self, op):
+        object.__setattr__(self, "op", getattr(op, "operation", op))
+        object.__setattr__(self, "opname", short_name(self.op))
+        object.__setattr__(self, "_values", attrs(self.op))
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name not in declared().get(self.opname, ()):
+            raise AttributeError(f"comm.{self.opname} declares no attribute '{name}'")
+        return self._values.get(name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("write attributes with set(name=value)")
+
+    def has(self, name: str) -> bool:
+        return name in self._values
+
+    def set(self, **values) -> None:
+        for name, value in values.items():
+            if name not in declared().get(self.opname, ()):
+                raise AttributeError(f"comm.{self.opname} declares no attribute '{name}'")
+            set_attr(self.op, name, value)
+            self._values[name] = value
+
+    def values(self) -> dict:
+        """Every attribute set on the op (a copy)."""
+        return dict(self._values)
+
+
+def view(op) -> OpView:
+    return OpView(op)
+
+
 def short_name(op) -> str:
     """'comm.all_reduce' -> 'all_reduce'."""
     return getattr(op, "operation", op).name.split(".", 1)[1]

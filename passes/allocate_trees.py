@@ -25,7 +25,7 @@ class AllocateTrees(Pass):
         phases = phases_planned_by(module, self.name)
         if not phases:
             return
-        ports = next((a["ports"] for _, a, _ in phases if a.get("ports")), None)
+        ports = next((v.ports for _, v, _ in phases if v.ports), None)
         algs = {alg.name: alg for _, _, alg in phases}
         if len(algs) > 1:
             raise PassError(f"one module's phases run {' and '.join(sorted(algs))}: give them one tree algorithm")

@@ -40,9 +40,8 @@ class ChooseSchedule(OrderingPass):
         keep_themis = themis_ns < cp_sat_ns
         if keep_themis:  # the same phases in the same places: take over each one's orders and bytes
             for mine, theirs in zip(_phases(module), _phases(themis)):
-                for key in ("order", "bytes"):
-                    if key in comm.attrs(theirs):
-                        comm.set_attr(mine, key, comm.attrs(theirs)[key])
+                theirs = comm.view(theirs)
+                comm.view(mine).set(**{key: getattr(theirs, key) for key in ("order", "bytes") if theirs.has(key)})
         comm.set_attr(module.operation, "comm.schedule", "themis" if keep_themis else "cp-sat")
         comm.set_attr(module.operation, "comm.cp_sat_time_ns", float(cp_sat_ns))
         comm.set_attr(module.operation, "comm.themis_time_ns", float(themis_ns))

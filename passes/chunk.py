@@ -30,9 +30,8 @@ class Chunk(Pass):
     def apply(self, module, ctx) -> None:
         chunks = self.value("chunks")
         for op in comm.ops(module):
-            kind = comm.short_name(op)
-            if kind in comm.COLLECTIVES and "chunks" not in comm.attrs(op):
-                a = comm.attrs(op)
-                if chunks > a["bytes"]:
-                    raise PassError(f"comm.{kind} '{a['name']}': {chunks} chunks do not fit in {a['bytes']} bytes")
-                comm.set_attr(op, "chunks", int(chunks))
+            v = comm.view(op)
+            if v.opname in comm.COLLECTIVES and v.chunks is None:
+                if chunks > v.bytes:
+                    raise PassError(f"comm.{v.opname} '{v.name}': {chunks} chunks do not fit in {v.bytes} bytes")
+                v.set(chunks=int(chunks))

@@ -21,12 +21,12 @@ class DecomposeAllReduce(Pass):
         for op in comm.ops(module):
             if comm.short_name(op) != "all_reduce":
                 continue
-            a = comm.attrs(op)
-            extra = {k: v for k, v in a.items() if k not in ("name",)}
+            v = comm.view(op)
+            extra = {k: x for k, x in v.values().items() if k != "name"}
             ip = ir.InsertionPoint(op)
-            rs = comm.create("reduce_scatter", {**extra, "name": f"{a['name']}.rs", "part_of": a["name"]},
+            rs = comm.create("reduce_scatter", {**extra, "name": f"{v.name}.rs", "part_of": v.name},
                              deps=list(op.operands), ip=ip)
-            ag = comm.create("all_gather", {**extra, "name": f"{a['name']}.ag", "part_of": a["name"]},
+            ag = comm.create("all_gather", {**extra, "name": f"{v.name}.ag", "part_of": v.name},
                              deps=[rs.result], ip=ip)
             op.result.replace_all_uses_with(ag.result)
             op.erase()

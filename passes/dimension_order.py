@@ -30,7 +30,7 @@ class OrderingPass(Pass):
 
     def requires(self, module, ctx) -> None:
         for op in comm.ops(module):
-            if comm.short_name(op) == "phase" and "algorithm" not in comm.attrs(op):
+            if comm.short_name(op) == "phase" and comm.view(op).algorithm is None:
                 raise PassError(f"{self.name} needs every phase's algorithm: run select-algorithm first")
 
 
@@ -54,7 +54,7 @@ class BufferGroup:
             dims = self.visits(kind, order)
             for d, region in zip(dims, region_sizes(kind, dims, shape, self.bytes / self.chunks)):
                 dim = topology.dims[d]
-                algo = comm.attrs(phases[d])["algorithm"]
+                algo = comm.view(phases[d]).algorithm
                 out[d] += phase_time_ns(kind, algo, dim.block, dim.size, dim.effective_gbps,
                                         dim.latency_ns if latency else 0.0, region, active)
         return out
@@ -83,14 +83,13 @@ def buffer_groups(module) -> list[BufferGroup]:
     for op in comm.ops(module):
         if comm.short_name(op) != "phase":
             continue
-        a = comm.attrs(op)
-        if a["dim"] == -1:
+        p = comm.view(op)
+        if p.dim == -1:
             continue
-        buffer = a.get("part_of", a["collective"])
-        g = groups.setdefault(buffer, BufferGroup(buffer, int(a["chunks"]), int(a["group_bytes"]),
-                                                  sorted(a["group_dims"])))
-        if a["collective"] not in by_coll:
-            by_coll[a["collective"]] = (a["kind"], {})
-            g.members.append(by_coll[a["collective"]])
-        by_coll[a["collective"]][1][int(a["dim"])] = op
+        buffer = p.part_of or p.collective
+        g = groups.setdefault(buffer, BufferGroup(buffer, p.chunks, p.group_bytes, sorted(p.group_dims)))
+        if p.collective not in by_coll:
+            by_coll[p.collective] = (p.kind, {})
+            g.members.append(by_coll[p.collective])
+        by_coll[p.collective][1][p.dim] = op
     return list(groups.values())

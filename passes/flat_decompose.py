@@ -27,14 +27,14 @@ class FlatDecompose(Pass):
                 if kind in comm.PHASE_KINDS:
                     raise PassError(f"flat-decompose: no graph algorithm for {kind}")
                 continue
-            a = comm.attrs(op)
-            if sorted(a["dims"]) != list(range(ndims)):
-                raise PassError(f"comm.{kind} '{a['name']}': graph algorithms need the whole network "
-                                f"(dims 0..{ndims - 1}), got {a['dims']}")
-            keep = {"part_of": a["part_of"]} if "part_of" in a else {}
+            v = comm.view(op)
+            if sorted(v.dims) != list(range(ndims)):
+                raise PassError(f"comm.{kind} '{v.name}': graph algorithms need the whole network "
+                                f"(dims 0..{ndims - 1}), got {v.dims}")
+            keep = {"part_of": v.part_of} if v.part_of is not None else {}
             phase = comm.create("phase", {
-                "collective": a["name"], "kind": kind, "dim": FLAT, "stage": 0, "chunks": int(a.get("chunks", 1)),
-                "bytes": int(a["bytes"]), "group_bytes": int(a["bytes"]), "group_dims": list(a["dims"]), **keep,
+                "collective": v.name, "kind": kind, "dim": FLAT, "stage": 0, "chunks": int(v.chunks or 1),
+                "bytes": int(v.bytes), "group_bytes": int(v.bytes), "group_dims": list(v.dims), **keep,
             }, deps=list(op.operands), ip=ir.InsertionPoint(op))
             op.result.replace_all_uses_with(phase.result)
             op.erase()

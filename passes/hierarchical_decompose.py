@@ -46,17 +46,17 @@ class HierarchicalDecompose(Pass):
             kind = comm.short_name(op)
             if kind not in comm.PHASE_KINDS:
                 continue
-            a = comm.attrs(op)
+            v = comm.view(op)
             ip = ir.InsertionPoint(op)
             deps = list(op.operands)
             last = None
             # part_of names the buffer an all_reduce's halves share: the lowering nests their regions together
-            keep = {"part_of": a["part_of"]} if "part_of" in a else {}
-            for stage, (dim, nbytes) in enumerate(phase_plan(kind, a["dims"], shape, a["bytes"])):
+            keep = {"part_of": v.part_of} if v.part_of is not None else {}
+            for stage, (dim, nbytes) in enumerate(phase_plan(kind, v.dims, shape, v.bytes)):
                 last = comm.create("phase", {
-                    "collective": a["name"], "kind": kind, "dim": dim, "stage": stage,
-                    "chunks": int(a.get("chunks", 1)), "bytes": int(nbytes),
-                    "group_bytes": int(a["bytes"]), "group_dims": list(a["dims"]), **keep,
+                    "collective": v.name, "kind": kind, "dim": dim, "stage": stage,
+                    "chunks": int(v.chunks or 1), "bytes": int(nbytes),
+                    "group_bytes": int(v.bytes), "group_dims": list(v.dims), **keep,
                 }, deps=deps, ip=ip)
                 deps = [last.result]
             op.result.replace_all_uses_with(last.result)

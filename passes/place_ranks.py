@@ -17,6 +17,6 @@ class PlaceRanks(Pass):
         if not phases:
             return
         placement = None
-        for _, a, alg in phases:  # every buffer must be an all-reduce's (part_of names it)
-            placement = alg.plan(ctx.topology, "all_reduce" if a.get("part_of") else a["kind"])
+        for _, v, alg in phases:  # every buffer must be an all-reduce's (part_of names it)
+            placement = alg.plan(ctx.topology, "all_reduce" if v.part_of else v.kind)
         record(module, phases, "placement", {"ranks": [int(r) for r in placement]})

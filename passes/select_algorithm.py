@@ -62,24 +62,24 @@ class SelectAlgorithm(Pass):
         for op in comm.ops(module):
             if comm.short_name(op) != "phase":
                 continue
-            a = comm.attrs(op)
-            if a["dim"] == -1:  # a phase over the whole group: only whole-network algorithms schedule those
-                word = a.get("algorithm") or (chosen[0] if chosen and len(chosen) == 1 else "multitree")
+            p = comm.view(op)
+            if p.dim == -1:  # a phase over the whole group: only whole-network algorithms schedule those
+                word = p.algorithm or (chosen[0] if chosen and len(chosen) == 1 else "multitree")
                 try:
                     alg = algorithms.for_phase(word, flat=True)
                 except UserError:
                     flat = ", ".join(dict.fromkeys(x.phase_name for x in algorithms.scoped(algorithms.NETWORK,
                                                                                            algorithms.RANKS)))
                     raise PassError(f"a phase over every dimension needs one of {flat}, not {word}") from None
-                check_applicable(alg, a["kind"], ctx.topology.npus, -1)
-                comm.set_attr(op, "algorithm", alg.phase_name)
+                check_applicable(alg, p.kind, ctx.topology.npus, -1)
+                p.set(algorithm=alg.phase_name)
                 ports = self.value("ports")
                 if ports is not None and alg.takes_ports:
                     if ports < 1:
                         raise PassError(f"ports must be at least 1, got {ports}")
-                    comm.set_attr(op, "ports", int(ports))
+                    p.set(ports=int(ports))
                 continue
-            word = a.get("algorithm") or algorithm_for(a["dim"], dims, chosen)
+            word = p.algorithm or algorithm_for(p.dim, dims, chosen)
             name = algorithms.canonical(word)
             if name is not None and algorithms.REGISTRY[name].scope != algorithms.DIMENSION:
                 raise PassError(f"{name} schedules the whole network at once: compile with --algorithm {name} "
@@ -88,16 +88,16 @@ class SelectAlgorithm(Pass):
                 alg = algorithms.for_phase(word, flat=False)
             except UserError as e:
                 raise PassError(str(e)) from None
-            check_applicable(alg, a["kind"], dims[a["dim"]].size, a["dim"])
-            if alg.blocks is not None and dims[a["dim"]].block not in alg.blocks:
-                raise PassError(f"{alg.name} runs on {' or '.join(alg.blocks)} dimensions; dimension {a['dim']} is a "
-                                f"{dims[a['dim']].block}")
-            comm.set_attr(op, "algorithm", alg.phase_name)
-            if alg.fuses_all_reduce and a.get("part_of") and len(a["group_dims"]) == 1:
-                comm.set_attr(op, "fused", 1)  # the all-reduce's halves become one pass
+            check_applicable(alg, p.kind, dims[p.dim].size, p.dim)
+            if alg.blocks is not None and dims[p.dim].block not in alg.blocks:
+                raise PassError(f"{alg.name} runs on {' or '.join(alg.blocks)} dimensions; dimension {p.dim} is a "
+                                f"{dims[p.dim].block}")
+            p.set(algorithm=alg.phase_name)
+            if alg.fuses_all_reduce and p.part_of and len(p.group_dims) == 1:
+                p.set(fused=1)  # the all-reduce's halves become one pass
 
     def ensures(self, module, ctx) -> None:
         super().ensures(module, ctx)
         for op in comm.ops(module):
-            if comm.short_name(op) == "phase" and "algorithm" not in comm.attrs(op):
+            if comm.short_name(op) == "phase" and comm.view(op).algorithm is None:
                 raise PassError("select-algorithm left a phase without an algorithm")

@@ -6,19 +6,19 @@ from .. import algorithms
 from ..dialects import comm
 
 
-def phases_planned_by(module, pass_name: str) -> list[tuple[object, dict, object]]:
-    """(op, attributes, algorithm) of every phase over the whole network whose algorithm this pass plans and that
+def phases_planned_by(module, pass_name: str) -> list[tuple[object, comm.OpView, object]]:
+    """(op, its view, algorithm) of every phase over the whole network whose algorithm this pass plans and that
     has no structure yet (one written in the input, or by an earlier run, is kept)."""
     out = []
     for op in comm.ops(module):
         if comm.short_name(op) != "phase" or comm.structure_of(op) is not None:
             continue
-        a = comm.attrs(op)
-        if a["dim"] != -1 or "algorithm" not in a:
+        v = comm.view(op)
+        if v.dim != -1 or v.algorithm is None:
             continue
-        alg = algorithms.for_phase(a["algorithm"], flat=True)
+        alg = algorithms.for_phase(v.algorithm, flat=True)
         if alg.planned_by == pass_name:
-            out.append((op, a, alg))
+            out.append((op, v, alg))
     return out
 
 
