@@ -1,28 +1,58 @@
 """Collective algorithms as a registry: one file per algorithm in this folder, each an `Algorithm` subclass
-(base.py); every module here is imported and every subclass with a name registered, so adding an algorithm is
-adding its file. Imports only the network layer.
+(base.py), named after its file; a file is imported when a run first names its algorithm (all_algorithms() reads
+them all), and every subclass with a name is registered, so adding an algorithm is adding its file. Imports only
+the network layer.
 
 select-algorithm, the ordering passes' cost model, the lowering and the property tests read this registry; the
 runtime needs none of it (it reads tables).
 """
 from __future__ import annotations
 
+import importlib
+
 from ..network.errors import UserError
-from ..network.registry import discover
+from ..network.registry import discover, subclasses
 from .base import (ALL_GATHER, ALL_TO_ALL, DIMENSION, NETWORK, RANKS, REDUCE_SCATTER, Algorithm,  # noqa: F401
                    Transfers, same_units)
 
-REGISTRY: dict[str, Algorithm] = {}   # --algorithm name -> algorithm
+REGISTRY: dict[str, Algorithm] = {}   # --algorithm name -> algorithm: those loaded so far (complete after all())
 _SPELLINGS: dict[str, str] = {}       # name or alias without separators -> name
+_state = {"complete": False}
 
 
-def _register_all() -> None:
-    found = discover(__name__, __path__, Algorithm)
-    for cls in found:
-        REGISTRY[cls.name] = cls()
-    for alg in REGISTRY.values():
-        for word in (alg.name,) + alg.aliases:
-            _SPELLINGS.setdefault(_key(word), alg.name)
+def _collect() -> None:
+    """Register every Algorithm subclass imported so far."""
+    for cls in subclasses(Algorithm):
+        if cls.name and cls.name not in REGISTRY:
+            REGISTRY[cls.name] = alg = cls()
+            for word in (alg.name,) + alg.aliases:
+                _SPELLINGS.setdefault(_key(word), alg.name)
+
+
+def _load(module: str) -> None:
+    """Import algorithms/<module>.py when it exists (an algorithm's file is named after it): start-up pays only
+    for the algorithms a run names."""
+    if not module.isidentifier() or module == "base":
+        return
+    try:
+        importlib.import_module(f"{__name__}.{module}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{module}":
+            raise
+        return
+    _collect()
+
+
+def all_algorithms() -> dict[str, Algorithm]:
+    """Every algorithm of the folder, in listing order."""
+    if not _state["complete"]:
+        discover(__name__, __path__, Algorithm)
+        _collect()
+        ordered = sorted(REGISTRY.values(), key=lambda a: (a.order, a.name))
+        REGISTRY.clear()
+        REGISTRY.update((a.name, a) for a in ordered)
+        _state["complete"] = True
+    return REGISTRY
 
 
 def _key(word: str) -> str:
@@ -31,14 +61,21 @@ def _key(word: str) -> str:
 
 def canonical(word: str) -> str | None:
     """The --algorithm name a spelling means ('HD', 'halving-doubling' -> 'halving_doubling'), or None."""
-    return _SPELLINGS.get(_key(word)) if isinstance(word, str) else None
+    if not isinstance(word, str):
+        return None
+    key = _key(word)
+    if key not in _SPELLINGS:
+        _load(word.strip().lower().replace("-", "_"))
+    if key not in _SPELLINGS:
+        all_algorithms()  # an alias (hd, dbt, nvls) is known only once every file is read
+    return _SPELLINGS.get(key)
 
 
 def get(name: str) -> Algorithm:
     """The algorithm of a --algorithm name or alias; an unknown one is bad input."""
     found = canonical(name)
     if found is None:
-        raise UserError(f"unknown algorithm '{name}'; expected one of {', '.join(REGISTRY)}")
+        raise UserError(f"unknown algorithm '{name}'; expected one of {', '.join(all_algorithms())}")
     return REGISTRY[found]
 
 
@@ -48,23 +85,29 @@ def for_phase(word: str, flat: bool) -> Algorithm:
     is the Hamiltonian cycle, 'direct' the routed direct over ranks). Aliases are accepted ('hd')."""
     def fits(alg: Algorithm) -> bool:
         return (alg.scope != DIMENSION) == flat
-    for alg in REGISTRY.values():
-        if alg.phase_name == word and fits(alg):
-            return alg
-    name = canonical(word)
-    if name is not None:
-        alg = REGISTRY[name]
-        if fits(alg):
-            return alg
-        for other in REGISTRY.values():  # a dimension algorithm's name over the whole network: its flat twin
-            if flat and other.phase_name == alg.name and fits(other):
-                return other
-    names = ", ".join(dict.fromkeys(a.phase_name for a in REGISTRY.values() if fits(a)))
-    raise UserError(f"unknown algorithm '{word}'; expected one of {names}")
+
+    def find() -> Algorithm | None:
+        for alg in REGISTRY.values():
+            if alg.phase_name == word and fits(alg):
+                return alg
+        name = canonical(word)
+        if name is not None:
+            alg = REGISTRY[name]
+            if fits(alg):
+                return alg
+            for other in REGISTRY.values():  # a dimension algorithm's name over the whole network: its flat twin
+                if flat and other.phase_name == alg.name and fits(other):
+                    return other
+        return None
+    found = find()
+    if found is None and not _state["complete"]:
+        all_algorithms()
+        found = find()
+    if found is None:
+        names = ", ".join(dict.fromkeys(a.phase_name for a in REGISTRY.values() if fits(a)))
+        raise UserError(f"unknown algorithm '{word}'; expected one of {names}")
+    return found
 
 
 def scoped(*scopes: str) -> list[Algorithm]:
-    return [a for a in REGISTRY.values() if a.scope in scopes]
-
-
-_register_all()
+    return [a for a in all_algorithms().values() if a.scope in scopes]

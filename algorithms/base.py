@@ -118,5 +118,5 @@ class OverRanks(Algorithm):
     over: str = ""
 
     def template(self, kind, k, bidirectional=False):
-        from . import REGISTRY  # the registry is complete by the time a template is asked for
-        return REGISTRY[self.over].template(kind, k, True)
+        from . import get  # the registry, loading the per-dimension algorithm's file if no one has yet
+        return get(self.over).template(kind, k, True)

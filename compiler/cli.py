@@ -302,7 +302,7 @@ def _run_collective(args, run) -> int:
         from . import algorithms
         name = algorithms.canonical(args.algorithm or "")
         if name is None or not algorithms.REGISTRY[name].takes_ports:
-            takes = " or ".join(n for n, a in algorithms.REGISTRY.items() if a.takes_ports)
+            takes = " or ".join(n for n, a in algorithms.all_algorithms().items() if a.takes_ports)
             raise UserError(f"--ports applies to --algorithm {takes}")
         defaults["ports"] = _positive_int(args.ports, "--ports")
     if args.compare:

@@ -333,59 +333,59 @@ def declared() -> dict[str, set[str]]:
     return _DECLARED
 
 
-def _check_declared(module: ir.Module) -> None:
-    """Refuse attributes nobody declared (a typo such as `chunk = 4` would otherwise be ignored) and values of the
-    wrong kind (dims as floats, chunks as a string)."""
+_KIND_OF = {attr: kind for kind, names in VALUE_KINDS.items() for attr in names}
+_IS = {"int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+       "str": lambda v: isinstance(v, str),
+       "ints": lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)}
+_SPELL = {"int": "an integer", "str": "a string", "ints": "an array<i64>"}
+
+
+def _check_module_attrs(module: ir.Module) -> None:
     for name in _attr_dict(module.operation.attributes):
         if name.startswith("comm.") and name not in MODULE_ATTRS + LEGACY_TOPOLOGY and \
                 not name.startswith("comm.graph_"):
             raise IRError(f"module attribute '{name}' is not declared by the comm dialect")
-    kinds = {attr: kind for kind, names in VALUE_KINDS.items() for attr in names}
-    table = declared()
-    for op in ops(module):
-        kind, a = short_name(op), attrs(op)
-        where = f"comm.{kind}" + (f" '{a['name']}'" if isinstance(a.get("name"), str) else "")
-        for attr, value in a.items():
-            if "." in attr and not attr.startswith("comm."):  # another dialect's discardable attribute (wl.group)
-                continue
-            if attr not in table.get(kind, set()):
-                raise IRError(f"{where}: undeclared attribute '{attr}' (comm.{kind} takes "
-                              f"{', '.join(sorted(table.get(kind, ()))) or 'none'})")
-            want = kinds.get(attr)
-            ok = {"int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-                  "str": lambda v: isinstance(v, str),
-                  "ints": lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool)
-                                                                for x in v)}
-            if want is not None and not ok[want](value):
-                spell = {"int": "an integer", "str": "a string", "ints": "an array<i64>"}[want]
-                raise IRError(f"{where}: attribute '{attr}' must be {spell}, got {value!r}")
-            if want == "int" and not -2 ** 63 <= value < 2 ** 63:
-                raise IRError(f"{where}: attribute '{attr}' = {value} does not fit in int64")
+
+
+def _check_declared(kind: str, a: dict, where: str) -> None:
+    """Refuse attributes nobody declared (a typo such as `chunk = 4` would otherwise be ignored) and values of the
+    wrong kind (dims as floats, chunks as a string)."""
+    allowed = declared().get(kind, set())
+    for attr, value in a.items():
+        if "." in attr and not attr.startswith("comm."):  # another dialect's discardable attribute (wl.group)
+            continue
+        if attr not in allowed:
+            raise IRError(f"{where}: undeclared attribute '{attr}' (comm.{kind} takes "
+                          f"{', '.join(sorted(allowed)) or 'none'})")
+        want = _KIND_OF.get(attr)
+        if want is not None and not _IS[want](value):
+            raise IRError(f"{where}: attribute '{attr}' must be {_SPELL[want]}, got {value!r}")
+        if want == "int" and not -2 ** 63 <= value < 2 ** 63:
+            raise IRError(f"{where}: attribute '{attr}' = {value} does not fit in int64")
 
 
 def verify_module(module: ir.Module, shape: list[int] | None = None) -> None:
     """MLIR verification plus value checks; `shape` (sizes per topology dimension) bounds dimension indices."""
     if not module.operation.verify():
         raise IRError("module does not verify")
-    _check_declared(module)
+    _check_module_attrs(module)
     names = set()
     seen: set = set()
     for op in walk(module):
+        seen.add(op)
+        if not op.name.startswith("comm."):
+            continue
+        kind, a = short_name(op), attrs(op)
+        where = f"comm.{kind}" + (f" '{a['name']}'" if isinstance(a.get("name"), str) else "")
+        _check_declared(kind, a, where)
         # a module body is a graph region: MLIR accepts a use before its definition, hence cycles; the compiler
         # reads dependencies in program order, so every op must come after the ops it waits for
-        comm_op = op.name.startswith("comm.")
-        for operand in op.operands if comm_op else ():
-            where = f"{op.name}" + (f" '{attrs(op)['name']}'" if "name" in attrs(op) else "")
+        for operand in op.operands:
             if operand.owner == op:
                 raise IRError(f"{where} depends on itself")
             if operand.owner not in seen:
                 raise IRError(f"{where} waits for an op that comes after it (a dependency cycle, or ops out of "
                               f"dependency order)")
-        seen.add(op)
-    for op in ops(module):
-        kind, a, where = short_name(op), attrs(op), f"comm.{short_name(op)}"
-        if "name" in a:
-            where += f" '{a['name']}'"
         if int(a.get("bytes", 1)) <= 0:
             raise IRError(f"{where}: bytes must be positive, got {a['bytes']}")
         if int(a.get("bytes", 1)) > MAX_BYTES:

@@ -11,10 +11,11 @@ def discover(package: str, path, base: type) -> list[type]:
     for info in pkgutil.iter_modules(path):
         if info.name != "base":
             importlib.import_module(f"{package}.{info.name}")
-    return sorted((c for c in _subclasses(base) if c.name), key=lambda c: (c.order, c.name))
+    return sorted((c for c in subclasses(base) if c.name), key=lambda c: (c.order, c.name))
 
 
-def _subclasses(cls):
+def subclasses(cls):
+    """Every subclass of `cls` defined so far, at any depth."""
     for sub in cls.__subclasses__():
         yield sub
-        yield from _subclasses(sub)
+        yield from subclasses(sub)

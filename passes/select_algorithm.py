@@ -23,7 +23,7 @@ def _names(text: str) -> tuple[str, ...]:
         if t.strip():
             name = algorithms.canonical(t)
             if name is None:
-                raise PassError(f"unknown algorithm '{t.strip()}'; expected one of {', '.join(algorithms.REGISTRY)}")
+                raise PassError(f"unknown algorithm '{t.strip()}'; expected one of {', '.join(algorithms.all_algorithms())}")
             out.append(name)
     return tuple(out)
 
