@@ -64,6 +64,8 @@ def canonical(word: str) -> str | None:
     if not isinstance(word, str):
         return None
     key = _key(word)
+    if not key.isalnum():  # '' or a per-dimension list ('ring,direct'): no single algorithm, nothing to load
+        return None
     if key not in _SPELLINGS:
         _load(word.strip().lower().replace("-", "_"))
     if key not in _SPELLINGS:

@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import algorithms
-from .algorithms import RANKS, Transfers, flat_ring, multitree
+from .algorithms import RANKS, Transfers, flat_ring
 from .dependencies import dependencies
 from .network.errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
@@ -173,6 +173,7 @@ class Schedule:
             links = self._graph_links()
             return flat_ring.template(kind, self.cycle(), links.src, links.dst)
         if stage.dim == FLAT:
+            from .algorithms import multitree  # imported when a run has trees: the others start faster
             return multitree.template(kind, self.trees())
         dim = self.topology.dims[stage.dim]
         if stage.fused:  # an all-reduce's halves run as one pass (select-algorithm decided, the phases say so)
@@ -209,6 +210,7 @@ class Schedule:
         """The spanning trees allocate-trees recorded (comm.trees). Their links are ids of the network's numbering;
         the templates index Topology.links(), so each id is mapped back, and must join the node to its parent."""
         if getattr(self, "_trees", None) is None:
+            from .algorithms import multitree
             a = self._structure("trees")
             n = self.topology.npus
             parent = np.asarray(a["parent"], np.int64).reshape(n, n)
@@ -296,6 +298,7 @@ class Schedule:
     def _expand_graph(self, npu, plan, si, step, op, peer, link, off, end, flows) -> Table:
         """Rows of a flat (graph) phase: peers are ranks and each transfer names its physical link. The
         reduce-scatter runs the trees' links backwards: the same dimension, the other lane of a ring."""
+        from .algorithms import multitree
         if multitree.routed(self.topology):  # tree edges are routed paths between NPUs
             dim, lane = multitree.route_of_pairs(self.topology, len(step))
             return self._routed_rows(npu, plan, si, flows, step, op, peer, dim, lane, off, end)

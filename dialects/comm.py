@@ -13,9 +13,15 @@ import os
 from typing import Any, Iterable
 
 from torch_mlir import ir
+from torch_mlir._mlir_libs._mlir import globals as _mlir_globals
 from torch_mlir.dialects import irdl
 
 from ..network.units import MAX_BYTES
+
+# MLIR's Python bindings import a dialect's Python module (<prefix>.<namespace>) when they first wrap one of its
+# ops, and retry on every op while none is found; this folder is where the comm and workload modules live.
+if __package__ not in _mlir_globals.dialect_search_modules:
+    _mlir_globals.append_dialect_search_prefix(__package__)
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 POINT_TO_POINT = ("send", "recv")
