@@ -282,7 +282,11 @@ def _run_collective(args, run) -> int:
         if args.collective or args.size or args.dims:
             raise UserError("give either an input module or --collective/--size/--dims, not both")
         module = driver.read_module(ctx, args.input)
-        topology = driver.module_topology(module, topology)
+        try:  # the module's own mistakes name its file
+            topology = driver.module_topology(module, topology)
+            comm.verify_module(module, list(topology.shape))
+        except (UserError, comm.IRError) as e:
+            raise type(e)(f"{args.input}: {e}") from None
     else:
         if not args.collective:
             raise UserError("nothing to compile: give --collective and --size, or an input .mlir module")
