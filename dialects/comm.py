@@ -189,29 +189,29 @@ class OpView:
     def __init__(self, op):
         object.__setattr__(self, "op", getattr(op, "operation", op))
         object.__setattr__(self, "opname", short_name(self.op))
-        object.__setattr__(self, "_values", attrs(self.op))
 
     def __getattr__(self, name: str):
+        # read from the op when asked (not all at construction): passes build views of every chunk's phases
         if name.startswith("_") or name not in declared().get(self.opname, ()):
             raise AttributeError(f"comm.{self.opname} declares no attribute '{name}'")
-        return self._values.get(name)
+        attributes = self.op.attributes
+        return from_attr(attributes[name]) if name in attributes else None
 
     def __setattr__(self, name, value):
         raise AttributeError("write attributes with set(name=value)")
 
     def has(self, name: str) -> bool:
-        return name in self._values
+        return name in self.op.attributes
 
     def set(self, **values) -> None:
         for name, value in values.items():
             if name not in declared().get(self.opname, ()):
                 raise AttributeError(f"comm.{self.opname} declares no attribute '{name}'")
             set_attr(self.op, name, value)
-            self._values[name] = value
 
     def values(self) -> dict:
         """Every attribute set on the op (a copy)."""
-        return dict(self._values)
+        return attrs(self.op)
 
 
 def view(op) -> OpView:
