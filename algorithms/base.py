@@ -104,6 +104,23 @@ class Algorithm:
         receives in a step overwrites only what it sent in that step."""
         raise UserError(f"no all_to_all schedule for {self.name}")
 
+    def footprint(self, kind: str, k: int, bidirectional: bool = False) -> int:
+        """Transfers of a `kind` phase on k members (its template's rows, or an all-to-all's exchanges), counted
+        without building them: the resource estimate (compiler/resources.py) asks before any work is done.
+        An algorithm whose transfers grow with k gives its closed form (tests/test_resources.py holds each to its
+        template). This default counts a template small enough to build, and beyond that assumes every member
+        sends to every other in each of k-1 steps, more than any algorithm here sends."""
+        if k <= 64:
+            if kind == ALL_TO_ALL:
+                return len(self.exchanges(k, bidirectional))
+            return len(self.template(kind, k, bidirectional).step)
+        return k * (k - 1) ** 2
+
+    def plan_size(self, npus: int) -> int:
+        """Entries the pass that plans this algorithm (`planned_by`) holds while searching a network of `npus`
+        NPUs, for the resource estimate (0: nothing that grows faster than the network)."""
+        return 0
+
     def cost_steps(self, kind: str, block, k: int, link: float, hop, region: float) -> list[tuple[float, float]]:
         """(latency, transfer) in ns of every step of a phase on a chunk's region of `region` bytes, for the
         ordering passes: `link` is one link's bandwidth in bytes per ns, `hop(distance)` the latency to a partner
@@ -120,3 +137,7 @@ class OverRanks(Algorithm):
     def template(self, kind, k, bidirectional=False):
         from . import get  # the registry, loading the per-dimension algorithm's file if no one has yet
         return get(self.over).template(kind, k, True)
+
+    def footprint(self, kind, k, bidirectional=False):
+        from . import get
+        return get(self.over).footprint(kind, k, True)

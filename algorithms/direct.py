@@ -31,5 +31,8 @@ class Direct(Algorithm):
     def exchanges(self, k, bidirectional):
         return tuple((0, m, p, p, 0) for m in range(k) for p in range(k) if p != m)
 
+    def footprint(self, kind, k, bidirectional=False):
+        return k * (k - 1)  # every member to every other, once
+
     def cost_steps(self, kind, block, k, link, hop, region):
         return [(max(hop(k // 2), hop(k - 1)), region / k / link)]  # every kind: one piece to every member

@@ -78,6 +78,9 @@ class DoubleBinaryTree(Algorithm):
     def template(self, kind, k, bidirectional=False):
         return template(kind, k)
 
+    def footprint(self, kind, k, bidirectional=False):
+        return 2 * k * (k - 1)  # two trees, each edge carrying the k-1 blocks below or above it
+
     def cost_steps(self, kind, block, k, link, hop, region):
         height = max(1, math.ceil(math.log2(k + 1)) - 1)
         return [(2 * height * hop(1), (k - 1) / k * region / 2 / link)]

@@ -94,6 +94,9 @@ class FlatRing(Algorithm):
     planned_by = "find-cycle"
     label = "ring along a Hamiltonian cycle (graph)"
 
+    def footprint(self, kind, k, bidirectional=False):
+        return 2 * k * (k - 1)  # a ring both ways round the cycle
+
     def plan(self, topology) -> list[int]:
         """Ranks along a Hamiltonian cycle of the NPU-to-NPU links (the find-cycle pass records it)."""
         if topology.graph is not None:

@@ -62,6 +62,10 @@ class HalvingDoubling(Algorithm):
     def exchanges(self, k, bidirectional):
         return exchanges(k)
 
+    def footprint(self, kind, k, bidirectional=False):
+        steps = k.bit_length() - 1  # log2(k) steps, one partner each; an all-to-all swaps k/2 slots a step
+        return k * steps * (k // 2 if kind == ALL_TO_ALL else 1)
+
     def cost_steps(self, kind, block, k, link, hop, region):
         if kind == ALL_TO_ALL:
             return [(hop(1 << s), region / 2 / link) for s in range(int(math.log2(k)))]

@@ -42,6 +42,11 @@ class InSwitch(Algorithm):
                 rows += [(0, k, m, lo, hi, lo, hi, 0) for lo, hi in ((0, m), (m + 1, k)) if hi > lo]
         return Transfers.build(k, rows, reduce=False)  # the switch sums; members copy what comes back
 
+    def footprint(self, kind, k, bidirectional=False):
+        # reduce-scatter: each member up and its block down; all-gather: its block up, the k-1 others down in
+        # (at most) two runs of units
+        return 2 * k if kind == REDUCE_SCATTER else 3 * k - 2
+
     def cost_steps(self, kind, block, k, link, hop, region, fused=False):
         """One step, up and down at once: two link latencies (hop(1) is the dimension's NPU-switch-NPU latency)
         and the larger of the bytes sent and received."""

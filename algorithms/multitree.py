@@ -256,3 +256,9 @@ class Multitree(Algorithm):
 
     def plan(self, topology, ports: int | None) -> tuple[Trees, str]:
         return allocate(topology, ports)
+
+    def footprint(self, kind, k, bidirectional=False):
+        return k * (k - 1)  # k trees of k-1 edges
+
+    def plan_size(self, npus):
+        return npus * npus  # a parent, step and link per (tree, node), and the candidate edges while growing them

@@ -92,6 +92,12 @@ class MultitreeOptimal(Algorithm):
     label = "multitree_optimal (graph)"
     max_npus = 16  # CP-SAT's model grows with roots x links x steps
 
+    def footprint(self, kind, k, bidirectional=False):
+        return k * (k - 1)  # k trees of k-1 edges
+
+    def plan_size(self, npus):
+        return npus * npus  # a parent, step and link per (tree, node), and the candidate edges while growing them
+
     def plan(self, topology, ports: int | None) -> tuple[Trees, str]:
         """MultiTree's trees, replaced by the fewest-step allocation CP-SAT proves when that takes fewer steps."""
         if routed(topology):

@@ -67,6 +67,10 @@ class Ring(Algorithm):
     def exchanges(self, k, bidirectional):
         return exchanges(k, bidirectional)
 
+    def footprint(self, kind, k, bidirectional=False):
+        # every member sends k-1 blocks (halves, both ways round, on a Ring); an all-to-all swaps with each partner once
+        return k * (k - 1) * (2 if bidirectional and kind != ALL_TO_ALL else 1)
+
     def cost_steps(self, kind, block, k, link, hop, region):
         if kind == ALL_TO_ALL:
             piece = region / k

@@ -51,12 +51,13 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             mesh: str | dict | None = None, scheduler: str = driver.DEFAULT_SCHEDULER, chunks: int | None = None,
             algorithm: str | None = None, backend: str = "analytical", intra: str = driver.DEFAULT_INTRA,
             peak_tflops: float = Roofline.peak_tflops, mem_bw_gbps: float = Roofline.mem_gbps,
-            rank: int = 0) -> WorkloadReport:
+            rank: int = 0, max_memory: int | None = None) -> WorkloadReport:
     """Capture (or import) one training step, compile its collectives for `topology` and time the step.
 
     `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
     apply to every collective as on the collective command line; the roofline turns FLOPs and bytes into compute
-    time. `rank` picks whose step the report details (multi-rank traces)."""
+    time. `rank` picks whose step the report details (multi-rank traces). `max_memory` (bytes) refuses a
+    collective estimated to need more (default: this machine's available memory)."""
     topo = topology if isinstance(topology, Topology) else parse_topology(topology, bandwidth, latency, links)
     if isinstance(mesh, str):
         from .frontend.parallelize import parse_mesh
@@ -66,7 +67,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             raise UserError(f"{flag} must be a finite positive number, got {value!r}")
     workload = load_workload(source, topo.npus, mesh)
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
-    opts = WorkloadOptions(scheduler, defaults, driver.RunOptions(backend=backend, intra=intra),
+    opts = WorkloadOptions(scheduler, defaults, driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory),
                            Roofline(peak_tflops, mem_bw_gbps))
     from .dialects import workload as wl
     ctx = wl.new_context()

@@ -30,8 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         hint = " (astra-compile --help lists them)" if message.startswith("unrecognized arguments") else ""
-        sys.stderr.write(f"astra-compile: error: {message}{hint}\n")
-        sys.exit(2)
+        sys.exit(_fail(message + hint))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "themis and optimal weigh step latency by it")
     g.add_argument("--backend", choices=("analytical", "congestion"), default="analytical",
                    help="cost model: analytical (no contention) or congestion (every link a FIFO resource)")
+    g.add_argument("--max-memory", metavar="SIZE",
+                   help="refuse a run estimated to need more memory than this, e.g. 8GB (default: this machine's "
+                        "available memory; docs/reliability.md)")
     g.add_argument("--switching", choices=("cut-through", "store-and-forward"), default="cut-through",
                    help="congestion backend: how a node forwards a message (store-and-forward: as ASTRA-sim)")
     g.add_argument("--execution", choices=("auto", "symmetric", "full"), default="auto",
@@ -130,7 +132,9 @@ def _join_dashed_values(parser: argparse.ArgumentParser, argv: list[str]) -> lis
 
 
 def _fail(message: str) -> int:
-    sys.stderr.write(f"astra-compile: error: {message}\n")
+    # one line whatever the message quotes: a newline or other control character of the user's value is escaped
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    sys.stderr.write(f"astra-compile: error: {line}\n")
     return 2
 
 
@@ -176,7 +180,7 @@ def _is_workload(inputs: list[str]) -> bool:
     return bool(inputs) and (inputs[0].endswith(".py") or all(p.endswith(".json") for p in inputs))
 
 
-def _run_workload(args) -> int:
+def _run_workload(args, max_memory: int | None) -> int:
     """model.py or execution traces -> the step report (or the workload MLIR)."""
     from .api import compile as compile_workload
     if args.emit == "tables":
@@ -189,7 +193,7 @@ def _run_workload(args) -> int:
                               bandwidth=args.bandwidth, latency=args.latency, links=args.links, mesh=args.mesh,
                               scheduler=args.scheduler, chunks=chunks, algorithm=args.algorithm,
                               backend=args.backend, intra=args.intra, peak_tflops=args.peak_tflops,
-                              mem_bw_gbps=args.mem_bw)
+                              mem_bw_gbps=args.mem_bw, max_memory=max_memory)
     if args.emit == "mlir":
         if args.output:
             atomic.write_text(args.output, report.mlir)
@@ -219,15 +223,21 @@ def _run(args, given: set[str] = frozenset()) -> int:
             opts = " ".join(f"{k}=<{f.metadata['help']}>" for k, f in cls.options().items())
             print(f"{name:24s} {cls.summary}" + (f"  [{opts}]" if opts else ""))
         return 0
+    from .network.units import parse_size
+    try:
+        max_memory = parse_size(args.max_memory) if args.max_memory is not None else None
+    except UserError as e:
+        raise UserError(f"--max-memory: {e}") from None
     if kind == "training step":
-        return _run_workload(args)
+        return _run_workload(args, max_memory)
     if len(args.input) > 1:
         raise UserError(f"give one .mlir module or table directory, got {len(args.input)} inputs")
     args.input = args.input[0] if args.input else None
     from . import driver
     active = _positive_int(args.active_chunks, "--active-chunks")
     run = driver.RunOptions(args.backend, args.execution, args.intra, active, args.switching,
-                            timeline=bool(args.timeline or args.plot) and args.backend == "congestion")
+                            timeline=bool(args.timeline or args.plot) and args.backend == "congestion",
+                            max_memory=max_memory)
     if kind == "table directory":
         return _run_table_dir(args, run)
     return _run_collective(args, run)
@@ -246,7 +256,9 @@ def _run_table_dir(args, run) -> int:
     """Execute tables written earlier with -o."""
     from . import driver
     from .runtime.tables import DirSchedule
+    from . import resources
     schedule = DirSchedule(args.input)
+    resources.table_files(args.input, schedule.meta, run.execution != "full", args.verify).check(run.max_memory)
     result = driver.execute(schedule, run)
     out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta.npus, "backend": result.backend,
            "execution": result.mode, "per_dim_bytes": result.per_dim_bytes,
@@ -322,7 +334,9 @@ def _run_collective(args, run) -> int:
                                        args.print_ir_after_all, args.pass_pipeline, args.mlir_timing)
     module, schedule = compiled.module, compiled.schedule
     if args.verify:  # before anything is written: a schedule that fails verification is never emitted
+        from . import resources
         from .runtime.verifier import verify
+        resources.verification(topology, schedule.plans).check(run.max_memory)
         verify(schedule)
         if args.emit != "report":
             sys.stderr.write(VERIFIED + "\n")  # stdout carries the MLIR or the table

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .network.errors import UserError
 
 # runtime options: how tables execute
-RUN = {"backend", "execution", "intra", "active_chunks", "switching"}
+RUN = {"backend", "execution", "intra", "active_chunks", "switching", "max_memory"}
 NETWORK = {"topology", "bandwidth", "latency", "links"}
 COMPILE = {"algorithm", "chunks", "scheduler"}
 
@@ -17,7 +17,7 @@ ALLOWED = {
     "list-passes": {"list_passes"},
     "table directory": RUN | {"json", "verify", "timeline", "plot"},
     "training step": NETWORK | COMPILE | {"mesh", "peak_tflops", "mem_bw", "backend", "intra", "emit", "output",
-                                          "json"},
+                                          "json", "max_memory"},
     "collective": NETWORK | COMPILE | RUN | {"collective", "size", "dims", "ports", "pass_pipeline",
                                              "print_ir_after_all", "mlir_timing", "emit", "npu", "output",
                                              "table_format",

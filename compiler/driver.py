@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import algorithms
+from . import algorithms, resources
 from .dialects import comm
 from .network.errors import UserError
 from .lower import Schedule
@@ -92,6 +92,7 @@ class RunOptions:
     active_chunks: int = 1
     switching: str = "cut-through"   # congestion backend: cut-through | store-and-forward
     timeline: bool = False           # keep every link transfer (congestion backend, full execution)
+    max_memory: int | None = None    # refuse a run estimated to need more bytes (None: this machine's memory)
 
 
 def execute(schedule: Schedule, run: RunOptions):
@@ -128,7 +129,10 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
     def evaluate(module) -> float:
         key = _body(module)
         if key not in timed:
-            schedule = lower(module, topology)
+            schedule = lower(module, topology, run.max_memory)
+            symmetric = run.execution == "symmetric" or (run.execution == "auto" and schedule.meta.symmetric
+                                                         and not run.timeline)
+            resources.tables(topology, schedule.plans, symmetric).check(run.max_memory)
             timed[key] = (schedule, execute(schedule, run))
         return timed[key][1].total_ns
 
@@ -140,6 +144,9 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
         report = make_report(schedule, result, label, run, comm.schedule_choice(module))
         return Compiled(module, schedule, result, report)
 
+    chunks = defaults.get("chunks")
+    resources.request(topology, comm.parse_module(source, ctx), defaults.get("algorithm"),
+                      chunks if isinstance(chunks, int) else None).check(run.max_memory)
     if pipeline is not None:
         return one(pipeline, "custom pipeline", print_ir)
     name = algorithms.canonical(str(defaults.get("algorithm", "")))  # None for a per-dimension list
@@ -165,7 +172,9 @@ def run_passes(module, topology: Topology, pipeline: str | None = None, flags: d
     PassManager(passes).run(module, PassContext(topology, evaluate), print_ir, timing)
 
 
-def lower(module, topology: Topology) -> Schedule:
-    return Schedule(topology, plans_from_module(module))
+def lower(module, topology: Topology, max_memory: int | None = None) -> Schedule:
+    plans = plans_from_module(module)
+    resources.templates(topology, plans).check(max_memory)
+    return Schedule(topology, plans)
 
 

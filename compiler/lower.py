@@ -169,16 +169,23 @@ class Schedule:
         alg = algorithms.for_phase(stage.algorithm, flat=stage.dim == FLAT)
         if alg.scope == RANKS:  # over ranks, routed across dimensions
             return alg.template(kind, self.topology.npus, bidirectional=True)
-        if alg.name == "flat_ring":
-            links = self._graph_links()
-            return flat_ring.template(kind, self.cycle(), links.src, links.dst)
-        if stage.dim == FLAT:
-            from .algorithms import multitree  # imported when a run has trees: the others start faster
-            return multitree.template(kind, self.trees())
+        if stage.dim == FLAT or alg.name == "flat_ring":
+            # a whole-network template is built once per schedule, not once per NPU's table (n^2 rows each time)
+            cache = self.__dict__.setdefault("_network_templates", {})
+            if (kind, alg.name) not in cache:
+                cache[kind, alg.name] = self._network_template(kind, alg.name)
+            return cache[kind, alg.name]
         dim = self.topology.dims[stage.dim]
         if stage.fused:  # an all-reduce's halves run as one pass (select-algorithm decided, the phases say so)
             return alg.template(kind, dim.size, dim.kind.neighbour_links, fused=True)
         return alg.template(kind, dim.size, bidirectional=dim.kind.neighbour_links)
+
+    def _network_template(self, kind: str, name: str) -> Transfers:
+        if name == "flat_ring":
+            links = self._graph_links()
+            return flat_ring.template(kind, self.cycle(), links.src, links.dst)
+        from .algorithms import multitree  # imported when a run has trees: the others start faster
+        return multitree.template(kind, self.trees())
 
     def _structure(self, kind: str) -> dict:
         """Attributes of the comm.<kind> op the whole-network phases run on (recorded by a pass; one per module)."""

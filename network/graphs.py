@@ -19,13 +19,14 @@ Links are bidirectional: one directed link each way, each with the line's (or --
 """
 from __future__ import annotations
 
-import math
+import os
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import UserError
+from .units import MAX_GBPS, MAX_LATENCY_NS, MIN_GBPS, link_range_error
 
 NPU_ID = re.compile(r"^(0|[1-9][0-9]*)$", re.ASCII)  # an NPU in an edge list; other names are switches
 BIGRAPH_RE = re.compile(r"^(\d+)x(\d+)_bigraph$", re.IGNORECASE)
@@ -62,8 +63,21 @@ class Graph:
             raise UserError(f"graph topology needs names, npus, src, dst, gbps and latency_ns ({e})") from None
 
 
+# A graph topology is scheduled whole (trees rooted at every NPU, routes between every pair): its structures grow
+# with the square of its nodes, so a graph past this many is refused before it is built.
+MAX_GRAPH_NODES = 2**14
+MAX_EDGE_FILE_BYTES = 256 * 2**20
+
+
+def check_graph_size(nodes: int, what: str) -> None:
+    if nodes > MAX_GRAPH_NODES:
+        raise UserError(f"{what} has {nodes} nodes; a graph topology is scheduled whole (a tree per NPU, a route "
+                        f"per pair), which astra-compile does for at most {MAX_GRAPH_NODES} nodes")
+
+
 def make_graph(names, npus, src, dst, gbps, latency_ns) -> Graph:
     """Check a directed link list and build the Graph (every NPU reachable from every NPU)."""
+    check_graph_size(len(names), "the graph topology")
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     gbps, lat = np.asarray(gbps, np.float64), np.asarray(latency_ns, np.float64)
     n = len(names)
@@ -73,8 +87,11 @@ def make_graph(names, npus, src, dst, gbps, latency_ns) -> Graph:
         raise UserError("graph topology: src, dst, gbps and latency_ns must be equally long and not empty")
     if src.min() < 0 or dst.min() < 0 or max(src.max(), dst.max()) >= n or np.any(src == dst):
         raise UserError("graph topology: a link joins a node that does not exist, or a node to itself")
-    if not (np.isfinite(gbps).all() and np.isfinite(lat).all()) or np.any(gbps <= 0) or np.any(lat < 0):
-        raise UserError("graph topology: every link needs a finite positive bandwidth and a finite latency >= 0")
+    bad = ~(np.isfinite(gbps) & (gbps >= MIN_GBPS) & (gbps <= MAX_GBPS) & np.isfinite(lat) & (lat >= 0)
+            & (lat <= MAX_LATENCY_NS))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise UserError(f"graph topology: link {i}: {link_range_error(float(gbps[i]), float(lat[i]))}")
     if len(set(zip(src.tolist(), dst.tolist()))) != len(src):
         raise UserError("graph topology: two links join the same pair of nodes in the same direction")
     graph = Graph(tuple(names), npus, src, dst, gbps, lat)
@@ -115,6 +132,7 @@ def bigraph(per_switch: int, switches: int, gbps: float, latency: float) -> Grap
         raise UserError(f"an MxN_bigraph needs M >= 1 NPUs per switch and an even number N >= 2 of switches, "
                         f"got {per_switch}x{switches}")
     npus, half = per_switch * switches, switches // 2
+    check_graph_size(npus + switches, f"{per_switch}x{switches}_bigraph")
     pairs = [(n, npus + n // per_switch) for n in range(npus)]
     pairs += [(npus + a, npus + b) for a in range(half) for b in range(half, switches)]
     names = [f"npu{i}" for i in range(npus)] + [f"sw{g}.{s}" for g in range(2) for s in range(half)]
@@ -138,6 +156,7 @@ def dgx1(boxes: int, gbps: float, latency: float) -> Graph:
     """DGX-1 hybrid cube-mesh boxes (8 GPUs each); with several boxes one switch joins every GPU."""
     if boxes < 1:
         raise UserError("dgx1 needs at least one box")
+    check_graph_size(8 * boxes + (boxes > 1), f"{boxes}_dgx1")
     pairs = []
     for b in range(boxes):
         g = 8 * b
@@ -156,6 +175,9 @@ def read_edge_list(path: str, gbps: float, latency: float) -> Graph:
     """An edge-list file (see the module docstring); a line's own GB/s and ns win over the defaults given."""
     try:
         with open(path, encoding="utf-8") as f:
+            if os.fstat(f.fileno()).st_size > MAX_EDGE_FILE_BYTES:
+                raise UserError(f"topology file '{path}' is larger than {MAX_EDGE_FILE_BYTES >> 20} MB, more links "
+                                f"than a graph of {MAX_GRAPH_NODES} nodes scheduled whole can use")
             lines = f.read().splitlines()
     except OSError as e:
         raise UserError(f"cannot read topology file '{path}': {e.strerror}") from None
@@ -173,9 +195,9 @@ def read_edge_list(path: str, gbps: float, latency: float) -> Graph:
             lat = float(words[3]) if len(words) > 3 else latency
         except ValueError:
             raise UserError(f"{path}:{no}: bandwidth and latency must be numbers, got '{line.strip()}'") from None
-        if not (math.isfinite(bw) and bw > 0 and math.isfinite(lat) and lat >= 0):
-            raise UserError(f"{path}:{no}: a link needs a finite positive bandwidth and a finite latency >= 0, got "
-                            f"'{line.strip()}'")
+        problem = link_range_error(bw, lat)
+        if problem:
+            raise UserError(f"{path}:{no}: {problem} ('{line.strip()}')")
         for w in words[:2]:
             if NPU_ID.match(w):
                 npu_ids.add(int(w))
@@ -188,6 +210,7 @@ def read_edge_list(path: str, gbps: float, latency: float) -> Graph:
     if not edges:
         raise UserError(f"{path}: no links")
     npus = len(npu_ids)
+    check_graph_size(npus + len(switch_names), f"topology file '{path}'")
     if npu_ids != set(range(npus)):
         raise UserError(f"{path}: NPUs must be numbered 0..{npus - 1} without gaps")
     index = {str(i): i for i in range(npus)} | {s: npus + j for j, s in enumerate(switch_names)}

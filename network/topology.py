@@ -24,11 +24,14 @@ from .blocks import Block
 from .errors import UserError
 from .graphs import Graph
 from .links import LinkGraph, link_offsets
+from .units import link_range_error
 
 # Defaults when neither the spec, a file nor an override gives a value.
 DEFAULT_BANDWIDTH_GBPS = 50.0
 DEFAULT_LATENCY_NS = 500.0
 DEFAULT_LINKS = 1
+# ASTRA-sim's links-count: parallel links per neighbour. A switch radix bounds it in any real machine.
+MAX_LINKS = 1024
 
 
 def _whole(value: Any, what: str) -> int:
@@ -74,8 +77,11 @@ class Dimension:
         if lat < 0:
             raise UserError(f"latency must be >= 0 ns, got {lat:g}")
         links = _whole(self.links, "links")
-        if links < 1:
-            raise UserError(f"links must be at least 1, got {links}")
+        if not 1 <= links <= MAX_LINKS:
+            raise UserError(f"links must be between 1 and {MAX_LINKS}, got {links}")
+        problem = link_range_error(bw, lat)
+        if problem:
+            raise UserError(problem)
         object.__setattr__(self, "size", size)
         object.__setattr__(self, "bandwidth_gbps", bw)
         object.__setattr__(self, "latency_ns", lat)

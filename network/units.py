@@ -66,6 +66,24 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
+# The range of a link the cost model computes with. Outside it the float arithmetic leaves its range (a 1e-310 GB/s
+# link makes a 1 GB transfer take an infinite time; 1e308 GB/s overflows the conversion to bytes per ns; a latency
+# of 1e308 ns overflows a sum of two hops). Wide enough for any network real or imagined: from 1 MB/s to 1 EB/s per
+# link, latency from 0 to one hour.
+MIN_GBPS = 1e-3
+MAX_GBPS = 1e9
+MAX_LATENCY_NS = 3.6e12
+
+
+def link_range_error(gbps: float, latency_ns: float) -> str | None:
+    """Why a link of `gbps` GB/s and `latency_ns` ns is outside the modelled range, or None when it is inside."""
+    if not (math.isfinite(gbps) and MIN_GBPS <= gbps <= MAX_GBPS):
+        return f"bandwidth must be between {MIN_GBPS:g} and {MAX_GBPS:g} GB/s, got {gbps:g}"
+    if not (math.isfinite(latency_ns) and 0 <= latency_ns <= MAX_LATENCY_NS):
+        return f"latency must be between 0 and {MAX_LATENCY_NS:g} ns, got {latency_ns:g}"
+    return None
+
+
 def gbps_to_bytes_per_ns(gbps: float) -> float:
     """Convert GB/s (2**30 bytes per second, as ASTRA-sim) to bytes per nanosecond."""
     return gbps * GIB / 1e9

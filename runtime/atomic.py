@@ -22,7 +22,18 @@ def _umask() -> int:
     return mask
 
 
+def _check_name(path: str) -> None:
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise OutputError(f"cannot write to {path!r}: not a file name")
+
+
+def _prefix(path: str, kind: str) -> str:
+    """A hidden temporary name beside `path` (the base cut short, so a long but valid name stays valid)."""
+    return f".{os.path.basename(os.path.abspath(path))[:64]}.astra-{kind}-"
+
+
 def _parent(path: str) -> str:
+    _check_name(path)
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise OutputError(f"cannot write {path}: {parent} does not exist")
@@ -32,17 +43,23 @@ def _parent(path: str) -> str:
 def write_file(path: str, write: Callable[[str], None]) -> None:
     """Call write(tmp) to fill a temporary file beside `path`, then rename it to `path` (an existing file named as
     the output is replaced, as compilers replace their -o file; a directory there is refused)."""
+    _check_name(path)
     if os.path.isdir(path):
         raise OutputError(f"cannot write {path}: it is a directory; name a file")
-    fd, tmp = tempfile.mkstemp(dir=_parent(path), prefix=f".{os.path.basename(path)}.astra-tmp-")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=_parent(path), prefix=_prefix(path, "tmp"))
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {e.strerror}") from None
     os.close(fd)
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes files private; give the user's usual permissions
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError):  # a name too long, a full disk, a read-only folder: one line, not a traceback
+            raise OutputError(f"cannot write {path}: {e.strerror}") from None
         raise
 
 
@@ -65,6 +82,7 @@ def write_dir(out_dir: str, fill: Callable[[str], None], owned: Callable[[str], 
     `owned(dir)` returns None when `dir` is provably an earlier output of ours, else a reason it is not (naming a
     file it holds). An existing `out_dir` is replaced only when it is empty, or owned and `force` is set; the
     current directory and its ancestors are never replaced. Killed midway, the old directory or none is left."""
+    _check_name(out_dir)
     if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
         raise OutputError(f"cannot write {what} to {out_dir}: it exists and is not a directory")
     replace = os.path.isdir(out_dir) and bool(os.listdir(out_dir))
@@ -80,7 +98,10 @@ def write_dir(out_dir: str, fill: Callable[[str], None], owned: Callable[[str], 
                 raise OutputError(f"{out_dir} holds earlier {what} of astra-compile; add --force to replace them")
     parent = _parent(out_dir)
     base = os.path.basename(os.path.abspath(out_dir))
-    tmp = tempfile.mkdtemp(prefix=f".{base}.astra-tmp-", dir=parent)
+    try:
+        tmp = tempfile.mkdtemp(prefix=_prefix(out_dir, "tmp"), dir=parent)
+    except OSError as e:
+        raise OutputError(f"cannot write {what} to {out_dir}: {e.strerror}") from None
     old = None
     try:
         fill(tmp)
@@ -89,13 +110,15 @@ def write_dir(out_dir: str, fill: Callable[[str], None], owned: Callable[[str], 
         for name in os.listdir(tmp):
             os.chmod(os.path.join(tmp, name), 0o666 & ~mask)
         if replace:  # move ours aside first: a kill between the renames leaves no output, never a mixed one
-            old = tempfile.mkdtemp(prefix=f".{base}.astra-old-", dir=parent)
+            old = tempfile.mkdtemp(prefix=_prefix(out_dir, "old"), dir=parent)
             os.replace(out_dir, os.path.join(old, base))
         os.replace(tmp, out_dir)  # rename(2) replaces an empty directory in one step
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and not os.path.exists(out_dir) and os.path.isdir(os.path.join(old, base)):
             os.replace(os.path.join(old, base), out_dir)  # put the earlier output back
+        if isinstance(e, OSError):
+            raise OutputError(f"cannot write {what} to {out_dir}: {e.strerror}") from None
         raise
     finally:
         if old is not None:

@@ -1,5 +1,7 @@
-"""Shared test helpers: compile a single collective to a schedule through the real pipeline."""
+"""Shared test helpers: compile a single collective to a schedule through the real pipeline; run the CLI in
+process and check a refusal's contract (exit 2, one line)."""
 from astra_compile import driver
+from astra_compile.cli import main
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
 
@@ -14,3 +16,19 @@ def compile_collective(topology: str, kind: str, size: int, chunks: int = 1, alg
         defaults["algorithm"] = algorithm
     driver.run_passes(module, topo, None, defaults)
     return driver.lower(module, topo)
+
+
+def cli(capsys, *argv):
+    """(exit status, stdout, stderr) of the CLI run in this process."""
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def refused(capsys, *argv, match: str = "") -> str:
+    """Run the CLI and check the refusal contract: exit 2, exactly one line on stderr, containing `match`."""
+    code, out, err = cli(capsys, *argv)
+    assert code == 2, (code, out, err)
+    assert err.count("\n") == 1 and err.startswith("astra-compile: error: "), err
+    assert match in err, err
+    return err

@@ -6,15 +6,10 @@ import subprocess
 import pytest
 
 from astra_compile.cli import main
+from helpers import cli, refused
 
 SWITCH3 = ["--topology", "Switch(8)_Switch(8)_Switch(8)", "--bandwidth", "50,50,50", "--latency", "1,1,1"]
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "all_reduce_3d_switch.mlir")
-
-
-def cli(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_issue_command_json(capsys):

@@ -66,7 +66,7 @@ def test_edge_list_file(tmp_path):
     ("0 2\n", "numbered 0..1 without gaps"),
     ("0 1 fast\n", "must be numbers"),
     ("0\n", "expected 'a b [GB/s] [ns]'"),
-    ("0 1 0\n", "positive bandwidth"),
+    ("0 1 0\n", "bandwidth must be between"),
 ])
 def test_bad_edge_lists_are_one_line(tmp_path, capsys, text, message):
     f = tmp_path / "bad.edges"

@@ -228,7 +228,7 @@ def test_existing_file_with_other_extension(tmp_path):
         ("topology: [Ring, Ring]\nnpus_count: [4, four]\n", ["dimension 1", "whole number", "four"]),
         ("topology: Switch\nnpus_count: 64\nbandwidth: [0]\n", ["bandwidth must be positive"]),
         ("topology: Switch\nnpus_count: 64\nlatency: [-5]\n", ["latency must be >= 0"]),
-        ("topology: Switch\nnpus_count: 64\nlinks_count: [0]\n", ["links must be at least 1"]),
+        ("topology: Switch\nnpus_count: 64\nlinks_count: [0]\n", ["links must be between 1 and 1024"]),
         ("topology: Switch\nnpus_count: 64\nbandwith: [50]\n", ["unknown key 'bandwith'"]),
         ("topology: []\nnpus_count: []\n", ["must not be empty"]),
     ],
@@ -249,7 +249,7 @@ def test_bad_yml(tmp_path, text, fragments):
         (dict(SEED_JSON, **{"dimensions-count": 2}), ["dimensions-count is 2", "3 dimensions"]),
         (dict(SEED_JSON, **{"units-count": [8, 8]}), ["'units-count' has 2 entries"]),
         (dict(SEED_JSON, **{"link-bandwidth": [50, 50, 50, 50]}), ["'link-bandwidth' has 4 entries"]),
-        (dict(SEED_JSON, **{"links-count": [1, 0, 1]}), ["dimension 1", "links must be at least 1"]),
+        (dict(SEED_JSON, **{"links-count": [1, 0, 1]}), ["dimension 1", "links must be between 1 and 1024"]),
         (dict(SEED_JSON, **{"topologies-per-dim": ["Switch", "Torus", "Switch"]}), ["unknown topology block 'Torus'"]),
         ({"units-count": [8]}, ["'topologies-per-dim' must be a non-empty list"]),
     ],
@@ -271,7 +271,7 @@ def test_dimension_validates_direct_construction():
         Dimension("Ring", 4, 0, 1)
     with pytest.raises(UserError, match="latency must be >= 0"):
         Dimension("Ring", 4, 50, -1)
-    with pytest.raises(UserError, match="links must be at least 1"):
+    with pytest.raises(UserError, match="links must be between 1 and 1024"):
         Dimension("Ring", 4, 50, 1, links=0)
     with pytest.raises(UserError, match="at least one dimension"):
         Topology(())

@@ -1,0 +1,191 @@
+"""How much memory a run will take, estimated before the work that takes it, so a request that cannot fit is
+refused in one line instead of the process being killed for memory (or swapping for an hour).
+
+Three checkpoints, each before the structures it sizes are built:
+- `planning`: before the passes, the whole-network searches (MultiTree's n trees over n NPUs, find-cycle,
+  place-ranks) hold about n^2 entries;
+- `templates`: before the lowering, each phase's transfer template (algorithms/, counted by its `footprint`
+  without building it);
+- `tables`: before the runtime, the rows of every table it executes (NPU 0's only when the schedule is symmetric),
+  the shard layouts, and the verifier's data buffers.
+
+The per-item costs below are measured peaks of this implementation (Python objects and numpy arrays together,
+benchmarks/resources.py prints estimate against measured peak); the estimate is meant to be within a factor of
+two, and errs on the high side.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from . import algorithms
+from .network.errors import UserError
+from .network.topology import Topology
+from .network.units import format_size
+
+BASE = 160 * 2**20           # interpreter, numpy, the MLIR bindings, OR-Tools and a small run (measured RSS)
+PER_TEMPLATE_TRANSFER = 300  # a template transfer: built from a Python tuple, sorted, kept as 11 int64 columns
+PER_ROW = 500                # an executed table row: its columns, its message, the engine's step records
+PER_PLAN_ENTRY = 2500        # a whole-network search's (tree, node) entry: parent, step, link, candidates
+PER_SHARD = 16               # an NPU's reduce-scatter shard of one chunk: offset and length
+PER_NPU = 200                # per NPU of the network: coordinates, ranks, link numbering
+PER_VERIFIED_BYTE = 48       # the verifier's int64 buffers per byte of a collective on every NPU (data, initial,
+                             # expected, sums)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    bytes: int
+    rows: int = 0          # table rows the run materialises
+    what: str = ""         # what dominates, for the message
+
+    def check(self, limit: int | None) -> None:
+        """Refuse (UserError, one line) when the estimate exceeds `limit` bytes (None: this machine's memory)."""
+        cap, source = (limit, "--max-memory") if limit is not None else (machine_memory(), "this machine's "
+                                                                         "available memory; raise it with --max-memory")
+        if self.bytes > cap:
+            detail = ", ".join(x for x in (self.what, f"{self.rows:.3g} table rows" if self.rows else "") if x)
+            raise UserError(f"this run would need about {_size(self.bytes)} of memory" +
+                            (f" ({detail})" if detail else "") +
+                            f", more than {_size(cap)} ({source}); use fewer chunks or NPUs")
+
+
+def _size(n: int) -> str:
+    """Three significant figures in the largest power-of-two unit: an estimate is not exact to the byte."""
+    for unit, mult in (("TB", 2**40), ("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n >= mult:
+            return f"{n / mult:.3g}{unit}"
+    return f"{n}B"
+
+
+def machine_memory() -> int:
+    """Memory this process may use: MemAvailable of /proc/meminfo (Linux), else the physical memory."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return 8 * 2**30
+
+
+def request(topology: Topology, module, algorithm: str | None, chunks: int | None) -> Estimate:
+    """Before the passes, from the module's collectives and the command line's algorithm and chunks: the planning
+    search, the templates and the rows the run will need at the least (NPU 0's alone, unless the request already
+    rules symmetry out: a size that does not split into equal chunks, or an algorithm whose NPUs differ)."""
+    from .dialects import comm
+    name = algorithms.canonical(algorithm or (topology.dims[0].default_algorithm if topology.graph else ""))
+    whole = algorithms.REGISTRY[name] if name and algorithms.REGISTRY[name].scope != algorithms.DIMENSION else None
+    per_dim = [algorithms.canonical(a) for a in algorithm.split(",")] if algorithm and not whole else None
+    n = topology.npus
+    planning = whole.plan_size(n) if whole else 0
+    distinct, per_npu, symmetric, shards = {}, 0, True, 0
+    for op in comm.ops(module):
+        kind = comm.short_name(op)
+        if kind not in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"):
+            continue
+        v = comm.view(op)
+        nbytes, dims = int(v.bytes or 0), list(v.dims) if v.dims is not None else list(range(topology.ndims))
+        c = int(v.chunks or chunks or 1)
+        symmetric &= nbytes % c == 0
+        shards += n * c * PER_SHARD
+        groups = []
+        for half in (("reduce_scatter", "all_gather") if kind == "all_reduce" else (kind,)):
+            if whole is not None:
+                groups.append((whole, half, n, True))
+                continue
+            for d in dims:
+                if per_dim:
+                    word = per_dim[0] if len(per_dim) == 1 else per_dim[d] if d < len(per_dim) else None
+                else:
+                    word = topology.dims[d].default_algorithm
+                alg = algorithms.REGISTRY.get(algorithms.canonical(word) or "") if word else None
+                if alg is None or alg.scope != algorithms.DIMENSION:
+                    continue  # select-algorithm names what is wrong with it, or plans a whole-network one
+                dim = topology.dims[d]
+                groups.append((alg, half, dim.size, dim.kind.neighbour_links))
+                symmetric &= alg.symmetric and dim.kind.symmetric_for(alg.phase_name)
+        for alg, half, k, bid in groups:
+            distinct[alg.name, half, k, bid] = f = alg.footprint(half, k, bid)
+            per_npu += c * -(-2 * f // k)
+        symmetric &= whole is None
+    templates = sum(distinct.values())
+    executed = 1 if symmetric else n
+    total = (BASE + n * PER_NPU + shards + planning * PER_PLAN_ENTRY + templates * PER_TEMPLATE_TRANSFER
+             + per_npu * executed * PER_ROW)
+    parts = [(planning * PER_PLAN_ENTRY, f"{whole.planned_by if whole else ''} over {n} NPUs"),
+             (templates * PER_TEMPLATE_TRANSFER, f"{templates:.3g} template transfers"),
+             (per_npu * executed * PER_ROW, f"{per_npu:.3g} rows per NPU on {executed} NPU(s)"),
+             (n * PER_NPU + shards, f"{n} NPUs")]
+    return Estimate(total, per_npu * executed, max(parts)[1])
+
+
+def _group(topology: Topology, plan, stage) -> tuple[object, int, bool]:
+    """(algorithm, members, bidirectional) of a stage's template, as the lowering builds it."""
+    from .plans import FLAT
+    alg = algorithms.for_phase(stage.algorithm, flat=stage.dim == FLAT)
+    if stage.dim == FLAT or alg.scope != algorithms.DIMENSION:
+        return alg, topology.npus, True
+    dim = topology.dims[stage.dim]
+    return alg, dim.size, dim.kind.neighbour_links
+
+
+def templates(topology: Topology, plans) -> Estimate:
+    """Before the lowering: the distinct templates it builds (cached, one per algorithm, kind and group)."""
+    seen = {}
+    for plan in plans:
+        for stage in plan.stages:
+            alg, k, bid = _group(topology, plan, stage)
+            seen[alg.name, plan.kind, k, bid] = alg.footprint(plan.kind, k, bid)
+    total = sum(seen.values())
+    return Estimate(BASE + total * PER_TEMPLATE_TRANSFER, what=f"{total:.3g} template transfers")
+
+
+def _rows_per_npu(topology: Topology, plans) -> int:
+    rows = 0
+    for plan in plans:
+        for stage in plan.stages:
+            alg, k, bid = _group(topology, plan, stage)
+            # each transfer is a SEND row on one member and a RECV row on another
+            rows += plan.chunks * -(-2 * alg.footprint(plan.kind, k, bid) // k)
+    return rows
+
+
+def tables(topology: Topology, plans, symmetric: bool) -> Estimate:
+    """Before the runtime: the rows of the tables it executes (NPU 0's alone when symmetric) and the shard
+    layouts."""
+    per_npu = _rows_per_npu(topology, plans)
+    executed = 1 if symmetric else topology.npus
+    shards = sum(topology.npus * p.chunks * PER_SHARD for p in plans)
+    return Estimate(BASE + per_npu * executed * PER_ROW + shards, per_npu * executed,
+                    f"{per_npu:.3g} rows per NPU on {executed} NPU(s)")
+
+
+def verification(topology: Topology, plans) -> Estimate:
+    """Before --verify: every NPU's table and a data buffer per byte of each collective on every NPU."""
+    rows = _rows_per_npu(topology, plans) * topology.npus
+    data = sum(topology.npus * p.bytes * PER_VERIFIED_BYTE for p in plans)
+    return Estimate(BASE + rows * PER_ROW + data, rows, f"verifying on data over {topology.npus} NPUs")
+
+
+PER_TABLE_FILE_BYTE = 10  # a table file's row is 30-60 characters on disk, about ten times that in memory
+
+
+def table_files(path: str, meta, symmetric: bool, verify: bool) -> Estimate:
+    """Before executing a table directory: its tables in memory (NPU 0's alone when it runs symmetric), and with
+    `verify` every table and the data buffers."""
+    fmt = meta.table_format or "csv"
+    sizes = []
+    for npu in range(meta.npus if (verify or not symmetric or not meta.symmetric) else 1):
+        try:
+            sizes.append(os.path.getsize(os.path.join(path, f"npu_{npu}.{fmt}")))
+        except OSError:
+            sizes.append(0)  # the table checks name a missing file
+    total = BASE + sum(sizes) * PER_TABLE_FILE_BYTE
+    if verify:
+        total += sum(meta.npus * c.bytes * PER_VERIFIED_BYTE for c in meta.collectives)
+    return Estimate(total, what=f"tables of {len(sizes)} NPU(s) in {path}" + (", verified on data" if verify else ""))

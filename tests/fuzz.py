@@ -1,0 +1,406 @@
+"""The fuzz harness: hostile inputs for every parser, run through the CLI in this process, held to the contract of
+docs/reliability.md.
+
+The contract, checked on every input: the run ends with exit 0 and finite, non-negative figures, or with exit 2
+and exactly one line `astra-compile: error: ...`; never another exception (a traceback), never longer than
+TIMEOUT seconds (a hang), never a file written outside the output the command names.
+
+Each parser has a hypothesis strategy that draws its hostile inputs: mutations of a valid input (characters
+deleted, inserted or replaced, numbers swapped for extreme ones, JSON values replaced or removed), random bytes and
+extreme numbers. tests/test_fuzz.py runs each for a few examples (CI); run it longer here:
+
+    python tests/fuzz.py --minutes 30      # every parser in turn, then the number of inputs tried per parser
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+from collections import Counter
+
+from hypothesis import strategies as st
+
+from astra_compile.cli import main
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.join(HERE, "..", "examples")
+TIMEOUT = 60            # seconds one input may take before it counts as a hang
+COUNTS: Counter = Counter()  # inputs tried per parser (this process)
+
+EXTREME_NUMBERS = ["0", "-0", "-1", "1e308", "-1e308", "1e-310", "nan", "inf", "-inf", "1e400", str(2**63),
+                   str(2**64 + 1), str(-2**63), "9" * 40, "0.5", "1.5", "00", "0x10", "1_000", "\u0662", "\u00b2",
+                   "", " ", "1,2", "3.0", "2147483648", "65537"]
+EXTREME_VALUES = [0, -1, 1, 0.5, 1e308, -1e308, 1e-310, math.inf, -math.inf, math.nan, 2**63, 2**64 + 1, -2**63,
+                  10**30, "", "x", "1", None, True, False, [], {}, [1, 2, 3], {"a": 1}, [[]], "\u0000"]
+
+
+class ContractBreach(AssertionError):
+    pass
+
+
+class _Hang(BaseException):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Hang()
+
+
+def _listing(root: str) -> set[str]:
+    out = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            out.add(os.path.relpath(os.path.join(dirpath, name), root))
+    return out
+
+
+def _finite_figures(value, key: str = "") -> None:
+    """Every number of a JSON report is finite; times, bytes and counts are not negative."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _finite_figures(v, str(k))
+    elif isinstance(value, list):
+        for v in value:
+            _finite_figures(v, key)
+    elif isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)):
+        if not math.isfinite(value):
+            raise ContractBreach(f"non-finite figure {key} = {value}")
+        if value < 0 and re.search(r"(time|_us|_ns|bytes|busy|npus|chunks)", key):
+            raise ContractBreach(f"negative figure {key} = {value}")
+
+
+def run(parser: str, argv: list, workdir: str, outputs: tuple[str, ...] = ()) -> tuple[int, str, str]:
+    """Run the CLI on `argv` in `workdir` and check the contract; (exit status, stdout, stderr)."""
+    COUNTS[parser] += 1
+    argv = [str(a) for a in argv]
+    before = _listing(workdir)
+    out, err = io.StringIO(), io.StringIO()
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(TIMEOUT)
+    cwd = os.getcwd()
+    try:
+        os.chdir(workdir)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as e:  # argparse's usage errors
+                code = e.code if isinstance(e.code, int) else 1
+    except _Hang:
+        raise ContractBreach(f"{parser}: no answer within {TIMEOUT} s: {argv}") from None
+    except Exception as e:  # noqa: BLE001 - any other exception is a traceback for the user
+        raise ContractBreach(f"{parser}: {type(e).__name__}: {e} on {argv}") from e
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        os.chdir(cwd)
+    stdout, stderr = out.getvalue(), err.getvalue()
+    if code == 2:
+        if stderr.count("\n") != 1 or not stderr.startswith("astra-compile: error: "):
+            raise ContractBreach(f"{parser}: exit 2 without one error line: {stderr!r} on {argv}")
+    elif code == 0:
+        if "--json" in argv and stdout.strip():
+            try:
+                report = json.loads(stdout)
+            except ValueError:
+                raise ContractBreach(f"{parser}: --json printed no JSON: {stdout[:200]!r} on {argv}") from None
+            try:
+                _finite_figures(report)
+            except ContractBreach as e:
+                raise ContractBreach(f"{parser}: {e} on {argv}") from None
+    else:
+        raise ContractBreach(f"{parser}: exit {code}: {stderr[-300:]!r} on {argv}")
+    added = _listing(workdir) - before
+    allowed = {a for a in added if any(a == o or a.startswith(o.rstrip("/") + os.sep) for o in outputs)}
+    if added - allowed:
+        raise ContractBreach(f"{parser}: wrote {sorted(added - allowed)} outside its output on {argv}")
+    return code, stdout, stderr
+
+
+# ---- mutations -----------------------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+
+
+@st.composite
+def mutated_text(draw, text: str, edits: int = 3) -> str:
+    """`text` with a few edits: a span deleted, random characters inserted, a number swapped for an extreme one, a
+    line repeated, or the end cut off."""
+    for _ in range(draw(st.integers(1, edits))):
+        op = draw(st.sampled_from(["delete", "insert", "number", "number", "repeat", "truncate"]))
+        n = len(text)
+        at = draw(st.integers(0, max(n - 1, 0)))
+        if op == "delete" and n:
+            text = text[:at] + text[at + draw(st.integers(1, 8)):]
+        elif op == "insert":
+            text = text[:at] + draw(st.text(max_size=6)) + text[at:]
+        elif op == "number":
+            spans = [m.span() for m in _NUMBER.finditer(text)]
+            if spans:
+                a, b = draw(st.sampled_from(spans))
+                text = text[:a] + draw(st.sampled_from(EXTREME_NUMBERS)) + text[b:]
+        elif op == "repeat":
+            lines = text.splitlines(keepends=True)
+            if lines:
+                i = draw(st.integers(0, len(lines) - 1))
+                lines.insert(i, lines[i])
+                text = "".join(lines)
+        else:
+            text = text[:at]
+    return text
+
+
+def _paths(obj, prefix=()):
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, prefix + (i,))
+
+
+@st.composite
+def mutated_json(draw, obj, edits: int = 2):
+    """A JSON value with a few of its values replaced by extreme ones (wrong types, huge, NaN) or removed."""
+    obj = json.loads(json.dumps(obj))
+    for _ in range(draw(st.integers(1, edits))):
+        paths = [p for p in _paths(obj) if p]
+        if not paths:
+            return draw(st.sampled_from(EXTREME_VALUES))
+        path = draw(st.sampled_from(paths))
+        parent = obj
+        for k in path[:-1]:
+            parent = parent[k]
+        if draw(st.booleans()) and isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = draw(st.sampled_from(EXTREME_VALUES))
+    return obj
+
+
+def hostile_bytes() -> st.SearchStrategy[bytes]:
+    return st.one_of(st.binary(max_size=64), st.just(b"\xff\xfe\x00\x01" * 8), st.just(b"\x00" * 32))
+
+
+def write(path: str, data) -> str:
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with open(path, mode, **({} if mode == "wb" else {"encoding": "utf-8", "errors": "surrogatepass"})) as f:
+        f.write(data)
+    return path
+
+
+# ---- the parsers' inputs -------------------------------------------------------------------------------------
+
+TOPOLOGY_WORDS = ["x", "_", "(", ")", ",", "Ring", "FC", "FullyConnected", "Switch", "Mesh", "Hypercube", "torus",
+                  "ring", "switch", "mesh", "dgx1", "bigraph", "Graph", "fc", " "]
+SMALL = st.integers(0, 40).map(str)
+HUGE = st.sampled_from(["0", "1", "99999999999", str(2**64), "1000000000", "65536", "4096", "00", "-4", "1e3"])
+SIZES = st.one_of(
+    st.text(max_size=12),
+    st.from_regex(r"\A-?[0-9]{0,22}(\.[0-9]{0,4})?\s?(B|KB|MB|GB|TB|KiB|GiB|k|M|b|xB|)\Z"),
+    st.sampled_from(EXTREME_NUMBERS))
+TOPOLOGIES = st.one_of(
+    st.text(max_size=16),
+    st.lists(st.one_of(st.sampled_from(TOPOLOGY_WORDS), SMALL, HUGE), min_size=1, max_size=8).map("".join))
+OPTIONS = ["--bandwidth", "--latency", "--links", "--chunks", "--active-chunks", "--dims", "--max-memory",
+           "--algorithm", "--npu", "--scheduler", "--intra", "--execution", "--emit"]
+OPTION_VALUES = st.one_of(st.sampled_from(EXTREME_NUMBERS), st.text(max_size=8),
+                          st.lists(st.sampled_from(EXTREME_NUMBERS + ["4", "50"]), min_size=2, max_size=4).map(",".join))
+
+NETWORK_YML = "topology: [ Ring, FullyConnected, Switch ]\nnpus_count: [ 4, 2, 8 ]\nbandwidth: [ 50.0, 25.0, 12.5 ]\n" \
+              "latency: [ 500.0, 500.0, 500.0 ]\n"
+NETWORK_JSON = {"topology-name": "Hierarchical", "topologies-per-dim": ["Ring", "FullyConnected", "Switch"],
+                "dimension-type": ["N", "N", "N"], "dimensions-count": 3, "units-count": [4, 2, 8],
+                "links-count": [2, 1, 1], "link-latency": [500, 500, 500], "link-bandwidth": [50, 25, 12.5]}
+EDGES = "# a ring of four through a switch\n0 1 50 500\n1 2\n2 3 25\n3 0\n0 sw 100 100\n2 sw\n"
+
+
+def mlir_sources() -> list[str]:
+    texts = []
+    for d, names in ((os.path.join(HERE, "ir"), ("all_reduce_2d.mlir", "themis_2d.mlir")),
+                     (EXAMPLES, ("torus_two_collectives.mlir", "all_reduce_3d_switch.mlir"))):
+        for name in names:
+            with open(os.path.join(d, name), encoding="utf-8") as f:
+                texts.append(f.read())
+    return texts
+
+
+def trace_nodes() -> dict:
+    """A small, valid one-file execution trace: a tensor made, all-reduced in a group of 2, waited on, used."""
+    def node(id_, name, parent, inputs=(), types=(), outputs=(), out_types=(), schema=""):
+        shapes = [[v[3]] if isinstance(v, list) and len(v) == 6 else [] for v in inputs]
+        out_shapes = [[v[3]] if isinstance(v, list) and len(v) == 6 else [] for v in outputs]
+        return {"id": id_, "name": name, "ctrl_deps": parent,
+                "inputs": {"values": list(inputs), "shapes": shapes, "types": list(types)},
+                "outputs": {"values": list(outputs), "shapes": out_shapes, "types": list(out_types)},
+                "attrs": [{"name": "op_schema", "type": "string", "value": schema}]}
+    x, y = [10, 11, 0, 6, 4, "cpu"], [12, 13, 0, 6, 4, "cpu"]
+    groups = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [], "group_size": 4},
+              {"pg_name": "1", "pg_desc": "tp", "ranks": [0, 1], "group_size": 2}]
+    nodes = [
+        node(1, "[pytorch|profiler|execution_trace|thread]", 1),
+        node(2, "## process_group:init ##", 1, [json.dumps(groups)], ["String"]),
+        node(3, "aten::ones", 1, [[6]], ["GenericList[Int]"], [x], ["Tensor(float)"],
+             "aten::ones(SymInt[] size, *, ScalarType? dtype=None) -> Tensor"),
+        node(4, "_c10d_functional::all_reduce", 1, [x, "sum", "1"], ["Tensor(float)", "String", "String"],
+             [y], ["Tensor(float)"],
+             "_c10d_functional::all_reduce(Tensor input, str reduce_op, str group_name) -> Tensor"),
+        node(5, "_c10d_functional::wait_tensor", 1, [y], ["Tensor(float)"], [y], ["Tensor(float)"],
+             "_c10d_functional::wait_tensor(Tensor tensor) -> Tensor"),
+        node(6, "aten::relu", 1, [y], ["Tensor(float)"], [x], ["Tensor(float)"], "aten::relu(Tensor self) -> Tensor"),
+    ]
+    return {"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}
+
+
+def model_source() -> str:
+    with open(os.path.join(EXAMPLES, "mlp_dp.py"), encoding="utf-8") as f:
+        return f.read()
+
+
+# ---- one case per parser: draw an input, run it, check the contract --------------------------------------------
+
+COLLECTIVE = ["--collective", "all_reduce", "--size", "1MB"]
+
+
+def case_size(draw, workdir):
+    run("sizes", ["--collective", "all_reduce", "--topology", "4x4_torus", "--size", draw(SIZES), "--json"],
+        workdir)
+
+
+def case_topology(draw, workdir):
+    run("topology notation", [*COLLECTIVE, "--topology", draw(TOPOLOGIES), "--json"], workdir)
+
+
+def case_options(draw, workdir):
+    argv = [*COLLECTIVE, "--topology", draw(st.sampled_from(["4x4_torus", "Ring(4)_Switch(8)", "8_switch"]))]
+    for _ in range(draw(st.integers(1, 3))):
+        argv += [draw(st.sampled_from(OPTIONS)), draw(OPTION_VALUES)]
+    run("command-line numbers", argv + ["--json"], workdir)
+
+
+def case_network_file(draw, workdir):
+    kind = draw(st.sampled_from(["yml", "json", "edges"]))
+    base = {"yml": NETWORK_YML, "json": json.dumps(NETWORK_JSON, indent=1), "edges": EDGES}[kind]
+    data = draw(st.one_of(mutated_text(base), hostile_bytes())) if kind != "json" or draw(st.booleans()) else \
+        json.dumps(draw(mutated_json(NETWORK_JSON)))
+    path = write(os.path.join(workdir, f"net.{kind}"), data)
+    run(f"network .{kind}", [*COLLECTIVE, "--topology", path, "--json"], workdir)
+
+
+def case_mlir(draw, workdir):
+    data = draw(st.one_of(mutated_text(draw(st.sampled_from(mlir_sources())), edits=4), hostile_bytes()))
+    path = write(os.path.join(workdir, "m.mlir"), data)
+    extra = draw(st.sampled_from([[], ["--topology", "4x8_torus"], ["--chunks", "4"], ["--verify"]]))
+    run(".mlir modules", [path, *extra, "--json"], workdir)
+
+
+def case_table_dir(draw, workdir, valid_dir: str):
+    d = os.path.join(workdir, "tables")
+    shutil.copytree(valid_dir, d)
+    target = draw(st.sampled_from(["meta.json", "npu_0.csv", "npu_5.csv"]))
+    path = os.path.join(d, target)
+    if target == "meta.json" and draw(st.booleans()):
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+        data = json.dumps(draw(mutated_json(meta, edits=2)))
+    else:
+        with open(path, encoding="utf-8") as f:
+            data = draw(st.one_of(mutated_text(f.read()), hostile_bytes()))
+    write(path, data)
+    extra = draw(st.sampled_from([[], ["--execution", "full"], ["--verify"], ["--backend", "congestion"]]))
+    run("table directories", [d, *extra, "--json"], workdir)
+
+
+def case_trace(draw, workdir):
+    data = draw(st.one_of(st.builds(json.dumps, mutated_json(trace_nodes(), edits=2)),
+                          mutated_text(json.dumps(trace_nodes(), indent=1)), hostile_bytes()))
+    path = write(os.path.join(workdir, "rank0.json"), data)
+    run("execution traces", [path, "--topology", "4_ring", "--json"], workdir)
+
+
+def case_model_file(draw, workdir):
+    data = draw(mutated_text(model_source(), edits=2))
+    path = write(os.path.join(workdir, "model.py"), data)
+    run("model files", [path, "--topology", "4_ring", "--json"], workdir)
+
+
+def case_output(draw, workdir):
+    """-o targets: an existing user file or directory, a file where a directory goes, odd names."""
+    workdir_file = write(os.path.join(workdir, "thesis.txt"), "mine")
+    target = draw(st.sampled_from(["out", "thesis.txt", ".", "..", "out/deeper", "", "x" * 300, "nul\u0000l"]))
+    emit = draw(st.sampled_from(["tables", "mlir"]))
+    run("-o outputs", [*COLLECTIVE, "--topology", "4_ring", "--emit", emit, "-o", target], workdir,
+        outputs=(target,) if target not in ("thesis.txt", ".", "..") else ())
+    named = emit == "mlir" and target == "thesis.txt"  # a file named as -o is replaced, as compilers do
+    with open(workdir_file, encoding="utf-8") as f:
+        if f.read() != "mine" and not named:
+            raise ContractBreach(f"-o {target!r} changed the user's file")
+
+
+CASES = {"sizes": case_size, "topology notation": case_topology, "command-line numbers": case_options,
+         "network files": case_network_file, ".mlir modules": case_mlir, "table directories": case_table_dir,
+         "execution traces": case_trace, "model files": case_model_file, "-o outputs": case_output}
+
+
+def valid_table_dir(root: str) -> str:
+    d = os.path.join(root, "valid_tables")
+    if not os.path.isdir(d):
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main([*COLLECTIVE, "--topology", "4x4_torus", "--chunks", "2", "--emit", "tables", "-o", d])
+        assert code == 0
+    return d
+
+
+def checked(case, root: str, tables: str, examples: int):
+    """A hypothesis test running `case` on `examples` drawn inputs, each in a fresh folder under `root`."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def check(data):
+        with tempfile.TemporaryDirectory(dir=root) as workdir:
+            case(data.draw, workdir, *((tables,) if case is case_table_dir else ()))
+    return check
+
+
+def main_long(minutes: float) -> None:
+    """Every parser in turn, a few hundred inputs at a time, until `minutes` are up; then the counts."""
+    import time
+
+    deadline = time.monotonic() + minutes * 60
+    root = tempfile.mkdtemp(prefix="astra-fuzz-")
+    tables = valid_table_dir(root)
+    breaches = []
+    rounds = 0
+    while time.monotonic() < deadline:
+        rounds += 1
+        for name, case in CASES.items():
+            if time.monotonic() >= deadline:
+                break
+            try:
+                checked(case, root, tables, 25 if name == "model files" else 150)()
+            except Exception as e:  # noqa: BLE001 - a breach, or several (hypothesis groups distinct failures)
+                found = e.exceptions if isinstance(e, BaseExceptionGroup) else [e]
+                breaches += [str(x) for x in found]
+                for x in found:
+                    print("BREACH", x, file=sys.stderr, flush=True)
+    shutil.rmtree(root, ignore_errors=True)
+    print(f"{'parser':28s} {'inputs':>8s}")
+    for name, n in sorted(COUNTS.items()):
+        print(f"{name:28s} {n:8d}")
+    print(f"{'total':28s} {sum(COUNTS.values()):8d}   rounds {rounds}, {len(breaches)} contract breach(es)")
+    sys.exit(1 if breaches else 0)
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="run the fuzz harness for a while")
+    ap.add_argument("--minutes", type=float, default=30.0)
+    main_long(ap.parse_args().minutes)
