@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import sys
+import warnings
 
 from . import cli_rules
 from .runtime import atomic
@@ -148,31 +149,41 @@ def main(argv: list[str] | None = None) -> int:
     from .runtime.atomic import OutputError
     from .runtime.tables import TableError
     from .runtime.verifier import VerificationError
-    try:
-        return _run(args, given)
-    except (UserError, IRError, PassError, TableError, OutputError) as e:
-        return _fail(str(e))
-    except VerificationError as e:  # a wrong schedule is the compiler's fault, not the input's
-        sys.stderr.write(f"astra-compile: verification failed: {e}\n")
-        return 1
-    except BrokenPipeError:
-        return 0
+    # warnings (a model file's, torch's) are shown after a run that ends; a refused run says its one line only
+    with warnings.catch_warnings(record=True) as caught:
+        try:
+            code = _run(args, given)
+        except (UserError, IRError, PassError, TableError, OutputError) as e:
+            return _fail(str(e))
+        except VerificationError as e:  # a wrong schedule is the compiler's fault, not the input's
+            sys.stderr.write(f"astra-compile: verification failed: {e}\n")
+            return 1
+        except BrokenPipeError:
+            return 0
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return code
 
 
 def _int_list(text: str, what: str) -> list[int]:
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise UserError(f"{what} must be comma-separated integers, got '{text}'") from None
+    for v in values:
+        if not 0 <= v < 2**31:
+            raise UserError(f"{what}: {v} is not a dimension (0, 1, ...)")
+    return values
 
 
 def _positive_int(text: str, what: str) -> int:
+    """A count given on the command line: 1 .. 2^31-1 (tables number chunks, steps and NPUs in 32 bits)."""
     try:
         v = int(text)
     except ValueError:
         raise UserError(f"{what} must be a positive integer, got '{text}'") from None
-    if v <= 0:
-        raise UserError(f"{what} must be a positive integer, got {v}")
+    if not 0 < v < 2**31:
+        raise UserError(f"{what} must be a positive integer below 2^31, got {v}")
     return v
 
 
@@ -265,8 +276,11 @@ def _run_table_dir(args, run) -> int:
            "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
     _write_timeline(args, result, schedule.meta, f"{args.input}: {result.backend} runtime")
     if args.verify:  # the written tables on their own: their meta carries every shard layout
-        from .runtime.verifier import verify
-        verify(schedule)
+        from .runtime.verifier import VerificationError, verify
+        try:
+            verify(schedule)
+        except VerificationError as e:  # tables given as input are the user's: wrong ones are bad input
+            raise UserError(f"{args.input}: the tables do not implement their collectives: {e}") from None
         out["verified"] = True
     print(json.dumps(out, indent=1) if args.json else
           f"total time {out['total_time_us']:.3f} us on {out['npus']} NPUs ({result.backend}, {result.mode} "

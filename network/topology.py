@@ -30,6 +30,8 @@ from .units import link_range_error
 DEFAULT_BANDWIDTH_GBPS = 50.0
 DEFAULT_LATENCY_NS = 500.0
 DEFAULT_LINKS = 1
+# NPUs are numbered in 32 bits (the tables' npu and peer columns)
+MAX_NPUS = 2**31 - 1
 # ASTRA-sim's links-count: parallel links per neighbour. A switch radix bounds it in any real machine.
 MAX_LINKS = 1024
 
@@ -144,6 +146,10 @@ class Topology:
         if self.graph is not None and not graph_dims:
             raise UserError("links given for a topology without a Graph dimension")
         object.__setattr__(self, "dims", dims)
+        npus = math.prod(d.size for d in dims)
+        if npus > MAX_NPUS:
+            raise UserError(f"a topology of {npus} NPUs: astra-compile numbers NPUs in 32 bits (tables, IR), so at "
+                            f"most {MAX_NPUS}")
         if not self.name:
             object.__setattr__(self, "name", "_".join(d.notation for d in dims))
         strides, s = [], 1

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..network import blocks
+from ..network.topology import MAX_LINKS
+from ..network.units import link_range_error
 from .errors import TableError
 
 FORMAT = "astra-compile-tables"
@@ -142,6 +144,12 @@ def _real(value, where: str, positive: bool) -> float:
     return float(value)
 
 
+def _str(value, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise TableError(f"{where} must be a non-empty string, got {value!r}")
+    return value
+
+
 def _list(value, where: str, length: int | None = None) -> list:
     if not isinstance(value, list):
         raise TableError(f"{where} must be a list, got {type(value).__name__}")
@@ -187,9 +195,11 @@ def check(meta, where: str) -> dict:
         if not isinstance(d["block"], str) or d["block"] not in blocks.BLOCKS:
             raise TableError(f"{w}.block must be one of {', '.join(blocks.BLOCKS)}, got {d['block']!r}")
         sizes.append(_int(d["size"], f"{w}.size", 2))
-        _real(d["bandwidth_gbps"], f"{w}.bandwidth_gbps", True)
-        _real(d["latency_ns"], f"{w}.latency_ns", False)
-        _int(d.get("links", 1), f"{w}.links", 1)
+        problem = link_range_error(_real(d["bandwidth_gbps"], f"{w}.bandwidth_gbps", True),
+                                   _real(d["latency_ns"], f"{w}.latency_ns", False))
+        if problem:
+            raise TableError(f"{w}: {problem}")
+        _int(d.get("links", 1), f"{w}.links", 1, MAX_LINKS)
     if math.prod(sizes) != npus:
         raise TableError(f"{where}: npus is {npus} but the topology's dimensions hold {math.prod(sizes)}")
     if topo.get("graph") is not None:
@@ -204,10 +214,14 @@ def check(meta, where: str) -> dict:
     shards = meta.get("shards")
     if shards is not None:
         _dict(shards, f"{where}: shards")
+        for key in shards:
+            if key not in {str(ci) for ci, c in enumerate(colls) if c["kind"] != "all_to_all"}:
+                raise TableError(f"{where}: shards has key {key!r}, which names no reduce-scatter or all-gather")
         for ci, c in enumerate(colls):
             if c["kind"] != "all_to_all" and str(ci) in shards:
                 a = np.asarray(shards[str(ci)], dtype=object)
-                if a.shape != (npus, c["chunks"], 2) or not all(isinstance(v, int) and v >= 0 for v in a.ravel()):
+                if a.shape != (npus, c["chunks"], 2) or not all(
+                        isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= c["bytes"] for v in a.ravel()):
                     raise TableError(f"{where}: shards[{ci}] must be {npus} x {c['chunks']} pairs of byte offsets "
                                      f"and lengths")
     return meta
@@ -233,6 +247,8 @@ def _check_collective(c, ci: int, where: str, ndims: int) -> None:
                      "chunk_dims"))
     if c["kind"] not in PHASE_KINDS:
         raise TableError(f"{where}.kind must be one of {', '.join(PHASE_KINDS)}, got {c['kind']!r}")
+    for key in ("name", "buffer", "buffer_kind"):
+        _str(c[key], f"{where}.{key}")
     _int(c["bytes"], f"{where}.bytes", 1, 2 ** 62)
     chunks = _int(c["chunks"], f"{where}.chunks", 1, 2 ** 31 - 1)
     for k, d in enumerate(_list(c["group_dims"], f"{where}.group_dims")):
@@ -245,10 +261,15 @@ def _check_collective(c, ci: int, where: str, ndims: int) -> None:
     stage_dims = []
     for k, s in enumerate(stages):
         _dict(s, f"{where}.stages[{k}]", ("kind", "dim", "algorithm", "bytes"))
+        _str(s["kind"], f"{where}.stages[{k}].kind")
+        _str(s["algorithm"], f"{where}.stages[{k}].algorithm")
+        _int(s["bytes"], f"{where}.stages[{k}].bytes", 1, 2 ** 62)
         stage_dims.append(_int(s["dim"], f"{where}.stages[{k}].dim", -1, ndims - 1))
     rows = _list(c["chunk_dims"], f"{where}.chunk_dims", chunks)
     for f, row in enumerate(rows):
-        if sorted(_list(row, f"{where}.chunk_dims[{f}]", len(stages))) != sorted(stage_dims):
+        dims_visited = [_int(d, f"{where}.chunk_dims[{f}][{k}]", -1, ndims - 1)
+                        for k, d in enumerate(_list(row, f"{where}.chunk_dims[{f}]", len(stages)))]
+        if sorted(dims_visited) != sorted(stage_dims):
             raise TableError(f"{where}.chunk_dims[{f}] must visit the stages' dimensions {stage_dims}, got {row!r}")
 
 

@@ -14,6 +14,7 @@ extreme numbers. tests/test_fuzz.py runs each for a few examples (CI); run it lo
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import math
@@ -23,6 +24,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import traceback
 from collections import Counter
 
 from hypothesis import strategies as st
@@ -85,8 +87,12 @@ def run(parser: str, argv: list, workdir: str, outputs: tuple[str, ...] = ()) ->
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(TIMEOUT)
     cwd = os.getcwd()
+    fd_err = tempfile.TemporaryFile()  # what reaches file descriptor 2 past sys.stderr (loggers bound to it early)
+    saved = os.dup(2)
     try:
         os.chdir(workdir)
+        sys.__stderr__.flush()
+        os.dup2(fd_err.fileno(), 2)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(argv)
@@ -95,12 +101,19 @@ def run(parser: str, argv: list, workdir: str, outputs: tuple[str, ...] = ()) ->
     except _Hang:
         raise ContractBreach(f"{parser}: no answer within {TIMEOUT} s: {argv}") from None
     except Exception as e:  # noqa: BLE001 - any other exception is a traceback for the user
-        raise ContractBreach(f"{parser}: {type(e).__name__}: {e} on {argv}") from e
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        raise ContractBreach(f"{parser}: {type(e).__name__}: {str(e)[:200]} at {where.filename}:{where.lineno} "
+                             f"on {argv}") from e
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
         os.chdir(cwd)
-    stdout, stderr = out.getvalue(), err.getvalue()
+        sys.__stderr__.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+    fd_err.seek(0)
+    stdout, stderr = out.getvalue(), fd_err.read().decode(errors="replace") + err.getvalue()
+    fd_err.close()
     if code == 2:
         if stderr.count("\n") != 1 or not stderr.startswith("astra-compile: error: "):
             raise ContractBreach(f"{parser}: exit 2 without one error line: {stderr!r} on {argv}")
@@ -173,7 +186,7 @@ def mutated_json(draw, obj, edits: int = 2):
     for _ in range(draw(st.integers(1, edits))):
         paths = [p for p in _paths(obj) if p]
         if not paths:
-            return draw(st.sampled_from(EXTREME_VALUES))
+            return copy.deepcopy(draw(st.sampled_from(EXTREME_VALUES)))
         path = draw(st.sampled_from(paths))
         parent = obj
         for k in path[:-1]:
@@ -181,7 +194,7 @@ def mutated_json(draw, obj, edits: int = 2):
         if draw(st.booleans()) and isinstance(parent, dict):
             del parent[path[-1]]
         else:
-            parent[path[-1]] = draw(st.sampled_from(EXTREME_VALUES))
+            parent[path[-1]] = copy.deepcopy(draw(st.sampled_from(EXTREME_VALUES)))  # never the shared one
     return obj
 
 
@@ -358,11 +371,13 @@ def valid_table_dir(root: str) -> str:
     return d
 
 
-def checked(case, root: str, tables: str, examples: int):
-    """A hypothesis test running `case` on `examples` drawn inputs, each in a fresh folder under `root`."""
+def checked(case, root: str, tables: str, examples: int, derandomize: bool = False):
+    """A hypothesis test running `case` on `examples` drawn inputs, each in a fresh folder under `root`
+    (`derandomize`: the same inputs on every run, as the test suite wants)."""
     from hypothesis import HealthCheck, given, settings
 
-    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck),
+              derandomize=derandomize)
     @given(st.data())
     def check(data):
         with tempfile.TemporaryDirectory(dir=root) as workdir:

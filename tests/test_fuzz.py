@@ -18,4 +18,6 @@ def tables(tmp_path_factory):
 @pytest.mark.parametrize("name", list(fuzz.CASES))
 def test_contract_holds_on_hostile_input(name, tables, tmp_path_factory):
     examples = max(2, EXAMPLES // 4) if name == "model files" else EXAMPLES
-    fuzz.checked(fuzz.CASES[name], str(tmp_path_factory.mktemp("fuzz")), tables, examples)()
+    # the same inputs on every run (a new input that breaks the contract is found by the long run, then kept as a
+    # test of its own kind in test_hostile_input.py)
+    fuzz.checked(fuzz.CASES[name], str(tmp_path_factory.mktemp("fuzz")), tables, examples, derandomize=True)()

@@ -183,6 +183,12 @@ def test_a_bad_row_is_refused(capsys, tables, column, value, match):
     (lambda m: dict(m, latency_ns=[]), "latency_ns"),
     (lambda m: dict(m, version=99), "version 99"),
     (lambda m: dict(m, symmetric="yes"), "symmetric"),
+    # found by the fuzz harness: wrong types deep inside, integers past 64 bits
+    (lambda m: dict(m, collectives=[dict(m["collectives"][0], buffer=[1])] + m["collectives"][1:]), "buffer"),
+    (lambda m: dict(m, collectives=[dict(c, chunk_dims=[["x"] * len(r) for r in c["chunk_dims"]])
+                                    for c in m["collectives"]]), "chunk_dims[0][0]"),
+    (lambda m: dict(m, shards={"0": [[[2 ** 64 + 1, 0]]]}), "shards[0]"),
+    (lambda m: dict(m, shards={"zero": []}), "shards has key 'zero'"),
 ])
 def test_a_damaged_meta_json_is_refused(capsys, tables, edit, match):
     meta = json.loads((tables / "meta.json").read_text())
@@ -362,3 +368,31 @@ def test_a_module_compiles_for_another_topology(capsys):
 
 def test_a_size_past_the_limit_is_refused(capsys):
     refused(capsys, "--collective", "all_reduce", "--size", "2TB", "--topology", "4_ring", match="largest collective")
+
+
+@pytest.mark.parametrize("flag,value,match", [
+    ("--bandwidth", "1e-310", "bandwidth must be between"), ("--bandwidth", "1e308", "bandwidth must be between"),
+    ("--latency", "1e308", "latency must be between"), ("--links", "100000", "links must be between"),
+    ("--size", str(2 ** 64), "largest collective"), ("--dims", str(2 ** 64), "--dims"),
+    ("--ports", str(2 ** 64), "--ports"), ("--chunks", str(2 ** 40), "--chunks"),
+])
+def test_numbers_at_the_edges_are_refused(capsys, flag, value, match):
+    extra = ["--algorithm", "multitree"] if flag == "--ports" else []
+    argv = ["--collective", "all_reduce", "--size", "1MB", "--topology", "4x4_torus", *extra]
+    if flag == "--size":
+        argv = argv[:2] + argv[4:]
+    refused(capsys, *argv, flag, value, match=match)
+
+
+@pytest.mark.parametrize("value", ["0\n", "4x4\ntorus", "a\rb\x1b[2J"])
+def test_a_value_with_control_characters_stays_one_line(capsys, value):
+    err = refused(capsys, "--collective", "all_reduce", "--size", value, "--topology", "4x4_torus")
+    assert "\\n" in err or "\\r" in err
+
+
+@pytest.mark.parametrize("target,match", [("x" * 300, "File name too long"), ("nul\0l", "not a file name")])
+@pytest.mark.parametrize("emit", ["tables", "mlir"])
+def test_an_output_name_that_cannot_be_written_is_one_line(capsys, tmp_path, monkeypatch, target, match, emit):
+    monkeypatch.chdir(tmp_path)
+    refused(capsys, *RING4, "--emit", emit, "-o", target, match=match)
+    assert os.listdir(tmp_path) == []

@@ -10,6 +10,7 @@ so rank 0's stands for all.
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from ..network.errors import UserError
 from .model_file import ModelFile, one_line
@@ -57,12 +58,25 @@ def mesh_axes_for(spec: ModelFile, world_size: int, mesh: dict[str, int] | None)
     return axes
 
 
+@contextlib.contextmanager
+def _quiet_fake_tensor_log():
+    """Fake-tensor mode logs the traceback of a model op that fails (a shape mismatch in the user's model) before
+    raising; the capture turns that exception into its one-line error, so the logged traceback is only noise."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    was = log.disabled
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = was
+
+
 def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None) -> Workload:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     axes = mesh_axes_for(spec, world_size, mesh)
-    with fake_world(world_size):
+    with fake_world(world_size), _quiet_fake_tensor_log():
         device_mesh = build_mesh(axes)  # outside fake mode: the mesh holds real rank tensors
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         stage = "build_model()"
