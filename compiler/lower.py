@@ -42,6 +42,7 @@ class Schedule:
     def __init__(self, topology: Topology, plans: list[CollectivePlan]):
         self.topology = topology
         self.plans = plans
+        self._network_templates: dict = {}  # (kind, algorithm) -> its whole-network template, built once
         self.shape = topology.shape
         self.strides = topology.strides()
         self._check_sizes()
@@ -171,10 +172,9 @@ class Schedule:
             return alg.template(kind, self.topology.npus, bidirectional=True)
         if stage.dim == FLAT or alg.name == "flat_ring":
             # a whole-network template is built once per schedule, not once per NPU's table (n^2 rows each time)
-            cache = self.__dict__.setdefault("_network_templates", {})
-            if (kind, alg.name) not in cache:
-                cache[kind, alg.name] = self._network_template(kind, alg.name)
-            return cache[kind, alg.name]
+            if (kind, alg.name) not in self._network_templates:
+                self._network_templates[kind, alg.name] = self._network_template(kind, alg.name)
+            return self._network_templates[kind, alg.name]
         dim = self.topology.dims[stage.dim]
         if stage.fused:  # an all-reduce's halves run as one pass (select-algorithm decided, the phases say so)
             return alg.template(kind, dim.size, dim.kind.neighbour_links, fused=True)
