@@ -269,6 +269,9 @@ def _run_table_dir(args, run) -> int:
     from .runtime.tables import DirSchedule
     from . import resources
     schedule = DirSchedule(args.input)
+    if args.verify:
+        from .runtime.verifier import check_size
+        check_size(schedule.meta)
     resources.table_files(args.input, schedule.meta, run.execution != "full", args.verify).check(run.max_memory)
     result = driver.execute(schedule, run)
     out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta.npus, "backend": result.backend,
@@ -349,7 +352,8 @@ def _run_collective(args, run) -> int:
     module, schedule = compiled.module, compiled.schedule
     if args.verify:  # before anything is written: a schedule that fails verification is never emitted
         from . import resources
-        from .runtime.verifier import verify
+        from .runtime.verifier import check_size, verify
+        check_size(schedule.meta)  # the verifier's own limit first: its message says what to do
         resources.verification(topology, schedule.plans).check(run.max_memory)
         verify(schedule)
         if args.emit != "report":

@@ -53,8 +53,18 @@ def _shards(shards: dict, ci: int) -> np.ndarray:
     return np.asarray(shards[ci])
 
 
+def check_size(meta) -> None:
+    """Refuse (TableError, one line) collectives too large to execute on data: one int64 element per byte on
+    every NPU."""
+    for c in meta.collectives:
+        if meta.npus * c.bytes > MAX_ELEMENTS:
+            raise TableError(f"{c.name}: {meta.npus} NPUs x {c.bytes} bytes is too large to execute on data "
+                             f"(limit {MAX_ELEMENTS} bytes in all); verify a smaller size")
+
+
 def verify(schedule: Schedule, seed: int = 0) -> dict:
     meta = schedule.export_meta()  # with every shard layout
+    check_size(meta)
     shards = meta.shards or {}
     npus = meta.npus
     shape = meta.shape
@@ -67,9 +77,6 @@ def verify(schedule: Schedule, seed: int = 0) -> dict:
         members.setdefault(b, []).append(ci)
         if b in buffers:
             continue
-        if npus * c.bytes > MAX_ELEMENTS:
-            raise TableError(f"{c.name}: {npus} NPUs x {c.bytes} bytes is too large to execute on data "
-                                    f"(limit {MAX_ELEMENTS} bytes in all); verify a smaller size")
         kinds[b] = c.buffer_kind
         data = rng.integers(0, 1000, size=(npus, c.bytes), dtype=np.int64)
         if kinds[b] == "all_gather":
