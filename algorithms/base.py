@@ -16,6 +16,7 @@ owning block m (units [m*P, (m+1)*P) with P = units // k); all-gather starts fro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -40,6 +41,26 @@ class Transfers:
     direction: np.ndarray   # +1, -1, or 0 = shortest way
     # network-scope algorithms (members = NPUs of the whole network): the physical link (index into Topology.links())
     link: np.ndarray | None = None
+
+    def of_member(self, member: int) -> tuple[np.ndarray, np.ndarray]:
+        """Indices (ascending) of the transfers `member` sends and of those it receives. Found through an index
+        built once per template: a whole-network template has n^2 transfers, and scanning it for each of n NPUs
+        would cost n^3."""
+        send_order, send_starts, recv_order, recv_starts = self._by_member
+        if not 0 <= member < len(send_starts) - 1:
+            empty = np.zeros(0, np.int64)
+            return empty, empty
+        return (send_order[send_starts[member]:send_starts[member + 1]],
+                recv_order[recv_starts[member]:recv_starts[member + 1]])
+
+    @cached_property
+    def _by_member(self):
+        members = int(max(self.src.max(), self.dst.max())) + 1 if len(self.src) else 0
+        out = []
+        for col in (self.src, self.dst):
+            order = np.argsort(col, kind="stable")  # stable: each member's transfers stay in template order
+            out += [order, np.searchsorted(col[order], np.arange(members + 1))]
+        return tuple(out)
 
     @staticmethod
     def build(units: int, rows: list[tuple], reduce: bool) -> "Transfers":

@@ -14,6 +14,7 @@ from types import ModuleType
 
 from . import driver
 from .network.errors import UserError
+from .frontend.cpu_limit import DEFAULT_SECONDS as DEFAULT_CAPTURE_LIMIT
 from .frontend.workload import Workload
 from .runtime.workload_engine import Roofline
 from .network.parse import parse_topology
@@ -22,9 +23,11 @@ from .workload_driver import WorkloadOptions, run, to_module
 from .workload_report import WorkloadReport, make_report
 
 
-def load_workload(source, world_size: int, mesh: dict | None = None) -> Workload:
+def load_workload(source, world_size: int, mesh: dict | None = None,
+                  capture_limit: float | None = DEFAULT_CAPTURE_LIMIT) -> Workload:
     """A Workload from a model file path, a loaded Python module following the model-file convention, a list of
-    execution-trace files (or one), or a Workload."""
+    execution-trace files (or one), or a Workload. Loading and capturing a model file may take at most
+    `capture_limit` seconds of CPU (None: no limit)."""
     if isinstance(source, Workload):
         return source
     if isinstance(source, ModuleType):
@@ -37,8 +40,10 @@ def load_workload(source, world_size: int, mesh: dict | None = None) -> Workload
         raise UserError("nothing to compile: no model file or trace given")
     if len(paths) == 1 and paths[0].endswith(".py"):
         from .frontend.capture import capture
+        from .frontend.cpu_limit import cpu_limit
         from .frontend.model_file import load_model_file
-        return capture(load_model_file(paths[0]), world_size, mesh)
+        with cpu_limit(capture_limit, f"model file {paths[0]}"):
+            return capture(load_model_file(paths[0]), world_size, mesh)
     if all(p.endswith(".json") for p in paths):
         if mesh:
             raise UserError("--mesh applies to model files; a trace already records its process groups")
@@ -51,13 +56,15 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             mesh: str | dict | None = None, scheduler: str = driver.DEFAULT_SCHEDULER, chunks: int | None = None,
             algorithm: str | None = None, backend: str = "analytical", intra: str = driver.DEFAULT_INTRA,
             peak_tflops: float = Roofline.peak_tflops, mem_bw_gbps: float = Roofline.mem_gbps,
-            rank: int = 0, max_memory: int | None = None) -> WorkloadReport:
+            rank: int = 0, max_memory: int | None = None,
+            capture_limit: float | None = DEFAULT_CAPTURE_LIMIT) -> WorkloadReport:
     """Capture (or import) one training step, compile its collectives for `topology` and time the step.
 
     `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
     apply to every collective as on the collective command line; the roofline turns FLOPs and bytes into compute
     time. `rank` picks whose step the report details (multi-rank traces). `max_memory` (bytes) refuses a
-    collective estimated to need more (default: this machine's available memory)."""
+    collective estimated to need more (default: this machine's available memory); `capture_limit` bounds the CPU
+    seconds a model file may take to load and capture."""
     topo = topology if isinstance(topology, Topology) else parse_topology(topology, bandwidth, latency, links)
     if isinstance(mesh, str):
         from .frontend.parallelize import parse_mesh
@@ -65,7 +72,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     for flag, value in (("--peak-tflops", peak_tflops), ("--mem-bw", mem_bw_gbps)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise UserError(f"{flag} must be a finite positive number, got {value!r}")
-    workload = load_workload(source, topo.npus, mesh)
+    workload = load_workload(source, topo.npus, mesh, capture_limit)
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
     opts = WorkloadOptions(scheduler, defaults, driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory),
                            Roofline(peak_tflops, mem_bw_gbps))

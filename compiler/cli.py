@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 import warnings
@@ -49,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--mesh", help="device mesh of a model file, outermost axis first, e.g. dp=8,tp=8 (the last axis "
                                   "takes topology dimension 0); axes dp, fsdp and tp apply DDP, FSDP2 and the "
                                   "file's TP_PLAN; default: the file's mesh_axes(), else dp over every NPU")
+    g.add_argument("--capture-limit", type=float, default=600.0, metavar="SECONDS",
+                   help="CPU seconds a model file may take to load and capture (default 600); a model that takes "
+                        "longer ends with an error, not a hang")
     g.add_argument("--peak-tflops", type=float, default=234.0,
                    help="compute roofline: peak TFLOPS per NPU (default 234, seed 002's A100 figure)")
     g.add_argument("--mem-bw", type=float, default=1896.0,
@@ -187,6 +191,12 @@ def _positive_int(text: str, what: str) -> int:
     return v
 
 
+def _capture_limit(seconds: float) -> float:
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UserError(f"--capture-limit must be a positive number of seconds, got {seconds!r}")
+    return seconds
+
+
 def _is_workload(inputs: list[str]) -> bool:
     return bool(inputs) and (inputs[0].endswith(".py") or all(p.endswith(".json") for p in inputs))
 
@@ -204,7 +214,8 @@ def _run_workload(args, max_memory: int | None) -> int:
                               bandwidth=args.bandwidth, latency=args.latency, links=args.links, mesh=args.mesh,
                               scheduler=args.scheduler, chunks=chunks, algorithm=args.algorithm,
                               backend=args.backend, intra=args.intra, peak_tflops=args.peak_tflops,
-                              mem_bw_gbps=args.mem_bw, max_memory=max_memory)
+                              mem_bw_gbps=args.mem_bw, max_memory=max_memory,
+                              capture_limit=_capture_limit(args.capture_limit))
     if args.emit == "mlir":
         if args.output:
             atomic.write_text(args.output, report.mlir)

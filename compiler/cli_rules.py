@@ -16,8 +16,8 @@ COMPILE = {"algorithm", "chunks", "scheduler"}
 ALLOWED = {
     "list-passes": {"list_passes"},
     "table directory": RUN | {"json", "verify", "timeline", "plot"},
-    "training step": NETWORK | COMPILE | {"mesh", "peak_tflops", "mem_bw", "backend", "intra", "emit", "output",
-                                          "json", "max_memory"},
+    "training step": NETWORK | COMPILE | {"mesh", "capture_limit", "peak_tflops", "mem_bw", "backend", "intra",
+                                          "emit", "output", "json", "max_memory"},
     "collective": NETWORK | COMPILE | RUN | {"collective", "size", "dims", "ports", "pass_pipeline",
                                              "print_ir_after_all", "mlir_timing", "emit", "npu", "output",
                                              "table_format",

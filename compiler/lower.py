@@ -361,12 +361,11 @@ def _rows(npu, coll, stage, flows, step, op, peer, dim, lane, hops, gbps, off, e
 
 def _template_rows(t: Transfers, member: int):
     """Rows of template t that member takes part in: (step, op, peer member, unit lo, unit hi, direction, units)."""
-    send = t.src == member
-    recv = t.dst == member
+    send, recv = t.of_member(member)
     recv_op = RECV_REDUCE if t.reduce.any() else RECV_COPY
     link = np.concatenate([t.link[send], t.link[recv]]) if t.link is not None else None
     return (np.concatenate([t.step[send], t.step[recv]]),
-            np.concatenate([np.full(send.sum(), SEND), np.full(recv.sum(), recv_op)]),
+            np.concatenate([np.full(len(send), SEND), np.full(len(recv), recv_op)]),
             np.concatenate([t.dst[send], t.src[recv]]),
             np.concatenate([t.src_lo[send], t.dst_lo[recv]]),
             np.concatenate([t.src_hi[send], t.dst_hi[recv]]),

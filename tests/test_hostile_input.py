@@ -234,6 +234,17 @@ def test_roofline_must_be_finite(capsys, flag, value):
     refused(capsys, os.path.join(EXAMPLES, "mlp_dp.py"), "--topology", "4_ring", flag, value, match=flag)
 
 
+def test_a_model_file_that_never_finishes_is_stopped(capsys, tmp_path):
+    path = tmp_path / "deep.py"
+    path.write_text("from torch import nn\n"
+                    "def build_model():\n"
+                    "    return nn.Sequential(*[nn.Linear(8, 8) for _ in range(2 ** 31)])\n"
+                    "def example_inputs():\n"
+                    "    import torch\n"
+                    "    return torch.randn(2, 8)\n")
+    refused(capsys, path, "--topology", "4_ring", "--capture-limit", "2", match="more than 2 s of CPU")
+
+
 def test_a_model_file_that_exits_is_refused(capsys, tmp_path):
     path = tmp_path / "script.py"
     path.write_text("import sys\nsys.exit(0)\n")

@@ -1,0 +1,43 @@
+"""A limit on the CPU time of running the user's model file, so a model that never finishes (a layer count of
+2^31, a loop that does not end) ends in one line instead of running until the machine runs out of memory.
+
+CPU time (ITIMER_PROF, SIGPROF) rather than wall time: a loaded machine does not make a model fail, and the
+wall-clock alarm stays free for whoever runs the compiler in-process (test harnesses use it)."""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+from ..network.errors import UserError
+
+DEFAULT_SECONDS = 600.0
+
+
+class _Expired(BaseException):
+    """Raised inside the user's code when the limit passes; a BaseException, so `except Exception` in a model file
+    or in the capture does not swallow it."""
+
+
+@contextlib.contextmanager
+def cpu_limit(seconds: float | None, what: str):
+    """Run the block with at most `seconds` of CPU (None or 0: no limit; off the main thread there is no way to
+    interrupt it, and no limit)."""
+    if not seconds or threading.current_thread() is not threading.main_thread() or \
+            not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise _Expired()
+
+    old = signal.signal(signal.SIGPROF, expire)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        yield
+    except _Expired:
+        raise UserError(f"{what} used more than {seconds:g} s of CPU without finishing (a model that large, or a "
+                        f"loop that does not end?); raise the limit with --capture-limit") from None
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
