@@ -10,6 +10,7 @@ load and their ratio is measured in one run.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -34,40 +35,62 @@ CASES = [
 ]
 
 
-def run_once(argv: list[str], exe: str) -> tuple[float, float]:
+def run_once(argv: list[str], exe: str, timeout: float | None = None) -> tuple[float, float]:
+    """(wall seconds, peak RSS MB) of one run; wall is inf when it was stopped after `timeout` seconds."""
     start = time.perf_counter()
     proc = subprocess.Popen([exe, *argv, "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
+    if timeout is None:
+        _, status, usage = os.wait4(proc.pid, 0)  # blocking: the end is seen at once
+    else:
+        while True:  # polled, so a run past the timeout can be stopped (the child's rusage needs wait4)
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - start > timeout:
+                proc.kill()
+                _, status, usage = os.wait4(proc.pid, 0)
+                return math.inf, usage.ru_maxrss / 1024
+            time.sleep(0.002)
     wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
+    if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"astra-compile {' '.join(argv)} failed: {proc.stderr.read().decode()}")
     return wall, usage.ru_maxrss / 1024  # MB (Linux reports KB)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--exe", action="append", help="astra-compile executable(s) to time (default: the one on PATH)")
-    args = ap.parse_args()
-    exes = args.exe or [shutil.which("astra-compile")]
-    if not all(exes):
-        raise SystemExit("astra-compile is not installed: pip install . first")
+def table(cases, runs: int, exes: list[str], timeout: float | None = None, width: int = 80) -> None:
+    """Print median wall time and peak memory of each case for each executable, runs interleaved."""
     label = max(len(e) for e in exes) if len(exes) > 1 else 0
-    print(f"{'case':80s} {'exe':{label}s} {'median wall s':>13s} {'min':>7s} {'max':>7s} {'peak RSS MB':>11s}")
-    for name, argv in CASES:
-        runs = {e: [] for e in exes}
-        for _ in range(args.runs):
+    print(f"{'case':{width}s} {'exe':{label}s} {'median wall s':>13s} {'min':>7s} {'max':>7s} {'peak RSS MB':>11s}")
+    for name, argv in cases:
+        results = {e: [] for e in exes}
+        for _ in range(runs):
             for e in exes:  # interleaved: every executable sees the same load
-                runs[e].append(run_once(argv, e))
+                results[e].append(run_once(argv, e, timeout))
         for e in exes:
-            walls, mems = zip(*runs[e])
-            print(f"{name:80s} {e if label else '':{label}s} {statistics.median(walls):13.3f} {min(walls):7.3f} "
+            walls, mems = zip(*results[e])
+            print(f"{name:{width}s} {e if label else '':{label}s} {statistics.median(walls):13.3f} {min(walls):7.3f} "
                   f"{max(walls):7.3f} {max(mems):11.1f}")
         if len(exes) > 1:
-            base = statistics.median(w for w, _ in runs[exes[0]])
-            print(f"{'':80s} {'ratio to first':{label}s} " + "  ".join(
-                f"{statistics.median(w for w, _ in runs[e]) / base:.3f}" for e in exes[1:]))
+            base = statistics.median(w for w, _ in results[exes[0]])
+            print(f"{'':{width}s} {'ratio to first':{label}s} " + "  ".join(
+                f"{statistics.median(w for w, _ in results[e]) / base:.3f}" for e in exes[1:]))
+
+
+def arguments(description: str, runs: int) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--runs", type=int, default=runs)
+    ap.add_argument("--exe", action="append", help="astra-compile executable(s) to time (default: the one on PATH)")
+    ap.add_argument("--timeout", type=float, help="stop a run after this many seconds (its time shows as inf)")
+    args = ap.parse_args()
+    args.exe = args.exe or [shutil.which("astra-compile")]
+    if not all(args.exe):
+        raise SystemExit("astra-compile is not installed: pip install . first")
+    return args
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0], 5)
+    table(CASES, args.runs, args.exe, args.timeout)
 
 
 if __name__ == "__main__":

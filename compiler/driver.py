@@ -132,7 +132,7 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
             schedule = lower(module, topology, run.max_memory)
             symmetric = run.execution == "symmetric" or (run.execution == "auto" and schedule.meta.symmetric
                                                          and not run.timeline)
-            resources.tables(topology, schedule.plans, symmetric).check(run.max_memory)
+            resources.tables(topology, schedule.plans, symmetric, run.backend).check(run.max_memory)
             timed[key] = (schedule, execute(schedule, run))
         return timed[key][1].total_ns
 
@@ -146,7 +146,7 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
 
     chunks = defaults.get("chunks")
     resources.request(topology, comm.parse_module(source, ctx), defaults.get("algorithm"),
-                      chunks if isinstance(chunks, int) else None).check(run.max_memory)
+                      chunks if isinstance(chunks, int) else None, run.execution, run.backend).check(run.max_memory)
     if pipeline is not None:
         return one(pipeline, "custom pipeline", print_ir)
     name = algorithms.canonical(str(defaults.get("algorithm", "")))  # None for a per-dimension list

@@ -25,7 +25,14 @@ from .network.units import format_size
 
 BASE = 160 * 2**20           # interpreter, numpy, the MLIR bindings, OR-Tools and a small run (measured RSS)
 PER_TEMPLATE_TRANSFER = 300  # a template transfer: built from a Python tuple, sorted, kept as 11 int64 columns
-PER_ROW = 500                # an executed table row: its columns, its message, the engine's step records
+# an executed table row: its columns, its message and the engine's step records (the analytical engine keeps a
+# Python record per message; the congestion engine's compiled core keeps arrays)
+PER_ROW = {"analytical": 600, "congestion": 300}
+PER_VERIFIED_ROW = 600       # every NPU's table row while the verifier executes it
+
+
+def _per_row(backend: str) -> int:
+    return PER_ROW.get(backend, max(PER_ROW.values()))
 PER_PLAN_ENTRY = 2500        # a whole-network search's (tree, node) entry: parent, step, link, candidates
 PER_SHARD = 16               # an NPU's reduce-scatter shard of one chunk: offset and length
 PER_NPU = 200                # per NPU of the network: coordinates, ranks, link numbering
@@ -73,7 +80,8 @@ def machine_memory() -> int:
         return 8 * 2**30
 
 
-def request(topology: Topology, module, algorithm: str | None, chunks: int | None) -> Estimate:
+def request(topology: Topology, module, algorithm: str | None, chunks: int | None, execution: str = "auto",
+            backend: str = "analytical") -> Estimate:
     """Before the passes, from the module's collectives and the command line's algorithm and chunks: the planning
     search, the templates and the rows the run will need at the least (NPU 0's alone, unless the request already
     rules symmetry out: a size that does not split into equal chunks, or an algorithm whose NPUs differ)."""
@@ -112,14 +120,14 @@ def request(topology: Topology, module, algorithm: str | None, chunks: int | Non
         for alg, half, k, bid in groups:
             distinct[alg.name, half, k, bid] = f = alg.footprint(half, k, bid)
             per_npu += c * -(-2 * f // k)
-        symmetric &= whole is None
+        symmetric &= whole is None and execution != "full"
     templates = sum(distinct.values())
     executed = 1 if symmetric else n
     total = (BASE + n * PER_NPU + shards + planning * PER_PLAN_ENTRY + templates * PER_TEMPLATE_TRANSFER
-             + per_npu * executed * PER_ROW)
+             + per_npu * executed * _per_row(backend))
     parts = [(planning * PER_PLAN_ENTRY, f"{whole.planned_by if whole else ''} over {n} NPUs"),
              (templates * PER_TEMPLATE_TRANSFER, f"{templates:.3g} template transfers"),
-             (per_npu * executed * PER_ROW, f"{per_npu:.3g} rows per NPU on {executed} NPU(s)"),
+             (per_npu * executed * _per_row(backend), f"{per_npu:.3g} rows per NPU on {executed} NPU(s)"),
              (n * PER_NPU + shards, f"{n} NPUs")]
     return Estimate(total, per_npu * executed, max(parts)[1])
 
@@ -155,13 +163,13 @@ def _rows_per_npu(topology: Topology, plans) -> int:
     return rows
 
 
-def tables(topology: Topology, plans, symmetric: bool) -> Estimate:
+def tables(topology: Topology, plans, symmetric: bool, backend: str = "analytical") -> Estimate:
     """Before the runtime: the rows of the tables it executes (NPU 0's alone when symmetric) and the shard
     layouts."""
     per_npu = _rows_per_npu(topology, plans)
     executed = 1 if symmetric else topology.npus
     shards = sum(topology.npus * p.chunks * PER_SHARD for p in plans)
-    return Estimate(BASE + per_npu * executed * PER_ROW + shards, per_npu * executed,
+    return Estimate(BASE + per_npu * executed * _per_row(backend) + shards, per_npu * executed,
                     f"{per_npu:.3g} rows per NPU on {executed} NPU(s)")
 
 
@@ -169,7 +177,7 @@ def verification(topology: Topology, plans) -> Estimate:
     """Before --verify: every NPU's table and a data buffer per byte of each collective on every NPU."""
     rows = _rows_per_npu(topology, plans) * topology.npus
     data = sum(topology.npus * p.bytes * PER_VERIFIED_BYTE for p in plans)
-    return Estimate(BASE + rows * PER_ROW + data, rows, f"verifying on data over {topology.npus} NPUs")
+    return Estimate(BASE + rows * PER_VERIFIED_ROW + data, rows, f"verifying on data over {topology.npus} NPUs")
 
 
 PER_TABLE_FILE_BYTE = 10  # a table file's row is 30-60 characters on disk, about ten times that in memory

@@ -42,10 +42,10 @@ def test_network_footprint_counts_the_built_template(topology, algorithm):
         assert ALL[algorithm].footprint(plan.kind, n, True) == built
 
 
-def _request(topology, chunks=1, algorithm=None, size=2**30):
+def _request(topology, chunks=1, algorithm=None, size=2**30, execution="auto", backend="analytical"):
     topo = parse_topology(topology)
     module = driver.build_module(comm.new_context(), topo, "all_reduce", size)
-    return resources.request(topo, module, algorithm, chunks)
+    return resources.request(topo, module, algorithm, chunks, execution, backend)
 
 
 def test_estimate_grows_with_chunks_npus_and_asymmetry():
@@ -54,6 +54,10 @@ def test_estimate_grows_with_chunks_npus_and_asymmetry():
     # 2^30 bytes split into 1000 chunks are uneven: every NPU's table runs, not NPU 0's alone
     assert _request("4x4_torus", 1000).rows / 1000 == 16 * _request("4x4_torus", 1024).rows / 1024
     assert _request("8x8_torus", algorithm="multitree").bytes > _request("8x8_torus", algorithm="ring").bytes
+    # forced full execution runs every NPU's table; the congestion engine keeps a row in less memory
+    assert _request("4x4_torus", 1024, execution="full").rows == 16 * _request("4x4_torus", 1024).rows
+    full = dict(chunks=1024, execution="full")
+    assert _request("4x4_torus", backend="congestion", **full).bytes < _request("4x4_torus", **full).bytes
 
 
 @pytest.mark.parametrize("argv", [
