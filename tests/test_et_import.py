@@ -309,3 +309,17 @@ def test_cli_times_the_recorded_ranks_on_a_topology(traces, workload):
     bad = subprocess.run([sys.executable, "-m", "astra_compile.cli", *traces, "--topology", "Ring(8)"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "world size 4, not 8" in bad.stderr
+
+
+@pytest.mark.parametrize("field,value", [("group_size", "1e400"), ("group_size", '"4"'), ("group_size", "-2"),
+                                         ("ranks", "[1e400]"), ("ranks", f"[{2 ** 64}]"), ("ranks", '"0,1"')])
+def test_process_group_records_with_numbers_past_range(tmp_path, field, value):
+    # found by the fuzz harness: JSON reads 1e400 as infinity, which no rank or group size can be
+    groups = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [], "group_size": 4},
+              {"pg_name": "1", "pg_desc": "tp", "ranks": [0, 1], "group_size": 2}]
+    text = json.dumps(groups).replace(f'"{field}": {json.dumps(groups[1][field])}', f'"{field}": {value}', 1)
+    nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1),
+             node(2, "## process_group:init ##", 1, [text], ["String"])]
+    p = tmp_path / "pg.json"
+    p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
+    one_line_error([str(p)], "unreadable process-group record")

@@ -157,7 +157,8 @@ class _Trace:
             if isinstance(node, dict) and node.get("name") == "## process_group:init ##":
                 try:
                     configs = json.loads(node["inputs"]["values"][0])
-                    groups = {str(c["pg_name"]): (list(c["ranks"]) or None, int(c["group_size"])) for c in configs}
+                    groups = {str(c["pg_name"]): (_rank_list(c["ranks"]) or None, _count(c["group_size"]))
+                              for c in configs}
                 except (KeyError, IndexError, TypeError, ValueError):
                     self.fail(f"unreadable process-group record in node {node.get('id')}")
                 # the default group (ranks []) spans the world
@@ -182,6 +183,19 @@ class _Trace:
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             # a node that does not have the shape torch writes: name the file, never a traceback
             self.fail(f"malformed execution trace ({type(e).__name__}: {e})".replace("\n", " "))
+
+
+def _count(value) -> int:
+    """A rank or group size of a process-group record: an integer in 32 bits (JSON may hold 1e400, 2**64, "4")."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+        raise ValueError(f"{value!r} is not a rank or group size")
+    return value
+
+
+def _rank_list(value) -> list[int]:
+    if not isinstance(value, list):
+        raise TypeError(f"ranks must be a list, got {value!r}")
+    return [_count(r) for r in value]
 
 
 def _world_size(traces: list[_Trace], asked: int | None, spmd: bool) -> int:
