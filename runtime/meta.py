@@ -18,7 +18,7 @@ import numpy as np
 
 from ..network import blocks
 from ..network.topology import MAX_LINKS
-from ..network.units import link_range_error
+from ..network.units import MAX_LATENCY_NS, link_range_error
 from .errors import TableError
 
 FORMAT = "astra-compile-tables"
@@ -205,7 +205,8 @@ def check(meta, where: str) -> dict:
     if topo.get("graph") is not None:
         _check_graph(topo["graph"], f"{where}: topology.graph", npus)
     for k, lat in enumerate(_list(meta["latency_ns"], f"{where}: latency_ns", len(dims))):
-        _real(lat, f"{where}: latency_ns[{k}]", False)
+        if _real(lat, f"{where}: latency_ns[{k}]", False) > MAX_LATENCY_NS:
+            raise TableError(f"{where}: latency_ns[{k}] must be at most {MAX_LATENCY_NS:g} ns, got {lat!r}")
     colls = _list(meta["collectives"], f"{where}: collectives")
     if not colls:
         raise TableError(f"{where}: collectives is empty")

@@ -13,10 +13,16 @@ import os
 import numpy as np
 
 from ..network import blocks
+from ..network.topology import MAX_LINKS, MAX_NPUS
+from ..network.units import MAX_GBPS, MIN_GBPS
 from .tables import COLUMN_NAMES, DTYPES, OP_NAMES, SWITCH, Table, TableError
 
 # columns every NPU of a symmetric schedule shares, as a multiset of rows (peers, offsets and the row order, hence
 # `dep`, are relabelled per NPU)
+# A row's bandwidth is one link's: a dimension's (within network.units' range) times its links, shared by at most
+# every other NPU. Outside this range a transfer's time leaves float range (a 1e-310 GB/s row takes forever).
+MIN_ROW_GBPS = MIN_GBPS / MAX_NPUS
+MAX_ROW_GBPS = MAX_GBPS * MAX_LINKS
 SYMMETRIC_COLUMNS = ("coll", "flow", "stage", "step", "op", "dim", "lane", "hops", "gbps", "bytes")
 
 
@@ -83,7 +89,8 @@ def check_rows(t: Table, meta, npu: int, source: str) -> None:
         ("dim", (t["dim"] < -1) | (t["dim"] >= ndims), f"is not a dimension (-1..{ndims - 1})"),
         ("lane", t["lane"] < 0, "is negative"),
         ("hops", t["hops"] < 1, "is below 1"),
-        ("gbps", ~(t["gbps"] > 0), "is not a positive bandwidth"),
+        ("gbps", ~((t["gbps"] >= MIN_ROW_GBPS) & (t["gbps"] <= MAX_ROW_GBPS)),
+         f"is not a link bandwidth ({MIN_ROW_GBPS:g}..{MAX_ROW_GBPS:g} GB/s)"),
         ("bytes", t["bytes"] <= 0, "is not positive"),
         ("offset", (t["offset"] < 0) | (t["offset"] + t["bytes"] > size), "lies outside its collective's buffer"),
         ("dep", (t["dep"] < -1) | (t["dep"] >= len(t)), "is not a row of this table"),

@@ -166,7 +166,7 @@ def test_a_missing_table_is_refused(capsys, tables):
 
 @pytest.mark.parametrize("column,value,match", [
     ("bytes", "-5", "bytes"), ("bytes", "0", "bytes"), ("gbps", "0", "gbps"), ("gbps", "-50", "gbps"),
-    ("gbps", "nan", "gbps"), ("gbps", "inf", "gbps"), ("peer", "7", "peer"), ("op", "9", "op"),
+    ("gbps", "nan", "gbps"), ("gbps", "inf", "gbps"), ("gbps", "1e-310", "not a link bandwidth"), ("peer", "7", "peer"), ("op", "9", "op"),
     ("coll", "70000", "coll"), ("step", "1.5", "step"), ("offset", "99999999", "offset"),
 ])
 def test_a_bad_row_is_refused(capsys, tables, column, value, match):
@@ -189,6 +189,7 @@ def test_a_bad_row_is_refused(capsys, tables, column, value, match):
                                     for c in m["collectives"]]), "chunk_dims[0][0]"),
     (lambda m: dict(m, shards={"0": [[[2 ** 64 + 1, 0]]]}), "shards[0]"),
     (lambda m: dict(m, shards={"zero": []}), "shards has key 'zero'"),
+    (lambda m: dict(m, latency_ns=[1e308] * len(m["latency_ns"])), "latency_ns[0] must be at most"),
 ])
 def test_a_damaged_meta_json_is_refused(capsys, tables, edit, match):
     meta = json.loads((tables / "meta.json").read_text())
