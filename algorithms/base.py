@@ -66,12 +66,18 @@ class Transfers:
     def build(units: int, rows: list[tuple], reduce: bool) -> "Transfers":
         """rows: (step, src, dst, src_lo, src_hi, dst_lo, dst_hi, direction[, link])."""
         width = len(rows[0]) if rows else 8
-        a = np.array(rows, dtype=np.int64).reshape(-1, width)
-        order = np.lexsort((a[:, 3], a[:, 2], a[:, 1], a[:, 0]))
-        a = a[order]
-        steps = int(a[:, 0].max()) + 1 if len(a) else 0
-        return Transfers(units, steps, a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5], a[:, 6],
-                         np.full(len(a), reduce), a[:, 7], a[:, 8] if width > 8 else None)
+        return Transfers.from_columns(units, np.array(rows, dtype=np.int64).reshape(-1, width).T, reduce)
+
+    @staticmethod
+    def from_columns(units: int, cols, reduce: bool) -> "Transfers":
+        """`build` from columns (step, src, dst, src_lo, src_hi, dst_lo, dst_hi, direction[, link]) of equal
+        length: templates of k^2 transfers are built with array operations, not a Python tuple each."""
+        cols = [np.asarray(c, np.int64) for c in cols]
+        order = np.lexsort((cols[3], cols[2], cols[1], cols[0]))  # by step, then sender, receiver, first unit
+        cols = [c[order] for c in cols]
+        steps = int(cols[0].max()) + 1 if len(order) else 0
+        return Transfers(units, steps, *cols[:7], np.full(len(order), reduce), cols[7],
+                         cols[8] if len(cols) > 8 else None)
 
 
 def same_units(step, src, dst, lo, hi, direction=0):

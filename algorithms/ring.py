@@ -12,25 +12,24 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .base import ALL_GATHER, ALL_TO_ALL, DIMENSION, REDUCE_SCATTER, Algorithm, Transfers, same_units
+import numpy as np
+
+from .base import ALL_GATHER, ALL_TO_ALL, DIMENSION, REDUCE_SCATTER, Algorithm, Transfers
 
 
 @lru_cache(maxsize=None)
 def template(kind: str, k: int, bidirectional: bool = False) -> Transfers:
     parts = 2 if bidirectional else 1
-    rows = []
-    for m in range(k):
-        for s in range(k - 1):
-            for q in range(parts):
-                d = 1 if q == 0 else -1
-                if kind == "reduce_scatter":
-                    # send the block that ends at the member d*(k-1) ahead of it, so member m finishes owning block m
-                    b = (m - d * (s + 1)) % k
-                else:
-                    b = (m - d * s) % k  # all-gather: forward the block received in the previous step
-                u = b * parts + q
-                rows.append(same_units(s, m, (m + d) % k, u, u + 1, d))
-    return Transfers.build(k * parts, rows, reduce=(kind == "reduce_scatter"))
+    # member m, step s, part q (q = 1 travels the other way round): one transfer each, built as arrays (k^2 of them)
+    m, s, q = (a.ravel() for a in np.meshgrid(np.arange(k), np.arange(k - 1), np.arange(parts), indexing="ij"))
+    d = np.where(q == 0, 1, -1)
+    if kind == "reduce_scatter":
+        b = (m - d * (s + 1)) % k  # send the block that ends at the member d*(k-1) ahead, so m finishes owning m
+    else:
+        b = (m - d * s) % k  # all-gather: forward the block received in the previous step
+    u = b * parts + q
+    return Transfers.from_columns(k * parts, (s, m, (m + d) % k, u, u + 1, u, u + 1, d),
+                                  reduce=(kind == "reduce_scatter"))
 
 
 @lru_cache(maxsize=None)
