@@ -29,6 +29,22 @@ from .network.topology import Topology
 
 
 
+def phase_symmetric(topology: Topology, kind: str, dim: int, algorithm: str) -> bool:
+    """Does every member of a `kind` phase's groups on `dim` run the same steps under `algorithm` (a phase name)?
+    Trees do not; neither does the one-partner all-to-all off a Ring, where each member sits out a different
+    round. The lowering asks it to let NPU 0 stand for all; the resource estimate, to count NPU 0's rows alone."""
+    if dim == FLAT:  # graph algorithms: NPUs sit at different places of trees or of the ring's cycle
+        return False
+    block = topology.dims[dim].kind
+    # a line's ends have one neighbour, the rest two; a graph's NPUs sit anywhere; on a hypercube a ring's
+    # neighbour is one link away from some NPUs and several from others
+    if not block.symmetric_for(algorithm):
+        return False
+    if kind == "all_to_all" and algorithm == "ring":  # one partner per round: members sit out
+        return block.neighbour_links                   # different rounds off a ring
+    return algorithms.for_phase(algorithm, flat=False).symmetric
+
+
 def _split(base: np.ndarray, length: np.ndarray, parts: int, index) -> tuple[np.ndarray, np.ndarray]:
     """Part `index` of `parts` floor-bounded parts of [base, base+length)."""
     lo = (index * length) // parts
@@ -134,18 +150,7 @@ class Schedule:
                             f"bytes must split into {units} parts; use fewer chunks or a larger size")
 
     def _symmetric(self, plan: CollectivePlan, stage: Stage) -> bool:
-        """Does every member of the stage's groups run the same steps? Trees do not; neither does the one-partner
-        all-to-all off a Ring, where each member sits out a different round."""
-        if stage.dim == FLAT:  # graph algorithms: NPUs sit at different places of trees or of the ring's cycle
-            return False
-        kind = self.topology.dims[stage.dim].kind
-        # a line's ends have one neighbour, the rest two; a graph's NPUs sit anywhere; on a hypercube a ring's
-        # neighbour is one link away from some NPUs and several from others
-        if not kind.symmetric_for(stage.algorithm):
-            return False
-        if plan.kind == "all_to_all" and stage.algorithm == "ring":  # one partner per round: members sit out
-            return kind.neighbour_links                              # different rounds off a ring
-        return algorithms.for_phase(stage.algorithm, flat=False).symmetric
+        return phase_symmetric(self.topology, plan.kind, stage.dim, stage.algorithm)
 
     def _splits_evenly(self) -> bool:
         """True when every chunk, block and unit has the same byte count on every NPU. Only then is every NPU's

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from . import algorithms
 from .network.errors import UserError
 from .network.topology import Topology
-from .network.units import format_size
+from .lower import phase_symmetric
 
 BASE = 160 * 2**20           # interpreter, numpy, the MLIR bindings, OR-Tools and a small run (measured RSS)
 PER_TEMPLATE_TRANSFER = 300  # a template transfer: built from a Python tuple, sorted, kept as 11 int64 columns
@@ -116,10 +116,10 @@ def request(topology: Topology, module, algorithm: str | None, chunks: int | Non
                     continue  # select-algorithm names what is wrong with it, or plans a whole-network one
                 dim = topology.dims[d]
                 groups.append((alg, half, dim.size, dim.kind.neighbour_links))
-                symmetric &= alg.symmetric and dim.kind.symmetric_for(alg.phase_name)
+                symmetric &= phase_symmetric(topology, half, d, alg.phase_name)
         for alg, half, k, bid in groups:
-            distinct[alg.name, half, k, bid] = f = alg.footprint(half, k, bid)
-            per_npu += c * -(-2 * f // k)
+            distinct[alg.name, half, k, bid] = alg.footprint(half, k, bid)
+            per_npu += _member_rows(alg, half, k, bid, c)
         symmetric &= whole is None and execution != "full"
     templates = sum(distinct.values())
     executed = 1 if symmetric else n
@@ -158,9 +158,14 @@ def _rows_per_npu(topology: Topology, plans) -> int:
     for plan in plans:
         for stage in plan.stages:
             alg, k, bid = _group(topology, plan, stage)
-            # each transfer is a SEND row on one member and a RECV row on another
-            rows += plan.chunks * -(-2 * alg.footprint(plan.kind, k, bid) // k)
+            rows += _member_rows(alg, plan.kind, k, bid, plan.chunks)
     return rows
+
+
+def _member_rows(alg, kind: str, k: int, bidirectional: bool, chunks: int) -> int:
+    """A member's rows of a phase over `chunks` chunks: each transfer is a SEND row on one member and a RECV row on
+    another, shared by the k members (rounded up)."""
+    return chunks * -(-2 * alg.footprint(kind, k, bidirectional) // k)
 
 
 def tables(topology: Topology, plans, symmetric: bool, backend: str = "analytical") -> Estimate:
