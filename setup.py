@@ -31,6 +31,7 @@ setup(
         "astra_compile.network.blocks",
         "astra_compile.passes",
         "astra_compile.runtime",
+        "astra_compile.sweep",
     ],
     package_dir={
         "astra_compile": "compiler",
@@ -41,6 +42,7 @@ setup(
         "astra_compile.network.blocks": "network/blocks",
         "astra_compile.passes": "passes",
         "astra_compile.runtime": "runtime",
+        "astra_compile.sweep": "compiler/sweep",
     },
     package_data={"astra_compile": ["*.json"], "astra_compile.dialects": ["*.mlir"],
                   "astra_compile.runtime": ["*.json"]},
@@ -48,15 +50,19 @@ setup(
     install_requires=[
         # The MLIR Python bindings (upstream MLIR, IRDL, pass manager) ship in this wheel; it needs no torch.
         "torch-mlir==20261001",
-        "ortools==9.15.6755",
         # the PyTorch frontend: fake process group, FakeTensorMode capture, DDP/FSDP2/DTensor, flop_counter
-        "torch==2.15.0",  # CP-SAT for the optimal chunk-to-dimension-order balance
+        "torch==2.15.0",
+        "ortools==9.15.6755",  # CP-SAT for the optimal chunk-to-dimension-order balance
         "numpy>=1.26,<3",
         "pyyaml>=6",
+        "tqdm>=4.60",  # the sweep's progress bar
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8", "jsonschema>=4"],
+        # the tests start a real local Ray instance (tests/test_sweep.py) and open results with pandas
+        "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8", "jsonschema>=4", "ray==2.60.0",
+                 "pandas>=2"],
         "plot": ["matplotlib>=3.8"],
+        "ray": ["ray==2.60.0"],
     },
     entry_points={"console_scripts": ["astra-compile=astra_compile.cli:main"]},
 )

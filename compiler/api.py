@@ -12,7 +12,7 @@ import math
 import os
 from types import ModuleType
 
-from . import driver
+from . import driver, reuse
 from .network.errors import UserError
 from .frontend.cpu_limit import DEFAULT_SECONDS as DEFAULT_CAPTURE_LIMIT
 from .frontend.workload import Workload
@@ -38,6 +38,19 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise UserError("nothing to compile: no model file or trace given")
+    shared = reuse.current()
+    if shared is not None:  # a sweep: the same files (by content) on the same world and mesh are captured once
+        try:
+            key = [[os.path.abspath(p), reuse.file_digest(p)] for p in paths], world_size, sorted((mesh or {}).items())
+        except OSError:
+            key = None  # the load below names the file it cannot read
+        if key is not None:
+            return shared.get("workload", key, lambda: _load_paths(paths, world_size, mesh, capture_limit),
+                              Workload.to_json, Workload.from_json)
+    return _load_paths(paths, world_size, mesh, capture_limit)
+
+
+def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_limit: float | None) -> Workload:
     if len(paths) == 1 and paths[0].endswith(".py"):
         from .frontend.capture import capture
         from .frontend.cpu_limit import cpu_limit

@@ -23,6 +23,7 @@ EPILOG = """examples:
   astra-compile out/            (execute tables written earlier)
   astra-compile examples/gpt_tp_dp.py --topology 8x8_torus          (a PyTorch training step)
   astra-compile trace_rank*.json --topology "Switch(4)" --json       (PyTorch execution traces)
+  astra-compile sweep sweep.yml -o results.csv      (many runs from one file: docs/sweeps.md)
 
 sizes: B, KB/MB/GB (powers of 2, as ASTRA-sim), KiB/MiB/GiB; bandwidth in GB/s (2^30 B/s); latency in ns."""
 
@@ -30,12 +31,16 @@ sizes: B, KB/MB/GB (powers of 2, as ASTRA-sim), KiB/MiB/GiB; bandwidth in GB/s (
 class _Parser(argparse.ArgumentParser):
     """Usage errors in one line naming the option and what it accepts, not the whole usage block."""
 
+    raising = False  # a sweep point's options (sweep/point.py) raise UserError instead of ending the process
+
     def error(self, message: str):
         hint = " (astra-compile --help lists them)" if message.startswith("unrecognized arguments") else ""
+        if self.raising:
+            raise UserError(message + hint)
         sys.exit(_fail(message + hint))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     p = _Parser(prog="astra-compile", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Compile collectives to per-accelerator schedule tables and time them.")
     p.add_argument("input", nargs="*",
@@ -143,10 +148,20 @@ def _fail(message: str) -> int:
     return 2
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str], raising: bool = False) -> tuple[argparse.Namespace, set[str]]:
+    """The parsed command line and the options given (those that differ from their defaults)."""
     parser = build_parser()
-    args = parser.parse_args(_join_dashed_values(parser, sys.argv[1:] if argv is None else list(argv)))
-    given = {k for k, v in vars(args).items() if v != parser.get_default(k)}
+    parser.raising = raising
+    args = parser.parse_args(_join_dashed_values(parser, argv))
+    return args, {k for k, v in vars(args).items() if v != parser.get_default(k)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["sweep"]:  # `astra-compile sweep ...`: many runs from one file (sweep/command.py)
+        from .sweep.command import main as sweep_main
+        return sweep_main(argv[1:])
+    args, given = parse(argv)
     # imported here so --help stays instant and argument errors need no MLIR
     from .dialects.comm import IRError
     from .passes import PassError
@@ -156,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     # warnings (a model file's, torch's) are shown after a run that ends; a refused run says its one line only
     with warnings.catch_warnings(record=True) as caught:
         try:
-            code = _run(args, given)
+            code = run_parsed(args, given)
         except (UserError, IRError, PassError, TableError, OutputError) as e:
             return _fail(str(e))
         except VerificationError as e:  # a wrong schedule is the compiler's fault, not the input's
@@ -222,8 +237,18 @@ def _run_workload(args, max_memory: int | None) -> int:
         else:
             sys.stdout.write(report.mlir)
         return 0
-    print(json.dumps(report.to_dict(), indent=1) if args.json else report.format())
+    _report(args, report.to_dict(), report.format)
     return 0
+
+
+def _report(args, obj: dict, text) -> None:
+    """Print a run's report: its --json object or its text (`text()`). A sweep point (sweep/point.py) sets
+    `args.report_sink` to a list and gets the JSON object instead, computed by exactly the command's code path."""
+    sink = getattr(args, "report_sink", None)
+    if sink is not None:
+        sink.append(obj)
+    else:
+        print(json.dumps(obj, indent=1) if args.json else text())
 
 
 def _kind(args) -> str:
@@ -236,7 +261,8 @@ def _kind(args) -> str:
     return "collective"
 
 
-def _run(args, given: set[str] = frozenset()) -> int:
+def run_parsed(args, given: set[str] = frozenset()) -> int:
+    """Run a parsed command line (`parse`); the CLI and the sweep points (sweep/point.py) both come here."""
     kind = _kind(args)
     cli_rules.check(kind, args, given)
     if kind == "list-passes":
@@ -296,9 +322,8 @@ def _run_table_dir(args, run) -> int:
         except VerificationError as e:  # tables given as input are the user's: wrong ones are bad input
             raise UserError(f"{args.input}: the tables do not implement their collectives: {e}") from None
         out["verified"] = True
-    print(json.dumps(out, indent=1) if args.json else
-          f"total time {out['total_time_us']:.3f} us on {out['npus']} NPUs ({result.backend}, {result.mode} "
-          f"execution)" + (f"\n{VERIFIED}" if args.verify else ""))
+    _report(args, out, lambda: f"total time {out['total_time_us']:.3f} us on {out['npus']} NPUs ({result.backend}, "
+                               f"{result.mode} execution)" + (f"\n{VERIFIED}" if args.verify else ""))
     return 0
 
 
@@ -386,12 +411,7 @@ def _run_collective(args, run) -> int:
                     f"{topology.name}: {report.backend} runtime, {report.scheduler} scheduler")
     if args.verify:
         report = report.with_(verified=True)
-    if args.json:
-        print(json.dumps(report.to_json(), indent=1))
-    else:
-        print(report.format())
-        if args.verify:
-            print(VERIFIED)
+    _report(args, report.to_json(), lambda: report.format() + (f"\n{VERIFIED}" if args.verify else ""))
     return 0
 
 

@@ -17,11 +17,17 @@ This file only builds and reads modules; the frontends decide what goes in.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 from torch_mlir import ir
 
 from . import comm
+
+# MLIR's bindings look for the Python module of an op's dialect as <search prefix>.<namespace> and retry, with a
+# failed import, on every op they wrap until one is found: the `wl` ops are defined here, in workload.py, so
+# this module answers to that name too (without it, reading a step's module spent most of its time in imports).
+sys.modules.setdefault(f"{__package__}.wl", sys.modules[__name__])
 
 _IRDL_FILE = os.path.join(os.path.dirname(__file__), "workload.irdl.mlir")
 COMPUTE, WAIT = "wl.compute", "wl.wait"

@@ -6,6 +6,7 @@ an SPMD job) and the execution-trace importer (et_import.py, one program per rec
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
@@ -36,3 +37,14 @@ class Workload:
 
     def collectives(self, rank: int) -> list[Op]:
         return [op for op in self.programs[rank] if op.kind == COLLECTIVE]
+
+    def to_json(self) -> dict:
+        """Plain JSON data (the reuse cache keeps captures on disk in it); from_json reads it back."""
+        return {"world_size": self.world_size, "source": self.source, "spmd": self.spmd, "mesh": self.mesh,
+                "programs": [[rank, [dataclasses.asdict(op) for op in ops]] for rank, ops in self.programs.items()]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Workload":
+        programs = {int(rank): [Op(**{**op, "group": tuple(op["group"])}) for op in ops]
+                    for rank, ops in data["programs"]}
+        return cls(int(data["world_size"]), programs, data["source"], bool(data["spmd"]), dict(data["mesh"]))

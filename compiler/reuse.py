@@ -1,0 +1,99 @@
+"""What the runs of one sweep share: captured workloads and the times of compiled collectives.
+
+A sweep point that differs from another only in what these do not depend on (the compute roofline, say) takes
+them from here instead of capturing the model again and recompiling the network side. Each key holds everything
+its value depends on: a model file or trace by its content (not its name or date), the world size and mesh for a
+capture; the collective, the network and every compile and run option for a collective's time. Nothing is
+cached unless a `Reuse` is active (`with using(Reuse(...))`): a single command line has nothing to share.
+
+With a directory, values are also kept on disk as small JSON files (one per key, written atomically), shared by
+the worker processes of a sweep and by later sweeps. A file that cannot be read is a miss, never an error.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+
+FORMAT = "astra-compile-reuse"
+VERSION = 1
+
+
+@dataclass
+class Reuse:
+    directory: str | None = None
+    values: dict = field(default_factory=dict)
+    made: dict = field(default_factory=lambda: {"workload": 0, "collective": 0})   # misses: work done
+    hits: int = 0
+
+    def get(self, kind: str, key, make, to_json, from_json):
+        """The value for `key`: from memory, else from the directory, else `make()` (then kept in both)."""
+        digest = hashlib.sha256(json.dumps([kind, key], sort_keys=True, default=str).encode()).hexdigest()
+        if digest in self.values:
+            self.hits += 1
+            return self.values[digest]
+        value = self._load(kind, digest, from_json)
+        if value is None:
+            value = make()
+            self.made[kind] += 1
+            self._store(kind, digest, to_json(value))
+        else:
+            self.hits += 1
+        self.values[digest] = value
+        return value
+
+    def _path(self, kind: str, digest: str) -> str:
+        return os.path.join(self.directory, kind, digest + ".json")
+
+    def _load(self, kind, digest, from_json):
+        if self.directory is None:
+            return None
+        try:
+            with open(self._path(kind, digest), encoding="utf-8") as f:
+                data = json.load(f)
+            if data.get("format") != FORMAT or data.get("version") != VERSION:
+                return None
+            return from_json(data["value"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None  # absent, torn by a crash or from another version: compute it again
+
+    def _store(self, kind, digest, value) -> None:
+        if self.directory is None:
+            return
+        from .runtime import atomic
+        os.makedirs(os.path.join(self.directory, kind), exist_ok=True)
+        atomic.write_text(self._path(kind, digest), json.dumps({"format": FORMAT, "version": VERSION,
+                                                                "value": value}))
+
+
+_current: Reuse | None = None
+
+
+def current() -> Reuse | None:
+    return _current
+
+
+@contextlib.contextmanager
+def using(reuse: Reuse | None):
+    global _current
+    before, _current = _current, reuse
+    try:
+        yield reuse
+    finally:
+        _current = before
+
+
+def file_digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def options_key(obj) -> dict:
+    """A dataclass of options as a key: every field except those that cannot change a result."""
+    return {k: v for k, v in dataclasses.asdict(obj).items() if k not in ("max_memory", "timeline")}

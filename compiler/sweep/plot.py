@@ -1,0 +1,138 @@
+"""`astra-compile sweep --plot results.csv --x AXIS --y FIELD [--hue AXIS] [--where C=V] [--pareto] -o FILE`.
+
+Lines: one per value of --hue, y against x, sorted by x. Every other column that varies among the rows kept must
+be pinned with --where (or be the hue): a line never silently mixes points that differ in something else.
+--pareto: every point as a dot and the front of the points no other point beats in both x and y (smaller is
+better in both: time against a cost such as bandwidth or NPUs), labelled by --hue when given.
+Failed points are left out. Sizes (64MB) and numbers sort by value; other x values keep the file's order.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+
+from ..network.errors import UserError
+from .results import STATUS
+
+NOT_PINNED = set(STATUS) | {"point"}
+
+
+def plot(path: str, out: str | None, x: str | None, y: str | None, hue: str | None, where: list[str],
+         pareto: bool) -> None:
+    if not x or not y:
+        raise UserError("--plot needs --x COLUMN and --y COLUMN")
+    if not out:
+        raise UserError("--plot needs -o FILE.png (or .pdf, .svg)")
+    if not out.lower().endswith((".png", ".pdf", ".svg")):
+        raise UserError(f"-o {out}: the plot is written as .png, .pdf or .svg")
+    rows, cols = _read(path)
+    for name in [x, y] + ([hue] if hue else []):
+        if name not in cols:
+            raise UserError(f"{path} has no column '{name}' (it has: {', '.join(cols)})")
+    for cond in where:
+        col, eq, value = cond.partition("=")
+        if not eq or col not in cols:
+            raise UserError(f"--where {cond}: expected COLUMN=VALUE with a column of {path}")
+        rows = [r for r in rows if r[col] == value]
+    rows = [r for r in rows if r["status"] == "ok"]
+    if not rows:
+        raise UserError(f"{path}: no successful point left to plot")
+    ys = [_number(r[y]) for r in rows]
+    if any(v is None for v in ys):
+        raise UserError(f"--y {y}: the column holds values that are not numbers")
+    if not pareto:
+        _check_pinned(rows, cols, {x, y, hue}, path)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UserError("--plot needs matplotlib: pip install 'astra-compile[plot]'") from None
+    xkey, xticks = _x_order([r[x] for r in rows])
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    groups: dict[str, list] = {}
+    for r in rows:
+        groups.setdefault(r[hue] if hue else y, []).append((xkey[r[x]], _number(r[y])))
+    if pareto:
+        for label, pts in groups.items():
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, label=label if hue else None)
+        front = _front([p for pts in groups.values() for p in pts])
+        ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="black", label="Pareto front")
+    else:
+        for label, pts in groups.items():
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    if xticks:
+        ax.set_xticks(range(len(xticks)), xticks)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(os.path.basename(path) + (" (" + ", ".join(where) + ")" if where else ""))
+    if hue or pareto:
+        ax.legend(title=hue, fontsize="small")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    from ..runtime import atomic
+    fmt = out.rsplit(".", 1)[1].lower()
+    atomic.write_file(out, lambda tmp: fig.savefig(tmp, format=fmt, dpi=120))
+    plt.close(fig)
+
+
+def _read(path: str) -> tuple[list[dict], list[str]]:
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            cols = next(reader, None)
+            if not cols or cols[:1] != ["point"] or not set(STATUS) <= set(cols):
+                raise UserError(f"{path} is not a sweep's results file (no point/status columns)")
+            rows = [dict(zip(cols, row)) for row in reader if len(row) == len(cols)]
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise UserError(f"{path} is not a sweep's results file: {e}") from None
+    return rows, cols
+
+
+def _number(text: str) -> float | None:
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _size(text: str) -> int | None:
+    from ..network.units import parse_size
+    try:
+        return parse_size(text)
+    except UserError:
+        return None
+
+
+def _x_order(values: list[str]) -> tuple[dict[str, float], list[str] | None]:
+    """Each x value's position: its number, its size in bytes (ticks keep the written size), or its rank."""
+    distinct = list(dict.fromkeys(values))
+    if all(_number(v) is not None for v in distinct):
+        return {v: _number(v) for v in distinct}, None
+    if all(_size(v) is not None for v in distinct):
+        distinct.sort(key=_size)
+    return {v: i for i, v in enumerate(distinct)}, distinct
+
+
+def _check_pinned(rows, cols, shown, path) -> None:
+    """A line is a function of x: every other input column must hold one value among the rows kept."""
+    axes = cols[1:cols.index("status")]
+    loose = [c for c in axes if c not in shown and len({r[c] for r in rows}) > 1]
+    if loose:
+        raise UserError(f"{path}: the points kept also differ in {', '.join(loose)}: pin it with --where "
+                        f"{loose[0]}=VALUE, or plot it as --hue")
+
+
+def _front(points: list[tuple]) -> list[tuple]:
+    """The points no other point beats in both coordinates (smaller is better), by increasing x."""
+    front, best = [], math.inf
+    for px, py in sorted(points):
+        if py < best:
+            front.append((px, py))
+            best = py
+    return front

@@ -1,0 +1,140 @@
+"""One sweep point: its options as a command line, checked like one, and run in this process.
+
+A point goes through exactly the command's code path (cli.parse, cli_rules, cli.run_parsed) with its report
+collected instead of printed, so a sweep's row is the `--json` report `astra-compile <options> --json` prints.
+"""
+from __future__ import annotations
+
+import os
+import time
+import warnings
+
+from .. import cli, cli_rules
+from ..network.errors import UserError
+
+# options that write files, print other things than the report, or change what the report is
+NOT_IN_SWEEPS = {"emit", "output", "npu", "table_format", "table_view", "json", "compare", "timeline", "plot",
+                 "print_ir_after_all", "mlir_timing", "list_passes", "force", "help"}
+FILE_SUFFIXES = (".yml", ".yaml", ".json", ".edges")   # a topology given as a file, found beside the sweep file
+
+
+def _flags() -> dict[str, tuple[str, bool]]:
+    """dest -> (its long option, whether it is an on/off switch)."""
+    out = {}
+    for action in cli.build_parser()._actions:
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if longs:
+            out[action.dest] = (longs[0], action.nargs == 0)
+    return out
+
+
+FLAGS = _flags()
+
+
+def argv(options: dict, directory: str, where: str = "") -> list[str]:
+    """The command line of a point (`directory`: the sweep file's, for relative input and topology files)."""
+    out, inputs = [], []
+    for key, value in options.items():
+        dest = str(key).replace("-", "_")
+        if dest == "input":
+            inputs = [_near(str(v), directory) for v in (value if isinstance(value, list) else [value])]
+            continue
+        if dest in NOT_IN_SWEEPS:
+            raise UserError(f"{where}'{key}' does not go in a sweep (every point reports; see docs/sweeps.md)")
+        if dest not in FLAGS:
+            raise UserError(f"{where}unknown option '{key}' (keys are astra-compile's long option names, "
+                            "or input)")
+        flag, switch = FLAGS[dest]
+        if switch:
+            if not isinstance(value, bool):
+                raise UserError(f"{where}'{key}' is on or off: give true or false, got {value!r}")
+            out += [flag] if value else []
+            continue
+        if isinstance(value, bool):
+            raise UserError(f"{where}'{key}' takes a value, got {value!r}")
+        if dest == "topology" and isinstance(value, str) and value.lower().endswith(FILE_SUFFIXES):
+            value = _near(value, directory)
+        text = ",".join(_text(v) for v in value) if isinstance(value, list) else _text(value)
+        out.append(f"{flag}={text}")
+    return out + (["--"] + inputs if inputs else [])
+
+
+def _text(v) -> str:
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def _near(path: str, directory: str) -> str:
+    return path if os.path.isabs(path) else os.path.normpath(os.path.join(directory, path))
+
+
+def check(options: dict, directory: str, where: str = "") -> str:
+    """Refuse what the command line itself would refuse, without running anything; returns the run's kind
+    (cli._kind: "collective", "training step" or "table directory")."""
+    args, given = _parse(options, directory, where)
+    kind = cli._kind(args)
+    if kind == "list-passes":
+        raise UserError(f"{where}nothing to run: give input or collective")
+    try:
+        cli_rules.check(kind, args, given)
+        _check_values(args)
+    except UserError as e:
+        raise UserError(f"{where}{e}") from None
+    return kind
+
+
+def _parse(options: dict, directory: str, where: str):
+    try:
+        return cli.parse(argv(options, directory, where), raising=True)
+    except UserError as e:
+        raise UserError(f"{where}{e}" if not str(e).startswith(where) else str(e)) from None
+
+
+def _check_values(args) -> None:
+    """The values the command checks before it starts work, checked here for every point before any runs."""
+    from ..network.units import parse_size
+    for flag, text in (("--size", args.size), ("--max-memory", args.max_memory)):
+        if text is not None:
+            try:
+                parse_size(text)
+            except UserError as e:
+                raise UserError(f"{flag}: {e}") from None
+    for flag, text in (("--chunks", args.chunks), ("--ports", args.ports), ("--active-chunks", args.active_chunks)):
+        if text is not None:
+            cli._positive_int(text, flag)
+    if args.dims:
+        cli._int_list(args.dims, "--dims")
+    for flag, value in (("--peak-tflops", args.peak_tflops), ("--mem-bw", args.mem_bw),
+                        ("--capture-limit", args.capture_limit)):
+        if not (value > 0 and value != float("inf")):
+            raise UserError(f"{flag} must be a finite positive number, got {value!r}")
+    if args.topology:
+        from ..network.parse import parse_topology
+        parse_topology(args.topology, args.bandwidth, args.latency, args.links)
+
+
+def run(options: dict, directory: str, max_memory: int | None = None) -> dict:
+    """Run one point: {"status": "ok", "error": "", "report": {...}} or {"status": "error", "error": line}.
+    `max_memory` (bytes) applies when the point gives no max-memory of its own."""
+    from ..dialects.comm import IRError
+    from ..passes import PassError
+    from ..runtime.atomic import OutputError
+    from ..runtime.tables import TableError
+    from ..runtime.verifier import VerificationError
+    start = time.perf_counter()
+    try:
+        args, given = _parse(options, directory, "")
+        if max_memory is not None and args.max_memory is None:
+            args.max_memory, given = f"{int(max_memory)}B", given | {"max_memory"}
+        args.report_sink = sink = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # a model file's warnings would repeat once per point
+            cli.run_parsed(args, given)
+        out = {"status": "ok", "error": "", "report": sink[0]}
+    except (UserError, IRError, PassError, TableError, OutputError) as e:
+        out = {"status": "error", "error": str(e)}
+    except VerificationError as e:
+        out = {"status": "error", "error": f"verification failed: {e}"}
+    except Exception as e:  # a defect of the compiler: the point fails, the sweep goes on, the message says so
+        out = {"status": "error", "error": f"internal error: {type(e).__name__}: {e}"}
+    out["elapsed_s"] = time.perf_counter() - start
+    return out

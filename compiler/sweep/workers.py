@@ -1,0 +1,137 @@
+"""Where sweep points run: a pool of local processes (the default) or Ray tasks (`--ray [ADDRESS]`).
+
+Both run `work` on each point and yield (point index, outcome) as points finish, in any order. A worker that
+dies (a crash in native code, killed for memory) fails only the point it ran: in the local pool, the points in
+flight when a worker died run again one at a time, each in a fresh process, so the point that kills its process
+is recorded as failed and the others get their result.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from ..network.errors import UserError
+from .. import reuse
+
+DIED = "the worker process died while running this point (a crash in native code, or killed for memory)"
+
+_reuse: reuse.Reuse | None = None   # per worker process: what its points share
+
+
+def work(index: int, options: dict, directory: str, max_memory: int | None, cache: str | bool) -> tuple:
+    """Run one point in a worker; `cache`: False (no reuse), True (in memory) or a directory (also on disk).
+    Returns (index, outcome, what the point captured or compiled, what it reused)."""
+    global _reuse
+    from . import point
+    if cache is False:
+        return index, point.run(options, directory, max_memory), {}, 0
+    if _reuse is None:
+        _reuse = reuse.Reuse(cache if isinstance(cache, str) else None)
+    made, hits = dict(_reuse.made), _reuse.hits
+    with reuse.using(_reuse):
+        outcome = point.run(options, directory, max_memory)
+    return index, outcome, {k: v - made[k] for k, v in _reuse.made.items()}, _reuse.hits - hits
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def local(tasks: list[tuple], workers: int):
+    """Run `work(*task)` for each task on `workers` processes, at most `workers` in flight."""
+    queue = list(reversed(tasks))
+    while queue:
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        flying, suspects = {}, []
+        try:
+            while queue or flying:
+                while queue and len(flying) < workers:
+                    flying[pool.submit(work, *queue[-1])] = queue[-1]   # submit raises on a broken pool:
+                    queue.pop()                                          # the task stays queued
+                done, _ = wait(flying, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    result = fut.result()   # BrokenProcessPool when a worker died
+                    del flying[fut]
+                    yield result
+            pool.shutdown(wait=True)
+        except BrokenProcessPool:
+            suspects = list(flying.values())
+        finally:  # also on an interrupt: running points are abandoned, not waited for
+            pool.shutdown(wait=False, cancel_futures=True)
+        for task in suspects:  # one at a time, alone: the one that kills its process is the culprit
+            yield _alone(task)
+
+
+def _alone(task: tuple) -> tuple:
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        try:
+            return pool.submit(work, *task).result()
+        except BrokenProcessPool:
+            return task[0], {"status": "error", "error": DIED, "elapsed_s": 0.0}, {}, 0
+
+
+class RayPool:
+    """The same tasks as Ray tasks, on a local Ray instance (address None) or an existing cluster. Connects when
+    made, so that a cluster that cannot be reached stops the sweep before anything is written."""
+
+    def __init__(self, address: str | None, workers: int):
+        try:
+            import ray
+        except ImportError:
+            raise UserError("--ray needs Ray: pip install 'astra-compile[ray]'") from None
+        import logging
+        if address is not None:
+            _reachable(address)
+        kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+        try:
+            if address is None:
+                ray.init(num_cpus=workers, object_store_memory=100 * 2**20, **kwargs)
+            else:
+                ray.init(address=address, **kwargs)
+        except Exception as e:  # Ray's own errors: no cluster at "auto", a version mismatch, ...
+            raise UserError(f"--ray {address or ''}: cannot start or reach Ray: {_first_line(e)}") from None
+        self.ray = ray
+
+    def run(self, tasks: list[tuple]):
+        ray = self.ray
+        try:
+            remote = ray.remote(num_cpus=1, max_retries=0)(work)
+            pending = {remote.remote(*task): task for task in tasks}
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    task = pending.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except Exception as e:  # the task's worker died, or Ray lost it
+                        result = task[0], {"status": "error", "error": f"Ray: {type(e).__name__}: {_first_line(e)}",
+                                           "elapsed_s": 0.0}, {}, 0
+                    yield result
+        finally:
+            ray.shutdown()
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _reachable(address: str) -> None:
+    """A host:port cluster address is checked with a plain TCP connection first: Ray itself retries an address
+    that does not answer for minutes, printing a warning every few seconds."""
+    import socket
+    if address == "auto" or address.startswith("ray://"):
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise UserError(f"--ray {address}: expected the cluster's head as HOST:PORT (e.g. 10.0.0.1:6379), "
+                        "ray://HOST:PORT or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise UserError(f"--ray {address}: cannot reach a Ray cluster there ({e.strerror or e})") from None
