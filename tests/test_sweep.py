@@ -243,6 +243,15 @@ def test_ray_runs_the_same_points_as_the_local_pool(tmp_path, capsys):
                                                                       .reset_index(drop=True))
 
 
+def test_a_ray_cluster_that_cannot_be_reached_stops_the_sweep_before_any_output(tmp_path, capsys):
+    path = write_sweep(tmp_path, SMALL)
+    for address, match in (("127.0.0.1:1", "cannot reach a Ray cluster there"), ("nonsense", "expected the "
+                                                                                            "cluster's head")):
+        code, _, err = cli(capsys, "sweep", path, "-o", tmp_path / "r.csv", "--ray", address)
+        assert code == 2 and match in err and err.count("\n") == 1, err
+    assert not (tmp_path / "r.csv").exists()
+
+
 def test_ray_missing_names_the_extra(tmp_path):
     path = write_sweep(tmp_path, SMALL)
     code = ("import sys; sys.modules['ray'] = None\nfrom astra_compile.cli import main\n"

@@ -7,8 +7,11 @@ is recorded as failed and the others get their result.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import sys
+import tempfile
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
@@ -88,13 +91,19 @@ class RayPool:
         if address is not None:
             _reachable(address)
         kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-        try:
-            if address is None:
-                ray.init(num_cpus=workers, object_store_memory=100 * 2**20, **kwargs)
-            else:
-                ray.init(address=address, **kwargs)
-        except Exception as e:  # Ray's own errors: no cluster at "auto", a version mismatch, ...
-            raise UserError(f"--ray {address or ''}: cannot start or reach Ray: {_first_line(e)}") from None
+        with tempfile.TemporaryFile() as log:
+            try:
+                with _stderr_to(log):  # Ray's core logs a warning a second while it retries: one line instead
+                    if address is None:
+                        ray.init(num_cpus=workers, object_store_memory=100 * 2**20, **kwargs)
+                    else:
+                        ray.init(address=address, **kwargs)
+            except Exception as e:  # Ray's own errors: no cluster at "auto", a version mismatch, ...
+                log.seek(0)
+                hint = ("; the cluster wants token authentication: set RAY_AUTH_MODE=token (and its token) as "
+                        "for `ray start`" if b"InvalidAuthToken" in log.read() else "")
+                raise UserError(f"--ray {address or ''}: cannot start or reach Ray: {_first_line(e)}{hint}"
+                                ) from None
         self.ray = ray
 
     def run(self, tasks: list[tuple]):
@@ -114,6 +123,18 @@ class RayPool:
                     yield result
         finally:
             ray.shutdown()
+
+
+@contextlib.contextmanager
+def _stderr_to(file):
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _first_line(e: Exception) -> str:
