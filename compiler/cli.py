@@ -58,6 +58,10 @@ def build_parser() -> _Parser:
     g.add_argument("--capture-limit", type=float, default=600.0, metavar="SECONDS",
                    help="CPU seconds a model file may take to load and capture (default 600); a model that takes "
                         "longer ends with an error, not a hang")
+    g.add_argument("--cache", metavar="DIR",
+                   help="keep the captured step (by the file's content, world size and mesh) and each compiled "
+                        "collective in DIR, and reuse them on later runs: a second run of the same model skips "
+                        "capture (docs/workloads.md)")
     g.add_argument("--peak-tflops", type=float, default=234.0,
                    help="compute roofline: peak TFLOPS per NPU (default 234, seed 002's A100 figure)")
     g.add_argument("--mem-bw", type=float, default=1896.0,
@@ -218,6 +222,7 @@ def _is_workload(inputs: list[str]) -> bool:
 
 def _run_workload(args, max_memory: int | None) -> int:
     """model.py or execution traces -> the step report (or the workload MLIR)."""
+    from . import reuse
     from .api import compile as compile_workload
     if args.emit == "tables":
         raise UserError("--emit tables prints one collective's schedule: compile it with --collective/--size/--dims "
@@ -225,12 +230,13 @@ def _run_workload(args, max_memory: int | None) -> int:
     if not args.topology:
         raise UserError("--topology is required")
     chunks = _positive_int(args.chunks, "--chunks") if args.chunks is not None else None
-    report = compile_workload(args.input if len(args.input) > 1 else args.input[0], args.topology,
-                              bandwidth=args.bandwidth, latency=args.latency, links=args.links, mesh=args.mesh,
-                              scheduler=args.scheduler, chunks=chunks, algorithm=args.algorithm,
-                              backend=args.backend, intra=args.intra, peak_tflops=args.peak_tflops,
-                              mem_bw_gbps=args.mem_bw, max_memory=max_memory,
-                              capture_limit=_capture_limit(args.capture_limit))
+    with reuse.using(_cache(args.cache) if args.cache else reuse.current()):
+        report = compile_workload(args.input if len(args.input) > 1 else args.input[0], args.topology,
+                                  bandwidth=args.bandwidth, latency=args.latency, links=args.links, mesh=args.mesh,
+                                  scheduler=args.scheduler, chunks=chunks, algorithm=args.algorithm,
+                                  backend=args.backend, intra=args.intra, peak_tflops=args.peak_tflops,
+                                  mem_bw_gbps=args.mem_bw, max_memory=max_memory,
+                                  capture_limit=_capture_limit(args.capture_limit))
     if args.emit == "mlir":
         if args.output:
             atomic.write_text(args.output, report.mlir)
@@ -239,6 +245,18 @@ def _run_workload(args, max_memory: int | None) -> int:
         return 0
     _report(args, report.to_dict(), report.format)
     return 0
+
+
+def _cache(path: str):
+    """--cache DIR: a directory that exists or can be made (not a file)."""
+    from . import reuse
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"--cache {path}: not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--cache {path}: cannot make the directory: {e.strerror}") from None
+    return reuse.Reuse(os.path.abspath(path))
 
 
 def _report(args, obj: dict, text) -> None:

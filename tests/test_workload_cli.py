@@ -106,3 +106,30 @@ def test_group_dims_maps_mesh_axes_to_whole_dimensions():
         group_dims(topo, [0, 1, 8, 9])
     with pytest.raises(UserError, match="does not span whole dimensions"):
         group_dims(topo, range(16))          # half of dimension 1
+
+
+def test_cache_dir_reuses_the_capture_and_the_collectives(tmp_path):
+    model = tmp_path / "tiny.py"
+    model.write_text("import torch\ndef build_model():\n    return torch.nn.Linear(128, 128)\n"
+                     "def example_inputs():\n    return torch.randn(4, 128)\n")
+    cache = tmp_path / "cache"
+    first = cli(str(model), "--topology", "2x2_torus", "--cache", str(cache), "--json")
+    assert first.returncode == 0, first.stderr
+    stored = sorted(p.relative_to(cache).parts[0] for p in cache.rglob("*.json"))
+    assert stored.count("workload") == 1 and stored.count("collective") >= 1
+    second = cli(str(model), "--topology", "2x2_torus", "--cache", str(cache), "--json")
+    plain = cli(str(model), "--topology", "2x2_torus", "--json")
+    assert json.loads(first.stdout) == json.loads(second.stdout) == json.loads(plain.stdout)
+    # a capture reused from the cache: its file says what it holds, and a torn file is a miss, not an error
+    (workload,) = (cache / "workload").glob("*.json")
+    assert json.loads(workload.read_text())["format"] == "astra-compile-reuse"
+    workload.write_text('{"format": "astra-compile-reuse", "version": 1, "value": {"world_')
+    torn = cli(str(model), "--topology", "2x2_torus", "--cache", str(cache), "--json")
+    assert torn.returncode == 0 and json.loads(torn.stdout) == json.loads(plain.stdout)
+    assert json.loads(workload.read_text())["version"] == 1   # written again whole
+    model.write_text(model.read_text().replace("128", "256"))
+    changed = cli(str(model), "--topology", "2x2_torus", "--cache", str(cache), "--json")
+    assert changed.returncode == 0, changed.stderr
+    assert json.loads(changed.stdout)["flops"] > json.loads(plain.stdout)["flops"]   # new content: captured anew
+    bad = cli(str(model), "--topology", "2x2_torus", "--cache", str(model))
+    assert bad.returncode == 2 and "not a directory" in bad.stderr

@@ -89,9 +89,7 @@ def run(args) -> int:
     # every point checked before any runs: one wrong value stops the sweep here, naming the point
     kinds = []
     for p in sweep.points:
-        where = f"{args.sweep}: point {p.index} (" + ", ".join(f"{k}={results_mod.axis_text(v)}"
-                                                               for k, v in p.axes.items()) + "): "
-        kind = points_mod.check(p.options, sweep.directory, where)
+        kind = points_mod.check(p.options, sweep.directory, f"{args.sweep}: {_label(p)}: ")
         if kind not in kinds:
             kinds.append(kind)
     cols, where_field = results_mod.columns(sweep.axes, kinds)
@@ -114,7 +112,7 @@ def run(args) -> int:
         hits += hits_now
         if outcome["status"] != "ok":
             failed += 1
-            _say(bar, f"point {index} ({', '.join(f'{k}={results_mod.axis_text(v)}' for k, v in by_index[index].axes.items())}) failed: {outcome['error']}")
+            _say(bar, f"{_label(by_index[index])} failed: {outcome['error']}")
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -127,6 +125,11 @@ def run(args) -> int:
     print(f"{args.sweep}: {len(sweep.points)} points, {len(sweep.points) - failed} ok, {failed} failed "
           f"({len(done)} already in {args.output}); ran {len(todo)} in {took:.1f} s on {where}{rate}{reused}")
     return 1 if failed else 0
+
+
+def _label(p) -> str:
+    """How messages name a point: its index and axis values, e.g. `point 7 (scheduler=themis, chunks=16)`."""
+    return f"point {p.index} (" + ", ".join(f"{k}={results_mod.axis_text(v)}" for k, v in p.axes.items()) + ")"
 
 
 def _memory_share(workers: int) -> int:

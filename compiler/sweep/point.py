@@ -14,7 +14,8 @@ from ..network.errors import UserError
 
 # options that write files, print other things than the report, or change what the report is
 NOT_IN_SWEEPS = {"emit", "output", "npu", "table_format", "table_view", "json", "compare", "timeline", "plot",
-                 "print_ir_after_all", "mlir_timing", "list_passes", "force", "help"}
+                 "print_ir_after_all", "mlir_timing", "list_passes", "force", "help",
+                 "cache"}  # the sweep's own --cache applies to every point
 FILE_SUFFIXES = (".yml", ".yaml", ".json", ".edges")   # a topology given as a file, found beside the sweep file
 
 
