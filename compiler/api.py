@@ -39,7 +39,7 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
     if not paths:
         raise UserError("nothing to compile: no model file or trace given")
     shared = reuse.current()
-    if shared is not None:  # a sweep: the same files (by content) on the same world and mesh are captured once
+    if shared is not None:  # a sweep or --cache: the same files (by content), world and mesh are captured once
         try:
             key = [[os.path.abspath(p), reuse.file_digest(p)] for p in paths], world_size, sorted((mesh or {}).items())
         except OSError:

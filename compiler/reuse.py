@@ -4,7 +4,8 @@ A sweep point that differs from another only in what these do not depend on (the
 them from here instead of capturing the model again and recompiling the network side. Each key holds everything
 its value depends on: a model file or trace by its content (not its name or date), the world size and mesh for a
 capture; the collective, the network and every compile and run option for a collective's time. Nothing is
-cached unless a `Reuse` is active (`with using(Reuse(...))`): a single command line has nothing to share.
+cached unless a `Reuse` is active (`with using(Reuse(...))`): the sweep's workers make one, and a single run
+does with `--cache DIR`.
 
 With a directory, values are also kept on disk as small JSON files (one per key, written atomically), shared by
 the worker processes of a sweep and by later sweeps. A file that cannot be read is a miss, never an error.

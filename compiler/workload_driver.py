@@ -103,7 +103,7 @@ def time_collectives(module, topology: Topology, opts: WorkloadOptions) -> dict[
                 continue
             if shared is None:
                 times[key] = _time_one(ctx, topology, key, opts)
-            else:  # a sweep: the same collective on the same network with the same options is compiled once
+            else:  # a sweep or --cache: the same collective, network and options are compiled once
                 times[key] = shared.get("collective", [key, topology.to_dict(), opts.scheduler, opts.defaults,
                                                        reuse.options_key(opts.run)],
                                         lambda: _time_one(ctx, topology, key, opts), dataclasses.asdict,

@@ -82,6 +82,7 @@ BAD = [
     (json.dumps({**SMALL, "axes": {"chunks": {"from": 1, "to": 10**9, "step": 1}}}), "more than 100000"),
     (json.dumps({**SMALL, "axes": {"verify": ["yes"]}}), "give true or false"),
     (json.dumps({**SMALL, "extra": 1}), "unknown key 'extra'"),
+    (json.dumps(small_without("size", {"chunks": [1]})), "point 0 (chunks=1): --size is required"),
     (json.dumps({**SMALL, "axes": {"switching": ["store-and-forward"]}}), "--switching applies to --backend "
                                                                             "congestion"),
 ]
@@ -185,6 +186,24 @@ def test_kill_9_then_resume_keeps_every_point_exactly_once(tmp_path):
     assert run_cli("sweep", path, "-o", fresh, "--workers", "2").returncode == 0
     key = lambda rs: sorted((r["point"], r["total_time_us"]) for r in rs)   # noqa: E731
     assert key(after) == key(rows(fresh))
+
+
+def test_ctrl_c_keeps_the_finished_points_and_says_how_to_resume(tmp_path):
+    data = {"base": {"collective": "all_reduce", "topology": "Ring_Switch_Switch_Switch:4x4x8x8", "chunks": 64},
+            "axes": {"size": {"from": "1MB", "to": "1GB", "times": 2}, "scheduler": ["themis", "optimal"]}}
+    out = tmp_path / "r.csv"
+    proc = subprocess.Popen([sys.executable, "-m", "astra_compile.cli", "sweep", str(write_sweep(tmp_path, data)),
+                             "-o", str(out), "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and (not out.exists() or len(rows(out)) < 2):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)   # as Ctrl-C does: the sweep and its workers
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1].endswith("the same command resumes")
+    kept = rows(out)
+    assert 2 <= len(kept) < 22 and len({r["point"] for r in kept}) == len(kept)
 
 
 def test_a_results_file_of_another_sweep_is_never_touched(tmp_path, capsys):

@@ -78,6 +78,7 @@ def check(options: dict, directory: str, where: str = "") -> str:
     try:
         cli_rules.check(kind, args, given)
         _check_values(args)
+        _check_complete(kind, args)
     except UserError as e:
         raise UserError(f"{where}{e}") from None
     return kind
@@ -88,6 +89,16 @@ def _parse(options: dict, directory: str, where: str):
         return cli.parse(argv(options, directory, where), raising=True)
     except UserError as e:
         raise UserError(f"{where}{e}" if not str(e).startswith(where) else str(e)) from None
+
+
+def _check_complete(kind: str, args) -> None:
+    """What every point of a kind needs, so that a sweep missing it stops before running, not at every point."""
+    if kind == "training step" and not args.topology:
+        raise UserError("--topology is required (in base, or as an axis)")
+    if kind == "collective" and not args.input:
+        for option in ("collective", "size", "topology"):
+            if not getattr(args, option):
+                raise UserError(f"--{option} is required with a collective (in base, or as an axis)")
 
 
 def _check_values(args) -> None:
