@@ -81,3 +81,29 @@ def _tree0(n: int, head: list[list[int]], ngen: int, ports: int | None):
         if held == len(members):
             raise ValueError("the topology is not connected: tree 0 cannot span it")
     return np.asarray(parent, dtype=np.int64), np.asarray(step, dtype=np.int64), np.asarray(gen, dtype=np.int64)
+
+
+def is_translated(topology, links, trees: Trees) -> bool:
+    """Is every tree the translation of tree 0 by its root's coordinates: the same parents, steps and link
+    generators, moved? Then every NPU's part in the schedule is NPU 0's, moved, and NPU 0's table stands for all
+    (symmetric execution). Checked on the trees the module records, whoever built them."""
+    if not all(d.kind.translatable for d in topology.dims):
+        return False
+    n, shape = topology.npus, np.asarray(topology.shape, dtype=np.int64)
+    coords = topology.coords_array()
+    strides = np.asarray(topology.strides(), dtype=np.int64)
+    translate = (((coords[:, None, :] + coords[None, :, :]) % shape) * strides).sum(axis=2)   # (root, node)
+    parent0, step0, link0 = trees.parent[0], trees.step[0], trees.link[0]
+    if parent0[0] != -1 or (parent0[1:] < 0).any() or (link0[1:] < 0).any():
+        return False
+    rows, moved = np.arange(n)[:, None], translate[:, 1:]   # node v of tree 0 sits at translate[r, v] in tree r
+    if (trees.parent[rows, moved] != translate[:, parent0[1:]]).any() or (trees.step[rows, moved] != step0[1:]).any():
+        return False
+    if (trees.parent[np.arange(n), np.arange(n)] != -1).any():
+        return False
+    dims = links.dim
+    offset = (coords[links.dst, dims] - coords[links.src, dims]) % shape[dims]
+    _, generator = np.unique(np.stack([dims, links.lane, offset], axis=1), axis=0, return_inverse=True)
+    generator = generator.ravel()                         # (dimension, lane, offset) as one number per link
+    got = trees.link[rows, moved]
+    return bool((got >= 0).all() and (generator[got] == generator[link0[1:]]).all())

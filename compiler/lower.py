@@ -150,7 +150,18 @@ class Schedule:
                             f"bytes must split into {units} parts; use fewer chunks or a larger size")
 
     def _symmetric(self, plan: CollectivePlan, stage: Stage) -> bool:
+        if stage.dim == FLAT and stage.structure is not None and stage.structure[0] == "trees":
+            return self._translated_trees()
         return phase_symmetric(self.topology, plan.kind, stage.dim, stage.algorithm)
+
+    def _translated_trees(self) -> bool:
+        """Trees on a torus that are all one tree translated to every root: every NPU runs NPU 0's steps, moved,
+        so NPU 0 stands for all (the analytical runtime's symmetric execution; lazy tables: only NPU 0's)."""
+        from .algorithms import multitree
+        from .algorithms.translated_trees import is_translated
+        if multitree.routed(self.topology):
+            return False
+        return is_translated(self.topology, self._graph_links(), self.trees())
 
     def _splits_evenly(self) -> bool:
         """True when every chunk, block and unit has the same byte count on every NPU. Only then is every NPU's

@@ -11,10 +11,12 @@ dimension's links take one step at a time (see _Engine).
 
 Two executions with the same semantics:
 - `symmetric`: when every NPU runs a relabelled copy of NPU 0's table (ring, direct, halving-doubling on the
-  Ring/FC/Switch blocks, evenly split sizes), every NPU's timeline is identical, so NPU 0's table alone gives the
-  exact result: a message it receives in step s left its peer when NPU 0's own step s began.
+  Ring/FC/Switch blocks, MultiTree's translated trees on tori, evenly split sizes), every NPU's timeline is
+  identical, so NPU 0's table alone gives the exact result: a message it receives in step s left its peer when
+  NPU 0's own step s began.
 - `full`: every NPU's table, every message, with the receive side waiting for the real sender. Used for asymmetric
-  schedules (trees) and to check the symmetric shortcut.
+  schedules (trees that are not translations of one another, rings over ranks) and to check the symmetric
+  shortcut.
 """
 from __future__ import annotations
 
