@@ -22,7 +22,7 @@ import numpy as np
 from ..network.errors import UserError
 from ..network.graphs import reachable
 from ..network.links import LANE_SHORTEST, ROUTED, LinkMap
-from .base import NETWORK, Algorithm, Transfers, same_units
+from .base import NETWORK, Algorithm, Transfers
 
 
 @dataclass(frozen=True)
@@ -144,23 +144,17 @@ def build_trees(npus: int, src: np.ndarray, dst: np.ndarray, ports: int | None =
 
 
 def template(kind: str, trees: Trees) -> Transfers:
-    """Reduce-scatter up the trees (reverse step order) or all-gather down them, tree r carrying block r."""
+    """Reduce-scatter up the trees (reverse step order) or all-gather down them, tree r carrying block r. Built
+    from arrays (N(N-1) transfers: 1M on a 32x32 torus)."""
     npus = trees.parent.shape[0]
-    rows = []
-    for r in range(npus):
-        for v in range(npus):
-            p = trees.parent[r, v]
-            if p < 0:
-                continue
-            t = int(trees.step[r, v])
-            lid = int(trees.link[r, v])
-            if kind == "reduce_scatter":  # child v sends its partial sum of block r to its parent
-                rows.append(same_units(trees.steps - t, v, p, r, r + 1) + (lid,))
-            else:  # parent sends block r to child v
-                rows.append(same_units(t - 1, p, v, r, r + 1) + (lid,))
-    return Transfers.build(npus, rows, reduce=(kind == "reduce_scatter"))
-
-
+    r, v = np.nonzero(trees.parent >= 0)
+    p, t, lid = trees.parent[r, v], trees.step[r, v], trees.link[r, v]
+    if kind == "reduce_scatter":  # child v sends its partial sum of block r to its parent
+        step, src, dst = trees.steps - t, v, p
+    else:  # parent sends block r to child v
+        step, src, dst = t - 1, p, v
+    return Transfers.from_columns(npus, (step, src, dst, r, r + 1, r, r + 1, np.zeros_like(r), lid),
+                                  reduce=(kind == "reduce_scatter"))
 
 
 PATH_TREES_MAX_NPUS = 256  # trees through switches weigh every NPU pair: 128 NPUs take 5-25 s

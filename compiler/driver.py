@@ -125,9 +125,10 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
     # the ordering passes weigh a step's latency by how many chunks share the dimension in the runtime
     defaults = {"active": run.active_chunks, **defaults}
     timed: dict = {}  # module body text -> (schedule, result): a schedule choose-schedule timed is not run again
+    last: list = [None]  # the key evaluate saw last (a body with a tree per NPU is megabytes of text: made once)
 
     def evaluate(module) -> float:
-        key = _body(module)
+        key = last[0] = _body(module)
         if key not in timed:
             schedule = lower(module, topology, run.max_memory)
             symmetric = run.execution == "symmetric" or (run.execution == "auto" and schedule.meta.symmetric
@@ -140,7 +141,7 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
         module = comm.parse_module(source, ctx)
         run_passes(module, topology, pipe, defaults, print_ir, evaluate, timing)
         evaluate(module)
-        schedule, result = timed[_body(module)]
+        schedule, result = timed[last[0]]
         report = make_report(schedule, result, label, run, comm.schedule_choice(module))
         return Compiled(module, schedule, result, report)
 

@@ -32,3 +32,31 @@ def test_ring_template_equals_the_row_by_row_ring(kind, bidirectional):
         assert (built.units, built.steps) == (oracle.units, oracle.steps)
         for name in FIELDS:
             assert np.array_equal(getattr(built, name), getattr(oracle, name)), (k, name)
+
+
+def tree_rows(kind, trees):
+    """MultiTree as its docstring says it: tree r carries block r, up the trees for a reduce-scatter (reverse step
+    order), down them for an all-gather, each edge on its recorded link."""
+    n = trees.parent.shape[0]
+    rows = []
+    for r in range(n):
+        for v in range(n):
+            p = int(trees.parent[r, v])
+            if p < 0:
+                continue
+            t, lid = int(trees.step[r, v]), int(trees.link[r, v])
+            rows.append((same_units(trees.steps - t, v, p, r, r + 1) if kind == "reduce_scatter" else
+                         same_units(t - 1, p, v, r, r + 1)) + (lid,))
+    return Transfers.build(n, rows, reduce=kind == "reduce_scatter")
+
+
+@pytest.mark.parametrize("kind", ["reduce_scatter", "all_gather"])
+@pytest.mark.parametrize("topology", ["4x4_torus", "3x5_torus", "4x4_mesh", "FC(4)_Ring(3)", "2x2x2_torus"])
+def test_tree_template_equals_the_row_by_row_trees(kind, topology):
+    from astra_compile.algorithms import multitree
+    from astra_compile.network.parse import parse_topology
+    trees, _ = multitree.allocate(parse_topology(topology))
+    built, oracle = multitree.template(kind, trees), tree_rows(kind, trees)
+    assert (built.units, built.steps) == (oracle.units, oracle.steps)
+    for name in FIELDS + ("link",):
+        assert np.array_equal(getattr(built, name), getattr(oracle, name)), name
