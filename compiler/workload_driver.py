@@ -19,6 +19,7 @@ import numpy as np
 from . import driver, reuse
 from .dialects import workload as wl
 from .network.errors import UserError
+from .passes import PassError
 from .frontend.workload import COLLECTIVE, COMPUTE, Workload
 from .runtime import workload_engine as engine
 from .runtime.workload_engine import ProgramTable, Roofline, run_workload, WorkloadError
@@ -79,6 +80,7 @@ def collective_key(op) -> tuple:
 class CollectiveTime:
     time_ns: float
     algorithm: str
+    fallback: str = ""   # how a collective too small to split as asked ran instead ("" when it ran as asked)
 
 
 @dataclass
@@ -107,19 +109,58 @@ def time_collectives(module, topology: Topology, opts: WorkloadOptions) -> dict[
                 times[key] = shared.get("collective", [key, topology.to_dict(), opts.scheduler, opts.defaults,
                                                        reuse.options_key(opts.run)],
                                         lambda: _time_one(ctx, topology, key, opts), dataclasses.asdict,
-                                        lambda d: CollectiveTime(float(d["time_ns"]), str(d["algorithm"])))
+                                        lambda d: CollectiveTime(float(d["time_ns"]), str(d["algorithm"]),
+                                                                 str(d.get("fallback", ""))))
     return times
 
 
+# A collective this many bytes per member of its group or fewer may be too small for what was asked (a chunk's
+# region must split into every stage's parts): it falls back instead of stopping the step.
+SMALL_PER_MEMBER = 1024
+
+
 def _time_one(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> CollectiveTime:
-    one = driver.build_module(ctx, topology, key[0], key[1], list(key[2]))
-    compiled = driver.compile_schedule(str(one), ctx, topology, opts.scheduler, opts.defaults, opts.run)
+    """Compile and time one collective. A small one that cannot split as asked (a 4-byte loss all-reduce over 64
+    NPUs) runs in one chunk, else padded to the smallest size that splits, and says so: a real library sends it
+    all the same, paying the steps' latency, which the padding keeps."""
+    kind, nbytes, dims = key
+    try:
+        return _compiled_time(ctx, topology, kind, nbytes, dims, opts.defaults, opts)
+    except (UserError, driver.comm.IRError, PassError) as e:
+        group = math.prod(topology.shape[d] for d in dims)
+        chunks = opts.defaults.get("chunks", 1)
+        if nbytes > SMALL_PER_MEMBER * group * (chunks if isinstance(chunks, int) else 1):
+            raise
+        first = e
+    one_chunk = {**opts.defaults, "chunks": 1}
+    if chunks != 1:
+        try:
+            return _compiled_time(ctx, topology, kind, nbytes, dims, one_chunk, opts, f"1 chunk instead of {chunks}")
+        except (UserError, driver.comm.IRError, PassError):
+            pass
+    for multiple in (group << i for i in range(12)):   # up to 2048 bytes per member
+        padded = -(-nbytes // multiple) * multiple
+        if padded == nbytes:
+            continue
+        try:
+            return _compiled_time(ctx, topology, kind, padded, dims, one_chunk, opts,
+                                  f"{'in 1 chunk, ' if chunks != 1 else ''}padded from {nbytes} B to {padded} B "
+                                  f"(too small to split over {group} NPUs)")
+        except (UserError, driver.comm.IRError, PassError):
+            continue
+    raise first
+
+
+def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaults: dict, opts: WorkloadOptions,
+                   fallback: str = "") -> CollectiveTime:
+    one = driver.build_module(ctx, topology, kind, nbytes, list(dims))
+    compiled = driver.compile_schedule(str(one), ctx, topology, opts.scheduler, defaults, opts.run)
     stages = []
     for s in compiled.report.collectives[0].stages:
         label = f"{s.algorithm}@{'all' if s.dim == -1 else s.dim}"
         if label not in stages:
             stages.append(label)
-    return CollectiveTime(compiled.result.total_ns, ",".join(stages))
+    return CollectiveTime(compiled.result.total_ns, ",".join(stages), fallback)
 
 
 def program_tables(module, times: dict[tuple, CollectiveTime]) -> tuple[list[ProgramTable], list]:

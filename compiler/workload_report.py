@@ -54,7 +54,8 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0) -> Workl
         calls.append({"op": i, "kind": op.kind, "group": group, "group_size": len(prog.groups[group]),
                       "dims": list(key[2]), "bytes": key[1], "algorithm": times[key].algorithm,
                       "time_us": times[key].time_ns / 1e3, "start_us": r.start_ns[i] / 1e3,
-                      "end_us": r.end_ns[i] / 1e3})
+                      "end_us": r.end_ns[i] / 1e3, **({"fallback": times[key].fallback} if times[key].fallback
+                                                      else {})})
     flops = sum(int(op.attrs.get("flops", 0)) for op in prog.ops if op.kind == "compute")
     data = {**module_info,
             "total_time_us": result.total_ns / 1e3, "compute_time_us": r.compute_ns / 1e3,
@@ -69,7 +70,7 @@ def summarize(calls: list[dict]) -> list[dict]:
     for c in calls:
         key = (c["kind"], c["group"], c["bytes"])
         row = rows.setdefault(key, {k: c[k] for k in ("kind", "group", "group_size", "dims", "bytes", "algorithm",
-                                                          "time_us")} | {"count": 0, "total_us": 0.0})
+                                                          "time_us", "fallback") if k in c} | {"count": 0, "total_us": 0.0})
         row["count"] += 1
         row["total_us"] += c["time_us"]
     return list(rows.values())
@@ -94,8 +95,10 @@ def format_report(d: dict) -> str:
                       f"{s['total_us']:.3f}") for s in d["collective_summary"]]
     if len(rows) == 1:
         return "\n".join(lines + ["no collectives"])
+    notes = [f"note: {s['kind']} of {format_size(s['bytes'])} on {s['group']} ran {s['fallback']}"
+             for s in d["collective_summary"] if s.get("fallback")]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     left = (0, 1, 6)
     lines += ["  ".join(v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
               .rstrip() for row in rows]
-    return "\n".join(lines)
+    return "\n".join(lines + ([""] + notes if notes else []))

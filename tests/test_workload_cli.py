@@ -133,3 +133,47 @@ def test_cache_dir_reuses_the_capture_and_the_collectives(tmp_path):
     assert json.loads(changed.stdout)["flops"] > json.loads(plain.stdout)["flops"]   # new content: captured anew
     bad = cli(str(model), "--topology", "2x2_torus", "--cache", str(model))
     assert bad.returncode == 2 and "not a directory" in bad.stderr
+
+
+STAT_MODEL = '''
+import torch
+import torch.distributed as dist
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(256, 256)
+
+    def forward(self, x):
+        y = self.lin(x)
+        stat = y.detach().float().pow(2).mean().reshape(1)
+        dist.all_reduce(stat)          # one float: what training code logs every step
+        return y
+
+
+def build_model():
+    return Net()
+
+
+def example_inputs():
+    return torch.randn(8, 256)
+'''
+
+
+@pytest.mark.parametrize("topology,steps,per_step_ns", [("8x8_torus", 2 * (7 + 7), 500), ("64_switch", 2 * 6, 1000)])
+def test_a_four_byte_all_reduce_runs_padded_and_says_so(tmp_path, topology, steps, per_step_ns):
+    model = tmp_path / "stat.py"
+    model.write_text(STAT_MODEL)
+    done = cli(str(model), "--topology", topology, "--chunks", "4", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    (tiny,) = [c for c in report["collectives"] if c["bytes"] == 4]
+    assert tiny["fallback"].startswith("in 1 chunk, padded from 4 B to ") and "over 64 NPUs" in tiny["fallback"]
+    # latency-bound: every step of the ring (torus: 7 per dimension, there and back) or of halving-doubling
+    # (switch: 6 each way, two links a hop) pays its latency; the padded bytes add almost nothing
+    assert steps * per_step_ns <= tiny["time_us"] * 1e3 <= steps * per_step_ns * 1.01
+    assert "note: all_reduce of 4B on dp ran in 1 chunk, padded" in cli(str(model), "--topology", topology,
+                                                                        "--chunks", "4").stdout
+    big = [c for c in report["collectives"] if c["bytes"] > 4]
+    assert big and all("fallback" not in c for c in big)
