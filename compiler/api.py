@@ -38,6 +38,8 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise UserError("nothing to compile: no model file or trace given")
+    if len(paths) == 1 and os.path.isdir(paths[0]):  # a directory of traces: every .json file in it
+        paths = _trace_files(paths[0])
     shared = reuse.current()
     if shared is not None:  # a sweep or --cache: the same files (by content), world and mesh are captured once
         try:
@@ -48,6 +50,19 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
             return shared.get("workload", key, lambda: _load_paths(paths, world_size, mesh, capture_limit),
                               Workload.to_json, Workload.from_json)
     return _load_paths(paths, world_size, mesh, capture_limit)
+
+
+def _trace_files(directory: str) -> list[str]:
+    if os.path.exists(os.path.join(directory, "meta.json")):
+        raise UserError(f"{directory} is a table directory, not execution traces: run it as `astra-compile "
+                        f"{directory}`")
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+    except OSError as e:
+        raise UserError(f"cannot read {directory}: {e.strerror}") from None
+    if not names:
+        raise UserError(f"{directory}: no .json execution-trace files in it")
+    return [os.path.join(directory, n) for n in names]
 
 
 def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_limit: float | None) -> Workload:

@@ -217,7 +217,18 @@ def _capture_limit(seconds: float) -> float:
 
 
 def _is_workload(inputs: list[str]) -> bool:
-    return bool(inputs) and (inputs[0].endswith(".py") or all(p.endswith(".json") for p in inputs))
+    return bool(inputs) and (inputs[0].endswith(".py") or all(p.endswith(".json") for p in inputs) or
+                             _is_trace_dir(inputs))
+
+
+def _is_trace_dir(inputs: list[str]) -> bool:
+    """One directory of execution traces (.json files, no meta.json: that is a table directory)."""
+    if len(inputs) != 1 or not os.path.isdir(inputs[0]) or os.path.exists(os.path.join(inputs[0], "meta.json")):
+        return False
+    try:
+        return any(name.endswith(".json") for name in os.listdir(inputs[0]))
+    except OSError:
+        return False
 
 
 def _run_workload(args, max_memory: int | None) -> int:

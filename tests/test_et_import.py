@@ -227,7 +227,52 @@ def test_world_size_disagreements(traces, tmp_path):
     one_line_error([traces[0], p, traces[2], traces[3]], "records world size 8")
     one_line_error(traces[:3], "3 trace files for world size 4")
     one_line_error(traces[:1], "records world size 4, not 8", world_size=8)
-    one_line_error([traces[0], traces[0], traces[2], traces[3]], "claim rank 0")
+    one_line_error([traces[0], traces[0], traces[2], traces[3]], "given twice")
+
+
+def _copies(traces, tmp_path, names):
+    out = []
+    for t, name in zip(traces, names):
+        (tmp_path / name).write_text(open(t).read())
+        out.append(str(tmp_path / name))
+    return out
+
+
+@pytest.mark.parametrize("pattern", ["et_r{}.json", "trace-{}.json", "host_a_{}.json", "RANK{}.json"])
+def test_ranks_from_other_file_namings_and_never_from_argument_order(traces, workload, tmp_path, pattern):
+    names = [pattern.format(r) for r in range(WORLD)]
+    copies = _copies(traces, tmp_path, names)
+    w = load_traces([copies[i] for i in (3, 1, 0, 2)])   # shuffled: the names say the ranks
+    assert {r: [(o.collective, o.bytes) for o in w.collectives(r)] for r in range(WORLD)} == \
+        {r: [(o.collective, o.bytes) for o in workload.collectives(r)] for r in range(WORLD)}
+
+
+def test_traces_whose_rank_cannot_be_told_or_that_repeat_are_refused(traces, tmp_path):
+    anonymous = _copies(traces, tmp_path, ["a.json", "b.json", "c.json", "d.json"])
+    one_line_error(anonymous, "cannot tell its rank")
+    one_line_error([traces[0], traces[1], traces[2], traces[1]], "given twice")
+    link = tmp_path / "alias_rank9.json"
+    link.symlink_to(traces[1])
+    one_line_error([traces[0], traces[1], traces[2], str(link)], "given twice")
+
+
+def test_a_directory_of_traces_is_read_as_traces(traces, tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    _copies(traces, d, [f"trace_rank{r}.json" for r in range(WORLD)])
+    direct = subprocess.run([sys.executable, "-m", "astra_compile.cli", *traces, "--topology", "Ring(2)_Ring(2)",
+                             "--json"], capture_output=True, text=True)
+    from_dir = subprocess.run([sys.executable, "-m", "astra_compile.cli", str(d), "--topology", "Ring(2)_Ring(2)",
+                               "--json"], capture_output=True, text=True)
+    assert from_dir.returncode == 0, from_dir.stderr
+    strip = lambda r: {k: v for k, v in json.loads(r.stdout).items() if k != "source"}   # noqa: E731
+    assert strip(from_dir) == strip(direct)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("x")
+    bad = subprocess.run([sys.executable, "-m", "astra_compile.cli", str(empty), "--topology", "Ring(4)"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
 
 
 def test_rank_traces_that_do_not_match(traces, tmp_path):

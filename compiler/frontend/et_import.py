@@ -35,12 +35,14 @@ How the trace becomes ops:
   attributed to the largest fitting group; functional collectives (DTensor, DeviceMesh) carry their group.
 - Dependencies: an op depends on the last earlier op that wrote a storage it reads (issue order = node id).
   Outputs count as written, plus arguments the schema marks as mutated, plus the buffer of a c10d collective.
-- Rank of a file: a top-level "rank" key if present (torch 2.15 writes none), else "rank<N>" in the file name,
-  else the order of the files.
+- Rank of a file: a top-level "rank" key if present (torch 2.15 writes none), else its name: "rank<N>", "_r<N>"
+  or a trailing "-<N>.json" / "_<N>.json". Never the order of the arguments (a shell sorts trace10 before
+  trace2): a file whose rank cannot be told, a rank claimed twice or a file given twice is refused.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -89,13 +91,23 @@ _ALLOC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_stride
 _DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
            "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
            "unsigned char": "uint8", "bool": "bool"}
-_RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE)
+# where a file name says its rank: trace_rank3.json, trace-rank_3.json, et_r3.json, trace-3.json, trace_3.json
+_RANK_IN_NAME = (re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE),
+                 re.compile(r"(?:^|[-_.])r(\d+)(?=[-_.]|$)", re.IGNORECASE),
+                 re.compile(r"[-_](\d+)\.json$", re.IGNORECASE))
 
 
 def load_traces(paths: list[str], world_size: int | None = None) -> Workload:
     """One ExecutionTraceObserver file per rank, or one file for every rank (spmd); see the module notes."""
     if not paths:
         raise UserError("no execution trace given")
+    seen: dict[str, str] = {}
+    for p in paths:  # the same file twice would stand for two ranks
+        real = os.path.realpath(str(p))
+        if real in seen:
+            raise UserError(f"{p}: given twice" + (f" (as {seen[real]})" if seen[real] != str(p) else "") +
+                            ": give each rank's trace once")
+        seen[real] = str(p)
     traces = [_Trace(str(p)) for p in paths]
     spmd = len(traces) == 1
     world = _world_size(traces, world_size, spmd)
@@ -169,10 +181,15 @@ class _Trace:
         return {}, "0"
 
     def rank_hint(self) -> int | None:
-        if isinstance(self.data.get("rank"), int):
-            return self.data["rank"]
-        m = _RANK_IN_NAME.search(Path(self.path).name)
-        return int(m.group(1)) if m else None
+        rank = self.data.get("rank")
+        if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < 2**31:
+            return rank
+        name = Path(self.path).name
+        for pattern in _RANK_IN_NAME:
+            m = pattern.search(name)
+            if m and len(m.group(1)) < 10:
+                return int(m.group(1))
+        return None
 
     def build(self, rank: int, world: int):
         self.rank, self.world = rank, world
@@ -225,11 +242,10 @@ def _ranks(traces: list[_Trace], world: int, spmd: bool) -> list[int]:
     hints = [t.rank_hint() for t in traces]
     if spmd:
         return [hints[0] if hints[0] is not None and hints[0] < world else 0]
-    if all(h is None for h in hints):
-        return list(range(len(traces)))  # the order of the files
     for t, h in zip(traces, hints):
-        if h is None:
-            raise UserError(f"{t.path}: cannot tell its rank (no 'rank<N>' in the name, unlike the other files)")
+        if h is None:  # never the order of the arguments: a shell sorts trace10 before trace2
+            raise UserError(f"{t.path}: cannot tell its rank: name each trace file with its rank (trace_rank3.json, "
+                            "trace_r3.json or trace-3.json) or record a top-level \"rank\"")
         if h >= world:
             raise UserError(f"{t.path}: rank {h} is outside world size {world}")
     if len(set(hints)) != len(hints):
