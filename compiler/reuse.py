@@ -7,8 +7,9 @@ capture; the collective, the network and every compile and run option for a coll
 cached unless a `Reuse` is active (`with using(Reuse(...))`): the sweep's workers make one, and a single run
 does with `--cache DIR`.
 
-With a directory, values are also kept on disk as small JSON files (one per key, written atomically), shared by
-the worker processes of a sweep and by later sweeps. A file that cannot be read is a miss, never an error.
+With a directory, values are also kept on disk as small JSON files (one per key, written atomically, with a
+digest of the value), shared by the worker processes of a sweep and by later runs. A file that cannot be read,
+or whose value no longer matches its digest, is a miss, never an error.
 """
 from __future__ import annotations
 
@@ -55,11 +56,12 @@ class Reuse:
         try:
             with open(self._path(kind, digest), encoding="utf-8") as f:
                 data = json.load(f)
-            if data.get("format") != FORMAT or data.get("version") != VERSION:
-                return None
+            if data.get("format") != FORMAT or data.get("version") != VERSION or \
+                    data.get("digest") != _digest(data["value"]):
+                return None  # another version, or edited or damaged since it was written
             return from_json(data["value"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None  # absent, torn by a crash or from another version: compute it again
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            return None  # absent, torn by a crash, or not ours: compute it again
 
     def _store(self, kind, digest, value) -> None:
         if self.directory is None:
@@ -67,7 +69,13 @@ class Reuse:
         from .runtime import atomic
         os.makedirs(os.path.join(self.directory, kind), exist_ok=True)
         atomic.write_text(self._path(kind, digest), json.dumps({"format": FORMAT, "version": VERSION,
-                                                                "value": value}))
+                                                                "digest": _digest(value), "value": value}))
+
+
+def _digest(value) -> str:
+    """A file is used only if its value still hashes to what was written: a damaged or edited cache file is
+    recomputed, never trusted (a value of the wrong shape would fail far from here)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
 _current: Reuse | None = None

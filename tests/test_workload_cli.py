@@ -127,6 +127,15 @@ def test_cache_dir_reuses_the_capture_and_the_collectives(tmp_path):
     torn = cli(str(model), "--topology", "2x2_torus", "--cache", str(cache), "--json")
     assert torn.returncode == 0 and json.loads(torn.stdout) == json.loads(plain.stdout)
     assert json.loads(workload.read_text())["version"] == 1   # written again whole
+    # a value edited into something of the wrong shape (valid JSON) no longer matches its digest: recomputed
+    data = json.loads(workload.read_text())
+    data["value"]["programs"][0][1][0]["flops"] = "many"
+    workload.write_text(json.dumps(data))
+    edited = cli(str(model), "--topology", "2x2_torus", "--cache", str(cache), "--json")
+    assert edited.returncode == 0 and json.loads(edited.stdout) == json.loads(plain.stdout), edited.stderr
+    workload.write_text("[" * 100000 + "]" * 100000)   # nested past the JSON reader's recursion
+    deep = cli(str(model), "--topology", "2x2_torus", "--cache", str(cache), "--json")
+    assert deep.returncode == 0 and json.loads(deep.stdout) == json.loads(plain.stdout), deep.stderr
     model.write_text(model.read_text().replace("128", "256"))
     changed = cli(str(model), "--topology", "2x2_torus", "--cache", str(cache), "--json")
     assert changed.returncode == 0, changed.stderr
