@@ -91,12 +91,12 @@ class WorkloadOptions:
     roofline: Roofline = field(default_factory=Roofline)
 
 
-def time_collectives(module, topology: Topology, opts: WorkloadOptions) -> dict[tuple, CollectiveTime]:
-    """Compile and run each distinct (kind, bytes, dims) collective of the module once."""
+def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> dict[tuple, CollectiveTime]:
+    """Compile and run each distinct (kind, bytes, dims) collective of the programs (wl.programs) once."""
     ctx = driver.comm.new_context()
     shared = reuse.current()
     times: dict[tuple, CollectiveTime] = {}
-    for prog in wl.programs(module):
+    for prog in progs:
         for op in prog.ops:
             if op.kind in ("compute", "wait"):
                 continue
@@ -163,9 +163,8 @@ def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaul
     return CollectiveTime(compiled.result.total_ns, ",".join(stages), fallback)
 
 
-def program_tables(module, times: dict[tuple, CollectiveTime]) -> tuple[list[ProgramTable], list]:
-    """Numpy program tables for the workload engine, one per rank, and the programs they came from."""
-    progs = wl.programs(module)
+def program_tables(progs: list, times: dict[tuple, CollectiveTime]) -> list[ProgramTable]:
+    """Numpy program tables for the workload engine, one per rank program (wl.programs)."""
     sync_ids: dict[tuple, int] = {}
     tables = []
     for prog in progs:
@@ -191,12 +190,13 @@ def program_tables(module, times: dict[tuple, CollectiveTime]) -> tuple[list[Pro
         ptr[1:] = np.cumsum([len(op.deps) for op in prog.ops])
         idx = np.asarray([d for op in prog.ops for d in op.deps], np.int64)
         tables.append(ProgramTable(prog.rank, kind, flops, nbytes, duration, stream, sync, size, ptr, idx))
-    return tables, progs
+    return tables
 
 
 def run(module, topology: Topology, opts: WorkloadOptions):
-    times = time_collectives(module, topology, opts)
-    tables, progs = program_tables(module, times)
+    progs = wl.programs(module)  # read once: a step of thousands of ops takes a while to walk
+    times = time_collectives(progs, topology, opts)
+    tables = program_tables(progs, times)
     spmd = bool(driver.comm.attrs(module).get("wl.spmd", False))
     try:
         result = run_workload(tables, opts.roofline, spmd)
