@@ -50,7 +50,8 @@ def feasible(npus: int, src, dst, steps: int, ports: int | None = None, time_lim
             for t in range(1, steps + 1):
                 model.add(sum(x[r, lid, t] for r in range(npus) for lid in out[u] if (r, lid, t) in x) <= ports)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
+    # deterministic time, not the wall clock: the same trees whatever the machine's load
+    solver.parameters.max_deterministic_time = time_limit_s
     solver.parameters.num_workers = 1  # deterministic: several workers race to different optimal trees
     status = solver.solve(model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):

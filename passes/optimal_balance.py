@@ -35,7 +35,9 @@ def balanced_counts(orders, loads, base, chunks, time_limit_s):
         model.add(top >= int(scale * base[d]) + sum(int(round(scale * l[d])) * xi for l, xi in zip(loads, x)))
     model.minimize(top)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
+    # a budget in CP-SAT's deterministic time, not the wall clock: on a loaded machine a wall-clock limit cut the
+    # search short and the same collective got another schedule (a sweep's resumed points disagreed)
+    solver.parameters.max_deterministic_time = time_limit_s
     solver.parameters.num_workers = 1  # deterministic
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -61,7 +63,8 @@ def spread(orders, counts) -> list:
 class OptimalBalance(OrderingPass):
     name = "optimal-balance"
     summary = "CP-SAT split of chunks over dimension orders minimising the most loaded dimension"
-    time_limit: float | None = option(float, 5.0, "seconds CP-SAT may search per buffer")
+    time_limit: float | None = option(float, 5.0, "CP-SAT's deterministic seconds per buffer (the same answer "
+                                                   "on any machine load)")
 
     def apply(self, module, ctx) -> None:
         load = {d: 0.0 for d in range(len(ctx.topology.dims))}
