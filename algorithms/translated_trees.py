@@ -22,22 +22,15 @@ def translated_trees(topology, links, ports: int | None = None) -> Trees | None:
     step t becomes one edge out of every node in step t, so tree 0 may add at most `ports` edges per step."""
     if not all(d.kind.translatable for d in topology.dims):
         return None
-    n, shape = topology.npus, np.asarray(topology.shape, dtype=np.int64)
-    coords = topology.coords_array()                      # (n, dims)
-    dims = links.dim
-    offset = (coords[links.dst, dims] - coords[links.src, dims]) % shape[dims]
-    keys = np.stack([dims, links.lane, offset], axis=1)
-    _, gen = np.unique(keys, axis=0, return_inverse=True)
-    gen = gen.ravel()
+    n = topology.npus
+    gen = _generators(topology, links)
     ngen = int(gen.max()) + 1
     link_of = np.full((n, ngen), -1, dtype=np.int64)
     link_of[links.src, gen] = np.arange(len(links))
     head = np.full((n, ngen), -1, dtype=np.int64)
     head[links.src, gen] = links.dst
     parent0, step0, gen0 = _tree0(n, head.tolist(), ngen, ports)
-    # translate[r, v]: node v of tree 0 moved by root r's coordinates
-    strides = np.asarray(topology.strides(), dtype=np.int64)
-    translate = (((coords[:, None, :] + coords[None, :, :]) % shape) * strides).sum(axis=2)
+    translate = _translations(topology)
     parent = np.full((n, n), -1, dtype=np.int64)
     step = np.zeros((n, n), dtype=np.int64)
     link = np.full((n, n), -1, dtype=np.int64)
@@ -49,6 +42,22 @@ def translated_trees(topology, links, ports: int | None = None) -> Trees | None:
     step[rows, cols] = step0[v]
     link[rows, cols] = link_of[tails, gen0[v]]
     return Trees(parent, step, link, int(step0.max()) if n > 1 else 0)
+
+
+def _generators(topology, links) -> np.ndarray:
+    """Each link's generator, (dimension, lane, offset) as one number: the same from every NPU on a torus."""
+    shape, coords = np.asarray(topology.shape, dtype=np.int64), topology.coords_array()
+    dims = links.dim
+    offset = (coords[links.dst, dims] - coords[links.src, dims]) % shape[dims]
+    _, gen = np.unique(np.stack([dims, links.lane, offset], axis=1), axis=0, return_inverse=True)
+    return gen.ravel()
+
+
+def _translations(topology) -> np.ndarray:
+    """translate[r, v]: node v moved by root r's coordinates (n x n)."""
+    shape, coords = np.asarray(topology.shape, dtype=np.int64), topology.coords_array()
+    strides = np.asarray(topology.strides(), dtype=np.int64)
+    return (((coords[:, None, :] + coords[None, :, :]) % shape) * strides).sum(axis=2)
 
 
 def _tree0(n: int, head: list[list[int]], ngen: int, ports: int | None):
@@ -89,21 +98,14 @@ def is_translated(topology, links, trees: Trees) -> bool:
     (symmetric execution). Checked on the trees the module records, whoever built them."""
     if not all(d.kind.translatable for d in topology.dims):
         return False
-    n, shape = topology.npus, np.asarray(topology.shape, dtype=np.int64)
-    coords = topology.coords_array()
-    strides = np.asarray(topology.strides(), dtype=np.int64)
-    translate = (((coords[:, None, :] + coords[None, :, :]) % shape) * strides).sum(axis=2)   # (root, node)
+    n, translate = topology.npus, _translations(topology)   # node v of tree 0 sits at translate[r, v] in tree r
     parent0, step0, link0 = trees.parent[0], trees.step[0], trees.link[0]
     if parent0[0] != -1 or (parent0[1:] < 0).any() or (link0[1:] < 0).any():
         return False
-    rows, moved = np.arange(n)[:, None], translate[:, 1:]   # node v of tree 0 sits at translate[r, v] in tree r
+    rows, moved = np.arange(n)[:, None], translate[:, 1:]
     if (trees.parent[rows, moved] != translate[:, parent0[1:]]).any() or (trees.step[rows, moved] != step0[1:]).any():
         return False
     if (trees.parent[np.arange(n), np.arange(n)] != -1).any():
         return False
-    dims = links.dim
-    offset = (coords[links.dst, dims] - coords[links.src, dims]) % shape[dims]
-    _, generator = np.unique(np.stack([dims, links.lane, offset], axis=1), axis=0, return_inverse=True)
-    generator = generator.ravel()                         # (dimension, lane, offset) as one number per link
-    got = trees.link[rows, moved]
+    generator, got = _generators(topology, links), trees.link[rows, moved]
     return bool((got >= 0).all() and (generator[got] == generator[link0[1:]]).all())

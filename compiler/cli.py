@@ -11,7 +11,7 @@ import warnings
 
 from . import cli_rules
 from .runtime import atomic
-from .network.errors import UserError
+from .network.errors import UserError, one_line
 
 VERIFIED = "verified: every NPU's buffer matches the collective's definition"
 EPILOG = """examples:
@@ -146,9 +146,7 @@ def _join_dashed_values(parser: argparse.ArgumentParser, argv: list[str]) -> lis
 
 
 def _fail(message: str) -> int:
-    # one line whatever the message quotes: a newline or other control character of the user's value is escaped
-    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
-    sys.stderr.write(f"astra-compile: error: {line}\n")
+    sys.stderr.write(f"astra-compile: error: {one_line(message)}\n")
     return 2
 
 

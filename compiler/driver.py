@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from . import algorithms, resources
 from .dialects import comm
-from .network.errors import UserError
+from .network.errors import UserError, read_text
 from .lower import Schedule
 from .plans import plans_from_module
 from .passes import DEFAULT_PIPELINE, PassContext, PassManager, parse_pipeline
@@ -48,14 +48,7 @@ def build_module(ctx, topology: Topology, collective: str, nbytes: int, dims: li
 
 
 def read_module(ctx, path: str):
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not text (a binary file?); expected a .mlir comm module") from None
-    return comm.parse_module(text, ctx, source=path)
+    return comm.parse_module(read_text(path, "a .mlir comm module"), ctx, source=path)
 
 
 def module_topology(module, override: Topology | None) -> Topology:

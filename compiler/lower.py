@@ -157,11 +157,12 @@ class Schedule:
     def _translated_trees(self) -> bool:
         """Trees on a torus that are all one tree translated to every root: every NPU runs NPU 0's steps, moved,
         so NPU 0 stands for all (the analytical runtime's symmetric execution; lazy tables: only NPU 0's)."""
-        from .algorithms import multitree
-        from .algorithms.translated_trees import is_translated
-        if multitree.routed(self.topology):
-            return False
-        return is_translated(self.topology, self._graph_links(), self.trees())
+        if getattr(self, "_translated", None) is None:  # asked per tree phase; an n x n check, made once
+            from .algorithms import multitree
+            from .algorithms.translated_trees import is_translated
+            self._translated = not multitree.routed(self.topology) and \
+                is_translated(self.topology, self._graph_links(), self.trees())
+        return self._translated
 
     def _splits_evenly(self) -> bool:
         """True when every chunk, block and unit has the same byte count on every NPU. Only then is every NPU's

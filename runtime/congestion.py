@@ -30,10 +30,11 @@ Executions:
 - `full`: every NPU, every message, every link.
 - `symmetric`: for schedules whose every NPU runs a relabelling of NPU 0's table under a symmetry of the network
   that maps links to links (meta.symmetric, no halving-doubling across a Ring of more than two NPUs, whose XOR
-  partners are not a rotation of the ring, and no whole-network trees), every link of a class carries the same traffic up to relabelling. Only
-  NPU 0's messages run, over one representative link per class: its uplink and downlink of each switch dimension,
-  its own link to each FC peer, one link per direction of each ring. A message NPU 0 receives is the mirror image
-  of one it sends and arrives when that one is delivered. Tests check it against `full`.
+  partners are not a rotation of the ring, and no whole-network trees), every link of a class carries the same
+  traffic up to relabelling. Only NPU 0's messages run, over one representative link per class: its uplink and
+  downlink of each switch dimension, its own link to each FC peer, one link per direction of each ring. A message
+  NPU 0 receives is the mirror image of one it sends and arrives when that one is delivered. Tests check it
+  against `full`.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from ..network.errors import UserError
+from ..network.errors import UserError, one_line
 from . import point as points_mod
 from . import results as results_mod
 from . import spec as spec_mod
@@ -147,7 +147,7 @@ def _progress(mode: str, total: int, initial: int):
 
 
 def _say(bar, line: str) -> None:
-    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+    line = one_line(line)
     if bar is not None:
         bar.write(line, file=sys.stderr)
     else:

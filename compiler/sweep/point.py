@@ -32,7 +32,7 @@ def _flags() -> dict[str, tuple[str, bool]]:
 FLAGS = _flags()
 
 
-def argv(options: dict, directory: str, where: str = "") -> list[str]:
+def argv(options: dict, directory: str) -> list[str]:
     """The command line of a point (`directory`: the sweep file's, for relative input and topology files)."""
     out, inputs = [], []
     for key, value in options.items():
@@ -41,18 +41,18 @@ def argv(options: dict, directory: str, where: str = "") -> list[str]:
             inputs = [_near(str(v), directory) for v in (value if isinstance(value, list) else [value])]
             continue
         if dest in NOT_IN_SWEEPS:
-            raise UserError(f"{where}'{key}' does not go in a sweep (every point reports; see docs/sweeps.md)")
+            raise UserError(f"'{key}' does not go in a sweep (every point reports; see docs/sweeps.md)")
         if dest not in FLAGS:
-            raise UserError(f"{where}unknown option '{key}' (keys are astra-compile's long option names, "
+            raise UserError(f"unknown option '{key}' (keys are astra-compile's long option names, "
                             "or input)")
         flag, switch = FLAGS[dest]
         if switch:
             if not isinstance(value, bool):
-                raise UserError(f"{where}'{key}' is on or off: give true or false, got {value!r}")
+                raise UserError(f"'{key}' is on or off: give true or false, got {value!r}")
             out += [flag] if value else []
             continue
         if isinstance(value, bool):
-            raise UserError(f"{where}'{key}' takes a value, got {value!r}")
+            raise UserError(f"'{key}' takes a value, got {value!r}")
         if dest == "topology" and isinstance(value, str) and value.lower().endswith(FILE_SUFFIXES):
             value = _near(value, directory)
         text = ",".join(_text(v) for v in value) if isinstance(value, list) else _text(value)
@@ -86,9 +86,9 @@ def check(options: dict, directory: str, where: str = "") -> str:
 
 def _parse(options: dict, directory: str, where: str):
     try:
-        return cli.parse(argv(options, directory, where), raising=True)
+        return cli.parse(argv(options, directory), raising=True)
     except UserError as e:
-        raise UserError(f"{where}{e}" if not str(e).startswith(where) else str(e)) from None
+        raise UserError(f"{where}{e}") from None
 
 
 def _check_complete(kind: str, args) -> None:

@@ -20,7 +20,7 @@ import json
 import os
 from importlib import resources as importlib_resources
 
-from ..network.errors import UserError
+from ..network.errors import UserError, one_line
 from ..runtime import atomic
 
 FIXED = ("point",)
@@ -59,7 +59,7 @@ def cell(value) -> str:
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, str):  # one line per point, always: control characters are escaped
-        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
+        return one_line(value)
     return str(value)
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from ..network.errors import UserError
+from ..network.errors import UserError, read_text
 
 MAX_POINTS = 100_000   # a sweep that expands past this is almost surely a typo in a range
 TOP_KEYS = ("description", "base", "axes")
@@ -51,13 +51,7 @@ class Sweep:
 
 
 def load(path: str) -> Sweep:
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise UserError(f"cannot read sweep file {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not text: expected a YAML sweep file") from None
+    text = read_text(path, "a YAML sweep file", label="sweep file ")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -38,6 +38,11 @@ def work(index: int, options: dict, directory: str, max_memory: int | None, cach
     return index, outcome, {k: v - made[k] for k, v in _reuse.made.items()}, _reuse.hits - hits
 
 
+def _failed(index: int, error: str) -> tuple:
+    """What `work` returns for a point whose worker could not report: failed, nothing captured or reused."""
+    return index, {"status": "error", "error": error, "elapsed_s": 0.0}, {}, 0
+
+
 def cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -75,7 +80,7 @@ def _alone(task: tuple) -> tuple:
         try:
             return pool.submit(work, *task).result()
         except BrokenProcessPool:
-            return task[0], {"status": "error", "error": DIED, "elapsed_s": 0.0}, {}, 0
+            return _failed(task[0], DIED)
 
 
 class RayPool:
@@ -118,8 +123,7 @@ class RayPool:
                     try:
                         result = ray.get(ref)
                     except Exception as e:  # the task's worker died, or Ray lost it
-                        result = task[0], {"status": "error", "error": f"Ray: {type(e).__name__}: {_first_line(e)}",
-                                           "elapsed_s": 0.0}, {}, 0
+                        result = _failed(task[0], f"Ray: {type(e).__name__}: {_first_line(e)}")
                     yield result
         finally:
             ray.shutdown()
