@@ -9,7 +9,7 @@
 Each configuration runs `--runs` times as a fresh command (start-up included); the table shows the median wall
 time. Runs of the configurations being compared interleave, so their ratio is measured under the same load.
 
-    python benchmarks/sweep.py [--runs 3] [--model examples/gpt_tp_dp.py] [--skip-ray]
+    python benchmarks/sweep.py [--runs 3] [--model examples/gpt_tp_dp.py] [--skip-ray] [--only themis|reuse]
 """
 from __future__ import annotations
 
@@ -59,37 +59,47 @@ def main() -> None:
     ap.add_argument("--model", default=os.path.join(HERE, "..", "examples", "gpt_tp_dp.py"))
     ap.add_argument("--topology", default="8x8_torus")
     ap.add_argument("--skip-ray", action="store_true")
+    ap.add_argument("--only", choices=("themis", "reuse"), help="run one of the two benchmarks")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        configs = {"1 worker": ["--workers", "1"], "2 workers": ["--workers", "2"]}
-        if not args.skip_ray:
-            configs["Ray, 2 CPUs"] = ["--ray", "--workers", "2"]
-        walls, results = compare(configs, THEMIS, args.runs, tmp)
-        n = len(next(iter(results.values())))
-        same = all(r == results["1 worker"] for r in results.values())
-        print(f"\n{os.path.basename(THEMIS)}: {n} points, median of {args.runs} runs (start-up included)")
-        print(f"{'configuration':<16s}{'wall s':>10s}{'points/s':>10s}{'speed-up':>10s}")
-        for name, wall in walls.items():
-            print(f"{name:<16s}{wall:10.2f}{n / wall:10.2f}{walls['1 worker'] / wall:10.2f}")
-        print(f"results equal point for point in all configurations: {same}")
+        if args.only != "reuse":
+            themis(args, tmp)
+        if args.only != "themis":
+            reuse(args, tmp)
 
-        sweep = os.path.join(tmp, "peak.yml")
-        with open(sweep, "w") as f:
-            f.write(f"base: {{input: {os.path.abspath(args.model)}, topology: {args.topology}}}\n"
-                    "axes:\n  peak-tflops: {from: 50, to: 1000, step: 50}\n")
-        cache = os.path.join(tmp, "cache")
-        run(sweep, os.path.join(tmp, "fill.csv"), ["--workers", "1", "--cache", cache])  # fills the disk cache
-        configs = {"reuse": ["--workers", "1"], "no reuse": ["--workers", "1", "--no-cache"],
-                   "reuse, warm --cache": ["--workers", "1", "--cache", cache]}
-        walls, results = compare(configs, sweep, args.runs, tmp)
-        print(f"\n20 points over --peak-tflops, {os.path.basename(args.model)} on {args.topology}, 1 worker, "
-              f"median of {args.runs} runs")
-        print(f"{'configuration':<16s}{'wall s':>10s}")
-        for name, wall in walls.items():
-            print(f"{name:<16s}{wall:10.2f}")
-        print(f"speed-up from reuse: {walls['no reuse'] / walls['reuse']:.2f}x in memory, "
-              f"{walls['no reuse'] / walls['reuse, warm --cache']:.2f}x from a warm disk cache; results equal: "
-              f"{all(r == results['no reuse'] for r in results.values())}")
+
+def themis(args, tmp: str) -> None:
+    configs = {"1 worker": ["--workers", "1"], "2 workers": ["--workers", "2"]}
+    if not args.skip_ray:
+        configs["Ray, 2 CPUs"] = ["--ray", "--workers", "2"]
+    walls, results = compare(configs, THEMIS, args.runs, tmp)
+    n = len(next(iter(results.values())))
+    same = all(r == results["1 worker"] for r in results.values())
+    print(f"\n{os.path.basename(THEMIS)}: {n} points, median of {args.runs} runs (start-up included)")
+    print(f"{'configuration':<16s}{'wall s':>10s}{'points/s':>10s}{'speed-up':>10s}")
+    for name, wall in walls.items():
+        print(f"{name:<16s}{wall:10.2f}{n / wall:10.2f}{walls['1 worker'] / wall:10.2f}")
+    print(f"results equal point for point in all configurations: {same}")
+
+
+def reuse(args, tmp: str) -> None:
+    sweep = os.path.join(tmp, "peak.yml")
+    with open(sweep, "w") as f:
+        f.write(f"base: {{input: {os.path.abspath(args.model)}, topology: {args.topology}}}\n"
+                "axes:\n  peak-tflops: {from: 50, to: 1000, step: 50}\n")
+    cache = os.path.join(tmp, "cache")
+    run(sweep, os.path.join(tmp, "fill.csv"), ["--workers", "1", "--cache", cache])  # fills the disk cache
+    configs = {"reuse": ["--workers", "1"], "no reuse": ["--workers", "1", "--no-cache"],
+               "reuse, warm --cache": ["--workers", "1", "--cache", cache]}
+    walls, results = compare(configs, sweep, args.runs, tmp)
+    print(f"\n20 points over --peak-tflops, {os.path.basename(args.model)} on {args.topology}, 1 worker, "
+          f"median of {args.runs} runs")
+    print(f"{'configuration':<20s}{'wall s':>10s}")
+    for name, wall in walls.items():
+        print(f"{name:<20s}{wall:10.2f}")
+    print(f"speed-up from reuse: {walls['no reuse'] / walls['reuse']:.2f}x in memory, "
+          f"{walls['no reuse'] / walls['reuse, warm --cache']:.2f}x from a warm disk cache; results equal: "
+          f"{all(r == results['no reuse'] for r in results.values())}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from .frontend.workload import Workload
 from .runtime.workload_engine import Roofline
 from .network.parse import parse_topology
 from .network.topology import Topology
-from .workload_driver import WorkloadOptions, run, to_module
+from .workload_driver import Lowered, WorkloadOptions, lower, run
 from .workload_report import WorkloadReport, make_report
 
 
@@ -104,16 +104,24 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
     opts = WorkloadOptions(scheduler, defaults, driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory),
                            Roofline(peak_tflops, mem_bw_gbps))
-    from .dialects import workload as wl
-    ctx = wl.new_context()
-    module = to_module(ctx, workload, topo)
-    result, times, progs = run(module, topo, opts)
+    lowered = _lowered(workload, topo)
+    result, times = run(lowered, topo, opts)
     if rank not in result.ranks:
         raise UserError(f"rank {rank} is not among the workload's programs ({sorted(result.ranks)})")
     info = {"source": workload.source, "topology": topo.name, "npus": topo.npus,
             "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items()),
             "backend": backend, "scheduler": scheduler, "peak_tflops": peak_tflops, "mem_bw_gbps": mem_bw_gbps,
             "rank": rank}
-    report = make_report(info, result, times, progs, rank)
-    report.mlir = str(module)
+    report = make_report(info, result, times, lowered.programs, rank)
+    report.mlir = lowered.mlir
     return report
+
+
+def _lowered(workload: Workload, topo: Topology) -> Lowered:
+    """The workload lowered for `topo`; in a sweep, once per captured workload and topology (a sweep over the
+    compute roofline lowers the step once, not once per point)."""
+    shared = reuse.current()
+    held = shared.digest_of(workload) if shared is not None else None
+    if held is None:
+        return lower(workload, topo)
+    return shared.memo("lowered", [held, topo.to_dict()], lambda: lower(workload, topo))

@@ -30,10 +30,11 @@ class Reuse:
     values: dict = field(default_factory=dict)
     made: dict = field(default_factory=lambda: {"workload": 0, "collective": 0})   # misses: work done
     hits: int = 0
+    held: dict = field(default_factory=dict)   # id(value) -> the digest it is held under (values keep it alive)
 
     def get(self, kind: str, key, make, to_json, from_json):
         """The value for `key`: from memory, else from the directory, else `make()` (then kept in both)."""
-        digest = hashlib.sha256(json.dumps([kind, key], sort_keys=True, default=str).encode()).hexdigest()
+        digest = _key_digest(kind, key)
         if digest in self.values:
             self.hits += 1
             return self.values[digest]
@@ -45,7 +46,21 @@ class Reuse:
         else:
             self.hits += 1
         self.values[digest] = value
+        self.held[id(value)] = digest
         return value
+
+    def memo(self, kind: str, key, make):
+        """Like `get`, for a value derived cheaply from values that are cached (a workload lowered for one
+        topology): kept in memory only, and not counted as work made or reused."""
+        digest = _key_digest(kind, key)
+        if digest not in self.values:
+            self.values[digest] = make()
+        return self.values[digest]
+
+    def digest_of(self, value) -> str | None:
+        """The digest `value` is held under, when it came from this Reuse (so what is derived from it can be
+        keyed by it), else None."""
+        return self.held.get(id(value))
 
     def _path(self, kind: str, digest: str) -> str:
         return os.path.join(self.directory, kind, digest + ".json")
@@ -70,6 +85,10 @@ class Reuse:
         os.makedirs(os.path.join(self.directory, kind), exist_ok=True)
         atomic.write_text(self._path(kind, digest), json.dumps({"format": FORMAT, "version": VERSION,
                                                                 "digest": _digest(value), "value": value}))
+
+
+def _key_digest(kind: str, key) -> str:
+    return hashlib.sha256(json.dumps([kind, key], sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _digest(value) -> str:

@@ -193,13 +193,26 @@ def program_tables(progs: list, times: dict[tuple, CollectiveTime]) -> list[Prog
     return tables
 
 
-def run(module, topology: Topology, opts: WorkloadOptions):
-    progs = wl.programs(module)  # read once: a step of thousands of ops takes a while to walk
-    times = time_collectives(progs, topology, opts)
-    tables = program_tables(progs, times)
-    spmd = bool(driver.comm.attrs(module).get("wl.spmd", False))
+@dataclass
+class Lowered:
+    """A workload lowered for one topology: its MLIR text and what the engine reads from it. It depends on the
+    workload and the topology only, so the points of a sweep that share both share it (api.compile)."""
+    mlir: str
+    programs: list        # wl.programs of the module: read once, a step of thousands of ops takes a while to walk
+    spmd: bool
+
+
+def lower(workload: Workload, topology: Topology) -> Lowered:
+    ctx = wl.new_context()
+    module = to_module(ctx, workload, topology)
+    return Lowered(str(module), wl.programs(module), bool(driver.comm.attrs(module).get("wl.spmd", False)))
+
+
+def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions):
+    times = time_collectives(lowered.programs, topology, opts)
+    tables = program_tables(lowered.programs, times)
     try:
-        result = run_workload(tables, opts.roofline, spmd)
+        result = run_workload(tables, opts.roofline, lowered.spmd)
     except WorkloadError as e:
         raise UserError(str(e)) from None
-    return result, times, progs
+    return result, times

@@ -108,6 +108,23 @@ def test_group_dims_maps_mesh_axes_to_whole_dimensions():
         group_dims(topo, range(16))          # half of dimension 1
 
 
+def test_a_reused_workload_is_lowered_once_per_topology(tmp_path, monkeypatch):
+    """In a sweep over the roofline, every point shares one capture and one lowered module per topology."""
+    from astra_compile import api, reuse
+    lowered = []
+    real = api.lower
+    monkeypatch.setattr(api, "lower", lambda w, t: lowered.append(t.name) or real(w, t))
+    model = example("mlp_dp.py")
+    with reuse.using(reuse.Reuse()):
+        slow, fast = (astra_compile.compile(model, "2x2_torus", peak_tflops=p) for p in (10.0, 1000.0))
+        other = astra_compile.compile(model, "4_ring", peak_tflops=10.0)
+    assert lowered == ["Ring(2)_Ring(2)", "Ring(4)"]
+    assert slow.mlir == fast.mlir != other.mlir
+    assert slow.compute_time_us > fast.compute_time_us
+    plain = astra_compile.compile(model, "2x2_torus", peak_tflops=1000.0)   # no reuse: lowered anew, same report
+    assert lowered[-1] == "Ring(2)_Ring(2)" and plain.to_dict() == fast.to_dict()
+
+
 def test_cache_dir_reuses_the_capture_and_the_collectives(tmp_path):
     model = tmp_path / "tiny.py"
     model.write_text("import torch\ndef build_model():\n    return torch.nn.Linear(128, 128)\n"
