@@ -7,6 +7,7 @@ is recorded as failed and the others get their result.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
 import os
@@ -50,11 +51,29 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def _pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_quick_exit)
+
+
+def _quick_exit() -> None:
+    """A worker that has captured a model takes over a second to tear its interpreter down (PyTorch's and MLIR's
+    native destructors), and the sweep waits for that. By the time it exits, every result has gone to the parent
+    through the pool's pipe and every cache file is written whole (atomically), so the worker ends at once, after
+    the exit handlers registered once it started (which run first)."""
+    atexit.register(_end_now)
+
+
+def _end_now() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def local(tasks: list[tuple], workers: int):
     """Run `work(*task)` for each task on `workers` processes, at most `workers` in flight."""
     queue = list(reversed(tasks))
     while queue:
-        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        pool = _pool(workers)
         flying, suspects = {}, []
         try:
             while queue or flying:
@@ -76,7 +95,7 @@ def local(tasks: list[tuple], workers: int):
 
 
 def _alone(task: tuple) -> tuple:
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with _pool(1) as pool:
         try:
             return pool.submit(work, *task).result()
         except BrokenProcessPool:
