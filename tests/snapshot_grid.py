@@ -1,9 +1,10 @@
 """The exact outputs refactors must keep: a grid of collective commands (every algorithm, building block,
 collective kind, scheduler and backend, including the ones that must fail) and the bundled examples.
 
-`python tests/snapshot_grid.py` records them into tests/snapshots/ (only when a change of behaviour is intended,
-and said so in its commit); tests/test_snapshots.py compares today's outputs with the record, exactly: every
-figure of every --json report, every error line, and a digest of every table written for the small networks.
+`python tests/snapshot_grid.py [--examples-only]` records them into tests/snapshots/ (only when a change of
+behaviour is intended, and said so in its commit); tests/test_snapshots.py compares today's outputs with the
+record, exactly: every figure of every --json report, every error line, and a digest of every table written for
+the small networks.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ EXTRA = [
     "--collective reduce_scatter --size 64MB --topology 2_dgx1 --algorithm multitree",
 ]
 MLIR_EXAMPLES = ["all_reduce_3d_switch.mlir", "themis_4d.mlir", "torus_two_collectives.mlir"]
-MODEL_EXAMPLES = ["mlp_dp.py", "gpt_tp_dp.py", "resnet_dp.py", "moe_ep.py"]
+MODEL_EXAMPLES = ["mlp_dp.py", "gpt_tp_dp.py", "resnet_dp.py", "moe_ep.py", "llama_fsdp_tp.py"]
 
 
 def grid() -> list[str]:
@@ -148,17 +149,27 @@ def normalise(value):
     return json.loads(json.dumps(value))
 
 
-def record() -> None:
-    grid_out = {c: observe(c) for c in grid()}
-    with open(GRID_FILE, "w") as f:
-        json.dump(grid_out, f, indent=0, sort_keys=True)
+def record(examples_only: bool) -> None:
+    """Record both files, or (--examples-only, after adding an example) the examples, keeping every example
+    already recorded as it was: one whose output changed stops the recording instead."""
+    examples = observe_examples()
+    if examples_only:
+        with open(EXAMPLES_FILE) as f:
+            before = json.load(f)
+        changed = [k for k in before if normalise(examples.get(k)) != before[k]]
+        if changed:
+            sys.exit(f"examples changed: {', '.join(changed)}; record everything if that is intended")
+    else:
+        grid_out = {c: observe(c) for c in grid()}
+        with open(GRID_FILE, "w") as f:
+            json.dump(grid_out, f, indent=0, sort_keys=True)
+        ok = sum(r["exit"] == 0 for r in grid_out.values())
+        print(f"recorded {len(grid_out)} commands ({ok} exit 0, {len(grid_out) - ok} refused)")
     with open(EXAMPLES_FILE, "w") as f:
-        json.dump(observe_examples(), f, indent=0, sort_keys=True)
-    ok = sum(r["exit"] == 0 for r in grid_out.values())
-    print(f"recorded {len(grid_out)} commands ({ok} exit 0, {len(grid_out) - ok} refused) and "
-          f"{len(MLIR_EXAMPLES) + len(MODEL_EXAMPLES)} examples")
+        json.dump(examples, f, indent=0, sort_keys=True)
+    print(f"recorded {len(MLIR_EXAMPLES) + len(MODEL_EXAMPLES)} examples")
 
 
 if __name__ == "__main__":
     sys.path.insert(0, HERE)
-    record()
+    record("--examples-only" in sys.argv[1:])

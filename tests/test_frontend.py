@@ -139,6 +139,32 @@ def test_fsdp2_gathers_and_scatters_the_padded_sharded_parameters(tmp_path):
     assert all(op.phase == "backward" for op in scatters)
 
 
+def test_builtin_fsdp_by_tp_mesh_shards_the_tp_shards(tmp_path):
+    """--mesh fsdp=2,tp=2 without a parallelize(): FSDP2 over TP-sharded parameters (PyTorch joins the two
+    meshes, which the capture builds outside fake mode). Each unit gathers its TP shards, padded over fsdp."""
+    path = model_file(tmp_path, BLOCKS + TP_PLAN + '\n    FSDP_UNITS = ["blocks.*"]\n')
+    w = capture(load_model_file(path), 4, {"fsdp": 2, "tp": 2})
+    model = load_model_file(path).build_model()
+
+    def tp_shard_rows(name, p):   # colwise: weight and bias split on dim 0; rowwise: weight split on dim 1
+        if name.endswith(("attn_in.weight", "attn_in.bias", "fc1.weight", "fc1.bias")):
+            return p.shape[0] // 2, p.numel() // p.shape[0]
+        if name.endswith(("attn_out.weight", "fc2.weight")):
+            return p.shape[0], p.shape[1] // 2
+        return p.shape[0], p.numel() // p.shape[0]
+
+    def unit_bytes(module):
+        return sum(math.ceil(rows / 2) * 2 * cols * 4
+                   for rows, cols in (tp_shard_rows(n, p) for n, p in module.named_parameters()))
+    blocks = [unit_bytes(b) for b in model.blocks]
+    assert sorted(op.bytes for op in collectives(w, "all_gather", "fsdp")) == sorted(2 * blocks + [
+        unit_bytes(model.embed)])
+    assert sorted(op.bytes for op in collectives(w, "reduce_scatter", "fsdp")) == sorted(blocks + [
+        unit_bytes(model.embed)])
+    assert all(op.group == (0, 2) for op in collectives(w, group="fsdp"))
+    assert len(collectives(w, "all_reduce", "tp")) == 4 * LAYERS
+
+
 def test_compute_ops_carry_flop_counter_flops(tmp_path):
     path = model_file(tmp_path, """
         import torch

@@ -14,7 +14,7 @@ import logging
 
 from ..network.errors import UserError
 from .model_file import ModelFile, one_line
-from .parallelize import (apply_builtin, build_mesh, check_mesh, ddp_modules, prepare_ddp,
+from .parallelize import (apply_builtin, build_mesh, check_mesh, ddp_modules, meshes_outside_fake, prepare_ddp,
                           skip_cross_rank_checks)
 from .recorder import StepRecorder
 from .workload import Workload
@@ -76,7 +76,7 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     axes = mesh_axes_for(spec, world_size, mesh)
-    with fake_world(world_size), _quiet_fake_tensor_log():
+    with fake_world(world_size), _quiet_fake_tensor_log(), meshes_outside_fake():
         device_mesh = build_mesh(axes)  # outside fake mode: the mesh holds real rank tensors
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         stage = "build_model()"

@@ -30,9 +30,15 @@ How the trace becomes ops:
   the rank, narrowed for all_gather/reduce_scatter by the gathered/scattered size ratio (= group size); if still
   several, one file per rank is matched across ranks (the members of a group issue its collectives in the same
   order, with the same kind and size; among several fitting groups the largest wins), and a single SPMD file
-  takes the largest (the world). Limitation: symmetric c10d collectives on a subgroup whose peers issue identical
-  collectives at the same time (Megatron-style tensor parallelism written with dist.all_reduce) are therefore
-  attributed to the largest fitting group; functional collectives (DTensor, DeviceMesh) carry their group.
+  takes the largest (the world). On a device mesh (gloo records no group for c10d collectives, NCCL does) two
+  preferences come first, because every rank issues the same collectives and matching cannot tell the axes
+  apart: a group of the mesh (pg_desc "mesh_*") over the default group, since DDP(device_mesh=) and
+  fully_shard(mesh=) issue theirs on a mesh axis; and a group that no functional collective names over one that
+  does, since the groups DTensor names are its tensor-parallel axes, while FSDP2 and DDP use the others.
+  Limitations: symmetric c10d collectives on a subgroup whose peers issue identical collectives at the same time
+  (Megatron-style tensor parallelism written with dist.all_reduce) are attributed to the largest fitting group;
+  an HSDP all-reduce over the replicate axis is told from the shard axis only when their sizes differ (the
+  larger wins); functional collectives (DTensor, DeviceMesh) and NCCL traces carry their group.
 - Dependencies: an op depends on the last earlier op that wrote a storage it reads (issue order = node id).
   Outputs count as written, plus arguments the schema marks as mutated, plus the buffer of a c10d collective.
 - Rank of a file: a top-level "rank" key if present (torch 2.15 writes none), else its name: "rank<N>", "_r<N>"
@@ -155,7 +161,9 @@ class _Trace:
     def __init__(self, path: str):
         self.path = path
         self.data = _read(path)
+        self.mesh_groups: set[str] = set()   # groups a device mesh made (pg_desc "mesh_<axis>")
         self.groups, self.world_group = self._process_groups()
+        self.named_groups: set[str] = set()  # groups that functional (DTensor) collectives name
         self.rank = -1
         self.ops: list[Op] = []
         self.pending: list[tuple[int, list[str]]] = []  # (op index, candidate group names) to resolve
@@ -171,6 +179,8 @@ class _Trace:
                     configs = json.loads(node["inputs"]["values"][0])
                     groups = {str(c["pg_name"]): (_rank_list(c["ranks"]) or None, _count(c["group_size"]))
                               for c in configs}
+                    self.mesh_groups = {str(c["pg_name"]) for c in configs
+                                        if str(c.get("pg_desc", "")).startswith("mesh_")}
                 except (KeyError, IndexError, TypeError, ValueError):
                     self.fail(f"unreadable process-group record in node {node.get('id')}")
                 # the default group (ranks []) spans the world
@@ -453,6 +463,7 @@ class _Builder:
         if schema is not None:  # functional collectives name their group
             for a, v in zip(schema.arguments, node["inputs"]["values"]):
                 if a.name == "group_name" and isinstance(v, str):
+                    self.trace.named_groups.add(v)
                     return self.known_group(v)
         for child in self.children[node["id"]]:  # NCCL: record_param_comms(..., seq, pg_name, rank, ...)
             if child["name"] == "record_param_comms":
@@ -547,12 +558,23 @@ def _rebuild(value, shape, type_: str):
 
 def _resolve_groups(traces: list[_Trace], spmd: bool):
     """Give every collective its process group: directly when one candidate is left, else by matching ranks."""
+    for t in traces:
+        t.pending = [(index, _preferred(t, cands)) for index, cands in t.pending]
     ambiguous = any(len(c) > 1 for t in traces for _, c in t.pending)
     if ambiguous and not spmd:
         _match_across_ranks(traces)
     for t in traces:
         for index, cands in t.pending:
             _assign(t, t.ops[index], cands[0])
+
+
+def _preferred(t: _Trace, cands: list[str]) -> list[str]:
+    """Narrow an unnamed collective's candidate groups on a device mesh (module docstring): mesh groups over the
+    default group, then groups no functional collective names. A preference that would leave none is skipped."""
+    for keep in (lambda g: g in t.mesh_groups, lambda g: g not in t.named_groups):
+        if len(cands) > 1 and any(keep(g) for g in cands):
+            cands = [g for g in cands if keep(g)]
+    return cands
 
 
 def _assign(t: _Trace, op: Op, group: str):

@@ -128,6 +128,29 @@ def prepare_ddp(module) -> None:
         ddp.register_comm_hook(ddp.process_group, record_bucket_hook)
 
 
+class meshes_outside_fake:
+    """A DeviceMesh that PyTorch builds during parallelize (FSDP2 over a TP-sharded parameter joins the dp and tp
+    meshes; HSDP slices and flattens) finds this rank's coordinates with `nonzero` on its rank tensor, which a
+    fake tensor cannot answer. Mesh tensors are small and real (rank numbers), so they are built outside fake
+    mode, as the mesh built before the capture is."""
+
+    def __enter__(self):
+        from torch.distributed.device_mesh import DeviceMesh
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        self._cls, self._saved = DeviceMesh, DeviceMesh.__init__
+        saved = self._saved
+
+        def init(mesh, *args, **kwargs):
+            with unset_fake_temporarily():
+                saved(mesh, *args, **kwargs)
+        DeviceMesh.__init__ = init
+        return self
+
+    def __exit__(self, *exc):
+        self._cls.__init__ = self._saved
+        return False
+
+
 class skip_cross_rank_checks:
     """DDP's constructor compares parameter shapes across ranks by reading tensor data, which fake tensors do
     not have; with one process standing for all ranks the check has nothing to compare."""
