@@ -71,12 +71,21 @@ def _quiet_fake_tensor_log():
         log.disabled = was
 
 
+def _compiled_runs_eager():
+    """torch.compile'd modules and functions (on the model, per block, around DDP or FSDP2) run eagerly during
+    the capture: Dynamo cannot trace fake tensors that stand for a device, and the collectives a compiled step
+    issues are the eager step's (FSDP2's and DDP's hooks stay outside the compiled graphs). Compute is then
+    costed per eager op, without the compiler's fusions (docs/workloads.md)."""
+    import torch._dynamo
+    return torch._dynamo.config.patch(disable=True)
+
+
 def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None) -> Workload:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     axes = mesh_axes_for(spec, world_size, mesh)
-    with fake_world(world_size), _quiet_fake_tensor_log(), meshes_outside_fake():
+    with fake_world(world_size), _quiet_fake_tensor_log(), meshes_outside_fake(), _compiled_runs_eager():
         device_mesh = build_mesh(axes)  # outside fake mode: the mesh holds real rank tensors
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         stage = "build_model()"
@@ -87,7 +96,8 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
                 inputs = _as_tuple(spec.example_inputs())
                 stage = "parallelize(module, mesh)"
                 if spec.parallelize is not None:
-                    model = spec.parallelize(model, device_mesh) or model
+                    made = spec.parallelize(model, device_mesh)   # None: parallelized in place
+                    model = model if made is None else made     # (not `or`: a module may define __len__)
                 else:
                     model = apply_builtin(model, device_mesh, axes, spec.tp_plan, spec.fsdp_units)
                 prepare_ddp(model)
