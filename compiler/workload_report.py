@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .network.units import format_size
+from .frontend.workload import PHASES
 from .workload_driver import collective_key
 
 
@@ -60,8 +61,33 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0) -> Workl
     data = {**module_info,
             "total_time_us": result.total_ns / 1e3, "compute_time_us": r.compute_ns / 1e3,
             "exposed_comm_time_us": (result.total_ns - r.compute_ns) / 1e3, "comm_time_us": r.comm_ns / 1e3,
-            "ops": len(prog.ops), "flops": flops, "collectives": calls, "collective_summary": summarize(calls)}
+            "ops": len(prog.ops), "flops": flops, "phases": phases(prog, r, times),
+            "collectives": calls, "collective_summary": summarize(calls)}
     return WorkloadReport(data)
+
+
+def phases(prog, r, times) -> list[dict]:
+    """The step by part (each op's wl.phase): when the part's ops ran, its compute time and FLOPs, and the
+    collectives issued in it. Parts overlap in time where communication of one runs under the next (a backward
+    reduce-scatter under the optimizer step). Empty when the workload does not say (a .mlir without wl.phase)."""
+    parts: dict[str, dict] = {}
+    for i, op in enumerate(prog.ops):
+        name = op.attrs.get("wl.phase")
+        if not name:
+            continue
+        part = parts.setdefault(name, {"phase": name, "start_us": r.start_ns[i] / 1e3, "end_us": 0.0, "ops": 0,
+                                       "flops": 0, "compute_us": 0.0, "collectives": 0, "comm_us": 0.0})
+        part["start_us"] = min(part["start_us"], r.start_ns[i] / 1e3)
+        part["end_us"] = max(part["end_us"], r.end_ns[i] / 1e3)
+        part["ops"] += 1
+        if op.kind == "compute":
+            part["flops"] += int(op.attrs.get("flops", 0))
+            part["compute_us"] += (r.end_ns[i] - r.start_ns[i]) / 1e3
+        elif op.kind != "wait":
+            part["collectives"] += 1
+            part["comm_us"] += times[collective_key(op)].time_ns / 1e3
+    order = {p: k for k, p in enumerate(PHASES)}
+    return sorted(parts.values(), key=lambda p: (order.get(p["phase"], len(order)), p["start_us"]))
 
 
 def summarize(calls: list[dict]) -> list[dict]:
@@ -89,6 +115,11 @@ def format_report(d: dict) -> str:
         f"{max(0.0, d['comm_time_us'] - d['exposed_comm_time_us']):.3f} us hidden under compute)",
         "",
     ]
+    for p in d.get("phases", []):
+        lines.append(f"{p['phase']:<16s}{p['start_us']:.3f} - {p['end_us']:.3f} us: compute {p['compute_us']:.3f} us, "
+                     f"{p['collectives']} collectives ({p['comm_us']:.3f} us)")
+    if d.get("phases"):
+        lines.append("")
     head = ("collective", "group", "ranks", "dims", "size", "count", "algorithm", "us each", "us total")
     rows = [head] + [(s["kind"], s["group"], str(s["group_size"]), ",".join(map(str, s["dims"])),
                       format_size(s["bytes"]), str(s["count"]), s["algorithm"], f"{s['time_us']:.3f}",

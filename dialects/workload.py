@@ -2,11 +2,12 @@
 
 Defined in IRDL (workload.irdl.mlir). Collectives are comm dialect ops carrying one discardable attribute,
 `wl.group` (the process group's name, a key of the program's `wl.groups`), so the comm passes see ordinary comm
-ops. Layout of a module:
+ops. Any op may carry `wl.phase` ("forward", "backward" or "optimizer"): the part of the step it belongs to, which
+the report breaks the step into. Layout of a module:
 
     module attributes {comm.topology = ..., wl.world_size = 64, wl.spmd = true, wl.source = "model.py"} {
       module attributes {wl.rank = 0 : i64, wl.groups = {dp = array<i64: 0, 8, ...>, tp = ...}} {
-        %0 = "wl.compute"() {name = "aten.mm.default", flops = ..., bytes = ...} : () -> !comm.token
+        %0 = "wl.compute"() {name = "aten.mm.default", flops = ..., bytes = ..., wl.phase = "forward"} : ...
         %1 = "comm.all_reduce"(%0) {bytes = ..., dims = array<i64: 0>, name = "all_reduce_1", wl.group = "tp"} ...
         %2 = "wl.wait"(%1) {name = "_c10d_functional.wait_tensor.default"} ...
       }
@@ -73,6 +74,11 @@ def create_collective(kind: str, nbytes: int, dims: list[int], name: str, group:
     op = comm.create(kind, {"bytes": int(nbytes), "dims": list(dims), "name": name}, deps, ip)
     op.attributes["wl.group"] = comm.to_attr(group)
     return op
+
+
+def set_phase(op: ir.Operation, phase: str) -> None:
+    if phase:
+        op.attributes["wl.phase"] = comm.to_attr(phase)
 
 
 # ---- reading ----------------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Every collective of the captured step is derived here by hand from the model's sizes and the parallelism APIs'
 rules, and the capture is checked against a real 4-rank run of the same file (gloo on loopback, dp=2 x tp=2)
-recorded with ExecutionTraceObserver: the same collectives in the same order, each on the same process group.
+recorded with ExecutionTraceObserver: the same collectives in the same order, each on the same process group and
+in the same part of the step (forward, backward).
 """
 import collections
 import importlib.util
@@ -146,7 +147,7 @@ def recorded(tmp_path_factory):
 
 
 def sequence(ops) -> list[tuple]:
-    return [(op.collective, op.bytes, op.group) for op in ops if op.kind == COLLECTIVE]
+    return [(op.collective, op.bytes, op.group, op.phase) for op in ops if op.kind == COLLECTIVE]
 
 
 def test_capture_matches_a_real_gloo_run_collective_by_collective(recorded):
@@ -156,10 +157,11 @@ def test_capture_matches_a_real_gloo_run_collective_by_collective(recorded):
     assert len(captured) == sum(derive(constants(path), dp=2, tp=2).values())
     # rank 0's groups: tp = {0, 1} (the last mesh axis varies fastest), dp = {0, 2}
     assert sequence(real.programs[0]) == captured
-    assert {g for _, _, g in captured} == {(0, 1), (0, 2)}
+    assert {g for _, _, g, _ in captured} == {(0, 1), (0, 2)}
+    assert {p for *_, p in captured} == {"forward", "backward"}
     # every other rank: the same collectives in the same order, each on that rank's own dp or tp group
     for r in range(1, 4):
         tp = tuple(sorted((r // 2 * 2, r // 2 * 2 + 1)))
         dp = tuple(sorted((r % 2, r % 2 + 2)))
-        expect = [(k, b, tp if g == (0, 1) else dp) for k, b, g in captured]
+        expect = [(k, b, tp if g == (0, 1) else dp, p) for k, b, g, p in captured]
         assert sequence(real.programs[r]) == expect, f"rank {r}"

@@ -49,6 +49,18 @@ def test_gpt_tensor_and_data_parallel_example():
     tp = kinds(r, "all_reduce", "tp")
     assert len(tp) == 4 * 8 and {c["bytes"] for c in tp} == {4 * 1024 * 2048 * 4}   # 2 fwd + 2 bwd per layer
     assert all(c["dims"] == [0] for c in tp) and all(c["dims"] == [1] for c in kinds(r, "all_reduce", "dp"))
+    # the step by part: 2 TP all-reduces per layer in forward, 2 in backward with every DDP bucket; the parts'
+    # compute adds up to the step's, and each part starts when the one before it did or later
+    parts = {p["phase"]: p for p in r["phases"]}
+    assert list(parts) == ["forward", "backward", "optimizer"]
+    dp = len(kinds(r, "all_reduce", "dp"))
+    assert [parts[p]["collectives"] for p in parts] == [2 * 8, 2 * 8 + dp, 0]
+    assert sum(p["compute_us"] for p in parts.values()) == pytest.approx(r.compute_time_us)
+    assert sum(p["flops"] for p in parts.values()) == r["flops"]
+    assert parts["forward"]["start_us"] == 0 and parts["forward"]["end_us"] <= parts["backward"]["end_us"]
+    assert parts["backward"]["start_us"] <= parts["optimizer"]["start_us"] < r.total_time_us
+    assert parts["optimizer"]["end_us"] == pytest.approx(r.total_time_us)
+    assert "optimizer" in r.format().split("collective ")[0]
 
 
 def test_resnet_data_parallel_example():

@@ -39,6 +39,8 @@ How the trace becomes ops:
   (Megatron-style tensor parallelism written with dist.all_reduce) are attributed to the largest fitting group;
   an HSDP all-reduce over the replicate axis is told from the shard axis only when their sizes differ (the
   larger wins); functional collectives (DTensor, DeviceMesh) and NCCL traces carry their group.
+- Phase of an op (forward, backward, optimizer): from the ranges enclosing it; what autograd's hooks issue after
+  the first backward op and before the optimizer starts counts as backward (_Builder.phase).
 - Dependencies: an op depends on the last earlier op that wrote a storage it reads (issue order = node id).
   Outputs count as written, plus arguments the schema marks as mutated, plus the buffer of a c10d collective.
 - Rank of a file: a top-level "rank" key if present (torch 2.15 writes none), else its name: "rank<N>", "_r<N>"
@@ -375,6 +377,13 @@ class _Builder:
 
     def run(self):
         inside = self.enclosing()
+        ranged = [(n["id"], self.range_phase(n)) for n in self.nodes if self.kind(n) is not None]
+        backward = [i for i, p in ranged if p == "backward"]
+        if backward:   # backward runs from its first op until the optimizer starts (or its own last op)
+            step = [i for i, p in ranged if p == "optimizer" and i > backward[0]]
+            self.backward_span = (backward[0], step[0] - 1 if step else backward[-1])
+        else:
+            self.backward_span = (0, -1)
         for node in self.nodes:
             kind = self.kind(node)
             in_op, in_comm = inside[node["id"]]
@@ -383,7 +392,31 @@ class _Builder:
             elif kind in (COLLECTIVE, WAIT) and not in_comm:
                 self.add(node, *self.comm(node, kind))
 
+    def range_phase(self, node: dict) -> str | None:
+        """"backward" inside one of autograd's evaluate_function ranges, "optimizer" inside torch.optim's
+        "Optimizer.*" ranges, else None."""
+        seen, n = set(), node
+        while n is not None and n["id"] not in seen:
+            seen.add(n["id"])
+            if n["name"].startswith("autograd::engine::evaluate_function"):
+                return "backward"
+            if n["name"].startswith("Optimizer."):
+                return "optimizer"
+            n = self.byid.get(n.get("ctrl_deps"))
+        return None
+
+    def phase(self, node: dict) -> str:
+        """The part of the step an op ran in: its enclosing range's, else backward when issued after the first op
+        of autograd's ranges and before the optimizer starts (what autograd's hooks and final callbacks run:
+        FSDP2's pre-backward all-gathers and last reduce-scatter, DDP's bucket all-reduces), else forward."""
+        found = self.range_phase(node)
+        if found is not None:
+            return found
+        first, last = self.backward_span
+        return "backward" if first <= node["id"] <= last else "forward"
+
     def add(self, node: dict, op: Op, writes: set):
+        op.phase = self.phase(node)
         ins = node["inputs"]
         for v, ty in zip(ins["values"], ins.get("types") or [""] * len(ins["values"])):
             if "Tensor" in ty or not ty:

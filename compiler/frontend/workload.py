@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
 # the collectives the comm dialect lowers; the frontends map PyTorch's names onto these
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+PHASES = ("forward", "backward", "optimizer")   # the parts of a training step, in the order they run
 
 
 @dataclass
@@ -24,7 +25,7 @@ class Op:
     collective: str = ""           # one of COLLECTIVES
     group: tuple[int, ...] = ()    # collective: ranks of its process group, ascending
     group_name: str = ""           # collective: the process group's name ("dp", "tp", "0", ...)
-    phase: str = ""                # part of the step when captured: forward | backward | optimizer
+    phase: str = ""                # part of the step: forward | backward | optimizer ("" when not known)
 
 
 @dataclass
