@@ -10,3 +10,10 @@ def compile(source, topology="8x8_torus", **options):
     """Capture or import a training step and time it on `topology`; see astra_compile.api.compile."""
     from .api import compile as _compile  # torch and MLIR load on first use, not on import
     return _compile(source, topology, **options)
+
+
+def record(source: str = "recorded step"):
+    """`with astra_compile.record() as rec: train_step()`, then `rec.report(topology=...)`: the step the script
+    really ran, compiled for a topology; see astra_compile.frontend.record."""
+    from .frontend.record import record as _record
+    return _record(source)

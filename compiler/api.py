@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from types import ModuleType
 
 from . import driver, reuse
@@ -30,10 +31,14 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
     `capture_limit` seconds of CPU (None: no limit)."""
     if isinstance(source, Workload):
         return source
-    if isinstance(source, ModuleType):
+    from .frontend.model_file import ModelFile
+    if isinstance(source, (ModuleType, ModelFile)):
         from .frontend.capture import capture
+        from .frontend.cpu_limit import cpu_limit
         from .frontend.model_file import model_file_from_module
-        return capture(model_file_from_module(source), world_size, mesh)
+        spec = source if isinstance(source, ModelFile) else model_file_from_module(source)
+        with cpu_limit(capture_limit, spec.path):
+            return capture(spec, world_size, mesh)
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     paths = [os.fspath(p) for p in paths]
     if not paths:
@@ -50,6 +55,11 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
             return shared.get("workload", key, lambda: _load_paths(paths, world_size, mesh, capture_limit),
                               Workload.to_json, Workload.from_json)
     return _load_paths(paths, world_size, mesh, capture_limit)
+
+
+def _is_module(source) -> bool:
+    torch = sys.modules.get("torch")   # not imported: it cannot be an nn.Module
+    return torch is not None and isinstance(source, torch.nn.Module)
 
 
 def _trace_files(directory: str) -> list[str]:
@@ -85,9 +95,14 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             algorithm: str | None = None, backend: str = "analytical", intra: str = driver.DEFAULT_INTRA,
             peak_tflops: float = Roofline.peak_tflops, mem_bw_gbps: float = Roofline.mem_gbps,
             rank: int = 0, max_memory: int | None = None,
-            capture_limit: float | None = DEFAULT_CAPTURE_LIMIT) -> WorkloadReport:
+            capture_limit: float | None = DEFAULT_CAPTURE_LIMIT, example_inputs=None, parallelize=None,
+            loss=None, optimizer=None) -> WorkloadReport:
     """Capture (or import) one training step, compile its collectives for `topology` and time the step.
 
+    `source`: a model file, an imported module following the model-file convention, execution-trace files, a
+    Workload (astra_compile.record's), or an nn.Module (before parallelization) with `example_inputs` (one
+    rank's batch) and optionally `parallelize(module, mesh)`, `loss(output)` and `optimizer(parameters)`, as a
+    model file would define them (frontend/module_object.py). May be called after init_process_group.
     `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
     apply to every collective as on the collective command line; the roofline turns FLOPs and bytes into compute
     time. `rank` picks whose step the report details (multi-rank traces). `max_memory` (bytes) refuses a
@@ -100,6 +115,12 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     for flag, value in (("--peak-tflops", peak_tflops), ("--mem-bw", mem_bw_gbps)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise UserError(f"{flag} must be a finite positive number, got {value!r}")
+    if _is_module(source):
+        from .frontend.module_object import model_file_from_object
+        source = model_file_from_object(source, example_inputs, parallelize, loss, optimizer)
+    elif any(v is not None for v in (example_inputs, parallelize, loss, optimizer)):
+        raise UserError("example_inputs, parallelize, loss and optimizer go with an nn.Module source; a model file "
+                        "defines them itself")
     workload = load_workload(source, topo.npus, mesh, capture_limit)
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
     opts = WorkloadOptions(scheduler, defaults, driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory),

@@ -116,8 +116,8 @@ def format_report(d: dict) -> str:
         "",
     ]
     for p in d.get("phases", []):
-        lines.append(f"{p['phase']:<16s}{p['start_us']:.3f} - {p['end_us']:.3f} us: compute {p['compute_us']:.3f} us, "
-                     f"{p['collectives']} collectives ({p['comm_us']:.3f} us)")
+        lines.append(f"{p['phase']:<16s}{p['start_us']:.3f} - {p['end_us']:.3f} us: compute "
+                     f"{p['compute_us']:.3f} us, {p['collectives']} collectives ({p['comm_us']:.3f} us)")
     if d.get("phases"):
         lines.append("")
     head = ("collective", "group", "ranks", "dims", "size", "count", "algorithm", "us each", "us total")

@@ -16,21 +16,23 @@ from ..network.errors import UserError
 from .model_file import ModelFile, one_line
 from .parallelize import (apply_builtin, build_mesh, check_mesh, ddp_modules, meshes_outside_fake, prepare_ddp,
                           skip_cross_rank_checks)
+from .own_world import script_world_set_aside
 from .recorder import StepRecorder
 from .workload import Workload
 
 
 @contextlib.contextmanager
 def fake_world(world_size: int):
+    """A fake process group of `world_size` ranks, this process rank 0; a script's own process groups (the API
+    called inside a training script) are set aside meanwhile and restored after."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
-    if dist.is_initialized():
-        raise UserError("a process group is already initialised in this process; capture needs its own fake one")
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+    with script_world_set_aside() if dist.is_initialized() else contextlib.nullcontext():
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
 
 
 def _first_tensor(value):

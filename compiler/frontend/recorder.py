@@ -12,6 +12,8 @@ Tensor subclasses (DTensor) are let through first (NotImplemented), so what is r
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
@@ -92,13 +94,21 @@ def _group_of(args) -> tuple[str, tuple[int, ...]]:
 class StepRecorder(TorchDispatchMode):
     """Collects the ops dispatched while active into `self.ops` (one rank's program)."""
 
-    def __init__(self):
+    def __init__(self, live: bool = False):
+        """`live`: recording a real training step (astra_compile.record) rather than a fake capture: storages are
+        not kept alive (a real step would hold every activation until the end), a writer counts only while the
+        tensor it wrote is alive, each op's phase comes from autograd and the optimizer hooks, and a collective
+        that cannot be scheduled is remembered (`unsupported`) instead of stopping the user's step."""
         super().__init__()
         self.ops: list[Op] = []
         self.phase = ""                     # set by the capture as the step moves on; stamped on every op
-        self._writer: dict[int, int] = {}   # storage -> index of the last op that wrote it
-        # storages seen, kept alive while recording: a freed storage's address could come back for a new tensor
-        # and tie it to an unrelated writer (dependencies that change from run to run)
+        self.live = live
+        self.unsupported = ""               # live: the first collective the comm dialect cannot schedule
+        # storage -> (index of the last op that wrote it, live: a weak reference to the tensor it wrote)
+        self._writer: dict[int, tuple] = {}
+        # capture: storages seen, kept alive while recording, since a freed storage's address could come back
+        # for a new tensor and tie it to an unrelated writer (dependencies that change from run to run); live:
+        # the weak reference tells a writer whose tensor (and so storage) is gone
         self._alive: list = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -114,27 +124,41 @@ class StepRecorder(TorchDispatchMode):
         mutates = any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
         if func.is_view and not mutates:
             return out  # a view aliases its input's storage: later readers already depend on its writer
-        deps = sorted({self._writer[s] for s in map(_storage, inputs + outputs) if s in self._writer})
+        deps = sorted({w[0] for w in map(self._writer.get, map(_storage, inputs + outputs))
+                       if w is not None and (w[1] is None or w[1]() is not None)})
         if name in COLLECTIVE_OPS:
             op = self._collective(name, args, inputs, outputs, deps)
         elif name in WAIT_OPS:
             op = Op(str(func), WAIT, deps)
         elif name.startswith(("c10d.", "_c10d_functional.")):
-            raise UserError(f"the step calls {name}, which astra-compile cannot schedule yet (supported: "
-                            "all_reduce, reduce_scatter, all_gather, all_to_all); for DDP pass "
-                            "broadcast_buffers=False")
+            problem = (f"the step calls {name}, which astra-compile cannot schedule yet (supported: all_reduce, "
+                       "reduce_scatter, all_gather, all_to_all); for DDP pass broadcast_buffers=False")
+            if not self.live:
+                raise UserError(problem)
+            self.unsupported = self.unsupported or problem
+            return out
         else:
             flops = 0
             if func._overloadpacket in flop_registry:
                 flops = int(flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
             op = Op(str(func), COMPUTE, deps, flops=flops,
                     bytes=sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs)))
-        op.phase = self.phase
+        op.phase = self._live_phase() if self.live else self.phase
         self.ops.append(op)
         for t in outputs + (_written_args(func, args, kwargs) if mutates else []):
-            self._alive.append(t.untyped_storage())
-            self._writer[_storage(t)] = len(self.ops) - 1
+            if self.live:
+                self._writer[_storage(t)] = (len(self.ops) - 1, weakref.ref(t))
+            else:
+                self._alive.append(t.untyped_storage())
+                self._writer[_storage(t)] = (len(self.ops) - 1, None)
         return out
+
+    in_optimizer = False   # live: set by torch.optim's global step hooks (record.py)
+
+    def _live_phase(self) -> str:
+        if self.in_optimizer:
+            return "optimizer"
+        return "backward" if torch._C._current_graph_task_id() != -1 else "forward"
 
     def _collective(self, name, args, inputs, outputs, deps) -> Op:
         kind, buffer = COLLECTIVE_OPS[name]
