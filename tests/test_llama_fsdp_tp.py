@@ -150,6 +150,25 @@ def sequence(ops) -> list[tuple]:
     return [(op.collective, op.bytes, op.group, op.phase) for op in ops if op.kind == COLLECTIVE]
 
 
+def flops_by_phase(ops) -> dict:
+    out = collections.Counter()
+    for op in ops:
+        out[op.phase] += op.flops
+    return dict(out)
+
+
+def test_dtensor_compute_in_the_trace_counts_local_flops(recorded):
+    """The trace records each DTensor op on global shapes with DTensor's calls on this rank's shards nested under
+    it: the importer counts the local calls, so a rank's FLOPs, part by part, are the capture's (which records
+    local calls only), not tp times more."""
+    path, traces = recorded
+    captured = flops_by_phase(load_workload(path, 4, {"dp": 2, "tp": 2}).programs[0])
+    real = load_traces(traces)
+    assert captured["forward"] > 0 and captured["backward"] > captured["forward"]
+    for r in range(4):
+        assert flops_by_phase(real.programs[r]) == captured, f"rank {r}"
+
+
 def test_capture_matches_a_real_gloo_run_collective_by_collective(recorded):
     path, traces = recorded
     captured = sequence(load_workload(path, 4, {"dp": 2, "tp": 2}).programs[0])

@@ -16,6 +16,8 @@ How the trace becomes ops:
   (aten::linear -> t, addmm -> expand, copy_), and record_function ranges (module/autograd/optimizer labels) are
   only containers. Collectives and waits nested inside a compute op (DTensor dispatch) are still taken out.
 - Compute: flops from torch.utils.flop_counter's registry, called on meta tensors rebuilt from the recorded shapes;
+  an op on DTensors (a "PythonSubclass" node under it, its shapes global) counts the FLOPs and bytes of the
+  calls DTensor made under that node on this rank's shards;
   an op without a formula counts the formulas of the calls nested in it (linear -> addmm). bytes = input + output
   tensors, 0 for ops that only make views (every output shares storage with an input and nothing is written) and
   for allocations (empty*).
@@ -439,14 +441,34 @@ class _Builder:
 
     # compute ops
     def compute(self, node: dict) -> tuple[Op, set]:
+        view, writes, nbytes = self.call_bytes(node)
+        local = self.local_calls(node)
+        if local:  # an op on DTensors: its shapes are global; count the calls DTensor made on this rank's shards
+            return Op(name=_op_name(node), kind=COMPUTE, flops=sum(self.flops(c, set()) for c in local),
+                      bytes=sum(self.call_bytes(c)[2] for c in local)), writes
+        return Op(name=_op_name(node), kind=COMPUTE, flops=self.flops(node, set()), bytes=nbytes), writes
+
+    def call_bytes(self, node: dict) -> tuple[bool, set, int]:
+        """(only makes a view, storages written, bytes read + written) of one operator call."""
         ins, outs = node["inputs"]["values"], node["outputs"]["values"]
         mutated = self.mutated_args(node)
         out_storages, in_storages = _storages(outs), _storages(ins)
-        short = node["name"].partition("::")[2]
         view = not mutated and bool(out_storages) and out_storages <= in_storages
-        nbytes = 0 if view or short in _ALLOC else _nbytes(ins) + _nbytes(outs)
-        writes = set() if view else out_storages | mutated
-        return Op(name=_op_name(node), kind=COMPUTE, flops=self.flops(node, set()), bytes=nbytes), writes
+        nbytes = 0 if view or node["name"].partition("::")[2] in _ALLOC else _nbytes(ins) + _nbytes(outs)
+        return view, set() if view else out_storages | mutated, nbytes
+
+    def local_calls(self, node: dict) -> list[dict]:
+        """The calls a tensor subclass (DTensor) made for this call or one nested in it, on local shards: the
+        children of the "PythonSubclass" nodes under it (the trace records the call on global shapes, then the
+        subclass's own calls nested under such a node). Empty for a call on plain tensors."""
+        found, stack = [], list(self.children[node["id"]])
+        while stack:
+            n = stack.pop()
+            if n["name"] == "PythonSubclass":
+                found += [c for c in self.children[n["id"]] if self.kind(c) == COMPUTE]
+            else:
+                stack.extend(self.children[n["id"]])
+        return sorted(found, key=lambda n: n["id"])
 
     def flops(self, node: dict, seen: set) -> int:
         seen.add(node["id"])
