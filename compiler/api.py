@@ -96,7 +96,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             peak_tflops: float = Roofline.peak_tflops, mem_bw_gbps: float = Roofline.mem_gbps,
             rank: int = 0, max_memory: int | None = None,
             capture_limit: float | None = DEFAULT_CAPTURE_LIMIT, example_inputs=None, parallelize=None,
-            loss=None, optimizer=None) -> WorkloadReport:
+            loss=None, optimizer=None, iteration: int | None = None) -> WorkloadReport:
     """Capture (or import) one training step, compile its collectives for `topology` and time the step.
 
     `source`: a model file, an imported module following the model-file convention, execution-trace files, a
@@ -105,7 +105,8 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     model file would define them (frontend/module_object.py). May be called after init_process_group.
     `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
     apply to every collective as on the collective command line; the roofline turns FLOPs and bytes into compute
-    time. `rank` picks whose step the report details (multi-rank traces). `max_memory` (bytes) refuses a
+    time. `rank` picks whose step the report details (multi-rank traces); `iteration` keeps one iteration of a
+    trace that holds several (the report otherwise times them all, and each). `max_memory` (bytes) refuses a
     collective estimated to need more (default: this machine's available memory); `capture_limit` bounds the CPU
     seconds a model file may take to load and capture."""
     topo = topology if isinstance(topology, Topology) else parse_topology(topology, bandwidth, latency, links)
@@ -122,6 +123,8 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         raise UserError("example_inputs, parallelize, loss and optimizer go with an nn.Module source; a model file "
                         "defines them itself")
     workload = load_workload(source, topo.npus, mesh, capture_limit)
+    if iteration is not None:
+        workload = workload.only_iteration(iteration)
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
     opts = WorkloadOptions(scheduler, defaults, driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory),
                            Roofline(peak_tflops, mem_bw_gbps))

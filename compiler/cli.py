@@ -62,6 +62,9 @@ def build_parser() -> _Parser:
                    help="keep the captured step (by the file's content, world size and mesh) and each compiled "
                         "collective in DIR, and reuse them on later runs: a second run of the same model skips "
                         "capture (docs/workloads.md)")
+    g.add_argument("--iteration", type=int, metavar="N",
+                   help="an execution trace of several training iterations: time iteration N alone (the report "
+                        "otherwise times them all and lists each)")
     g.add_argument("--peak-tflops", type=float, default=234.0,
                    help="compute roofline: peak TFLOPS per NPU (default 234, seed 002's A100 figure)")
     g.add_argument("--mem-bw", type=float, default=1896.0,
@@ -245,7 +248,7 @@ def _run_workload(args, max_memory: int | None) -> int:
                                   scheduler=args.scheduler, chunks=chunks, algorithm=args.algorithm,
                                   backend=args.backend, intra=args.intra, peak_tflops=args.peak_tflops,
                                   mem_bw_gbps=args.mem_bw, max_memory=max_memory,
-                                  capture_limit=_capture_limit(args.capture_limit))
+                                  capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration)
     if args.emit == "mlir":
         if args.output:
             atomic.write_text(args.output, report.mlir)

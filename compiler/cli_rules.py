@@ -17,7 +17,7 @@ ALLOWED = {
     "list-passes": {"list_passes"},
     "table directory": RUN | {"json", "verify", "timeline", "plot"},
     "training step": NETWORK | COMPILE | {"mesh", "capture_limit", "peak_tflops", "mem_bw", "backend", "intra",
-                                          "emit", "output", "json", "max_memory", "cache"},
+                                          "emit", "output", "json", "max_memory", "cache", "iteration"},
     "collective": NETWORK | COMPILE | RUN | {"collective", "size", "dims", "ports", "pass_pipeline",
                                              "print_ir_after_all", "mlir_timing", "emit", "npu", "output",
                                              "table_format",

@@ -67,7 +67,7 @@ def to_module(ctx, workload: Workload, topology: Topology):
                                                 f"{op.collective}_{i}", op.group_name, deps, ip)
                 else:  # a wait, or a collective on a group of one rank (nothing to move): a point of order only
                     made = wl.create_wait(op.name, deps, ip)
-                wl.set_phase(made, op.phase)
+                wl.set_part(made, op.phase, op.iteration)
                 values.append(made.results[0])
     return module
 

@@ -62,21 +62,23 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0) -> Workl
             "total_time_us": result.total_ns / 1e3, "compute_time_us": r.compute_ns / 1e3,
             "exposed_comm_time_us": (result.total_ns - r.compute_ns) / 1e3, "comm_time_us": r.comm_ns / 1e3,
             "ops": len(prog.ops), "flops": flops, "phases": phases(prog, r, times),
+            "iterations": iterations(prog, r, times),
             "collectives": calls, "collective_summary": summarize(calls)}
     return WorkloadReport(data)
 
 
-def phases(prog, r, times) -> list[dict]:
-    """The step by part (each op's wl.phase): when the part's ops ran, its compute time and FLOPs, and the
-    collectives issued in it. Parts overlap in time where communication of one runs under the next (a backward
-    reduce-scatter under the optimizer step). Empty when the workload does not say (a .mlir without wl.phase)."""
-    parts: dict[str, dict] = {}
+def parts(prog, r, times, attr: str) -> list[dict]:
+    """The run split by an op attribute (wl.phase, wl.iteration): when each part's ops ran (first start to last
+    end), its compute time and FLOPs, and the collectives issued in it. Parts overlap in time where
+    communication of one runs under the next (a backward reduce-scatter under the optimizer step). Ops without
+    the attribute belong to no part."""
+    out: dict = {}
     for i, op in enumerate(prog.ops):
-        name = op.attrs.get("wl.phase")
-        if not name:
+        name = op.attrs.get(attr)
+        if name is None or name == "":
             continue
-        part = parts.setdefault(name, {"phase": name, "start_us": r.start_ns[i] / 1e3, "end_us": 0.0, "ops": 0,
-                                       "flops": 0, "compute_us": 0.0, "collectives": 0, "comm_us": 0.0})
+        part = out.setdefault(name, {"start_us": r.start_ns[i] / 1e3, "end_us": 0.0, "ops": 0, "flops": 0,
+                                     "compute_us": 0.0, "collectives": 0, "comm_us": 0.0})
         part["start_us"] = min(part["start_us"], r.start_ns[i] / 1e3)
         part["end_us"] = max(part["end_us"], r.end_ns[i] / 1e3)
         part["ops"] += 1
@@ -86,8 +88,21 @@ def phases(prog, r, times) -> list[dict]:
         elif op.kind != "wait":
             part["collectives"] += 1
             part["comm_us"] += times[collective_key(op)].time_ns / 1e3
+    return [{"name": name, **part} for name, part in out.items()]
+
+
+def phases(prog, r, times) -> list[dict]:
+    """The step by part (wl.phase) in the order forward, backward, optimizer; empty when the workload does not
+    say (a .mlir module without wl.phase)."""
     order = {p: k for k, p in enumerate(PHASES)}
-    return sorted(parts.values(), key=lambda p: (order.get(p["phase"], len(order)), p["start_us"]))
+    found = [{"phase": p.pop("name"), **p} for p in parts(prog, r, times, "wl.phase")]
+    return sorted(found, key=lambda p: (order.get(p["phase"], len(order)), p["start_us"]))
+
+
+def iterations(prog, r, times) -> list[dict]:
+    """A trace of several training iterations, by iteration (wl.iteration); empty for one step."""
+    found = [{"iteration": int(p.pop("name")), **p} for p in parts(prog, r, times, "wl.iteration")]
+    return sorted(found, key=lambda p: p["iteration"]) if len(found) > 1 else []
 
 
 def summarize(calls: list[dict]) -> list[dict]:
@@ -115,11 +130,12 @@ def format_report(d: dict) -> str:
         f"{max(0.0, d['comm_time_us'] - d['exposed_comm_time_us']):.3f} us hidden under compute)",
         "",
     ]
-    for p in d.get("phases", []):
-        lines.append(f"{p['phase']:<16s}{p['start_us']:.3f} - {p['end_us']:.3f} us: compute "
-                     f"{p['compute_us']:.3f} us, {p['collectives']} collectives ({p['comm_us']:.3f} us)")
-    if d.get("phases"):
-        lines.append("")
+    for key, label in (("phases", "{}"), ("iterations", "iteration {}")):
+        for p in d.get(key, []):
+            lines.append(f"{label.format(p[key[:-1]]):<16s}{p['start_us']:.3f} - {p['end_us']:.3f} us: compute "
+                         f"{p['compute_us']:.3f} us, {p['collectives']} collectives ({p['comm_us']:.3f} us)")
+        if d.get(key):
+            lines.append("")
     head = ("collective", "group", "ranks", "dims", "size", "count", "algorithm", "us each", "us total")
     rows = [head] + [(s["kind"], s["group"], str(s["group_size"]), ",".join(map(str, s["dims"])),
                       format_size(s["bytes"]), str(s["count"]), s["algorithm"], f"{s['time_us']:.3f}",

@@ -2,8 +2,9 @@
 
 Defined in IRDL (workload.irdl.mlir). Collectives are comm dialect ops carrying one discardable attribute,
 `wl.group` (the process group's name, a key of the program's `wl.groups`), so the comm passes see ordinary comm
-ops. Any op may carry `wl.phase` ("forward", "backward" or "optimizer"): the part of the step it belongs to, which
-the report breaks the step into. Layout of a module:
+ops. Any op may carry `wl.phase` ("forward", "backward" or "optimizer"): the part of the step it belongs to, and
+`wl.iteration` (an execution trace of several training iterations): which one. The report breaks the run into
+both. Layout of a module:
 
     module attributes {comm.topology = ..., wl.world_size = 64, wl.spmd = true, wl.source = "model.py"} {
       module attributes {wl.rank = 0 : i64, wl.groups = {dp = array<i64: 0, 8, ...>, tp = ...}} {
@@ -76,9 +77,12 @@ def create_collective(kind: str, nbytes: int, dims: list[int], name: str, group:
     return op
 
 
-def set_phase(op: ir.Operation, phase: str) -> None:
+def set_part(op: ir.Operation, phase: str, iteration: int) -> None:
+    """Where in the training run an op belongs: `wl.phase` and, for traces of several iterations, `wl.iteration`."""
     if phase:
         op.attributes["wl.phase"] = comm.to_attr(phase)
+    if iteration >= 0:
+        op.attributes["wl.iteration"] = comm.to_attr(int(iteration))
 
 
 # ---- reading ----------------------------------------------------------------------------------------------------

@@ -43,6 +43,8 @@ How the trace becomes ops:
   larger wins); functional collectives (DTensor, DeviceMesh) and NCCL traces carry their group.
 - Phase of an op (forward, backward, optimizer): from the ranges enclosing it; what autograd's hooks issue after
   the first backward op and before the optimizer starts counts as backward (_Builder.phase).
+- Iteration of an op, for a trace of several: torch.profiler's ProfilerStep#N ranges, else one iteration per
+  optimizer step (_Builder.iterations); `--iteration N` keeps one, the report times each.
 - Dependencies: an op depends on the last earlier op that wrote a storage it reads (issue order = node id).
   Outputs count as written, plus arguments the schema marks as mutated, plus the buffer of a c10d collective.
 - Rank of a file: a top-level "rank" key if present (torch 2.15 writes none), else its name: "rank<N>", "_r<N>"
@@ -51,6 +53,7 @@ How the trace becomes ops:
 """
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
@@ -379,13 +382,10 @@ class _Builder:
 
     def run(self):
         inside = self.enclosing()
-        ranged = [(n["id"], self.range_phase(n)) for n in self.nodes if self.kind(n) is not None]
-        backward = [i for i, p in ranged if p == "backward"]
-        if backward:   # backward runs from its first op until the optimizer starts (or its own last op)
-            step = [i for i, p in ranged if p == "optimizer" and i > backward[0]]
-            self.backward_span = (backward[0], step[0] - 1 if step else backward[-1])
-        else:
-            self.backward_span = (0, -1)
+        calls = [n for n in self.nodes if self.kind(n) is not None]
+        self.ranged = {n["id"]: self.range_phase(n) for n in calls}
+        self.iteration = self.iterations(calls)
+        self.backward_spans = self.backward_runs(calls)
         for node in self.nodes:
             kind = self.kind(node)
             in_op, in_comm = inside[node["id"]]
@@ -394,31 +394,77 @@ class _Builder:
             elif kind in (COLLECTIVE, WAIT) and not in_comm:
                 self.add(node, *self.comm(node, kind))
 
-    def range_phase(self, node: dict) -> str | None:
-        """"backward" inside one of autograd's evaluate_function ranges, "optimizer" inside torch.optim's
-        "Optimizer.*" ranges, else None."""
+    def enclosing_range(self, node: dict, prefixes: tuple) -> str | None:
+        """The name of the innermost range (or call) around `node`, itself included, starting with a prefix."""
         seen, n = set(), node
         while n is not None and n["id"] not in seen:
             seen.add(n["id"])
-            if n["name"].startswith("autograd::engine::evaluate_function"):
-                return "backward"
-            if n["name"].startswith("Optimizer."):
-                return "optimizer"
+            if n["name"].startswith(prefixes):
+                return n["name"]
             n = self.byid.get(n.get("ctrl_deps"))
         return None
+
+    def range_phase(self, node: dict) -> str | None:
+        """"backward" inside one of autograd's evaluate_function ranges, "optimizer" inside torch.optim's
+        "Optimizer.*" ranges, else None."""
+        found = self.enclosing_range(node, ("autograd::engine::evaluate_function", "Optimizer."))
+        return None if found is None else "optimizer" if found.startswith("Optimizer.") else "backward"
+
+    def iterations(self, calls: list[dict]) -> dict[int, int]:
+        """node id -> training iteration, for a trace of several (else empty): torch.profiler's ProfilerStep#N
+        marks when the trace has them, else the optimizer steps: an iteration ends with its optimizer step, and
+        what follows the last step without a backward pass of its own belongs to the last iteration."""
+        # ProfilerStep#N ranges start at each prof.step(); the trace's nesting of them is not reliable (a step's
+        # range may appear inside the previous one), so a call belongs to the last one started before it
+        marks = [(n["id"], n["name"][len("ProfilerStep#"):]) for n in self.nodes
+                 if n["name"].startswith("ProfilerStep#")]
+        marks = [(i, int(k)) for i, k in marks if k.isdigit() and len(k) < 10]
+        if len({k for _, k in marks}) > 1:
+            starts = [i for i, _ in marks]
+            out = {}
+            for n in calls:
+                at = bisect.bisect_right(starts, n["id"]) - 1
+                if at >= 0:
+                    out[n["id"]] = marks[at][1]
+            return out
+        ends, previous = [], None   # the last call of each run of optimizer calls
+        for n in calls:
+            here = self.ranged[n["id"]]
+            if previous == "optimizer" and here != "optimizer":
+                ends.append(last)
+            previous, last = here, n["id"]
+        if ends and not any(p == "backward" and i > ends[-1] for i, p in self.ranged.items()):
+            ends.pop()   # trailing calls after the last step: part of the last iteration
+        if not ends:
+            return {}
+        return {n["id"]: sum(n["id"] > e for e in ends) for n in calls}
+
+    def backward_runs(self, calls: list[dict]) -> dict[int, tuple[int, int]]:
+        """iteration -> (first, last) node id of its backward pass: from its first call in autograd's ranges until
+        its optimizer starts (or its own last backward call)."""
+        spans, by_iteration = {}, defaultdict(list)
+        for n in calls:
+            by_iteration[self.iteration.get(n["id"], -1)].append(n["id"])
+        for it, mine in by_iteration.items():
+            backward = [i for i in mine if self.ranged[i] == "backward"]
+            if backward:
+                step = [i for i in mine if self.ranged[i] == "optimizer" and i > backward[0]]
+                spans[it] = (backward[0], step[0] - 1 if step else backward[-1])
+        return spans
 
     def phase(self, node: dict) -> str:
         """The part of the step an op ran in: its enclosing range's, else backward when issued after the first op
         of autograd's ranges and before the optimizer starts (what autograd's hooks and final callbacks run:
         FSDP2's pre-backward all-gathers and last reduce-scatter, DDP's bucket all-reduces), else forward."""
-        found = self.range_phase(node)
+        found = self.ranged.get(node["id"])
         if found is not None:
             return found
-        first, last = self.backward_span
+        first, last = self.backward_spans.get(self.iteration.get(node["id"], -1), (0, -1))
         return "backward" if first <= node["id"] <= last else "forward"
 
     def add(self, node: dict, op: Op, writes: set):
         op.phase = self.phase(node)
+        op.iteration = self.iteration.get(node["id"], -1)
         ins = node["inputs"]
         for v, ty in zip(ins["values"], ins.get("types") or [""] * len(ins["values"])):
             if "Tensor" in ty or not ty:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..network.errors import UserError
+
 COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
 # the collectives the comm dialect lowers; the frontends map PyTorch's names onto these
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
@@ -26,6 +28,7 @@ class Op:
     group: tuple[int, ...] = ()    # collective: ranks of its process group, ascending
     group_name: str = ""           # collective: the process group's name ("dp", "tp", "0", ...)
     phase: str = ""                # part of the step: forward | backward | optimizer ("" when not known)
+    iteration: int = -1            # traces holding several training iterations: which one (-1: not known)
 
 
 @dataclass
@@ -38,6 +41,24 @@ class Workload:
 
     def collectives(self, rank: int) -> list[Op]:
         return [op for op in self.programs[rank] if op.kind == COLLECTIVE]
+
+    def iterations(self) -> list[int]:
+        return sorted({op.iteration for ops in self.programs.values() for op in ops if op.iteration >= 0})
+
+    def only_iteration(self, n: int) -> "Workload":
+        """The ops of iteration `n` alone (a trace of several iterations, --iteration N): dependencies on ops of
+        other iterations are dropped, the rest renumbered."""
+        have = self.iterations()
+        if n not in have:
+            shown = ", ".join(map(str, have)) if have else "none: it is one step"
+            raise UserError(f"--iteration {n}: the workload's iterations are {shown}")
+        programs = {}
+        for rank, ops in self.programs.items():
+            keep = [i for i, op in enumerate(ops) if op.iteration == n]
+            new = {old: k for k, old in enumerate(keep)}
+            programs[rank] = [dataclasses.replace(ops[i], deps=[new[d] for d in ops[i].deps if d in new])
+                              for i in keep]
+        return Workload(self.world_size, programs, self.source, self.spmd, dict(self.mesh))
 
     def to_json(self) -> dict:
         """Plain JSON data (the reuse cache keeps captures on disk in it); from_json reads it back."""

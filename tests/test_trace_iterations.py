@@ -1,0 +1,117 @@
+"""Execution traces holding several training iterations (gloo on loopback, two ranks, DDP): split by optimizer
+step, or by torch.profiler's ProfilerStep#N ranges; `--iteration N` times one; the report times each."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from astra_compile.frontend.et_import import load_traces
+
+PARAM_BYTES = 4 * (32 * 64 + 64 + 64 * 16 + 16)
+
+WORKER = """
+import os, sys, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
+rank, store, d = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+torch.set_num_threads(1)
+dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(4, 32)
+def step():
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+step()
+step()   # past DDP's one-time bucket rebuild
+et = ExecutionTraceObserver().register_callback(f"{d}/plain_rank{rank}.json")
+et.start()
+step()
+step()
+et.stop()
+et.unregister_callback()
+et = ExecutionTraceObserver().register_callback(f"{d}/profiled_rank{rank}.json")
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=0, active=3, repeat=1),
+             execution_trace_observer=et) as prof:
+    for _ in range(3):
+        step()
+        prof.step()
+dist.barrier()
+sys.stdout.flush()
+os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; the traces are written by now
+"""
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    d = tmp_path_factory.mktemp("iterations")
+    (d / "worker.py").write_text(WORKER)
+    for attempt in range(2):  # a second recording if gloo on a loaded machine loses one (a fresh store each time)
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        procs = [subprocess.Popen([sys.executable, str(d / "worker.py"), str(r), str(d / f"store{attempt}"),
+                                   str(d)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for r in range(2)]
+        logs = [p.communicate(timeout=300)[0] for p in procs]
+        if all(p.returncode == 0 for p in procs):
+            break
+    for r, (p, log) in enumerate(zip(procs, logs)):
+        assert p.returncode == 0, f"rank {r} failed:\n{log}"
+    return {kind: [str(d / f"{kind}_rank{r}.json") for r in range(2)] for kind in ("plain", "profiled")}
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "astra_compile.cli", *args], capture_output=True, text=True)
+
+
+def test_two_steps_split_at_the_optimizer_step(traces):
+    w = load_traces(traces["plain"])
+    assert w.iterations() == [0, 1]
+    for rank, ops in w.programs.items():
+        per = [[(op.collective, op.bytes, op.phase) for op in ops if op.iteration == it and op.collective]
+               for it in (0, 1)]
+        assert per[0] == per[1] == [("all_reduce", PARAM_BYTES, "backward")], rank
+        # each iteration runs forward, backward, optimizer in that order
+        for it in (0, 1):
+            phases = [op.phase for op in ops if op.iteration == it]
+            assert phases == sorted(phases, key=["forward", "backward", "optimizer"].index)
+    one = w.only_iteration(1)
+    assert all(op.iteration == 1 for ops in one.programs.values() for op in ops)
+    assert all(d < i for ops in one.programs.values() for i, op in enumerate(ops) for d in op.deps)
+
+
+def test_the_report_times_each_iteration_and_iteration_n_alone(traces):
+    whole = cli(*traces["plain"], "--topology", "Ring(2)", "--json")
+    assert whole.returncode == 0, whole.stderr
+    report = json.loads(whole.stdout)
+    its = report["iterations"]
+    assert [i["iteration"] for i in its] == [0, 1] and all(i["collectives"] == 1 for i in its)
+    assert its[0]["end_us"] <= its[1]["start_us"] + 1e-9 and its[1]["end_us"] == pytest.approx(
+        report["total_time_us"])
+    alone = cli(*traces["plain"], "--topology", "Ring(2)", "--iteration", "1", "--json")
+    assert alone.returncode == 0, alone.stderr
+    single = json.loads(alone.stdout)
+    assert single["iterations"] == [] and len(single["collectives"]) == 1
+    assert single["total_time_us"] == pytest.approx(its[1]["end_us"] - its[1]["start_us"], rel=1e-6)
+    text = cli(*traces["plain"], "--topology", "Ring(2)").stdout
+    assert "iteration 0" in text and "iteration 1" in text
+    bad = cli(*traces["plain"], "--topology", "Ring(2)", "--iteration", "5")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "--iteration 5: the workload's iterations are 0, 1" in bad.stderr
+
+
+def test_profiler_steps_number_the_iterations(traces):
+    w = load_traces(traces["profiled"])
+    numbers = w.iterations()
+    assert len(numbers) == 3 and numbers == list(range(numbers[0], numbers[0] + 3))
+    for it in numbers:
+        assert [op.bytes for op in w.programs[0] if op.iteration == it and op.collective] == [PARAM_BYTES]
+
+
+def test_a_model_file_is_one_step(tmp_path):
+    refused = cli(os.path.join(os.path.dirname(__file__), "..", "examples", "mlp_dp.py"), "--topology",
+                  "2x2_torus", "--iteration", "0")
+    assert refused.returncode == 2 and "none: it is one step" in refused.stderr
