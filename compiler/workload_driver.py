@@ -62,6 +62,7 @@ def to_module(ctx, workload: Workload, topology: Topology):
                 deps = [values[d] for d in op.deps]
                 if op.kind == COMPUTE:
                     made = wl.create_compute(op.name, op.flops, op.bytes, deps, ip)
+                    wl.set_measured(made, op.measured_ns)
                 elif op.kind == COLLECTIVE and len(op.group) > 1:
                     made = wl.create_collective(op.collective, op.bytes, group_dims(topology, op.group),
                                                 f"{op.collective}_{i}", op.group_name, deps, ip)
@@ -170,7 +171,7 @@ def program_tables(progs: list, times: dict[tuple, CollectiveTime]) -> list[Prog
     tables = []
     for prog in progs:
         n = len(prog.ops)
-        kind, flops, nbytes = np.zeros(n, np.int8), np.zeros(n), np.zeros(n)
+        kind, flops, nbytes, measured = np.zeros(n, np.int8), np.zeros(n), np.zeros(n), np.full(n, np.nan)
         duration, stream = np.zeros(n), np.zeros(n, np.int32)
         sync, size = np.full(n, -1, np.int64), np.ones(n, np.int64)
         streams, seq = {}, {}
@@ -178,6 +179,7 @@ def program_tables(progs: list, times: dict[tuple, CollectiveTime]) -> list[Prog
             if op.kind in KIND_CODE:
                 kind[i] = KIND_CODE[op.kind]
                 flops[i], nbytes[i] = op.attrs.get("flops", 0), op.attrs.get("bytes", 0)
+                measured[i] = op.attrs.get("wl.measured_ns", np.nan)
                 continue
             group = op.attrs["wl.group"]
             ranks = tuple(prog.groups[group])
@@ -190,7 +192,8 @@ def program_tables(progs: list, times: dict[tuple, CollectiveTime]) -> list[Prog
         ptr = np.zeros(n + 1, np.int64)
         ptr[1:] = np.cumsum([len(op.deps) for op in prog.ops])
         idx = np.asarray([d for op in prog.ops for d in op.deps], np.int64)
-        tables.append(ProgramTable(prog.rank, kind, flops, nbytes, duration, stream, sync, size, ptr, idx))
+        tables.append(ProgramTable(prog.rank, kind, flops, nbytes, duration, stream, sync, size, ptr, idx,
+                                   measured))
     return tables
 
 

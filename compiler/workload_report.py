@@ -60,6 +60,7 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0) -> Workl
     flops = sum(int(op.attrs.get("flops", 0)) for op in prog.ops if op.kind == "compute")
     data = {**module_info,
             "total_time_us": result.total_ns / 1e3, "compute_time_us": r.compute_ns / 1e3,
+            "measured_compute_us": r.measured_ns / 1e3, "measured_ops": r.measured_ops,
             "exposed_comm_time_us": (result.total_ns - r.compute_ns) / 1e3, "comm_time_us": r.comm_ns / 1e3,
             "ops": len(prog.ops), "flops": flops, "phases": phases(prog, r, times),
             "iterations": iterations(prog, r, times),
@@ -125,7 +126,9 @@ def format_report(d: dict) -> str:
         f"{d['peak_tflops']:g} TFLOPS, {d['mem_bw_gbps']:g} GB/s",
         "",
         f"step time       {d['total_time_us']:.3f} us",
-        f"compute         {d['compute_time_us']:.3f} us",
+        f"compute         {d['compute_time_us']:.3f} us" + (
+            f"  ({d['measured_compute_us']:.3f} us of it measured by the profiler, {d['measured_ops']} ops; the "
+            "rest from the roofline)" if d.get("measured_ops") else ""),
         f"exposed comm    {d['exposed_comm_time_us']:.3f} us  (communication {d['comm_time_us']:.3f} us in all, "
         f"{max(0.0, d['comm_time_us'] - d['exposed_comm_time_us']):.3f} us hidden under compute)",
         "",

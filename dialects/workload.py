@@ -4,7 +4,7 @@ Defined in IRDL (workload.irdl.mlir). Collectives are comm dialect ops carrying 
 `wl.group` (the process group's name, a key of the program's `wl.groups`), so the comm passes see ordinary comm
 ops. Any op may carry `wl.phase` ("forward", "backward" or "optimizer"): the part of the step it belongs to, and
 `wl.iteration` (an execution trace of several training iterations): which one. The report breaks the run into
-both. Layout of a module:
+both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it. Layout of a module:
 
     module attributes {comm.topology = ..., wl.world_size = 64, wl.spmd = true, wl.source = "model.py"} {
       module attributes {wl.rank = 0 : i64, wl.groups = {dp = array<i64: 0, 8, ...>, tp = ...}} {
@@ -75,6 +75,13 @@ def create_collective(kind: str, nbytes: int, dims: list[int], name: str, group:
     op = comm.create(kind, {"bytes": int(nbytes), "dims": list(dims), "name": name}, deps, ip)
     op.attributes["wl.group"] = comm.to_attr(group)
     return op
+
+
+def set_measured(op: ir.Operation, measured_ns: float) -> None:
+    """A compute op's time as a profiler measured it (`wl.measured_ns`): the engine uses it instead of the
+    roofline."""
+    if measured_ns >= 0:
+        op.attributes["wl.measured_ns"] = comm.to_attr(float(measured_ns))
 
 
 def set_part(op: ir.Operation, phase: str, iteration: int) -> None:

@@ -1,7 +1,8 @@
 """Workload engine: execute each rank's step program with one compute stream and one stream per process group.
 
 Input is one `ProgramTable` per rank: numpy columns, one row per op in issue order, with dependencies as a CSR
-list of earlier rows. Compute rows carry FLOPs and bytes and take their time from the roofline; collective rows
+list of earlier rows. Compute rows carry FLOPs and bytes and take their time from the roofline, or a profiler's
+measured time when they have one; collective rows
 carry the time their schedule tables took in a network runtime (analytical or congestion).
 
 Stream semantics are CUDA's as PyTorch uses them:
@@ -52,6 +53,7 @@ class ProgramTable:
     group_size: np.ndarray    # collective rows: ranks that must reach it
     dep_ptr: np.ndarray       # deps of row i: dep_idx[dep_ptr[i]:dep_ptr[i + 1]]
     dep_idx: np.ndarray
+    measured_ns: np.ndarray | None = None   # compute rows: a profiler's measured time (NaN: use the roofline)
 
 
 @dataclass
@@ -62,6 +64,8 @@ class RankTimes:
     compute_ns: float         # busy time of the compute stream
     comm_ns: float            # sum of collective durations
     exposed_comm_ns: float    # step time the compute stream spends waiting: total - compute
+    measured_ns: float = 0.0  # the part of compute_ns a profiler measured (the rest is the roofline's)
+    measured_ops: int = 0
 
 
 @dataclass
@@ -77,8 +81,12 @@ class _Rank:
     def __init__(self, table: ProgramTable, roofline: Roofline):
         self.t = table
         n = len(table.kind)
-        self.dur = np.where(table.kind == COMPUTE, roofline.time_ns(table.flops, table.nbytes),
-                            np.where(table.kind == COLLECTIVE, table.duration_ns, 0.0))
+        compute = roofline.time_ns(table.flops, table.nbytes)
+        self.measured = np.zeros(n, bool) if table.measured_ns is None else \
+            (table.kind == COMPUTE) & ~np.isnan(table.measured_ns)
+        if self.measured.any():
+            compute = np.where(self.measured, table.measured_ns, compute)
+        self.dur = np.where(table.kind == COMPUTE, compute, np.where(table.kind == COLLECTIVE, table.duration_ns, 0.0))
         self.start, self.end = np.zeros(n), np.zeros(n)
         self.pos, self.compute_free, self.stream_free = 0, 0.0, {}
 
@@ -109,7 +117,8 @@ def run_workload(tables: list[ProgramTable], roofline: Roofline, spmd: bool = Fa
         total = float(r.end.max()) if len(kind) else 0.0
         compute = float(r.dur[kind == COMPUTE].sum())
         out.ranks[r.t.rank] = RankTimes(r.start, r.end, total, compute, float(r.dur[kind == COLLECTIVE].sum()),
-                                        max(0.0, total - compute))
+                                        max(0.0, total - compute), float(r.dur[r.measured].sum()),
+                                        int(r.measured.sum()))
     return out
 
 

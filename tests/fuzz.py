@@ -274,6 +274,24 @@ def trace_nodes() -> dict:
     return {"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}
 
 
+def kineto_events() -> dict:
+    """A small profiler (Kineto) trace for trace_nodes(): its two compute calls, one launching a kernel."""
+    def op(name, ts, dur, rf):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"Record function id": rf, "External id": rf + 100}}
+    kernel = {"ph": "X", "cat": "kernel", "name": "relu_kernel", "pid": 0, "tid": 7, "ts": 60, "dur": 3.5,
+              "args": {"External id": 106, "correlation": 1}}
+    return {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 4},
+            "traceEvents": [op("aten::ones", 0, 12.5, 3), op("aten::relu", 50, 20.0, 6), kernel]}
+
+
+def traced_with_rf_ids() -> dict:
+    trace = trace_nodes()
+    for n in trace["nodes"]:
+        n["attrs"].append({"name": "rf_id", "type": "uint64", "value": n["id"]})
+    return trace
+
+
 def model_source() -> str:
     with open(os.path.join(EXAMPLES, "mlp_dp.py"), encoding="utf-8") as f:
         return f.read()
@@ -340,6 +358,14 @@ def case_trace(draw, workdir):
     run("execution traces", [path, "--topology", "4_ring", "--json"], workdir)
 
 
+def case_profile(draw, workdir):
+    data = draw(st.one_of(st.builds(json.dumps, mutated_json(kineto_events(), edits=2)),
+                          mutated_text(json.dumps(kineto_events(), indent=1)), hostile_bytes()))
+    trace = write(os.path.join(workdir, "rank0.json"), json.dumps(traced_with_rf_ids()))
+    profile = write(os.path.join(workdir, "kineto_rank0.json"), data)
+    run("profiler traces", [trace, profile, "--topology", "2x2_torus", "--json"], workdir)
+
+
 def case_model_file(draw, workdir):
     data = draw(mutated_text(model_source(), edits=2))
     path = write(os.path.join(workdir, "model.py"), data)
@@ -384,7 +410,8 @@ def case_sweep_file(draw, workdir):
 
 CASES = {"sizes": case_size, "topology notation": case_topology, "command-line numbers": case_options,
          "network files": case_network_file, ".mlir modules": case_mlir, "table directories": case_table_dir,
-         "execution traces": case_trace, "model files": case_model_file, "-o outputs": case_output,
+         "execution traces": case_trace, "profiler traces": case_profile, "model files": case_model_file,
+         "-o outputs": case_output,
          "sweep files": case_sweep_file}
 
 

@@ -1,5 +1,6 @@
 """Execution traces holding several training iterations (gloo on loopback, two ranks, DDP): split by optimizer
-step, or by torch.profiler's ProfilerStep#N ranges; `--iteration N` times one; the report times each."""
+step, or by torch.profiler's ProfilerStep#N ranges; `--iteration N` times one; the report times each. And the
+torch.profiler (Kineto) trace recorded with them: its measured times replace the roofline for compute."""
 import json
 import os
 import subprocess
@@ -36,7 +37,8 @@ et.stop()
 et.unregister_callback()
 et = ExecutionTraceObserver().register_callback(f"{d}/profiled_rank{rank}.json")
 with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=0, active=3, repeat=1),
-             execution_trace_observer=et) as prof:
+             execution_trace_observer=et,
+             on_trace_ready=lambda p: p.export_chrome_trace(f"{d}/kineto_rank{rank}.json")) as prof:
     for _ in range(3):
         step()
         prof.step()
@@ -60,7 +62,7 @@ def traces(tmp_path_factory):
             break
     for r, (p, log) in enumerate(zip(procs, logs)):
         assert p.returncode == 0, f"rank {r} failed:\n{log}"
-    return {kind: [str(d / f"{kind}_rank{r}.json") for r in range(2)] for kind in ("plain", "profiled")}
+    return {kind: [str(d / f"{kind}_rank{r}.json") for r in range(2)] for kind in ("plain", "profiled", "kineto")}
 
 
 def cli(*args):
@@ -115,3 +117,66 @@ def test_a_model_file_is_one_step(tmp_path):
     refused = cli(os.path.join(os.path.dirname(__file__), "..", "examples", "mlp_dp.py"), "--topology",
                   "2x2_torus", "--iteration", "0")
     assert refused.returncode == 2 and "none: it is one step" in refused.stderr
+
+
+def test_a_kineto_trace_gives_measured_compute(traces):
+    w = load_traces(traces["profiled"] + traces["kineto"])
+    for rank in (0, 1):
+        # the test's own reading of the profiler's events: the model's linear and relu calls (always outermost,
+        # two and one per step, three steps) took exactly the durations the profiler recorded for them
+        events = [e for e in json.load(open(traces["kineto"][rank]))["traceEvents"] if e.get("cat") == "cpu_op"]
+        compute = [op for op in w.programs[rank] if op.kind == "compute"]
+        assert compute and all(op.measured_ns >= 0 for op in compute)
+        for name, count in (("aten::linear", 6), ("aten::relu", 3)):
+            expect = sorted(e["dur"] * 1e3 for e in events if e["name"] == name)
+            got = sorted(op.measured_ns for op in compute if op.name == name.replace("::", ".") + ".default")
+            assert got == expect and len(got) == count, name
+        dur = [e["dur"] * 1e3 for e in events]
+        assert sum(op.measured_ns for op in compute) <= sum(dur)   # outermost calls only, nested ones inside
+    done = cli(*traces["profiled"], *traces["kineto"], "--topology", "Ring(2)", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    compute_ops = sum(op.kind == "compute" for op in w.programs[0])
+    assert report["measured_ops"] == compute_ops
+    assert report["measured_compute_us"] == pytest.approx(report["compute_time_us"])
+    assert report["compute_time_us"] == pytest.approx(sum(op.measured_ns for op in w.programs[0]
+                                                          if op.kind == "compute") / 1e3)
+    plain = json.loads(cli(*traces["profiled"], "--topology", "Ring(2)", "--json").stdout)
+    assert plain["measured_ops"] == 0 and plain["compute_time_us"] < report["compute_time_us"]   # the roofline
+    assert "measured by the profiler" in cli(*traces["profiled"], *traces["kineto"], "--topology", "Ring(2)").stdout
+
+
+def test_kineto_input_mistakes_are_one_line(traces, tmp_path):
+    alone = cli(*traces["kineto"], "--topology", "Ring(2)")
+    assert alone.returncode == 2 and "has the times but not the graph" in alone.stderr
+    stray = cli(traces["profiled"][0], traces["profiled"][1], traces["kineto"][0], traces["kineto"][0].replace(
+        "rank0", "rank1"), traces["kineto"][0], "--topology", "Ring(2)")
+    assert stray.returncode == 2 and "given twice" in stray.stderr
+    data = json.load(open(traces["kineto"][1]))
+    bad = next(e for e in data["traceEvents"] if e.get("cat") == "cpu_op")
+    bad["dur"] = "slow"
+    broken = tmp_path / "kineto_rank1.json"
+    broken.write_text(json.dumps(data))
+    out = cli(*traces["profiled"], traces["kineto"][0], str(broken), "--topology", "Ring(2)")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "kineto_rank1.json: event #" in out.stderr and "dur='slow'" in out.stderr
+
+
+def test_a_gpu_profile_measures_the_device_work_each_call_launched():
+    from astra_compile.frontend.kineto import read_kineto
+
+    def op(name, ts, dur, rf, ext, tid=1):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+                "args": {"Record function id": rf, "External id": ext}}
+
+    def device(cat, dur, ext):
+        return {"ph": "X", "cat": cat, "name": "k", "pid": 0, "tid": 7, "ts": 1000, "dur": dur,
+                "args": {"External id": ext, "correlation": ext + 100}}
+    events = [op("aten::linear", 0, 100, 1, 10), op("aten::addmm", 10, 20, 2, 11),   # addmm inside linear
+              op("aten::relu", 200, 50, 3, 12), op("aten::view", 300, 1, 4, 13),    # view: no device work
+              op("aten::mm", 5, 500, 5, 14, tid=2),                                 # another thread: not nested
+              device("kernel", 5, 11), device("kernel", 7, 10), device("kernel", 3, 12),
+              device("gpu_memcpy", 1, 12), device("kernel", 2, 14)]
+    k = read_kineto("gpu.json", {"traceEvents": events, "distributedInfo": {"rank": 3}})
+    assert k.device and k.rank == 3
+    assert k.measured_ns == {1: 12e3, 2: 5e3, 3: 4e3, 4: 0.0, 5: 2e3}

@@ -47,6 +47,8 @@ How the trace becomes ops:
   optimizer step (_Builder.iterations); `--iteration N` keeps one, the report times each.
 - Dependencies: an op depends on the last earlier op that wrote a storage it reads (issue order = node id).
   Outputs count as written, plus arguments the schema marks as mutated, plus the buffer of a c10d collective.
+- Measured compute: a torch.profiler (Kineto) trace given with the execution trace of its rank gives each
+  operator call its measured time (kineto.py); the workload engine then uses it instead of the roofline.
 - Rank of a file: a top-level "rank" key if present (torch 2.15 writes none), else its name: "rank<N>", "_r<N>"
   or a trailing "-<N>.json" / "_<N>.json". Never the order of the arguments (a shell sorts trace10 before
   trace2): a file whose rank cannot be told, a rank claimed twice or a file given twice is refused.
@@ -61,6 +63,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..network.errors import UserError
+from .kineto import Kineto, is_kineto, read_kineto
 from .workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
 
 OUT = "out"  # "the op's recorded outputs" in the tables below
@@ -121,10 +124,16 @@ def load_traces(paths: list[str], world_size: int | None = None) -> Workload:
             raise UserError(f"{p}: given twice" + (f" (as {seen[real]})" if seen[real] != str(p) else "") +
                             ": give each rank's trace once")
         seen[real] = str(p)
-    traces = [_Trace(str(p)) for p in paths]
+    files = [(str(p), _read(str(p))) for p in paths]
+    profiles = [read_kineto(p, data) for p, data in files if is_kineto(data)]
+    traces = [_Trace(p, data) for p, data in files if not is_kineto(data)]
+    if not traces:
+        raise UserError(f"{profiles[0].path}: a profiler (Kineto) trace has the times but not the graph: give the "
+                        "ExecutionTraceObserver trace of the same rank and steps with it")
     spmd = len(traces) == 1
     world = _world_size(traces, world_size, spmd)
     ranks = _ranks(traces, world, spmd)
+    _attach_profiles(traces, ranks, profiles, spmd)
     for trace, rank in zip(traces, ranks):
         trace.build(rank, world)
     _resolve_groups(traces, spmd)
@@ -149,8 +158,8 @@ def _read(path: str) -> dict:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-    if isinstance(data, dict) and "traceEvents" in data:
-        raise UserError(f"{path}: a profiler (Kineto/Chrome) trace, not an ExecutionTraceObserver trace")
+    if is_kineto(data):
+        return data
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
         raise UserError(f"{path}: not a PyTorch ExecutionTraceObserver trace (no 'nodes' list)")
     if not data["nodes"]:
@@ -165,9 +174,10 @@ def _read(path: str) -> dict:
 class _Trace:
     """One file: its nodes, what it says about process groups, and (after build) its ops."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, data: dict):
         self.path = path
-        self.data = _read(path)
+        self.data = data
+        self.measured_ns: dict[int, float] = {}   # record-function id -> measured time (a Kineto trace's)
         self.mesh_groups: set[str] = set()   # groups a device mesh made (pg_desc "mesh_<axis>")
         self.groups, self.world_group = self._process_groups()
         self.named_groups: set[str] = set()  # groups that functional (DTensor) collectives name
@@ -201,12 +211,7 @@ class _Trace:
         rank = self.data.get("rank")
         if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < 2**31:
             return rank
-        name = Path(self.path).name
-        for pattern in _RANK_IN_NAME:
-            m = pattern.search(name)
-            if m and len(m.group(1)) < 10:
-                return int(m.group(1))
-        return None
+        return _rank_in_name(self.path)
 
     def build(self, rank: int, world: int):
         self.rank, self.world = rank, world
@@ -253,6 +258,34 @@ def _world_size(traces: list[_Trace], asked: int | None, spmd: bool) -> int:
         raise UserError(f"{len(traces)} trace files for world size {world}: give one file per rank, "
                         "or one file that stands for every rank")
     return world
+
+
+def _attach_profiles(traces: list[_Trace], ranks: list[int], profiles: list[Kineto], spmd: bool) -> None:
+    """Each Kineto trace gives its measured times to the execution trace of its rank."""
+    if spmd and len(profiles) == 1:
+        traces[0].measured_ns = profiles[0].measured_ns
+        return
+    by_rank = dict(zip(ranks, traces))
+    claimed: dict[int, str] = {}
+    for k in profiles:
+        rank = k.rank if k.rank is not None else _rank_in_name(k.path)
+        if rank is None or rank not in by_rank:
+            raise UserError(f"{k.path}: a profiler trace of " + (f"rank {rank}, which has no execution trace given"
+                                                                 if rank is not None else "an unknown rank") +
+                            ": give each rank's ExecutionTraceObserver and profiler traces together")
+        if rank in claimed:
+            raise UserError(f"two profiler traces claim rank {rank}: {claimed[rank]}, {k.path}")
+        claimed[rank] = k.path
+        by_rank[rank].measured_ns = k.measured_ns
+
+
+def _rank_in_name(path: str) -> int | None:
+    name = Path(path).name
+    for pattern in _RANK_IN_NAME:
+        m = pattern.search(name)
+        if m and len(m.group(1)) < 10:
+            return int(m.group(1))
+    return None
 
 
 def _ranks(traces: list[_Trace], world: int, spmd: bool) -> list[int]:
@@ -490,9 +523,14 @@ class _Builder:
         view, writes, nbytes = self.call_bytes(node)
         local = self.local_calls(node)
         if local:  # an op on DTensors: its shapes are global; count the calls DTensor made on this rank's shards
-            return Op(name=_op_name(node), kind=COMPUTE, flops=sum(self.flops(c, set()) for c in local),
-                      bytes=sum(self.call_bytes(c)[2] for c in local)), writes
-        return Op(name=_op_name(node), kind=COMPUTE, flops=self.flops(node, set()), bytes=nbytes), writes
+            op = Op(name=_op_name(node), kind=COMPUTE, flops=sum(self.flops(c, set()) for c in local),
+                    bytes=sum(self.call_bytes(c)[2] for c in local))
+        else:
+            op = Op(name=_op_name(node), kind=COMPUTE, flops=self.flops(node, set()), bytes=nbytes)
+        rf = _attr(node, "rf_id")
+        if isinstance(rf, int) and rf in self.trace.measured_ns:
+            op.measured_ns = self.trace.measured_ns[rf]
+        return op, writes
 
     def call_bytes(self, node: dict) -> tuple[bool, set, int]:
         """(only makes a view, storages written, bytes read + written) of one operator call."""

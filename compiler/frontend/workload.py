@@ -29,6 +29,7 @@ class Op:
     group_name: str = ""           # collective: the process group's name ("dp", "tp", "0", ...)
     phase: str = ""                # part of the step: forward | backward | optimizer ("" when not known)
     iteration: int = -1            # traces holding several training iterations: which one (-1: not known)
+    measured_ns: float = -1.0      # compute: its time measured by a profiler (Kineto), -1: from the roofline
 
 
 @dataclass
