@@ -165,6 +165,33 @@ def test_builtin_fsdp_by_tp_mesh_shards_the_tp_shards(tmp_path):
     assert len(collectives(w, "all_reduce", "tp")) == 4 * LAYERS
 
 
+def test_hsdp_with_mixed_precision_and_no_reshard(tmp_path):
+    """HSDP (replicate x shard mesh) with MixedPrecisionPolicy(bf16 params, fp32 reduce) and
+    reshard_after_forward=False: gathers in bf16, once per layer (not again for backward); gradients
+    reduce-scattered in fp32 over shard, then the shard all-reduced over replicate."""
+    path = model_file(tmp_path, """
+        import torch
+        from torch import nn
+        def build_model():
+            return nn.Sequential(*(nn.Linear(256, 256) for _ in range(4)))
+        def example_inputs():
+            return torch.randn(8, 256)
+        def parallelize(model, mesh):
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            for layer in model:
+                fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+            return fully_shard(model, mesh=mesh, mp_policy=mp)
+    """)
+    w = capture(load_model_file(path), 16, {"replicate": 4, "shard": 4})
+    layer = 256 * 256 + 256
+    assert [op.bytes for op in collectives(w, "all_gather", "shard")] == [layer * 2] * 4
+    assert [op.bytes for op in collectives(w, "reduce_scatter", "shard")] == [layer * 4] * 4
+    assert [op.bytes for op in collectives(w, "all_reduce", "replicate")] == [layer * 4 // 4] * 4
+    assert {op.group for op in collectives(w, group="replicate")} == {(0, 4, 8, 12)}
+    assert all(op.phase == "forward" for op in collectives(w, "all_gather"))
+
+
 def test_compute_ops_carry_flop_counter_flops(tmp_path):
     path = model_file(tmp_path, """
         import torch
