@@ -25,12 +25,27 @@ TINY = SIZES + "504, 64, 8, 4, 96, 2, 16, 2"
 F32 = 4
 
 
-def tiny_model(tmp_path) -> str:
+def tiny_model(tmp_path, loss_parallel: bool = False) -> str:
     text = open(EXAMPLE).read()
     line = next(line for line in text.splitlines() if line.startswith(SIZES))
-    path = tmp_path / "llama_tiny.py"
-    path.write_text(text.replace(line, TINY))
+    text = text.replace(line, TINY)
+    if loss_parallel:   # vocab-sharded logits and the cross-entropy computed on the shards (torchtitan's option)
+        for old, new in LOSS_PARALLEL:
+            assert old in text
+            text = text.replace(old, new)
+    path = tmp_path / ("llama_loss_parallel.py" if loss_parallel else "llama_tiny.py")
+    path.write_text(text)
     return str(path)
+
+
+LOSS_PARALLEL = [
+    ("output_layouts=Replicate(), use_local_output=False)", "output_layouts=Shard(-1), use_local_output=False)"),
+    ("    return logits.float().logsumexp(dim=-1).mean()\n",
+     "    return F.cross_entropy(logits.flatten(0, 1), torch.randint(0, VOCAB, (BATCH * SEQ,)))\n\n\n"
+     "def step_context():\n"
+     "    from torch.distributed.tensor.parallel import loss_parallel\n"
+     "    return loss_parallel()\n"),
+]
 
 
 def constants(path):
@@ -112,7 +127,9 @@ model = m.parallelize(m.build_model(), mesh)
 opt = torch.optim.AdamW(model.parameters())   # the capture's default optimizer
 tokens = m.example_inputs()
 def step():
-    m.loss(model(tokens)).backward()
+    import contextlib
+    with m.step_context() if hasattr(m, "step_context") else contextlib.nullcontext():
+        m.loss(model(tokens)).backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
 step()  # warm-up, as the capture does
@@ -127,10 +144,7 @@ os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; t
 """
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    d = tmp_path_factory.mktemp("llama_gloo")
-    path = tiny_model(d)
+def run_on_gloo(d, path: str) -> list[str]:
     (d / "worker.py").write_text(WORKER)
     for attempt in range(2):  # a second recording if gloo on a loaded machine loses one (a fresh store each time)
         store = d / f"store{attempt}"
@@ -143,7 +157,14 @@ def recorded(tmp_path_factory):
             break
     for r, (p, log) in enumerate(zip(procs, logs)):
         assert p.returncode == 0, f"rank {r} failed:\n{log}"
-    return path, [str(d / f"trace_rank{r}.json") for r in range(4)]
+    return [str(d / f"trace_rank{r}.json") for r in range(4)]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    d = tmp_path_factory.mktemp("llama_gloo")
+    path = tiny_model(d)
+    return path, run_on_gloo(d, path)
 
 
 def sequence(ops) -> list[tuple]:
@@ -184,3 +205,18 @@ def test_capture_matches_a_real_gloo_run_collective_by_collective(recorded):
         dp = tuple(sorted((r % 2, r % 2 + 2)))
         expect = [(k, b, tp if g == (0, 1) else dp, p) for k, b, g, p in captured]
         assert sequence(real.programs[r]) == expect, f"rank {r}"
+
+
+def test_loss_parallel_through_step_context_matches_a_real_gloo_run(tmp_path):
+    """The model file's step_context() (loss_parallel here) wraps forward, loss and backward as the training loop
+    does: the logits stay vocab-sharded (no all-gather of them) and the cross-entropy all-reduces its per-token
+    statistics over tp, collective by collective as in the real run."""
+    path = tiny_model(tmp_path, loss_parallel=True)
+    captured = sequence(load_workload(path, 4, {"dp": 2, "tp": 2}).programs[0])
+    real = load_traces(run_on_gloo(tmp_path, path))
+    assert sequence(real.programs[0]) == captured
+    c = constants(path)
+    logits = c.BATCH * c.SEQ * c.VOCAB * F32
+    assert not [x for x in captured if x[1] == logits]                       # no gathered logits
+    per_token = [x for x in captured if x[:2] == ("all_reduce", c.BATCH * c.SEQ * F32)]
+    assert per_token and all(x[2] == (0, 1) for x in per_token)              # over tp

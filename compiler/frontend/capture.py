@@ -110,11 +110,12 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
                 def phase(name):
                     if recorder is not None:
                         recorder.phase = name
-                phase("forward")
-                out = model(*inputs)
-                loss = spec.loss(out) if spec.loss else _first_tensor(out).sum()
-                phase("backward")
-                loss.backward()
+                with spec.step_context() if spec.step_context else contextlib.nullcontext():
+                    phase("forward")
+                    out = model(*inputs)
+                    loss = spec.loss(out) if spec.loss else _first_tensor(out).sum()
+                    phase("backward")
+                    loss.backward()
                 phase("optimizer")
                 opt.step()
                 opt.zero_grad(set_to_none=True)

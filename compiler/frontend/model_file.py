@@ -12,6 +12,8 @@ A model file is ordinary Python that provides:
     FSDP_UNITS = ["layers.*"]      (optional: submodules sharded as their own FSDP2 unit for an `fsdp` axis)
     loss(output)                   -> scalar tensor (optional; default: the sum of the first output tensor)
     optimizer(parameters)          -> torch.optim.Optimizer (optional; default: AdamW)
+    step_context()                 -> a context manager around forward, loss and backward (optional: what the
+                                      training loop wraps them in, e.g. loss_parallel() or torch.autocast(...))
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ class ModelFile:
     fsdp_units: list | None = None
     loss: Callable | None = None
     optimizer: Callable | None = None
+    step_context: Callable | None = None
 
 
 def one_line(e: BaseException) -> str:
@@ -72,4 +75,5 @@ def model_file_from_module(module, path: str | None = None) -> ModelFile:
     return ModelFile(path, module.build_model, module.example_inputs,
                      parallelize=getattr(module, "parallelize", None), mesh_axes=getattr(module, "mesh_axes", None),
                      tp_plan=getattr(module, "TP_PLAN", None), fsdp_units=getattr(module, "FSDP_UNITS", None),
-                     loss=getattr(module, "loss", None), optimizer=getattr(module, "optimizer", None))
+                     loss=getattr(module, "loss", None), optimizer=getattr(module, "optimizer", None),
+                     step_context=getattr(module, "step_context", None))
