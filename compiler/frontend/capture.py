@@ -18,6 +18,7 @@ from .parallelize import (apply_builtin, build_mesh, check_mesh, ddp_modules, me
                           skip_cross_rank_checks)
 from .own_world import script_world_set_aside
 from .recorder import StepRecorder
+from .routing import AssumedRouting, check_routing
 from .workload import Workload
 
 
@@ -121,14 +122,15 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
                 opt.zero_grad(set_to_none=True)
 
             stage = "the warm-up training step"
-            with fake:
+            routing = AssumedRouting(check_routing(spec.routing, spec.path), spec.path)
+            with fake, routing:
                 step()
             # DDP re-buckets gradients in the order they became ready; its index exchange reads real data
             for ddp in ddp_modules(model):
                 ddp.reducer._rebuild_buckets()
             stage = "the recorded training step"
             recorder = StepRecorder()
-            with fake, recorder:
+            with fake, routing, recorder:
                 step(recorder)
         except UserError:
             raise

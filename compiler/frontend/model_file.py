@@ -14,6 +14,8 @@ A model file is ordinary Python that provides:
     optimizer(parameters)          -> torch.optim.Optimizer (optional; default: AdamW)
     step_context()                 -> a context manager around forward, loss and backward (optional: what the
                                       training loop wraps them in, e.g. loss_parallel() or torch.autocast(...))
+    ROUTING = "balanced" | [shares per expert]   (optional: tokens per expert for data-dependent MoE routing;
+                                                  routing.py)
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ class ModelFile:
     loss: Callable | None = None
     optimizer: Callable | None = None
     step_context: Callable | None = None
+    routing: object = None                 # ROUTING: the token-routing assumption for data-dependent MoE
 
 
 def one_line(e: BaseException) -> str:
@@ -76,4 +79,4 @@ def model_file_from_module(module, path: str | None = None) -> ModelFile:
                      parallelize=getattr(module, "parallelize", None), mesh_axes=getattr(module, "mesh_axes", None),
                      tp_plan=getattr(module, "TP_PLAN", None), fsdp_units=getattr(module, "FSDP_UNITS", None),
                      loss=getattr(module, "loss", None), optimizer=getattr(module, "optimizer", None),
-                     step_context=getattr(module, "step_context", None))
+                     step_context=getattr(module, "step_context", None), routing=getattr(module, "ROUTING", None))

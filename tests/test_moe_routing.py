@@ -1,0 +1,172 @@
+"""MoE with data-dependent routing: token counts from torch.bincount, read with .tolist(), exchanged with
+all_to_all and used as all_to_all_single split sizes (frontend/routing.py).
+
+The collectives are derived here by hand under each ROUTING assumption, and a routing whose counts are known
+without data (expert = token index mod experts) is checked against a real 4-rank gloo run of the same file.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from astra_compile.api import load_workload
+from astra_compile.frontend.et_import import load_traces
+from astra_compile.frontend.workload import COLLECTIVE
+from astra_compile.network.errors import UserError
+
+D, TOKENS, EP = 64, 256, 4
+F32, I64 = 4, 8
+
+MODEL = f"""
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed import _functional_collectives as funcol
+
+D, FF, TOKENS, EP = {D}, 128, {TOKENS}, {EP}
+
+class MoE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.router = nn.Linear(D, EP, bias=False)
+        self.expert = nn.Sequential(nn.Linear(D, FF), nn.GELU(), nn.Linear(FF, D))
+        self.group = None
+
+    def route(self, x):
+        return self.router(x).argmax(dim=-1)                       # token-choice top-1: depends on data
+
+    def forward(self, x):
+        expert = self.route(x)
+        order = expert.argsort()
+        counts = torch.bincount(expert, minlength=EP)              # tokens this rank sends each expert
+        recv_counts = torch.empty_like(counts)
+        dist.all_to_all_single(recv_counts, counts, group=self.group)
+        send, recv = counts.tolist(), recv_counts.tolist()
+        routed = funcol.all_to_all_single_autograd(x[order], recv, send, self.group)
+        out = self.expert(routed)
+        back = funcol.all_to_all_single_autograd(out, send, recv, self.group)
+        return x + torch.zeros_like(x).index_copy(0, order, back)
+
+def mesh_axes(world):
+    return {{"ep": world}}
+
+def parallelize(model, mesh):
+    model.group = mesh.get_group()
+    return model
+
+def build_model():
+    return MoE()
+
+def example_inputs():
+    return torch.randn(TOKENS, D)
+"""
+
+BY_INDEX = """
+def _by_index(self, x):
+    return torch.arange(x.shape[0]) % EP                      # known without data: the same in a real run
+MoE.route = _by_index
+"""
+
+
+def model_file(tmp_path, extra="", name="moe.py") -> str:
+    path = tmp_path / name
+    path.write_text(MODEL + textwrap.dedent(extra))
+    return str(path)
+
+
+def sequence(ops) -> list[tuple]:
+    return [(op.collective, op.bytes, op.phase) for op in ops if op.kind == COLLECTIVE]
+
+
+def expected(received: int) -> list[tuple]:
+    """Forward: the counts (EP int64), the tokens out (all of this rank's), the expert outputs back (the tokens
+    this rank's expert received); backward: the gradient of what came back (this rank's tokens) returns to the
+    experts. The dispatch needs no gradient: the inputs do not require one."""
+    return [("all_to_all", EP * I64, "forward"), ("all_to_all", TOKENS * D * F32, "forward"),
+            ("all_to_all", received * D * F32, "forward"), ("all_to_all", TOKENS * D * F32, "backward")]
+
+
+def test_balanced_routing_by_default(tmp_path):
+    w = load_workload(model_file(tmp_path), EP)
+    # balanced: TOKENS / EP to each expert from each of EP ranks (every rank routes as this one)
+    assert sequence(w.programs[0]) == expected(TOKENS // EP * EP)
+
+
+def test_a_given_distribution_of_tokens_over_experts(tmp_path):
+    path = model_file(tmp_path, "ROUTING = [0.4, 0.2, 0.2, 0.2]\n")
+    # 0.4 * 256 = 102.4 -> 103 (the largest remainder takes the one token left), 51 for the others; rank 0's
+    # expert receives its 103 from each of the 4 ranks
+    assert sequence(load_workload(path, EP).programs[0]) == expected(103 * EP)
+
+
+@pytest.mark.parametrize("routing, message", [
+    ('"skewed"', "ROUTING must be"), ("[0.5, 0.5]", "ROUTING gives 2 shares but the step counts tokens over 4"),
+    ("[1, -1, 0, 0]", "ROUTING must be")])
+def test_bad_routing_is_one_line(tmp_path, routing, message):
+    with pytest.raises(UserError, match=message):
+        load_workload(model_file(tmp_path, f"ROUTING = {routing}\n"), EP)
+
+
+def test_a_read_the_assumption_does_not_cover_is_named(tmp_path):
+    path = model_file(tmp_path, """
+        def _reads_the_router(self, x):
+            top = self.router(x).max().item()          # a value of the data itself: no assumption gives it
+            return self.router(x).argmax(dim=-1)
+        MoE.route = _reads_the_router
+    """)
+    with pytest.raises(UserError, match="reads a value the capture does not have"):
+        load_workload(path, EP)
+
+
+WORKER = """
+import importlib.util, os, sys, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.profiler import ExecutionTraceObserver
+rank, store, out, path = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+torch.set_num_threads(1)
+dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=4)
+spec = importlib.util.spec_from_file_location("model", path)
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+mesh = init_device_mesh("cpu", (4,), mesh_dim_names=("ep",))
+torch.manual_seed(rank)
+model = m.parallelize(m.build_model(), mesh)
+opt = torch.optim.AdamW(model.parameters())
+x = m.example_inputs()
+def step():
+    model(x).sum().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+step()
+et = ExecutionTraceObserver().register_callback(out)
+et.start()
+step()
+et.stop()
+et.unregister_callback()
+dist.barrier()
+sys.stdout.flush()
+os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; the trace is written by now
+"""
+
+
+def test_known_routing_matches_a_real_gloo_run(tmp_path):
+    path = model_file(tmp_path, BY_INDEX)
+    captured = sequence(load_workload(path, EP).programs[0])
+    assert captured == expected(TOKENS // EP * EP)
+    (tmp_path / "worker.py").write_text(WORKER)
+    for attempt in range(2):  # a second run if gloo on a loaded machine loses one (a fresh store each time)
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        procs = [subprocess.Popen([sys.executable, str(tmp_path / "worker.py"), str(r),
+                                   str(tmp_path / f"store{attempt}"), str(tmp_path / f"trace_rank{r}.json"), path],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for r in range(EP)]
+        logs = [p.communicate(timeout=300)[0] for p in procs]
+        if all(p.returncode == 0 for p in procs):
+            break
+    for r, (p, log) in enumerate(zip(procs, logs)):
+        assert p.returncode == 0, f"rank {r} failed:\n{log}"
+    real = load_traces([str(tmp_path / f"trace_rank{r}.json") for r in range(EP)])
+    for r in range(EP):
+        assert sequence(real.programs[r]) == captured, f"rank {r}"
