@@ -214,6 +214,10 @@ def test_compute_ops_carry_flop_counter_flops(tmp_path):
     ("def build_model(): pass", "defines no example_inputs()"),
     ("import torch\ndef build_model():\n    return torch.nn.Linear(4, 4)\n"
      "def example_inputs():\n    return torch.randn(2, 5)", "the warm-up training step failed"),
+    ("import torch\ndef build_model():\n    return torch.nn.Linear(4, 4)\n"
+     "def example_inputs():\n    return torch.randn(2, 4)\n"
+     "def parallelize(module, mesh):\n    raise ValueError('no plan for this layer')",
+     "parallelize(module, mesh) failed: ValueError: no plan for this layer"),
 ])
 def test_bad_model_files_raise_one_line(tmp_path, body, message):
     path = model_file(tmp_path, body)
