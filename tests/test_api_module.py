@@ -1,15 +1,14 @@
 """The Python API for profiling flows: an nn.Module object, a script that already initialised torch.distributed,
 and `astra_compile.record()` around the step a training script really runs (gloo on loopback, two ranks)."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import astra_compile
 from astra_compile.network.errors import UserError
+
+from helpers import run_gloo_job
 
 MODEL_FILE = """
 import torch
@@ -120,18 +119,7 @@ os._exit(0)  # gloo's threads can abort the interpreter's teardown under load
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    d = tmp_path_factory.mktemp("record")
-    (d / "worker.py").write_text(WORKER)
-    for attempt in range(2):  # a second run if gloo on a loaded machine loses one (a fresh store each time)
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, str(d / "worker.py"), str(r), str(d / f"store{attempt}")],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for r in range(2)]
-        logs = [p.communicate(timeout=300)[0] for p in procs]
-        if all(p.returncode == 0 for p in procs):
-            break
-    for r, (p, log) in enumerate(zip(procs, logs)):
-        assert p.returncode == 0, f"rank {r} failed:\n{log}"
+    logs = run_gloo_job(tmp_path_factory.mktemp("record"), WORKER, 2)
     return [json.loads(next(line for line in log.splitlines() if line.startswith("RESULT "))[7:]) for log in logs]
 
 

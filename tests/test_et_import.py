@@ -6,7 +6,6 @@ all_reduce on the subgroup {0, 1}) with ExecutionTraceObserver. Expected values 
 JSON and from the model's sizes, not by the importer.
 """
 import json
-import os
 import subprocess
 import sys
 
@@ -15,6 +14,8 @@ import pytest
 from astra_compile.network.errors import UserError
 from astra_compile.frontend.et_import import load_traces
 from astra_compile.frontend.workload import COLLECTIVE, COMPUTE, WAIT
+
+from helpers import run_gloo_job
 
 WORLD = 4
 BATCH, IN, HIDDEN, OUT = 4, 32, 64, 16
@@ -58,18 +59,8 @@ os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; t
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory):
-    for attempt in range(2):  # a second recording if gloo on a loaded machine loses one (a fresh store each time)
-        d = tmp_path_factory.mktemp("et")
-        (d / "worker.py").write_text(WORKER)
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, str(d / "worker.py"), str(r), str(d / "store"),
-                                   str(d / f"trace_rank{r}.json")], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True) for r in range(WORLD)]
-        logs = [p.communicate(timeout=180)[0] for p in procs]
-        if all(p.returncode == 0 for p in procs) or attempt == 1:
-            break
-    for r, (p, log) in enumerate(zip(procs, logs)):
-        assert p.returncode == 0, f"rank {r} failed:\n{log}"
+    d = tmp_path_factory.mktemp("et")
+    run_gloo_job(d, WORKER, WORLD, lambda r: [d / f"trace_rank{r}.json"], timeout=180)
     return [str(d / f"trace_rank{r}.json") for r in range(WORLD)]
 
 

@@ -8,8 +8,6 @@ in the same part of the step (forward, backward).
 import collections
 import importlib.util
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -17,6 +15,8 @@ import astra_compile
 from astra_compile.api import load_workload
 from astra_compile.frontend.et_import import load_traces
 from astra_compile.frontend.workload import COLLECTIVE
+
+from helpers import run_gloo_job
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "llama_fsdp_tp.py")
 SIZES = "VOCAB, DIM, HEADS, KV_HEADS, FFN, LAYERS, SEQ, BATCH = "
@@ -145,18 +145,7 @@ os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; t
 
 
 def run_on_gloo(d, path: str) -> list[str]:
-    (d / "worker.py").write_text(WORKER)
-    for attempt in range(2):  # a second recording if gloo on a loaded machine loses one (a fresh store each time)
-        store = d / f"store{attempt}"
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, str(d / "worker.py"), str(r), str(store),
-                                   str(d / f"trace_rank{r}.json"), path], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True) for r in range(4)]
-        logs = [p.communicate(timeout=300)[0] for p in procs]
-        if all(p.returncode == 0 for p in procs):
-            break
-    for r, (p, log) in enumerate(zip(procs, logs)):
-        assert p.returncode == 0, f"rank {r} failed:\n{log}"
+    run_gloo_job(d, WORKER, 4, lambda r: [d / f"trace_rank{r}.json", path])
     return [str(d / f"trace_rank{r}.json") for r in range(4)]
 
 

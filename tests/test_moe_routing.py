@@ -4,9 +4,6 @@ all_to_all and used as all_to_all_single split sizes (frontend/routing.py).
 The collectives are derived here by hand under each ROUTING assumption, and a routing whose counts are known
 without data (expert = token index mod experts) is checked against a real 4-rank gloo run of the same file.
 """
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -15,6 +12,8 @@ from astra_compile.api import load_workload
 from astra_compile.frontend.et_import import load_traces
 from astra_compile.frontend.workload import COLLECTIVE
 from astra_compile.network.errors import UserError
+
+from helpers import run_gloo_job
 
 D, TOKENS, EP = 64, 256, 4
 F32, I64 = 4, 8
@@ -155,18 +154,7 @@ def test_known_routing_matches_a_real_gloo_run(tmp_path):
     path = model_file(tmp_path, BY_INDEX)
     captured = sequence(load_workload(path, EP).programs[0])
     assert captured == expected(TOKENS // EP * EP)
-    (tmp_path / "worker.py").write_text(WORKER)
-    for attempt in range(2):  # a second run if gloo on a loaded machine loses one (a fresh store each time)
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, str(tmp_path / "worker.py"), str(r),
-                                   str(tmp_path / f"store{attempt}"), str(tmp_path / f"trace_rank{r}.json"), path],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for r in range(EP)]
-        logs = [p.communicate(timeout=300)[0] for p in procs]
-        if all(p.returncode == 0 for p in procs):
-            break
-    for r, (p, log) in enumerate(zip(procs, logs)):
-        assert p.returncode == 0, f"rank {r} failed:\n{log}"
+    run_gloo_job(tmp_path, WORKER, EP, lambda r: [tmp_path / f"trace_rank{r}.json", path])
     real = load_traces([str(tmp_path / f"trace_rank{r}.json") for r in range(EP)])
     for r in range(EP):
         assert sequence(real.programs[r]) == captured, f"rank {r}"

@@ -4,9 +4,6 @@ The capture runs compiled code eagerly (docs/workloads.md): the step must issue 
 collectives, and those of a real compiled run (default backend, inductor on CPU; gloo on loopback, two ranks,
 recorded with ExecutionTraceObserver after two warm-up steps so DDP's one-time bucket rebuild is behind it).
 """
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -14,6 +11,8 @@ import pytest
 from astra_compile.api import load_workload
 from astra_compile.frontend.et_import import load_traces
 from astra_compile.frontend.workload import COLLECTIVE
+
+from helpers import run_gloo_job
 
 MODEL = """
 import torch
@@ -128,18 +127,8 @@ os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; t
 
 
 def record(tmp_path, path: str) -> list[str]:
-    (tmp_path / "worker.py").write_text(WORKER)
-    for attempt in range(2):  # a second recording if gloo on a loaded machine loses one (a fresh store each time)
-        env = dict(os.environ, OMP_NUM_THREADS="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
-        procs = [subprocess.Popen([sys.executable, str(tmp_path / "worker.py"), str(r),
-                                   str(tmp_path / f"store{attempt}"), str(tmp_path / f"trace_rank{r}.json"), path],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for r in range(2)]
-        logs = [p.communicate(timeout=600)[0] for p in procs]
-        if all(p.returncode == 0 for p in procs):
-            break
-    for r, (p, log) in enumerate(zip(procs, logs)):
-        assert p.returncode == 0, f"rank {r} failed:\n{log}"
+    run_gloo_job(tmp_path, WORKER, 2, lambda r: [tmp_path / f"trace_rank{r}.json", path], timeout=600,
+                 env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
     return [str(tmp_path / f"trace_rank{r}.json") for r in range(2)]
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from astra_compile.frontend.et_import import load_traces
 
+from helpers import run_gloo_job
+
 PARAM_BYTES = 4 * (32 * 64 + 64 + 64 * 16 + 16)
 
 WORKER = """
@@ -51,17 +53,7 @@ os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; t
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory):
     d = tmp_path_factory.mktemp("iterations")
-    (d / "worker.py").write_text(WORKER)
-    for attempt in range(2):  # a second recording if gloo on a loaded machine loses one (a fresh store each time)
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, str(d / "worker.py"), str(r), str(d / f"store{attempt}"),
-                                   str(d)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for r in range(2)]
-        logs = [p.communicate(timeout=300)[0] for p in procs]
-        if all(p.returncode == 0 for p in procs):
-            break
-    for r, (p, log) in enumerate(zip(procs, logs)):
-        assert p.returncode == 0, f"rank {r} failed:\n{log}"
+    run_gloo_job(d, WORKER, 2, lambda r: [d])
     return {kind: [str(d / f"{kind}_rank{r}.json") for r in range(2)] for kind in ("plain", "profiled", "kineto")}
 
 

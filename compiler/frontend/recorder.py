@@ -104,6 +104,7 @@ class StepRecorder(TorchDispatchMode):
         self.phase = ""                     # set by the capture as the step moves on; stamped on every op
         self.live = live
         self.unsupported = ""               # live: the first collective the comm dialect cannot schedule
+        self.in_optimizer = False           # live: set by torch.optim's global step hooks (record.py)
         # storage -> (index of the last op that wrote it, live: a weak reference to the tensor it wrote)
         self._writer: dict[int, tuple] = {}
         # capture: storages seen, kept alive while recording, since a freed storage's address could come back
@@ -152,8 +153,6 @@ class StepRecorder(TorchDispatchMode):
                 self._alive.append(t.untyped_storage())
                 self._writer[_storage(t)] = (len(self.ops) - 1, None)
         return out
-
-    in_optimizer = False   # live: set by torch.optim's global step hooks (record.py)
 
     def _live_phase(self) -> str:
         if self.in_optimizer:
