@@ -12,8 +12,8 @@ import importlib
 
 from ..network.errors import UserError
 from ..network.registry import discover, subclasses
-from .base import (ALL_GATHER, ALL_TO_ALL, DIMENSION, NETWORK, RANKS, REDUCE_SCATTER, Algorithm,  # noqa: F401
-                   Transfers, same_units)
+from .base import (ALL_GATHER, ALL_TO_ALL, BROADCAST, DIMENSION, NETWORK, RANKS,  # noqa: F401
+                   REDUCE_SCATTER, Algorithm, Transfers, same_units)
 
 REGISTRY: dict[str, Algorithm] = {}   # --algorithm name -> algorithm: those loaded so far (complete after all())
 _SPELLINGS: dict[str, str] = {}       # name or alias without separators -> name

@@ -1,7 +1,7 @@
 """The interface every collective algorithm implements (one file per algorithm in this folder), and the transfer
 templates the lowering expands.
 
-An algorithm serves phases of some kinds (reduce_scatter, all_gather, all_to_all) at one scope:
+An algorithm serves phases of some kinds (reduce_scatter, all_gather, all_to_all, broadcast) at one scope:
 - `dimension`: on the k members of one topology dimension (ring, direct, halving-doubling, trees, in-switch);
 - `ranks`: over every NPU at once by rank, each message routed across the dimensions (rank_ring, flat_direct, ...);
 - `network`: over every NPU at once along chosen physical links (multitree, flat_ring), whose structure (trees, a
@@ -10,7 +10,9 @@ An algorithm serves phases of some kinds (reduce_scatter, all_gather, all_to_all
 A phase's template (`Transfers`): at `step`, member `src` sends units [src_lo, src_hi) of its region to member `dst`,
 which reduces (adds) or copies them into units [dst_lo, dst_hi) of its own. The region (the bytes the phase works
 on) is split into `units` equal units (floor boundaries, so any byte count works). Reduce-scatter leaves member m
-owning block m (units [m*P, (m+1)*P) with P = units // k); all-gather starts from that ownership. `direction`
+owning block m (units [m*P, (m+1)*P) with P = units // k); all-gather starts from that ownership; a broadcast's
+template has its root at member 0, which starts with every unit (the lowering rotates members so the phase's root
+is member 0). `direction`
 (+1 / -1 / 0) says which way round a Ring dimension a transfer goes (0: the shorter way).
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 from ..network.errors import UserError
 
 DIMENSION, RANKS, NETWORK = "dimension", "ranks", "network"
-REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL = "reduce_scatter", "all_gather", "all_to_all"
+REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST = "reduce_scatter", "all_gather", "all_to_all", "broadcast"
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,8 @@ class Algorithm:
     # ---- dimension and ranks scope ----------------------------------------------------------------------
 
     def template(self, kind: str, k: int, bidirectional: bool = False) -> Transfers:
-        """The transfers of a reduce-scatter or all-gather phase on k members (`bidirectional`: each member
-        links to both ring neighbours, as on a Ring dimension)."""
+        """The transfers of a reduce-scatter, all-gather or broadcast phase on k members (`bidirectional`: each
+        member links to both ring neighbours, as on a Ring dimension)."""
         raise NotImplementedError(f"{self.name} has no template")
 
     def exchanges(self, k: int, bidirectional: bool) -> tuple[tuple[int, int, int, int, int], ...]:

@@ -1,15 +1,21 @@
 """Direct reduce-scatter / all-gather / all-to-all: one step in which every member exchanges with every other
-member."""
+member. Broadcast: a scatter then an all-gather (van de Geijn): the root sends slice j to member j, then every
+member sends its slice to the others, two steps that move 2(k-1)/k x the region instead of the root sending the
+whole region k-1 times."""
 from __future__ import annotations
 
 from functools import lru_cache
 
-from .base import ALL_GATHER, ALL_TO_ALL, DIMENSION, REDUCE_SCATTER, Algorithm, Transfers, same_units
+from .base import ALL_GATHER, ALL_TO_ALL, BROADCAST, DIMENSION, REDUCE_SCATTER, Algorithm, Transfers, same_units
 
 
 @lru_cache(maxsize=None)
 def template(kind: str, k: int) -> Transfers:
     rows = []
+    if kind == BROADCAST:  # from member 0: scatter, then every slice to the members that lack it
+        rows = [same_units(0, 0, j, j, j + 1) for j in range(1, k)]
+        rows += [same_units(1, j, m, j, j + 1) for j in range(k) for m in range(1, k) if m != j]
+        return Transfers.build(k, rows, reduce=False)
     for m in range(k):
         for j in range(k):
             if j != m:
@@ -22,7 +28,7 @@ class Direct(Algorithm):
     order = 1
     name = "direct"
     scope = DIMENSION
-    kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL)
+    kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST)
     symmetric = True
 
     def template(self, kind, k, bidirectional=False):
@@ -32,7 +38,9 @@ class Direct(Algorithm):
         return tuple((0, m, p, p, 0) for m in range(k) for p in range(k) if p != m)
 
     def footprint(self, kind, k, bidirectional=False):
-        return k * (k - 1)  # every member to every other, once
+        # every member to every other, once; a broadcast's scatter (k-1) and all-gather ((k-1) + (k-1)(k-2)) too
+        return k * (k - 1)
 
     def cost_steps(self, kind, block, k, link, hop, region):
-        return [(max(hop(k // 2), hop(k - 1)), region / k / link)]  # every kind: one piece to every member
+        step = (max(hop(k // 2), hop(k - 1)), region / k / link)  # every kind: one piece to every member
+        return [step, step] if kind == BROADCAST else [step]

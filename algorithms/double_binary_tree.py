@@ -74,6 +74,7 @@ class DoubleBinaryTree(Algorithm):
         if kind == ALL_TO_ALL:
             raise UserError("double_binary_tree has no all_to_all schedule (trees cannot forward per-destination "
                             "data in place); use ring, direct or halving_doubling for all_to_all")
+        super().check(kind, k, where)
 
     def template(self, kind, k, bidirectional=False):
         return template(kind, k)

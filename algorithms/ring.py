@@ -4,6 +4,11 @@ On a Ring dimension the NPU's bandwidth is split over its two neighbour links, s
 every block is halved and the halves travel round the ring in opposite directions (two counter-rotating rings),
 which moves the same bytes per link-second as one ring at the full dimension bandwidth.
 
+Broadcast: a pipelined chain round the ring from the root (NCCL's ring broadcast). The region is cut into k slices
+(per direction); the member p links down the chain forwards slice j in step j + p, so 2k-2 steps move
+2(k-1)/k x the region per link, the bandwidth of a scatter plus an all-gather, with no member sending more than
+its share.
+
 All-to-all: on neighbour links (a Ring) the ring-distance-ordered pairwise exchange with both neighbours at
 distance t in step t-1 (floor(k/2) steps); elsewhere one partner per step, (t - m) mod k in round t (an
 involution, so every exchange is a swap; each member sits out at most one round).
@@ -14,12 +19,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from .base import ALL_GATHER, ALL_TO_ALL, DIMENSION, REDUCE_SCATTER, Algorithm, Transfers
+from .base import ALL_GATHER, ALL_TO_ALL, BROADCAST, DIMENSION, REDUCE_SCATTER, Algorithm, Transfers
 
 
 @lru_cache(maxsize=None)
 def template(kind: str, k: int, bidirectional: bool = False) -> Transfers:
     parts = 2 if bidirectional else 1
+    if kind == BROADCAST:
+        return _chain(k, parts)
     # member m, step s, part q (q = 1 travels the other way round): one transfer each, built as arrays (k^2 of them)
     m, s, q = (a.ravel() for a in np.meshgrid(np.arange(k), np.arange(k - 1), np.arange(parts), indexing="ij"))
     d = np.where(q == 0, 1, -1)
@@ -30,6 +37,16 @@ def template(kind: str, k: int, bidirectional: bool = False) -> Transfers:
     u = b * parts + q
     return Transfers.from_columns(k * parts, (s, m, (m + d) % k, u, u + 1, u, u + 1, d),
                                   reduce=(kind == "reduce_scatter"))
+
+
+def _chain(k: int, parts: int) -> Transfers:
+    """Broadcast from member 0: slice j of part q goes from chain position p to p + 1 in step j + p, part q = 1
+    round the other way. Unit of (slice j, part q): j * parts + q."""
+    j, p, q = (a.ravel() for a in np.meshgrid(np.arange(k), np.arange(k - 1), np.arange(parts), indexing="ij"))
+    d = np.where(q == 0, 1, -1)
+    u = j * parts + q
+    return Transfers.from_columns(k * parts, (j + p, (d * p) % k, (d * (p + 1)) % k, u, u + 1, u, u + 1, d),
+                                  reduce=False)
 
 
 @lru_cache(maxsize=None)
@@ -57,7 +74,7 @@ class Ring(Algorithm):
     order = 0
     name = "ring"
     scope = DIMENSION
-    kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL)
+    kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST)
     symmetric = True
 
     def template(self, kind, k, bidirectional=False):
@@ -67,7 +84,8 @@ class Ring(Algorithm):
         return exchanges(k, bidirectional)
 
     def footprint(self, kind, k, bidirectional=False):
-        # every member sends k-1 blocks (halves, both ways round, on a Ring); an all-to-all swaps with each partner once
+        # every member sends k-1 blocks (halves, both ways round, on a Ring); an all-to-all swaps with each partner
+        # once; a broadcast's k-1 links of the chain each carry k slices
         return k * (k - 1) * (2 if bidirectional and kind != ALL_TO_ALL else 1)
 
     def cost_steps(self, kind, block, k, link, hop, region):
@@ -77,4 +95,5 @@ class Ring(Algorithm):
                 return [(max(hop(t), hop(k - t)), piece / link) for t in range(1, k // 2 + 1)]
             return [(hop(1), piece / link)] * k  # one partner per round
         per_link = region / k / (2 if block.neighbour_links else 1)
-        return [(max(hop(1), hop(k - 1)), per_link / link)] * (k - 1)
+        steps = 2 * k - 2 if kind == BROADCAST else k - 1
+        return [(max(hop(1), hop(k - 1)), per_link / link)] * steps

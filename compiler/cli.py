@@ -47,10 +47,12 @@ def build_parser() -> _Parser:
                    help="a model .py file, PyTorch execution-trace .json files (one per rank), a .mlir comm module, "
                         "or a directory of tables written with -o")
     g = p.add_argument_group("workload")
-    g.add_argument("--collective", choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all"),
+    g.add_argument("--collective", choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast"),
                    help="one collective over the whole topology (or --dims)")
     g.add_argument("--size", help="collective size (full buffer, as nccl-tests count it), e.g. 1GB")
     g.add_argument("--dims", help="topology dimensions of the collective's groups, e.g. 0,1 (default: all)")
+    g.add_argument("--root", help="a broadcast's root NPU (default 0); every group sends from its member at the "
+                                  "root's coordinates on --dims")
     g = p.add_argument_group("training step (model .py files and execution traces)")
     g.add_argument("--mesh", help="device mesh of a model file, outermost axis first, e.g. dp=8,tp=8 (the last axis "
                                   "takes topology dimension 0); axes dp, fsdp and tp apply DDP, FSDP2 and the "
@@ -374,8 +376,8 @@ def _run_collective(args, run) -> int:
     if args.input:
         if not args.input.endswith(".mlir"):
             raise UserError(f"cannot compile '{args.input}': expected a .mlir comm module or a table directory")
-        if args.collective or args.size or args.dims:
-            raise UserError("give either an input module or --collective/--size/--dims, not both")
+        if args.collective or args.size or args.dims or args.root is not None:
+            raise UserError("give either an input module or --collective/--size/--dims/--root, not both")
         module = driver.read_module(ctx, args.input)
         try:  # the module's own mistakes name its file
             topology = driver.module_topology(module, topology)
@@ -390,7 +392,16 @@ def _run_collective(args, run) -> int:
         if not args.size:
             raise UserError("--size is required with --collective")
         dims = _int_list(args.dims, "--dims") if args.dims else None
-        module = driver.build_module(ctx, topology, args.collective, parse_size(args.size), dims)
+        root = 0
+        if args.root is not None:
+            try:
+                root = int(args.root)
+            except ValueError:
+                root = -1
+            if not 0 <= root < topology.npus:
+                raise UserError(f"--root must be an NPU of {args.topology} (0..{topology.npus - 1}), got "
+                                f"'{args.root}'")
+        module = driver.build_module(ctx, topology, args.collective, parse_size(args.size), dims, root)
 
     defaults = {}
     if args.chunks is not None:

@@ -18,7 +18,7 @@ ALLOWED = {
     "table directory": RUN | {"json", "verify", "timeline", "plot"},
     "training step": NETWORK | COMPILE | {"mesh", "capture_limit", "peak_tflops", "mem_bw", "backend", "intra",
                                           "emit", "output", "json", "max_memory", "cache", "iteration"},
-    "collective": NETWORK | COMPILE | RUN | {"collective", "size", "dims", "ports", "pass_pipeline",
+    "collective": NETWORK | COMPILE | RUN | {"collective", "size", "dims", "root", "ports", "pass_pipeline",
                                              "print_ir_after_all", "mlir_timing", "emit", "npu", "output",
                                              "table_format",
                                              "table_view", "json", "compare", "timeline", "plot", "verify",
@@ -28,6 +28,7 @@ ALLOWED = {
 # (option, condition on the parsed arguments under which it does NOT apply, what it applies to)
 CONDITIONAL = (
     ("switching", lambda a: a.backend != "congestion", "--backend congestion"),
+    ("root", lambda a: a.collective != "broadcast", "--collective broadcast"),
     ("output", lambda a: a.emit == "report", "--emit mlir (a file) or --emit tables (a directory)"),
     ("npu", lambda a: a.emit != "tables", "--emit tables"),
     ("npu", lambda a: a.output is not None, "--emit tables without -o (it prints one table; -o writes all)"),

@@ -8,6 +8,9 @@ Regions: a reduce-scatter chain over dimensions d0, d1, ... nests regions: chunk
 region; at level i+1 an NPU keeps block x_{d_i} (its coordinate) of its level-i region. An all-gather chain walks
 the same nesting outwards, so the all-gather half of an all-reduce starts from exactly the shard its
 reduce-scatter half produced. All-to-all phases work on the whole chunk, split into one slot per group member.
+Broadcast phases work on the whole chunk too; their templates start at member 0, so each group's members are
+rotated to put the root's coordinate first, and a phase runs only on the groups that hold the data by then (those
+that agree with the root on every dimension the chunk has yet to visit).
 Boundaries are floor(i * length / parts), so any byte count splits exactly.
 """
 from __future__ import annotations
@@ -22,7 +25,7 @@ from .dependencies import dependencies
 from .network.errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
 from .network.links import LANE_SHORTEST, ROUTED, LinkMap
-from .runtime.meta import Meta
+from .runtime.meta import SHARDED, Meta
 from .runtime.tables import RECV_COPY, RECV_REDUCE, SEND, SWITCH, Table
 from .network.blocks import SHORTEST
 from .network.topology import Topology
@@ -33,8 +36,8 @@ def phase_symmetric(topology: Topology, kind: str, dim: int, algorithm: str) -> 
     """Does every member of a `kind` phase's groups on `dim` run the same steps under `algorithm` (a phase name)?
     Trees do not; neither does the one-partner all-to-all off a Ring, where each member sits out a different
     round. The lowering asks it to let NPU 0 stand for all; the resource estimate, to count NPU 0's rows alone."""
-    if dim == FLAT:  # graph algorithms: NPUs sit at different places of trees or of the ring's cycle
-        return False
+    if dim == FLAT or kind == "broadcast":  # graph algorithms: NPUs sit at different places of trees or of the
+        return False                            # ring's cycle; a broadcast's root sends what others receive
     block = topology.dims[dim].kind
     # a line's ends have one neighbour, the rest two; a graph's NPUs sit anywhere; on a hypercube a ring's
     # neighbour is one link away from some NPUs and several from others
@@ -111,7 +114,7 @@ class Schedule:
         """meta plus every reduce-scatter/all-gather shard layout, so written tables can be verified on their own."""
         if getattr(self, "_exported", None) is None:
             self._exported = self.meta.with_(shards={p.index: self.shards(p.index) for p in self.plans
-                                                     if p.kind != "all_to_all"})
+                                                     if p.kind in SHARDED})
         return self._exported
 
     def _stage_region(self, plan: CollectivePlan, levels, position: int):
@@ -123,7 +126,7 @@ class Schedule:
 
     def _regions_along(self, plan: CollectivePlan, length: int, order):
         """(stage, region bytes) at every position for a chunk of `length` bytes visiting `order` (floor sizes)."""
-        if plan.kind == "all_to_all":
+        if plan.kind not in SHARDED:  # all-to-all and broadcast phases carry the whole chunk
             return [(plan.stages[i], length) for i in order]
         out, region = {}, length
         for d in self.nest_dims(plan, order):
@@ -263,11 +266,17 @@ class Schedule:
         parts = []
         for plan in self.plans:
             for order, flows in plan.order_groups():
-                levels = None if plan.kind == "all_to_all" else self.levels(plan, coords, order, flows)
+                levels = self.levels(plan, coords, order, flows) if plan.kind in SHARDED else None
                 for position, si in enumerate(order):
                     stage = plan.stages[si]
                     if plan.kind == "all_to_all":
                         rows = self._a2a_rows(plan, stage, coords)
+                        base, length = self.chunk_regions(plan, flows)
+                    elif plan.kind == "broadcast":
+                        later = [plan.stages[i].dim for i in order[position + 1:]]
+                        rows = self._broadcast_rows(plan, stage, coords, later)
+                        if rows is None:
+                            continue
                         base, length = self.chunk_regions(plan, flows)
                     else:
                         member = self._member(coords, stage.dim)
@@ -284,6 +293,18 @@ class Schedule:
         if deps:
             table.cols["dep"] = dependencies(table, [p.buffer for p in self.plans])
         return table
+
+    def _broadcast_rows(self, plan: CollectivePlan, stage: Stage, coords, later: list[int]):
+        """An NPU's rows of a broadcast phase with members rotated so the root's coordinate is member 0, or None
+        when its group does not take part (it differs from the root on a dimension the chunk visits later)."""
+        root = self.topology.coords(plan.root)
+        if any(coords[d] != root[d] for d in later):
+            return None
+        k, shift = self.shape[stage.dim], root[stage.dim]
+        step, op, peer, lo, hi, direction, units, link = _template_rows(self._template(plan.kind, stage),
+                                                                        (coords[stage.dim] - shift) % k)
+        peer = np.where(peer == k, k, (peer + shift) % k)  # member k of an in-switch template is the switch
+        return step, op, peer, lo, hi, direction, units, link
 
     def _a2a_rows(self, plan: CollectivePlan, stage: Stage, coords):
         return _a2a_template(stage.algorithm, tuple(self.shape[d] for d in plan.group_dims),

@@ -29,7 +29,7 @@ class Stage:
 class CollectivePlan:
     index: int
     name: str
-    kind: str              # reduce_scatter, all_gather or all_to_all
+    kind: str              # reduce_scatter, all_gather, all_to_all or broadcast
     buffer: str            # collectives sharing a buffer run one after the other on it (all_reduce halves)
     buffer_kind: str       # what the buffer's collectives implement together (e.g. all_reduce)
     bytes: int
@@ -39,6 +39,7 @@ class CollectivePlan:
     deps: list[int] = field(default_factory=list)
     # (chunks, stages): the stage visited at each position of a chunk's chain; None: the stages' own order
     orders: np.ndarray | None = None
+    root: int | None = None  # a broadcast's root NPU (its coordinates on the group's dimensions root every group)
 
     def chunk_orders(self) -> np.ndarray:
         if self.orders is not None:
@@ -56,7 +57,8 @@ class CollectivePlan:
         return CollectiveMeta(self.name, self.kind, self.buffer, self.buffer_kind, self.bytes, self.chunks,
                               tuple(self.group_dims), tuple(self.deps),
                               tuple(StageMeta(s.kind, s.dim, s.algorithm, s.bytes) for s in self.stages),
-                              tuple(tuple(self.stages[i].dim for i in row) for row in self.chunk_orders().tolist()))
+                              tuple(tuple(self.stages[i].dim for i in row) for row in self.chunk_orders().tolist()),
+                              self.root)
 
 
 def plans_from_module(module) -> list[CollectivePlan]:
@@ -70,17 +72,19 @@ def plans_from_module(module) -> list[CollectivePlan]:
             continue
         if kind != "phase":
             raise UserError(f"comm.{kind} '{comm.view(op).values().get('name', '?')}' is not lowered to phases: "
-                            f"the schedule lowering handles all_reduce, reduce_scatter, all_gather and all_to_all")
+                            f"the schedule lowering handles all_reduce, reduce_scatter, all_gather, all_to_all and "
+                            f"broadcast")
         p = comm.view(op)
         if p.algorithm is None:
             raise UserError(f"phase {p.stage} of '{p.collective}' has no algorithm (run select-algorithm)")
         name = p.collective
         if name not in plans:
             plans[name] = CollectivePlan(len(plans), name, p.kind, buffer=p.part_of or name, buffer_kind=p.kind,
-                                         bytes=p.group_bytes, chunks=p.chunks, group_dims=sorted(p.group_dims))
+                                         bytes=p.group_bytes, chunks=p.chunks, group_dims=sorted(p.group_dims),
+                                         root=p.root)
         plan = plans[name]
-        if p.stage != len(plan.stages) or p.kind != plan.kind or p.chunks != plan.chunks:
-            raise UserError(f"phases of '{name}' are out of order or disagree on kind/chunks")
+        if p.stage != len(plan.stages) or p.kind != plan.kind or p.chunks != plan.chunks or p.root != plan.root:
+            raise UserError(f"phases of '{name}' are out of order or disagree on kind/chunks/root")
         alg = algorithms.for_phase(p.algorithm, flat=p.dim == FLAT)
         plan.stages.append(Stage(p.kind, p.dim, alg.phase_name, p.bytes, p.ports, comm.structure_of(op),
                                  bool(p.fused)))

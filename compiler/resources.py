@@ -86,6 +86,7 @@ def request(topology: Topology, module, algorithm: str | None, chunks: int | Non
     search, the templates and the rows the run will need at the least (NPU 0's alone, unless the request already
     rules symmetry out: a size that does not split into equal chunks, or an algorithm whose NPUs differ)."""
     from .dialects import comm
+    from .passes.select_algorithm import algorithm_for
     name = algorithms.canonical(algorithm or (topology.dims[0].default_algorithm if topology.graph else ""))
     whole = algorithms.REGISTRY[name] if name and algorithms.REGISTRY[name].scope != algorithms.DIMENSION else None
     per_dim = [algorithms.canonical(a) for a in algorithm.split(",")] if algorithm and not whole else None
@@ -94,7 +95,7 @@ def request(topology: Topology, module, algorithm: str | None, chunks: int | Non
     distinct, per_npu, symmetric, shards = {}, 0, True, 0
     for op in comm.ops(module):
         kind = comm.short_name(op)
-        if kind not in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"):
+        if kind not in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast"):
             continue
         v = comm.view(op)
         nbytes, dims = int(v.bytes or 0), list(v.dims) if v.dims is not None else list(range(topology.ndims))
@@ -110,7 +111,7 @@ def request(topology: Topology, module, algorithm: str | None, chunks: int | Non
                 if per_dim:
                     word = per_dim[0] if len(per_dim) == 1 else per_dim[d] if d < len(per_dim) else None
                 else:
-                    word = topology.dims[d].default_algorithm
+                    word = algorithm_for(d, topology.dims, None, half)
                 alg = algorithms.REGISTRY.get(algorithms.canonical(word) or "") if word else None
                 if alg is None or alg.scope != algorithms.DIMENSION:
                     continue  # select-algorithm names what is wrong with it, or plans a whole-network one

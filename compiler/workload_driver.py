@@ -65,7 +65,7 @@ def to_module(ctx, workload: Workload, topology: Topology):
                     wl.set_measured(made, op.measured_ns)
                 elif op.kind == COLLECTIVE and len(op.group) > 1:
                     made = wl.create_collective(op.collective, op.bytes, group_dims(topology, op.group),
-                                                f"{op.collective}_{i}", op.group_name, deps, ip)
+                                                f"{op.collective}_{i}", op.group_name, deps, ip, op.root)
                 else:  # a wait, or a collective on a group of one rank (nothing to move): a point of order only
                     made = wl.create_wait(op.name, deps, ip)
                 wl.set_part(made, op.phase, op.iteration)
@@ -73,9 +73,16 @@ def to_module(ctx, workload: Workload, topology: Topology):
     return module
 
 
-def collective_key(op) -> tuple:
-    """What a collective's schedule depends on: (kind, bytes, topology dims). Equal keys share one compilation."""
-    return op.kind, int(op.attrs["bytes"]), tuple(op.attrs["dims"])
+def collective_key(op, topology: Topology) -> tuple:
+    """What a collective's schedule depends on: (kind, bytes, topology dims), and for a broadcast the NPU whose
+    coordinates on those dims are its root's (0 elsewhere: every group runs the same). Equal keys share one
+    compilation."""
+    kind, dims = op.kind, tuple(op.attrs["dims"])
+    key = (kind, int(op.attrs["bytes"]), dims)
+    if kind != "broadcast":
+        return key
+    at = topology.coords(int(op.attrs["root"]))
+    return key + (sum(at[d] * topology.strides()[d] for d in dims),)
 
 
 @dataclass
@@ -83,6 +90,20 @@ class CollectiveTime:
     time_ns: float
     algorithm: str
     fallback: str = ""   # how a collective too small to split as asked ran instead ("" when it ran as asked)
+
+
+class CollectiveTimes(dict):
+    """collective_key -> CollectiveTime on one topology; `of(op)` looks up a program's collective."""
+
+    def __init__(self, topology: Topology):
+        super().__init__()
+        self.topology = topology
+
+    def key(self, op) -> tuple:
+        return collective_key(op, self.topology)
+
+    def of(self, op) -> CollectiveTime:
+        return self[self.key(op)]
 
 
 @dataclass
@@ -93,16 +114,16 @@ class WorkloadOptions:
     roofline: Roofline = field(default_factory=Roofline)
 
 
-def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> dict[tuple, CollectiveTime]:
+def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> CollectiveTimes:
     """Compile and run each distinct (kind, bytes, dims) collective of the programs (wl.programs) once."""
     ctx = driver.comm.new_context()
     shared = reuse.current()
-    times: dict[tuple, CollectiveTime] = {}
+    times = CollectiveTimes(topology)
     for prog in progs:
         for op in prog.ops:
             if op.kind in ("compute", "wait"):
                 continue
-            key = collective_key(op)
+            key = times.key(op)
             if key in times:
                 continue
             if shared is None:
@@ -125,9 +146,9 @@ def _time_one(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> Col
     """Compile and time one collective. A small one that cannot split as asked (a 4-byte loss all-reduce over 64
     NPUs) runs in one chunk, else padded to the smallest size that splits, and says so: a real library sends it
     all the same, paying the steps' latency, which the padding keeps."""
-    kind, nbytes, dims = key
+    kind, nbytes, dims, root = key if len(key) == 4 else key + (0,)
     try:
-        return _compiled_time(ctx, topology, kind, nbytes, dims, opts.defaults, opts)
+        return _compiled_time(ctx, topology, kind, nbytes, dims, opts.defaults, opts, root=root)
     except (UserError, driver.comm.IRError, PassError) as e:
         group = math.prod(topology.shape[d] for d in dims)
         chunks = opts.defaults.get("chunks", 1)
@@ -137,7 +158,8 @@ def _time_one(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> Col
     one_chunk = {**opts.defaults, "chunks": 1}
     if chunks != 1:
         try:
-            return _compiled_time(ctx, topology, kind, nbytes, dims, one_chunk, opts, f"1 chunk instead of {chunks}")
+            return _compiled_time(ctx, topology, kind, nbytes, dims, one_chunk, opts, f"1 chunk instead of {chunks}",
+                                  root)
         except (UserError, driver.comm.IRError, PassError):
             pass
     for multiple in (group << i for i in range(12)):   # up to 2048 bytes per member
@@ -147,15 +169,15 @@ def _time_one(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> Col
         try:
             return _compiled_time(ctx, topology, kind, padded, dims, one_chunk, opts,
                                   f"{'in 1 chunk, ' if chunks != 1 else ''}padded from {nbytes} B to {padded} B "
-                                  f"(too small to split over {group} NPUs)")
+                                  f"(too small to split over {group} NPUs)", root)
         except (UserError, driver.comm.IRError, PassError):
             continue
     raise first
 
 
 def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaults: dict, opts: WorkloadOptions,
-                   fallback: str = "") -> CollectiveTime:
-    one = driver.build_module(ctx, topology, kind, nbytes, list(dims))
+                   fallback: str = "", root: int = 0) -> CollectiveTime:
+    one = driver.build_module(ctx, topology, kind, nbytes, list(dims), root)
     compiled = driver.compile_schedule(str(one), ctx, topology, opts.scheduler, defaults, opts.run)
     stages = []
     for s in compiled.report.collectives[0].stages:
@@ -165,7 +187,7 @@ def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaul
     return CollectiveTime(compiled.result.total_ns, ",".join(stages), fallback)
 
 
-def program_tables(progs: list, times: dict[tuple, CollectiveTime]) -> list[ProgramTable]:
+def program_tables(progs: list, times: CollectiveTimes) -> list[ProgramTable]:
     """Numpy program tables for the workload engine, one per rank program (wl.programs)."""
     sync_ids: dict[tuple, int] = {}
     tables = []
@@ -184,7 +206,7 @@ def program_tables(progs: list, times: dict[tuple, CollectiveTime]) -> list[Prog
             group = op.attrs["wl.group"]
             ranks = tuple(prog.groups[group])
             kind[i] = engine.COLLECTIVE
-            duration[i] = times[collective_key(op)].time_ns
+            duration[i] = times.of(op).time_ns
             stream[i] = streams.setdefault(group, len(streams) + 1)
             k = seq[ranks] = seq.get(ranks, -1) + 1  # the k-th collective of this group matches across ranks
             sync[i] = sync_ids.setdefault((ranks, k), len(sync_ids))

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from .network.units import format_size
 from .frontend.workload import PHASES
-from .workload_driver import collective_key
 
 
 @dataclass
@@ -50,7 +49,7 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0) -> Workl
     for i, op in enumerate(prog.ops):
         if op.kind in ("compute", "wait"):
             continue
-        key = collective_key(op)
+        key = times.key(op)
         group = op.attrs["wl.group"]
         calls.append({"op": i, "kind": op.kind, "group": group, "group_size": len(prog.groups[group]),
                       "dims": list(key[2]), "bytes": key[1], "algorithm": times[key].algorithm,
@@ -88,7 +87,7 @@ def parts(prog, r, times, attr: str) -> list[dict]:
             part["compute_us"] += (r.end_ns[i] - r.start_ns[i]) / 1e3
         elif op.kind != "wait":
             part["collectives"] += 1
-            part["comm_us"] += times[collective_key(op)].time_ns / 1e3
+            part["comm_us"] += times.of(op).time_ns / 1e3
     return [{"name": name, **part} for name, part in out.items()]
 
 

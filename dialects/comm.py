@@ -25,7 +25,7 @@ if __package__ not in _mlir_globals.dialect_search_modules:
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 POINT_TO_POINT = ("send", "recv")
-PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all")
+PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all", "broadcast")
 STRUCTURES = ("trees", "cycle", "placement")  # decisions passes record for whole-network phases (tokens they take)
 _IRDL_FILE = os.path.join(os.path.dirname(__file__), "comm.irdl.mlir")
 MAX_CHUNKS = 2 ** 20  # chunk index x bytes (<= 2^40) must stay inside int64 in the lowering
@@ -34,7 +34,7 @@ MAX_CHUNKS = 2 ** 20  # chunk index x bytes (<= 2^40) must stay inside int64 in 
 # optional, so the optional ones are declared here (IRDL checks the required ones' presence and kind).
 OPTIONAL = {**{c: ("chunks", "part_of") for c in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all",
                                                   "broadcast", "reduce")},
-            "phase": ("algorithm", "order", "ports", "part_of", "fused")}
+            "phase": ("algorithm", "order", "ports", "part_of", "fused", "root")}
 # what every attribute's value must be, where IRDL's kinds (integer, string, dense array) say too little
 VALUE_KINDS = {"ints": ("dims", "group_dims", "order", "parent", "step", "link", "ranks"),
                "str": ("name", "part_of", "collective", "kind", "algorithm", "method"),
@@ -445,4 +445,8 @@ def verify_module(module: ir.Module, shape: list[int] | None = None) -> None:
                 raise IRError(f"{where}: phase kind '{a['kind']}' is not one of {', '.join(PHASE_KINDS)}")
             if shape is not None and not (0 <= a["dim"] < len(shape) or a["dim"] == -1):
                 raise IRError(f"{where}: dim {a['dim']} outside the topology's {len(shape)} dimensions")
+            if (a["kind"] == "broadcast") != ("root" in a):
+                raise IRError(f"{where}: a broadcast phase needs a root, and other phases take none")
+            if "root" in a and shape is not None and not 0 <= a["root"] < _npus(shape):
+                raise IRError(f"{where}: root {a['root']} outside 0..{_npus(shape) - 1}")
             # the algorithm's name is checked against the registry where it is read (select-algorithm, lowering)

@@ -71,8 +71,11 @@ def create_wait(name: str, deps, ip) -> ir.Operation:
                                attributes={"name": comm.to_attr(name)})
 
 
-def create_collective(kind: str, nbytes: int, dims: list[int], name: str, group: str, deps, ip) -> ir.Operation:
-    op = comm.create(kind, {"bytes": int(nbytes), "dims": list(dims), "name": name}, deps, ip)
+def create_collective(kind: str, nbytes: int, dims: list[int], name: str, group: str, deps, ip,
+                      root: int = -1) -> ir.Operation:
+    """A comm collective of a rank's program; a broadcast names its source NPU (`root`)."""
+    rooted = {"root": int(root)} if kind == "broadcast" else {}
+    op = comm.create(kind, {"bytes": int(nbytes), "dims": list(dims), "name": name, **rooted}, deps, ip)
     op.attributes["wl.group"] = comm.to_attr(group)
     return op
 

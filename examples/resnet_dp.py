@@ -1,6 +1,7 @@
 """A ResNet-style CNN (basic residual blocks with BatchNorm) trained with DistributedDataParallel.
 
-Batch-norm statistics stay per rank (broadcast_buffers=False, as the built-in dp axis applies DDP).
+The built-in dp axis applies DDP with its defaults: before every forward rank 0 broadcasts the batch-norm
+statistics (running means and variances in one broadcast, the int64 batch counters in another).
 
     astra-compile examples/resnet_dp.py --topology 8x8_torus
 """

@@ -3,6 +3,9 @@
 As in ASTRA-sim 2.0 (seed 002, Sec. II-B): reduce-scatter runs over the dimensions in ascending order, all-gather
 in descending order, so an all_reduce (already decomposed) becomes RS dim 0, RS dim 1, ..., AG dim N-1, ...,
 AG dim 0. All-to-all exchanges along one dimension at a time, ascending (dimension-ordered store and forward).
+A broadcast spreads from its root one dimension at a time, ascending: along the first dimension from the root,
+then along the next from every NPU that holds the data, and so on; every phase carries the whole buffer and
+names the root.
 
 Each phase records the bytes per NPU of its own per-dimension collective under the full-buffer convention: a
 reduce-scatter phase its input, an all-gather phase its gathered output, an all-to-all phase its buffer.
@@ -29,7 +32,7 @@ def phase_plan(kind: str, dims: list[int], shape: list[int], nbytes: int) -> lis
             plan.append((d, region))
             region //= shape[d]
         return list(reversed(plan))
-    if kind == "all_to_all":
+    if kind in ("all_to_all", "broadcast"):
         return [(d, nbytes) for d in sorted(dims)]
     raise ValueError(kind)
 
@@ -37,7 +40,7 @@ def phase_plan(kind: str, dims: list[int], shape: list[int], nbytes: int) -> lis
 @register
 class HierarchicalDecompose(Pass):
     name = "hierarchical-decompose"
-    summary = "one phase per topology dimension: RS ascending, AG descending, all-to-all ascending"
+    summary = "one phase per topology dimension: RS ascending, AG descending, all-to-all and broadcast ascending"
     after = ("decompose-all-reduce",)
 
     def apply(self, module, ctx) -> None:
@@ -52,6 +55,8 @@ class HierarchicalDecompose(Pass):
             last = None
             # part_of names the buffer an all_reduce's halves share: the lowering nests their regions together
             keep = {"part_of": v.part_of} if v.part_of is not None else {}
+            if kind == "broadcast":
+                keep["root"] = int(v.root)
             for stage, (dim, nbytes) in enumerate(phase_plan(kind, v.dims, shape, v.bytes)):
                 last = comm.create("phase", {
                     "collective": v.name, "kind": kind, "dim": dim, "stage": stage,

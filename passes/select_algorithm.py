@@ -4,6 +4,8 @@ Defaults follow ASTRA-sim 2.0 (seed 002, Table "topology-aware collectives"): Ri
 direct, Switch -> halving_doubling (ring when the switch's size is not a power of two); a Mesh (a line, not in
 ASTRA-sim) -> ring, whose wrap-around transfer walks the line back. The `algorithm` option overrides them: one name for every dimension, or a
 comma-separated list with one name per topology dimension. Phases that already name an algorithm keep it.
+A block's default that has no schedule for a phase's kind (halving-doubling has no broadcast) gives way to ring
+on neighbour links and to direct elsewhere (for a broadcast: a pipelined chain, or a scatter and an all-gather).
 """
 from __future__ import annotations
 
@@ -28,11 +30,14 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def algorithm_for(dim: int, dims: list, chosen: list[str] | None) -> str:
+def algorithm_for(dim: int, dims: list, chosen: list[str] | None, kind: str = "") -> str:
     """`dims`: the topology's dimensions (each block says its default for its size, network/blocks/)."""
     if chosen:
         return chosen[0] if len(chosen) == 1 else chosen[dim]
-    return dims[dim].default_algorithm
+    default = dims[dim].default_algorithm
+    if not kind or kind in algorithms.get(default).kinds:
+        return default
+    return "ring" if dims[dim].kind.neighbour_links else "direct"
 
 
 def check_applicable(alg, kind: str, size: int, dim: int) -> None:
@@ -79,7 +84,7 @@ class SelectAlgorithm(Pass):
                         raise PassError(f"ports must be at least 1, got {ports}")
                     p.set(ports=int(ports))
                 continue
-            word = p.algorithm or algorithm_for(p.dim, dims, chosen)
+            word = p.algorithm or algorithm_for(p.dim, dims, chosen, p.kind)
             name = algorithms.canonical(word)
             if name is not None and algorithms.REGISTRY[name].scope != algorithms.DIMENSION:
                 raise PassError(f"{name} schedules the whole network at once: compile with --algorithm {name} "

@@ -62,13 +62,14 @@ class _Engine(PhaseEngine):
 
     def __init__(self, meta, tables: dict, mode: str, intra: str, active: int):
         super().__init__(meta, tables, intra, active, mode == "symmetric")
+        self.strides = [int(np.prod(self.meta.shape[:d])) for d in range(self.meta.ndims)]
+        self.switch_senders: dict = {}  # (dim, group, coll, flow, stage, step) -> members that send to the switch
         self._build_steps(Table.concat(list(tables.values())))
         self.links: dict = {}       # (npu, dim) -> heap of (ready time, seq, (pk, step))
         self.link_busy: set = set()
         self.touched: set = set()   # link servers that may start a step now
         self.arrived: dict = {}     # (pk, step) -> [count, latest arrival]
         self.switch_in: dict = {}   # (dim, group, coll, flow, stage, step) -> [members in, first bytes, last bytes]
-        self.strides = [int(np.prod(self.meta.shape[:d])) for d in range(self.meta.ndims)]
 
     def _build_steps(self, table: Table) -> None:
         """steps[(npu, c, f, s)] = list of [link time, sends [(peer, cost)], own cost, receives, own-receive cost,
@@ -89,6 +90,9 @@ class _Engine(PhaseEngine):
             if peer == SWITCH:
                 lat, up, down = rec[5] or (cost - link_ns, 0.0, 0.0)
                 rec[5] = (lat, max(up, link_ns), down) if snd else (lat, up, max(down, link_ns))
+                if snd:  # a reduction waits for every member; a multicast (broadcast) for its one sender
+                    key = self._switch_key((npu, c, f, s), st, d)
+                    self.switch_senders[key] = self.switch_senders.get(key, 0) + 1
             if snd:
                 rec[0] = max(rec[0], link_ns)
                 rec[1].append((peer, cost))
@@ -139,17 +143,16 @@ class _Engine(PhaseEngine):
         from the switch arrives one latency after the last first byte plus its bytes, and no sooner than one
         latency after the last byte in."""
         lat, up, _ = switch
-        npu, c, f, s = pk
         d = self.dim_of(pk[1:])
-        k, stride = self.meta.shape[d], self.strides[d]
-        base = npu - ((npu // stride) % k) * stride
-        key = (d, base, c, f, s, st)
+        key = self._switch_key(pk, st, d)
         state = self.switch_in.setdefault(key, [0, 0.0, 0.0])
         state[0] += 1
         state[1], state[2] = max(state[1], now + lat), max(state[2], now + lat + up)
-        if state[0] < k:
+        if state[0] < self.switch_senders[key]:
             return
         del self.switch_in[key]
+        k, stride, base = self.meta.shape[d], self.strides[d], key[1]
+        c, f, s = pk[1:]
         for member in range(base, base + k * stride, stride):
             rk = ((member, c, f, s), st)
             rec = self._record(*rk)
@@ -159,6 +162,12 @@ class _Engine(PhaseEngine):
             a[0] += 1
             a[1] = max(a[1], state[1] + lat + rec[5][2], state[2] + lat)
             self._check(rk)
+
+    def _switch_key(self, pk, st: int, d: int) -> tuple:
+        """(dim, group, coll, flow, stage, step): one switch's sum; the group is its member with coordinate 0."""
+        npu, c, f, s = pk
+        k, stride = self.meta.shape[d], self.strides[d]
+        return (d, npu - ((npu // stride) % k) * stride, c, f, s, st)
 
     def _check(self, sk) -> None:
         if sk not in self.begun:

@@ -23,14 +23,15 @@ from .errors import TableError
 
 FORMAT = "astra-compile-tables"
 VERSION = 1
-PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all")
+PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all", "broadcast")
+SHARDED = ("reduce_scatter", "all_gather")  # the kinds whose NPUs end (or start) with a shard of the buffer
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "meta.schema.json")
 KEYS = {"format", "version", "npus", "topology", "latency_ns", "symmetric", "collectives", "shards", "table_format"}
 
 
 @dataclass(frozen=True)
 class StageMeta:
-    kind: str        # reduce_scatter, all_gather or all_to_all
+    kind: str        # reduce_scatter, all_gather, all_to_all or broadcast
     dim: int         # topology dimension, -1 for a phase over the whole network
     algorithm: str   # the phase's algorithm (algorithms/)
     bytes: int       # the phase's full buffer per NPU, summed over chunks
@@ -39,7 +40,7 @@ class StageMeta:
 @dataclass(frozen=True)
 class CollectiveMeta:
     name: str
-    kind: str                    # reduce_scatter, all_gather or all_to_all
+    kind: str                    # reduce_scatter, all_gather, all_to_all or broadcast
     buffer: str                  # collectives sharing a buffer run one after the other on it (an all-reduce's halves)
     buffer_kind: str             # what the buffer's collectives implement together (e.g. all_reduce)
     bytes: int
@@ -48,14 +49,18 @@ class CollectiveMeta:
     deps: tuple[int, ...]        # collectives (earlier in the list) this one waits for
     stages: tuple[StageMeta, ...]
     chunk_dims: tuple[tuple[int, ...], ...]  # per chunk, the dimension of each phase in the order it runs them
+    root: int | None = None      # a broadcast's root NPU (its coordinates on group_dims root every group)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "buffer": self.buffer, "buffer_kind": self.buffer_kind,
-                "bytes": self.bytes, "chunks": self.chunks, "group_dims": list(self.group_dims),
-                "deps": list(self.deps),
-                "stages": [{"kind": s.kind, "dim": s.dim, "algorithm": s.algorithm, "bytes": s.bytes}
-                           for s in self.stages],
-                "chunk_dims": [list(row) for row in self.chunk_dims]}
+        out = {"name": self.name, "kind": self.kind, "buffer": self.buffer, "buffer_kind": self.buffer_kind,
+               "bytes": self.bytes, "chunks": self.chunks, "group_dims": list(self.group_dims),
+               "deps": list(self.deps),
+               "stages": [{"kind": s.kind, "dim": s.dim, "algorithm": s.algorithm, "bytes": s.bytes}
+                          for s in self.stages],
+               "chunk_dims": [list(row) for row in self.chunk_dims]}
+        if self.root is not None:
+            out["root"] = self.root
+        return out
 
     @staticmethod
     def from_json(c: dict) -> "CollectiveMeta":
@@ -63,7 +68,7 @@ class CollectiveMeta:
                               tuple(c["group_dims"]), tuple(c["deps"]),
                               tuple(StageMeta(s["kind"], s["dim"], s["algorithm"], s["bytes"])
                                     for s in c["stages"]),
-                              tuple(tuple(row) for row in c["chunk_dims"]))
+                              tuple(tuple(row) for row in c["chunk_dims"]), c.get("root"))
 
 
 @dataclass(frozen=True)
@@ -211,15 +216,15 @@ def check(meta, where: str) -> dict:
     if not colls:
         raise TableError(f"{where}: collectives is empty")
     for ci, c in enumerate(colls):
-        _check_collective(c, ci, f"{where}: collectives[{ci}]", len(dims))
+        _check_collective(c, ci, f"{where}: collectives[{ci}]", len(dims), npus)
     shards = meta.get("shards")
     if shards is not None:
         _dict(shards, f"{where}: shards")
         for key in shards:
-            if key not in {str(ci) for ci, c in enumerate(colls) if c["kind"] != "all_to_all"}:
+            if key not in {str(ci) for ci, c in enumerate(colls) if c["kind"] in SHARDED}:
                 raise TableError(f"{where}: shards has key {key!r}, which names no reduce-scatter or all-gather")
         for ci, c in enumerate(colls):
-            if c["kind"] != "all_to_all" and str(ci) in shards:
+            if c["kind"] in SHARDED and str(ci) in shards:
                 a = np.asarray(shards[str(ci)], dtype=object)
                 if a.shape != (npus, c["chunks"], 2) or not all(
                         isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= c["bytes"] for v in a.ravel()):
@@ -243,11 +248,16 @@ def _check_graph(g, where: str, npus: int) -> None:
         _real(g["latency_ns"][i], f"{where}.latency_ns[{i}]", False)
 
 
-def _check_collective(c, ci: int, where: str, ndims: int) -> None:
+def _check_collective(c, ci: int, where: str, ndims: int, npus: int) -> None:
     _dict(c, where, ("name", "kind", "buffer", "buffer_kind", "bytes", "chunks", "group_dims", "deps", "stages",
                      "chunk_dims"))
     if c["kind"] not in PHASE_KINDS:
         raise TableError(f"{where}.kind must be one of {', '.join(PHASE_KINDS)}, got {c['kind']!r}")
+    if c["kind"] == "broadcast":
+        _dict(c, where, ("root",))
+        _int(c["root"], f"{where}.root", 0, npus - 1)
+    elif "root" in c:
+        raise TableError(f"{where}: a {c['kind']} has no root")
     for key in ("name", "buffer", "buffer_kind"):
         _str(c[key], f"{where}.{key}")
     _int(c["bytes"], f"{where}.bytes", 1, 2 ** 62)

@@ -12,7 +12,8 @@ carries the bytes as they were when its step began). Checks:
   and the group's shards tile each chunk exactly; all_gather: each NPU ends with every member's shard (starting
   from its own shard only, the rest poisoned); all_to_all: slot j of NPU n's chunk holds what group member j had in
   slot n (chunk c of a buffer is bytes [floor(c*S/C), floor((c+1)*S/C)), slot j of a chunk its j-th of N equal
-  floor-bounded parts).
+  floor-bounded parts); broadcast: every NPU ends with what its group's root held (only the roots start with data,
+  the rest poisoned; a group's root is its member with the root NPU's coordinates on the group's dimensions).
 """
 from __future__ import annotations
 
@@ -86,6 +87,8 @@ def verify(schedule: Schedule, seed: int = 0) -> dict:
                 for off, ln in sh[n]:
                     owned[n, off:off + ln] = True
             data = np.where(owned, data, POISON)
+        elif kinds[b] == "broadcast":
+            data[~_is_root(shape, c)] = POISON
         init[b] = data
         buffers[b] = data.copy()
 
@@ -243,6 +246,12 @@ def _switch_receives(sw: Table, rows, flat, size: int, shape, sums: dict) -> Non
         flat[npu * size + off: npu * size + off + n] = sums[s][off:off + n]
 
 
+def _is_root(shape, c) -> np.ndarray:
+    """Per NPU: is it its group's root (the member at the root NPU's place in the group)?"""
+    _, local, _ = _group_layout(shape, c.group_dims)
+    return local == local[c.root]
+
+
 def _fail(what: str, npu: int, final, expected) -> None:
     bad = np.flatnonzero(final != expected)
     raise VerificationError(f"{what}: NPU {npu} differs from the definition at {len(bad)} byte(s), first at offset "
@@ -300,6 +309,13 @@ def _check(kind, c, ci, shards, init, final, gid, local) -> None:
         expected = expected.transpose(0, 2, 1, 3).reshape(npus, -1)
         for n in np.flatnonzero(np.any(final != expected, axis=1))[:1]:
             _fail(f"all_to_all '{name}'", n, final[n], expected[n])
+    elif kind == "broadcast":
+        roots = np.flatnonzero(init[:, 0] != POISON)
+        expected = np.zeros_like(init)
+        expected[gid[roots]] = init[roots]  # indexed by group id: each group's root's data
+        expected = expected[gid]
+        for n in np.flatnonzero(np.any(final != expected, axis=1))[:1]:
+            _fail(f"broadcast '{name}'", n, final[n], expected[n])
     else:
         raise VerificationError(f"no definition to check for {kind}")
 

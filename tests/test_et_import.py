@@ -72,7 +72,7 @@ def workload(traces):
 # the test's own reading of the raw JSON: c10d op -> (kind, index of the full-buffer argument)
 RAW = {
     "c10d::allreduce_": ("all_reduce", 0),
-    "c10d::broadcast_": ("all_reduce", 0),   # mapped: broadcast is an all-reduce where non-roots add zeros
+    "c10d::broadcast_": ("broadcast", 0),
     "c10d::_allgather_base_": ("all_gather", 0),        # gathered output
     "c10d::_reduce_scatter_base_": ("reduce_scatter", 1),  # input before scattering
     "c10d::alltoall_base_": ("all_to_all", 1),           # input buffer
@@ -308,10 +308,11 @@ def test_functional_collective_carries_its_group_and_wait(tmp_path):
         pg_init(2, 1),
         node(3, "aten::ones", 1, [[6]], ["GenericList[Int]"], [x], ["Tensor(float)"],
              "aten::ones(SymInt[] size, *, ScalarType? dtype=None) -> Tensor"),
-        node(4, "_c10d_functional::all_reduce", 1, [x, "sum", "1"], ["Tensor(float)", "String", "String"],
-             [y], ["Tensor(float)"], "_c10d_functional::all_reduce(Tensor input, str reduce_op, str group_name) -> Tensor"),
+        # the observer writes a call when it ends: the nested c10d op before the functional op around it
         node(5, "c10d::allreduce_", 4, [[y]], ["GenericList[Tensor(float)]"], [[y]], ["GenericList[Tensor(float)]"],
              "c10d::allreduce_(Tensor[] tensors) -> Tensor[]"),  # nested in the functional op: not a second one
+        node(4, "_c10d_functional::all_reduce", 1, [x, "sum", "1"], ["Tensor(float)", "String", "String"],
+             [y], ["Tensor(float)"], "_c10d_functional::all_reduce(Tensor input, str reduce_op, str group_name) -> Tensor"),
         node(6, "_c10d_functional::wait_tensor", 1, [y], ["Tensor(float)"], [y], ["Tensor(float)"],
              "_c10d_functional::wait_tensor(Tensor tensor) -> Tensor"),
         node(7, "aten::relu", 1, [y], ["Tensor(float)"], [x], ["Tensor(float)"], "aten::relu(Tensor self) -> Tensor"),
@@ -327,6 +328,32 @@ def test_functional_collective_carries_its_group_and_wait(tmp_path):
     ar = ops[1]
     assert (ar.collective, ar.bytes, ar.group, ar.group_name, ar.deps) == ("all_reduce", 24, (0, 1), "1", [0])
     assert ops[2].deps == [1] and ops[3].deps == [2]  # compute after the wait, the wait after the collective
+
+
+def test_calls_filed_under_a_finished_collective_still_count(tmp_path):
+    """gloo's record of an asynchronous collective ends on its worker thread and pops the calling thread's stack
+    in the observer, so later calls name the finished collective as their parent (seen in real 4-rank DDP
+    recordings): a broadcast and a relu written after the broadcast before them ended are calls of their own."""
+    b1, b2, x, y = [10, 11, 0, 6, 4, "cpu"], [12, 13, 0, 2, 8, "cpu"], [14, 15, 0, 6, 4, "cpu"], [16, 17, 0, 6, 4, "cpu"]
+    schema = ("c10d::broadcast_(Tensor[] tensors, __torch__.torch.classes.c10d.ProcessGroup process_group, "
+              "int root_rank, int root_tensor, bool async_op=True, int timeout=-1) -> (Tensor[], "
+              "__torch__.torch.classes.c10d.Work)")
+    types = ["GenericList[Tensor(float)]", "Object", "Int", "Int", "Bool", "Int"]
+    nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1), pg_init(2, 1),
+             node(3, "c10d::broadcast_", 1, [[b1], "<Object>", 0, 0, True, -1], types, [[b1]], ["GenericList"],
+                  schema),
+             node(4, "gloo:broadcast", 3, [b1], ["Tensor(float)"]),
+             node(5, "c10d::broadcast_", 3, [[b2], "<Object>", 1, 0, True, -1], types, [[b2]], ["GenericList"],
+                  schema),
+             node(6, "aten::relu", 5, [x], ["Tensor(float)"], [y], ["Tensor(float)"],
+                  "aten::relu(Tensor self) -> Tensor")]
+    p = tmp_path / "trace_rank2.json"
+    p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
+    w = load_traces([str(p)], world_size=4)
+    ops = w.programs[2]
+    assert [(op.name, op.collective, op.bytes, op.root) for op in ops] == [
+        ("c10d.broadcast_", "broadcast", 24, 0), ("c10d.broadcast_", "broadcast", 16, 1),
+        ("aten.relu.default", "", 48, -1)]
 
 
 def test_all_gather_group_from_size_ratio(tmp_path):

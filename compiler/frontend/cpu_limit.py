@@ -32,7 +32,9 @@ def cpu_limit(seconds: float | None, what: str):
         raise _Expired()
 
     old = signal.signal(signal.SIGPROF, expire)
-    signal.setitimer(signal.ITIMER_PROF, seconds)
+    # and again every 0.1 s of CPU after that: a handler that runs inside a __del__ or a weakref callback (the GC
+    # of a model being built) has its exception swallowed, and a one-shot timer would then never stop the model
+    signal.setitimer(signal.ITIMER_PROF, seconds, 0.1)
     try:
         yield
     except _Expired:

@@ -24,8 +24,9 @@ How the trace becomes ops:
 - Collectives, full-buffer bytes (DESIGN.md): all_reduce the buffer, all_gather the gathered output,
   reduce_scatter the input before scattering, all_to_all the input. Collectives the comm dialect has no op for
   are mapped only when one of its collectives computes a superset of the result on the same buffer:
-  broadcast and reduce -> all_reduce (a broadcast is an all-reduce where non-roots add zeros; every rank then
-  holds what the root holds), barrier -> all_reduce of its one-element tensor (what NCCL runs for a barrier).
+  reduce -> all_reduce (every rank then holds what the root holds), barrier -> all_reduce of its one-element
+  tensor (what NCCL runs for a barrier). A broadcast is a broadcast from its root (the group-local root rank
+  argument, made global through the group's ranks).
   Point-to-point (send/recv) and rooted gather/scatter raise UserError naming the op.
   _c10d_functional::wait_tensor becomes a WAIT op.
 - Process group of a collective: the recorded group name if there is one; else the recorded groups that contain
@@ -73,7 +74,7 @@ OUT = "out"  # "the op's recorded outputs" in the tables below
 _C10D = {
     "allreduce_": ("all_reduce", 0, None),
     "allreduce_coalesced_": ("all_reduce", 0, None),
-    "broadcast_": ("all_reduce", 0, None),
+    "broadcast_": ("broadcast", 0, None),
     "reduce_": ("all_reduce", 0, None),
     "barrier": ("all_reduce", 0, None),
     "monitored_barrier_": ("all_reduce", 0, None),
@@ -92,8 +93,8 @@ _FUNCTIONAL = {
     "all_reduce_": ("all_reduce", 0, None),
     "all_reduce_coalesced": ("all_reduce", 0, None),
     "all_reduce_coalesced_": ("all_reduce", 0, None),
-    "broadcast": ("all_reduce", 0, None),
-    "broadcast_": ("all_reduce", 0, None),
+    "broadcast": ("broadcast", 0, None),
+    "broadcast_": ("broadcast", 0, None),
     "all_gather_into_tensor": ("all_gather", OUT, 0),
     "all_gather_into_tensor_out": ("all_gather", OUT, 0),
     "all_gather_into_tensor_coalesced": ("all_gather", OUT, 0),
@@ -184,6 +185,7 @@ class _Trace:
         self.rank = -1
         self.ops: list[Op] = []
         self.pending: list[tuple[int, list[str]]] = []  # (op index, candidate group names) to resolve
+        self.roots: dict[int, int] = {}  # op index of a broadcast -> its group-local root rank
 
     def fail(self, problem: str):
         raise UserError(f"{self.path}: {problem}")
@@ -372,11 +374,25 @@ class _Builder:
                            "name, ctrl_deps, inputs/outputs with values, shapes and types")
         self.nodes = sorted(nodes, key=lambda n: n["id"])
         self.byid = {n["id"]: n for n in self.nodes}
+        written = {n["id"]: i for i, n in enumerate(nodes)}  # the observer writes a call when it ends
+        self.parent = {n["id"]: self._caller(n, written) for n in self.nodes}
         self.children = defaultdict(list)
         for n in self.nodes:
-            if n.get("ctrl_deps") != n["id"] and n.get("ctrl_deps") in self.byid:
-                self.children[n["ctrl_deps"]].append(n)
+            if self.parent[n["id"]] is not None:
+                self.children[self.parent[n["id"]]["id"]].append(n)
         self.last_writer: dict = {}
+
+    def _caller(self, node: dict, written: dict) -> dict | None:
+        """The node `node` ran inside. ctrl_deps says, except after an asynchronous collective: its backend's
+        record (gloo:all_reduce) starts on the calling thread and ends on a worker thread, popping the observer's
+        stack of the wrong thread, so calls made after the collective returned are filed under it. A collective
+        that was written (ended) before the node ended did not enclose it: its own caller is taken instead."""
+        parent, seen = self.byid.get(node.get("ctrl_deps")), {node["id"]}
+        while (parent is not None and parent["id"] not in seen and self.kind(parent) in (COLLECTIVE, WAIT)
+               and written[parent["id"]] < written[node["id"]]):
+            seen.add(parent["id"])
+            parent = self.byid.get(parent.get("ctrl_deps"))
+        return None if parent is None or parent["id"] == node["id"] else parent
 
     # what a node is
     @staticmethod
@@ -393,21 +409,21 @@ class _Builder:
         return None
 
     def enclosing(self) -> dict[int, tuple[bool, bool]]:
-        """node id -> (inside an operator call, inside a collective/wait), following ctrl_deps upwards."""
+        """node id -> (inside an operator call, inside a collective/wait), following callers upwards."""
         memo: dict[int, tuple[bool, bool]] = {}
         for start in self.nodes:
             path, on_path, n = [], set(), start
             while n["id"] not in memo:
                 path.append(n)
                 on_path.add(n["id"])
-                parent = self.byid.get(n.get("ctrl_deps"))
+                parent = self.parent[n["id"]]
                 if parent is None or parent["id"] in on_path:  # a root (or a broken cycle)
                     memo[n["id"]] = (False, False)
                     path.pop()
                     break
                 n = parent
             for child in reversed(path):
-                parent = self.byid[child["ctrl_deps"]]
+                parent = self.parent[child["id"]]
                 in_op, in_comm = memo[parent["id"]]
                 kind = self.kind(parent)
                 memo[child["id"]] = (in_op or kind is not None, in_comm or kind in (COLLECTIVE, WAIT))
@@ -434,7 +450,7 @@ class _Builder:
             seen.add(n["id"])
             if n["name"].startswith(prefixes):
                 return n["name"]
-            n = self.byid.get(n.get("ctrl_deps"))
+            n = self.parent[n["id"]]
         return None
 
     def range_phase(self, node: dict) -> str | None:
@@ -572,13 +588,18 @@ class _Builder:
         table = _C10D if ns == "c10d" else _FUNCTIONAL
         if short not in table:
             self.trace.fail(f"node {node['id']}: {name} is not supported: the comm dialect lowers only "
-                            "all_reduce, reduce_scatter, all_gather and all_to_all (no point-to-point or rooted "
-                            "gather/scatter)")
+                            "all_reduce, reduce_scatter, all_gather, all_to_all and broadcast (no point-to-point or "
+                            "rooted gather/scatter)")
         collective, full, part = table[short]
         pick = lambda where: _nbytes(outs) if where == OUT else _nbytes(ins[where])  # noqa: E731
         nbytes = pick(full)
         op = Op(name=_op_name(node), kind=COLLECTIVE, bytes=nbytes, collective=collective)
         ratio = nbytes // pick(part) if part is not None and pick(part) else None
+        if collective == "broadcast":  # c10d: (tensors, group, root rank, ...); functional: (input, src, group)
+            root = ins[2 if ns == "c10d" else 1] if len(ins) > (2 if ns == "c10d" else 1) else None
+            if isinstance(root, bool) or not isinstance(root, int) or root < 0:
+                self.trace.fail(f"node {node['id']}: {name} names no root rank (got {root!r})")
+            self.trace.roots[len(self.trace.ops)] = root
         self.trace.pending.append((len(self.trace.ops), self.candidates(node, ratio)))
         writes = _storages(outs) | self.mutated_args(node)
         if ns == "c10d":  # c10d collectives work in place on their first argument (and do not all return it)
@@ -704,7 +725,7 @@ def _resolve_groups(traces: list[_Trace], spmd: bool):
         _match_across_ranks(traces)
     for t in traces:
         for index, cands in t.pending:
-            _assign(t, t.ops[index], cands[0])
+            _assign(t, t.ops[index], cands[0], index)
 
 
 def _preferred(t: _Trace, cands: list[str]) -> list[str]:
@@ -716,10 +737,15 @@ def _preferred(t: _Trace, cands: list[str]) -> list[str]:
     return cands
 
 
-def _assign(t: _Trace, op: Op, group: str):
+def _assign(t: _Trace, op: Op, group: str, index: int):
     ranks = t.groups.get(group)
     op.group = tuple(range(t.world)) if ranks is None else tuple(sorted(ranks))
     op.group_name = group
+    if index in t.roots:  # a broadcast's group-local root, in the group's own rank order
+        order = list(range(t.world)) if ranks is None else list(ranks)
+        if t.roots[index] >= len(order):
+            t.fail(f"{op.name} #{index}: root rank {t.roots[index]} is outside its group of {len(order)} ranks")
+        op.root = order[t.roots[index]]
 
 
 def _match_across_ranks(traces: list[_Trace]):

@@ -10,7 +10,6 @@ the file's parallelize(module, mesh).
 from __future__ import annotations
 
 import re
-import warnings
 
 import torch.distributed as dist
 
@@ -100,11 +99,9 @@ def apply_builtin(module, mesh, axes: dict[str, int], tp_plan: dict | None, fsdp
         fully_shard(module, mesh=fsdp_mesh)
     if axes.get("dp", 1) > 1:
         from torch.nn.parallel import DistributedDataParallel
-        # buffers are not re-broadcast every step: that is a broadcast, which the comm dialect does not lower
-        with warnings.catch_warnings():  # torch 2.15 calls the flag deprecated; its replacement still broadcasts
-            warnings.simplefilter("ignore", FutureWarning)
-            module = DistributedDataParallel(module, device_mesh=axis(mesh, "dp"),
-                                             broadcast_buffers=False)
+        # DDP's defaults, as a training script writes it: a module with buffers (BatchNorm's running statistics)
+        # broadcasts them from rank 0 before every forward
+        module = DistributedDataParallel(module, device_mesh=axis(mesh, "dp"))
     return module
 
 

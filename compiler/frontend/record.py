@@ -9,7 +9,7 @@ same dispatch-level recorder as the capture (recorder.py) notes every aten op an
 As in the capture, this rank's step stands for every rank's (SPMD), so the topology must have as many NPUs as
 the job has ranks. Each op's phase comes from autograd (an op run while a backward pass is executing is
 backward) and from torch.optim's global step hooks (optimizer). Record a steady-state step: DDP rebuilds its
-buckets once, early, with a broadcast the comm dialect cannot schedule, and report() then says so.
+buckets once, in its second step, with broadcasts of their layout that a steady step does not have.
 """
 from __future__ import annotations
 

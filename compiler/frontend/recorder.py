@@ -34,6 +34,7 @@ COLLECTIVE_OPS = {
     "c10d._reduce_scatter_base_": ("reduce_scatter", "in"),
     "c10d.reduce_scatter_tensor_coalesced_": ("reduce_scatter", "in"),
     "c10d.alltoall_base_": ("all_to_all", "in"),
+    "c10d.broadcast_": ("broadcast", "in"),
     "_c10d_functional.all_reduce": ("all_reduce", "in"),
     "_c10d_functional.all_reduce_": ("all_reduce", "in"),
     "_c10d_functional.all_reduce_coalesced": ("all_reduce", "in"),
@@ -43,7 +44,12 @@ COLLECTIVE_OPS = {
     "_c10d_functional.reduce_scatter_tensor": ("reduce_scatter", "in"),
     "_c10d_functional.reduce_scatter_tensor_coalesced": ("reduce_scatter", "in"),
     "_c10d_functional.all_to_all_single": ("all_to_all", "in"),
+    "_c10d_functional.broadcast": ("broadcast", "in"),
+    "_c10d_functional.broadcast_": ("broadcast", "in"),
 }
+# where a broadcast's source is: its group-local rank's argument (c10d.broadcast_ takes tensors, group, root rank;
+# the functional op input, src, group name)
+ROOT_ARG = {"c10d.broadcast_": 2, "_c10d_functional.broadcast": 1, "_c10d_functional.broadcast_": 1}
 WAIT_OPS = ("_c10d_functional.wait_tensor",)
 # ops that only describe tensors or the profiler: no work, no dependency of their own
 SKIP_NAMESPACES = ("profiler", "prim")
@@ -133,7 +139,7 @@ class StepRecorder(TorchDispatchMode):
             op = Op(str(func), WAIT, deps)
         elif name.startswith(("c10d.", "_c10d_functional.")):
             problem = (f"the step calls {name}, which astra-compile cannot schedule yet (supported: all_reduce, "
-                       "reduce_scatter, all_gather, all_to_all); for DDP pass broadcast_buffers=False")
+                       "reduce_scatter, all_gather, all_to_all, broadcast)")
             if not self.live:
                 raise UserError(problem)
             self.unsupported = self.unsupported or problem
@@ -166,7 +172,7 @@ class StepRecorder(TorchDispatchMode):
             # c10d ops take (output, input, ...) for gathers/scatters and (tensors, ...) for all-reduce; their
             # outputs repeat the tensors they fill
             tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
-            if kind == "all_reduce":
+            if kind in ("all_reduce", "broadcast"):
                 full = tensors
             else:
                 full = tensors[:1] if buffer == "out" else tensors[1:2]
@@ -175,5 +181,6 @@ class StepRecorder(TorchDispatchMode):
                     full = tensors[:half] if buffer == "out" else tensors[half:]
         else:
             full = outputs if buffer == "out" else inputs
+        root = ranks[int(args[ROOT_ARG[name]])] if kind == "broadcast" else -1  # group-local -> global rank
         return Op(name, COLLECTIVE, deps, bytes=sum(map(_nbytes, full)), collective=kind,
-                  group=tuple(sorted(ranks)), group_name=group_name)
+                  group=tuple(sorted(ranks)), group_name=group_name, root=root)
