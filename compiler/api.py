@@ -21,6 +21,7 @@ from .runtime.workload_engine import Roofline
 from .network.parse import parse_topology
 from .network.topology import Topology
 from .workload_driver import Lowered, WorkloadOptions, lower, run
+from .step_timeline import step_trace
 from .workload_report import WorkloadReport, make_report
 
 
@@ -138,6 +139,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             "rank": rank}
     report = make_report(info, result, times, lowered.programs, rank)
     report.mlir = lowered.mlir
+    report.timeline = lambda: step_trace(result, lowered.programs, times, info)
     return report
 
 

@@ -123,7 +123,9 @@ def build_parser() -> _Parser:
     g.add_argument("--execution", choices=("auto", "symmetric", "full"), default="auto",
                    help="NPU 0 stands for all when the schedule's symmetry allows (symmetric), or every NPU (full)")
     g.add_argument("--timeline", metavar="FILE.json",
-                   help="write a Chrome trace (chrome://tracing, Perfetto): phases per NPU, transfers per link")
+                   help="write a Chrome trace (chrome://tracing, Perfetto): for a collective, phases per NPU and "
+                        "transfers per link; for a training step, compute and each process group's stream per "
+                        "accelerator")
     g.add_argument("--plot", metavar="FILE.png", help="plot link utilisation over time (needs matplotlib)")
     g.add_argument("--verify", action="store_true",
                    help="also execute the schedule on data and check the collective's result on every NPU")
@@ -257,6 +259,9 @@ def _run_workload(args, max_memory: int | None) -> int:
         else:
             sys.stdout.write(report.mlir)
         return 0
+    if args.timeline:
+        from .runtime.trace import write_chrome
+        write_chrome(args.timeline, report.timeline())
     _report(args, report.to_dict(), report.format)
     return 0
 

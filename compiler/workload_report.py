@@ -4,7 +4,8 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 from .network.units import format_size
 from .frontend.workload import PHASES
@@ -14,6 +15,8 @@ from .frontend.workload import PHASES
 class WorkloadReport:
     data: dict
     mlir: str = ""          # the workload module as compiled (wl + comm dialects)
+    # the step as a Chrome trace (compiler/step_timeline.py), built when asked: api.compile sets it
+    timeline: Callable[[], dict] | None = field(default=None, repr=False, compare=False)
 
     def __getitem__(self, key):
         return self.data[key]

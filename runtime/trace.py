@@ -1,5 +1,8 @@
 """Timelines users can open: a Chrome trace (chrome://tracing, Perfetto) and a link-utilisation plot.
 
+`write_chrome` is the one writer of the Chrome trace format (a training step's trace is built in
+compiler/step_timeline.py); `chrome_trace` builds a schedule's.
+
 Trace layout: process "NPUs" has a track per NPU with a span per phase (collective, chunk, stage, dimension);
 process "links" has a track per link that carried traffic, with a span per transfer (congestion backend, full
 execution). Times are microseconds, as the trace format expects.
@@ -37,8 +40,11 @@ def chrome_trace(result, meta) -> dict:
 
 
 def write_trace(path: str, result, meta) -> None:
-    trace = chrome_trace(result, meta)
+    write_chrome(path, chrome_trace(result, meta))
 
+
+def write_chrome(path: str, trace: dict) -> None:
+    """Write a Chrome trace object (written under a temporary name, then renamed)."""
     def write(tmp):
         with open(tmp, "w") as f:
             json.dump(trace, f)
