@@ -20,7 +20,7 @@ from .frontend.workload import Workload
 from .runtime.workload_engine import Roofline
 from .network.parse import parse_topology
 from .network.topology import Topology
-from .workload_driver import Lowered, WorkloadOptions, lower, run
+from .workload_driver import Lowered, WorkloadOptions, lower, read_lowered, run
 from .step_timeline import step_trace
 from .workload_report import WorkloadReport, make_report
 
@@ -101,7 +101,8 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     """Capture (or import) one training step, compile its collectives for `topology` and time the step.
 
     `source`: a model file, an imported module following the model-file convention, execution-trace files, a
-    Workload (astra_compile.record's), or an nn.Module (before parallelization) with `example_inputs` (one
+    workload .mlir module written by --emit mlir (timed on its own topology unless `topology` gives one of the
+    same shape; topology=None takes its own), a Workload (astra_compile.record's), or an nn.Module (before parallelization) with `example_inputs` (one
     rank's batch) and optionally `parallelize(module, mesh)`, `loss(output)` and `optimizer(parameters)`, as a
     model file would define them (frontend/module_object.py). May be called after init_process_group.
     `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
@@ -110,31 +111,44 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     trace that holds several (the report otherwise times them all, and each). `max_memory` (bytes) refuses a
     collective estimated to need more (default: this machine's available memory); `capture_limit` bounds the CPU
     seconds a model file may take to load and capture."""
-    topo = topology if isinstance(topology, Topology) else parse_topology(topology, bandwidth, latency, links)
+    step_module = isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".mlir")
+    if topology is None and not step_module:
+        raise UserError("a topology is required (a workload .mlir module names its own)")
+    if topology is None and any(v is not None for v in (bandwidth, latency, links)):
+        raise UserError("--bandwidth/--latency/--links need --topology")
+    topo = topology if isinstance(topology, Topology) or topology is None else \
+        parse_topology(topology, bandwidth, latency, links)
     if isinstance(mesh, str):
         from .frontend.parallelize import parse_mesh
         mesh = parse_mesh(mesh)
     for flag, value in (("--peak-tflops", peak_tflops), ("--mem-bw", mem_bw_gbps)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise UserError(f"{flag} must be a finite positive number, got {value!r}")
-    if _is_module(source):
+    if step_module:  # written by --emit mlir: already lowered, with its topology, source and mesh
+        if mesh or iteration is not None or any(v is not None for v in (example_inputs, parallelize, loss,
+                                                                         optimizer)):
+            raise UserError(f"{os.fspath(source)}: a workload module is already captured and lowered: mesh, "
+                            "iteration and the nn.Module options do not apply")
+        lowered, topo, recorded = read_lowered(os.fspath(source), topo)
+    elif _is_module(source):
         from .frontend.module_object import model_file_from_object
         source = model_file_from_object(source, example_inputs, parallelize, loss, optimizer)
     elif any(v is not None for v in (example_inputs, parallelize, loss, optimizer)):
         raise UserError("example_inputs, parallelize, loss and optimizer go with an nn.Module source; a model file "
                         "defines them itself")
-    workload = load_workload(source, topo.npus, mesh, capture_limit)
-    if iteration is not None:
-        workload = workload.only_iteration(iteration)
+    if not step_module:
+        workload = load_workload(source, topo.npus, mesh, capture_limit)
+        if iteration is not None:
+            workload = workload.only_iteration(iteration)
+        lowered = _lowered(workload, topo)
+        recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items())}
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
     opts = WorkloadOptions(scheduler, defaults, driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory),
                            Roofline(peak_tflops, mem_bw_gbps))
-    lowered = _lowered(workload, topo)
     result, times = run(lowered, topo, opts)
     if rank not in result.ranks:
         raise UserError(f"rank {rank} is not among the workload's programs ({sorted(result.ranks)})")
-    info = {"source": workload.source, "topology": topo.name, "npus": topo.npus,
-            "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items()),
+    info = {"source": recorded["source"], "topology": topo.name, "npus": topo.npus, "mesh": recorded["mesh"],
             "backend": backend, "scheduler": scheduler, "peak_tflops": peak_tflops, "mem_bw_gbps": mem_bw_gbps,
             "rank": rank}
     report = make_report(info, result, times, lowered.programs, rank)

@@ -223,7 +223,20 @@ def _capture_limit(seconds: float) -> float:
 
 def _is_workload(inputs: list[str]) -> bool:
     return bool(inputs) and (inputs[0].endswith(".py") or all(p.endswith(".json") for p in inputs) or
-                             _is_trace_dir(inputs))
+                             _is_trace_dir(inputs) or _is_step_module(inputs))
+
+
+def _is_step_module(inputs: list[str]) -> bool:
+    """One .mlir file holding a workload module (--emit mlir of a step), not a comm module of collectives."""
+    if len(inputs) != 1 or not inputs[0].endswith(".mlir"):
+        return False
+    try:
+        with open(inputs[0], encoding="utf-8", errors="replace") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False  # the collective path reads it and names the problem
+    from .dialects.workload import is_workload_text
+    return is_workload_text(head)
 
 
 def _is_trace_dir(inputs: list[str]) -> bool:
@@ -243,7 +256,8 @@ def _run_workload(args, max_memory: int | None) -> int:
     if args.emit == "tables":
         raise UserError("--emit tables prints one collective's schedule: compile it with --collective/--size/--dims "
                         "(the report lists each collective's kind, bytes and dims)")
-    if not args.topology:
+    step_module = _is_step_module(args.input)
+    if not args.topology and not step_module:
         raise UserError("--topology is required")
     chunks = _positive_int(args.chunks, "--chunks") if args.chunks is not None else None
     with reuse.using(_cache(args.cache) if args.cache else reuse.current()):

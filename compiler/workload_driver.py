@@ -18,7 +18,7 @@ import numpy as np
 
 from . import driver, reuse
 from .dialects import workload as wl
-from .network.errors import UserError
+from .network.errors import UserError, read_text
 from .passes import PassError
 from .frontend.workload import COLLECTIVE, COMPUTE, Workload
 from .runtime import workload_engine as engine
@@ -52,7 +52,9 @@ def to_module(ctx, workload: Workload, topology: Topology):
     """The workload as MLIR: one nested module per rank program, collectives as comm ops bound to dimensions."""
     if workload.world_size != topology.npus:
         raise UserError(f"the workload has {workload.world_size} ranks but {topology.name} has {topology.npus} NPUs")
-    module = wl.new_workload_module(ctx, topology.to_dict(), workload.world_size, workload.spmd, workload.source)
+    mesh = ",".join(f"{k}={v}" for k, v in workload.mesh.items())
+    module = wl.new_workload_module(ctx, topology.to_dict(), workload.world_size, workload.spmd, workload.source,
+                                    mesh)
     for rank, ops in sorted(workload.programs.items()):
         groups = {op.group_name: list(op.group) for op in ops if op.kind == COLLECTIVE}
         with ctx, wl.ir.Location.unknown():
@@ -232,6 +234,48 @@ def lower(workload: Workload, topology: Topology) -> Lowered:
     ctx = wl.new_context()
     module = to_module(ctx, workload, topology)
     return Lowered(str(module), wl.programs(module), bool(driver.comm.attrs(module).get("wl.spmd", False)))
+
+
+def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topology, dict]:
+    """A workload module written with --emit mlir, as input: (what the engine reads, the topology to time it on,
+    the module's source and mesh). The topology is the module's own, or `override` when its dimensions have the
+    same sizes (the collectives' dims and groups are bound to them)."""
+    text = read_text(path, "a workload .mlir module")
+    module = wl.parse_module(text, wl.new_context(), source=path)
+    recorded = driver.comm.get_topology(module)
+    if recorded is None:
+        raise UserError(f"{path}: the workload module has no comm.topology")
+    try:
+        topology = Topology.from_dict(recorded)
+    except UserError as e:
+        raise UserError(f"{path}: comm.topology: {e}") from None
+    if override is not None:
+        if override.shape != topology.shape:
+            raise UserError(f"{path} was lowered for {topology.name} ({'x'.join(map(str, topology.shape))} NPUs); "
+                            f"--topology {override.name} has dimensions {'x'.join(map(str, override.shape))}")
+        topology = override
+    wl.check_module(module, path, topology.shape)
+    a = driver.comm.attrs(module)
+    if a["wl.world_size"] != topology.npus:
+        raise UserError(f"{path}: wl.world_size {a['wl.world_size']} but {topology.name} has {topology.npus} NPUs")
+    programs = wl.programs(module)
+    for prog in programs:  # a collective's dims are its group's on this topology, its root a member
+        for op in prog.ops:
+            if op.kind in ("compute", "wait"):
+                continue
+            members = prog.groups[op.attrs["wl.group"]]
+            try:
+                dims = group_dims(topology, members)
+            except UserError as e:
+                raise UserError(f"{path}: rank {prog.rank}: {op.name}: {e}") from None
+            if sorted(op.attrs["dims"]) != dims:
+                raise UserError(f"{path}: rank {prog.rank}: {op.name}: dims {op.attrs['dims']} are not those of "
+                                f"group {op.attrs['wl.group']!r} on {topology.name} ({dims})")
+            if op.kind == "broadcast" and op.attrs["root"] not in members:
+                raise UserError(f"{path}: rank {prog.rank}: {op.name}: root {op.attrs['root']} is not in group "
+                                f"{op.attrs['wl.group']!r}")
+    return Lowered(text, programs, bool(a.get("wl.spmd", False))), topology, \
+        {"source": a.get("wl.source", path), "mesh": a.get("wl.mesh", "")}
 
 
 def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions):

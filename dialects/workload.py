@@ -6,7 +6,8 @@ ops. Any op may carry `wl.phase` ("forward", "backward" or "optimizer"): the par
 `wl.iteration` (an execution trace of several training iterations): which one. The report breaks the run into
 both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it. Layout of a module:
 
-    module attributes {comm.topology = ..., wl.world_size = 64, wl.spmd = true, wl.source = "model.py"} {
+    module attributes {comm.topology = ..., wl.world_size = 64, wl.spmd = true, wl.source = "model.py",
+                       wl.mesh = "dp=8,tp=8"} {
       module attributes {wl.rank = 0 : i64, wl.groups = {dp = array<i64: 0, 8, ...>, tp = ...}} {
         %0 = "wl.compute"() {name = "aten.mm.default", flops = ..., bytes = ..., wl.phase = "forward"} : ...
         %1 = "comm.all_reduce"(%0) {bytes = ..., dims = array<i64: 0>, name = "all_reduce_1", wl.group = "tp"} ...
@@ -14,11 +15,14 @@ both. A compute op may carry `wl.measured_ns`, its time as a profiler measured i
       }
     }
 
-This file only builds and reads modules; the frontends decide what goes in.
+This file only builds, checks and reads modules; the frontends decide what goes in. A module written with
+`--emit mlir` is also input (`astra-compile step.mlir`): `check_module` refuses, in one line naming the op and the
+attribute, anything `programs` could not read.
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -40,13 +44,87 @@ def new_context() -> ir.Context:
     return comm.load_irdl(comm.new_context(), _IRDL_FILE)
 
 
-def new_workload_module(ctx: ir.Context, topology: dict, world_size: int, spmd: bool, source: str) -> ir.Module:
+def new_workload_module(ctx: ir.Context, topology: dict, world_size: int, spmd: bool, source: str,
+                        mesh: str = "") -> ir.Module:
     module = comm.new_module(ctx)
     with ctx, ir.Location.unknown():
         comm.set_topology(module, topology)
-        for name, value in (("wl.world_size", world_size), ("wl.spmd", spmd), ("wl.source", source)):
+        for name, value in (("wl.world_size", world_size), ("wl.spmd", spmd), ("wl.source", source),
+                            ("wl.mesh", mesh)):
             comm.set_attr(module, name, value)
     return module
+
+
+def is_workload_text(head: str) -> bool:
+    """Does the start of a .mlir file look like a workload module (wl attributes or ops), not a comm module?"""
+    return re.search(r'\bwl\.(world_size|rank|groups)\b|"wl\.(compute|wait)"', head) is not None
+
+
+def check_module(module: ir.Module, where: str, shape: list[int]) -> None:
+    """Refuse (comm.IRError, one line naming `where`, the op and the attribute) a workload module that the engine
+    could not read: MLIR's verifier and the comm checks (dims and roots within `shape`, the topology's sizes)
+    first, then the wl layout and every attribute it reads."""
+    try:
+        comm.verify_module(module, list(shape))
+    except comm.IRError as e:
+        raise comm.IRError(f"{where}: {e}") from None
+    a = comm.attrs(module.operation)
+    world = a.get("wl.world_size")
+    if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world < 2 ** 31:
+        raise comm.IRError(f"{where}: wl.world_size must be a positive integer, got {world!r}")
+    for key, kind in (("wl.spmd", bool), ("wl.source", str), ("wl.mesh", str)):
+        if key in a and not isinstance(a[key], kind):
+            raise comm.IRError(f"{where}: {key} must be a {kind.__name__}, got {a[key]!r}")
+    ranks = set()
+    for outer in module.body.operations:
+        op = outer.operation
+        if op.name != "builtin.module":
+            raise comm.IRError(f"{where}: {op.name} outside a rank program (the workload module holds one nested "
+                               f"module per rank)")
+        rank = comm.from_attr(op.attributes["wl.rank"]) if "wl.rank" in op.attributes else None
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world or rank in ranks:
+            raise comm.IRError(f"{where}: a rank program's wl.rank must be a distinct rank in 0..{world - 1}, "
+                               f"got {rank!r}")
+        ranks.add(rank)
+        prog = f"{where}: rank {rank}"
+        if "wl.groups" not in op.attributes or not isinstance(op.attributes["wl.groups"], ir.DictAttr):
+            raise comm.IRError(f"{prog}: wl.groups must be a dictionary of process groups")
+        groups = {n.name: comm.from_attr(n.attr) for n in op.attributes["wl.groups"]}
+        for name, members in groups.items():
+            if not isinstance(members, list) or not members or \
+                    any(isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < world for m in members):
+                raise comm.IRError(f"{prog}: group {name!r} must list ranks in 0..{world - 1}, got {members!r}")
+        for inner in op.regions[0].blocks[0].operations:
+            _check_op(inner.operation, groups, prog)
+    if not ranks:
+        raise comm.IRError(f"{where}: no rank program")
+
+
+_DECLARED = {COMPUTE: ("bytes", "flops", "name"), WAIT: ("name",)}  # as workload.irdl.mlir declares them
+
+
+def _check_op(o, groups: dict, prog: str) -> None:
+    a = comm.attrs(o)
+    what = f"{prog}: {o.name}" + (f" '{a['name']}'" if isinstance(a.get("name"), str) else "")
+    for attr in a:  # the IRDL definition requires its attributes but lets others through
+        if o.name in _DECLARED and attr not in _DECLARED[o.name] and not attr.startswith("wl."):
+            raise comm.IRError(f"{what}: undeclared attribute '{attr}' ({o.name} takes "
+                               f"{', '.join(_DECLARED[o.name])} and wl.* attributes)")
+    if o.name == COMPUTE:
+        for key in ("flops", "bytes"):
+            if isinstance(a[key], bool) or not isinstance(a[key], int) or a[key] < 0:
+                raise comm.IRError(f"{what}: {key} must be a non-negative integer, got {a[key]!r}")
+        m = a.get("wl.measured_ns", 0.0)
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < 1e18:
+            raise comm.IRError(f"{what}: wl.measured_ns must be a non-negative time in ns, got {m!r}")
+    elif o.name != WAIT:
+        if not o.name.startswith("comm.") or comm.short_name(o) not in comm.COLLECTIVES:
+            raise comm.IRError(f"{what}: a rank program holds wl.compute, wl.wait and comm collectives only")
+        if a.get("wl.group") not in groups:
+            raise comm.IRError(f"{what}: wl.group {a.get('wl.group')!r} is not one of the program's wl.groups")
+    for key, kinds in (("wl.phase", str), ("wl.iteration", int)):
+        if key in a and (isinstance(a[key], bool) or not isinstance(a[key], kinds)):
+            raise comm.IRError(f"{what}: {key} must be a {kinds.__name__}, got {a[key]!r}")
 
 
 def add_program(module: ir.Module, rank: int, groups: dict[str, list[int]]) -> ir.InsertionPoint:

@@ -1,0 +1,92 @@
+"""The workload module as input (issue 16): `--emit mlir -o step.mlir`, then `astra-compile step.mlir` gives the
+identical report, for every bundled example and for per-rank programs; a damaged module ends in one line."""
+import json
+import os
+import re
+
+import pytest
+
+import astra_compile
+from astra_compile.frontend.workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
+from astra_compile.network.errors import UserError
+
+from helpers import refused
+from snapshot_grid import MODEL_EXAMPLES
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+
+
+@pytest.mark.parametrize("example", MODEL_EXAMPLES)
+def test_an_example_step_round_trips_through_its_module(tmp_path, example):
+    direct = astra_compile.compile(os.path.join(EXAMPLES, example), "8x8_torus")
+    path = tmp_path / "step.mlir"
+    path.write_text(direct.mlir)
+    again = astra_compile.compile(str(path), None)
+    assert json.dumps(again.to_dict(), sort_keys=True) == json.dumps(direct.to_dict(), sort_keys=True)
+    assert again.format() == direct.format()
+    assert again.mlir == direct.mlir   # --emit mlir of the module writes it back unchanged
+
+
+def two_ranks() -> Workload:
+    def program(extra_flops):
+        return [Op("aten.mm.default", COMPUTE, flops=2 ** 30 + extra_flops, bytes=2 ** 20, phase="forward"),
+                Op("c10d.broadcast_", COLLECTIVE, [0], bytes=2 ** 16, collective="broadcast", group=(0, 1),
+                   group_name="0", root=1, phase="forward"),
+                Op("c10d.allreduce_", COLLECTIVE, [1], bytes=2 ** 20, collective="all_reduce", group=(0, 1),
+                   group_name="0", phase="backward"),
+                Op("wait", WAIT, [2]),
+                Op("aten.add.default", COMPUTE, [3], flops=2 ** 20, bytes=2 ** 20, phase="optimizer")]
+    return Workload(2, {0: program(0), 1: program(2 ** 32)}, source="two ranks")
+
+
+@pytest.fixture
+def step(tmp_path):
+    report = astra_compile.compile(two_ranks(), "Ring(2)")
+    path = tmp_path / "step.mlir"
+    path.write_text(report.mlir)
+    return report, path
+
+
+def test_per_rank_programs_round_trip(step):
+    report, path = step
+    for rank in (0, 1):
+        again = astra_compile.compile(str(path), None, rank=rank)
+        assert again.to_dict() == astra_compile.compile(two_ranks(), "Ring(2)", rank=rank).to_dict()
+    assert report.to_dict() == astra_compile.compile(str(path), None).to_dict()
+
+
+def test_another_topology_of_the_same_shape_times_it_anew(step):
+    report, path = step
+    fast = astra_compile.compile(str(path), "Ring(2)", bandwidth=[400.0])
+    assert fast["topology"] == "Ring(2)" and fast["comm_time_us"] < report["comm_time_us"]
+    with pytest.raises(UserError, match=r"lowered for Ring\(2\) \(2 NPUs\); --topology Ring\(4\)"):
+        astra_compile.compile(str(path), "Ring(4)")
+
+
+def damaged(path, pattern, replacement, count=1):
+    text = path.read_text()
+    new, n = re.subn(pattern, replacement, text, count=count)
+    assert n == count, pattern
+    bad = path.with_name("bad.mlir")
+    bad.write_text(new)
+    return bad
+
+
+@pytest.mark.parametrize("pattern,replacement,message", [
+    (r'wl.group = "0"', 'wl.group = "dp"', "wl.group 'dp' is not one of the program's wl.groups"),
+    (r"wl.rank = 1 : i64", "wl.rank = 0 : i64", "wl.rank must be a distinct rank in 0..1, got 0"),
+    (r"root = 1 : i64", "root = 5 : i64", "root 5 outside 0..1"),
+    (r"wl.world_size = 2 : i64", "wl.world_size = 3 : i64", "wl.world_size 3 but Ring(2) has 2 NPUs"),
+    (r", wl.world_size = 2 : i64", "", "wl.world_size must be a positive integer, got None"),
+    (r'"wl.compute"', '"wl.wait"', "undeclared attribute"),
+    (r'dims = array<i64: 0>', 'dims = array<i64: 0, 0>', "repeat a dimension"),
+])
+def test_a_damaged_module_is_refused_in_one_line(capsys, step, pattern, replacement, message):
+    bad = damaged(step[1], pattern, replacement)
+    err = refused(capsys, bad, match=message)
+    assert str(bad) in err
+
+
+def test_a_workload_module_takes_no_capture_options(capsys, step):
+    refused(capsys, step[1], "--mesh", "dp=2", match="already captured and lowered")
+    refused(capsys, step[1], "--bandwidth", "10", match="need --topology")
