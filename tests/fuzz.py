@@ -334,6 +334,15 @@ def case_mlir(draw, workdir):
     run(".mlir modules", [path, *extra, "--json"], workdir)
 
 
+def case_step_module(draw, workdir):
+    with open(os.path.join(HERE, "ir", "step_two_ranks.mlir"), encoding="utf-8") as f:
+        valid = f.read()
+    data = draw(st.one_of(mutated_text(valid, edits=4), hostile_bytes()))
+    path = write(os.path.join(workdir, "step.mlir"), data)
+    extra = draw(st.sampled_from([[], ["--topology", "Ring(2)"], ["--topology", "Switch(2)", "--chunks", "2"]]))
+    run("workload modules", [path, *extra, "--json"], workdir)
+
+
 def case_table_dir(draw, workdir, valid_dir: str):
     d = os.path.join(workdir, "tables")
     shutil.copytree(valid_dir, d)
@@ -409,7 +418,8 @@ def case_sweep_file(draw, workdir):
 
 
 CASES = {"sizes": case_size, "topology notation": case_topology, "command-line numbers": case_options,
-         "network files": case_network_file, ".mlir modules": case_mlir, "table directories": case_table_dir,
+         "network files": case_network_file, ".mlir modules": case_mlir, "workload modules": case_step_module,
+         "table directories": case_table_dir,
          "execution traces": case_trace, "profiler traces": case_profile, "model files": case_model_file,
          "-o outputs": case_output,
          "sweep files": case_sweep_file}
