@@ -12,7 +12,7 @@ import importlib
 
 from ..network.errors import UserError
 from ..network.registry import discover, subclasses
-from .base import (ALL_GATHER, ALL_TO_ALL, BROADCAST, DIMENSION, NETWORK, RANKS,  # noqa: F401
+from .base import (ALL_GATHER, ALL_TO_ALL, BROADCAST, DIMENSION, NETWORK, RANKS, REDUCE,  # noqa: F401
                    REDUCE_SCATTER, Algorithm, Transfers, same_units)
 
 REGISTRY: dict[str, Algorithm] = {}   # --algorithm name -> algorithm: those loaded so far (complete after all())

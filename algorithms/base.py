@@ -1,7 +1,7 @@
 """The interface every collective algorithm implements (one file per algorithm in this folder), and the transfer
 templates the lowering expands.
 
-An algorithm serves phases of some kinds (reduce_scatter, all_gather, all_to_all, broadcast) at one scope:
+An algorithm serves phases of some kinds (reduce_scatter, all_gather, all_to_all, broadcast, reduce) at one scope:
 - `dimension`: on the k members of one topology dimension (ring, direct, halving-doubling, trees, in-switch);
 - `ranks`: over every NPU at once by rank, each message routed across the dimensions (rank_ring, flat_direct, ...);
 - `network`: over every NPU at once along chosen physical links (multitree, flat_ring), whose structure (trees, a
@@ -12,7 +12,8 @@ which reduces (adds) or copies them into units [dst_lo, dst_hi) of its own. The 
 on) is split into `units` equal units (floor boundaries, so any byte count works). Reduce-scatter leaves member m
 owning block m (units [m*P, (m+1)*P) with P = units // k); all-gather starts from that ownership; a broadcast's
 template has its root at member 0, which starts with every unit (the lowering rotates members so the phase's root
-is member 0). `direction`
+is member 0); a reduce's is its broadcast's run backwards (`Transfers.mirrored`): every transfer reversed in
+direction and in time, the receiver adding what comes in, so member 0 ends with the sum. `direction`
 (+1 / -1 / 0) says which way round a Ring dimension a transfer goes (0: the shorter way).
 """
 from __future__ import annotations
@@ -25,7 +26,8 @@ import numpy as np
 from ..network.errors import UserError
 
 DIMENSION, RANKS, NETWORK = "dimension", "ranks", "network"
-REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST = "reduce_scatter", "all_gather", "all_to_all", "broadcast"
+REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL = "reduce_scatter", "all_gather", "all_to_all"
+BROADCAST, REDUCE = "broadcast", "reduce"
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,14 @@ class Transfers:
             order = np.argsort(col, kind="stable")  # stable: each member's transfers stay in template order
             out += [order, np.searchsorted(col[order], np.arange(members + 1))]
         return tuple(out)
+
+    def mirrored(self) -> "Transfers":
+        """The transfers run backwards: each one from its receiver to its sender, the last step first, received
+        by adding. A broadcast from member 0 mirrored is a reduce to member 0: a member forwards a unit only after
+        every transfer that brought it a contribution (those the broadcast sent on from it, later)."""
+        return Transfers.from_columns(self.units, (self.steps - 1 - self.step, self.dst, self.src, self.dst_lo,
+                                                   self.dst_hi, self.src_lo, self.src_hi, -self.direction)
+                                      + ((self.link,) if self.link is not None else ()), reduce=True)
 
     @staticmethod
     def build(units: int, rows: list[tuple], reduce: bool) -> "Transfers":
@@ -120,8 +130,8 @@ class Algorithm:
     # ---- dimension and ranks scope ----------------------------------------------------------------------
 
     def template(self, kind: str, k: int, bidirectional: bool = False) -> Transfers:
-        """The transfers of a reduce-scatter, all-gather or broadcast phase on k members (`bidirectional`: each
-        member links to both ring neighbours, as on a Ring dimension)."""
+        """The transfers of a reduce-scatter, all-gather, broadcast or reduce phase on k members (`bidirectional`:
+        each member links to both ring neighbours, as on a Ring dimension)."""
         raise NotImplementedError(f"{self.name} has no template")
 
     def exchanges(self, k: int, bidirectional: bool) -> tuple[tuple[int, int, int, int, int], ...]:

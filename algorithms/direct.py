@@ -1,17 +1,20 @@
 """Direct reduce-scatter / all-gather / all-to-all: one step in which every member exchanges with every other
 member. Broadcast: a scatter then an all-gather (van de Geijn): the root sends slice j to member j, then every
 member sends its slice to the others, two steps that move 2(k-1)/k x the region instead of the root sending the
-whole region k-1 times."""
+whole region k-1 times. Reduce: the same run backwards (a reduce-scatter, then a gather to the root)."""
 from __future__ import annotations
 
 from functools import lru_cache
 
-from .base import ALL_GATHER, ALL_TO_ALL, BROADCAST, DIMENSION, REDUCE_SCATTER, Algorithm, Transfers, same_units
+from .base import (ALL_GATHER, ALL_TO_ALL, BROADCAST, DIMENSION, REDUCE, REDUCE_SCATTER, Algorithm, Transfers,
+                   same_units)
 
 
 @lru_cache(maxsize=None)
 def template(kind: str, k: int) -> Transfers:
     rows = []
+    if kind == REDUCE:
+        return template(BROADCAST, k).mirrored()
     if kind == BROADCAST:  # from member 0: scatter, then every slice to the members that lack it
         rows = [same_units(0, 0, j, j, j + 1) for j in range(1, k)]
         rows += [same_units(1, j, m, j, j + 1) for j in range(k) for m in range(1, k) if m != j]
@@ -28,7 +31,7 @@ class Direct(Algorithm):
     order = 1
     name = "direct"
     scope = DIMENSION
-    kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST)
+    kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, REDUCE)
     symmetric = True
 
     def template(self, kind, k, bidirectional=False):
@@ -43,4 +46,4 @@ class Direct(Algorithm):
 
     def cost_steps(self, kind, block, k, link, hop, region):
         step = (max(hop(k // 2), hop(k - 1)), region / k / link)  # every kind: one piece to every member
-        return [step, step] if kind == BROADCAST else [step]
+        return [step, step] if kind in (BROADCAST, REDUCE) else [step]

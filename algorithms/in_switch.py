@@ -8,14 +8,15 @@ members send and multicasts what they ask for, so each NPU's data crosses its ow
   the whole sum, the all-gather phase has nothing left to do: select-algorithm marks both `fused`): each NPU
   sends its buffer once and receives the result once, the two streams overlapping in the switch, so it takes
   about size / bandwidth + 2 x latency instead of a ring's 2(k-1)/k x size / bandwidth.
-- broadcast: the root sends its region up once and the switch multicasts it to the k-1 others.
+- broadcast: the root sends its region up once and the switch multicasts it to the k-1 others; reduce: every
+  member sends its region up and the root receives the sum.
 
 In the tables a transfer with the switch has peer -1 (runtime.tables.SWITCH): a send contributes to the switch's
 sum for its (collective, chunk, phase, step) and group, a receive copies the finished sum.
 """
 from __future__ import annotations
 
-from .base import ALL_GATHER, BROADCAST, DIMENSION, REDUCE_SCATTER, Algorithm, Transfers
+from .base import ALL_GATHER, BROADCAST, DIMENSION, REDUCE, REDUCE_SCATTER, Algorithm, Transfers
 
 
 class InSwitch(Algorithm):
@@ -23,7 +24,7 @@ class InSwitch(Algorithm):
     name = "in_switch"
     aliases = ("nvls", "sharp", "inswitch")
     scope = DIMENSION
-    kinds = (REDUCE_SCATTER, ALL_GATHER, BROADCAST)
+    kinds = (REDUCE_SCATTER, ALL_GATHER, BROADCAST, REDUCE)
     blocks = ("Switch",)
     symmetric = True
     fuses_all_reduce = True
@@ -34,6 +35,8 @@ class InSwitch(Algorithm):
         rows = []
         if kind == BROADCAST:  # the root's region up once (the only contribution to the switch's sum), then down
             rows = [(0, 0, k, 0, k, 0, k, 0)] + [(0, k, m, 0, k, 0, k, 0) for m in range(1, k)]
+        elif kind == REDUCE:  # every region up into the switch's sum, the sum down to the root (member 0)
+            rows = [(0, m, k, 0, k, 0, k, 0) for m in range(k)] + [(0, k, 0, 0, k, 0, k, 0)]
         elif kind == REDUCE_SCATTER:
             for m in range(k):
                 rows.append((0, m, k, 0, k, 0, k, 0))  # the whole region up, to be summed
@@ -48,11 +51,11 @@ class InSwitch(Algorithm):
     def footprint(self, kind, k, bidirectional=False):
         # reduce-scatter: each member up and its block down; all-gather: its block up, the k-1 others down in
         # (at most) two runs of units
-        return {REDUCE_SCATTER: 2 * k, BROADCAST: k}.get(kind, 3 * k - 2)
+        return {REDUCE_SCATTER: 2 * k, BROADCAST: k, REDUCE: k + 1}.get(kind, 3 * k - 2)
 
     def cost_steps(self, kind, block, k, link, hop, region, fused=False):
         """One step, up and down at once: two link latencies (hop(1) is the dimension's NPU-switch-NPU latency)
         and the larger of the bytes sent and received."""
-        if kind in (REDUCE_SCATTER, BROADCAST):
+        if kind in (REDUCE_SCATTER, BROADCAST, REDUCE):
             return [(hop(1), region / link)]
         return [] if fused else [(hop(1), region / link * (k - 1) / k)]

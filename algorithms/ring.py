@@ -7,7 +7,7 @@ which moves the same bytes per link-second as one ring at the full dimension ban
 Broadcast: a pipelined chain round the ring from the root (NCCL's ring broadcast). The region is cut into k slices
 (per direction); the member p links down the chain forwards slice j in step j + p, so 2k-2 steps move
 2(k-1)/k x the region per link, the bandwidth of a scatter plus an all-gather, with no member sending more than
-its share.
+its share. Reduce: that chain run backwards, each member adding what comes in before passing it on.
 
 All-to-all: on neighbour links (a Ring) the ring-distance-ordered pairwise exchange with both neighbours at
 distance t in step t-1 (floor(k/2) steps); elsewhere one partner per step, (t - m) mod k in round t (an
@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .base import ALL_GATHER, ALL_TO_ALL, BROADCAST, DIMENSION, REDUCE_SCATTER, Algorithm, Transfers
+from .base import ALL_GATHER, ALL_TO_ALL, BROADCAST, DIMENSION, REDUCE, REDUCE_SCATTER, Algorithm, Transfers
 
 
 @lru_cache(maxsize=None)
@@ -27,6 +27,8 @@ def template(kind: str, k: int, bidirectional: bool = False) -> Transfers:
     parts = 2 if bidirectional else 1
     if kind == BROADCAST:
         return _chain(k, parts)
+    if kind == REDUCE:
+        return _chain(k, parts).mirrored()
     # member m, step s, part q (q = 1 travels the other way round): one transfer each, built as arrays (k^2 of them)
     m, s, q = (a.ravel() for a in np.meshgrid(np.arange(k), np.arange(k - 1), np.arange(parts), indexing="ij"))
     d = np.where(q == 0, 1, -1)
@@ -74,7 +76,7 @@ class Ring(Algorithm):
     order = 0
     name = "ring"
     scope = DIMENSION
-    kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST)
+    kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, REDUCE)
     symmetric = True
 
     def template(self, kind, k, bidirectional=False):
@@ -95,5 +97,5 @@ class Ring(Algorithm):
                 return [(max(hop(t), hop(k - t)), piece / link) for t in range(1, k // 2 + 1)]
             return [(hop(1), piece / link)] * k  # one partner per round
         per_link = region / k / (2 if block.neighbour_links else 1)
-        steps = 2 * k - 2 if kind == BROADCAST else k - 1
+        steps = 2 * k - 2 if kind in (BROADCAST, REDUCE) else k - 1
         return [(max(hop(1), hop(k - 1)), per_link / link)] * steps

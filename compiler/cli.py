@@ -47,12 +47,13 @@ def build_parser() -> _Parser:
                    help="a model .py file, PyTorch execution-trace .json files (one per rank), a .mlir comm module, "
                         "or a directory of tables written with -o")
     g = p.add_argument_group("workload")
-    g.add_argument("--collective", choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast"),
+    g.add_argument("--collective", choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
+                                            "reduce"),
                    help="one collective over the whole topology (or --dims)")
     g.add_argument("--size", help="collective size (full buffer, as nccl-tests count it), e.g. 1GB")
     g.add_argument("--dims", help="topology dimensions of the collective's groups, e.g. 0,1 (default: all)")
-    g.add_argument("--root", help="a broadcast's root NPU (default 0); every group sends from its member at the "
-                                  "root's coordinates on --dims")
+    g.add_argument("--root", help="a broadcast's or reduce's root NPU (default 0); every group sends from (reduces "
+                                  "to) its member at the root's coordinates on --dims")
     g = p.add_argument_group("training step (model .py files and execution traces)")
     g.add_argument("--mesh", help="device mesh of a model file, outermost axis first, e.g. dp=8,tp=8 (the last axis "
                                   "takes topology dimension 0); axes dp, fsdp and tp apply DDP, FSDP2 and the "

@@ -29,7 +29,7 @@ ALLOWED = {
 # (option, condition on the parsed arguments under which it does NOT apply, what it applies to)
 CONDITIONAL = (
     ("switching", lambda a: a.backend != "congestion", "--backend congestion"),
-    ("root", lambda a: a.collective != "broadcast", "--collective broadcast"),
+    ("root", lambda a: a.collective not in ("broadcast", "reduce"), "--collective broadcast or reduce"),
     ("output", lambda a: a.emit == "report", "--emit mlir (a file) or --emit tables (a directory)"),
     ("npu", lambda a: a.emit != "tables", "--emit tables"),
     ("npu", lambda a: a.output is not None, "--emit tables without -o (it prints one table; -o writes all)"),

@@ -17,7 +17,7 @@ from .network.units import MAX_BYTES, format_size
 from .report import Report, make_report
 
 
-SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast")
+SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Compiled:
 def build_module(ctx, topology: Topology, collective: str, nbytes: int, dims: list[int] | None = None,
                  root: int = 0):
     """A module holding one collective over `dims` (default: every dimension) of `topology`; a broadcast sends
-    from NPU `root` (each group from its member at the root's coordinates on `dims`)."""
+    from NPU `root`, a reduce sums into it (each group at its member with the root's coordinates on `dims`)."""
     if collective not in SUPPORTED:
         raise UserError(f"unknown collective '{collective}'; expected one of {', '.join(SUPPORTED)}")
     if nbytes <= 0:
@@ -43,7 +43,7 @@ def build_module(ctx, topology: Topology, collective: str, nbytes: int, dims: li
     module = comm.new_module(ctx)
     with ctx, comm.ir.Location.unknown():
         comm.set_topology(module, topology.to_dict())
-        rooted = {"root": int(root)} if collective == "broadcast" else {}
+        rooted = {"root": int(root)} if collective in comm.ROOTED else {}
         comm.create(collective, {"bytes": int(nbytes), "dims": dims, "name": collective, **rooted},
                     ip=comm.ir.InsertionPoint(module.body))
     comm.verify_module(module, list(topology.shape))

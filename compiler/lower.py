@@ -25,7 +25,7 @@ from .dependencies import dependencies
 from .network.errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
 from .network.links import LANE_SHORTEST, ROUTED, LinkMap
-from .runtime.meta import SHARDED, Meta
+from .runtime.meta import ROOTED, SHARDED, Meta
 from .runtime.tables import RECV_COPY, RECV_REDUCE, SEND, SWITCH, Table
 from .network.blocks import SHORTEST
 from .network.topology import Topology
@@ -36,8 +36,8 @@ def phase_symmetric(topology: Topology, kind: str, dim: int, algorithm: str) -> 
     """Does every member of a `kind` phase's groups on `dim` run the same steps under `algorithm` (a phase name)?
     Trees do not; neither does the one-partner all-to-all off a Ring, where each member sits out a different
     round. The lowering asks it to let NPU 0 stand for all; the resource estimate, to count NPU 0's rows alone."""
-    if dim == FLAT or kind == "broadcast":  # graph algorithms: NPUs sit at different places of trees or of the
-        return False                            # ring's cycle; a broadcast's root sends what others receive
+    if dim == FLAT or kind in ROOTED:  # graph algorithms: NPUs sit at different places of trees or of the ring's
+        return False                   # cycle; a broadcast's root sends what others receive, a reduce's receives
     block = topology.dims[dim].kind
     # a line's ends have one neighbour, the rest two; a graph's NPUs sit anywhere; on a hypercube a ring's
     # neighbour is one link away from some NPUs and several from others
@@ -126,7 +126,7 @@ class Schedule:
 
     def _regions_along(self, plan: CollectivePlan, length: int, order):
         """(stage, region bytes) at every position for a chunk of `length` bytes visiting `order` (floor sizes)."""
-        if plan.kind not in SHARDED:  # all-to-all and broadcast phases carry the whole chunk
+        if plan.kind not in SHARDED:  # all-to-all, broadcast and reduce phases carry the whole chunk
             return [(plan.stages[i], length) for i in order]
         out, region = {}, length
         for d in self.nest_dims(plan, order):
@@ -272,9 +272,11 @@ class Schedule:
                     if plan.kind == "all_to_all":
                         rows = self._a2a_rows(plan, stage, coords)
                         base, length = self.chunk_regions(plan, flows)
-                    elif plan.kind == "broadcast":
-                        later = [plan.stages[i].dim for i in order[position + 1:]]
-                        rows = self._broadcast_rows(plan, stage, coords, later)
+                    elif plan.kind in ROOTED:
+                        # a broadcast spreads from the root: a group takes part once it agrees with the root on
+                        # every dimension still to come; a reduce gathers towards it: on every dimension done
+                        rest = order[position + 1:] if plan.kind == "broadcast" else order[:position]
+                        rows = self._rooted_rows(plan, stage, coords, [plan.stages[i].dim for i in rest])
                         if rows is None:
                             continue
                         base, length = self.chunk_regions(plan, flows)
@@ -294,11 +296,11 @@ class Schedule:
             table.cols["dep"] = dependencies(table, [p.buffer for p in self.plans])
         return table
 
-    def _broadcast_rows(self, plan: CollectivePlan, stage: Stage, coords, later: list[int]):
-        """An NPU's rows of a broadcast phase with members rotated so the root's coordinate is member 0, or None
-        when its group does not take part (it differs from the root on a dimension the chunk visits later)."""
+    def _rooted_rows(self, plan: CollectivePlan, stage: Stage, coords, agree: list[int]):
+        """An NPU's rows of a broadcast or reduce phase with members rotated so the root's coordinate is member 0,
+        or None when its group does not take part (it differs from the root on one of the dimensions `agree`)."""
         root = self.topology.coords(plan.root)
-        if any(coords[d] != root[d] for d in later):
+        if any(coords[d] != root[d] for d in agree):
             return None
         k, shift = self.shape[stage.dim], root[stage.dim]
         step, op, peer, lo, hi, direction, units, link = _template_rows(self._template(plan.kind, stage),

@@ -29,7 +29,7 @@ class Stage:
 class CollectivePlan:
     index: int
     name: str
-    kind: str              # reduce_scatter, all_gather, all_to_all or broadcast
+    kind: str              # reduce_scatter, all_gather, all_to_all, broadcast or reduce
     buffer: str            # collectives sharing a buffer run one after the other on it (all_reduce halves)
     buffer_kind: str       # what the buffer's collectives implement together (e.g. all_reduce)
     bytes: int
@@ -39,7 +39,8 @@ class CollectivePlan:
     deps: list[int] = field(default_factory=list)
     # (chunks, stages): the stage visited at each position of a chunk's chain; None: the stages' own order
     orders: np.ndarray | None = None
-    root: int | None = None  # a broadcast's root NPU (its coordinates on the group's dimensions root every group)
+    root: int | None = None  # a broadcast's or reduce's root NPU (its coordinates on the group's dimensions root
+                             # every group)
 
     def chunk_orders(self) -> np.ndarray:
         if self.orders is not None:
@@ -72,8 +73,8 @@ def plans_from_module(module) -> list[CollectivePlan]:
             continue
         if kind != "phase":
             raise UserError(f"comm.{kind} '{comm.view(op).values().get('name', '?')}' is not lowered to phases: "
-                            f"the schedule lowering handles all_reduce, reduce_scatter, all_gather, all_to_all and "
-                            f"broadcast")
+                            f"the schedule lowering handles all_reduce, reduce_scatter, all_gather, all_to_all, "
+                            f"broadcast and reduce")
         p = comm.view(op)
         if p.algorithm is None:
             raise UserError(f"phase {p.stage} of '{p.collective}' has no algorithm (run select-algorithm)")

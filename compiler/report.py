@@ -140,8 +140,8 @@ def make_report(schedule, result, scheduler: str, run, choice: dict | None = Non
 def lower_bound_bytes(kind: str, nbytes: int, group: int, in_network: bool = False) -> float:
     """Bytes each NPU must send (or receive) at least: the numerator of the ideal time in seed 000. Where switches
     reduce in the network (in_switch) an all-reduce needs each NPU's buffer to cross its link only once each way.
-    A broadcast's every NPU but the root must receive the whole buffer."""
-    if kind == "broadcast":
+    A broadcast's every NPU but the root must receive the whole buffer, and a reduce's root as much."""
+    if kind in ("broadcast", "reduce"):
         return float(nbytes)
     if kind == "all_reduce":
         return (min(2 * (group - 1) / group, 1.0) if in_network else 2 * (group - 1) / group) * nbytes

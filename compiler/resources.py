@@ -95,7 +95,7 @@ def request(topology: Topology, module, algorithm: str | None, chunks: int | Non
     distinct, per_npu, symmetric, shards = {}, 0, True, 0
     for op in comm.ops(module):
         kind = comm.short_name(op)
-        if kind not in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast"):
+        if kind not in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all") + comm.ROOTED:
             continue
         v = comm.view(op)
         nbytes, dims = int(v.bytes or 0), list(v.dims) if v.dims is not None else list(range(topology.ndims))

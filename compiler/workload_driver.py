@@ -76,12 +76,12 @@ def to_module(ctx, workload: Workload, topology: Topology):
 
 
 def collective_key(op, topology: Topology) -> tuple:
-    """What a collective's schedule depends on: (kind, bytes, topology dims), and for a broadcast the NPU whose
+    """What a collective's schedule depends on: (kind, bytes, topology dims), and for a broadcast or reduce the NPU whose
     coordinates on those dims are its root's (0 elsewhere: every group runs the same). Equal keys share one
     compilation."""
     kind, dims = op.kind, tuple(op.attrs["dims"])
     key = (kind, int(op.attrs["bytes"]), dims)
-    if kind != "broadcast":
+    if kind not in wl.comm.ROOTED:
         return key
     at = topology.coords(int(op.attrs["root"]))
     return key + (sum(at[d] * topology.strides()[d] for d in dims),)
@@ -271,7 +271,7 @@ def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topolog
             if sorted(op.attrs["dims"]) != dims:
                 raise UserError(f"{path}: rank {prog.rank}: {op.name}: dims {op.attrs['dims']} are not those of "
                                 f"group {op.attrs['wl.group']!r} on {topology.name} ({dims})")
-            if op.kind == "broadcast" and op.attrs["root"] not in members:
+            if op.kind in wl.comm.ROOTED and op.attrs["root"] not in members:
                 raise UserError(f"{path}: rank {prog.rank}: {op.name}: root {op.attrs['root']} is not in group "
                                 f"{op.attrs['wl.group']!r}")
     return Lowered(text, programs, bool(a.get("wl.spmd", False))), topology, \

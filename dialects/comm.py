@@ -25,7 +25,8 @@ if __package__ not in _mlir_globals.dialect_search_modules:
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 POINT_TO_POINT = ("send", "recv")
-PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all", "broadcast")
+PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
+ROOTED = ("broadcast", "reduce")  # collectives (and phases) that name a root
 STRUCTURES = ("trees", "cycle", "placement")  # decisions passes record for whole-network phases (tokens they take)
 _IRDL_FILE = os.path.join(os.path.dirname(__file__), "comm.irdl.mlir")
 MAX_CHUNKS = 2 ** 20  # chunk index x bytes (<= 2^40) must stay inside int64 in the lowering
@@ -421,7 +422,7 @@ def verify_module(module: ir.Module, shape: list[int] | None = None) -> None:
             if a["name"] in names:
                 raise IRError(f"{where}: collective name used twice")
             names.add(a["name"])
-        if kind in ("broadcast", "reduce") and shape is not None:
+        if kind in ROOTED and shape is not None:
             npus = _npus(shape)
             if not 0 <= a["root"] < npus:
                 raise IRError(f"{where}: root {a['root']} outside 0..{npus - 1}")
@@ -447,8 +448,8 @@ def verify_module(module: ir.Module, shape: list[int] | None = None) -> None:
                 raise IRError(f"{where}: phase kind '{a['kind']}' is not one of {', '.join(PHASE_KINDS)}")
             if shape is not None and not (0 <= a["dim"] < len(shape) or a["dim"] == -1):
                 raise IRError(f"{where}: dim {a['dim']} outside the topology's {len(shape)} dimensions")
-            if (a["kind"] == "broadcast") != ("root" in a):
-                raise IRError(f"{where}: a broadcast phase needs a root, and other phases take none")
+            if (a["kind"] in ROOTED) != ("root" in a):
+                raise IRError(f"{where}: a broadcast or reduce phase needs a root, and other phases take none")
             if "root" in a and shape is not None and not 0 <= a["root"] < _npus(shape):
                 raise IRError(f"{where}: root {a['root']} outside 0..{_npus(shape) - 1}")
             # the algorithm's name is checked against the registry where it is read (select-algorithm, lowering)

@@ -151,8 +151,8 @@ def create_wait(name: str, deps, ip) -> ir.Operation:
 
 def create_collective(kind: str, nbytes: int, dims: list[int], name: str, group: str, deps, ip,
                       root: int = -1) -> ir.Operation:
-    """A comm collective of a rank's program; a broadcast names its source NPU (`root`)."""
-    rooted = {"root": int(root)} if kind == "broadcast" else {}
+    """A comm collective of a rank's program; a broadcast names its source NPU (`root`), a reduce its target."""
+    rooted = {"root": int(root)} if kind in comm.ROOTED else {}
     op = comm.create(kind, {"bytes": int(nbytes), "dims": list(dims), "name": name, **rooted}, deps, ip)
     op.attributes["wl.group"] = comm.to_attr(group)
     return op

@@ -5,7 +5,7 @@ in descending order, so an all_reduce (already decomposed) becomes RS dim 0, RS 
 AG dim 0. All-to-all exchanges along one dimension at a time, ascending (dimension-ordered store and forward).
 A broadcast spreads from its root one dimension at a time, ascending: along the first dimension from the root,
 then along the next from every NPU that holds the data, and so on; every phase carries the whole buffer and
-names the root.
+names the root. A reduce is that run backwards: over the dimensions descending, gathering towards the root.
 
 Each phase records the bytes per NPU of its own per-dimension collective under the full-buffer convention: a
 reduce-scatter phase its input, an all-gather phase its gathered output, an all-to-all phase its buffer.
@@ -34,13 +34,16 @@ def phase_plan(kind: str, dims: list[int], shape: list[int], nbytes: int) -> lis
         return list(reversed(plan))
     if kind in ("all_to_all", "broadcast"):
         return [(d, nbytes) for d in sorted(dims)]
+    if kind == "reduce":
+        return [(d, nbytes) for d in sorted(dims, reverse=True)]
     raise ValueError(kind)
 
 
 @register
 class HierarchicalDecompose(Pass):
     name = "hierarchical-decompose"
-    summary = "one phase per topology dimension: RS ascending, AG descending, all-to-all and broadcast ascending"
+    summary = ("one phase per topology dimension: RS ascending, AG descending, all-to-all and broadcast ascending, "
+               "reduce descending")
     after = ("decompose-all-reduce",)
 
     def apply(self, module, ctx) -> None:
@@ -55,7 +58,7 @@ class HierarchicalDecompose(Pass):
             last = None
             # part_of names the buffer an all_reduce's halves share: the lowering nests their regions together
             keep = {"part_of": v.part_of} if v.part_of is not None else {}
-            if kind == "broadcast":
+            if kind in comm.ROOTED:
                 keep["root"] = int(v.root)
             for stage, (dim, nbytes) in enumerate(phase_plan(kind, v.dims, shape, v.bytes)):
                 last = comm.create("phase", {

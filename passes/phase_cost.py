@@ -39,7 +39,7 @@ def phase_time_ns(kind: str, algorithm: str, block: str, k: int, gbps: float, la
 
 def region_sizes(kind: str, dims_in_order: list[int], shape: list[int], chunk: float) -> list[float]:
     """Region entering each phase of a chunk visiting `dims_in_order` (reduce-scatter shrinks, all-gather grows)."""
-    if kind in ("all_to_all", "broadcast"):
+    if kind in ("all_to_all", "broadcast", "reduce"):
         return [chunk] * len(dims_in_order)
     if kind == "reduce_scatter":
         out, region = [], chunk

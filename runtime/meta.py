@@ -23,7 +23,8 @@ from .errors import TableError
 
 FORMAT = "astra-compile-tables"
 VERSION = 1
-PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all", "broadcast")
+PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
+ROOTED = ("broadcast", "reduce")  # the kinds that name a root NPU
 SHARDED = ("reduce_scatter", "all_gather")  # the kinds whose NPUs end (or start) with a shard of the buffer
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "meta.schema.json")
 KEYS = {"format", "version", "npus", "topology", "latency_ns", "symmetric", "collectives", "shards", "table_format"}
@@ -31,7 +32,7 @@ KEYS = {"format", "version", "npus", "topology", "latency_ns", "symmetric", "col
 
 @dataclass(frozen=True)
 class StageMeta:
-    kind: str        # reduce_scatter, all_gather, all_to_all or broadcast
+    kind: str        # reduce_scatter, all_gather, all_to_all, broadcast or reduce
     dim: int         # topology dimension, -1 for a phase over the whole network
     algorithm: str   # the phase's algorithm (algorithms/)
     bytes: int       # the phase's full buffer per NPU, summed over chunks
@@ -40,7 +41,7 @@ class StageMeta:
 @dataclass(frozen=True)
 class CollectiveMeta:
     name: str
-    kind: str                    # reduce_scatter, all_gather, all_to_all or broadcast
+    kind: str                    # reduce_scatter, all_gather, all_to_all, broadcast or reduce
     buffer: str                  # collectives sharing a buffer run one after the other on it (an all-reduce's halves)
     buffer_kind: str             # what the buffer's collectives implement together (e.g. all_reduce)
     bytes: int
@@ -49,7 +50,7 @@ class CollectiveMeta:
     deps: tuple[int, ...]        # collectives (earlier in the list) this one waits for
     stages: tuple[StageMeta, ...]
     chunk_dims: tuple[tuple[int, ...], ...]  # per chunk, the dimension of each phase in the order it runs them
-    root: int | None = None      # a broadcast's root NPU (its coordinates on group_dims root every group)
+    root: int | None = None      # a broadcast's or reduce's root NPU (its coordinates on group_dims root every group)
 
     def to_json(self) -> dict:
         out = {"name": self.name, "kind": self.kind, "buffer": self.buffer, "buffer_kind": self.buffer_kind,
@@ -253,7 +254,7 @@ def _check_collective(c, ci: int, where: str, ndims: int, npus: int) -> None:
                      "chunk_dims"))
     if c["kind"] not in PHASE_KINDS:
         raise TableError(f"{where}.kind must be one of {', '.join(PHASE_KINDS)}, got {c['kind']!r}")
-    if c["kind"] == "broadcast":
+    if c["kind"] in ROOTED:
         _dict(c, where, ("root",))
         _int(c["root"], f"{where}.root", 0, npus - 1)
     elif "root" in c:

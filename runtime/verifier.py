@@ -13,7 +13,8 @@ carries the bytes as they were when its step began). Checks:
   from its own shard only, the rest poisoned); all_to_all: slot j of NPU n's chunk holds what group member j had in
   slot n (chunk c of a buffer is bytes [floor(c*S/C), floor((c+1)*S/C)), slot j of a chunk its j-th of N equal
   floor-bounded parts); broadcast: every NPU ends with what its group's root held (only the roots start with data,
-  the rest poisoned; a group's root is its member with the root NPU's coordinates on the group's dimensions).
+  the rest poisoned; a group's root is its member with the root NPU's coordinates on the group's dimensions);
+  reduce: each group's root ends with the group's sum (the others' buffers are scratch).
 """
 from __future__ import annotations
 
@@ -309,6 +310,10 @@ def _check(kind, c, ci, shards, init, final, gid, local) -> None:
         expected = expected.transpose(0, 2, 1, 3).reshape(npus, -1)
         for n in np.flatnonzero(np.any(final != expected, axis=1))[:1]:
             _fail(f"all_to_all '{name}'", n, final[n], expected[n])
+    elif kind == "reduce":
+        for n in np.flatnonzero(local == local[c.root]):  # each group's root: the member at the root's place
+            if not np.array_equal(final[n], group_sum[n]):
+                _fail(f"reduce '{name}' root", n, final[n], group_sum[n])
     elif kind == "broadcast":
         roots = np.flatnonzero(init[:, 0] != POISON)
         expected = np.zeros_like(init)

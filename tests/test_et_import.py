@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+import astra_compile
+
 from astra_compile.network.errors import UserError
 from astra_compile.frontend.et_import import load_traces
 from astra_compile.frontend.workload import COLLECTIVE, COMPUTE, WAIT
@@ -354,6 +356,25 @@ def test_calls_filed_under_a_finished_collective_still_count(tmp_path):
     assert [(op.name, op.collective, op.bytes, op.root) for op in ops] == [
         ("c10d.broadcast_", "broadcast", 24, 0), ("c10d.broadcast_", "broadcast", 16, 1),
         ("aten.relu.default", "", 48, -1)]
+
+
+def test_a_reduce_keeps_its_root(tmp_path):
+    """c10d::reduce_ (tensors, group, op, root rank, ...): a reduce to the group's rank 1 (the group here is the
+    world: one file stands for every rank and takes the largest group), lowered as a reduce, not an all-reduce."""
+    t = [10, 11, 0, 6, 4, "cpu"]
+    schema = ("c10d::reduce_(Tensor[] tensors, __torch__.torch.classes.c10d.ProcessGroup process_group, "
+              "__torch__.torch.classes.c10d.ReduceOp reduce_op, int root_rank, int root_tensor, bool async_op=True, "
+              "int timeout=-1) -> __torch__.torch.classes.c10d.Work")
+    nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1), pg_init(2, 1),
+             node(3, "c10d::reduce_", 1, [[t], "<Object>", "<Object>", 1, 0, False, -1],
+                  ["GenericList[Tensor(float)]", "Object", "Object", "Int", "Int", "Bool", "Int"], [], [], schema)]
+    p = tmp_path / "trace_rank0.json"
+    p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
+    w = load_traces([str(p)], world_size=4)
+    [op] = w.programs[0]
+    assert (op.collective, op.bytes, op.root) == ("reduce", 24, 1)
+    report = astra_compile.compile(w, "Ring(4)")
+    assert [c["kind"] for c in report.collectives] == ["reduce"]
 
 
 def test_all_gather_group_from_size_ratio(tmp_path):

@@ -24,9 +24,8 @@ How the trace becomes ops:
 - Collectives, full-buffer bytes (DESIGN.md): all_reduce the buffer, all_gather the gathered output,
   reduce_scatter the input before scattering, all_to_all the input. Collectives the comm dialect has no op for
   are mapped only when one of its collectives computes a superset of the result on the same buffer:
-  reduce -> all_reduce (every rank then holds what the root holds), barrier -> all_reduce of its one-element
-  tensor (what NCCL runs for a barrier). A broadcast is a broadcast from its root (the group-local root rank
-  argument, made global through the group's ranks).
+  barrier -> all_reduce of its one-element tensor (what NCCL runs for a barrier). A broadcast or a reduce keeps
+  its root (the group-local root rank argument, made global through the group's ranks).
   Point-to-point (send/recv) and rooted gather/scatter raise UserError naming the op.
   _c10d_functional::wait_tensor becomes a WAIT op.
 - Process group of a collective: the recorded group name if there is one; else the recorded groups that contain
@@ -75,7 +74,7 @@ _C10D = {
     "allreduce_": ("all_reduce", 0, None),
     "allreduce_coalesced_": ("all_reduce", 0, None),
     "broadcast_": ("broadcast", 0, None),
-    "reduce_": ("all_reduce", 0, None),
+    "reduce_": ("reduce", 0, None),
     "barrier": ("all_reduce", 0, None),
     "monitored_barrier_": ("all_reduce", 0, None),
     "allgather_": ("all_gather", 0, 1),
@@ -588,15 +587,18 @@ class _Builder:
         table = _C10D if ns == "c10d" else _FUNCTIONAL
         if short not in table:
             self.trace.fail(f"node {node['id']}: {name} is not supported: the comm dialect lowers only "
-                            "all_reduce, reduce_scatter, all_gather, all_to_all and broadcast (no point-to-point or "
-                            "rooted gather/scatter)")
+                            "all_reduce, reduce_scatter, all_gather, all_to_all, broadcast and reduce (no "
+                            "point-to-point or rooted gather/scatter)")
         collective, full, part = table[short]
         pick = lambda where: _nbytes(outs) if where == OUT else _nbytes(ins[where])  # noqa: E731
         nbytes = pick(full)
         op = Op(name=_op_name(node), kind=COLLECTIVE, bytes=nbytes, collective=collective)
         ratio = nbytes // pick(part) if part is not None and pick(part) else None
-        if collective == "broadcast":  # c10d: (tensors, group, root rank, ...); functional: (input, src, group)
-            root = ins[2 if ns == "c10d" else 1] if len(ins) > (2 if ns == "c10d" else 1) else None
+        if collective in ("broadcast", "reduce"):
+            # c10d broadcast_: (tensors, group, root rank, ...), reduce_: (tensors, group, op, root rank, ...);
+            # functional broadcast: (input, src, group)
+            at = {"broadcast_": 2, "reduce_": 3}.get(short, 1) if ns == "c10d" else 1
+            root = ins[at] if len(ins) > at else None
             if isinstance(root, bool) or not isinstance(root, int) or root < 0:
                 self.trace.fail(f"node {node['id']}: {name} names no root rank (got {root!r})")
             self.trace.roots[len(self.trace.ops)] = root

@@ -35,6 +35,7 @@ COLLECTIVE_OPS = {
     "c10d.reduce_scatter_tensor_coalesced_": ("reduce_scatter", "in"),
     "c10d.alltoall_base_": ("all_to_all", "in"),
     "c10d.broadcast_": ("broadcast", "in"),
+    "c10d.reduce_": ("reduce", "in"),
     "_c10d_functional.all_reduce": ("all_reduce", "in"),
     "_c10d_functional.all_reduce_": ("all_reduce", "in"),
     "_c10d_functional.all_reduce_coalesced": ("all_reduce", "in"),
@@ -47,9 +48,10 @@ COLLECTIVE_OPS = {
     "_c10d_functional.broadcast": ("broadcast", "in"),
     "_c10d_functional.broadcast_": ("broadcast", "in"),
 }
-# where a broadcast's source is: its group-local rank's argument (c10d.broadcast_ takes tensors, group, root rank;
-# the functional op input, src, group name)
-ROOT_ARG = {"c10d.broadcast_": 2, "_c10d_functional.broadcast": 1, "_c10d_functional.broadcast_": 1}
+# where a broadcast's source (a reduce's target) is: its group-local rank's argument (c10d.broadcast_ takes tensors,
+# group, root rank; c10d.reduce_ tensors, group, op, root rank; the functional broadcast input, src, group name)
+ROOT_ARG = {"c10d.broadcast_": 2, "c10d.reduce_": 3, "_c10d_functional.broadcast": 1,
+            "_c10d_functional.broadcast_": 1}
 WAIT_OPS = ("_c10d_functional.wait_tensor",)
 # ops that only describe tensors or the profiler: no work, no dependency of their own
 SKIP_NAMESPACES = ("profiler", "prim")
@@ -139,7 +141,7 @@ class StepRecorder(TorchDispatchMode):
             op = Op(str(func), WAIT, deps)
         elif name.startswith(("c10d.", "_c10d_functional.")):
             problem = (f"the step calls {name}, which astra-compile cannot schedule yet (supported: all_reduce, "
-                       "reduce_scatter, all_gather, all_to_all, broadcast)")
+                       "reduce_scatter, all_gather, all_to_all, broadcast, reduce)")
             if not self.live:
                 raise UserError(problem)
             self.unsupported = self.unsupported or problem
@@ -172,7 +174,7 @@ class StepRecorder(TorchDispatchMode):
             # c10d ops take (output, input, ...) for gathers/scatters and (tensors, ...) for all-reduce; their
             # outputs repeat the tensors they fill
             tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
-            if kind in ("all_reduce", "broadcast"):
+            if kind in ("all_reduce", "broadcast", "reduce"):
                 full = tensors
             else:
                 full = tensors[:1] if buffer == "out" else tensors[1:2]
@@ -181,6 +183,6 @@ class StepRecorder(TorchDispatchMode):
                     full = tensors[:half] if buffer == "out" else tensors[half:]
         else:
             full = outputs if buffer == "out" else inputs
-        root = ranks[int(args[ROOT_ARG[name]])] if kind == "broadcast" else -1  # group-local -> global rank
+        root = ranks[int(args[ROOT_ARG[name]])] if name in ROOT_ARG else -1  # group-local -> global rank
         return Op(name, COLLECTIVE, deps, bytes=sum(map(_nbytes, full)), collective=kind,
                   group=tuple(sorted(ranks)), group_name=group_name, root=root)

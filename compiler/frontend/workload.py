@@ -13,7 +13,7 @@ from ..network.errors import UserError
 
 COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
 # the collectives the comm dialect lowers; the frontends map PyTorch's names onto these
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 PHASES = ("forward", "backward", "optimizer")   # the parts of a training step, in the order they run
 
 
@@ -27,7 +27,7 @@ class Op:
     collective: str = ""           # one of COLLECTIVES
     group: tuple[int, ...] = ()    # collective: ranks of its process group, ascending
     group_name: str = ""           # collective: the process group's name ("dp", "tp", "0", ...)
-    root: int = -1                 # broadcast: the global rank it sends from
+    root: int = -1                 # broadcast: the global rank it sends from; reduce: the one it sums into
     phase: str = ""                # part of the step: forward | backward | optimizer ("" when not known)
     iteration: int = -1            # traces holding several training iterations: which one (-1: not known)
     measured_ns: float = -1.0      # compute: its time measured by a profiler (Kineto), -1: from the roofline
