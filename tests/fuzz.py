@@ -285,6 +285,26 @@ def kineto_events() -> dict:
             "traceEvents": [op("aten::ones", 0, 12.5, 3), op("aten::relu", 50, 20.0, 6), kernel]}
 
 
+def kineto_alone_events() -> dict:
+    """A profiler trace recorded with shapes: a matmul, a gloo all-reduce (its backend record has the call's
+    record-function id + 1) and the process groups, enough to import without an execution trace."""
+    mm = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 10.0,
+          "args": {"Record function id": 3, "Input Dims": [[4, 8], [8, 16]], "Input type": ["float", "float"],
+                   "Concrete Inputs": ["", ""]}}
+    ar = {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 20, "dur": 5.0,
+          "args": {"Record function id": 7, "Input Dims": [[[64]], [], [], [], [], []],
+                   "Input type": ["TensorList", "", "", "", "Scalar", "Scalar"],
+                   "Concrete Inputs": ["", "", "", "", "True", "-1"]}}
+    gloo = {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": 21,
+            "dur": 30.0, "args": {"Record function id": 8, "Input Dims": [[64]], "Input type": ["float"]}}
+    add = {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 60, "dur": 2.0,
+           "args": {"Record function id": 9, "Input Dims": [[64], [64], []],
+                    "Input type": ["float", "float", "Scalar"], "Concrete Inputs": ["", "", "1"]}}
+    return {"schemaVersion": 1, "traceEvents": [mm, ar, gloo, add],
+            "distributedInfo": {"rank": 0, "world_size": 4, "pg_config": [
+                {"pg_name": "0", "pg_desc": "default_pg", "pg_size": 4, "ranks": [0, 1, 2, 3]}]}}
+
+
 def traced_with_rf_ids() -> dict:
     trace = trace_nodes()
     for n in trace["nodes"]:
@@ -375,6 +395,13 @@ def case_profile(draw, workdir):
     run("profiler traces", [trace, profile, "--topology", "2x2_torus", "--json"], workdir)
 
 
+def case_profile_alone(draw, workdir):
+    data = draw(st.one_of(st.builds(json.dumps, mutated_json(kineto_alone_events(), edits=2)),
+                          mutated_text(json.dumps(kineto_alone_events(), indent=1)), hostile_bytes()))
+    profile = write(os.path.join(workdir, "kineto_rank0.json"), data)
+    run("profiler traces alone", [profile, "--topology", "2x2_torus", "--json"], workdir)
+
+
 def case_model_file(draw, workdir):
     data = draw(mutated_text(model_source(), edits=2))
     path = write(os.path.join(workdir, "model.py"), data)
@@ -420,7 +447,8 @@ def case_sweep_file(draw, workdir):
 CASES = {"sizes": case_size, "topology notation": case_topology, "command-line numbers": case_options,
          "network files": case_network_file, ".mlir modules": case_mlir, "workload modules": case_step_module,
          "table directories": case_table_dir,
-         "execution traces": case_trace, "profiler traces": case_profile, "model files": case_model_file,
+         "execution traces": case_trace, "profiler traces": case_profile, "profiler traces alone": case_profile_alone,
+         "model files": case_model_file,
          "-o outputs": case_output,
          "sweep files": case_sweep_file}
 

@@ -63,7 +63,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..network.errors import UserError
-from .kineto import Kineto, is_kineto, read_kineto
+from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
 from .workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
 
 OUT = "out"  # "the op's recorded outputs" in the tables below
@@ -127,15 +127,19 @@ def load_traces(paths: list[str], world_size: int | None = None) -> Workload:
     files = [(str(p), _read(str(p))) for p in paths]
     profiles = [read_kineto(p, data) for p, data in files if is_kineto(data)]
     traces = [_Trace(p, data) for p, data in files if not is_kineto(data)]
+    spans = {}   # profiler traces alone: per trace, node id -> (start, end) ns of what it did
     if not traces:
-        raise UserError(f"{profiles[0].path}: a profiler (Kineto) trace has the times but not the graph: give the "
-                        "ExecutionTraceObserver trace of the same rank and steps with it")
+        for p, data in files:
+            trace, spans[p] = as_execution_trace(p, data)
+            traces.append(_Trace(p, trace))
     spmd = len(traces) == 1
     world = _world_size(traces, world_size, spmd)
     ranks = _ranks(traces, world, spmd)
     _attach_profiles(traces, ranks, profiles, spmd)
     for trace, rank in zip(traces, ranks):
         trace.build(rank, world)
+        if trace.path in spans:
+            _happens_before(trace, spans[trace.path])
     _resolve_groups(traces, spmd)
     return Workload(world_size=world, programs={t.rank: t.ops for t in traces},
                     source=", ".join(t.path for t in traces), spmd=spmd)
@@ -185,6 +189,7 @@ class _Trace:
         self.ops: list[Op] = []
         self.pending: list[tuple[int, list[str]]] = []  # (op index, candidate group names) to resolve
         self.roots: dict[int, int] = {}  # op index of a broadcast -> its group-local root rank
+        self.op_nodes: list[int] = []    # the node each op came from
 
     def fail(self, problem: str):
         raise UserError(f"{self.path}: {problem}")
@@ -524,6 +529,7 @@ class _Builder:
         for s in writes:
             self.last_writer[s] = index
         self.trace.ops.append(op)
+        self.trace.op_nodes.append(node["id"])
 
     def mutated_args(self, node: dict) -> set:
         schema = _schema(node)
@@ -697,8 +703,8 @@ def _call_formula(formula, node: dict) -> int:
         results = [_rebuild(v, s, t) for v, s, t in zip(outs["values"], outs["shapes"], outs["types"])]
         out_val = results[0] if len(results) == 1 else tuple(results)
         return int(formula(*args, out_val=out_val, **kwargs))
-    except (TypeError, ValueError, IndexError, RuntimeError, AttributeError):
-        return 0  # arguments the recording could not render (symbolic sizes, opaque objects)
+    except (TypeError, ValueError, IndexError, RuntimeError, AttributeError, AssertionError):
+        return 0  # arguments the recording could not render (symbolic sizes, opaque objects, shapes that disagree)
 
 
 def _rebuild(value, shape, type_: str):
@@ -737,6 +743,22 @@ def _preferred(t: _Trace, cands: list[str]) -> list[str]:
         if len(cands) > 1 and any(keep(g) for g in cands):
             cands = [g for g in cands if keep(g)]
     return cands
+
+
+def _happens_before(t: _Trace, spans: dict) -> None:
+    """A profiler trace records no tensors, so an op's inputs are unknown: it is taken to depend on every
+    collective that had finished (by its backend's record) before the op started in the recorded run, the order
+    that run observed. An op that overlapped a collective there may overlap it here; one that came after waits.
+    A collective waited for by a compute op needs no later compute op to wait again (the stream is in order)."""
+    pending: list[tuple[float, int]] = []   # (end, op index) of collectives no compute op has waited for
+    for i, (op, node) in enumerate(zip(t.ops, t.op_nodes)):
+        start = spans[node][0]
+        done = [c for end, c in pending if end <= start]
+        op.deps = sorted(set(op.deps) | set(done))
+        if op.kind != COLLECTIVE and done:
+            pending = [(end, c) for end, c in pending if c not in done]
+        if op.kind == COLLECTIVE:
+            pending.append((spans[node][1], i))
 
 
 def _assign(t: _Trace, op: Op, group: str, index: int):

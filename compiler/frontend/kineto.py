@@ -1,7 +1,7 @@
 """torch.profiler (Kineto, Chrome-trace JSON) traces: measured durations for the ops of an execution trace.
 
-A Kineto trace has the times, not the graph: it is read together with the ExecutionTraceObserver trace of the
-same rank and the same steps (`torch.profiler.profile(execution_trace_observer=...)` writes both), and each
+A Kineto trace has the times, not the graph: it is best read together with the ExecutionTraceObserver trace of
+the same rank and the same steps (`torch.profiler.profile(execution_trace_observer=...)` writes both), and each
 operator call of the execution trace takes its measured time from the Kineto event with the same record-function
 id (`rf_id` in the execution trace, "Record function id" in Kineto):
 - a GPU run (device events: kernels, memcpy, memset): the time of the device work the call launched, itself or
@@ -10,9 +10,13 @@ id (`rf_id` in the execution trace, "Record function id" in Kineto):
 - a CPU run (no device events): the call's own duration.
 A call the Kineto trace does not have keeps the roofline. The rank of a Kineto file is its distributedInfo.rank,
 else its name (as for execution traces).
+
+Alone (recorded with record_shapes=True), `as_execution_trace` reads it as the execution trace it lacks; the
+importer then takes dependencies from the recorded order (et_import._happens_before).
 """
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -97,3 +101,144 @@ def _nesting(ops: list[tuple]) -> dict[int, tuple]:
                 parent[id(item[0])] = stack[-1]
             stack.append(item)
     return parent
+
+
+# ---------------------------------------------------------------------------------- a profiler trace alone
+
+_ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
+                  "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1,
+                  "c10::Float8_e5m2": 1, "c10::complex<float>": 8, "c10::complex<double>": 16}
+RANGES = ("cpu_op", "user_annotation")  # operator calls and record_function ranges (ProfilerStep#, Optimizer.*)
+THREAD, ROOT = "[pytorch|profiler|execution_trace|thread]", "[pytorch|profiler|execution_trace|process]"
+PG_RECORD = "## process_group:init ##"
+COMM_PREFIXES = ("c10d::", "_c10d_functional")
+
+
+def as_execution_trace(path: str, data: dict) -> tuple[dict, dict[int, tuple[float, float]]]:
+    try:
+        return _as_execution_trace(path, data)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:  # not the shape torch writes
+        raise UserError(f"{path}: malformed profiler trace ({type(e).__name__}: {e})".replace("\n", " ")) from None
+
+
+def _timed(e) -> bool:
+    """A complete event with a name, a finite start and a non-negative duration."""
+    return (isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str)
+            and all(isinstance(e.get(k), (int, float)) and not isinstance(e.get(k), bool) and abs(e[k]) < 1e18
+                    for k in ("ts", "dur")) and e["dur"] >= 0)
+
+
+def _as_execution_trace(path: str, data: dict) -> tuple[dict, dict[int, tuple[float, float]]]:
+    """A profiler trace recorded with record_shapes=True, read as the execution trace it lacks: (the trace in the
+    execution-trace JSON form the importer reads, node id -> (start, end) ns of what the node did).
+
+    Nodes are the operator calls and ranges in order of their start, nested by time on their thread; a tensor
+    argument becomes a tensor of its recorded shape and dtype that no other call shares (the profiler records no
+    tensor identities, so data dependencies come from the times instead: see et_import); process groups come from
+    distributedInfo.pg_config. A collective's end is when its backend finished it: gloo's record on its worker
+    thread (the call's record-function id + 1), or the device work it launched, else the call's own end."""
+    events = [e for e in data["traceEvents"] if _timed(e) and e.get("cat") in RANGES]
+    calls = [e for e in events if not str(e["name"]).startswith("gloo:")]
+    if not calls:
+        raise UserError(f"{path}: the profiler trace holds no operator calls")
+    args = lambda e: e.get("args") if isinstance(e.get("args"), dict) else {}  # noqa: E731
+    if not any("Input Dims" in args(e) for e in calls):
+        raise UserError(f"{path}: a profiler trace alone needs the shapes of every call: record it with "
+                        "torch.profiler.profile(record_shapes=True), or give the ExecutionTraceObserver trace too")
+    info = data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else {}
+    groups = [{"pg_name": str(g.get("pg_name")), "pg_desc": str(g.get("pg_desc", "")), "ranks": g.get("ranks"),
+               "group_size": g.get("pg_size")} for g in info.get("pg_config") or [] if isinstance(g, dict)]
+    for g in groups:  # the world is recorded with its ranks listed: the importer's convention is an empty list
+        if g["pg_desc"] == "default_pg":
+            g["ranks"] = []
+    backend_end, backend_types = {}, {}  # by the record-function id of the call that started the backend's work
+    for e in events:
+        rf = args(e).get("Record function id")
+        if str(e["name"]).startswith("gloo:") and isinstance(rf, int) and not isinstance(rf, bool):
+            backend_end[rf - 1] = (e["ts"] + e["dur"]) * 1e3
+            backend_types[rf - 1] = args(e).get("Input type")
+    calls.sort(key=lambda e: (e["ts"], -e["dur"]))
+    thread = lambda e: (str(e.get("pid")), str(e.get("tid")))  # noqa: E731
+    threads = sorted({thread(e) for e in calls})
+    nodes = [_node(1, ROOT, 1), _node(2, PG_RECORD, 1, [json.dumps(groups)], [[]], ["String"])]
+    thread_id = {t: 3 + i for i, t in enumerate(threads)}
+    nodes += [_node(i, THREAD, 1) for i in thread_id.values()]
+    ids = {id(e): len(nodes) + 1 + k for k, e in enumerate(calls)}
+    stacks: dict = {t: [] for t in threads}
+    spans: dict[int, tuple[float, float]] = {}
+    cpu_end: dict[int, float] = {}
+    tensor = [100]   # tensor and storage ids, fresh for every argument
+    for e in calls:
+        stack = stacks[thread(e)]
+        while stack and stack[-1]["ts"] + stack[-1]["dur"] < e["ts"]:
+            stack.pop()
+        parent = ids[id(stack[-1])] if stack else thread_id[thread(e)]
+        stack.append(e)
+        a = args(e)
+        rf = a.get("Record function id")
+        try:
+            values, shapes, types = _inputs(a, tensor, backend_types.get(rf), e["name"].startswith(COMM_PREFIXES))
+        except ValueError as err:
+            raise UserError(f"{path}: {e['name']} at {e['ts']} us: {err}") from None
+        node = _node(ids[id(e)], e["name"], parent, values, shapes, types)
+        if isinstance(rf, int) and not isinstance(rf, bool):
+            node["attrs"].append({"name": "rf_id", "type": "uint64", "value": rf})
+        nodes.append(node)
+        spans[node["id"]] = (e["ts"] * 1e3, backend_end.get(rf, (e["ts"] + e["dur"]) * 1e3))
+        cpu_end[node["id"]] = (e["ts"] + e["dur"]) * 1e3
+    # the observer writes a call when it ends: nodes in order of their ends, inner calls first
+    order = sorted(nodes[len(thread_id) + 2:], key=lambda n: (cpu_end[n["id"]], -n["id"]))
+    trace = {"schema": "kineto", "nodes": nodes[:len(thread_id) + 2] + order}
+    rank = info.get("rank")
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        trace["rank"] = rank
+    return trace, spans
+
+
+def _node(id_: int, name: str, parent: int, values=(), shapes=(), types=()) -> dict:
+    return {"id": id_, "name": name, "ctrl_deps": parent,
+            "inputs": {"values": list(values), "shapes": list(shapes), "types": list(types)},
+            "outputs": {"values": [], "shapes": [], "types": []}, "attrs": []}
+
+
+def _inputs(a: dict, counter: list, backend_types, collective: bool) -> tuple[list, list, list]:
+    """A call's recorded arguments as execution-trace inputs: tensors of the recorded shapes and dtypes (a tensor
+    list takes its dtype from the backend's record of the same collective; a compute call's list, whose bytes
+    its measured time makes moot, counts no bytes), scalars from "Concrete Inputs"."""
+    dims, types = a.get("Input Dims") or [], a.get("Input type") or []
+    concrete = a.get("Concrete Inputs") or []
+    values, shapes, out_types = [], [], []
+    for i, d in enumerate(dims):
+        t = types[i] if i < len(types) and isinstance(types[i], str) else ""
+        if t == "TensorList" and isinstance(d, list):
+            inner = backend_types[0] if isinstance(backend_types, list) and backend_types else None
+            if inner not in _ELEMENT_BYTES and collective:
+                raise ValueError("its tensor list has no recorded dtype (no backend record of the same call)")
+            values.append([_tensor(s, inner, counter) for s in d])
+            inner = inner if inner in _ELEMENT_BYTES else "unknown"
+            shapes.append(d)
+            out_types.append(f"GenericList[Tensor({inner})]")
+        elif t in _ELEMENT_BYTES and isinstance(d, list):
+            values.append(_tensor(d, t, counter))
+            shapes.append(d)
+            out_types.append(f"Tensor({t})")
+        else:
+            text = concrete[i] if i < len(concrete) and isinstance(concrete[i], str) else ""
+            values.append(int(text) if text.lstrip("-").isdigit() and len(text) < 19 else text)
+            shapes.append([])
+            out_types.append("Int" if isinstance(values[-1], int) else "")
+    return values, shapes, out_types
+
+
+def _tensor(shape, dtype: str, counter: list) -> list:
+    """[tensor id, storage id, offset, elements, element bytes, device], as the execution trace writes a tensor."""
+    if not isinstance(shape, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**40
+                                              for x in shape):
+        raise ValueError(f"a tensor shape {shape!r} that is not a list of sizes")
+    counter[0] += 1
+    numel = 1
+    for x in shape:
+        numel *= x
+    if numel >= 2**50:
+        raise ValueError(f"a tensor of {numel} elements")
+    return [counter[0], counter[0], 0, numel, _ELEMENT_BYTES.get(dtype, 0), "cpu"]
