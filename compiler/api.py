@@ -102,9 +102,9 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
 
     `source`: a model file, an imported module following the model-file convention, execution-trace files, a
     workload .mlir module written by --emit mlir (timed on its own topology unless `topology` gives one of the
-    same shape; topology=None takes its own), a Workload (astra_compile.record's), or an nn.Module (before parallelization) with `example_inputs` (one
-    rank's batch) and optionally `parallelize(module, mesh)`, `loss(output)` and `optimizer(parameters)`, as a
-    model file would define them (frontend/module_object.py). May be called after init_process_group.
+    same shape; topology=None takes its own), a Workload (astra_compile.record's), or an nn.Module (before
+    parallelization) with `example_inputs` (one rank's batch) and optionally `parallelize(module, mesh)`,
+    `loss(output)` and `optimizer(parameters)`, as a model file would define them (frontend/module_object.py). May be called after init_process_group.
     `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
     apply to every collective as on the collective command line; the roofline turns FLOPs and bytes into compute
     time. `rank` picks whose step the report details (multi-rank traces); `iteration` keeps one iteration of a

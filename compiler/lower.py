@@ -10,7 +10,8 @@ the same nesting outwards, so the all-gather half of an all-reduce starts from e
 reduce-scatter half produced. All-to-all phases work on the whole chunk, split into one slot per group member.
 Broadcast phases work on the whole chunk too; their templates start at member 0, so each group's members are
 rotated to put the root's coordinate first, and a phase runs only on the groups that hold the data by then (those
-that agree with the root on every dimension the chunk has yet to visit).
+that agree with the root on every dimension the chunk has yet to visit); a reduce's phase only on those that
+agree with the root on every dimension the chunk has visited (the others have passed their sums on).
 Boundaries are floor(i * length / parts), so any byte count splits exactly.
 """
 from __future__ import annotations

@@ -76,9 +76,9 @@ def to_module(ctx, workload: Workload, topology: Topology):
 
 
 def collective_key(op, topology: Topology) -> tuple:
-    """What a collective's schedule depends on: (kind, bytes, topology dims), and for a broadcast or reduce the NPU whose
-    coordinates on those dims are its root's (0 elsewhere: every group runs the same). Equal keys share one
-    compilation."""
+    """What a collective's schedule depends on: (kind, bytes, topology dims), and for a broadcast or reduce the
+    NPU whose coordinates on those dims are its root's (0 elsewhere: every group runs the same). Equal keys share
+    one compilation."""
     kind, dims = op.kind, tuple(op.attrs["dims"])
     key = (kind, int(op.attrs["bytes"]), dims)
     if kind not in wl.comm.ROOTED:
