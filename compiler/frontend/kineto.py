@@ -136,7 +136,8 @@ def _as_execution_trace(path: str, data: dict) -> tuple[dict, dict[int, tuple[fl
     argument becomes a tensor of its recorded shape and dtype that no other call shares (the profiler records no
     tensor identities, so data dependencies come from the times instead: see et_import); process groups come from
     distributedInfo.pg_config. A collective's end is when its backend finished it: gloo's record on its worker
-    thread (the call's record-function id + 1), or the device work it launched, else the call's own end."""
+    thread (the call's record-function id + 1), else (NCCL, whose kernels are not matched yet) the call's own
+    end."""
     events = [e for e in data["traceEvents"] if _timed(e) and e.get("cat") in RANGES]
     calls = [e for e in events if not str(e["name"]).startswith("gloo:")]
     if not calls:
