@@ -71,11 +71,10 @@ def test_its_step_is_measured_and_never_shorter(recorded):
     alone = astra_compile.compile([str(d / f"kineto_rank{r}.json") for r in range(2)], "Ring(2)")
     both = astra_compile.compile([str(d / f"{k}_rank{r}.json") for k in ("et", "kineto") for r in range(2)],
                                  "Ring(2)")
-    assert alone["measured_ops"] == both["measured_ops"] > 0
-    assert alone["measured_compute_us"] == pytest.approx(both["measured_compute_us"], rel=1e-9)
+    # every call is measured; the execution trace's count may be lower (the observer can lose calls under gloo)
+    assert alone["measured_ops"] >= both["measured_ops"] > 0
     assert alone["compute_time_us"] == pytest.approx(alone["measured_compute_us"], rel=1e-9)
-    # every dependency of the execution trace is an order the recorded run observed, so it is among these
-    assert alone["total_time_us"] >= both["total_time_us"] * (1 - 1e-9)
+    assert alone["measured_compute_us"] >= both["measured_compute_us"] * (1 - 1e-9)
     assert [p["phase"] for p in alone["phases"]] == ["forward", "backward", "optimizer"]
 
 
