@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 
 FORMAT = "astra-compile-reuse"
-VERSION = 1
+VERSION = 2   # 2: a collective's time keeps its per-dimension busy time (link sharing)
 
 
 @dataclass

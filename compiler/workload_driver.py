@@ -92,6 +92,7 @@ class CollectiveTime:
     time_ns: float
     algorithm: str
     fallback: str = ""   # how a collective too small to split as asked ran instead ("" when it ran as asked)
+    dim_busy_ns: tuple = ()   # per topology dimension: how long its phases kept that dimension's links busy
 
 
 class CollectiveTimes(dict):
@@ -135,7 +136,8 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
                                                        reuse.options_key(opts.run)],
                                         lambda: _time_one(ctx, topology, key, opts), dataclasses.asdict,
                                         lambda d: CollectiveTime(float(d["time_ns"]), str(d["algorithm"]),
-                                                                 str(d.get("fallback", ""))))
+                                                                 str(d["fallback"]),
+                                                                 tuple(float(b) for b in d["dim_busy_ns"])))
     return times
 
 
@@ -186,7 +188,7 @@ def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaul
         label = f"{s.algorithm}@{'all' if s.dim == -1 else s.dim}"
         if label not in stages:
             stages.append(label)
-    return CollectiveTime(compiled.result.total_ns, ",".join(stages), fallback)
+    return CollectiveTime(compiled.result.total_ns, ",".join(stages), fallback, tuple(compiled.result.dim_busy_ns))
 
 
 def program_tables(progs: list, times: CollectiveTimes) -> list[ProgramTable]:
@@ -198,6 +200,7 @@ def program_tables(progs: list, times: CollectiveTimes) -> list[ProgramTable]:
         kind, flops, nbytes, measured = np.zeros(n, np.int8), np.zeros(n), np.zeros(n), np.full(n, np.nan)
         duration, stream = np.zeros(n), np.zeros(n, np.int32)
         sync, size = np.full(n, -1, np.int64), np.ones(n, np.int64)
+        use = np.zeros((n, times.topology.ndims))
         streams, seq = {}, {}
         for i, op in enumerate(prog.ops):
             if op.kind in KIND_CODE:
@@ -208,7 +211,10 @@ def program_tables(progs: list, times: CollectiveTimes) -> list[ProgramTable]:
             group = op.attrs["wl.group"]
             ranks = tuple(prog.groups[group])
             kind[i] = engine.COLLECTIVE
-            duration[i] = times.of(op).time_ns
+            took = times.of(op)
+            duration[i] = took.time_ns
+            if took.time_ns > 0 and took.dim_busy_ns:
+                use[i] = np.minimum(np.asarray(took.dim_busy_ns) / took.time_ns, 1.0)
             stream[i] = streams.setdefault(group, len(streams) + 1)
             k = seq[ranks] = seq.get(ranks, -1) + 1  # the k-th collective of this group matches across ranks
             sync[i] = sync_ids.setdefault((ranks, k), len(sync_ids))
@@ -217,7 +223,7 @@ def program_tables(progs: list, times: CollectiveTimes) -> list[ProgramTable]:
         ptr[1:] = np.cumsum([len(op.deps) for op in prog.ops])
         idx = np.asarray([d for op in prog.ops for d in op.deps], np.int64)
         tables.append(ProgramTable(prog.rank, kind, flops, nbytes, duration, stream, sync, size, ptr, idx,
-                                   measured))
+                                   measured, use))
     return tables
 
 

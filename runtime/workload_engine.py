@@ -14,13 +14,21 @@ Stream semantics are CUDA's as PyTorch uses them:
 Across ranks a collective starts when every member of its group has reached it (rows with the same `sync` id).
 An SPMD program (one rank standing for all) needs no matching: every rank reaches every collective together.
 
-Concurrent collectives on different streams do not slow each other down here; docs/workloads.md says so.
+Collectives in flight at the same time share the links they use (runtime/link_sharing.py): a collective row's
+`dim_use` gives the fraction of its time it occupies each topology dimension, and concurrent ones on the same
+NPU's dimension progress at max-min fair rates. The engine is therefore event-driven: a row starts when its
+predecessors (its data dependencies, the previous row of its stream, and for a collective the compute issued
+before it) have ended, and a collective's end is known only when the rates of everything in flight beside it are.
 """
 from __future__ import annotations
 
+import heapq
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .link_sharing import fair_rates
 
 from ..network.units import gbps_to_bytes_per_ns
 
@@ -54,6 +62,8 @@ class ProgramTable:
     dep_ptr: np.ndarray       # deps of row i: dep_idx[dep_ptr[i]:dep_ptr[i + 1]]
     dep_idx: np.ndarray
     measured_ns: np.ndarray | None = None   # compute rows: a profiler's measured time (NaN: use the roofline)
+    dim_use: np.ndarray | None = None       # collective rows x topology dims: fraction of its time it occupies
+    #                                         each dimension's links (None: it shares nothing)
 
 
 @dataclass
@@ -78,8 +88,10 @@ class WorkloadResult:
 
 
 class _Rank:
-    def __init__(self, table: ProgramTable, roofline: Roofline):
-        self.t = table
+    """One program: row durations and the predecessor graph the stream semantics give."""
+
+    def __init__(self, index: int, table: ProgramTable, roofline: Roofline):
+        self.index, self.t = index, table
         n = len(table.kind)
         compute = roofline.time_ns(table.flops, table.nbytes)
         self.measured = np.zeros(n, bool) if table.measured_ns is None else \
@@ -87,65 +99,146 @@ class _Rank:
         if self.measured.any():
             compute = np.where(self.measured, table.measured_ns, compute)
         self.dur = np.where(table.kind == COMPUTE, compute, np.where(table.kind == COLLECTIVE, table.duration_ns, 0.0))
-        self.start, self.end = np.zeros(n), np.zeros(n)
-        self.pos, self.compute_free, self.stream_free = 0, 0.0, {}
+        self.start, self.end = np.full(n, np.nan), np.full(n, np.nan)
+        self.took = self.dur.copy()               # a collective's time in the step: longer when it was slowed
+        self.waiting = np.zeros(n, np.int64)      # predecessors not yet ended
+        self.succ: list[list[int]] = [[] for _ in range(n)]
+        kind, ptr, idx = table.kind.tolist(), table.dep_ptr.tolist(), table.dep_idx.tolist()
+        last_on: dict = {}   # stream -> its latest row; the compute stream is -1
+        for i in range(n):
+            preds = set(idx[ptr[i]:ptr[i + 1]])
+            on = -1 if kind[i] != COLLECTIVE else int(table.stream[i])
+            if on in last_on:
+                preds.add(last_on[on])
+            if on != -1 and -1 in last_on:   # the communication stream waits for the compute issued before
+                preds.add(last_on[-1])
+            last_on[on] = i
+            self.waiting[i] = len(preds)
+            for p in preds:
+                self.succ[p].append(i)
 
-    def ready(self, i: int) -> float:
-        deps = self.t.dep_idx[self.t.dep_ptr[i]:self.t.dep_ptr[i + 1]]
-        return float(self.end[deps].max()) if len(deps) else 0.0
+
+@dataclass(eq=False)
+class _Job:
+    """One collective in flight: its rows on every member rank, the alone-time left and the current rate."""
+    rows: list
+    left: float
+    since: float
+    use: dict
+    rate: float = 1.0
+    slowed: bool = False
+
+    def finish(self) -> float:
+        return self.since + max(self.left, 0.0) / self.rate
+
+
+class _Simulation:
+    def __init__(self, ranks: list[_Rank], spmd: bool):
+        self.ranks, self.spmd = ranks, spmd
+        self.events: list = []     # (time, seq, rank index, row): the row ends
+        self.seq = 0
+        self.arrived: dict = {}    # sync id -> [(rank index, row)] of members that reached the collective
+        self.active: list[_Job] = []
+
+    def run(self) -> None:
+        for r in self.ranks:
+            for i in np.flatnonzero(r.waiting == 0).tolist():
+                self._release(r, i, 0.0)
+        while self.events or self.active:
+            job = min(self.active, key=_Job.finish) if self.active else None
+            t_next = self.events[0][0] if self.events else math.inf
+            if job is not None and job.finish() <= t_next:
+                now = job.finish()
+                self.active.remove(job)
+                for k, i in job.rows:
+                    if job.slowed:
+                        self.ranks[k].took[i] = now - self.ranks[k].start[i]
+                    self._ended(self.ranks[k], i, now)
+                self._reshare(now)
+                continue
+            now, _, k, i = heapq.heappop(self.events)
+            self._ended(self.ranks[k], i, now)
+
+    def _release(self, r: _Rank, i: int, now: float) -> None:
+        """Row i of r has every predecessor done at `now`."""
+        t = r.t
+        if t.kind[i] != COLLECTIVE:
+            r.start[i] = now
+            self._push(now + r.dur[i], r.index, i)
+            return
+        if self.spmd or t.group_size[i] <= 1:
+            self._start([(r.index, i)], now)
+            return
+        members = self.arrived.setdefault(int(t.sync[i]), [])
+        members.append((r.index, i))
+        if len(members) == t.group_size[i]:
+            del self.arrived[int(t.sync[i])]
+            self._start(members, now)
+
+    def _start(self, rows: list, now: float) -> None:
+        use = {}
+        for k, i in rows:
+            r = self.ranks[k]
+            r.start[i] = now
+            if r.t.dim_use is not None:
+                use.update({(k, d): float(u) for d, u in enumerate(r.t.dim_use[i]) if u > 0})
+        alone = max(float(self.ranks[k].dur[i]) for k, i in rows)
+        if alone <= 0.0:
+            for k, i in rows:
+                self._push(now, k, i)
+            return
+        self.active.append(_Job(rows, alone, now, use))
+        if use:
+            self._reshare(now)
+
+    def _reshare(self, now: float) -> None:
+        """New rates for the collectives in flight; a collective whose rate changes is settled up to `now`."""
+        rates = fair_rates({job: job.use for job in self.active})
+        for job in self.active:
+            rate = rates[job]
+            if rate != job.rate:
+                job.left -= job.rate * (now - job.since)
+                job.since, job.rate = now, rate
+                job.slowed = True
+
+    def _ended(self, r: _Rank, i: int, now: float) -> None:
+        r.end[i] = now
+        for j in r.succ[i]:
+            r.waiting[j] -= 1
+            if r.waiting[j] == 0:
+                self._release(r, j, now)
+
+    def _push(self, when: float, k: int, i: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (when, self.seq, k, i))
+
+    def stuck(self) -> WorkloadError | None:
+        for members in self.arrived.values():
+            k, i = min(members)
+            r = self.ranks[k]
+            return WorkloadError(f"rank {r.t.rank} waits forever at op {i}: a collective on a group of "
+                                 f"{int(r.t.group_size[i])} ranks that only {len(members)} of them issue (the traces "
+                                 "do not match)")
+        for r in self.ranks:
+            if np.isnan(r.end).any():
+                i = int(np.flatnonzero(np.isnan(r.end))[0])
+                return WorkloadError(f"rank {r.t.rank} never runs op {i}: it depends on a later op")
+        return None
 
 
 def run_workload(tables: list[ProgramTable], roofline: Roofline, spmd: bool = False) -> WorkloadResult:
-    ranks = [_Rank(t, roofline) for t in tables]
-    arrived: dict[int, dict[int, float]] = {}   # sync id -> rank -> time the rank could start it
-    started: dict[int, float] = {}              # sync id -> start time agreed by all members
-    while True:
-        progress = False
-        for r in ranks:
-            progress |= _advance(r, spmd, arrived, started)
-        if all(r.pos == len(r.t.kind) for r in ranks):
-            break
-        if not progress:
-            stuck = [r for r in ranks if r.pos < len(r.t.kind)]
-            r = stuck[0]
-            raise WorkloadError(f"rank {r.t.rank} waits forever at op {r.pos}: a collective on a group of "
-                                f"{int(r.t.group_size[r.pos])} ranks that only {len(arrived.get(int(r.t.sync[r.pos]), {}))}"
-                                " of them issue (the traces do not match)")
+    ranks = [_Rank(k, t, roofline) for k, t in enumerate(tables)]
+    sim = _Simulation(ranks, spmd)
+    sim.run()
+    error = sim.stuck()
+    if error is not None:
+        raise error
     out = WorkloadResult()
     for r in ranks:
         kind = r.t.kind
         total = float(r.end.max()) if len(kind) else 0.0
         compute = float(r.dur[kind == COMPUTE].sum())
-        out.ranks[r.t.rank] = RankTimes(r.start, r.end, total, compute, float(r.dur[kind == COLLECTIVE].sum()),
+        out.ranks[r.t.rank] = RankTimes(r.start, r.end, total, compute, float(r.took[kind == COLLECTIVE].sum()),
                                         max(0.0, total - compute), float(r.dur[r.measured].sum()),
                                         int(r.measured.sum()))
     return out
-
-
-def _advance(r: _Rank, spmd: bool, arrived, started) -> bool:
-    """Run rank r's ops in issue order until it blocks on a collective its partners have not reached."""
-    t, moved = r.t, False
-    while r.pos < len(t.kind):
-        i = r.pos
-        ready = r.ready(i)
-        if t.kind[i] == COLLECTIVE:
-            s = int(t.stream[i])
-            ready = max(ready, r.stream_free.get(s, 0.0), r.compute_free)
-            if not spmd and t.group_size[i] > 1:
-                sync = int(t.sync[i])
-                if sync not in started:
-                    members = arrived.setdefault(sync, {})
-                    members[t.rank] = ready
-                    if len(members) < t.group_size[i]:
-                        return moved
-                    started[sync] = max(members.values())
-                ready = started[sync]
-            r.start[i], r.end[i] = ready, ready + r.dur[i]
-            r.stream_free[s] = r.end[i]
-        else:  # compute and wait rows hold the compute stream in issue order
-            r.start[i] = max(ready, r.compute_free)
-            r.end[i] = r.start[i] + r.dur[i]
-            r.compute_free = r.end[i]
-        r.pos += 1
-        moved = True
-    return moved

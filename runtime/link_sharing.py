@@ -1,0 +1,48 @@
+"""How collectives in flight at the same time share the links they use (the workload engine's contention rule).
+
+A collective run alone takes `alone_ns` and occupies topology dimension d for a fraction u[d] of that time (its
+phases' busy time on d over its duration, as the network runtime measured it). Run concurrently, collective i
+progresses at a rate r_i <= 1 (alone-time per ns) and occupies each of its resources (an NPU's links in one
+dimension) at r_i * u_i[d]. The rates are max-min fair (progressive filling): all rates grow together until a
+resource is full (sum of r_i * u_i[d] over its users = 1) or a rate reaches 1; the collectives on a full resource
+keep their rate and the others grow on. Two equal all-reduces on one dimension (u = 1) both run at 1/2 and take
+twice as long; on two different dimensions they share nothing and run at 1. docs/cost-model.md states the rule.
+"""
+from __future__ import annotations
+
+EPS = 1e-12
+
+
+def fair_rates(uses: dict) -> dict:
+    """uses: job -> {resource: fraction of the resource the job needs at full speed}. Returns job -> rate."""
+    rates: dict = {}
+    free = {}
+    for use in uses.values():
+        for res in use:
+            free[res] = 1.0
+    growing = {j for j, use in uses.items() if any(u > EPS for u in use.values())}
+    for j in uses.keys() - growing:
+        rates[j] = 1.0   # occupies nothing: never slowed
+    level = 0.0
+    while growing:
+        load: dict = {}
+        for j in growing:
+            for res, u in uses[j].items():
+                if u > EPS:
+                    load[res] = load.get(res, 0.0) + u
+        step = 1.0 - level
+        for res, total in load.items():
+            step = min(step, free[res] / total)
+        level += step
+        full = set()
+        for res, total in load.items():
+            free[res] -= step * total
+            if free[res] <= EPS:
+                full.add(res)
+        done = {j for j in growing if level >= 1.0 - EPS or any(r in full and u > EPS for r, u in uses[j].items())}
+        if not done:   # numerical safety: a step always fills a resource or reaches rate 1
+            done = set(growing)
+        for j in done:
+            rates[j] = min(level, 1.0)
+        growing -= done
+    return rates
