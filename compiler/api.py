@@ -97,12 +97,13 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             peak_tflops: float = Roofline.peak_tflops, mem_bw_gbps: float = Roofline.mem_gbps,
             rank: int = 0, max_memory: int | None = None,
             capture_limit: float | None = DEFAULT_CAPTURE_LIMIT, example_inputs=None, parallelize=None,
-            loss=None, optimizer=None, iteration: int | None = None) -> WorkloadReport:
+            loss=None, optimizer=None, iteration: int | None = None, keep_tables: bool = False) -> WorkloadReport:
     """Capture (or import) one training step, compile its collectives for `topology` and time the step.
 
     `source`: a model file, an imported module following the model-file convention, execution-trace files, a
     workload .mlir module written by --emit mlir (timed on its own topology unless `topology` gives one of the
-    same shape; topology=None takes its own), a Workload (astra_compile.record's), or an nn.Module (before
+    same shape; topology=None takes its own), a step table directory written by --emit tables -o (its own
+    topology and compiled collectives: topology=None), a Workload (astra_compile.record's), or an nn.Module (before
     parallelization) with `example_inputs` (one rank's batch) and optionally `parallelize(module, mesh)`,
     `loss(output)` and `optimizer(parameters)`, as a model file would define them (frontend/module_object.py). May be called after init_process_group.
     `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
@@ -110,8 +111,12 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     time. `rank` picks whose step the report details (multi-rank traces); `iteration` keeps one iteration of a
     trace that holds several (the report otherwise times them all, and each). `max_memory` (bytes) refuses a
     collective estimated to need more (default: this machine's available memory); `capture_limit` bounds the CPU
-    seconds a model file may take to load and capture."""
+    seconds a model file may take to load and capture. `keep_tables`: keep each collective's schedule so that
+    `report.step_tables(fmt)` gives the step's per-accelerator tables (runtime/step_tables.py)."""
     step_module = isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".mlir")
+    if _is_step_dir(source):
+        return _compile_step_dir(os.fspath(source), topology, backend, intra, peak_tflops, mem_bw_gbps, max_memory,
+                                 rank)
     if topology is None and not step_module:
         raise UserError("a topology is required (a workload .mlir module names its own)")
     if topology is None and any(v is not None for v in (bandwidth, latency, links)):
@@ -121,9 +126,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     if isinstance(mesh, str):
         from .frontend.parallelize import parse_mesh
         mesh = parse_mesh(mesh)
-    for flag, value in (("--peak-tflops", peak_tflops), ("--mem-bw", mem_bw_gbps)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise UserError(f"{flag} must be a finite positive number, got {value!r}")
+    _check_roofline(peak_tflops, mem_bw_gbps)
     if step_module:  # written by --emit mlir: already lowered, with its topology, source and mesh
         if mesh or iteration is not None or any(v is not None for v in (example_inputs, parallelize, loss,
                                                                          optimizer)):
@@ -144,17 +147,55 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items())}
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
     opts = WorkloadOptions(scheduler, defaults, driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory),
-                           Roofline(peak_tflops, mem_bw_gbps))
-    result, times = run(lowered, topo, opts)
+                           Roofline(peak_tflops, mem_bw_gbps), keep_tables)
+    report = _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
+    report.mlir = lowered.mlir
+    return report
+
+
+def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recorded: dict, rank: int):
+    result, times = run(lowered, topo, opts, times)
     if rank not in result.ranks:
         raise UserError(f"rank {rank} is not among the workload's programs ({sorted(result.ranks)})")
     info = {"source": recorded["source"], "topology": topo.name, "npus": topo.npus, "mesh": recorded["mesh"],
-            "backend": backend, "scheduler": scheduler, "peak_tflops": peak_tflops, "mem_bw_gbps": mem_bw_gbps,
-            "rank": rank}
+            "backend": opts.run.backend, "scheduler": recorded["scheduler"], "peak_tflops": opts.roofline.peak_tflops,
+            "mem_bw_gbps": opts.roofline.mem_gbps, "rank": rank}
     report = make_report(info, result, times, lowered.programs, rank)
-    report.mlir = lowered.mlir
     report.timeline = lambda: step_trace(result, lowered.programs, times, info)
+    if opts.keep_schedules:
+        from . import step_dir
+        report.step_tables = lambda fmt: step_dir.build(lowered, times, info | {"topology_dict": topo.to_dict()},
+                                                        fmt)
     return report
+
+
+def _is_step_dir(source) -> bool:
+    if not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source):
+        return False
+    from .runtime.step_tables import is_step_dir
+    return is_step_dir(os.fspath(source))
+
+
+def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops: float, mem_bw_gbps: float,
+                      max_memory: int | None, rank: int) -> WorkloadReport:
+    """A step table directory (--emit tables -o DIR): its collectives' tables executed on `backend`, then the step."""
+    from . import step_dir
+    if topology is not None:
+        raise UserError(f"{path}: a step table directory runs on the topology it was compiled for (meta.json); "
+                        "give no topology")
+    _check_roofline(peak_tflops, mem_bw_gbps)
+    run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory)
+    lowered, topo, recorded, times, step = step_dir.load(path, run_opts)
+    opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, Roofline(peak_tflops, mem_bw_gbps))
+    report = _timed(lowered, topo, opts, times, recorded, rank)
+    report.step_tables = lambda fmt: step
+    return report
+
+
+def _check_roofline(peak_tflops, mem_bw_gbps) -> None:
+    for flag, value in (("--peak-tflops", peak_tflops), ("--mem-bw", mem_bw_gbps)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise UserError(f"{flag} must be a finite positive number, got {value!r}")
 
 
 def _lowered(workload: Workload, topo: Topology) -> Lowered:

@@ -250,24 +250,32 @@ def _is_trace_dir(inputs: list[str]) -> bool:
         return False
 
 
-def _run_workload(args, max_memory: int | None) -> int:
-    """model.py or execution traces -> the step report (or the workload MLIR)."""
+def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
+    """model.py, execution traces, a workload module or a step table directory -> the step report (or the workload
+    MLIR, or the step's tables)."""
     from . import reuse
     from .api import compile as compile_workload
+    if args.emit == "tables" and args.output is None and args.npu is None:
+        raise UserError("--emit tables needs --npu K (print one accelerator's step table) or -o DIR (write them all)")
+    if step_dir:
+        if args.emit == "mlir":
+            raise UserError(f"--emit mlir: {args.input[0]} holds the step's tables, not its workload module")
+        report = compile_workload(args.input[0], None, backend=args.backend, intra=args.intra,
+                                  peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory)
+    else:
+        if not args.topology and not _is_step_module(args.input):
+            raise UserError("--topology is required")
+        chunks = _positive_int(args.chunks, "--chunks") if args.chunks is not None else None
+        with reuse.using(_cache(args.cache) if args.cache else reuse.current()):
+            report = compile_workload(args.input if len(args.input) > 1 else args.input[0], args.topology,
+                                      bandwidth=args.bandwidth, latency=args.latency, links=args.links,
+                                      mesh=args.mesh, scheduler=args.scheduler, chunks=chunks,
+                                      algorithm=args.algorithm, backend=args.backend, intra=args.intra,
+                                      peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
+                                      capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration,
+                                      keep_tables=args.emit == "tables")
     if args.emit == "tables":
-        raise UserError("--emit tables prints one collective's schedule: compile it with --collective/--size/--dims "
-                        "(the report lists each collective's kind, bytes and dims)")
-    step_module = _is_step_module(args.input)
-    if not args.topology and not step_module:
-        raise UserError("--topology is required")
-    chunks = _positive_int(args.chunks, "--chunks") if args.chunks is not None else None
-    with reuse.using(_cache(args.cache) if args.cache else reuse.current()):
-        report = compile_workload(args.input if len(args.input) > 1 else args.input[0], args.topology,
-                                  bandwidth=args.bandwidth, latency=args.latency, links=args.links, mesh=args.mesh,
-                                  scheduler=args.scheduler, chunks=chunks, algorithm=args.algorithm,
-                                  backend=args.backend, intra=args.intra, peak_tflops=args.peak_tflops,
-                                  mem_bw_gbps=args.mem_bw, max_memory=max_memory,
-                                  capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration)
+        return _emit_step_tables(args, report)
     if args.emit == "mlir":
         if args.output:
             atomic.write_text(args.output, report.mlir)
@@ -278,6 +286,22 @@ def _run_workload(args, max_memory: int | None) -> int:
         from .runtime.trace import write_chrome
         write_chrome(args.timeline, report.timeline())
     _report(args, report.to_dict(), report.format)
+    return 0
+
+
+def _emit_step_tables(args, report) -> int:
+    from . import step_dir
+    from .runtime import step_tables
+    step = report.step_tables(args.table_format)
+    if args.output:
+        step_tables.write(args.output, step, force=args.force)
+        ranks = step.meta["npus"]
+        print(f"wrote the step of {ranks} accelerators to {args.output}: {len(step.programs)} program table(s), "
+              f"{len(step.collectives)} collective schedule(s), meta.json; step time "
+              f"{report.total_time_us:.3f} us")
+        return 0
+    npu = _int_list(args.npu, "--npu")[0] if args.npu.strip() else -1
+    print(step_dir.format_npu(step, npu, args.json))
     return 0
 
 
@@ -309,6 +333,10 @@ def _kind(args) -> str:
     if _is_workload(args.input):
         return "training step"
     if len(args.input) == 1 and os.path.isdir(args.input[0]):
+        from .runtime.step_tables import is_step_dir
+        if is_step_dir(args.input[0]):
+            return "step tables"
+    if len(args.input) == 1 and os.path.isdir(args.input[0]):
         return "table directory"
     return "collective"
 
@@ -328,8 +356,8 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
         max_memory = parse_size(args.max_memory) if args.max_memory is not None else None
     except UserError as e:
         raise UserError(f"--max-memory: {e}") from None
-    if kind == "training step":
-        return _run_workload(args, max_memory)
+    if kind in ("training step", "step tables"):
+        return _run_workload(args, max_memory, kind == "step tables")
     if len(args.input) > 1:
         raise UserError(f"give one .mlir module or table directory, got {len(args.input)} inputs")
     args.input = args.input[0] if args.input else None

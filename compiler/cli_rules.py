@@ -1,7 +1,7 @@
 """Which command-line options apply to which kind of run, so that no option is ever silently ignored.
 
-Every run is one of: listing passes, executing a table directory, a training step (model file or traces), or a
-collective (from --collective or a .mlir module) emitted as a report, MLIR or tables. An option given outside the
+Every run is one of: listing passes, executing a table directory, a training step (model file, traces or a
+workload module), a step table directory, or a collective (from --collective or a .mlir module) emitted as a report, MLIR or tables. An option given outside the
 runs it applies to ends the command with one line naming it and what it applies to.
 """
 from __future__ import annotations
@@ -18,7 +18,9 @@ ALLOWED = {
     "table directory": RUN | {"json", "verify", "timeline", "plot"},
     "training step": NETWORK | COMPILE | {"mesh", "capture_limit", "peak_tflops", "mem_bw", "backend", "intra",
                                           "emit", "output", "json", "max_memory", "cache", "iteration",
-                                          "timeline"},
+                                          "timeline", "npu", "table_format", "force"},
+    # a step written with --emit tables -o: compiled already, on its own topology
+    "step tables": {"peak_tflops", "mem_bw", "backend", "intra", "emit", "npu", "json", "max_memory", "timeline"},
     "collective": NETWORK | COMPILE | RUN | {"collective", "size", "dims", "root", "ports", "pass_pipeline",
                                              "print_ir_after_all", "mlir_timing", "emit", "npu", "output",
                                              "table_format",

@@ -101,6 +101,7 @@ class CollectiveTimes(dict):
     def __init__(self, topology: Topology):
         super().__init__()
         self.topology = topology
+        self.schedules: dict = {}   # key -> its compiled schedule, when kept (WorkloadOptions.keep_schedules)
 
     def key(self, op) -> tuple:
         return collective_key(op, self.topology)
@@ -115,6 +116,7 @@ class WorkloadOptions:
     defaults: dict = field(default_factory=dict)          # chunks, algorithm (as the collective CLI takes them)
     run: driver.RunOptions = field(default_factory=driver.RunOptions)
     roofline: Roofline = field(default_factory=Roofline)
+    keep_schedules: bool = False   # keep each collective's compiled schedule (step tables); never from a cache
 
 
 def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> CollectiveTimes:
@@ -129,12 +131,14 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
             key = times.key(op)
             if key in times:
                 continue
-            if shared is None:
-                times[key] = _time_one(ctx, topology, key, opts)
+            if shared is None or opts.keep_schedules:
+                times[key], schedule = _time_one(ctx, topology, key, opts)
+                if opts.keep_schedules:
+                    times.schedules[key] = schedule
             else:  # a sweep or --cache: the same collective, network and options are compiled once
                 times[key] = shared.get("collective", [key, topology.to_dict(), opts.scheduler, opts.defaults,
                                                        reuse.options_key(opts.run)],
-                                        lambda: _time_one(ctx, topology, key, opts), dataclasses.asdict,
+                                        lambda: _time_one(ctx, topology, key, opts)[0], dataclasses.asdict,
                                         lambda d: CollectiveTime(float(d["time_ns"]), str(d["algorithm"]),
                                                                  str(d["fallback"]),
                                                                  tuple(float(b) for b in d["dim_busy_ns"])))
@@ -146,7 +150,7 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
 SMALL_PER_MEMBER = 1024
 
 
-def _time_one(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> CollectiveTime:
+def _time_one(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> tuple[CollectiveTime, object]:
     """Compile and time one collective. A small one that cannot split as asked (a 4-byte loss all-reduce over 64
     NPUs) runs in one chunk, else padded to the smallest size that splits, and says so: a real library sends it
     all the same, paying the steps' latency, which the padding keeps."""
@@ -180,7 +184,7 @@ def _time_one(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> Col
 
 
 def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaults: dict, opts: WorkloadOptions,
-                   fallback: str = "", root: int = 0) -> CollectiveTime:
+                   fallback: str = "", root: int = 0) -> tuple[CollectiveTime, object]:
     one = driver.build_module(ctx, topology, kind, nbytes, list(dims), root)
     compiled = driver.compile_schedule(str(one), ctx, topology, opts.scheduler, defaults, opts.run)
     stages = []
@@ -188,7 +192,8 @@ def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaul
         label = f"{s.algorithm}@{'all' if s.dim == -1 else s.dim}"
         if label not in stages:
             stages.append(label)
-    return CollectiveTime(compiled.result.total_ns, ",".join(stages), fallback, tuple(compiled.result.dim_busy_ns))
+    return CollectiveTime(compiled.result.total_ns, ",".join(stages), fallback, tuple(compiled.result.dim_busy_ns)), \
+        compiled.schedule
 
 
 def program_tables(progs: list, times: CollectiveTimes) -> list[ProgramTable]:
@@ -284,8 +289,10 @@ def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topolog
         {"source": a.get("wl.source", path), "mesh": a.get("wl.mesh", "")}
 
 
-def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions):
-    times = time_collectives(lowered.programs, topology, opts)
+def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions, times: CollectiveTimes | None = None):
+    """Time the step; `times` given (a step table directory's collectives) are used as they are."""
+    if times is None:
+        times = time_collectives(lowered.programs, topology, opts)
     tables = program_tables(lowered.programs, times)
     try:
         result = run_workload(tables, opts.roofline, lowered.spmd)

@@ -17,6 +17,9 @@ class WorkloadReport:
     mlir: str = ""          # the workload module as compiled (wl + comm dialects)
     # the step as a Chrome trace (compiler/step_timeline.py), built when asked: api.compile sets it
     timeline: Callable[[], dict] | None = field(default=None, repr=False, compare=False)
+    # the step's per-accelerator tables (runtime/step_tables.StepTables) in a table format: compile(...,
+    # keep_tables=True) or a step table directory sets it
+    step_tables: Callable[[str], object] | None = field(default=None, repr=False, compare=False)
 
     def __getitem__(self, key):
         return self.data[key]

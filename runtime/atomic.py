@@ -107,8 +107,11 @@ def write_dir(out_dir: str, fill: Callable[[str], None], owned: Callable[[str], 
         fill(tmp)
         mask = _umask()
         os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes the folder private; give the user's usual permissions
-        for name in os.listdir(tmp):
-            os.chmod(os.path.join(tmp, name), 0o666 & ~mask)
+        for folder, subdirs, files in os.walk(tmp):
+            for name in subdirs:
+                os.chmod(os.path.join(folder, name), 0o777 & ~mask)
+            for name in files:
+                os.chmod(os.path.join(folder, name), 0o666 & ~mask)
         if replace:  # move ours aside first: a kill between the renames leaves no output, never a mixed one
             old = tempfile.mkdtemp(prefix=_prefix(out_dir, "old"), dir=parent)
             os.replace(out_dir, os.path.join(old, base))

@@ -139,19 +139,21 @@ def write_dir(schedule: Schedule, out_dir: str, fmt: str = "csv", force: bool = 
     if fmt not in ("csv", "json"):
         raise TableError(f"unknown table format '{fmt}' (csv or json)")
 
-    def fill(tmp: str) -> None:
-        meta = schedule.export_meta().with_(table_format=fmt)
-        meta.write(os.path.join(tmp, "meta.json"))
-        for npu in range(meta.npus):
-            t = schedule.table(npu)
-            path = os.path.join(tmp, f"npu_{npu}.{fmt}")
-            if fmt == "csv":
-                t.to_csv(path)
-            else:
-                with open(path, "w") as f:
-                    json.dump({c: t.cols[c].tolist() for c in COLUMN_NAMES}, f)
+    atomic.write_dir(out_dir, lambda tmp: fill_dir(schedule, tmp, fmt), not_a_table_dir, force, "tables")
 
-    atomic.write_dir(out_dir, fill, not_a_table_dir, force, "tables")
+
+def fill_dir(schedule: Schedule, folder: str, fmt: str) -> None:
+    """meta.json and one table per NPU into an empty folder (write_dir's, or a step directory's collective_<c>)."""
+    meta = schedule.export_meta().with_(table_format=fmt)
+    meta.write(os.path.join(folder, "meta.json"))
+    for npu in range(meta.npus):
+        t = schedule.table(npu)
+        path = os.path.join(folder, f"npu_{npu}.{fmt}")
+        if fmt == "csv":
+            t.to_csv(path)
+        else:
+            with open(path, "w") as f:
+                json.dump({c: t.cols[c].tolist() for c in COLUMN_NAMES}, f)
 
 
 _TABLE_FILE = re.compile(r"^npu_[0-9]+\.(csv|json)$")

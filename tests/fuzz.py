@@ -380,6 +380,33 @@ def case_table_dir(draw, workdir, valid_dir: str):
     run("table directories", [d, *extra, "--json"], workdir)
 
 
+def valid_step_dir(root: str) -> str:
+    """The two-rank step of tests/ir/step_two_ranks.mlir written as step tables, once per fuzz root."""
+    d = os.path.join(root, "valid_step")
+    if not os.path.isdir(d):
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main([os.path.join(HERE, "ir", "step_two_ranks.mlir"), "--emit", "tables", "-o", d])
+        assert code == 0
+    return d
+
+
+def case_step_dir(draw, workdir):
+    d = os.path.join(workdir, "step")
+    shutil.copytree(valid_step_dir(os.path.dirname(workdir)), d)
+    target = draw(st.sampled_from(["meta.json", "program_0.csv", "program_1.csv", "collective_1/meta.json",
+                                   "collective_1/npu_0.csv"]))
+    path = os.path.join(d, target)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if target.endswith("meta.json") and draw(st.booleans()):
+        data = json.dumps(draw(mutated_json(json.loads(text), edits=2)))
+    else:
+        data = draw(st.one_of(mutated_text(text), hostile_bytes()))
+    write(path, data)
+    extra = draw(st.sampled_from([[], ["--backend", "congestion"], ["--emit", "tables", "--npu", "1"]]))
+    run("step table directories", [d, *extra, "--json"], workdir)
+
+
 def case_trace(draw, workdir):
     data = draw(st.one_of(st.builds(json.dumps, mutated_json(trace_nodes(), edits=2)),
                           mutated_text(json.dumps(trace_nodes(), indent=1)), hostile_bytes()))
@@ -447,6 +474,7 @@ def case_sweep_file(draw, workdir):
 CASES = {"sizes": case_size, "topology notation": case_topology, "command-line numbers": case_options,
          "network files": case_network_file, ".mlir modules": case_mlir, "workload modules": case_step_module,
          "table directories": case_table_dir,
+         "step table directories": case_step_dir,
          "execution traces": case_trace, "profiler traces": case_profile, "profiler traces alone": case_profile_alone,
          "model files": case_model_file,
          "-o outputs": case_output,

@@ -1,5 +1,6 @@
 """The workload module as input (issue 16): `--emit mlir -o step.mlir`, then `astra-compile step.mlir` gives the
-identical report, for every bundled example and for per-rank programs; a damaged module ends in one line."""
+identical report, for every bundled example and for per-rank programs; a damaged module ends in one line. The
+examples' step tables round trip here too (tests/test_step_tables.py has the rest)."""
 import json
 import os
 import re
@@ -9,6 +10,7 @@ import pytest
 import astra_compile
 from astra_compile.frontend.workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
 from astra_compile.network.errors import UserError
+from astra_compile.runtime import step_tables
 
 from helpers import refused
 from snapshot_grid import MODEL_EXAMPLES
@@ -17,14 +19,18 @@ EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 
 
 @pytest.mark.parametrize("example", MODEL_EXAMPLES)
-def test_an_example_step_round_trips_through_its_module(tmp_path, example):
-    direct = astra_compile.compile(os.path.join(EXAMPLES, example), "8x8_torus")
+def test_an_example_step_round_trips_through_its_module_and_its_tables(tmp_path, example):
+    direct = astra_compile.compile(os.path.join(EXAMPLES, example), "8x8_torus", keep_tables=True)
     path = tmp_path / "step.mlir"
     path.write_text(direct.mlir)
     again = astra_compile.compile(str(path), None)
     assert json.dumps(again.to_dict(), sort_keys=True) == json.dumps(direct.to_dict(), sort_keys=True)
     assert again.format() == direct.format()
     assert again.mlir == direct.mlir   # --emit mlir of the module writes it back unchanged
+    step_tables.write(str(tmp_path / "tables"), direct.step_tables("csv"))   # what --emit tables -o writes
+    from_tables = astra_compile.compile(str(tmp_path / "tables"), None)
+    assert json.dumps(from_tables.to_dict(), sort_keys=True) == json.dumps(direct.to_dict(), sort_keys=True)
+    assert from_tables.total_time_us == direct.total_time_us   # to the last digit
 
 
 def two_ranks() -> Workload:

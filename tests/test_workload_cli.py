@@ -103,7 +103,8 @@ def test_cli_json_report_and_workload_mlir(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--mesh", "dp=3"], "mesh dp=3 has 3 ranks but the topology has 16 NPUs"),
     (["--mesh", "dp=2,tp=8"], "no TP_PLAN"),
-    (["--emit", "tables"], "--emit tables prints one collective's schedule"),
+    (["--emit", "tables"], "--emit tables needs --npu K (print one accelerator's step table) or -o DIR"),
+    (["--npu", "3"], "--npu applies to --emit tables"),
     (["--collective", "all_reduce"], "--collective does not apply to a training step run"),
 ])
 def test_cli_bad_workload_options_exit_2(args, message):

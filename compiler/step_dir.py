@@ -1,0 +1,143 @@
+"""A compiled training step as step tables (runtime/step_tables.py) and back: `--emit tables` of a step, and
+`astra-compile DIR` re-executing one.
+
+Writing takes what the step's run already made: the lowered programs and each distinct collective's compiled
+schedule. Reading rebuilds the same programs and times each collective by executing its schedule tables on the
+chosen backend, so the step time is the direct run's to the last digit (tests/test_step_tables.py).
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from . import driver
+from .dialects import workload as wl
+from .network.errors import UserError
+from .network.topology import Topology
+from .runtime import step_tables as st
+from .runtime.errors import TableError
+from .workload_driver import CollectiveTime, CollectiveTimes, Lowered
+
+
+def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.StepTables:
+    """The step tables of a run: `times` must hold every collective's schedule (WorkloadOptions.keep_schedules)."""
+    keys = list(times)
+    index = {k: c for c, k in enumerate(keys)}
+    collectives = []
+    for c, key in enumerate(keys):
+        t = times[key]
+        collectives.append({"dir": f"collective_{c}", "kind": key[0], "bytes": key[1], "dims": list(key[2]),
+                            "root": key[3] if len(key) == 4 else -1, "algorithm": t.algorithm,
+                            "fallback": t.fallback})
+    programs, files = [], {}
+    for prog in lowered.programs:
+        rows, streams = [], {}
+        for op in prog.ops:
+            a = op.attrs
+            common = dict(name=op.name, phase=a.get("wl.phase", ""), iteration=int(a.get("wl.iteration", -1)),
+                          deps=tuple(op.deps))
+            if op.kind in ("compute", "wait"):
+                rows.append(st.ProgramRow(op.kind, flops=int(a.get("flops", 0)), bytes=int(a.get("bytes", 0)),
+                                          measured_ns=float(a.get("wl.measured_ns", math.nan)), collective=-1,
+                                          group="", stream=0, **common))
+            else:
+                group = a["wl.group"]
+                rows.append(st.ProgramRow(op.kind, flops=0, bytes=int(a["bytes"]), measured_ns=math.nan,
+                                          collective=index[times.key(op)], group=group,
+                                          stream=streams.setdefault(group, len(streams) + 1), **common))
+        groups = {name: [int(r) for r in ranks] for name, ranks in prog.groups.items()}
+        same = (json.dumps([r.__dict__ for r in rows], default=str), json.dumps(groups, sort_keys=True))
+        if same in files:
+            files[same].ranks.append(prog.rank)
+            continue
+        files[same] = st.Program(f"program_{len(programs)}.csv", [prog.rank], groups, rows)
+        programs.append(files[same])
+    meta = {"format": st.FORMAT, "version": st.VERSION, "npus": info["npus"], "topology": info["topology_dict"],
+            "spmd": lowered.spmd, "source": info["source"], "mesh": info["mesh"], "scheduler": info["scheduler"],
+            "table_format": fmt, "programs": [{"file": p.file, "ranks": p.ranks, "groups": p.groups}
+                                              for p in programs],
+            "collectives": collectives}
+    return st.StepTables(meta, programs, [times.schedules[k] for k in keys])
+
+
+def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, CollectiveTimes, st.StepTables]:
+    """Read a step directory: (the programs, the topology, its source/mesh/scheduler, each collective timed by
+    executing its tables on `run`'s backend, the tables themselves)."""
+    step = st.read(path)
+    meta = step.meta
+    try:
+        topology = Topology.from_dict(meta["topology"])
+    except UserError as e:
+        raise TableError(f"{path}/meta.json: topology: {e}") from None
+    if topology.npus != meta["npus"]:
+        raise TableError(f"{path}/meta.json: npus {meta['npus']} but the topology has {topology.npus} NPUs")
+    colls = meta["collectives"]
+    for c, e in enumerate(colls):
+        if max(e["dims"]) >= topology.ndims:
+            raise TableError(f"{path}/meta.json: collectives[{c}].dims: {e['dims']} but {topology.name} has "
+                             f"{topology.ndims} dimensions")
+        have = step.collectives[c].meta
+        kinds = {m.buffer_kind for m in have.collectives}
+        if kinds != {e["kind"]} or any(sorted(m.group_dims) != sorted(e["dims"]) for m in have.collectives):
+            raise TableError(f"{path}/{e['dir']}: its schedule is {', '.join(sorted(kinds))} over dims "
+                             f"{sorted(have.collectives[0].group_dims)}, meta.json says {e['kind']} over {e['dims']}")
+    programs = []
+    for prog in step.programs:
+        ops = [_program_op(r, colls) for r in prog.rows]
+        programs += [wl.Program(rank, prog.groups, ops) for rank in prog.ranks]
+    programs.sort(key=lambda p: p.rank)
+    times = CollectiveTimes(topology)
+    for c, e in enumerate(colls):
+        result = driver.execute(step.collectives[c], run)
+        key = (e["kind"], e["bytes"], tuple(e["dims"])) + ((e["root"],) if e["kind"] in wl.comm.ROOTED else ())
+        times[key] = CollectiveTime(result.total_ns, e["algorithm"], e["fallback"], tuple(result.dim_busy_ns))
+    info = {"source": meta["source"], "mesh": meta["mesh"], "scheduler": meta["scheduler"]}
+    return Lowered("", programs, meta["spmd"]), topology, info, times, step
+
+
+def _program_op(r: st.ProgramRow, colls: list) -> wl.ProgramOp:
+    attrs = {"name": r.name}
+    if r.kind in ("compute", "wait"):
+        if r.kind == "compute":
+            attrs |= {"flops": r.flops, "bytes": r.bytes}
+        if not math.isnan(r.measured_ns):
+            attrs["wl.measured_ns"] = r.measured_ns
+    else:
+        e = colls[r.collective]
+        attrs |= {"bytes": e["bytes"], "dims": list(e["dims"]), "wl.group": r.group}
+        if e["kind"] in wl.comm.ROOTED:
+            attrs["root"] = e["root"]
+    if r.phase:
+        attrs["wl.phase"] = r.phase
+    if r.iteration >= 0:
+        attrs["wl.iteration"] = r.iteration
+    return wl.ProgramOp(r.kind, r.name, attrs, list(r.deps))
+
+
+def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
+    """`--emit tables --npu K` of a step: accelerator K's program rows, then its rows of each collective it runs."""
+    meta = step.meta
+    if not 0 <= npu < meta["npus"]:
+        raise UserError(f"--npu {npu} outside 0..{meta['npus'] - 1}")
+    prog = step.programs[0] if meta["spmd"] else next(p for p in step.programs if npu in p.ranks)
+    used = sorted({r.collective for r in prog.rows if r.collective >= 0})
+    if as_json:
+        return json.dumps({"npu": npu, "program": prog.file,
+                           "rows": [{**r.__dict__, "deps": list(r.deps),
+                                     "measured_ns": None if math.isnan(r.measured_ns) else r.measured_ns}
+                                    for r in prog.rows],
+                           "collectives": {str(c): {k: v.tolist() for k, v in step.collectives[c].table(npu).cols.items()}
+                                           for c in used}})
+    whose = " (SPMD: rank 0's program, which every rank runs on its own groups)" if meta["spmd"] else ""
+    lines = [f"# accelerator {npu} of {meta['npus']}: {prog.file}{whose}, {len(prog.rows)} rows",
+             ",".join(st.PROGRAM_COLUMNS)]
+    for i, r in enumerate(prog.rows):
+        lines.append(",".join(map(str, (i, r.kind, r.name, r.phase, r.iteration, r.flops, r.bytes,
+                                        "" if math.isnan(r.measured_ns) else r.measured_ns, r.collective, r.group,
+                                        r.stream, ";".join(map(str, r.deps))))))
+    for c in used:
+        e, schedule = meta["collectives"][c], step.collectives[c]
+        table = schedule.table(npu)
+        lines += ["", f"# collective {c}: {e['kind']} of {e['bytes']} B over dims {e['dims']} ({e['algorithm']}): "
+                      f"{len(table)} rows on accelerator {npu}", table.to_text(schedule.meta)]
+    return "\n".join(lines)

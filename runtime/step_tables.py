@@ -1,0 +1,289 @@
+"""Step tables: a whole training step as per-accelerator tables, one writer and one reader (this module).
+
+    DIR/meta.json         format "astra-compile-step", version 1 (step_meta.schema.json beside this file)
+    DIR/program_<k>.csv   a program: one row per op in issue order (PROGRAM_COLUMNS); accelerators whose programs
+                          are identical (same rows, same groups) share one file
+    DIR/collective_<c>/   the compiled schedule of distinct collective c: a table directory (docs/tables.md),
+                          every accelerator's SEND/RECV rows
+
+A program row that is a collective names its schedule (`collective`), its process group and the stream it runs
+on; the step's rows of accelerator k are its program's rows plus its rows in each collective directory. Nothing
+read back is trusted: every key of meta.json, every cell of a program file and every collective directory is
+checked before anything runs, and a fault is one line naming the file, the row or key and the value.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+
+from . import atomic
+from .errors import TableError
+from .meta import FORMAT as TABLES_FORMAT
+from .tables import DirSchedule, Schedule, fill_dir
+
+FORMAT = "astra-compile-step"
+VERSION = 1
+SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "step_meta.schema.json")
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
+ROW_KINDS = ("compute", "wait") + KINDS
+PROGRAM_COLUMNS = ("row", "kind", "name", "phase", "iteration", "flops", "bytes", "measured_ns", "collective",
+                   "group", "stream", "deps")
+META_KEYS = {"format", "version", "npus", "topology", "spmd", "source", "mesh", "scheduler", "table_format",
+             "programs", "collectives"}
+MAX_INT = 2 ** 63 - 1
+_PROGRAM_FILE = re.compile(r"^program_[0-9]+\.csv$")
+_COLLECTIVE_DIR = re.compile(r"^collective_[0-9]+$")
+
+
+@dataclass
+class ProgramRow:
+    kind: str             # compute | wait | a collective kind
+    name: str
+    phase: str
+    iteration: int        # -1: not known
+    flops: int
+    bytes: int
+    measured_ns: float    # NaN: the roofline's
+    collective: int       # index into meta["collectives"], -1 for compute and wait rows
+    group: str            # a collective's process group ("" otherwise)
+    stream: int           # 0: compute stream; a collective's: its group's communication stream
+    deps: tuple[int, ...]
+
+
+@dataclass
+class Program:
+    file: str
+    ranks: list[int]
+    groups: dict[str, list[int]]
+    rows: list[ProgramRow]
+
+
+@dataclass
+class StepTables:
+    meta: dict
+    programs: list[Program]
+    collectives: list[Schedule]   # index c: collective c's schedule
+
+
+def write(out_dir: str, step: StepTables, force: bool = False) -> None:
+    """The whole directory appears complete or not at all (runtime/atomic.py)."""
+    fmt = step.meta["table_format"]
+
+    def fill(tmp: str) -> None:
+        for c, schedule in enumerate(step.collectives):
+            sub = os.path.join(tmp, step.meta["collectives"][c]["dir"])
+            os.mkdir(sub)
+            fill_dir(schedule, sub, fmt)
+        for prog in step.programs:
+            with open(os.path.join(tmp, prog.file), "w", newline="", encoding="utf-8") as f:
+                out = csv.writer(f, lineterminator="\n")
+                out.writerow(PROGRAM_COLUMNS)
+                for i, r in enumerate(prog.rows):
+                    out.writerow([i, r.kind, r.name, r.phase, r.iteration, r.flops, r.bytes,
+                                  "" if math.isnan(r.measured_ns) else repr(r.measured_ns), r.collective, r.group,
+                                  r.stream, ";".join(map(str, r.deps))])
+        with open(os.path.join(tmp, "meta.json"), "w", encoding="utf-8") as f:
+            json.dump(step.meta, f, indent=1)
+
+    atomic.write_dir(out_dir, fill, not_a_step_dir, force, "step tables")
+
+
+def not_a_step_dir(path: str) -> str | None:
+    """None when `path` is provably a step directory astra-compile wrote; otherwise why not, naming a file."""
+    names = sorted(os.listdir(path))
+    foreign = [n for n in names if n != "meta.json" and not _PROGRAM_FILE.match(n) and not _COLLECTIVE_DIR.match(n)]
+    if foreign:
+        return f"it holds files astra-compile did not write ({foreign[0]})"
+    meta = _load_json(os.path.join(path, "meta.json"))
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        return f"its meta.json is not an {FORMAT} file"
+    return None
+
+
+def is_step_dir(path: str) -> bool:
+    meta = _load_json(os.path.join(path, "meta.json"))
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
+
+
+def _load_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def read(path: str) -> StepTables:
+    meta_path = os.path.join(path, "meta.json")
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except OSError as e:
+        raise TableError(f"{meta_path}: cannot read: {e.strerror}") from None
+    except ValueError as e:
+        raise TableError(f"{meta_path}: not JSON: {e}") from None
+    _check_meta(meta, meta_path)
+    programs = [_read_program(path, entry, meta, meta_path) for entry in meta["programs"]]
+    collectives = []
+    for c, entry in enumerate(meta["collectives"]):
+        sub = os.path.join(path, entry["dir"])
+        if not os.path.isdir(sub):
+            raise TableError(f"{meta_path}: collectives[{c}].dir: {entry['dir']} is missing from {path}")
+        schedule = DirSchedule(sub)
+        m = schedule.meta
+        if m.npus != meta["npus"] or m.topology != meta["topology"]:
+            raise TableError(f"{sub}: its schedule is for {m.npus} NPUs on {m.topology.get('name')}, the step for "
+                             f"{meta['npus']} on {meta['topology'].get('name')}")
+        collectives.append(schedule)
+    return StepTables(meta, programs, collectives)
+
+
+def _fail(where: str, message: str):
+    raise TableError(f"{where}: {message}")
+
+
+def _is_int(v, lo: int = 0, hi: int = MAX_INT) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _check_meta(meta, where: str) -> None:
+    if not isinstance(meta, dict):
+        _fail(where, "not a JSON object")
+    if meta.get("format") != FORMAT:
+        _fail(where, f"format: {meta.get('format')!r} is not {FORMAT!r}"
+              + (" (a collective's table directory: run it alone)" if meta.get("format") == TABLES_FORMAT else ""))
+    if meta.get("version") != VERSION:
+        _fail(where, f"version: {meta.get('version')!r}; this astra-compile reads version {VERSION}")
+    missing = sorted(META_KEYS - set(meta))
+    extra = sorted(set(meta) - META_KEYS)
+    if missing or extra:
+        _fail(where, f"missing key {missing[0]}" if missing else f"unknown key {extra[0]}")
+    if not _is_int(meta["npus"], 1, 2 ** 31 - 1):
+        _fail(where, f"npus: {meta['npus']!r} is not a positive count")
+    npus = meta["npus"]
+    for key in ("source", "mesh", "scheduler"):
+        if not isinstance(meta[key], str):
+            _fail(where, f"{key}: {meta[key]!r} is not a string")
+    if not isinstance(meta["spmd"], bool):
+        _fail(where, f"spmd: {meta['spmd']!r} is not true or false")
+    if meta["table_format"] not in ("csv", "json"):
+        _fail(where, f"table_format: {meta['table_format']!r} is not csv or json")
+    if not isinstance(meta["topology"], dict):
+        _fail(where, f"topology: {meta['topology']!r} is not an object")
+    colls = meta["collectives"]
+    if not isinstance(colls, list):
+        _fail(where, "collectives: not a list")
+    for c, e in enumerate(colls):
+        at = f"collectives[{c}]"
+        if not isinstance(e, dict) or set(e) != {"dir", "kind", "bytes", "dims", "root", "algorithm", "fallback"}:
+            _fail(where, f"{at}: needs exactly dir, kind, bytes, dims, root, algorithm, fallback")
+        if not isinstance(e["dir"], str) or e["dir"] != f"collective_{c}":
+            _fail(where, f"{at}.dir: {e['dir']!r} is not collective_{c}")
+        if e["kind"] not in KINDS:
+            _fail(where, f"{at}.kind: {e['kind']!r} is not one of {', '.join(KINDS)}")
+        if not _is_int(e["bytes"], 1):
+            _fail(where, f"{at}.bytes: {e['bytes']!r} is not a positive byte count")
+        if not isinstance(e["dims"], list) or not e["dims"] or not all(_is_int(d, 0, 63) for d in e["dims"]) or \
+                len(set(e["dims"])) != len(e["dims"]):
+            _fail(where, f"{at}.dims: {e['dims']!r} is not a list of distinct dimensions")
+        if not _is_int(e["root"], -1, npus - 1):
+            _fail(where, f"{at}.root: {e['root']!r} is not -1 or an NPU below {npus}")
+        if not isinstance(e["algorithm"], str) or not isinstance(e["fallback"], str):
+            _fail(where, f"{at}: algorithm and fallback must be strings")
+    progs = meta["programs"]
+    if not isinstance(progs, list) or not progs:
+        _fail(where, "programs: not a non-empty list")
+    seen: dict[int, str] = {}
+    files = set()
+    for k, e in enumerate(progs):
+        at = f"programs[{k}]"
+        if not isinstance(e, dict) or set(e) != {"file", "ranks", "groups"}:
+            _fail(where, f"{at}: needs exactly file, ranks, groups")
+        if not isinstance(e["file"], str) or not _PROGRAM_FILE.match(e["file"]) or e["file"] in files:
+            _fail(where, f"{at}.file: {e['file']!r} is not a new program_<k>.csv name")
+        files.add(e["file"])
+        if not isinstance(e["ranks"], list) or not e["ranks"] or not all(_is_int(r, 0, npus - 1) for r in e["ranks"]):
+            _fail(where, f"{at}.ranks: {e['ranks']!r} is not a list of NPUs below {npus}")
+        for r in e["ranks"]:
+            if r in seen:
+                _fail(where, f"{at}.ranks: rank {r} already runs {seen[r]}")
+            seen[r] = e["file"]
+        if not isinstance(e["groups"], dict):
+            _fail(where, f"{at}.groups: not an object")
+        for name, members in e["groups"].items():
+            if not isinstance(members, list) or not members or \
+                    not all(_is_int(r, 0, npus - 1) for r in members) or members != sorted(set(members)):
+                _fail(where, f"{at}.groups.{name}: {members!r} is not an ascending list of NPUs below {npus}")
+    if meta["spmd"] and (len(progs) != 1 or progs[0]["ranks"] != [0]):
+        _fail(where, "programs: an SPMD step has one program, rank 0's, standing for every rank")
+    if not meta["spmd"] and len(seen) != npus:
+        absent = min(set(range(npus)) - set(seen))
+        _fail(where, f"programs: rank {absent} has no program (each of the {npus} ranks needs one)")
+
+
+def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program:
+    file = os.path.join(path, entry["file"])
+    try:
+        with open(file, newline="", encoding="utf-8") as f:
+            lines = list(csv.reader(f))
+    except OSError as e:
+        raise TableError(f"{file}: cannot read ({e.strerror}): {meta_path} names it for rank(s) "
+                         f"{entry['ranks'][:4]}") from None
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise TableError(f"{file}: not a CSV program table: {e}") from None
+    if not lines or tuple(lines[0]) != PROGRAM_COLUMNS:
+        raise TableError(f"{file}: the header must be {','.join(PROGRAM_COLUMNS)}")
+    colls, rows, streams = meta["collectives"], [], {}
+    for i, cells in enumerate(lines[1:]):
+        at = f"{file}: row {i}"
+        if len(cells) != len(PROGRAM_COLUMNS):
+            _fail(at, f"has {len(cells)} cells, the header {len(PROGRAM_COLUMNS)}")
+        v = dict(zip(PROGRAM_COLUMNS, cells))
+        ints = {}
+        for col, lo in (("row", 0), ("iteration", -1), ("flops", 0), ("bytes", 0), ("collective", -1), ("stream", 0)):
+            try:
+                ints[col] = int(v[col])
+            except ValueError:
+                _fail(at, f"{col}: {v[col]!r} is not a whole number")
+            if not lo <= ints[col] <= MAX_INT:
+                _fail(at, f"{col}: {ints[col]} is out of range")
+        if ints["row"] != i:
+            _fail(at, f"row: {ints['row']} (rows are numbered in order from 0)")
+        kind = v["kind"]
+        if kind not in ROW_KINDS:
+            _fail(at, f"kind: {kind!r} is not one of {', '.join(ROW_KINDS)}")
+        try:
+            measured = float(v["measured_ns"]) if v["measured_ns"] else math.nan
+        except ValueError:
+            measured = -1.0
+        if v["measured_ns"] and not (math.isfinite(measured) and measured >= 0):
+            _fail(at, f"measured_ns: {v['measured_ns']!r} is not empty or a non-negative time")
+        try:
+            deps = tuple(int(d) for d in v["deps"].split(";")) if v["deps"] else ()
+        except ValueError:
+            _fail(at, f"deps: {v['deps']!r} is not a ;-separated list of rows")
+        for d in deps:
+            if not 0 <= d < i:
+                _fail(at, f"deps: row {d} is not an earlier row of this program")
+        c = ints["collective"]
+        if kind in ("compute", "wait"):
+            if c != -1 or v["group"] or ints["stream"] != 0:
+                _fail(at, f"a {kind} row has collective -1, no group and stream 0")
+        else:
+            if not 0 <= c < len(colls):
+                _fail(at, f"collective: {c} is not one of meta.json's {len(colls)} collectives")
+            if colls[c]["kind"] != kind:
+                _fail(at, f"kind: {kind} but collective {c} is a {colls[c]['kind']}")
+            if v["group"] not in entry["groups"]:
+                _fail(at, f"group: {v['group']!r} is not a group of this program ({', '.join(entry['groups'])})")
+            want = streams.setdefault(v["group"], len(streams) + 1)
+            if ints["stream"] != want:
+                _fail(at, f"stream: {ints['stream']} but group {v['group']!r} runs on stream {want} (the program's "
+                          "groups take streams 1, 2, ... in the order they first appear)")
+        rows.append(ProgramRow(kind, v["name"], v["phase"], ints["iteration"], ints["flops"], ints["bytes"],
+                               measured, c, v["group"], ints["stream"], deps))
+    return Program(entry["file"], entry["ranks"], entry["groups"], rows)
