@@ -20,7 +20,7 @@ from .frontend.workload import Workload
 from .runtime.workload_engine import Roofline
 from .network.parse import parse_topology
 from .network.topology import Topology
-from .workload_driver import Lowered, WorkloadOptions, lower, read_lowered, run
+from .workload_driver import Lowered, WorkloadOptions, lower, read_lowered, run, with_schedules
 from .step_timeline import step_trace
 from .workload_report import WorkloadReport, make_report
 
@@ -148,9 +148,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
     opts = WorkloadOptions(scheduler, defaults, driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory),
                            Roofline(peak_tflops, mem_bw_gbps), keep_tables)
-    report = _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
-    report.mlir = lowered.mlir
-    return report
+    return _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
 
 
 def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recorded: dict, rank: int):
@@ -161,6 +159,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
             "backend": opts.run.backend, "scheduler": recorded["scheduler"], "peak_tflops": opts.roofline.peak_tflops,
             "mem_bw_gbps": opts.roofline.mem_gbps, "rank": rank}
     report = make_report(info, result, times, lowered.programs, rank)
+    report.mlir = with_schedules(lowered.mlir, lowered.programs, times) if lowered.mlir else ""
     report.timeline = lambda: step_trace(result, lowered.programs, times, info)
     if opts.keep_schedules:
         from . import step_dir

@@ -11,6 +11,7 @@ collective over exactly those dimensions, for every group of the same shape at o
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -55,6 +56,7 @@ def to_module(ctx, workload: Workload, topology: Topology):
     mesh = ",".join(f"{k}={v}" for k, v in workload.mesh.items())
     module = wl.new_workload_module(ctx, topology.to_dict(), workload.world_size, workload.spmd, workload.source,
                                     mesh)
+    schedules: dict[tuple, str] = {}   # collective key -> the symbol of its compiled schedule (with_schedules)
     for rank, ops in sorted(workload.programs.items()):
         groups = {op.group_name: list(op.group) for op in ops if op.kind == COLLECTIVE}
         with ctx, wl.ir.Location.unknown():
@@ -66,8 +68,11 @@ def to_module(ctx, workload: Workload, topology: Topology):
                     made = wl.create_compute(op.name, op.flops, op.bytes, deps, ip)
                     wl.set_measured(made, op.measured_ns)
                 elif op.kind == COLLECTIVE and len(op.group) > 1:
-                    made = wl.create_collective(op.collective, op.bytes, group_dims(topology, op.group),
-                                                f"{op.collective}_{i}", op.group_name, deps, ip, op.root)
+                    dims = group_dims(topology, op.group)
+                    made = wl.create_collective(op.collective, op.bytes, dims, f"{op.collective}_{i}",
+                                                op.group_name, deps, ip, op.root)
+                    key = _key(op.collective, op.bytes, dims, op.root, topology)
+                    made.attributes["wl.schedule"] = wl.comm.to_attr(schedules.setdefault(key, f"c{len(schedules)}"))
                 else:  # a wait, or a collective on a group of one rank (nothing to move): a point of order only
                     made = wl.create_wait(op.name, deps, ip)
                 wl.set_part(made, op.phase, op.iteration)
@@ -79,11 +84,14 @@ def collective_key(op, topology: Topology) -> tuple:
     """What a collective's schedule depends on: (kind, bytes, topology dims), and for a broadcast or reduce the
     NPU whose coordinates on those dims are its root's (0 elsewhere: every group runs the same). Equal keys share
     one compilation."""
-    kind, dims = op.kind, tuple(op.attrs["dims"])
-    key = (kind, int(op.attrs["bytes"]), dims)
+    return _key(op.kind, op.attrs["bytes"], op.attrs["dims"], op.attrs.get("root", -1), topology)
+
+
+def _key(kind: str, nbytes: int, dims, root: int, topology: Topology) -> tuple:
+    key = (kind, int(nbytes), tuple(dims))
     if kind not in wl.comm.ROOTED:
         return key
-    at = topology.coords(int(op.attrs["root"]))
+    at = topology.coords(int(root))
     return key + (sum(at[d] * topology.strides()[d] for d in dims),)
 
 
@@ -93,6 +101,7 @@ class CollectiveTime:
     algorithm: str
     fallback: str = ""   # how a collective too small to split as asked ran instead ("" when it ran as asked)
     dim_busy_ns: tuple = ()   # per topology dimension: how long its phases kept that dimension's links busy
+    ir: str = ""              # the collective's module after the comm passes: every decision they made
 
 
 class CollectiveTimes(dict):
@@ -141,7 +150,8 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
                                         lambda: _time_one(ctx, topology, key, opts)[0], dataclasses.asdict,
                                         lambda d: CollectiveTime(float(d["time_ns"]), str(d["algorithm"]),
                                                                  str(d["fallback"]),
-                                                                 tuple(float(b) for b in d["dim_busy_ns"])))
+                                                                 tuple(float(b) for b in d["dim_busy_ns"]),
+                                                                 str(d["ir"])))
     return times
 
 
@@ -192,8 +202,8 @@ def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaul
         label = f"{s.algorithm}@{'all' if s.dim == -1 else s.dim}"
         if label not in stages:
             stages.append(label)
-    return CollectiveTime(compiled.result.total_ns, ",".join(stages), fallback, tuple(compiled.result.dim_busy_ns)), \
-        compiled.schedule
+    return CollectiveTime(compiled.result.total_ns, ",".join(stages), fallback, tuple(compiled.result.dim_busy_ns),
+                          str(compiled.module)), compiled.schedule
 
 
 def program_tables(progs: list, times: CollectiveTimes) -> list[ProgramTable]:
@@ -269,6 +279,8 @@ def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topolog
     a = driver.comm.attrs(module)
     if a["wl.world_size"] != topology.npus:
         raise UserError(f"{path}: wl.world_size {a['wl.world_size']} but {topology.name} has {topology.npus} NPUs")
+    wl.drop_schedule_records(module)
+    text = str(module)
     programs = wl.programs(module)
     for prog in programs:  # a collective's dims are its group's on this topology, its root a member
         for op in prog.ops:
@@ -287,6 +299,33 @@ def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topolog
                                 f"{op.attrs['wl.group']!r}")
     return Lowered(text, programs, bool(a.get("wl.spmd", False))), topology, \
         {"source": a.get("wl.source", path), "mesh": a.get("wl.mesh", "")}
+
+
+def with_schedules(mlir: str, programs: list, times: CollectiveTimes) -> str:
+    """The workload module with each distinct collective's compiled module nested in it as `module @c<k>`, the
+    symbol its uses name in `wl.schedule`: the decisions of the comm passes (algorithm, dimension order, chunks,
+    schedule) for every collective of the step, next to the step. Records without IR (a step table directory's
+    collectives) are left out."""
+    records = {}
+    for prog in programs:
+        for op in prog.ops:
+            name = op.attrs.get("wl.schedule")
+            if name is None or name in records:
+                continue
+            t = times.of(op)
+            if not t.ir:
+                continue
+            head, sep, body = t.ir.partition("module attributes {")
+            if head or not sep:
+                continue
+            note = f"wl.algorithm = {json.dumps(t.algorithm)}, wl.time_ns = {float(t.time_ns):.17e} : f64" + \
+                (f", wl.fallback = {json.dumps(t.fallback)}" if t.fallback else "")
+            records[name] = f"module @{name} attributes {{{note}, " + body.rstrip("\n")
+    if not records:
+        return mlir
+    end = mlir.rstrip().rfind("}")
+    nested = "\n".join("  " + line for text in records.values() for line in text.split("\n"))
+    return mlir[:end] + nested + "\n}\n"
 
 
 def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions, times: CollectiveTimes | None = None):

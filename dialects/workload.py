@@ -15,6 +15,10 @@ both. A compute op may carry `wl.measured_ns`, its time as a profiler measured i
       }
     }
 
+After the step is timed, each distinct collective's module after the comm passes is nested as `module @c<k>
+attributes {wl.algorithm = ..., wl.time_ns = ...}`, and every use names it in `wl.schedule = "c<k>"`: the
+decisions the passes made for the step. Reading a module drops these records (it is compiled again).
+
 This file only builds, checks and reads modules; the frontends decide what goes in. A module written with
 `--emit mlir` is also input (`astra-compile step.mlir`): `check_module` refuses, in one line naming the op and the
 attribute, anything `programs` could not read.
@@ -78,6 +82,8 @@ def check_module(module: ir.Module, where: str, shape: list[int]) -> None:
     ranks = set()
     for outer in module.body.operations:
         op = outer.operation
+        if is_schedule_record(op):
+            continue
         if op.name != "builtin.module":
             raise comm.IRError(f"{where}: {op.name} outside a rank program (the workload module holds one nested "
                                f"module per rank)")
@@ -125,6 +131,18 @@ def _check_op(o, groups: dict, prog: str) -> None:
     for key, kinds in (("wl.phase", str), ("wl.iteration", int)):
         if key in a and (isinstance(a[key], bool) or not isinstance(a[key], kinds)):
             raise comm.IRError(f"{what}: {key} must be a {kinds.__name__}, got {a[key]!r}")
+
+
+def is_schedule_record(op) -> bool:
+    """A nested `module @c<k>`: a collective's compiled module, as --emit mlir records it (not a rank program)."""
+    return op.name == "builtin.module" and "sym_name" in op.attributes
+
+
+def drop_schedule_records(module: ir.Module) -> None:
+    """Remove the compiled-collective records: a module given as input is compiled again with the run's options."""
+    for outer in list(module.body.operations):
+        if is_schedule_record(outer.operation):
+            outer.operation.erase()
 
 
 def add_program(module: ir.Module, rank: int, groups: dict[str, list[int]]) -> ir.InsertionPoint:
@@ -195,7 +213,7 @@ def programs(module: ir.Module) -> list[Program]:
     out = []
     for outer in module.body.operations:
         op = outer.operation
-        if op.name != "builtin.module":
+        if op.name != "builtin.module" or is_schedule_record(op):
             continue
         a = comm.attrs(op)
         # DictAttr iteration yields NamedAttributes

@@ -96,3 +96,26 @@ def test_a_damaged_module_is_refused_in_one_line(capsys, step, pattern, replacem
 def test_a_workload_module_takes_no_capture_options(capsys, step):
     refused(capsys, step[1], "--mesh", "dp=2", match="already captured and lowered")
     refused(capsys, step[1], "--bandwidth", "10", match="need --topology")
+
+
+def test_every_collective_names_its_compiled_module_in_the_step():
+    """--emit mlir of a step nests each distinct collective's module after the comm passes (`module @c<k>`), and
+    every use names it in wl.schedule: the step's IR tells which algorithm and schedule each collective got."""
+    report = astra_compile.compile(two_ranks(), "Ring(2)")
+    text = report.mlir
+    uses = re.findall(r'"comm\.(\w+)".*?wl\.schedule = "(c\d+)"', text)
+    assert uses == [("broadcast", "c0"), ("all_reduce", "c1")] * 2   # both ranks' programs, one record each
+    records = dict(re.findall(r'module @(c\d+) attributes \{wl\.algorithm = "([^"]+)"', text))
+    assert records == {"c0": report.collectives[0]["algorithm"], "c1": report.collectives[1]["algorithm"]}
+    record = text[text.index("module @c1"):]
+    assert '"comm.phase"' in record and 'kind = "reduce_scatter"' in record and 'kind = "all_gather"' in record
+    times = re.findall(r"module @c\d+ attributes \{[^}]*wl\.time_ns = ([0-9.e+-]+) : f64", text)
+    assert [float(t) / 1e3 for t in times] == [c["time_us"] for c in report.collectives]
+
+
+def test_a_small_collective_records_how_it_fell_back():
+    tiny = Workload(16, {0: [Op("c10d.allreduce_", COLLECTIVE, bytes=4, collective="all_reduce",
+                                group=tuple(range(16)), group_name="world")]}, source="loss", spmd=True)
+    text = astra_compile.compile(tiny, "4x4_torus").mlir
+    assert re.search(r'module @c0 attributes \{wl\.algorithm = "[^"]+", wl\.time_ns = [^,]+, '
+                     r'wl\.fallback = "padded from 4 B to \d+ B', text)
