@@ -7,6 +7,7 @@ runs it applies to ends the command with one line naming it and what it applies 
 from __future__ import annotations
 
 from .network.errors import UserError
+from .runtime.meta import ROOTED
 
 # runtime options: how tables execute
 RUN = {"backend", "execution", "intra", "active_chunks", "switching", "max_memory"}
@@ -31,7 +32,7 @@ ALLOWED = {
 # (option, condition on the parsed arguments under which it does NOT apply, what it applies to)
 CONDITIONAL = (
     ("switching", lambda a: a.backend != "congestion", "--backend congestion"),
-    ("root", lambda a: a.collective not in ("broadcast", "reduce"), "--collective broadcast or reduce"),
+    ("root", lambda a: a.collective not in ROOTED, "--collective broadcast or reduce"),
     ("output", lambda a: a.emit == "report", "--emit mlir (a file) or --emit tables (a directory)"),
     ("npu", lambda a: a.emit != "tables", "--emit tables"),
     ("npu", lambda a: a.output is not None, "--emit tables without -o (it prints one table; -o writes all)"),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import algorithms
+from .dialects.comm import ROOTED
 from .network.topology import Topology
 from .network.units import format_size, gbps_to_bytes_per_ns
 
@@ -141,7 +142,7 @@ def lower_bound_bytes(kind: str, nbytes: int, group: int, in_network: bool = Fal
     """Bytes each NPU must send (or receive) at least: the numerator of the ideal time in seed 000. Where switches
     reduce in the network (in_switch) an all-reduce needs each NPU's buffer to cross its link only once each way.
     A broadcast's every NPU but the root must receive the whole buffer, and a reduce's root as much."""
-    if kind in ("broadcast", "reduce"):
+    if kind in ROOTED:
         return float(nbytes)
     if kind == "all_reduce":
         return (min(2 * (group - 1) / group, 1.0) if in_network else 2 * (group - 1) / group) * nbytes

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 
 from . import atomic
 from .errors import TableError
-from .meta import FORMAT as TABLES_FORMAT
+from .meta import FORMAT as TABLES_FORMAT, PHASE_KINDS
 from .tables import DirSchedule, Schedule, fill_dir
 
 FORMAT = "astra-compile-step"
 VERSION = 1
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "step_meta.schema.json")
-KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
+KINDS = ("all_reduce",) + PHASE_KINDS   # every collective a program may run (an all-reduce is two phases)
 ROW_KINDS = ("compute", "wait") + KINDS
 PROGRAM_COLUMNS = ("row", "kind", "name", "phase", "iteration", "flops", "bytes", "measured_ns", "collective",
                    "group", "stream", "deps")

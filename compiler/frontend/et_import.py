@@ -62,6 +62,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from ..dialects.comm import ROOTED
 from ..network.errors import UserError
 from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
 from .workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
@@ -600,7 +601,7 @@ class _Builder:
         nbytes = pick(full)
         op = Op(name=_op_name(node), kind=COLLECTIVE, bytes=nbytes, collective=collective)
         ratio = nbytes // pick(part) if part is not None and pick(part) else None
-        if collective in ("broadcast", "reduce"):
+        if collective in ROOTED:
             # c10d broadcast_: (tensors, group, root rank, ...), reduce_: (tensors, group, op, root rank, ...);
             # functional broadcast: (input, src, group)
             at = {"broadcast_": 2, "reduce_": 3}.get(short, 1) if ns == "c10d" else 1
