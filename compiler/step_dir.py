@@ -16,7 +16,7 @@ from .network.errors import UserError
 from .network.topology import Topology
 from .runtime import step_tables as st
 from .runtime.errors import TableError
-from .workload_driver import CollectiveTime, CollectiveTimes, Lowered
+from .workload_driver import CollectiveTime, CollectiveTimes, Lowered, key_parts, key_root, member_index, part_key
 
 
 def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.StepTables:
@@ -27,8 +27,8 @@ def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.
     for c, key in enumerate(keys):
         t = times[key]
         collectives.append({"dir": f"collective_{c}", "kind": key[0], "bytes": key[1], "dims": list(key[2]),
-                            "root": key[3] if len(key) == 4 else -1, "algorithm": t.algorithm,
-                            "fallback": t.fallback})
+                            "root": key_root(key), "part": [[d, *p] for d, p in key_parts(key).items()],
+                            "algorithm": t.algorithm, "fallback": t.fallback})
     programs, files = [], {}
     for prog in lowered.programs:
         rows, streams = [], {}
@@ -71,12 +71,25 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
         raise TableError(f"{path}/meta.json: topology: {e}") from None
     if topology.npus != meta["npus"]:
         raise TableError(f"{path}/meta.json: npus {meta['npus']} but the topology has {topology.npus} NPUs")
-    colls = meta["collectives"]
+    colls, keys = meta["collectives"], []
     for c, e in enumerate(colls):
         if max(e["dims"]) >= topology.ndims:
             raise TableError(f"{path}/meta.json: collectives[{c}].dims: {e['dims']} but {topology.name} has "
                              f"{topology.ndims} dimensions")
+        parts = {p[0]: (p[1], p[2]) for p in e["part"]}
+        if not set(parts) <= set(e["dims"]):
+            raise TableError(f"{path}/meta.json: collectives[{c}].part: {e['part']} names a dimension outside dims "
+                             f"{e['dims']}")
+        try:
+            seen = topology.within(parts) if parts else topology
+        except UserError as e2:
+            raise TableError(f"{path}/meta.json: collectives[{c}].part: {e2}") from None
         have = step.collectives[c].meta
+        if have.topology != seen.to_dict() or have.npus != seen.npus:
+            raise TableError(f"{path}/{e['dir']}: its schedule is for {have.topology.get('name')}, the step's "
+                             f"group sees {seen.name}")
+        keys.append((e["kind"], e["bytes"], tuple(e["dims"])) + ((e["root"],) if e["kind"] in wl.comm.ROOTED else ())
+                    + ((part_key(e["dims"], parts),) if parts else ()))
         kinds = {m.buffer_kind for m in have.collectives}
         if kinds != {e["kind"]} or any(sorted(m.group_dims) != sorted(e["dims"]) for m in have.collectives):
             raise TableError(f"{path}/{e['dir']}: its schedule is {', '.join(sorted(kinds))} over dims "
@@ -89,8 +102,7 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
     times = CollectiveTimes(topology)
     for c, e in enumerate(colls):
         result = driver.execute(step.collectives[c], run)
-        key = (e["kind"], e["bytes"], tuple(e["dims"])) + ((e["root"],) if e["kind"] in wl.comm.ROOTED else ())
-        times[key] = CollectiveTime(result.total_ns, e["algorithm"], e["fallback"], tuple(result.dim_busy_ns))
+        times[keys[c]] = CollectiveTime(result.total_ns, e["algorithm"], e["fallback"], tuple(result.dim_busy_ns))
     info = {"source": meta["source"], "mesh": meta["mesh"], "scheduler": meta["scheduler"]}
     return Lowered("", programs, meta["spmd"]), topology, info, times, step
 
@@ -105,6 +117,10 @@ def _program_op(r: st.ProgramRow, colls: list) -> wl.ProgramOp:
     else:
         e = colls[r.collective]
         attrs |= {"bytes": e["bytes"], "dims": list(e["dims"]), "wl.group": r.group}
+        parts = {p[0]: (p[1], p[2]) for p in e["part"]}
+        if parts:
+            attrs |= {"wl.part": [parts[d][0] if d in parts else 0 for d in e["dims"]],
+                      "wl.stride": [parts[d][1] if d in parts else 1 for d in e["dims"]]}
         if e["kind"] in wl.comm.ROOTED:
             attrs["root"] = e["root"]
     if r.phase:
@@ -112,6 +128,17 @@ def _program_op(r: st.ProgramRow, colls: list) -> wl.ProgramOp:
     if r.iteration >= 0:
         attrs["wl.iteration"] = r.iteration
     return wl.ProgramOp(r.kind, r.name, attrs, list(r.deps))
+
+
+def _in_group(topology: Topology, entry: dict, npu: int) -> int:
+    """NPU `npu` in the network its collective's schedule runs on: itself, or where the group covers part of a
+    dimension, its place in the smaller network the group sees (Topology.within)."""
+    parts = {p[0]: (p[1], p[2]) for p in entry["part"]}
+    if not parts:
+        return npu
+    seen = topology.within(parts)
+    at = topology.coords(npu)
+    return sum(member_index(at[d], parts.get(d)) * seen.strides()[d] for d in range(topology.ndims))
 
 
 def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
@@ -126,7 +153,9 @@ def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
                            "rows": [{**r.__dict__, "deps": list(r.deps),
                                      "measured_ns": None if math.isnan(r.measured_ns) else r.measured_ns}
                                     for r in prog.rows],
-                           "collectives": {str(c): {k: v.tolist() for k, v in step.collectives[c].table(npu).cols.items()}
+                           "collectives": {str(c): {k: v.tolist() for k, v in step.collectives[c].table(
+                                               _in_group(Topology.from_dict(meta["topology"]), meta["collectives"][c],
+                                                         npu)).cols.items()}
                                            for c in used}})
     whose = " (SPMD: rank 0's program, which every rank runs on its own groups)" if meta["spmd"] else ""
     lines = [f"# accelerator {npu} of {meta['npus']}: {prog.file}{whose}, {len(prog.rows)} rows",
@@ -135,9 +164,12 @@ def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
         lines.append(",".join(map(str, (i, r.kind, r.name, r.phase, r.iteration, r.flops, r.bytes,
                                         "" if math.isnan(r.measured_ns) else r.measured_ns, r.collective, r.group,
                                         r.stream, ";".join(map(str, r.deps))))))
+    topology = Topology.from_dict(meta["topology"])
     for c in used:
         e, schedule = meta["collectives"][c], step.collectives[c]
-        table = schedule.table(npu)
+        local = _in_group(topology, e, npu)
+        table = schedule.table(local)
+        also = f" (NPU {local} of the {schedule.meta.npus}-NPU network its group sees)" if local != npu else ""
         lines += ["", f"# collective {c}: {e['kind']} of {e['bytes']} B over dims {e['dims']} ({e['algorithm']}): "
-                      f"{len(table)} rows on accelerator {npu}", table.to_text(schedule.meta)]
+                      f"{len(table)} rows on accelerator {npu}{also}", table.to_text(schedule.meta)]
     return "\n".join(lines)

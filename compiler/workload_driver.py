@@ -30,19 +30,39 @@ KIND_CODE = {"compute": engine.COMPUTE, "wait": engine.WAIT}
 
 
 def group_dims(topology: Topology, ranks) -> list[int]:
-    """The topology dimensions a process group spans. Its ranks must be every NPU that differs from one member
-    only in those dimensions (a mesh axis covers whole dimensions; docs/workloads.md)."""
+    """The topology dimensions a process group spans (group_span)."""
+    return group_span(topology, ranks)[0]
+
+
+def group_span(topology: Topology, ranks) -> tuple[list[int], dict[int, tuple[int, int]]]:
+    """(the dimensions a process group spans, {dimension: (members, stride)} where it covers only part of one).
+    Along each dimension its members' coordinates are the whole dimension, a block of consecutive ones, or every
+    stride-th one (what a mesh axis gives when it splits a dimension: tp=4 on Ring(8) takes 0-3 and 4-7, dp=2 takes
+    0 and 4), and the group is every combination of them (docs/workloads.md)."""
     ranks = sorted(set(int(r) for r in ranks))
     if any(not 0 <= r < topology.npus for r in ranks):
         raise UserError(f"process group {_show(ranks)} names ranks outside the topology's {topology.npus} NPUs")
     coords = topology.coords_array()[ranks]
-    dims = [d for d in range(topology.ndims) if len(np.unique(coords[:, d])) > 1]
-    whole = all(len(np.unique(coords[:, d])) == topology.shape[d] for d in dims)
-    if not whole or len(ranks) != math.prod(topology.shape[d] for d in dims):
-        raise UserError(f"process group {_show(ranks)} does not span whole dimensions of {topology.name} "
-                        f"{'x'.join(map(str, topology.shape))}: give a --mesh whose axes match the topology's "
-                        "dimensions (the last mesh axis takes dimension 0)")
-    return dims
+    dims, parts = [], {}
+    for d, n in enumerate(topology.shape):
+        at = np.unique(coords[:, d])
+        k = len(at)
+        if k == 1:
+            continue
+        step = int(at[1] - at[0])
+        even = np.array_equal(at, at[0] + step * np.arange(k)) and n % k == 0
+        if not even or not (k == n or (step == 1 and at[0] % k == 0) or (step * k == n and at[0] < step)):
+            raise UserError(f"process group {_show(ranks)} does not map onto {topology.name}: along dimension {d} "
+                            f"its coordinates {_show(at.tolist())} are not the whole dimension, a block of "
+                            f"consecutive ones or every {n // k}-th one; give a --mesh whose axes split the "
+                            "topology's dimensions (the last mesh axis takes dimension 0)")
+        dims.append(d)
+        if k < n:
+            parts[d] = (k, step)
+    if len(ranks) != math.prod(len(np.unique(coords[:, d])) for d in dims):
+        raise UserError(f"process group {_show(ranks)} is not every combination of its coordinates on "
+                        f"{topology.name}: a mesh axis's group is")
+    return dims, parts
 
 
 def _show(ranks) -> str:
@@ -68,10 +88,11 @@ def to_module(ctx, workload: Workload, topology: Topology):
                     made = wl.create_compute(op.name, op.flops, op.bytes, deps, ip)
                     wl.set_measured(made, op.measured_ns)
                 elif op.kind == COLLECTIVE and len(op.group) > 1:
-                    dims = group_dims(topology, op.group)
+                    dims, parts = group_span(topology, op.group)
                     made = wl.create_collective(op.collective, op.bytes, dims, f"{op.collective}_{i}",
                                                 op.group_name, deps, ip, op.root)
-                    key = _key(op.collective, op.bytes, dims, op.root, topology)
+                    wl.set_parts(made, [parts.get(d) for d in dims])
+                    key = _key(op.collective, op.bytes, dims, op.root, topology, part_key(dims, parts))
                     made.attributes["wl.schedule"] = wl.comm.to_attr(schedules.setdefault(key, f"c{len(schedules)}"))
                 else:  # a wait, or a collective on a group of one rank (nothing to move): a point of order only
                     made = wl.create_wait(op.name, deps, ip)
@@ -84,15 +105,43 @@ def collective_key(op, topology: Topology) -> tuple:
     """What a collective's schedule depends on: (kind, bytes, topology dims), and for a broadcast or reduce the
     NPU whose coordinates on those dims are its root's (0 elsewhere: every group runs the same). Equal keys share
     one compilation."""
-    return _key(op.kind, op.attrs["bytes"], op.attrs["dims"], op.attrs.get("root", -1), topology)
+    dims = op.attrs["dims"]
+    return _key(op.kind, op.attrs["bytes"], dims, op.attrs.get("root", -1), topology,
+                part_key(dims, wl.parts(op.attrs)))
 
 
-def _key(kind: str, nbytes: int, dims, root: int, topology: Topology) -> tuple:
+def part_key(dims, parts: dict) -> tuple:
+    """The key element of a group covering part of some dimensions: ("part", (dim, members, stride), ...)."""
+    return ("part",) + tuple((d,) + tuple(parts[d]) for d in dims if d in parts) if parts else ()
+
+
+def _key(kind: str, nbytes: int, dims, root: int, topology: Topology, part: tuple = ()) -> tuple:
     key = (kind, int(nbytes), tuple(dims))
-    if kind not in wl.comm.ROOTED:
-        return key
-    at = topology.coords(int(root))
-    return key + (sum(at[d] * topology.strides()[d] for d in dims),)
+    if kind in wl.comm.ROOTED:
+        # the root's place in its group: its coordinates on `dims`, counted inside the group where the group
+        # covers part of a dimension
+        at, parts = topology.coords(int(root)), {p[0]: p[1:] for p in part[1:]}
+        inner = topology.within(parts) if parts else topology
+        key += (sum(member_index(at[d], parts.get(d)) * inner.strides()[d] for d in dims),)
+    return key + ((part,) if part else ())
+
+
+def member_index(c: int, part) -> int:
+    if part is None:
+        return int(c)
+    size, stride = part
+    return int(c % size) if stride == 1 else int(c // stride)
+
+
+def key_parts(key: tuple) -> dict[int, tuple[int, int]]:
+    """{dimension: (members, stride)} of a collective key whose group covers part of some dimensions."""
+    last = key[-1]
+    return {p[0]: tuple(p[1:]) for p in last[1:]} if isinstance(last, tuple) and last[:1] == ("part",) else {}
+
+
+def key_root(key: tuple) -> int:
+    """The root place of a broadcast's or reduce's key (-1 for other kinds)."""
+    return key[3] if len(key) > 3 and isinstance(key[3], int) else -1
 
 
 @dataclass
@@ -164,7 +213,10 @@ def _time_one(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> tup
     """Compile and time one collective. A small one that cannot split as asked (a 4-byte loss all-reduce over 64
     NPUs) runs in one chunk, else padded to the smallest size that splits, and says so: a real library sends it
     all the same, paying the steps' latency, which the padding keeps."""
-    kind, nbytes, dims, root = key if len(key) == 4 else key + (0,)
+    kind, nbytes, dims = key[:3]
+    root, parts = max(key_root(key), 0), key_parts(key)
+    if parts:   # the group covers part of some dimensions: its collective runs on the network it sees
+        topology = topology.within(parts)
     try:
         return _compiled_time(ctx, topology, kind, nbytes, dims, opts.defaults, opts, root=root)
     except (UserError, driver.comm.IRError, PassError) as e:
@@ -288,12 +340,18 @@ def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topolog
                 continue
             members = prog.groups[op.attrs["wl.group"]]
             try:
-                dims = group_dims(topology, members)
+                dims, parts = group_span(topology, members)
             except UserError as e:
                 raise UserError(f"{path}: rank {prog.rank}: {op.name}: {e}") from None
             if sorted(op.attrs["dims"]) != dims:
                 raise UserError(f"{path}: rank {prog.rank}: {op.name}: dims {op.attrs['dims']} are not those of "
                                 f"group {op.attrs['wl.group']!r} on {topology.name} ({dims})")
+            want = {"wl.part": [parts[d][0] if d in parts else 0 for d in op.attrs["dims"]],
+                    "wl.stride": [parts[d][1] if d in parts else 1 for d in op.attrs["dims"]]} if parts else {}
+            for attr in ("wl.part", "wl.stride"):
+                if op.attrs.get(attr) != want.get(attr):
+                    raise UserError(f"{path}: rank {prog.rank}: {op.name}: {attr} {op.attrs.get(attr)} but group "
+                                    f"{op.attrs['wl.group']!r} gives {want.get(attr, 'none (whole dimensions)')}")
             if op.kind in wl.comm.ROOTED and op.attrs["root"] not in members:
                 raise UserError(f"{path}: rank {prog.rank}: {op.name}: root {op.attrs['root']} is not in group "
                                 f"{op.attrs['wl.group']!r}")

@@ -176,6 +176,21 @@ def create_collective(kind: str, nbytes: int, dims: list[int], name: str, group:
     return op
 
 
+def set_parts(op: ir.Operation, parts: list) -> None:
+    """Where a collective's group covers part of a dimension of `dims`: `wl.part` (its members along each dim, 0:
+    the whole dimension) and `wl.stride` (1: consecutive coordinates, else every stride-th)."""
+    if any(parts):
+        op.attributes["wl.part"] = comm.to_attr([p[0] if p else 0 for p in parts])
+        op.attributes["wl.stride"] = comm.to_attr([p[1] if p else 1 for p in parts])
+
+
+def parts(a: dict) -> dict[int, tuple[int, int]]:
+    """{dim: (members, stride)} of a collective's attributes (set_parts); empty for whole dimensions."""
+    if "wl.part" not in a:
+        return {}
+    return {d: (m, s) for d, m, s in zip(a["dims"], a["wl.part"], a["wl.stride"]) if m}
+
+
 def set_measured(op: ir.Operation, measured_ns: float) -> None:
     """A compute op's time as a profiler measured it (`wl.measured_ns`): the engine uses it instead of the
     roofline."""

@@ -257,6 +257,22 @@ class Topology:
             for k, d in enumerate(self.dims)
         )
 
+    def within(self, parts: dict[int, tuple[int, int]]) -> "Topology":
+        """The network one process group sees when it covers part of some dimensions: parts maps a dimension to
+        (members, stride) of the group along it (stride 1: consecutive coordinates). Each such dimension becomes a
+        dimension of `members` NPUs whose bandwidth and latency its block gives for the group while every group
+        of that shape works at once (Block.subgroup); the others are unchanged."""
+        dims = list(self.dims)
+        for d, (size, stride) in sorted(parts.items()):
+            dim = dims[d]
+            got = dim.kind.subgroup(dim.size, size, stride, dim.bandwidth_gbps, dim.latency_ns)
+            if got is None:
+                raise UserError(f"a process group of {size} of the {dim.size} NPUs of dimension {d} "
+                                f"({dim.notation}): groups inside a {dim.block} dimension are not modelled; give a "
+                                "--mesh whose axes cover its whole dimensions")
+            dims[d] = Dimension(dim.block, size, got[0], got[1], dim.links)
+        return Topology(tuple(dims))
+
     def to_dict(self) -> dict:
         out = {
             "name": self.name,

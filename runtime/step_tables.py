@@ -133,12 +133,7 @@ def read(path: str) -> StepTables:
         sub = os.path.join(path, entry["dir"])
         if not os.path.isdir(sub):
             raise TableError(f"{meta_path}: collectives[{c}].dir: {entry['dir']} is missing from {path}")
-        schedule = DirSchedule(sub)
-        m = schedule.meta
-        if m.npus != meta["npus"] or m.topology != meta["topology"]:
-            raise TableError(f"{sub}: its schedule is for {m.npus} NPUs on {m.topology.get('name')}, the step for "
-                             f"{meta['npus']} on {meta['topology'].get('name')}")
-        collectives.append(schedule)
+        collectives.append(DirSchedule(sub))   # its network is the one its group sees: compiler/step_dir.py checks
     return StepTables(meta, programs, collectives)
 
 
@@ -179,8 +174,9 @@ def _check_meta(meta, where: str) -> None:
         _fail(where, "collectives: not a list")
     for c, e in enumerate(colls):
         at = f"collectives[{c}]"
-        if not isinstance(e, dict) or set(e) != {"dir", "kind", "bytes", "dims", "root", "algorithm", "fallback"}:
-            _fail(where, f"{at}: needs exactly dir, kind, bytes, dims, root, algorithm, fallback")
+        if not isinstance(e, dict) or set(e) != {"dir", "kind", "bytes", "dims", "root", "part", "algorithm",
+                                                  "fallback"}:
+            _fail(where, f"{at}: needs exactly dir, kind, bytes, dims, root, part, algorithm, fallback")
         if not isinstance(e["dir"], str) or e["dir"] != f"collective_{c}":
             _fail(where, f"{at}.dir: {e['dir']!r} is not collective_{c}")
         if e["kind"] not in KINDS:
@@ -190,6 +186,10 @@ def _check_meta(meta, where: str) -> None:
         if not isinstance(e["dims"], list) or not e["dims"] or not all(_is_int(d, 0, 63) for d in e["dims"]) or \
                 len(set(e["dims"])) != len(e["dims"]):
             _fail(where, f"{at}.dims: {e['dims']!r} is not a list of distinct dimensions")
+        if not isinstance(e["part"], list) or not all(
+                isinstance(p, list) and len(p) == 3 and all(_is_int(v, 0, npus) for v in p) and p[1] >= 2 and
+                p[2] >= 1 for p in e["part"]) or len({p[0] for p in e["part"]}) != len(e["part"]):
+            _fail(where, f"{at}.part: {e['part']!r} is not a list of [dimension, members >= 2, stride >= 1]")
         if not _is_int(e["root"], -1, npus - 1):
             _fail(where, f"{at}.root: {e['root']!r} is not -1 or an NPU below {npus}")
         if not isinstance(e["algorithm"], str) or not isinstance(e["fallback"], str):

@@ -28,6 +28,12 @@ class Block:
     translatable: bool = False          # moving every member c to c + r (mod k) maps links onto links (a ring, FC)
     has_switch: bool = False            # the members hang off one switch a table row may address (peer -1)
 
+    def subgroup(self, k: int, size: int, stride: int, gbps: float, latency_ns: float) -> tuple[float, float] | None:
+        """(bandwidth GB/s, latency ns) of a dimension standing for a process group of `size` of the k members
+        (consecutive ones when stride is 1, else every stride-th), while every such group of the dimension works at
+        once, as a mesh axis's groups do; None when this block cannot say (the group is refused)."""
+        return None
+
     def check_size(self, k: int) -> None:
         """Refuse (UserError) a size this block cannot have."""
 

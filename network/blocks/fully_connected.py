@@ -19,6 +19,10 @@ class FullyConnected(Block):
     def link_share(self, k: int) -> int:
         return k - 1
 
+    def subgroup(self, k, size, stride, gbps, latency_ns):
+        # the group uses its size-1 links of the member's k-1 (B/(k-1) each); other groups use other links
+        return gbps * (size - 1) / (k - 1), latency_ns
+
     def default_algorithm(self, k: int) -> str:
         return "direct"
 

@@ -21,6 +21,11 @@ class Switch(Block):
     def link_share(self, k: int) -> int:
         return 1
 
+    def subgroup(self, k, size, stride, gbps, latency_ns):
+        # members keep their own uplink and downlink and the switch is non-blocking: a group of the switch's
+        # members is a smaller switch of the same links, whichever members it takes
+        return gbps, latency_ns
+
     def default_algorithm(self, k: int) -> str:
         # halving-doubling has no schedule for a group that is not a power of two; a ring uses the link fully
         return "ring" if k & (k - 1) else "halving_doubling"
