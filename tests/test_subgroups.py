@@ -4,7 +4,8 @@ A mesh axis that splits a dimension gives groups of consecutive members (tp=4: 0
 one (dp=2: 0 and 4). Their collectives run on the network the group sees (Topology.within): a Switch's members
 keep their own uplinks, so 4 of Switch(8) are a Switch(4) of the same links; an FC member's bandwidth B is split
 over its 7 links, so 4 of FC(8) use 3 links of B/7. The times below are computed by hand from those links, the
-schedules are executed on data, and Ring dimensions (whose sub-rings share links between groups) are refused.
+schedules are executed on data. On a Ring, every stride-th member's messages walk `stride` links each, shared by
+`stride` groups; a consecutive segment's ring closes back through the segment, two messages per link.
 """
 import json
 import os
@@ -85,7 +86,8 @@ def test_tp4_and_dp2_on_a_fully_connected_dimension_use_only_their_links():
 
 
 @pytest.mark.parametrize("topology, group", [("Switch(8)", [4, 5, 6, 7]), ("FC(8)", [1, 5]),
-                                             ("Switch(4)_FC(4)", [2, 3, 6, 7]), ("FC(8)", [0, 1, 2, 3])])
+                                             ("Switch(4)_FC(4)", [2, 3, 6, 7]), ("FC(8)", [0, 1, 2, 3]),
+                                             ("Ring(8)", [4, 5, 6, 7]), ("Ring(8)_Ring(2)", [1, 5, 9, 13])])
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "all_to_all", "broadcast"])
 def test_the_schedules_are_correct_on_data(topology, group, kind):
     report = astra_compile.compile(step(topology, [group], kind, nbytes=MB), topology, keep_tables=True)
@@ -103,11 +105,23 @@ def test_groups_on_one_physical_dimension_share_its_links():
     assert apart.total_time_us == pytest.approx(alone)
 
 
-def test_a_ring_dimension_is_refused_in_one_line(capsys, tmp_path):
-    with pytest.raises(UserError, match=r"groups inside a Ring dimension are not modelled"):
-        astra_compile.compile(step("Ring(8)", [[0, 1, 2, 3]]), "Ring(8)")
+def test_tp4_and_dp2_on_a_ring_match_the_hand_calculation():
+    """tp=4 (0-3) on Ring(8): the bidirectional ring's halves go round the segment, each closing back through it
+    (3 links), so every link carries one message of each direction's ring: S/8 per message at B/2 per link shared
+    by two -> S/8 / (B/4) a step, 3 latencies (the wrap). 3 reduce-scatter + 3 all-gather steps."""
+    t, alg = time_us("Ring(8)", [0, 1, 2, 3])
+    assert alg == "ring@0"
+    assert t * 1e3 == pytest.approx(6 * (S / 8 / (BW / 4) + 3 * LAT), rel=1e-9)
+    # dp=2 (0, 4): each half walks 4 links, every link carries 4 groups' halves: S/4 per message at B/2 / 4
+    t, _ = time_us("Ring(8)", [0, 4])
+    assert t * 1e3 == pytest.approx(2 * (S / 4 / (BW / 8) + 4 * LAT), rel=1e-9)
+
+
+def test_a_block_without_groups_inside_is_refused_in_one_line(capsys, tmp_path):
+    with pytest.raises(UserError, match=r"groups inside a Mesh dimension are not modelled"):
+        astra_compile.compile(step("Mesh(8)", [[0, 1, 2, 3]]), "Mesh(8)")
     refused(capsys, os.path.join(os.path.dirname(__file__), "..", "examples", "gpt_tp_dp.py"), "--topology",
-            "8x8_torus", "--mesh", "dp=16,tp=4", match="groups inside a Ring dimension")
+            "Mesh(8)_Mesh(8)", "--mesh", "dp=16,tp=4", match="groups inside a Mesh dimension")
 
 
 def test_step_module_and_step_tables_round_trip(tmp_path, capsys):

@@ -20,6 +20,19 @@ class Ring(Block):
     def link_share(self, k: int) -> int:
         return 2
 
+    def subgroup(self, k, size, stride, gbps, latency_ns):
+        """A ring over part of the ring, every group at once, both directions as on the whole ring.
+        - Every stride-th member (stride * size = k): each message walks `stride` links and every link carries
+          `stride` groups' messages, so each group sees links of B/stride with `stride` hops of latency.
+        - `size` consecutive members: each direction's ring closes back through its own segment (the wrap takes
+          size-1 links the other way round, never another group's links), so every link of the segment carries two
+          messages at a time, one per direction's ring: links of B/2, and a step lasts as long as the wrap's
+          size-1 hops. Exact for ring schedules; other algorithms (direct, all-to-all exchange) see the same links
+          as if they were neighbours (docs/workloads.md, Limits)."""
+        if stride > 1:
+            return gbps / stride, latency_ns * stride
+        return gbps / 2, latency_ns * (size - 1)
+
     def default_algorithm(self, k: int) -> str:
         return "ring"
 
