@@ -1,5 +1,7 @@
 """Shared test helpers: compile a single collective to a schedule through the real pipeline; run the CLI in
-process and check a refusal's contract (exit 2, one line)."""
+process and check a refusal's contract (exit 2, one line); build and run the worker of a real gloo job."""
+import textwrap
+
 from astra_compile import driver
 from astra_compile.cli import main
 from astra_compile.dialects import comm
@@ -55,3 +57,79 @@ def run_gloo_job(directory, worker: str, world: int, extra=lambda rank: [], time
     for r, (p, log) in enumerate(zip(procs, logs)):
         assert p.returncode == 0, f"rank {r} failed:\n{log}"
     return logs
+
+
+# the worker's parts, in order (gloo_worker); test_ddp_buffers.py edits the text of test_moe_routing's worker
+# (its mesh axis, a second warm-up step before "et ="): keep that shape
+WORKER_HEAD = """import contextlib, importlib.util, os, sys, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
+rank, store = int(sys.argv[1]), sys.argv[2]
+[{args}] = sys.argv[3:]
+torch.set_num_threads(1)
+dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size={world})
+"""
+WORKER_MODEL_FILE = """spec = importlib.util.spec_from_file_location("model", path)
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+mesh = init_device_mesh("cpu", {shape}, mesh_dim_names={names})
+"""
+WORKER_MODEL_FILE_STEP = """model = m.parallelize(m.build_model(), mesh)
+opt = torch.optim.AdamW(model.parameters())   # the capture's default optimizer
+x = m.example_inputs()
+def step():   # the capture's training step
+    with m.step_context() if hasattr(m, "step_context") else contextlib.nullcontext():
+        (m.loss(model(x)) if hasattr(m, "loss") else model(x).sum()).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+"""
+WORKER_DDP_STEP = """model = DDP({module}{options})
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = {inputs}
+def step():
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+"""
+WORKER_TAIL = """sys.stdout.flush()
+os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; the traces are written by now
+"""
+
+
+def gloo_worker(world: int, body: str | None = None, *, args=("out",), mesh: dict | None = None,
+                ddp: str = "", inputs: str = "", ddp_options: str = "", seed: str = "0", warmups: int = 1,
+                destroy: bool = False) -> str:
+    """Source of a worker for run_gloo_job: each of `world` ranks joins the gloo job (its store from the command
+    line, its further arguments named `args`), seeds torch with `seed` (source: "rank" gives each its own), defines
+    a training `step()`, runs `warmups` of them, then `body` (source; by default one step recorded by traced() to
+    `out`), and waits at a barrier for the others (then, with `destroy`, destroys the process group).
+
+    mesh={axis: size}: `step()` trains the model file named by the argument `path` on that device mesh as the
+    capture does (parallelize(build_model(), mesh), AdamW, example_inputs(), its step_context() and loss() if it
+    has them). Otherwise it trains the module `ddp` (source) under DDP (`ddp_options`) with SGD on `inputs`."""
+    parts = [WORKER_HEAD.format(args=", ".join(args), world=world)]
+    if mesh:
+        names = ", ".join(f'"{n}"' for n in mesh) + ("," if len(mesh) == 1 else "")
+        parts.append(WORKER_MODEL_FILE.format(shape=tuple(mesh.values()), names=f"({names})"))
+    parts.append(f"torch.manual_seed({seed})\n")
+    parts.append(WORKER_MODEL_FILE_STEP if mesh else
+                 WORKER_DDP_STEP.format(module=ddp, options=ddp_options and ", " + ddp_options, inputs=inputs))
+    parts.append("step()\n" * warmups)
+    parts.append(textwrap.dedent(traced("step()", "out") if body is None else body).lstrip("\n"))
+    parts.append("dist.barrier()\n" + ("dist.destroy_process_group()\n" if destroy else "") + WORKER_TAIL)
+    return "".join(parts)
+
+
+def traced(recorded: str, et: str, kineto: str | None = None, profile: str = "") -> str:
+    """Worker source (a gloo_worker body) that runs `recorded` under an ExecutionTraceObserver writing to `et` (source
+    of the path) and, given `kineto`, under torch.profiler on the CPU (`profile`: its further options), which
+    exports its trace to `kineto` (source) and is `prof` in `recorded`."""
+    recorded = textwrap.dedent(recorded).strip("\n") + "\n"
+    observer = f"et = ExecutionTraceObserver().register_callback({et})\n"
+    if kineto is None:
+        return observer + "et.start()\n" + recorded + "et.stop()\net.unregister_callback()\n"
+    options = profile + ", " if profile else ""
+    return (observer + f"with profile(activities=[ProfilerActivity.CPU], {options}execution_trace_observer=et,\n"
+            f"             on_trace_ready=lambda p: p.export_chrome_trace({kineto})) as prof:\n"
+            + textwrap.indent(recorded, "    "))

@@ -17,46 +17,24 @@ from astra_compile.network.errors import UserError
 from astra_compile.frontend.et_import import load_traces
 from astra_compile.frontend.workload import COLLECTIVE, COMPUTE, WAIT
 
-from helpers import run_gloo_job
+from helpers import gloo_worker, run_gloo_job, traced
 
 WORLD = 4
 BATCH, IN, HIDDEN, OUT = 4, 32, 64, 16
 PARAM_BYTES = 4 * (IN * HIDDEN + HIDDEN + HIDDEN * OUT + OUT)  # float32 weights and biases
 AG, RS, A2A, PAIR_AR = 8, 2, 4, 3  # elements per rank of the explicit collectives
 
-WORKER = f"""
-import os, sys, torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-from torch.profiler import ExecutionTraceObserver
-rank, store, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-torch.set_num_threads(1)
-dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size={WORLD})
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear({IN}, {HIDDEN}), torch.nn.ReLU(), torch.nn.Linear({HIDDEN}, {OUT}))
-ddp = DistributedDataParallel(model, bucket_cap_mb=4096 / 2**20)  # small buckets: several all-reduces
-opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-x = torch.randn({BATCH}, {IN})
-def step():
-    opt.zero_grad()
-    ddp(x).sum().backward()
-    opt.step()
-step()  # warm-up
-pair = dist.new_group([0, 1])
-et = ExecutionTraceObserver().register_callback(out)
-et.start()
-step()
-dist.all_gather_into_tensor(torch.empty({AG} * {WORLD}), torch.ones({AG}))
-dist.reduce_scatter_tensor(torch.empty({RS}), torch.ones({RS} * {WORLD}))
-dist.all_to_all_single(torch.empty({A2A} * {WORLD}), torch.ones({A2A} * {WORLD}))
-if rank < 2:
-    dist.all_reduce(torch.ones({PAIR_AR}), group=pair)
-et.stop()
-et.unregister_callback()
-dist.barrier()
-dist.destroy_process_group()
-sys.stdout.flush()
-os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; the trace is written by now
-"""
+WORKER = gloo_worker(
+    WORLD, "pair = dist.new_group([0, 1])\n" + traced(f"""
+        step()
+        dist.all_gather_into_tensor(torch.empty({AG} * {WORLD}), torch.ones({AG}))
+        dist.reduce_scatter_tensor(torch.empty({RS}), torch.ones({RS} * {WORLD}))
+        dist.all_to_all_single(torch.empty({A2A} * {WORLD}), torch.ones({A2A} * {WORLD}))
+        if rank < 2:
+            dist.all_reduce(torch.ones({PAIR_AR}), group=pair)""", "out"),
+    ddp=f"torch.nn.Sequential(torch.nn.Linear({IN}, {HIDDEN}), torch.nn.ReLU(), torch.nn.Linear({HIDDEN}, {OUT}))",
+    ddp_options="bucket_cap_mb=4096 / 2**20",   # small buckets: several all-reduces
+    inputs=f"torch.randn({BATCH}, {IN})", destroy=True)
 
 
 @pytest.fixture(scope="module")

@@ -9,34 +9,15 @@ import astra_compile
 from astra_compile.frontend.et_import import load_traces
 from astra_compile.network.errors import UserError
 
-from helpers import run_gloo_job
+from helpers import gloo_worker, run_gloo_job, traced
 
-WORKER = """
-import os, sys, torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-from torch.profiler import profile, ProfilerActivity, ExecutionTraceObserver
-rank, store, d = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-torch.set_num_threads(1)
-dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
-ddp = DistributedDataParallel(model, bucket_cap_mb=4096 / 2**20)
-opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-x = torch.randn(4, 32)
-def step():
-    opt.zero_grad()
-    ddp(x).sum().backward()
-    opt.step()
-step()
-step()   # DDP rebuilds its buckets in its second step
-et = ExecutionTraceObserver().register_callback(f"{d}/et_rank{rank}.json")
-with profile(activities=[ProfilerActivity.CPU], record_shapes=True, execution_trace_observer=et,
-             on_trace_ready=lambda p: p.export_chrome_trace(f"{d}/kineto_rank{rank}.json")):
-    step()
-dist.barrier()
-sys.stdout.flush()
-os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; the traces are written by now
-"""
+WORKER = gloo_worker(
+    2, traced("step()", 'f"{d}/et_rank{rank}.json"', kineto='f"{d}/kineto_rank{rank}.json"',
+              profile="record_shapes=True"),
+    args=("d",), ddp="torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(), "
+                     "torch.nn.Linear(64, 16))",
+    ddp_options="bucket_cap_mb=4096 / 2**20", inputs="torch.randn(4, 32)",
+    warmups=2)   # DDP rebuilds its buckets in its second step
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from astra_compile.api import load_workload
 from astra_compile.frontend.et_import import load_traces
 from astra_compile.frontend.workload import COLLECTIVE
 
-from helpers import run_gloo_job
+from helpers import gloo_worker, run_gloo_job
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "llama_fsdp_tp.py")
 SIZES = "VOCAB, DIM, HEADS, KV_HEADS, FFN, LAYERS, SEQ, BATCH = "
@@ -111,37 +111,7 @@ def test_every_collective_matches_the_hand_derivation_tiny_and_full_size(tmp_pat
     assert report.total_time_us > report.compute_time_us > 0
 
 
-WORKER = """
-import importlib.util, os, sys, torch, torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.profiler import ExecutionTraceObserver
-rank, store, out, path = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-torch.set_num_threads(1)
-dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=4)
-spec = importlib.util.spec_from_file_location("model", path)
-m = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(m)
-mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-torch.manual_seed(0)
-model = m.parallelize(m.build_model(), mesh)
-opt = torch.optim.AdamW(model.parameters())   # the capture's default optimizer
-tokens = m.example_inputs()
-def step():
-    import contextlib
-    with m.step_context() if hasattr(m, "step_context") else contextlib.nullcontext():
-        m.loss(model(tokens)).backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-step()  # warm-up, as the capture does
-et = ExecutionTraceObserver().register_callback(out)
-et.start()
-step()
-et.stop()
-et.unregister_callback()
-dist.barrier()
-sys.stdout.flush()
-os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; the trace is written by now
-"""
+WORKER = gloo_worker(4, args=("out", "path"), mesh={"dp": 2, "tp": 2})   # one warm-up step, as the capture does
 
 
 def run_on_gloo(d, path: str) -> list[str]:

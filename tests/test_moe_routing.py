@@ -13,7 +13,7 @@ from astra_compile.frontend.et_import import load_traces
 from astra_compile.frontend.workload import COLLECTIVE
 from astra_compile.network.errors import UserError
 
-from helpers import run_gloo_job
+from helpers import gloo_worker, run_gloo_job
 
 D, TOKENS, EP = 64, 256, 4
 F32, I64 = 4, 8
@@ -119,35 +119,8 @@ def test_a_read_the_assumption_does_not_cover_is_named(tmp_path):
         load_workload(path, EP)
 
 
-WORKER = """
-import importlib.util, os, sys, torch, torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.profiler import ExecutionTraceObserver
-rank, store, out, path = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-torch.set_num_threads(1)
-dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=4)
-spec = importlib.util.spec_from_file_location("model", path)
-m = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(m)
-mesh = init_device_mesh("cpu", (4,), mesh_dim_names=("ep",))
-torch.manual_seed(rank)
-model = m.parallelize(m.build_model(), mesh)
-opt = torch.optim.AdamW(model.parameters())
-x = m.example_inputs()
-def step():
-    model(x).sum().backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-step()
-et = ExecutionTraceObserver().register_callback(out)
-et.start()
-step()
-et.stop()
-et.unregister_callback()
-dist.barrier()
-sys.stdout.flush()
-os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; the trace is written by now
-"""
+# each rank seeds with its own rank: different tokens per rank (test_ddp_buffers.py runs this worker too)
+WORKER = gloo_worker(EP, args=("out", "path"), mesh={"ep": EP}, seed="rank")
 
 
 def test_known_routing_matches_a_real_gloo_run(tmp_path):

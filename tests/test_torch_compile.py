@@ -12,7 +12,7 @@ from astra_compile.api import load_workload
 from astra_compile.frontend.et_import import load_traces
 from astra_compile.frontend.workload import COLLECTIVE
 
-from helpers import run_gloo_job
+from helpers import gloo_worker, run_gloo_job
 
 MODEL = """
 import torch
@@ -94,36 +94,8 @@ def test_a_compiled_model_with_the_builtin_dp_axis(tmp_path):
     assert got == sequence(load_workload(str(plain), 4).programs[0]) and len(got) == 1
 
 
-WORKER = """
-import importlib.util, os, sys, torch, torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.profiler import ExecutionTraceObserver
-rank, store, out, path = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-torch.set_num_threads(1)
-dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
-spec = importlib.util.spec_from_file_location("model", path)
-m = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(m)
-mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("dp",))
-torch.manual_seed(0)
-model = m.parallelize(m.build_model(), mesh)
-opt = torch.optim.AdamW(model.parameters())
-x = m.example_inputs()
-def step():
-    model(x).sum().backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-step()
-step()   # DDP rebuilds its buckets once, in the second step's forward (a one-time index broadcast)
-et = ExecutionTraceObserver().register_callback(out)
-et.start()
-step()
-et.stop()
-et.unregister_callback()
-dist.barrier()
-sys.stdout.flush()
-os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; the trace is written by now
-"""
+# two warm-up steps: DDP rebuilds its buckets once, in the second step's forward (a one-time index broadcast)
+WORKER = gloo_worker(2, args=("out", "path"), mesh={"dp": 2}, warmups=2)
 
 
 def record(tmp_path, path: str) -> list[str]:

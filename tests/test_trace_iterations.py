@@ -10,44 +10,19 @@ import pytest
 
 from astra_compile.frontend.et_import import load_traces
 
-from helpers import run_gloo_job
+from helpers import gloo_worker, run_gloo_job, traced
 
 PARAM_BYTES = 4 * (32 * 64 + 64 + 64 * 16 + 16)
 
-WORKER = """
-import os, sys, torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
-rank, store, d = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-torch.set_num_threads(1)
-dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
-torch.manual_seed(0)
-model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-x = torch.randn(4, 32)
-def step():
-    opt.zero_grad()
-    model(x).sum().backward()
-    opt.step()
-step()
-step()   # past DDP's one-time bucket rebuild
-et = ExecutionTraceObserver().register_callback(f"{d}/plain_rank{rank}.json")
-et.start()
-step()
-step()
-et.stop()
-et.unregister_callback()
-et = ExecutionTraceObserver().register_callback(f"{d}/profiled_rank{rank}.json")
-with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=0, active=3, repeat=1),
-             execution_trace_observer=et,
-             on_trace_ready=lambda p: p.export_chrome_trace(f"{d}/kineto_rank{rank}.json")) as prof:
-    for _ in range(3):
-        step()
-        prof.step()
-dist.barrier()
-sys.stdout.flush()
-os._exit(0)  # gloo's threads can abort the interpreter's teardown under load; the traces are written by now
-"""
+WORKER = gloo_worker(
+    2, traced("step()\nstep()", 'f"{d}/plain_rank{rank}.json"')
+    + traced("""
+        for _ in range(3):
+            step()
+            prof.step()""", 'f"{d}/profiled_rank{rank}.json"', kineto='f"{d}/kineto_rank{rank}.json"',
+             profile="schedule=schedule(wait=0, warmup=0, active=3, repeat=1)"),
+    args=("d",), ddp="torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))",
+    inputs="torch.randn(4, 32)", warmups=2)   # past DDP's one-time bucket rebuild
 
 
 @pytest.fixture(scope="module")
