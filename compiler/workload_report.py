@@ -9,6 +9,7 @@ from typing import Callable
 
 from .network.units import format_size
 from .frontend.workload import PHASES
+from .workload_driver import key_parts
 
 
 @dataclass
@@ -61,7 +62,8 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0) -> Workl
                       "dims": list(key[2]), "bytes": key[1], "algorithm": times[key].algorithm,
                       "time_us": times[key].time_ns / 1e3, "start_us": r.start_ns[i] / 1e3,
                       "end_us": r.end_ns[i] / 1e3, **({"fallback": times[key].fallback} if times[key].fallback
-                                                      else {})})
+                                                      else {}),
+                      **({"part": [[d, *p] for d, p in key_parts(key).items()]} if key_parts(key) else {})})
     flops = sum(int(op.attrs.get("flops", 0)) for op in prog.ops if op.kind == "compute")
     data = {**module_info,
             "total_time_us": result.total_ns / 1e3, "compute_time_us": r.compute_ns / 1e3,
@@ -116,11 +118,17 @@ def summarize(calls: list[dict]) -> list[dict]:
     rows: dict[tuple, dict] = {}
     for c in calls:
         key = (c["kind"], c["group"], c["bytes"])
-        row = rows.setdefault(key, {k: c[k] for k in ("kind", "group", "group_size", "dims", "bytes", "algorithm",
-                                                          "time_us", "fallback") if k in c} | {"count": 0, "total_us": 0.0})
+        row = rows.setdefault(key, {k: c[k] for k in ("kind", "group", "group_size", "dims", "part", "bytes",
+                                                          "algorithm", "time_us", "fallback") if k in c} | {"count": 0, "total_us": 0.0})
         row["count"] += 1
         row["total_us"] += c["time_us"]
     return list(rows.values())
+
+
+def _dims(s: dict) -> str:
+    """The dims column: "0,1", and where the group covers part of a dimension its members there: "0:4,1"."""
+    part = {p[0]: p[1] for p in s.get("part", [])}
+    return ",".join(f"{d}:{part[d]}" if d in part else str(d) for d in s["dims"])
 
 
 def format_report(d: dict) -> str:
@@ -145,7 +153,7 @@ def format_report(d: dict) -> str:
         if d.get(key):
             lines.append("")
     head = ("collective", "group", "ranks", "dims", "size", "count", "algorithm", "us each", "us total")
-    rows = [head] + [(s["kind"], s["group"], str(s["group_size"]), ",".join(map(str, s["dims"])),
+    rows = [head] + [(s["kind"], s["group"], str(s["group_size"]), _dims(s),
                       format_size(s["bytes"]), str(s["count"]), s["algorithm"], f"{s['time_us']:.3f}",
                       f"{s['total_us']:.3f}") for s in d["collective_summary"]]
     if len(rows) == 1:

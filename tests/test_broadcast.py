@@ -200,3 +200,20 @@ def test_phase_ir_needs_its_root():
     with pytest.raises(comm.IRError, match="a broadcast or reduce phase needs a root"):
         m = comm.parse_module(text.replace(", root = 13 : i64", ""), comm.new_context())
         comm.verify_module(m, [4, 8])
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "reduce"])
+def test_the_json_reports_of_a_rooted_collective_and_of_a_step_holding_one_follow_their_schemas(kind):
+    import jsonschema
+    import astra_compile
+    from astra_compile.frontend.workload import COLLECTIVE, Op, Workload
+    here = os.path.dirname(astra_compile.__file__)
+    done = subprocess.run([sys.executable, "-m", "astra_compile.cli", "--collective", kind, "--size", "1MB",
+                           "--root", "5", "--topology", "4x4_torus", "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    with open(os.path.join(here, "report.schema.json")) as f:
+        jsonschema.validate(json.loads(done.stdout), json.load(f))
+    step = Workload(16, {0: [Op("c10d", COLLECTIVE, bytes=2 ** 20, collective=kind, group=tuple(range(16)),
+                                group_name="world", root=5)]}, source="rooted", spmd=True)
+    with open(os.path.join(here, "workload_report.schema.json")) as f:
+        jsonschema.validate(astra_compile.compile(step, "4x4_torus").to_dict(), json.load(f))

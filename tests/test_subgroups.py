@@ -12,6 +12,7 @@ import json
 import os
 import re
 
+import jsonschema
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -131,6 +132,10 @@ def test_step_module_and_step_tables_round_trip(tmp_path, capsys):
     direct = astra_compile.compile(step(topology, [[4, 5, 6, 7], [1, 9], [3, 7, 11, 15]], kind="broadcast"),
                                    topology, keep_tables=True)
     assert 'wl.part = array<i64: 4>' in direct.mlir and 'wl.stride = array<i64: 4, 1>' in direct.mlir
+    assert [c.get("part") for c in direct.collectives] == [[[0, 4, 1]], None, [[0, 2, 4]]]
+    with open(os.path.join(os.path.dirname(astra_compile.__file__), "workload_report.schema.json")) as f:
+        jsonschema.validate(direct.to_dict(), json.load(f))
+    assert re.search(r"broadcast\s+g0\s+4\s+0:4\s", direct.format())     # the dims column: dimension:members
     (tmp_path / "s.mlir").write_text(direct.mlir)
     assert astra_compile.compile(str(tmp_path / "s.mlir"), None).to_dict() == direct.to_dict()
     step_tables.write(str(tmp_path / "d"), direct.step_tables("csv"))
