@@ -5,8 +5,11 @@
           schedule tables and executed by the chosen network runtime -> its time
         --program tables (numpy) + those times--> runtime.workload_engine -> step time, compute, exposed comm
 
-A process group maps onto the topology dimensions its ranks span (group_dims); the comm passes then schedule the
-collective over exactly those dimensions, for every group of the same shape at once.
+A process group maps onto the topology dimensions its ranks span (group_span); the comm passes then schedule the
+collective over exactly those dimensions, for every group of the same shape at once. A group that covers part of a
+dimension (a mesh axis splitting it) is scheduled on the network it sees there (Topology.within). Each distinct
+collective's compiled module is nested in the step's module (with_schedules), its time and per-dimension busy
+time go to the engine, which lets concurrent collectives share links (runtime/link_sharing.py).
 """
 from __future__ import annotations
 
@@ -102,9 +105,9 @@ def to_module(ctx, workload: Workload, topology: Topology):
 
 
 def collective_key(op, topology: Topology) -> tuple:
-    """What a collective's schedule depends on: (kind, bytes, topology dims), and for a broadcast or reduce the
-    NPU whose coordinates on those dims are its root's (0 elsewhere: every group runs the same). Equal keys share
-    one compilation."""
+    """What a collective's schedule depends on: (kind, bytes, topology dims), for a broadcast or reduce the
+    root's place in its group (its coordinates on those dims; every group runs the same), and where the group
+    covers part of a dimension its part_key. Equal keys share one compilation."""
     dims = op.attrs["dims"]
     return _key(op.kind, op.attrs["bytes"], dims, op.attrs.get("root", -1), topology,
                 part_key(dims, wl.parts(op.attrs)))
