@@ -1,6 +1,6 @@
 """A torch.profiler (Kineto) trace alone, recorded with record_shapes=True on a real 2-rank gloo DDP job (BatchNorm:
 buffer broadcasts too): it imports with the collectives, groups, roots and measured compute of the execution trace
-recorded alongside in the same run, and its step is never shorter (its dependencies are the recorded order)."""
+recorded alongside in the same run, and its compute is measured as with the execution trace."""
 import json
 
 import pytest
@@ -47,15 +47,17 @@ def test_a_profiler_trace_alone_gives_the_collectives_of_the_execution_trace(rec
         assert sum(c[1] for c in got[2:]) == 4 * (32 * 64 + 64 + 2 * 64 + 64 * 16 + 16)
 
 
-def test_its_step_is_measured_and_never_shorter(recorded):
+def test_its_step_is_measured_as_with_the_execution_trace(recorded):
     d = recorded
     alone = astra_compile.compile([str(d / f"kineto_rank{r}.json") for r in range(2)], "Ring(2)")
     both = astra_compile.compile([str(d / f"{k}_rank{r}.json") for k in ("et", "kineto") for r in range(2)],
                                  "Ring(2)")
-    # every call is measured; the execution trace's count may be lower (the observer can lose calls under gloo)
-    assert alone["measured_ops"] >= both["measured_ops"] > 0
+    # every call is measured. The profiler alone gives the same count on every run (61 here); the execution
+    # trace's varies by a few between runs of the same job (58 to 65 seen: under gloo's threads the observer loses
+    # calls, or files a view or narrow as a call of its own), so the two agree only within that
+    assert alone["measured_ops"] > 0 and abs(alone["measured_ops"] - both["measured_ops"]) <= 0.1 * alone["measured_ops"]
     assert alone["compute_time_us"] == pytest.approx(alone["measured_compute_us"], rel=1e-9)
-    assert alone["measured_compute_us"] >= both["measured_compute_us"] * (1 - 1e-9)
+    assert alone["measured_compute_us"] == pytest.approx(both["measured_compute_us"], rel=0.1)
     assert [p["phase"] for p in alone["phases"]] == ["forward", "backward", "optimizer"]
 
 
