@@ -220,3 +220,13 @@ def test_a_four_byte_all_reduce_runs_padded_and_says_so(tmp_path, topology, step
                                                                         "--chunks", "4").stdout
     big = [c for c in report["collectives"] if c["bytes"] > 4]
     assert big and all("fallback" not in c for c in big)
+
+
+def test_a_capture_needs_no_grad_mode_from_its_caller_and_leaves_it_as_it_was():
+    """A profiling flow may call compile() under torch.no_grad() (or after an earlier capture was stopped midway by
+    its CPU limit, whose exception can land inside torch): the capture's training step still has autograd."""
+    torch = pytest.importorskip("torch")
+    with torch.no_grad():
+        report = astra_compile.compile(example("mlp_dp.py"), "4x4_torus")
+        assert not torch.is_grad_enabled()
+    assert report.total_time_us > 0 and torch.is_grad_enabled()

@@ -88,7 +88,10 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     axes = mesh_axes_for(spec, world_size, mesh)
-    with fake_world(world_size), _quiet_fake_tensor_log(), meshes_outside_fake(), _compiled_runs_eager():
+    # a training step needs autograd whatever mode the caller (or an earlier capture stopped midway by its CPU
+    # limit, whose exception can land anywhere in torch) left the process in; enable_grad restores it afterwards
+    with torch.enable_grad(), fake_world(world_size), _quiet_fake_tensor_log(), meshes_outside_fake(), \
+            _compiled_runs_eager():
         device_mesh = build_mesh(axes)  # outside fake mode: the mesh holds real rank tensors
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         stage = "build_model()"
