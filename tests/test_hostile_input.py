@@ -408,3 +408,18 @@ def test_an_output_name_that_cannot_be_written_is_one_line(capsys, tmp_path, mon
     monkeypatch.chdir(tmp_path)
     refused(capsys, *RING4, "--emit", emit, "-o", target, match=match)
     assert os.listdir(tmp_path) == []
+
+
+def test_the_cpu_limit_never_stops_a_module_half_imported(tmp_path, monkeypatch):
+    """The limit's handler defers while an import runs (a module stopped midway stays half made in sys.modules
+    and breaks every later capture in the process); elsewhere it stops the code."""
+    import sys
+    from astra_compile.frontend.cpu_limit import inside_import
+    (tmp_path / "importing_probe.py").write_text("import sys\nFRAME = sys._getframe()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importing_probe
+    try:
+        assert inside_import(importing_probe.FRAME)
+        assert not inside_import(sys._getframe())
+    finally:
+        sys.modules.pop("importing_probe", None)

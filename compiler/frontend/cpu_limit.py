@@ -19,6 +19,16 @@ class _Expired(BaseException):
     or in the capture does not swallow it."""
 
 
+def inside_import(frame) -> bool:
+    """Is this frame running (under) a module's import? Stopped there, the module would stay in sys.modules half
+    made (`module 'sympy' has no attribute 'logic'` for every later capture in the process)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
 def cpu_limit(seconds: float | None, what: str):
     """Run the block with at most `seconds` of CPU (None or 0: no limit; off the main thread there is no way to
@@ -29,7 +39,8 @@ def cpu_limit(seconds: float | None, what: str):
         return
 
     def expire(signum, frame):
-        raise _Expired()
+        if not inside_import(frame):   # else the timer fires again 0.1 s of CPU later, after the import
+            raise _Expired()
 
     old = signal.signal(signal.SIGPROF, expire)
     # and again every 0.1 s of CPU after that: a handler that runs inside a __del__ or a weakref callback (the GC
