@@ -423,3 +423,9 @@ def test_the_cpu_limit_never_stops_a_module_half_imported(tmp_path, monkeypatch)
         assert not inside_import(sys._getframe())
     finally:
         sys.modules.pop("importing_probe", None)
+
+
+def test_a_model_file_whose_top_level_never_finishes_is_stopped(capsys, tmp_path):
+    path = tmp_path / "spin.py"
+    path.write_text("while True:\n    pass\n")
+    refused(capsys, path, "--topology", "4_ring", "--capture-limit", "1", match="more than 1 s of CPU")

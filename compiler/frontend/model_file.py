@@ -56,7 +56,11 @@ def load_model_file(path: str) -> ModelFile:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling inside the file look their module up here
     try:
-        spec.loader.exec_module(module)
+        with open(path, "rb") as f:
+            source = importlib.util.decode_source(f.read())
+        # run the file's code directly, not through the import machinery: the CPU limit defers while an import
+        # runs (cpu_limit.inside_import), so the file's own top-level code must not count as one
+        exec(compile(source, path, "exec"), module.__dict__)
     except SystemExit as e:  # sys.exit() at import: the file is a script, not a model file; never exit 0 with it
         sys.modules.pop(name, None)
         raise UserError(f"model file {path} called sys.exit({e.code!r}) while being imported; a model file defines "
