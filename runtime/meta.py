@@ -123,14 +123,19 @@ class Meta:
     @staticmethod
     def read(folder: str) -> "Meta":
         path = os.path.join(folder, "meta.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except OSError as e:
-            raise TableError(f"{folder}: cannot read meta.json ({e.strerror})") from None
-        except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
-            raise TableError(f"{path} is not JSON ({' '.join(str(e).split())[:120]})") from None
-        return Meta.from_json(data, path)
+        return Meta.from_json(read_json(folder), path)
+
+
+def read_json(folder: str):
+    """The JSON value in folder/meta.json (a table or step directory), or TableError naming why it cannot be read."""
+    path = os.path.join(folder, "meta.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise TableError(f"{folder}: cannot read meta.json ({e.strerror})") from None
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError; RecursionError: deep nesting
+        raise TableError(f"{path} is not JSON ({' '.join(str(e).split())[:120]})") from None
 
 
 def _int(value, where: str, lo: int | None = None, hi: int | None = None) -> int:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from . import atomic
 from .errors import TableError
-from .meta import FORMAT as TABLES_FORMAT, PHASE_KINDS
+from .meta import FORMAT as TABLES_FORMAT, PHASE_KINDS, read_json
 from .tables import DirSchedule, Schedule, fill_dir
 
 FORMAT = "astra-compile-step"
@@ -98,34 +98,28 @@ def not_a_step_dir(path: str) -> str | None:
     foreign = [n for n in names if n != "meta.json" and not _PROGRAM_FILE.match(n) and not _COLLECTIVE_DIR.match(n)]
     if foreign:
         return f"it holds files astra-compile did not write ({foreign[0]})"
-    meta = _load_json(os.path.join(path, "meta.json"))
+    meta = _load_json(path)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         return f"its meta.json is not an {FORMAT} file"
     return None
 
 
 def is_step_dir(path: str) -> bool:
-    meta = _load_json(os.path.join(path, "meta.json"))
+    meta = _load_json(path)
     return isinstance(meta, dict) and meta.get("format") == FORMAT
 
 
-def _load_json(path: str):
+def _load_json(folder: str):
+    """folder/meta.json's value, None when it cannot be read (the readers then say why)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        return read_json(folder)
+    except TableError:
         return None
 
 
 def read(path: str) -> StepTables:
     meta_path = os.path.join(path, "meta.json")
-    try:
-        with open(meta_path, encoding="utf-8") as f:
-            meta = json.load(f)
-    except OSError as e:
-        raise TableError(f"{meta_path}: cannot read: {e.strerror}") from None
-    except ValueError as e:
-        raise TableError(f"{meta_path}: not JSON: {e}") from None
+    meta = read_json(path)
     _check_meta(meta, meta_path)
     programs = [_read_program(path, entry, meta, meta_path) for entry in meta["programs"]]
     collectives = []

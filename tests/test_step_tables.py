@@ -150,3 +150,10 @@ def test_a_damaged_directory_is_refused_in_one_line(written, tmp_path, capsys, d
     d = copy(written, tmp_path)
     damage(d)
     refused(capsys, d, match=match)
+
+
+def test_a_deeply_nested_meta_json_is_refused_not_a_traceback(tmp_path, capsys):
+    """Deciding whether a directory holds a step reads its meta.json: JSON nested past Python's recursion limit is
+    bad input like any other (it was a RecursionError traceback)."""
+    (tmp_path / "meta.json").write_text("[" * 100000 + "]" * 100000)
+    refused(capsys, str(tmp_path), match="meta.json is not JSON")
