@@ -16,7 +16,7 @@ from .network.errors import UserError
 from .network.topology import Topology
 from .runtime import step_tables as st
 from .runtime.errors import TableError
-from .workload_driver import CollectiveTime, CollectiveTimes, Lowered, key_parts, key_root, member_index, part_key
+from .workload_driver import CollectiveTime, CollectiveTimes, Lowered, group_place, key_of, key_parts, key_root, part_key
 
 
 def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.StepTables:
@@ -76,7 +76,7 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
         if max(e["dims"]) >= topology.ndims:
             raise TableError(f"{path}/meta.json: collectives[{c}].dims: {e['dims']} but {topology.name} has "
                              f"{topology.ndims} dimensions")
-        parts = {p[0]: (p[1], p[2]) for p in e["part"]}
+        parts = _parts(e)
         if not set(parts) <= set(e["dims"]):
             raise TableError(f"{path}/meta.json: collectives[{c}].part: {e['part']} names a dimension outside dims "
                              f"{e['dims']}")
@@ -88,8 +88,7 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
         if have.topology != seen.to_dict() or have.npus != seen.npus:
             raise TableError(f"{path}/{e['dir']}: its schedule is for {have.topology.get('name')}, the step's "
                              f"group sees {seen.name}")
-        keys.append((e["kind"], e["bytes"], tuple(e["dims"])) + ((e["root"],) if e["kind"] in wl.comm.ROOTED else ())
-                    + ((part_key(e["dims"], parts),) if parts else ()))
+        keys.append(key_of(e["kind"], e["bytes"], e["dims"], e["root"], part_key(e["dims"], parts)))
         kinds = {m.buffer_kind for m in have.collectives}
         if kinds != {e["kind"]} or any(sorted(m.group_dims) != sorted(e["dims"]) for m in have.collectives):
             raise TableError(f"{path}/{e['dir']}: its schedule is {', '.join(sorted(kinds))} over dims "
@@ -116,11 +115,8 @@ def _program_op(r: st.ProgramRow, colls: list) -> wl.ProgramOp:
             attrs["wl.measured_ns"] = r.measured_ns
     else:
         e = colls[r.collective]
-        attrs |= {"bytes": e["bytes"], "dims": list(e["dims"]), "wl.group": r.group}
-        parts = {p[0]: (p[1], p[2]) for p in e["part"]}
-        if parts:
-            attrs |= {"wl.part": [parts[d][0] if d in parts else 0 for d in e["dims"]],
-                      "wl.stride": [parts[d][1] if d in parts else 1 for d in e["dims"]]}
+        attrs |= {"bytes": e["bytes"], "dims": list(e["dims"]), "wl.group": r.group,
+                  **wl.part_attrs(e["dims"], _parts(e))}
         if e["kind"] in wl.comm.ROOTED:
             attrs["root"] = e["root"]
     if r.phase:
@@ -133,12 +129,13 @@ def _program_op(r: st.ProgramRow, colls: list) -> wl.ProgramOp:
 def _in_group(topology: Topology, entry: dict, npu: int) -> int:
     """NPU `npu` in the network its collective's schedule runs on: itself, or where the group covers part of a
     dimension, its place in the smaller network the group sees (Topology.within)."""
-    parts = {p[0]: (p[1], p[2]) for p in entry["part"]}
-    if not parts:
-        return npu
-    seen = topology.within(parts)
-    at = topology.coords(npu)
-    return sum(member_index(at[d], parts.get(d)) * seen.strides()[d] for d in range(topology.ndims))
+    parts = _parts(entry)
+    return group_place(topology, parts, npu) if parts else npu
+
+
+def _parts(entry: dict) -> dict[int, tuple[int, int]]:
+    """{dim: (members, stride)} of a meta.json collective entry's `part` ([dim, members, stride] lists)."""
+    return {p[0]: (p[1], p[2]) for p in entry["part"]}
 
 
 def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:

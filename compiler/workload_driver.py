@@ -94,7 +94,7 @@ def to_module(ctx, workload: Workload, topology: Topology):
                     dims, parts = group_span(topology, op.group)
                     made = wl.create_collective(op.collective, op.bytes, dims, f"{op.collective}_{i}",
                                                 op.group_name, deps, ip, op.root)
-                    wl.set_parts(made, [parts.get(d) for d in dims])
+                    wl.set_parts(made, dims, parts)
                     key = _key(op.collective, op.bytes, dims, op.root, topology, part_key(dims, parts))
                     made.attributes["wl.schedule"] = wl.comm.to_attr(schedules.setdefault(key, f"c{len(schedules)}"))
                 else:  # a wait, or a collective on a group of one rank (nothing to move): a point of order only
@@ -119,17 +119,29 @@ def part_key(dims, parts: dict) -> tuple:
 
 
 def _key(kind: str, nbytes: int, dims, root: int, topology: Topology, part: tuple = ()) -> tuple:
+    # a root's place: its coordinates on `dims`, counted inside the group where it covers part of a dimension
+    place = group_place(topology, {p[0]: p[1:] for p in part[1:]}, int(root), dims) if kind in wl.comm.ROOTED \
+        else -1
+    return key_of(kind, nbytes, dims, place, part)
+
+
+def key_of(kind: str, nbytes: int, dims, place: int, part: tuple = ()) -> tuple:
+    """A collective key from its parts: `place` is a rooted kind's root place (ignored for the others), `part`
+    its part_key."""
     key = (kind, int(nbytes), tuple(dims))
-    if kind in wl.comm.ROOTED:
-        # the root's place in its group: its coordinates on `dims`, counted inside the group where the group
-        # covers part of a dimension
-        at, parts = topology.coords(int(root)), {p[0]: p[1:] for p in part[1:]}
-        inner = topology.within(parts) if parts else topology
-        key += (sum(member_index(at[d], parts.get(d)) * inner.strides()[d] for d in dims),)
-    return key + ((part,) if part else ())
+    return key + ((int(place),) if kind in wl.comm.ROOTED else ()) + ((part,) if part else ())
 
 
-def member_index(c: int, part) -> int:
+def group_place(topology: Topology, parts: dict, npu: int, dims=None) -> int:
+    """NPU `npu` in the network its group sees (Topology.within of `parts`): its coordinates on `dims` (default:
+    every dimension; 0 on the others), each counted inside the group where it covers part of that dimension."""
+    at = topology.coords(npu)
+    inner = topology.within(parts) if parts else topology
+    return sum(_member_index(at[d], parts.get(d)) * inner.strides()[d]
+               for d in (range(topology.ndims) if dims is None else dims))
+
+
+def _member_index(c: int, part) -> int:
     if part is None:
         return int(c)
     size, stride = part
@@ -349,8 +361,7 @@ def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topolog
             if sorted(op.attrs["dims"]) != dims:
                 raise UserError(f"{path}: rank {prog.rank}: {op.name}: dims {op.attrs['dims']} are not those of "
                                 f"group {op.attrs['wl.group']!r} on {topology.name} ({dims})")
-            want = {"wl.part": [parts[d][0] if d in parts else 0 for d in op.attrs["dims"]],
-                    "wl.stride": [parts[d][1] if d in parts else 1 for d in op.attrs["dims"]]} if parts else {}
+            want = wl.part_attrs(op.attrs["dims"], parts)
             for attr in ("wl.part", "wl.stride"):
                 if op.attrs.get(attr) != want.get(attr):
                     raise UserError(f"{path}: rank {prog.rank}: {op.name}: {attr} {op.attrs.get(attr)} but group "

@@ -176,16 +176,23 @@ def create_collective(kind: str, nbytes: int, dims: list[int], name: str, group:
     return op
 
 
-def set_parts(op: ir.Operation, parts: list) -> None:
-    """Where a collective's group covers part of a dimension of `dims`: `wl.part` (its members along each dim, 0:
-    the whole dimension) and `wl.stride` (1: consecutive coordinates, else every stride-th)."""
-    if any(parts):
-        op.attributes["wl.part"] = comm.to_attr([p[0] if p else 0 for p in parts])
-        op.attributes["wl.stride"] = comm.to_attr([p[1] if p else 1 for p in parts])
+def part_attrs(dims: list[int], parts: dict[int, tuple[int, int]]) -> dict:
+    """Where a collective's group covers part of a dimension of `dims` ({dim: (members, stride)}): `wl.part` (its
+    members along each dim, 0: the whole dimension) and `wl.stride` (1: consecutive coordinates, else every
+    stride-th); no attributes for whole dimensions."""
+    if not parts:
+        return {}
+    return {"wl.part": [parts[d][0] if d in parts else 0 for d in dims],
+            "wl.stride": [parts[d][1] if d in parts else 1 for d in dims]}
+
+
+def set_parts(op: ir.Operation, dims: list[int], parts: dict[int, tuple[int, int]]) -> None:
+    for name, value in part_attrs(dims, parts).items():
+        op.attributes[name] = comm.to_attr(value)
 
 
 def parts(a: dict) -> dict[int, tuple[int, int]]:
-    """{dim: (members, stride)} of a collective's attributes (set_parts); empty for whole dimensions."""
+    """{dim: (members, stride)} of a collective's attributes (part_attrs); empty for whole dimensions."""
     if "wl.part" not in a:
         return {}
     return {d: (m, s) for d, m, s in zip(a["dims"], a["wl.part"], a["wl.stride"]) if m}
