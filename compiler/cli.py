@@ -300,9 +300,14 @@ def _emit_step_tables(args, report) -> int:
               f"{len(step.collectives)} collective schedule(s), meta.json; step time "
               f"{report.total_time_us:.3f} us")
         return 0
-    npu = _int_list(args.npu, "--npu")[0] if args.npu.strip() else -1
+    npu = _npu(args)
     print(step_dir.format_npu(step, npu, args.json))
     return 0
+
+
+def _npu(args) -> int:
+    """--npu K (an empty value is -1, which the range checks refuse)."""
+    return _int_list(args.npu, "--npu")[0] if args.npu.strip() else -1
 
 
 def _cache(path: str):
@@ -512,7 +517,7 @@ def _emit_tables(args, schedule, topology) -> int:
         return 0
     if args.npu is None:
         raise UserError("--emit tables needs --npu K (print one table) or -o DIR (write them all)")
-    npu = _int_list(args.npu, "--npu")[0] if args.npu.strip() else -1
+    npu = _npu(args)
     if not 0 <= npu < topology.npus:
         raise UserError(f"--npu {npu} outside 0..{topology.npus - 1}")
     if args.table_view == "trees":

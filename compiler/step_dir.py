@@ -7,6 +7,7 @@ chosen backend, so the step time is the direct run's to the last digit (tests/te
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 
@@ -155,12 +156,10 @@ def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
                                                          npu)).cols.items()}
                                            for c in used}})
     whose = " (SPMD: rank 0's program, which every rank runs on its own groups)" if meta["spmd"] else ""
+    text = io.StringIO()
+    st.write_program(prog.rows, text)   # as in its program file
     lines = [f"# accelerator {npu} of {meta['npus']}: {prog.file}{whose}, {len(prog.rows)} rows",
-             ",".join(st.PROGRAM_COLUMNS)]
-    for i, r in enumerate(prog.rows):
-        lines.append(",".join(map(str, (i, r.kind, r.name, r.phase, r.iteration, r.flops, r.bytes,
-                                        "" if math.isnan(r.measured_ns) else r.measured_ns, r.collective, r.group,
-                                        r.stream, ";".join(map(str, r.deps))))))
+             text.getvalue().rstrip("\n")]
     topology = Topology.from_dict(meta["topology"])
     for c in used:
         e, schedule = meta["collectives"][c], step.collectives[c]

@@ -80,16 +80,21 @@ def write(out_dir: str, step: StepTables, force: bool = False) -> None:
             fill_dir(schedule, sub, fmt)
         for prog in step.programs:
             with open(os.path.join(tmp, prog.file), "w", newline="", encoding="utf-8") as f:
-                out = csv.writer(f, lineterminator="\n")
-                out.writerow(PROGRAM_COLUMNS)
-                for i, r in enumerate(prog.rows):
-                    out.writerow([i, r.kind, r.name, r.phase, r.iteration, r.flops, r.bytes,
-                                  "" if math.isnan(r.measured_ns) else repr(r.measured_ns), r.collective, r.group,
-                                  r.stream, ";".join(map(str, r.deps))])
+                write_program(prog.rows, f)
         with open(os.path.join(tmp, "meta.json"), "w", encoding="utf-8") as f:
             json.dump(step.meta, f, indent=1)
 
     atomic.write_dir(out_dir, fill, not_a_step_dir, force, "step tables")
+
+
+def write_program(rows: list[ProgramRow], f) -> None:
+    """A program's rows as CSV (PROGRAM_COLUMNS, header first) to the text stream f."""
+    out = csv.writer(f, lineterminator="\n")
+    out.writerow(PROGRAM_COLUMNS)
+    for i, r in enumerate(rows):
+        out.writerow([i, r.kind, r.name, r.phase, r.iteration, r.flops, r.bytes,
+                      "" if math.isnan(r.measured_ns) else repr(r.measured_ns), r.collective, r.group, r.stream,
+                      ";".join(map(str, r.deps))])
 
 
 def not_a_step_dir(path: str) -> str | None:
