@@ -21,7 +21,8 @@ import os
 from dataclasses import dataclass, field
 
 FORMAT = "astra-compile-reuse"
-VERSION = 2   # 2: a collective's time keeps its per-dimension busy time (link sharing)
+VERSION = 3   # 2: a collective's time keeps its per-dimension busy time (link sharing); 3: captures hold
+#                point-to-point ops and pipeline stages
 
 
 @dataclass

@@ -17,12 +17,13 @@ from .network.errors import UserError
 from .network.topology import Topology
 from .runtime import step_tables as st
 from .runtime.errors import TableError
-from .workload_driver import CollectiveTime, CollectiveTimes, Lowered, group_place, key_of, key_parts, key_root, part_key
+from .workload_driver import (CollectiveTime, CollectiveTimes, Lowered, group_place, key_of, key_parts, key_root,
+                              message_time, p2p_stream, part_key)
 
 
 def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.StepTables:
     """The step tables of a run: `times` must hold every collective's schedule (WorkloadOptions.keep_schedules)."""
-    keys = list(times)
+    keys = [k for k in times if k[0] != "p2p"]   # messages have no schedule of their own: routed on the topology
     index = {k: c for c, k in enumerate(keys)}
     collectives = []
     for c, key in enumerate(keys):
@@ -41,6 +42,10 @@ def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.
                 rows.append(st.ProgramRow(op.kind, flops=int(a.get("flops", 0)), bytes=int(a.get("bytes", 0)),
                                           measured_ns=float(a.get("wl.measured_ns", math.nan)), collective=-1,
                                           group="", stream=0, **common))
+            elif op.kind in wl.P2P:
+                rows.append(st.ProgramRow(op.kind, flops=0, bytes=int(a["bytes"]), measured_ns=math.nan,
+                                          collective=-1, group="", peer=int(a["peer"]),
+                                          stream=streams.setdefault(p2p_stream(op), len(streams) + 1), **common))
             else:
                 group = a["wl.group"]
                 rows.append(st.ProgramRow(op.kind, flops=0, bytes=int(a["bytes"]), measured_ns=math.nan,
@@ -48,10 +53,11 @@ def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.
                                           stream=streams.setdefault(group, len(streams) + 1), **common))
         groups = {name: [int(r) for r in ranks] for name, ranks in prog.groups.items()}
         same = (json.dumps([r.__dict__ for r in rows], default=str), json.dumps(groups, sort_keys=True))
-        if same in files:
+        if same in files and not lowered.spmd:
             files[same].ranks.append(prog.rank)
             continue
-        files[same] = st.Program(f"program_{len(programs)}.csv", [prog.rank], groups, rows)
+        files[same] = st.Program(f"program_{len(programs)}.csv", sorted(prog.stands_for or [prog.rank]), groups,
+                                 rows)
         programs.append(files[same])
     meta = {"format": st.FORMAT, "version": st.VERSION, "npus": info["npus"], "topology": info["topology_dict"],
             "spmd": lowered.spmd, "source": info["source"], "mesh": info["mesh"], "scheduler": info["scheduler"],
@@ -95,21 +101,35 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
             raise TableError(f"{path}/{e['dir']}: its schedule is {', '.join(sorted(kinds))} over dims "
                              f"{sorted(have.collectives[0].group_dims)}, meta.json says {e['kind']} over {e['dims']}")
     programs = []
+    several = meta["spmd"] and len(step.programs) > 1
     for prog in step.programs:
-        ops = [_program_op(r, colls) for r in prog.rows]
-        programs += [wl.Program(rank, prog.groups, ops) for rank in prog.ranks]
+        if meta["spmd"]:   # the program of its first rank, standing for all of them
+            ops = [_program_op(r, colls, prog.ranks[0]) for r in prog.rows]
+            programs.append(wl.Program(prog.ranks[0], prog.groups, ops, prog.ranks if several else None))
+        elif any(r.kind in st.MESSAGES for r in prog.rows):   # a message's key holds its rank
+            programs += [wl.Program(rank, prog.groups, [_program_op(r, colls, rank) for r in prog.rows])
+                         for rank in prog.ranks]
+        else:
+            ops = [_program_op(r, colls) for r in prog.rows]
+            programs += [wl.Program(rank, prog.groups, ops) for rank in prog.ranks]
     programs.sort(key=lambda p: p.rank)
     times = CollectiveTimes(topology)
     for c, e in enumerate(colls):
         result = driver.execute(step.collectives[c], run)
         times[keys[c]] = CollectiveTime(result.total_ns, e["algorithm"], e["fallback"], tuple(result.dim_busy_ns))
+    for prog in programs:   # messages are timed on the topology, as when compiled
+        for op in prog.ops:
+            if op.kind in wl.P2P and times.key(op) not in times:
+                times[times.key(op)] = message_time(topology, times.key(op))
     info = {"source": meta["source"], "mesh": meta["mesh"], "scheduler": meta["scheduler"]}
     return Lowered("", programs, meta["spmd"]), topology, info, times, step
 
 
-def _program_op(r: st.ProgramRow, colls: list) -> wl.ProgramOp:
+def _program_op(r: st.ProgramRow, colls: list, rank: int = -1) -> wl.ProgramOp:
     attrs = {"name": r.name}
-    if r.kind in ("compute", "wait"):
+    if r.kind in st.MESSAGES:
+        attrs |= {"bytes": r.bytes, "peer": r.peer}
+    elif r.kind in ("compute", "wait"):
         if r.kind == "compute":
             attrs |= {"flops": r.flops, "bytes": r.bytes}
         if not math.isnan(r.measured_ns):
@@ -124,7 +144,7 @@ def _program_op(r: st.ProgramRow, colls: list) -> wl.ProgramOp:
         attrs["wl.phase"] = r.phase
     if r.iteration >= 0:
         attrs["wl.iteration"] = r.iteration
-    return wl.ProgramOp(r.kind, r.name, attrs, list(r.deps))
+    return wl.ProgramOp(r.kind, r.name, attrs, list(r.deps), rank)
 
 
 def _in_group(topology: Topology, entry: dict, npu: int) -> int:
@@ -144,7 +164,7 @@ def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
     meta = step.meta
     if not 0 <= npu < meta["npus"]:
         raise UserError(f"--npu {npu} outside 0..{meta['npus'] - 1}")
-    prog = step.programs[0] if meta["spmd"] else next(p for p in step.programs if npu in p.ranks)
+    prog = step.programs[0] if len(step.programs) == 1 else next(p for p in step.programs if npu in p.ranks)
     used = sorted({r.collective for r in prog.rows if r.collective >= 0})
     if as_json:
         return json.dumps({"npu": npu, "program": prog.file,
@@ -155,7 +175,8 @@ def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
                                                _in_group(Topology.from_dict(meta["topology"]), meta["collectives"][c],
                                                          npu)).cols.items()}
                                            for c in used}})
-    whose = " (SPMD: rank 0's program, which every rank runs on its own groups)" if meta["spmd"] else ""
+    whose = f" (SPMD: rank {prog.ranks[0]}'s program, which {'every rank' if len(step.programs) == 1 else 'its ranks'} " \
+        "runs on its own groups)" if meta["spmd"] else ""
     text = io.StringIO()
     st.write_program(prog.rows, text)   # as in its program file
     lines = [f"# accelerator {npu} of {meta['npus']}: {prog.file}{whose}, {len(prog.rows)} rows",

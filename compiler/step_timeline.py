@@ -2,11 +2,14 @@
 
 One process per accelerator (rank program run), with one track for its compute stream and one per process-group
 stream (the streams the workload engine runs, runtime/workload_engine.py); every compute op and collective is a
-slice named after it, with its FLOPs and bytes, a collective also with its group, algorithm and size. Waits are
-points of order with no time of their own and get no slice. An SPMD step has one program, for rank 0, standing
-for every rank. Times are microseconds, as the trace format expects.
+slice named after it, with its FLOPs and bytes, a collective also with its group, algorithm and size; messages
+(send / recv) on one track per peer and direction. Waits are points of order with no time of their own and get no slice.
+An SPMD step has one program, for rank 0, standing for every rank (a pipeline: one per stage). Times are microseconds, as the trace format expects.
 """
 from __future__ import annotations
+
+from .dialects.workload import P2P
+from .workload_driver import p2p_stream
 
 COMPUTE_TRACK = 0
 
@@ -37,15 +40,28 @@ def step_trace(result, programs, times, info: dict) -> dict:
                                "args": {"flops": int(op.attrs.get("flops", 0)), "bytes": int(op.attrs.get("bytes", 0)),
                                         **part}})
                 continue
-            group = op.attrs["wl.group"]
-            if group not in streams:
-                streams[group] = len(streams) + 1
-                events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": streams[group],
-                               "args": {"name": f"group {group} ({len(prog.groups[group])} ranks)"}})
             done = times.of(op)
+            if op.kind in P2P:   # messages to (from) one peer share a stream (workload_driver.p2p_stream)
+                peer = int(op.attrs["peer"])
+                tid = _track(events, streams, pid, p2p_stream(op),
+                             f"send to rank {peer}" if op.kind == "send" else f"recv from rank {peer}")
+                events.append({**span, "name": op.kind, "cat": "p2p", "tid": tid,
+                               "args": {"bytes": int(op.attrs["bytes"]), "peer": peer, "route": done.algorithm,
+                                        **part}})
+                continue
+            group = op.attrs["wl.group"]
+            _track(events, streams, pid, group, f"group {group} ({len(prog.groups[group])} ranks)")
             events.append({**span, "name": op.kind, "cat": "collective", "tid": streams[group],
                            "args": {"bytes": int(op.attrs["bytes"]), "group": group, "dims": list(op.attrs["dims"]),
                                     "algorithm": done.algorithm, **part,
                                     **({"fallback": done.fallback} if done.fallback else {})}})
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {**info, "total_us": result.total_ns / 1e3}}
+
+
+def _track(events: list, streams: dict, pid: int, key, name: str) -> int:
+    """The track of a stream (a process group's or the messages with one peer), named when first used."""
+    if key not in streams:
+        streams[key] = len(streams) + 1
+        events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": streams[key], "args": {"name": name}})
+    return streams[key]

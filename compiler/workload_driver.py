@@ -13,6 +13,7 @@ time go to the engine, which lets concurrent collectives share links (runtime/li
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -24,9 +25,10 @@ from . import driver, reuse
 from .dialects import workload as wl
 from .network.errors import UserError, read_text
 from .passes import PassError
-from .frontend.workload import COLLECTIVE, COMPUTE, Workload
+from .frontend.workload import COLLECTIVE, COMPUTE, RECV, SEND, Workload
 from .runtime import workload_engine as engine
 from .runtime.workload_engine import ProgramTable, Roofline, run_workload, WorkloadError
+from .network.message import message
 from .network.topology import Topology
 
 KIND_CODE = {"compute": engine.COMPUTE, "wait": engine.WAIT}
@@ -83,7 +85,7 @@ def to_module(ctx, workload: Workload, topology: Topology):
     for rank, ops in sorted(workload.programs.items()):
         groups = {op.group_name: list(op.group) for op in ops if op.kind == COLLECTIVE}
         with ctx, wl.ir.Location.unknown():
-            ip = wl.add_program(module, rank, groups)
+            ip = wl.add_program(module, rank, groups, workload.stands_for.get(rank))
             values = []
             for i, op in enumerate(ops):
                 deps = [values[d] for d in op.deps]
@@ -97,6 +99,8 @@ def to_module(ctx, workload: Workload, topology: Topology):
                     wl.set_parts(made, dims, parts)
                     key = _key(op.collective, op.bytes, dims, op.root, topology, part_key(dims, parts))
                     made.attributes["wl.schedule"] = wl.comm.to_attr(schedules.setdefault(key, f"c{len(schedules)}"))
+                elif op.kind in (SEND, RECV):
+                    made = wl.create_message(op.kind, op.name, op.bytes, op.peer, deps, ip)
                 else:  # a wait, or a collective on a group of one rank (nothing to move): a point of order only
                     made = wl.create_wait(op.name, deps, ip)
                 wl.set_part(made, op.phase, op.iteration)
@@ -107,7 +111,11 @@ def to_module(ctx, workload: Workload, topology: Topology):
 def collective_key(op, topology: Topology) -> tuple:
     """What a collective's schedule depends on: (kind, bytes, topology dims), for a broadcast or reduce the
     root's place in its group (its coordinates on those dims; every group runs the same), and where the group
-    covers part of a dimension its part_key. Equal keys share one compilation."""
+    covers part of a dimension its part_key. Equal keys share one compilation. A message's: ("p2p", bytes,
+    sender, receiver)."""
+    if op.kind in wl.P2P:
+        ends = (op.rank, op.attrs["peer"]) if op.kind == "send" else (op.attrs["peer"], op.rank)
+        return ("p2p", int(op.attrs["bytes"])) + ends
     dims = op.attrs["dims"]
     return _key(op.kind, op.attrs["bytes"], dims, op.attrs.get("root", -1), topology,
                 part_key(dims, wl.parts(op.attrs)))
@@ -204,7 +212,9 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
             key = times.key(op)
             if key in times:
                 continue
-            if shared is None or opts.keep_schedules:
+            if key[0] == "p2p":
+                times[key] = message_time(topology, key)
+            elif shared is None or opts.keep_schedules:
                 times[key], schedule = _time_one(ctx, topology, key, opts)
                 if opts.keep_schedules:
                     times.schedules[key] = schedule
@@ -217,6 +227,13 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
                                                                  tuple(float(b) for b in d["dim_busy_ns"]),
                                                                  str(d["ir"])))
     return times
+
+
+def message_time(topology: Topology, key: tuple) -> CollectiveTime:
+    """A point-to-point message's time: routed over the topology (network/message.py), in both backends."""
+    _, nbytes, src, dst = key
+    m = message(topology, src, dst, nbytes)
+    return CollectiveTime(m.time_ns, f"routed {m.hops} hop{'s' if m.hops != 1 else ''}", dim_busy_ns=m.dim_busy_ns)
 
 
 # A collective this many bytes per member of its group or fewer may be too small for what was asked (a chunk's
@@ -273,8 +290,11 @@ def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaul
                           str(compiled.module)), compiled.schedule
 
 
-def program_tables(progs: list, times: CollectiveTimes) -> list[ProgramTable]:
-    """Numpy program tables for the workload engine, one per rank program (wl.programs)."""
+def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False) -> list[ProgramTable]:
+    """Numpy program tables for the workload engine, one per rank program (wl.programs). Messages are checked
+    first (check_messages): each send must meet its receive."""
+    runs = runner(progs, spmd)
+    check_messages(progs, runs)
     sync_ids: dict[tuple, int] = {}
     tables = []
     for prog in progs:
@@ -290,13 +310,21 @@ def program_tables(progs: list, times: CollectiveTimes) -> list[ProgramTable]:
                 flops[i], nbytes[i] = op.attrs.get("flops", 0), op.attrs.get("bytes", 0)
                 measured[i] = op.attrs.get("wl.measured_ns", np.nan)
                 continue
-            group = op.attrs["wl.group"]
-            ranks = tuple(prog.groups[group])
-            kind[i] = engine.COLLECTIVE
             took = times.of(op)
             duration[i] = took.time_ns
             if took.time_ns > 0 and took.dim_busy_ns:
                 use[i] = np.minimum(np.asarray(took.dim_busy_ns) / took.time_ns, 1.0)
+            if op.kind in wl.P2P:   # one stream per direction between two programs (p2p_stream)
+                ends = message_ends(op, runs)
+                kind[i] = engine.P2P
+                stream[i] = streams.setdefault(p2p_stream(op), len(streams) + 1)
+                k = seq[ends + (op.kind,)] = seq.get(ends + (op.kind,), -1) + 1   # the k-th of this pair
+                sync[i] = sync_ids.setdefault(("p2p",) + ends + (k,), len(sync_ids))
+                size[i] = 2 if ends[0] != ends[1] else 1   # (a program messaging a rank it stands for: alone)
+                continue
+            group = op.attrs["wl.group"]
+            ranks = tuple(prog.groups[group])
+            kind[i] = engine.COLLECTIVE
             stream[i] = streams.setdefault(group, len(streams) + 1)
             k = seq[ranks] = seq.get(ranks, -1) + 1  # the k-th collective of this group matches across ranks
             sync[i] = sync_ids.setdefault((ranks, k), len(sync_ids))
@@ -307,6 +335,65 @@ def program_tables(progs: list, times: CollectiveTimes) -> list[ProgramTable]:
         tables.append(ProgramTable(prog.rank, kind, flops, nbytes, duration, stream, sync, size, ptr, idx,
                                    measured, use))
     return tables
+
+
+def runner(progs: list, spmd: bool) -> dict[int, int] | None:
+    """Rank -> the rank of the program that runs it: each program's own, or in an SPMD module every rank its
+    program stands for (None: one program stands for all of them)."""
+    if not spmd:
+        return {p.rank: p.rank for p in progs}
+    if len(progs) == 1:
+        return None
+    return {r: p.rank for p in progs for r in (p.stands_for or [p.rank])}
+
+
+def p2p_stream(op) -> tuple:
+    """The stream a send or recv runs on: one per peer and direction. NCCL gives each peer pair a communicator and
+    a stream, and torch's pipeline schedules post a stage's sends and receives of one step together
+    (batch_isend_irecv, one NCCL group) so that neither waits for the other; messages in one direction keep
+    their order."""
+    return ("p2p", op.kind, int(op.attrs["peer"]))
+
+
+def message_ends(op, runs: dict | None) -> tuple[int, int]:
+    """(sending program, receiving program) of a send or recv (runner's `runs`)."""
+    peer = op.rank if runs is None else runs.get(op.attrs["peer"], -1)
+    return (op.rank, peer) if op.kind == "send" else (peer, op.rank)
+
+
+def check_messages(progs: list, runs: dict | None) -> None:
+    """Every send meets a receive: the k-th send from program a to program b and the k-th receive posted on b
+    for a exist both, with the same bytes. Refused (UserError, naming the ranks and the op) otherwise: a p2p
+    with no matching peer would leave the step waiting forever."""
+    sent, received = collections.defaultdict(list), collections.defaultdict(list)
+    for prog in progs:
+        for i, op in enumerate(prog.ops):
+            if op.kind in wl.P2P:
+                ends = message_ends(op, runs)
+                if -1 in ends:
+                    raise UserError(f"rank {prog.rank}: op {i} ({op.name}) {op.kind}s {'to' if op.kind == 'send' else 'from'} "
+                                    f"rank {op.attrs['peer']}, which no program runs: a p2p with no matching peer")
+                if ends[0] != ends[1]:
+                    (sent if op.kind == "send" else received)[ends].append((prog.rank, i, op))
+    for ends in sorted(set(sent) | set(received)):
+        s, r = sent.get(ends, []), received.get(ends, [])
+        for k, (a, b) in enumerate(zip(s, r)):
+            if a[2].attrs["bytes"] != b[2].attrs["bytes"]:
+                raise UserError(f"rank {a[0]}: op {a[1]} ({a[2].name}) sends {a[2].attrs['bytes']} B to rank {ends[1]}, "
+                                f"but the receive it meets there (op {b[1]}, {b[2].name}, the {_nth(k)} from rank "
+                                f"{ends[0]}) takes {b[2].attrs['bytes']} B")
+        if len(s) != len(r):
+            rank, i, op = (s if len(s) > len(r) else r)[min(len(s), len(r))]
+            raise UserError(f"rank {rank}: op {i} ({op.name}) is the {_nth(min(len(s), len(r)))} "
+                            f"{'send to' if len(s) > len(r) else 'receive from'} rank "
+                            f"{ends[1] if len(s) > len(r) else ends[0]}, which "
+                            f"{'receives' if len(s) > len(r) else 'sends'} only {min(len(s), len(r))}: a p2p with no "
+                            "matching peer")
+
+
+def _nth(k: int) -> str:
+    n = k + 1
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 @dataclass
@@ -351,7 +438,7 @@ def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topolog
     programs = wl.programs(module)
     for prog in programs:  # a collective's dims are its group's on this topology, its root a member
         for op in prog.ops:
-            if op.kind in ("compute", "wait"):
+            if not wl.is_collective(op.kind):
                 continue
             members = prog.groups[op.attrs["wl.group"]]
             try:
@@ -404,7 +491,7 @@ def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions, times: Coll
     """Time the step; `times` given (a step table directory's collectives) are used as they are."""
     if times is None:
         times = time_collectives(lowered.programs, topology, opts)
-    tables = program_tables(lowered.programs, times)
+    tables = program_tables(lowered.programs, times, lowered.spmd)
     try:
         result = run_workload(tables, opts.roofline, lowered.spmd)
     except WorkloadError as e:

@@ -9,6 +9,7 @@ from typing import Callable
 
 from .network.units import format_size
 from .frontend.workload import PHASES
+from .dialects.workload import P2P
 from .workload_driver import key_parts
 
 
@@ -57,6 +58,12 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0) -> Workl
         if op.kind in ("compute", "wait"):
             continue
         key = times.key(op)
+        if op.kind in P2P:
+            calls.append({"op": i, "kind": op.kind, "group": "p2p", "group_size": 2,
+                          "dims": [d for d, b in enumerate(times[key].dim_busy_ns) if b > 0], "bytes": key[1],
+                          "algorithm": times[key].algorithm, "time_us": times[key].time_ns / 1e3,
+                          "start_us": r.start_ns[i] / 1e3, "end_us": r.end_ns[i] / 1e3, "peer": op.attrs["peer"]})
+            continue
         group = op.attrs["wl.group"]
         calls.append({"op": i, "kind": op.kind, "group": group, "group_size": len(prog.groups[group]),
                       "dims": list(key[2]), "bytes": key[1], "algorithm": times[key].algorithm,
@@ -114,11 +121,11 @@ def iterations(prog, r, times) -> list[dict]:
 
 
 def summarize(calls: list[dict]) -> list[dict]:
-    """Calls grouped by (kind, group, bytes), in order of first appearance."""
+    """Calls grouped by (kind, group, bytes, a message's peer), in order of first appearance."""
     rows: dict[tuple, dict] = {}
     for c in calls:
-        key = (c["kind"], c["group"], c["bytes"])
-        row = rows.setdefault(key, {k: c[k] for k in ("kind", "group", "group_size", "dims", "part", "bytes",
+        key = (c["kind"], c["group"], c["bytes"], c.get("peer"))
+        row = rows.setdefault(key, {k: c[k] for k in ("kind", "group", "peer", "group_size", "dims", "part", "bytes",
                                                           "algorithm", "time_us", "fallback") if k in c} | {"count": 0, "total_us": 0.0})
         row["count"] += 1
         row["total_us"] += c["time_us"]
@@ -153,7 +160,7 @@ def format_report(d: dict) -> str:
         if d.get(key):
             lines.append("")
     head = ("collective", "group", "ranks", "dims", "size", "count", "algorithm", "us each", "us total")
-    rows = [head] + [(s["kind"], s["group"], str(s["group_size"]), _dims(s),
+    rows = [head] + [(s["kind"], s["group"] + (f" {s['peer']}" if "peer" in s else ""), str(s["group_size"]), _dims(s),
                       format_size(s["bytes"]), str(s["count"]), s["algorithm"], f"{s['time_us']:.3f}",
                       f"{s['total_us']:.3f}") for s in d["collective_summary"]]
     if len(rows) == 1:

@@ -4,7 +4,11 @@ Defined in IRDL (workload.irdl.mlir). Collectives are comm dialect ops carrying 
 `wl.group` (the process group's name, a key of the program's `wl.groups`), so the comm passes see ordinary comm
 ops. Any op may carry `wl.phase` ("forward", "backward" or "optimizer"): the part of the step it belongs to, and
 `wl.iteration` (an execution trace of several training iterations): which one. The report breaks the run into
-both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it. Layout of a module:
+both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it. Point-to-point messages are
+`wl.send` / `wl.recv` with their bytes and `peer` (a global rank); the k-th send from one rank to another meets
+the k-th receive posted for it there. A module holds one rank program per rank, or (wl.spmd) one that stands for
+every rank, or (wl.spmd, pipeline stages) one per stage, each listing the ranks that run it in `wl.stands_for`.
+Layout of a module:
 
     module attributes {comm.topology = ..., wl.world_size = 64, wl.spmd = true, wl.source = "model.py",
                        wl.mesh = "dp=8,tp=8"} {
@@ -40,7 +44,14 @@ from . import comm
 sys.modules.setdefault(f"{__package__}.wl", sys.modules[__name__])
 
 _IRDL_FILE = os.path.join(os.path.dirname(__file__), "workload.irdl.mlir")
-COMPUTE, WAIT = "wl.compute", "wl.wait"
+COMPUTE, WAIT, SEND, RECV = "wl.compute", "wl.wait", "wl.send", "wl.recv"
+OWN_KINDS = {COMPUTE: "compute", WAIT: "wait", SEND: "send", RECV: "recv"}   # ProgramOp.kind of the wl ops
+P2P = ("send", "recv")
+
+
+def is_collective(kind: str) -> bool:
+    """Is a ProgramOp of this kind a comm collective (not compute, a wait or a point-to-point message)?"""
+    return kind not in ("compute", "wait") + P2P
 
 
 def new_context() -> ir.Context:
@@ -61,7 +72,7 @@ def new_workload_module(ctx: ir.Context, topology: dict, world_size: int, spmd: 
 
 def is_workload_text(head: str) -> bool:
     """Does the start of a .mlir file look like a workload module (wl attributes or ops), not a comm module?"""
-    return re.search(r'\bwl\.(world_size|rank|groups)\b|"wl\.(compute|wait)"', head) is not None
+    return re.search(r'\bwl\.(world_size|rank|groups)\b|"wl\.(compute|wait|send|recv)"', head) is not None
 
 
 def check_module(module: ir.Module, where: str, shape: list[int]) -> None:
@@ -79,7 +90,7 @@ def check_module(module: ir.Module, where: str, shape: list[int]) -> None:
     for key, kind in (("wl.spmd", bool), ("wl.source", str), ("wl.mesh", str)):
         if key in a and not isinstance(a[key], kind):
             raise comm.IRError(f"{where}: {key} must be a {kind.__name__}, got {a[key]!r}")
-    ranks = set()
+    ranks, covered = set(), []
     for outer in module.body.operations:
         op = outer.operation
         if is_schedule_record(op):
@@ -96,20 +107,38 @@ def check_module(module: ir.Module, where: str, shape: list[int]) -> None:
         if "wl.groups" not in op.attributes or not isinstance(op.attributes["wl.groups"], ir.DictAttr):
             raise comm.IRError(f"{prog}: wl.groups must be a dictionary of process groups")
         groups = {n.name: comm.from_attr(n.attr) for n in op.attributes["wl.groups"]}
+        if "wl.stands_for" in op.attributes:
+            covered.append(_stands_for(comm.from_attr(op.attributes["wl.stands_for"]), rank, world, prog))
         for name, members in groups.items():
             if not isinstance(members, list) or not members or \
                     any(isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < world for m in members):
                 raise comm.IRError(f"{prog}: group {name!r} must list ranks in 0..{world - 1}, got {members!r}")
         for inner in op.regions[0].blocks[0].operations:
-            _check_op(inner.operation, groups, prog)
+            _check_op(inner.operation, groups, prog, rank, world)
     if not ranks:
         raise comm.IRError(f"{where}: no rank program")
+    several = a.get("wl.spmd") is True and len(ranks) > 1
+    if covered and not several:
+        raise comm.IRError(f"{where}: wl.stands_for is for SPMD modules (wl.spmd = true) of several rank programs")
+    if several and (len(covered) != len(ranks) or sorted(r for c in covered for r in c) != list(range(world))):
+        raise comm.IRError(f"{where}: the rank programs of an SPMD module of several programs must each list in "
+                           f"wl.stands_for the ranks that run it, every rank in 0..{world - 1} once")
 
 
-_DECLARED = {COMPUTE: ("bytes", "flops", "name"), WAIT: ("name",)}  # as workload.irdl.mlir declares them
+def _stands_for(ranks, rank: int, world: int, prog: str) -> list[int]:
+    if not isinstance(ranks, list) or rank not in ranks or \
+            any(isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < world for r in ranks):
+        raise comm.IRError(f"{prog}: wl.stands_for must list ranks in 0..{world - 1}, its own among them, got "
+                           f"{ranks!r}")
+    return ranks
 
 
-def _check_op(o, groups: dict, prog: str) -> None:
+# as workload.irdl.mlir declares them
+_DECLARED = {COMPUTE: ("bytes", "flops", "name"), WAIT: ("name",), SEND: ("bytes", "name", "peer"),
+             RECV: ("bytes", "name", "peer")}
+
+
+def _check_op(o, groups: dict, prog: str, rank: int, world: int) -> None:
     a = comm.attrs(o)
     what = f"{prog}: {o.name}" + (f" '{a['name']}'" if isinstance(a.get("name"), str) else "")
     for attr in a:  # the IRDL definition requires its attributes but lets others through
@@ -123,9 +152,16 @@ def _check_op(o, groups: dict, prog: str) -> None:
         m = a.get("wl.measured_ns", 0.0)
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < 1e18:
             raise comm.IRError(f"{what}: wl.measured_ns must be a non-negative time in ns, got {m!r}")
+    elif o.name in (SEND, RECV):
+        if isinstance(a["bytes"], bool) or not isinstance(a["bytes"], int) or a["bytes"] < 0:
+            raise comm.IRError(f"{what}: bytes must be a non-negative integer, got {a['bytes']!r}")
+        peer = a["peer"]
+        if isinstance(peer, bool) or not isinstance(peer, int) or not 0 <= peer < world or peer == rank:
+            raise comm.IRError(f"{what}: peer must be another rank in 0..{world - 1}, got {peer!r}")
     elif o.name != WAIT:
         if not o.name.startswith("comm.") or comm.short_name(o) not in comm.COLLECTIVES:
-            raise comm.IRError(f"{what}: a rank program holds wl.compute, wl.wait and comm collectives only")
+            raise comm.IRError(f"{what}: a rank program holds wl.compute, wl.wait, wl.send, wl.recv and comm "
+                               "collectives only")
         if a.get("wl.group") not in groups:
             raise comm.IRError(f"{what}: wl.group {a.get('wl.group')!r} is not one of the program's wl.groups")
     for key, kinds in (("wl.phase", str), ("wl.iteration", int)):
@@ -145,14 +181,18 @@ def drop_schedule_records(module: ir.Module) -> None:
             outer.operation.erase()
 
 
-def add_program(module: ir.Module, rank: int, groups: dict[str, list[int]]) -> ir.InsertionPoint:
-    """A nested module for one rank's program; returns the insertion point for its ops."""
+def add_program(module: ir.Module, rank: int, groups: dict[str, list[int]],
+                stands_for: list[int] | None = None) -> ir.InsertionPoint:
+    """A nested module for one rank's program (for SPMD with several programs, `stands_for`: the ranks that run
+    it); returns the insertion point for its ops."""
     with module.context, ir.Location.unknown():
         prog = ir.Operation.create("builtin.module", regions=1, ip=ir.InsertionPoint(module.body))
         prog.regions[0].blocks.append()
         prog.attributes["wl.rank"] = comm.to_attr(int(rank))
         prog.attributes["wl.groups"] = ir.DictAttr.get({n: comm.to_attr([int(r) for r in ranks])
                                                         for n, ranks in sorted(groups.items())})
+        if stands_for is not None:
+            prog.attributes["wl.stands_for"] = comm.to_attr([int(r) for r in stands_for])
         return ir.InsertionPoint(prog.regions[0].blocks[0])
 
 
@@ -165,6 +205,13 @@ def create_compute(name: str, flops: int, nbytes: int, deps, ip) -> ir.Operation
 def create_wait(name: str, deps, ip) -> ir.Operation:
     return ir.Operation.create(WAIT, results=[comm.token_type()], operands=list(deps), ip=ip,
                                attributes={"name": comm.to_attr(name)})
+
+
+def create_message(kind: str, name: str, nbytes: int, peer: int, deps, ip) -> ir.Operation:
+    """A point-to-point op: kind "send" (to global rank `peer`) or "recv" (from it)."""
+    return ir.Operation.create({"send": SEND, "recv": RECV}[kind], results=[comm.token_type()], operands=list(deps),
+                               ip=ip, attributes={"name": comm.to_attr(name), "bytes": comm.to_attr(int(nbytes)),
+                                                  "peer": comm.to_attr(int(peer))})
 
 
 def create_collective(kind: str, nbytes: int, dims: list[int], name: str, group: str, deps, ip,
@@ -217,10 +264,11 @@ def set_part(op: ir.Operation, phase: str, iteration: int) -> None:
 
 @dataclass
 class ProgramOp:
-    kind: str           # "compute" | "wait" | a comm collective name ("all_reduce", ...)
+    kind: str           # "compute" | "wait" | "send" | "recv" | a comm collective name ("all_reduce", ...)
     name: str
     attrs: dict
     deps: list[int]     # indices of earlier ops in the same program
+    rank: int = -1      # the program's rank (a message's other end is its `peer`)
 
 
 @dataclass
@@ -228,6 +276,7 @@ class Program:
     rank: int
     groups: dict[str, list[int]]
     ops: list[ProgramOp]
+    stands_for: list[int] | None = None   # SPMD with several programs: every rank that runs this one
 
 
 def programs(module: ir.Module) -> list[Program]:
@@ -243,11 +292,11 @@ def programs(module: ir.Module) -> list[Program]:
         index, ops = {}, []  # SSA values hash and compare by identity in these bindings
         for inner in op.regions[0].blocks[0].operations:
             o = inner.operation
-            kind = {COMPUTE: "compute", WAIT: "wait"}.get(o.name) or comm.short_name(o)
+            kind = OWN_KINDS.get(o.name) or comm.short_name(o)
             deps = [index[v] for v in o.operands]
             index[o.results[0]] = len(ops)
-            ops.append(ProgramOp(kind, comm.attrs(o).get("name", ""), comm.attrs(o), deps))
-        out.append(Program(int(a["wl.rank"]), groups, ops))
+            ops.append(ProgramOp(kind, comm.attrs(o).get("name", ""), comm.attrs(o), deps, int(a["wl.rank"])))
+        out.append(Program(int(a["wl.rank"]), groups, ops, a.get("wl.stands_for")))
     return out
 
 

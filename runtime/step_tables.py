@@ -1,13 +1,14 @@
 """Step tables: a whole training step as per-accelerator tables, one writer and one reader (this module).
 
-    DIR/meta.json         format "astra-compile-step", version 1 (step_meta.schema.json beside this file)
+    DIR/meta.json         format "astra-compile-step", version 2 (step_meta.schema.json beside this file)
     DIR/program_<k>.csv   a program: one row per op in issue order (PROGRAM_COLUMNS); accelerators whose programs
                           are identical (same rows, same groups) share one file
     DIR/collective_<c>/   the compiled schedule of distinct collective c: a table directory (docs/tables.md),
                           every accelerator's SEND/RECV rows
 
 A program row that is a collective names its schedule (`collective`), its process group and the stream it runs
-on; the step's rows of accelerator k are its program's rows plus its rows in each collective directory. Nothing
+on; a send or recv row its `peer` (a global rank) and its stream (one per peer and direction), its time being the routed
+message's on the topology (network/message.py); the step's rows of accelerator k are its program's rows plus its rows in each collective directory. Nothing
 read back is trusted: every key of meta.json, every cell of a program file and every collective directory is
 checked before anything runs, and a fault is one line naming the file, the row or key and the value.
 """
@@ -26,12 +27,13 @@ from .meta import FORMAT as TABLES_FORMAT, PHASE_KINDS, read_json
 from .tables import DirSchedule, Schedule, fill_dir
 
 FORMAT = "astra-compile-step"
-VERSION = 1
+VERSION = 2   # 2: send / recv rows (the peer column), SPMD steps of several programs (pipeline stages)
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "step_meta.schema.json")
 KINDS = ("all_reduce",) + PHASE_KINDS   # every collective a program may run (an all-reduce is two phases)
-ROW_KINDS = ("compute", "wait") + KINDS
+MESSAGES = ("send", "recv")
+ROW_KINDS = ("compute", "wait") + MESSAGES + KINDS
 PROGRAM_COLUMNS = ("row", "kind", "name", "phase", "iteration", "flops", "bytes", "measured_ns", "collective",
-                   "group", "stream", "deps")
+                   "group", "stream", "peer", "deps")
 META_KEYS = {"format", "version", "npus", "topology", "spmd", "source", "mesh", "scheduler", "table_format",
              "programs", "collectives"}
 MAX_INT = 2 ** 63 - 1
@@ -41,7 +43,7 @@ _COLLECTIVE_DIR = re.compile(r"^collective_[0-9]+$")
 
 @dataclass
 class ProgramRow:
-    kind: str             # compute | wait | a collective kind
+    kind: str             # compute | wait | send | recv | a collective kind
     name: str
     phase: str
     iteration: int        # -1: not known
@@ -50,8 +52,10 @@ class ProgramRow:
     measured_ns: float    # NaN: the roofline's
     collective: int       # index into meta["collectives"], -1 for compute and wait rows
     group: str            # a collective's process group ("" otherwise)
-    stream: int           # 0: compute stream; a collective's: its group's communication stream
+    stream: int           # 0: compute stream; a collective's: its group's communication stream; a message's: its
+    #                       peer's
     deps: tuple[int, ...]
+    peer: int = -1        # send: the rank it goes to, recv: the one it comes from (-1 for other rows)
 
 
 @dataclass
@@ -94,7 +98,7 @@ def write_program(rows: list[ProgramRow], f) -> None:
     for i, r in enumerate(rows):
         out.writerow([i, r.kind, r.name, r.phase, r.iteration, r.flops, r.bytes,
                       "" if math.isnan(r.measured_ns) else repr(r.measured_ns), r.collective, r.group, r.stream,
-                      ";".join(map(str, r.deps))])
+                      r.peer, ";".join(map(str, r.deps))])
 
 
 def not_a_step_dir(path: str) -> str | None:
@@ -217,9 +221,13 @@ def _check_meta(meta, where: str) -> None:
             if not isinstance(members, list) or not members or \
                     not all(_is_int(r, 0, npus - 1) for r in members) or members != sorted(set(members)):
                 _fail(where, f"{at}.groups.{name}: {members!r} is not an ascending list of NPUs below {npus}")
-    if meta["spmd"] and (len(progs) != 1 or progs[0]["ranks"] != [0]):
-        _fail(where, "programs: an SPMD step has one program, rank 0's, standing for every rank")
-    if not meta["spmd"] and len(seen) != npus:
+    several = meta["spmd"] and len(progs) > 1   # pipeline stages: each program lists the ranks that run it
+    if meta["spmd"] and not several and progs[0]["ranks"] != [0]:
+        _fail(where, "programs: an SPMD step of one program has rank 0's, standing for every rank")
+    if several and any(e["ranks"] != sorted(e["ranks"]) for e in progs):
+        _fail(where, "programs: an SPMD step's programs list the ranks that run them in ascending order (the first "
+                     "is the one it was captured on)")
+    if (several or not meta["spmd"]) and len(seen) != npus:
         absent = min(set(range(npus)) - set(seen))
         _fail(where, f"programs: rank {absent} has no program (each of the {npus} ranks needs one)")
 
@@ -243,7 +251,8 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
             _fail(at, f"has {len(cells)} cells, the header {len(PROGRAM_COLUMNS)}")
         v = dict(zip(PROGRAM_COLUMNS, cells))
         ints = {}
-        for col, lo in (("row", 0), ("iteration", -1), ("flops", 0), ("bytes", 0), ("collective", -1), ("stream", 0)):
+        for col, lo in (("row", 0), ("iteration", -1), ("flops", 0), ("bytes", 0), ("collective", -1), ("stream", 0),
+                        ("peer", -1)):
             try:
                 ints[col] = int(v[col])
             except ValueError:
@@ -268,11 +277,23 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
         for d in deps:
             if not 0 <= d < i:
                 _fail(at, f"deps: row {d} is not an earlier row of this program")
-        c = ints["collective"]
+        c, peer = ints["collective"], ints["peer"]
         if kind in ("compute", "wait"):
-            if c != -1 or v["group"] or ints["stream"] != 0:
-                _fail(at, f"a {kind} row has collective -1, no group and stream 0")
+            if c != -1 or v["group"] or ints["stream"] != 0 or peer != -1:
+                _fail(at, f"a {kind} row has collective -1, no group, stream 0 and peer -1")
+        elif kind in MESSAGES:
+            if c != -1 or v["group"]:
+                _fail(at, f"a {kind} row has collective -1 and no group")
+            if not 0 <= peer < meta["npus"] or peer in entry["ranks"][:1]:
+                _fail(at, f"peer: {peer} is not another NPU below {meta['npus']}")
+            want = streams.setdefault(("p2p", kind, peer), len(streams) + 1)
+            if ints["stream"] != want:
+                _fail(at, f"stream: {ints['stream']} but {kind}s {'to' if kind == 'send' else 'from'} rank {peer} run "
+                          f"on stream {want} (the program's groups and its peers in each direction take streams 1, "
+                          "2, ... in the order they first appear)")
         else:
+            if peer != -1:
+                _fail(at, f"peer: {peer} on a {kind} row (only send and recv rows have a peer)")
             if not 0 <= c < len(colls):
                 _fail(at, f"collective: {c} is not one of meta.json's {len(colls)} collectives")
             if colls[c]["kind"] != kind:
@@ -282,7 +303,7 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
             want = streams.setdefault(v["group"], len(streams) + 1)
             if ints["stream"] != want:
                 _fail(at, f"stream: {ints['stream']} but group {v['group']!r} runs on stream {want} (the program's "
-                          "groups take streams 1, 2, ... in the order they first appear)")
+                          "groups and peers take streams 1, 2, ... in the order they first appear)")
         rows.append(ProgramRow(kind, v["name"], v["phase"], ints["iteration"], ints["flops"], ints["bytes"],
-                               measured, c, v["group"], ints["stream"], deps))
+                               measured, c, v["group"], ints["stream"], deps, peer))
     return Program(entry["file"], entry["ranks"], entry["groups"], rows)

@@ -13,6 +13,8 @@ Stream semantics are CUDA's as PyTorch uses them:
 - a wait row (wait_tensor, work.wait) blocks the compute stream until its collective is done.
 Across ranks a collective starts when every member of its group has reached it (rows with the same `sync` id).
 An SPMD program (one rank standing for all) needs no matching: every rank reaches every collective together.
+A point-to-point message (P2P rows: a send and its receive, on a stream per pair of ranks) starts when both ends
+have reached it, in SPMD programs too: a pipeline's stages are programs of their own that message each other.
 
 Collectives in flight at the same time share the links they use (runtime/link_sharing.py): a collective row's
 `dim_use` gives the fraction of its time it occupies each topology dimension, and concurrent ones on the same
@@ -32,7 +34,8 @@ from .link_sharing import fair_rates
 
 from ..network.units import gbps_to_bytes_per_ns
 
-COMPUTE, COLLECTIVE, WAIT = 0, 1, 2
+COMPUTE, COLLECTIVE, WAIT, P2P = 0, 1, 2, 3
+COMMUNICATION = (COLLECTIVE, P2P)
 
 
 class WorkloadError(Exception):
@@ -52,13 +55,13 @@ class Roofline:
 @dataclass
 class ProgramTable:
     rank: int
-    kind: np.ndarray          # COMPUTE | COLLECTIVE | WAIT
+    kind: np.ndarray          # COMPUTE | COLLECTIVE | WAIT | P2P
     flops: np.ndarray         # compute rows
     nbytes: np.ndarray        # compute rows: bytes read + written
-    duration_ns: np.ndarray   # collective rows: time of the collective's schedule
-    stream: np.ndarray        # collective rows: communication stream (one per process group), else 0
-    sync: np.ndarray          # collective rows: id shared by the same collective on every member rank
-    group_size: np.ndarray    # collective rows: ranks that must reach it
+    duration_ns: np.ndarray   # collective rows: time of the collective's schedule; P2P rows: the message's
+    stream: np.ndarray        # collective rows: communication stream (one per process group; P2P: per pair), else 0
+    sync: np.ndarray          # collective and P2P rows: id shared by the same collective on every member rank
+    group_size: np.ndarray    # collective and P2P rows: ranks that must reach it
     dep_ptr: np.ndarray       # deps of row i: dep_idx[dep_ptr[i]:dep_ptr[i + 1]]
     dep_idx: np.ndarray
     measured_ns: np.ndarray | None = None   # compute rows: a profiler's measured time (NaN: use the roofline)
@@ -98,7 +101,8 @@ class _Rank:
             (table.kind == COMPUTE) & ~np.isnan(table.measured_ns)
         if self.measured.any():
             compute = np.where(self.measured, table.measured_ns, compute)
-        self.dur = np.where(table.kind == COMPUTE, compute, np.where(table.kind == COLLECTIVE, table.duration_ns, 0.0))
+        comm = np.isin(table.kind, COMMUNICATION)
+        self.dur = np.where(table.kind == COMPUTE, compute, np.where(comm, table.duration_ns, 0.0))
         self.start, self.end = np.full(n, np.nan), np.full(n, np.nan)
         self.took = self.dur.copy()               # a collective's time in the step: longer when it was slowed
         self.waiting = np.zeros(n, np.int64)      # predecessors not yet ended
@@ -107,7 +111,7 @@ class _Rank:
         last_on: dict = {}   # stream -> its latest row; the compute stream is -1
         for i in range(n):
             preds = set(idx[ptr[i]:ptr[i + 1]])
-            on = -1 if kind[i] != COLLECTIVE else int(table.stream[i])
+            on = -1 if kind[i] not in COMMUNICATION else int(table.stream[i])
             if on in last_on:
                 preds.add(last_on[on])
             if on != -1 and -1 in last_on:   # the communication stream waits for the compute issued before
@@ -162,11 +166,11 @@ class _Simulation:
     def _release(self, r: _Rank, i: int, now: float) -> None:
         """Row i of r has every predecessor done at `now`."""
         t = r.t
-        if t.kind[i] != COLLECTIVE:
+        if t.kind[i] not in COMMUNICATION:
             r.start[i] = now
             self._push(now + r.dur[i], r.index, i)
             return
-        if self.spmd or t.group_size[i] <= 1:
+        if (self.spmd and t.kind[i] == COLLECTIVE) or t.group_size[i] <= 1:
             self._start([(r.index, i)], now)
             return
         members = self.arrived.setdefault(int(t.sync[i]), [])
@@ -216,6 +220,9 @@ class _Simulation:
         for members in self.arrived.values():
             k, i = min(members)
             r = self.ranks[k]
+            if r.t.kind[i] == P2P:
+                return WorkloadError(f"rank {r.t.rank} waits forever at op {i}: a message whose other end is never "
+                                     "reached (the sends and receives wait on each other in a cycle)")
             return WorkloadError(f"rank {r.t.rank} waits forever at op {i}: a collective on a group of "
                                  f"{int(r.t.group_size[i])} ranks that only {len(members)} of them issue (the traces "
                                  "do not match)")
@@ -238,7 +245,7 @@ def run_workload(tables: list[ProgramTable], roofline: Roofline, spmd: bool = Fa
         kind = r.t.kind
         total = float(r.end.max()) if len(kind) else 0.0
         compute = float(r.dur[kind == COMPUTE].sum())
-        out.ranks[r.t.rank] = RankTimes(r.start, r.end, total, compute, float(r.took[kind == COLLECTIVE].sum()),
+        out.ranks[r.t.rank] = RankTimes(r.start, r.end, total, compute, float(r.took[np.isin(kind, COMMUNICATION)].sum()),
                                         max(0.0, total - compute), float(r.dur[r.measured].sum()),
                                         int(r.measured.sum()))
     return out

@@ -188,14 +188,22 @@ def edited(src, dst, edit):
 
 
 def test_unsupported_collective_is_named(traces, tmp_path):
-    def to_send(nodes):
-        n = next(n for n in nodes if n["name"] == "c10d::broadcast_")
-        n["name"] = "c10d::send"
-        for a in n["attrs"]:
-            if a["name"] == "op_schema":
-                a["value"] = "c10d::send(Tensor[] tensors, int dst, int tag) -> ()"
-    p = edited(traces[0], tmp_path / "trace_rank0.json", to_send)
-    one_line_error([p], "c10d::send is not supported")
+    def renamed(name, schema):
+        def edit(nodes):
+            n = next(n for n in nodes if n["name"] == "c10d::broadcast_")
+            n["name"] = name
+            for a in n["attrs"]:
+                if a["name"] == "op_schema":
+                    a["value"] = schema
+        return edit
+    p = edited(traces[0], tmp_path / "trace_rank0.json",
+               renamed("c10d::gather_", "c10d::gather_(Tensor[][] output, Tensor[] input, int root) -> ()"))
+    one_line_error([p], "c10d::gather_ is not supported")
+    # every rank's broadcast made a send to its root argument, rank 0: nobody receives them
+    sends = [edited(t, tmp_path / f"send_rank{r}.json",
+                    renamed("c10d::send", "c10d::send(Tensor[] tensors, int dst, int tag) -> ()"))
+             for r, t in enumerate(traces)]
+    one_line_error(sends, "matches no peer")
 
 
 def test_world_size_disagreements(traces, tmp_path):

@@ -138,13 +138,17 @@ def edit_meta(d, change):
     (lambda d: edit_csv(os.path.join(d, "program_0.csv"), 2, "collective", "0"), "row 2: kind: all_reduce but"),
     (lambda d: edit_csv(os.path.join(d, "program_1.csv"), 0, "flops", "x"), "row 0: flops: 'x' is not a whole"),
     (lambda d: edit_csv(os.path.join(d, "program_1.csv"), 1, "group", "tp"), "group: 'tp' is not a group"),
-    (lambda d: edit_meta(d, lambda m: m.update(version=2)), "version: 2"),
+    (lambda d: edit_meta(d, lambda m: m.update(version=1)), "version: 1"),
     (lambda d: edit_meta(d, lambda m: m.update(extra=1)), "unknown key extra"),
     (lambda d: edit_meta(d, lambda m: m["collectives"][1].update(dims=[1])), "dims: [1] but Ring(2) has 1"),
     (lambda d: edit_meta(d, lambda m: m["collectives"][1].update(kind="all_gather")), "kind: all_reduce but"),
     (lambda d: shutil.rmtree(os.path.join(d, "collective_1")), "collective_1 is missing"),
     (lambda d: os.remove(os.path.join(d, "collective_0", "npu_1.csv")), "npu_1"),
-    (lambda d: edit_meta(d, lambda m: m.update(spmd=True)), "an SPMD step has one program"),
+    (lambda d: edit_meta(d, lambda m: m.update(spmd=True, programs=[{**m["programs"][1], "ranks": [1]}])),
+     "an SPMD step of one program has rank 0's"),
+    (lambda d: edit_meta(d, lambda m: m.update(spmd=True, programs=[{**m["programs"][0], "ranks": [0]},
+                                                                    {**m["programs"][1], "ranks": []}])),
+     "programs[1].ranks: [] is not a list"),
 ])
 def test_a_damaged_directory_is_refused_in_one_line(written, tmp_path, capsys, damage, match):
     d = copy(written, tmp_path)

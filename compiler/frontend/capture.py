@@ -5,7 +5,8 @@ collectives on it return at once. Parameters, activations and optimizer states a
 dtypes, no data), so models far larger than this machine's memory capture in seconds. The step runs twice:
 the first warms up what PyTorch builds lazily (optimizer states, FSDP2's lazy init, DDP's bucket rebuild in
 gradient-ready order), the second is recorded (recorder.py). Every rank of an SPMD job runs the same program,
-so rank 0's stands for all.
+so rank 0's stands for all; with pipeline parallelism (a pp mesh axis, pipeline.py) one rank per stage is
+recorded, each standing for its stage.
 """
 from __future__ import annotations
 
@@ -14,26 +15,39 @@ import logging
 
 from ..network.errors import UserError
 from .model_file import ModelFile, one_line
-from .parallelize import (apply_builtin, build_mesh, check_mesh, ddp_modules, meshes_outside_fake, prepare_ddp,
+from . import pipeline
+from .parallelize import (apply_builtin, axis, build_mesh, check_mesh, ddp_modules, meshes_outside_fake, prepare_ddp,
                           skip_cross_rank_checks)
 from .own_world import script_world_set_aside
-from .recorder import StepRecorder
+from .recorder import AUTOGRAD, StepRecorder
 from .routing import AssumedRouting, check_routing
 from .workload import Workload
 
 
 @contextlib.contextmanager
-def fake_world(world_size: int):
-    """A fake process group of `world_size` ranks, this process rank 0; a script's own process groups (the API
-    called inside a training script) are set aside meanwhile and restored after."""
+def fake_world(world_size: int, rank: int = 0):
+    """A fake process group of `world_size` ranks, this process `rank` (0, or the rank recorded for a pipeline
+    stage); a script's own process groups (the API called inside a training script) are set aside meanwhile and
+    restored after."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
     with script_world_set_aside() if dist.is_initialized() else contextlib.nullcontext():
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+        _forget_earlier_meshes()
         try:
             yield
         finally:
             dist.destroy_process_group()
+
+
+def _forget_earlier_meshes():
+    """DTensor caches sharding decisions under keys whose DeviceMesh compares equal to any mesh of the same shape,
+    whatever this process's rank and the groups it holds: a capture of another rank (a pipeline's next stage)
+    would reuse an earlier capture's mesh and its destroyed process groups. Each capture starts with them empty."""
+    from torch.distributed.tensor import _redistribute
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+    _clear_sharding_prop_cache()
+    _redistribute._gen_transform_infos.cache_clear()
 
 
 def _first_tensor(value):
@@ -84,76 +98,111 @@ def _compiled_runs_eager():
 
 
 def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None) -> Workload:
+    axes = mesh_axes_for(spec, world_size, mesh)
+    if axes.get("pp", 1) == 1:
+        ops, _ = _capture_rank(spec, world_size, axes, 0)
+        return Workload(world_size, {0: ops}, source=spec.path, spmd=True, mesh=axes)
+    p = pipeline.plan(spec, axes)
+    programs, carried = {}, None
+    for s, rank in enumerate(p.reps):   # stage s's input is what stage s - 1 hands on
+        programs[rank], carried = _capture_rank(spec, world_size, axes, rank, (p, s, carried))
+    return Workload(world_size, programs, source=spec.path, spmd=True, mesh=axes, stands_for=p.stands_for)
+
+
+def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: int, stage=None):
+    """Record one rank's training step: (its ops, with groups named after the mesh axes; for a pipeline stage,
+    the shapes its micro-batch output hands to the next stage). `stage`: (pipeline.Plan, stage index, the
+    previous stage's output shapes) or None."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    axes = mesh_axes_for(spec, world_size, mesh)
     # a training step needs autograd whatever mode the caller (or an earlier capture stopped midway by its CPU
     # limit, whose exception can land anywhere in torch) left the process in; enable_grad restores it afterwards
-    with torch.enable_grad(), fake_world(world_size), _quiet_fake_tensor_log(), meshes_outside_fake(), \
+    with torch.enable_grad(), fake_world(world_size, rank), _quiet_fake_tensor_log(), meshes_outside_fake(), \
             _compiled_runs_eager():
         device_mesh = build_mesh(axes)  # outside fake mode: the mesh holds real rank tensors
         fake = FakeTensorMode(allow_non_fake_inputs=True)
-        stage = "build_model()"
+        what, carry = "build_model()", None
         try:
             with fake, skip_cross_rank_checks():
                 model = spec.build_model()
-                stage = "example_inputs()"
+                what = "example_inputs()"
                 inputs = _as_tuple(spec.example_inputs())
-                stage = "parallelize(module, mesh)"
+                if stage is not None:
+                    p, s, carried = stage
+                    what = f"pipeline_stage(model, {s}, {p.stages})"
+                    model = pipeline.stage_module(spec, model, s, p.stages)
+                    what = f"stage {s}'s forward on one micro-batch"
+                    micro_in = pipeline.microbatch(inputs, p.microbatches, spec.path) if s == 0 else \
+                        pipeline.rebuild(carried)
+                    micro_out = _as_tuple(model(*micro_in))   # the shapes PipelineStage sends and receives
+                    carry = pipeline.shapes(micro_out)
+                what = "parallelize(module, mesh)"
                 if spec.parallelize is not None:
                     made = spec.parallelize(model, device_mesh)   # None: parallelized in place
                     model = model if made is None else made     # (not `or`: a module may define __len__)
                 else:
                     model = apply_builtin(model, device_mesh, axes, spec.tp_plan, spec.fsdp_units)
                 prepare_ddp(model)
-                stage = "optimizer(parameters)"
+                what = "optimizer(parameters)"
                 opt = spec.optimizer(model.parameters()) if spec.optimizer else torch.optim.AdamW(model.parameters())
+                loss_of = spec.loss if spec.loss else lambda out: _first_tensor(out).sum()
+                if stage is not None:
+                    what = "torch.distributed.pipelining's PipelineStage and schedule"
+                    schedule = pipeline.make_schedule(model, s, p, axis(device_mesh, "pp").get_group(), micro_in,
+                                                      micro_out, loss_of)
 
             def step(recorder=None):
                 def phase(name):
                     if recorder is not None:
                         recorder.phase = name
                 with spec.step_context() if spec.step_context else contextlib.nullcontext():
-                    phase("forward")
-                    out = model(*inputs)
-                    loss = spec.loss(out) if spec.loss else _first_tensor(out).sum()
-                    phase("backward")
-                    loss.backward()
+                    if stage is not None:   # micro-batches' forwards and backwards interleave: autograd tells
+                        phase(AUTOGRAD)
+                        pipeline.run_step(schedule, s, p, inputs)
+                    else:
+                        phase("forward")
+                        out = model(*inputs)
+                        loss = loss_of(out)
+                        phase("backward")
+                        loss.backward()
                 phase("optimizer")
                 opt.step()
                 opt.zero_grad(set_to_none=True)
 
-            stage = "the warm-up training step"
+            what = "the warm-up training step"
             routing = AssumedRouting(check_routing(spec.routing, spec.path), spec.path)
             with fake, routing:
                 step()
             # DDP re-buckets gradients in the order they became ready; its index exchange reads real data
             for ddp in ddp_modules(model):
                 ddp.reducer._rebuild_buckets()
-            stage = "the recorded training step"
+            what = "the recorded training step"
             recorder = StepRecorder()
             with fake, routing, recorder:
                 step(recorder)
         except UserError:
             raise
         except SystemExit as e:  # the user's code called sys.exit(): never exit with its status as if done
-            raise UserError(f"{spec.path}: {stage} called sys.exit({e.code!r})") from None
+            raise UserError(f"{spec.path}: {what} called sys.exit({e.code!r})") from None
         except Exception as e:  # the user's model failed to build or trace: bad input, one line
-            raise UserError(f"{spec.path}: {stage} failed: {one_line(e)}") from None
+            where = f" (pipeline stage {stage[1]})" if stage is not None else ""
+            raise UserError(f"{spec.path}: {what}{where} failed: {one_line(e)}") from None
         names = axis_names(device_mesh, axes)
     for op in recorder.ops:
         op.group_name = names.get(op.group, op.group_name)
-    return Workload(world_size, {0: recorder.ops}, source=spec.path, spmd=True, mesh=axes)
+    if stage is not None:
+        pipeline.message_phases(recorder.ops)
+    return recorder.ops, carry
 
 
 def axis_names(device_mesh, axes: dict[str, int]) -> dict[tuple, str]:
-    """Rank tuples of rank 0's mesh groups -> the mesh axis name, so reports say "tp" rather than "9"."""
+    """Rank tuples of this rank's mesh groups -> the mesh axis name, so reports say "tp" rather than "9"."""
     import torch.distributed as dist
     names = {tuple(range(dist.get_world_size())): "world"}
     if len(axes) > 1:
-        for axis in axes:
-            names[tuple(sorted(dist.get_process_group_ranks(device_mesh[axis].get_group())))] = axis
+        for name in axes:
+            names[tuple(sorted(dist.get_process_group_ranks(device_mesh[name].get_group())))] = name
     else:
         names[tuple(range(dist.get_world_size()))] = next(iter(axes))
     return names

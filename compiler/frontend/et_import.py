@@ -26,7 +26,11 @@ How the trace becomes ops:
   are mapped only when one of its collectives computes a superset of the result on the same buffer:
   barrier -> all_reduce of its one-element tensor (what NCCL runs for a barrier). A broadcast or a reduce keeps
   its root (the group-local root rank argument, made global through the group's ranks).
-  Point-to-point (send/recv) and rooted gather/scatter raise UserError naming the op.
+  Point-to-point: c10d::send(tensors, pg, dst, tag) and recv_(tensors, pg, src, tag) become SEND / RECV ops
+  with the peer's global rank. The peer argument is group-local and gloo does not record the group, so the
+  group is the recorded one (NCCL), else the one of this rank's groups under which the peer's own trace posts the
+  matching op back (a pipeline's stages message each other on the pp axis's group), else (a single SPMD file)
+  the default group. Rooted gather/scatter and recv from any source raise UserError naming the op.
   _c10d_functional::wait_tensor becomes a WAIT op.
 - Process group of a collective: the recorded group name if there is one; else the recorded groups that contain
   the rank, narrowed for all_gather/reduce_scatter by the gathered/scattered size ratio (= group size); if still
@@ -65,7 +69,7 @@ from pathlib import Path
 from ..dialects.comm import ROOTED
 from ..network.errors import UserError
 from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
-from .workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
+from .workload import COLLECTIVE, COMPUTE, RECV, SEND, WAIT, Op, Workload
 
 OUT = "out"  # "the op's recorded outputs" in the tables below
 
@@ -103,6 +107,7 @@ _FUNCTIONAL = {
     "reduce_scatter_tensor_coalesced": ("reduce_scatter", 0, OUT),
     "all_to_all_single": ("all_to_all", 0, None),
 }
+_P2P = {"send": SEND, "recv_": RECV}   # c10d::send(tensors, pg, dst, tag), c10d::recv_(tensors, pg, src, tag)
 _COMM_NS = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 _ALLOC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 _DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
@@ -142,6 +147,7 @@ def load_traces(paths: list[str], world_size: int | None = None) -> Workload:
         if trace.path in spans:
             _happens_before(trace, spans[trace.path])
     _resolve_groups(traces, spmd)
+    _resolve_peers(traces)
     return Workload(world_size=world, programs={t.rank: t.ops for t in traces},
                     source=", ".join(t.path for t in traces), spmd=spmd)
 
@@ -190,6 +196,7 @@ class _Trace:
         self.ops: list[Op] = []
         self.pending: list[tuple[int, list[str]]] = []  # (op index, candidate group names) to resolve
         self.roots: dict[int, int] = {}  # op index of a broadcast -> its group-local root rank
+        self.messages: list[tuple[int, int, list[str]]] = []   # (op index, group-local peer, candidate groups)
         self.op_nodes: list[int] = []    # the node each op came from
 
     def fail(self, problem: str):
@@ -591,11 +598,13 @@ class _Builder:
         ins, outs = node["inputs"]["values"], node["outputs"]["values"]
         if kind == WAIT:
             return Op(name=_op_name(node), kind=WAIT), _storages(outs)
+        if ns == "c10d" and short in _P2P:
+            return self.message(node, _P2P[short])
         table = _C10D if ns == "c10d" else _FUNCTIONAL
         if short not in table:
             self.trace.fail(f"node {node['id']}: {name} is not supported: the comm dialect lowers only "
-                            "all_reduce, reduce_scatter, all_gather, all_to_all, broadcast and reduce (no "
-                            "point-to-point or rooted gather/scatter)")
+                            "all_reduce, reduce_scatter, all_gather, all_to_all, broadcast and reduce, and "
+                            "point-to-point send and recv (no rooted gather/scatter or recv from any source)")
         collective, full, part = table[short]
         pick = lambda where: _nbytes(outs) if where == OUT else _nbytes(ins[where])  # noqa: E731
         nbytes = pick(full)
@@ -614,6 +623,19 @@ class _Builder:
         if ns == "c10d":  # c10d collectives work in place on their first argument (and do not all return it)
             writes |= _storages(ins[0])
         return op, writes
+
+    def message(self, node: dict, kind: str) -> tuple[Op, set]:
+        """A send or recv: its bytes now, its peer once every trace is read (_resolve_peers)."""
+        ins = node["inputs"]["values"]
+        local = ins[2] if len(ins) > 2 else None
+        if isinstance(local, bool) or not isinstance(local, int) or local < 0:
+            self.trace.fail(f"node {node['id']}: {node['name']} names no peer rank (got {local!r})")
+        name = self.recorded_group(node)
+        cands = [name] if name is not None else \
+            [self.trace.world_group] + sorted(g for g, ranks in self.trace.groups.items()
+                                              if ranks is not None and self.trace.rank in ranks)
+        self.trace.messages.append((len(self.trace.ops), local, cands))
+        return Op(name=_op_name(node), kind=kind, bytes=_nbytes(ins[0])), _storages(ins[0]) if kind == RECV else set()
 
     def candidates(self, node: dict, ratio: int | None) -> list[str]:
         """Names of the process groups this collective may have run on, largest first."""
@@ -737,6 +759,29 @@ def _resolve_groups(traces: list[_Trace], spmd: bool):
             _assign(t, t.ops[index], cands[0], index)
 
 
+def _resolve_peers(traces: list[_Trace]) -> None:
+    """Each send's and recv's peer as a global rank: the first of its candidate groups under which the peer's
+    trace posts the opposite op for this rank; a peer without a trace (one SPMD file) takes the first candidate."""
+    by_rank = {t.rank: t for t in traces}
+    back = {t.rank: {(t.ops[i].kind, local, g) for i, local, cands in t.messages for g in cands} for t in traces}
+    for t in traces:
+        for index, local, cands in t.messages:
+            op = t.ops[index]
+            opposite = RECV if op.kind == SEND else SEND
+            for g in cands:
+                members = list(range(t.world)) if t.groups.get(g) is None else list(t.groups[g])
+                if local >= len(members) or members[local] == t.rank:
+                    continue
+                peer = members[local]
+                if peer not in by_rank or (opposite, members.index(t.rank), g) in back[peer]:
+                    op.peer = peer
+                    break
+            else:
+                t.fail(f"{op.name} #{index} ({op.kind} with group-local rank {local}) matches no peer: no process "
+                       "group of this rank holds a rank whose trace posts the matching "
+                       f"{'receive' if op.kind == SEND else 'send'}")
+
+
 def _preferred(t: _Trace, cands: list[str]) -> list[str]:
     """Narrow an unnamed collective's candidate groups on a device mesh (module docstring): mesh groups over the
     default group, then groups no functional collective names. A preference that would leave none is skipped."""
@@ -756,9 +801,9 @@ def _happens_before(t: _Trace, spans: dict) -> None:
         start = spans[node][0]
         done = [c for end, c in pending if end <= start]
         op.deps = sorted(set(op.deps) | set(done))
-        if op.kind != COLLECTIVE and done:
+        if op.kind not in (COLLECTIVE, SEND, RECV) and done:
             pending = [(end, c) for end, c in pending if c not in done]
-        if op.kind == COLLECTIVE:
+        if op.kind in (COLLECTIVE, SEND, RECV):
             pending.append((spans[node][1], i))
 
 

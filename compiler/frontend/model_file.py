@@ -16,6 +16,9 @@ A model file is ordinary Python that provides:
                                       training loop wraps them in, e.g. loss_parallel() or torch.autocast(...))
     ROUTING = "balanced" | [shares per expert]   (optional: tokens per expert for data-dependent MoE routing;
                                                   routing.py)
+    pipeline_stage(model, stage, num_stages) -> nn.Module  (required with a `pp` mesh axis: the stage's part of
+                                                            the model; pipeline.py)
+    PIPELINE = {"schedule": "1F1B" | "GPipe", "microbatches": 8}   (optional, with a `pp` axis)
 """
 from __future__ import annotations
 
@@ -41,6 +44,8 @@ class ModelFile:
     optimizer: Callable | None = None
     step_context: Callable | None = None
     routing: object = None                 # ROUTING: the token-routing assumption for data-dependent MoE
+    pipeline_stage: Callable | None = None  # pipeline_stage(model, stage, num_stages): a pp axis's stage module
+    pipeline: object = None                # PIPELINE: the schedule and micro-batches of a pp axis
 
 
 def one_line(e: BaseException) -> str:
@@ -83,4 +88,5 @@ def model_file_from_module(module, path: str | None = None) -> ModelFile:
                      parallelize=getattr(module, "parallelize", None), mesh_axes=getattr(module, "mesh_axes", None),
                      tp_plan=getattr(module, "TP_PLAN", None), fsdp_units=getattr(module, "FSDP_UNITS", None),
                      loss=getattr(module, "loss", None), optimizer=getattr(module, "optimizer", None),
-                     step_context=getattr(module, "step_context", None), routing=getattr(module, "ROUTING", None))
+                     step_context=getattr(module, "step_context", None), routing=getattr(module, "ROUTING", None),
+                     pipeline_stage=getattr(module, "pipeline_stage", None), pipeline=getattr(module, "PIPELINE", None))

@@ -4,8 +4,8 @@ Mesh axes follow torch's init_device_mesh: ranks are laid out row-major, so the 
 Topology dimension 0 is the innermost (its NPUs have consecutive ids), so the last mesh axis takes the first
 topology dimensions: `--mesh dp=8,tp=8` on 8x8_torus puts tp on dimension 0 and dp on dimension 1
 (docs/workloads.md). Axis names with a built-in meaning: dp (DistributedDataParallel), fsdp (FSDP2
-fully_shard), tp (DTensor tensor parallelism from the file's TP_PLAN); others (ep, pp, ...) are only passed to
-the file's parallelize(module, mesh).
+fully_shard), tp (DTensor tensor parallelism from the file's TP_PLAN), pp (pipeline stages, which the capture runs:
+pipeline.py); others (ep, ...) are only passed to the file's parallelize(module, mesh).
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _tp_styles(plan: dict) -> dict:
 
 def apply_builtin(module, mesh, axes: dict[str, int], tp_plan: dict | None, fsdp_units: list | None):
     """Apply tp, then fsdp or dp, as a user's training script would; returns the module to train."""
-    unknown = [a for a in axes if a not in BUILTIN_AXES and axes[a] > 1]
+    unknown = [a for a in axes if a not in BUILTIN_AXES + ("pp",) and axes[a] > 1]   # pp: the capture's
     if unknown:
         raise UserError(f"mesh axis {unknown[0]} has no built-in meaning (dp, fsdp, tp); apply it in the model "
                         "file's parallelize(module, mesh)")

@@ -23,7 +23,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from ..network.errors import UserError
-from .workload import COLLECTIVE, COMPUTE, WAIT, Op
+from .workload import COLLECTIVE, COMPUTE, RECV, SEND, WAIT, Op
 
 # PyTorch's collective ops -> (comm dialect collective, which tensor is the full buffer: "in" | "out")
 COLLECTIVE_OPS = {
@@ -36,6 +36,7 @@ COLLECTIVE_OPS = {
     "c10d.alltoall_base_": ("all_to_all", "in"),
     "c10d.broadcast_": ("broadcast", "in"),
     "c10d.reduce_": ("reduce", "in"),
+    "c10d.barrier": ("all_reduce", "in"),   # what ProcessGroupNCCL runs for a barrier: an all-reduce of one element
     "_c10d_functional.all_reduce": ("all_reduce", "in"),
     "_c10d_functional.all_reduce_": ("all_reduce", "in"),
     "_c10d_functional.all_reduce_coalesced": ("all_reduce", "in"),
@@ -53,6 +54,16 @@ COLLECTIVE_OPS = {
 ROOT_ARG = {"c10d.broadcast_": 2, "c10d.reduce_": 3, "_c10d_functional.broadcast": 1,
             "_c10d_functional.broadcast_": 1}
 WAIT_OPS = ("_c10d_functional.wait_tensor",)
+# point-to-point (dist.send / isend / batch_isend_irecv, a pipeline stage's activations and gradients): c10d.send
+# takes (tensors, group, group-local destination, tag), c10d.recv_ (tensors, group, group-local source, tag)
+P2P_OPS = {"c10d.send": SEND, "c10d.recv_": RECV}
+# gather and scatter run as NCCL runs them: grouped messages between the root and each other member. c10d.gather_
+# takes (outputs per member, input, group, group-local root, ...), c10d.scatter_ (output, inputs per member, group,
+# group-local root, ...)
+ROOTED_EXCHANGES = ("c10d.gather_", "c10d.scatter_")
+# StepRecorder.phase: take each op's phase from autograd (backward while a backward pass runs, else forward), for
+# steps whose forward and backward interleave (a pipeline schedule's micro-batches)
+AUTOGRAD = None
 # ops that only describe tensors or the profiler: no work, no dependency of their own
 SKIP_NAMESPACES = ("profiler", "prim")
 SKIP_OPS = ("aten._local_scalar_dense", "aten.lift_fresh", "aten.lift_fresh_copy")
@@ -137,11 +148,19 @@ class StepRecorder(TorchDispatchMode):
                        if w is not None and (w[1] is None or w[1]() is not None)})
         if name in COLLECTIVE_OPS:
             op = self._collective(name, args, inputs, outputs, deps)
+        elif name in P2P_OPS:
+            _, ranks = _group_of(args)
+            op = Op(name, P2P_OPS[name], deps, bytes=sum(map(_nbytes, inputs)), peer=int(ranks[int(args[2])]))
+        elif name in ROOTED_EXCHANGES:
+            *messages, op = self._rooted_exchange(name, args, deps)
+            for m in messages:
+                m.phase = self._live_phase() if self.live or self.phase is AUTOGRAD else self.phase
+                self.ops.append(m)
         elif name in WAIT_OPS:
             op = Op(str(func), WAIT, deps)
         elif name.startswith(("c10d.", "_c10d_functional.")):
             problem = (f"the step calls {name}, which astra-compile cannot schedule yet (supported: all_reduce, "
-                       "reduce_scatter, all_gather, all_to_all, broadcast, reduce)")
+                       "reduce_scatter, all_gather, all_to_all, broadcast, reduce, send, recv, gather, scatter)")
             if not self.live:
                 raise UserError(problem)
             self.unsupported = self.unsupported or problem
@@ -152,9 +171,12 @@ class StepRecorder(TorchDispatchMode):
                 flops = int(flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
             op = Op(str(func), COMPUTE, deps, flops=flops,
                     bytes=sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs)))
-        op.phase = self._live_phase() if self.live else self.phase
+        op.phase = self._live_phase() if self.live or self.phase is AUTOGRAD else self.phase
         self.ops.append(op)
-        for t in outputs + (_written_args(func, args, kwargs) if mutates else []):
+        written = _written_args(func, args, kwargs) if mutates else []
+        if op.kind == RECV or name in ROOTED_EXCHANGES:   # c10d.recv_, gather_, scatter_ fill their first
+            written = _tensors(args[0])                     # argument (their schemas do not say so)
+        for t in outputs + written:
             if self.live:
                 self._writer[_storage(t)] = (len(self.ops) - 1, weakref.ref(t))
             else:
@@ -166,6 +188,19 @@ class StepRecorder(TorchDispatchMode):
         if self.in_optimizer:
             return "optimizer"
         return "backward" if torch._C._current_graph_task_id() != -1 else "forward"
+
+    def _rooted_exchange(self, name, args, deps) -> list[Op]:
+        """A gather's or scatter's messages on this rank, the last op standing for their end: the root exchanges
+        one chunk with every other member (then a wait on all of them), another member one with the root."""
+        _, ranks = _group_of(args)
+        root, me = int(ranks[int(args[3])]), dist.get_rank()
+        gather = name == "c10d.gather_"
+        chunk = sum(map(_nbytes, _tensors(args[1] if gather else args[0])))
+        if me != root:
+            return [Op(name, SEND if gather else RECV, deps, bytes=chunk, peer=root)]
+        first = len(self.ops)
+        messages = [Op(name, RECV if gather else SEND, deps, bytes=chunk, peer=int(r)) for r in ranks if r != root]
+        return messages + [Op(name, WAIT, list(range(first, first + len(messages))))]
 
     def _collective(self, name, args, inputs, outputs, deps) -> Op:
         kind, buffer = COLLECTIVE_OPS[name]

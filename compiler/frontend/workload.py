@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ..network.errors import UserError
 
 COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
+SEND, RECV = "send", "recv"    # point-to-point: a message to (from) one peer rank, matched in order per pair
 # the collectives the comm dialect lowers; the frontends map PyTorch's names onto these
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 PHASES = ("forward", "backward", "optimizer")   # the parts of a training step, in the order they run
@@ -21,6 +22,7 @@ PHASES = ("forward", "backward", "optimizer")   # the parts of a training step, 
 class Op:
     name: str                      # what ran: "aten.mm.default", "c10d.allreduce_", ...
     kind: str                      # COMPUTE | COLLECTIVE | WAIT (a wait blocks compute until its collective ends)
+    #                                | SEND | RECV
     deps: list[int] = field(default_factory=list)   # indices of earlier ops of the same program
     flops: int = 0                 # compute: floating-point operations (torch.utils.flop_counter)
     bytes: int = 0                 # compute: bytes read + written; collective: full-buffer size (DESIGN.md)
@@ -28,6 +30,7 @@ class Op:
     group: tuple[int, ...] = ()    # collective: ranks of its process group, ascending
     group_name: str = ""           # collective: the process group's name ("dp", "tp", "0", ...)
     root: int = -1                 # broadcast: the global rank it sends from; reduce: the one it sums into
+    peer: int = -1                 # send: the global rank it goes to; recv: the one it comes from
     phase: str = ""                # part of the step: forward | backward | optimizer ("" when not known)
     iteration: int = -1            # traces holding several training iterations: which one (-1: not known)
     measured_ns: float = -1.0      # compute: its time measured by a profiler (Kineto), -1: from the roofline
@@ -38,8 +41,12 @@ class Workload:
     world_size: int
     programs: dict[int, list[Op]]  # rank -> its ops in issue order (deps point backwards)
     source: str = ""               # the model file or trace it came from
-    spmd: bool = False             # True: programs holds one rank whose program stands for every rank
+    spmd: bool = False             # True: each program stands for several ranks (stands_for), which run it on
+    #                                their own groups; collectives need no matching, messages match between programs
     mesh: dict = field(default_factory=dict)   # device-mesh axes the capture used ({"dp": 8, "tp": 8})
+    # SPMD with several programs (one per pipeline stage): program rank -> every rank that runs it. Empty: one
+    # program stands for every rank (SPMD) or each rank has its own (not SPMD)
+    stands_for: dict = field(default_factory=dict)
 
     def collectives(self, rank: int) -> list[Op]:
         return [op for op in self.programs[rank] if op.kind == COLLECTIVE]
@@ -60,15 +67,17 @@ class Workload:
             new = {old: k for k, old in enumerate(keep)}
             programs[rank] = [dataclasses.replace(ops[i], deps=[new[d] for d in ops[i].deps if d in new])
                               for i in keep]
-        return Workload(self.world_size, programs, self.source, self.spmd, dict(self.mesh))
+        return Workload(self.world_size, programs, self.source, self.spmd, dict(self.mesh), dict(self.stands_for))
 
     def to_json(self) -> dict:
         """Plain JSON data (the reuse cache keeps captures on disk in it); from_json reads it back."""
         return {"world_size": self.world_size, "source": self.source, "spmd": self.spmd, "mesh": self.mesh,
+                "stands_for": [[rank, list(ranks)] for rank, ranks in self.stands_for.items()],
                 "programs": [[rank, [dataclasses.asdict(op) for op in ops]] for rank, ops in self.programs.items()]}
 
     @classmethod
     def from_json(cls, data: dict) -> "Workload":
         programs = {int(rank): [Op(**{**op, "group": tuple(op["group"])}) for op in ops]
                     for rank, ops in data["programs"]}
-        return cls(int(data["world_size"]), programs, data["source"], bool(data["spmd"]), dict(data["mesh"]))
+        return cls(int(data["world_size"]), programs, data["source"], bool(data["spmd"]), dict(data["mesh"]),
+                   {int(rank): [int(r) for r in ranks] for rank, ranks in data.get("stands_for", [])})

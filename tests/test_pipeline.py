@@ -1,0 +1,110 @@
+"""Pipeline parallelism from a model file (a pp mesh axis, torch.distributed.pipelining's GPipe and 1F1B).
+
+The formula test: 4 stages of equal layers, 8 micro-batches. Each stage's forward and backward time per
+micro-batch (tf, tb) is read from its own recorded program (the compute the roofline gives its ops), the message
+time `a` from the network (one routed hop); the schedule then has to give the textbook pipeline:
+
+    step = (m + p - 1) (tf + tb)  +  2 (m + p - 2) a  +  optimizer
+
+the bubble (p - 1) / (m + p - 1) of the compute, plus the activation and gradient messages on the critical path
+(a stage posts the receive of micro-batch k + 1 after its compute of k, so each one it waits for is exposed).
+"""
+import textwrap
+
+import pytest
+
+import astra_compile
+from astra_compile.frontend.capture import capture
+from astra_compile.frontend.model_file import load_model_file
+from astra_compile.frontend.workload import COMPUTE, RECV, SEND
+from astra_compile.network.errors import UserError
+
+from helpers import refused
+
+P, M = 4, 8
+
+MODEL = """
+import torch
+from torch import nn
+LAYERS, D, TOKENS = 16, 4096, 1024
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(D, D, bias=False) for _ in range(LAYERS))
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+def build_model():
+    return Net()
+def example_inputs():
+    return torch.randn(TOKENS, D)
+def pipeline_stage(model, stage, num_stages):
+    per = LAYERS // num_stages
+    return nn.Sequential(*model.layers[stage * per:(stage + 1) * per])
+def optimizer(parameters):
+    return torch.optim.SGD(parameters, lr=0.1)
+PIPELINE = {"schedule": "%s", "microbatches": %d}
+def mesh_axes(world_size):
+    return {"pp": %d}
+"""
+
+
+def model_file(tmp_path, schedule: str, micro: int = M, name: str = "pp.py", extra: str = "") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(MODEL % (schedule, micro, P)) + extra)
+    return str(path)
+
+
+@pytest.mark.parametrize("schedule", ["GPipe", "1F1B"])
+def test_the_step_is_the_pipeline_formula(tmp_path, schedule):
+    path = model_file(tmp_path, schedule)
+    reports = [astra_compile.compile(path, "Ring(4)", bandwidth="1600", rank=r) for r in range(P)]
+    step = reports[0].total_time_us
+    assert all(r.total_time_us == step for r in reports)
+    phase = [{p["phase"]: p["compute_us"] for p in r["phases"]} for r in reports]
+    tf = max(ph["forward"] for ph in phase) / M
+    tb = max(ph["backward"] for ph in phase) / M
+    a = [c for c in reports[0].collectives if c["kind"] == "send"][0]["time_us"]
+    assert [c["algorithm"] for c in reports[1].collectives if c["kind"] == "send"][0] == "routed 1 hop"
+    optimizer = max(ph["optimizer"] for ph in phase)
+    formula = (M + P - 1) * (tf + tb) + 2 * (M + P - 2) * a + optimizer
+    assert step == pytest.approx(formula, rel=0.02), (step, formula, tf, tb, a, optimizer)
+    bubble = 1 - M * (tf + tb) / (step - optimizer - 2 * (M + P - 2) * a)
+    assert bubble == pytest.approx((P - 1) / (M + P - 1), rel=0.05)
+
+
+def test_each_stage_is_one_program_standing_for_its_ranks(tmp_path):
+    path = model_file(tmp_path, "1F1B")
+    spec = load_model_file(path)
+    w = capture(spec, 8, {"pp": P, "dp": 2})
+    assert w.spmd and sorted(w.programs) == [0, 2, 4, 6]
+    assert w.stands_for == {0: [0, 1], 2: [2, 3], 4: [4, 5], 6: [6, 7]}
+    for s, rank in enumerate(sorted(w.programs)):
+        ops = w.programs[rank]
+        sends = [op for op in ops if op.kind == SEND]
+        recvs = [op for op in ops if op.kind == RECV]
+        # activations forward and gradients back, one per micro-batch each way
+        assert len(sends) == (M if s < P - 1 else 0) + (M if s > 0 else 0)
+        assert len(recvs) == len(sends)
+        assert {op.peer for op in sends + recvs} == {r for r in (rank - 2, rank + 2) if 0 <= r < 8}
+        assert all(op.bytes == 4 * 1024 // M * 4096 for op in sends)
+        dp = [op for op in ops if op.kind not in (COMPUTE, SEND, RECV) and op.group]
+        assert {op.group for op in dp if op.collective == "all_reduce"} == {(rank, rank + 1)}
+    # the DDP gradient all-reduce runs on the stage's own dp group: one bucket per stage of 2 layers
+    report = astra_compile.compile(path, "Ring(2)_Ring(4)", mesh="pp=4,dp=2")
+    kinds = {(c["kind"], c["group"]) for c in report.collectives}
+    assert ("all_reduce", "dp") in kinds and ("send", "p2p") in kinds
+
+
+def test_pipeline_mistakes_are_one_line(tmp_path, capsys):
+    path = model_file(tmp_path, "Zigzag")
+    refused(capsys, path, "--topology", "Ring(4)", match="PIPELINE['schedule'] = 'Zigzag': expected GPipe or 1F1B")
+    path = model_file(tmp_path, "GPipe", micro=3)
+    refused(capsys, path, "--topology", "Ring(4)", match="batch of 1024, which does not split into")
+    path = model_file(tmp_path, "GPipe", extra="del pipeline_stage\n")
+    refused(capsys, path, "--topology", "Ring(4)", match="defines no pipeline_stage(model, stage, num_stages)")
+    path = model_file(tmp_path, "GPipe", extra="def pipeline_stage(model, stage, num_stages):\n    return 3\n")
+    refused(capsys, path, "--topology", "Ring(4)", match="returned int, not an nn.Module")
+    with pytest.raises(UserError, match="expected a count from 1 to 4096"):
+        astra_compile.compile(model_file(tmp_path, "GPipe", micro=0), "Ring(4)")
