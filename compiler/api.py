@@ -20,7 +20,7 @@ from .frontend.workload import Workload
 from .runtime.workload_engine import Roofline
 from .network.parse import parse_topology
 from .network.topology import Topology
-from .workload_driver import Lowered, WorkloadOptions, lower, read_lowered, run, with_schedules
+from .workload_driver import Lowered, WorkloadOptions, lower, read_lowered, run, runner, with_schedules
 from .step_timeline import step_trace
 from .workload_report import WorkloadReport, make_report
 
@@ -153,12 +153,15 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
 
 def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recorded: dict, rank: int):
     result, times = run(lowered, topo, opts, times)
-    if rank not in result.ranks:
+    runs = runner(lowered.programs, lowered.spmd)   # an SPMD step: the program rank `rank` runs
+    program = rank if rank in result.ranks or not 0 <= rank < topo.npus else \
+        (lowered.programs[0].rank if runs is None else runs.get(rank, rank))
+    if program not in result.ranks:
         raise UserError(f"rank {rank} is not among the workload's programs ({sorted(result.ranks)})")
     info = {"source": recorded["source"], "topology": topo.name, "npus": topo.npus, "mesh": recorded["mesh"],
             "backend": opts.run.backend, "scheduler": recorded["scheduler"], "peak_tflops": opts.roofline.peak_tflops,
             "mem_bw_gbps": opts.roofline.mem_gbps, "rank": rank}
-    report = make_report(info, result, times, lowered.programs, rank)
+    report = make_report(info, result, times, lowered.programs, program)
     report.mlir = with_schedules(lowered.mlir, lowered.programs, times) if lowered.mlir else ""
     report.timeline = lambda: step_trace(result, lowered.programs, times, info)
     if opts.keep_schedules:

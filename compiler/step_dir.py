@@ -44,7 +44,7 @@ def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.
                                           group="", stream=0, **common))
             elif op.kind in wl.P2P:
                 rows.append(st.ProgramRow(op.kind, flops=0, bytes=int(a["bytes"]), measured_ns=math.nan,
-                                          collective=-1, group="", peer=int(a["peer"]),
+                                          collective=-1, group="", peer=wl.peer(op),
                                           stream=streams.setdefault(p2p_stream(op), len(streams) + 1), **common))
             else:
                 group = a["wl.group"]
@@ -128,7 +128,8 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
 def _program_op(r: st.ProgramRow, colls: list, rank: int = -1) -> wl.ProgramOp:
     attrs = {"name": r.name}
     if r.kind in st.MESSAGES:
-        attrs |= {"bytes": r.bytes, "peer": r.peer}
+        attrs |= {"bytes": r.bytes, "src": rank if r.kind == "send" else r.peer,
+                  "dst": r.peer if r.kind == "send" else rank}
     elif r.kind in ("compute", "wait"):
         if r.kind == "compute":
             attrs |= {"flops": r.flops, "bytes": r.bytes}
@@ -175,8 +176,8 @@ def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
                                                _in_group(Topology.from_dict(meta["topology"]), meta["collectives"][c],
                                                          npu)).cols.items()}
                                            for c in used}})
-    whose = f" (SPMD: rank {prog.ranks[0]}'s program, which {'every rank' if len(step.programs) == 1 else 'its ranks'} " \
-        "runs on its own groups)" if meta["spmd"] else ""
+    who = "every rank" if len(step.programs) == 1 else "its ranks"
+    whose = f" (SPMD: rank {prog.ranks[0]}'s program, which {who} runs on its own groups)" if meta["spmd"] else ""
     text = io.StringIO()
     st.write_program(prog.rows, text)   # as in its program file
     lines = [f"# accelerator {npu} of {meta['npus']}: {prog.file}{whose}, {len(prog.rows)} rows",

@@ -3,12 +3,13 @@
 One process per accelerator (rank program run), with one track for its compute stream and one per process-group
 stream (the streams the workload engine runs, runtime/workload_engine.py); every compute op and collective is a
 slice named after it, with its FLOPs and bytes, a collective also with its group, algorithm and size; messages
-(send / recv) on one track per peer and direction. Waits are points of order with no time of their own and get no slice.
-An SPMD step has one program, for rank 0, standing for every rank (a pipeline: one per stage). Times are microseconds, as the trace format expects.
+(send / recv) run on one track per peer and direction. Waits are points of order with no time of their own and get
+no slice. An SPMD step has one program, for rank 0, standing for every rank (a pipeline: one per stage). Times are
+microseconds, as the trace format expects.
 """
 from __future__ import annotations
 
-from .dialects.workload import P2P
+from .dialects.workload import P2P, peer as wl_peer
 from .workload_driver import p2p_stream
 
 COMPUTE_TRACK = 0
@@ -42,7 +43,7 @@ def step_trace(result, programs, times, info: dict) -> dict:
                 continue
             done = times.of(op)
             if op.kind in P2P:   # messages to (from) one peer share a stream (workload_driver.p2p_stream)
-                peer = int(op.attrs["peer"])
+                peer = wl_peer(op)
                 tid = _track(events, streams, pid, p2p_stream(op),
                              f"send to rank {peer}" if op.kind == "send" else f"recv from rank {peer}")
                 events.append({**span, "name": op.kind, "cat": "p2p", "tid": tid,

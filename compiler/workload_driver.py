@@ -9,7 +9,9 @@ A process group maps onto the topology dimensions its ranks span (group_span); t
 collective over exactly those dimensions, for every group of the same shape at once. A group that covers part of a
 dimension (a mesh axis splitting it) is scheduled on the network it sees there (Topology.within). Each distinct
 collective's compiled module is nested in the step's module (with_schedules), its time and per-dimension busy
-time go to the engine, which lets concurrent collectives share links (runtime/link_sharing.py).
+time go to the engine, which lets concurrent collectives share links (runtime/link_sharing.py). Point-to-point
+messages (comm.send / comm.recv) are routed on the topology instead (network/message.py) and must each meet their
+partner (check_messages).
 """
 from __future__ import annotations
 
@@ -100,7 +102,7 @@ def to_module(ctx, workload: Workload, topology: Topology):
                     key = _key(op.collective, op.bytes, dims, op.root, topology, part_key(dims, parts))
                     made.attributes["wl.schedule"] = wl.comm.to_attr(schedules.setdefault(key, f"c{len(schedules)}"))
                 elif op.kind in (SEND, RECV):
-                    made = wl.create_message(op.kind, op.name, op.bytes, op.peer, deps, ip)
+                    made = wl.create_message(op.kind, op.name, op.bytes, rank, op.peer, deps, ip)
                 else:  # a wait, or a collective on a group of one rank (nothing to move): a point of order only
                     made = wl.create_wait(op.name, deps, ip)
                 wl.set_part(made, op.phase, op.iteration)
@@ -114,8 +116,7 @@ def collective_key(op, topology: Topology) -> tuple:
     covers part of a dimension its part_key. Equal keys share one compilation. A message's: ("p2p", bytes,
     sender, receiver)."""
     if op.kind in wl.P2P:
-        ends = (op.rank, op.attrs["peer"]) if op.kind == "send" else (op.attrs["peer"], op.rank)
-        return ("p2p", int(op.attrs["bytes"])) + ends
+        return ("p2p", int(op.attrs["bytes"]), int(op.attrs["src"]), int(op.attrs["dst"]))
     dims = op.attrs["dims"]
     return _key(op.kind, op.attrs["bytes"], dims, op.attrs.get("root", -1), topology,
                 part_key(dims, wl.parts(op.attrs)))
@@ -352,12 +353,12 @@ def p2p_stream(op) -> tuple:
     a stream, and torch's pipeline schedules post a stage's sends and receives of one step together
     (batch_isend_irecv, one NCCL group) so that neither waits for the other; messages in one direction keep
     their order."""
-    return ("p2p", op.kind, int(op.attrs["peer"]))
+    return ("p2p", op.kind, wl.peer(op))
 
 
 def message_ends(op, runs: dict | None) -> tuple[int, int]:
     """(sending program, receiving program) of a send or recv (runner's `runs`)."""
-    peer = op.rank if runs is None else runs.get(op.attrs["peer"], -1)
+    peer = op.rank if runs is None else runs.get(wl.peer(op), -1)
     return (op.rank, peer) if op.kind == "send" else (peer, op.rank)
 
 
@@ -365,30 +366,34 @@ def check_messages(progs: list, runs: dict | None) -> None:
     """Every send meets a receive: the k-th send from program a to program b and the k-th receive posted on b
     for a exist both, with the same bytes. Refused (UserError, naming the ranks and the op) otherwise: a p2p
     with no matching peer would leave the step waiting forever."""
-    sent, received = collections.defaultdict(list), collections.defaultdict(list)
+    posted = {"send": collections.defaultdict(list), "recv": collections.defaultdict(list)}
     for prog in progs:
         for i, op in enumerate(prog.ops):
-            if op.kind in wl.P2P:
-                ends = message_ends(op, runs)
-                if -1 in ends:
-                    raise UserError(f"rank {prog.rank}: op {i} ({op.name}) {op.kind}s {'to' if op.kind == 'send' else 'from'} "
-                                    f"rank {op.attrs['peer']}, which no program runs: a p2p with no matching peer")
-                if ends[0] != ends[1]:
-                    (sent if op.kind == "send" else received)[ends].append((prog.rank, i, op))
-    for ends in sorted(set(sent) | set(received)):
-        s, r = sent.get(ends, []), received.get(ends, [])
-        for k, (a, b) in enumerate(zip(s, r)):
-            if a[2].attrs["bytes"] != b[2].attrs["bytes"]:
-                raise UserError(f"rank {a[0]}: op {a[1]} ({a[2].name}) sends {a[2].attrs['bytes']} B to rank {ends[1]}, "
-                                f"but the receive it meets there (op {b[1]}, {b[2].name}, the {_nth(k)} from rank "
-                                f"{ends[0]}) takes {b[2].attrs['bytes']} B")
-        if len(s) != len(r):
-            rank, i, op = (s if len(s) > len(r) else r)[min(len(s), len(r))]
-            raise UserError(f"rank {rank}: op {i} ({op.name}) is the {_nth(min(len(s), len(r)))} "
-                            f"{'send to' if len(s) > len(r) else 'receive from'} rank "
-                            f"{ends[1] if len(s) > len(r) else ends[0]}, which "
-                            f"{'receives' if len(s) > len(r) else 'sends'} only {min(len(s), len(r))}: a p2p with no "
+            if op.kind not in wl.P2P:
+                continue
+            ends = message_ends(op, runs)
+            if -1 in ends:
+                raise UserError(f"rank {prog.rank}: op {i} ({op.name}) {_with(op)} rank {wl.peer(op)}, which no "
+                                "program runs: a p2p with no matching peer")
+            if ends[0] != ends[1]:
+                posted[op.kind][ends].append((prog.rank, i, op))
+    for ends in sorted(set(posted["send"]) | set(posted["recv"])):
+        sends, recvs = posted["send"].get(ends, []), posted["recv"].get(ends, [])
+        for k, ((rank, i, send), (_, j, recv)) in enumerate(zip(sends, recvs)):
+            if send.attrs["bytes"] != recv.attrs["bytes"]:
+                raise UserError(f"rank {rank}: op {i} ({send.name}) sends {send.attrs['bytes']} B to rank {ends[1]}, "
+                                f"but the receive it meets there (op {j}, {recv.name}, the {_nth(k)} from rank "
+                                f"{ends[0]}) takes {recv.attrs['bytes']} B")
+        if len(sends) != len(recvs):
+            met = min(len(sends), len(recvs))
+            rank, i, op = (sends if len(sends) > met else recvs)[met]
+            raise UserError(f"rank {rank}: op {i} ({op.name}) is the {_nth(met)} {_with(op)} rank {wl.peer(op)}, "
+                            f"which {'receives' if op.kind == 'send' else 'sends'} only {met}: a p2p with no "
                             "matching peer")
+
+
+def _with(op) -> str:
+    return "send to" if op.kind == "send" else "receive from"
 
 
 def _nth(k: int) -> str:

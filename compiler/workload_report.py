@@ -9,7 +9,7 @@ from typing import Callable
 
 from .network.units import format_size
 from .frontend.workload import PHASES
-from .dialects.workload import P2P
+from .dialects.workload import P2P, peer
 from .workload_driver import key_parts
 
 
@@ -62,7 +62,7 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0) -> Workl
             calls.append({"op": i, "kind": op.kind, "group": "p2p", "group_size": 2,
                           "dims": [d for d, b in enumerate(times[key].dim_busy_ns) if b > 0], "bytes": key[1],
                           "algorithm": times[key].algorithm, "time_us": times[key].time_ns / 1e3,
-                          "start_us": r.start_ns[i] / 1e3, "end_us": r.end_ns[i] / 1e3, "peer": op.attrs["peer"]})
+                          "start_us": r.start_ns[i] / 1e3, "end_us": r.end_ns[i] / 1e3, "peer": peer(op)})
             continue
         group = op.attrs["wl.group"]
         calls.append({"op": i, "kind": op.kind, "group": group, "group_size": len(prog.groups[group]),
@@ -126,7 +126,8 @@ def summarize(calls: list[dict]) -> list[dict]:
     for c in calls:
         key = (c["kind"], c["group"], c["bytes"], c.get("peer"))
         row = rows.setdefault(key, {k: c[k] for k in ("kind", "group", "peer", "group_size", "dims", "part", "bytes",
-                                                          "algorithm", "time_us", "fallback") if k in c} | {"count": 0, "total_us": 0.0})
+                                                      "algorithm", "time_us", "fallback") if k in c}
+                              | {"count": 0, "total_us": 0.0})
         row["count"] += 1
         row["total_us"] += c["time_us"]
     return list(rows.values())

@@ -1,6 +1,7 @@
 // The workload dialect: one training step as compute ops and collectives joined by completion tokens.
 // Collectives are the comm dialect's own ops (comm.all_reduce, ...), so the comm passes run on them unchanged;
-// this dialect adds the compute side and point-to-point messages. Tokens are !comm.token so both dialects' ops can wait on each other.
+// this dialect adds the compute side (messages are the comm dialect's send and recv). Tokens are !comm.token so
+// both dialects' ops can wait on each other.
 // A workload module holds one nested builtin.module per rank program (attribute wl.rank); an SPMD capture holds
 // one program that stands for every rank (wl.spmd on the outer module), a pipeline-parallel capture one per stage
 // (each with wl.stands_for, the ranks that run it).
@@ -24,26 +25,5 @@ irdl.dialect @wl {
     irdl.operands(deps: variadic %tok)
     irdl.results(done: %tok)
     irdl.attributes { "name" = %name }
-  }
-  // A message of `bytes` bytes to rank `peer` (torch's send / isend, a pipeline stage's activations).
-  irdl.operation @send {
-    %bytes = irdl.base "#builtin.integer"
-    %peer = irdl.base "#builtin.integer"
-    %name = irdl.base "#builtin.string"
-    %tok = irdl.base "!comm.token"
-    irdl.operands(deps: variadic %tok)
-    irdl.results(done: %tok)
-    irdl.attributes { "bytes" = %bytes, "peer" = %peer, "name" = %name }
-  }
-  // The matching receive of `bytes` bytes from rank `peer`; the k-th send from a rank to another meets the
-  // k-th receive posted there for it.
-  irdl.operation @recv {
-    %bytes = irdl.base "#builtin.integer"
-    %peer = irdl.base "#builtin.integer"
-    %name = irdl.base "#builtin.string"
-    %tok = irdl.base "!comm.token"
-    irdl.operands(deps: variadic %tok)
-    irdl.results(done: %tok)
-    irdl.attributes { "bytes" = %bytes, "peer" = %peer, "name" = %name }
   }
 }

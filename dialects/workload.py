@@ -5,10 +5,10 @@ Defined in IRDL (workload.irdl.mlir). Collectives are comm dialect ops carrying 
 ops. Any op may carry `wl.phase` ("forward", "backward" or "optimizer"): the part of the step it belongs to, and
 `wl.iteration` (an execution trace of several training iterations): which one. The report breaks the run into
 both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it. Point-to-point messages are
-`wl.send` / `wl.recv` with their bytes and `peer` (a global rank); the k-th send from one rank to another meets
-the k-th receive posted for it there. A module holds one rank program per rank, or (wl.spmd) one that stands for
-every rank, or (wl.spmd, pipeline stages) one per stage, each listing the ranks that run it in `wl.stands_for`.
-Layout of a module:
+the comm dialect's `comm.send` / `comm.recv` (bytes, src, dst: global ranks, the program's own rank one of them);
+the k-th send from one rank to another meets the k-th receive posted for it there. A module holds one rank
+program per rank, or (wl.spmd) one that stands for every rank, or (wl.spmd, pipeline stages) one per stage, each
+listing the ranks that run it in `wl.stands_for`. Layout of a module:
 
     module attributes {comm.topology = ..., wl.world_size = 64, wl.spmd = true, wl.source = "model.py",
                        wl.mesh = "dp=8,tp=8"} {
@@ -44,14 +44,19 @@ from . import comm
 sys.modules.setdefault(f"{__package__}.wl", sys.modules[__name__])
 
 _IRDL_FILE = os.path.join(os.path.dirname(__file__), "workload.irdl.mlir")
-COMPUTE, WAIT, SEND, RECV = "wl.compute", "wl.wait", "wl.send", "wl.recv"
-OWN_KINDS = {COMPUTE: "compute", WAIT: "wait", SEND: "send", RECV: "recv"}   # ProgramOp.kind of the wl ops
-P2P = ("send", "recv")
+COMPUTE, WAIT = "wl.compute", "wl.wait"
+OWN_KINDS = {COMPUTE: "compute", WAIT: "wait"}   # ProgramOp.kind of the wl ops
+P2P = comm.POINT_TO_POINT   # comm.send / comm.recv: a message between the program's rank and one peer
 
 
 def is_collective(kind: str) -> bool:
     """Is a ProgramOp of this kind a comm collective (not compute, a wait or a point-to-point message)?"""
-    return kind not in ("compute", "wait") + P2P
+    return kind in comm.COLLECTIVES
+
+
+def peer(op) -> int:
+    """The other end of a send (its dst) or recv (its src) of a rank program (ProgramOp)."""
+    return int(op.attrs["dst"] if op.kind == "send" else op.attrs["src"])
 
 
 def new_context() -> ir.Context:
@@ -72,7 +77,7 @@ def new_workload_module(ctx: ir.Context, topology: dict, world_size: int, spmd: 
 
 def is_workload_text(head: str) -> bool:
     """Does the start of a .mlir file look like a workload module (wl attributes or ops), not a comm module?"""
-    return re.search(r'\bwl\.(world_size|rank|groups)\b|"wl\.(compute|wait|send|recv)"', head) is not None
+    return re.search(r'\bwl\.(world_size|rank|groups)\b|"wl\.(compute|wait)"', head) is not None
 
 
 def check_module(module: ir.Module, where: str, shape: list[int]) -> None:
@@ -133,9 +138,7 @@ def _stands_for(ranks, rank: int, world: int, prog: str) -> list[int]:
     return ranks
 
 
-# as workload.irdl.mlir declares them
-_DECLARED = {COMPUTE: ("bytes", "flops", "name"), WAIT: ("name",), SEND: ("bytes", "name", "peer"),
-             RECV: ("bytes", "name", "peer")}
+_DECLARED = {COMPUTE: ("bytes", "flops", "name"), WAIT: ("name",)}  # as workload.irdl.mlir declares them
 
 
 def _check_op(o, groups: dict, prog: str, rank: int, world: int) -> None:
@@ -152,16 +155,16 @@ def _check_op(o, groups: dict, prog: str, rank: int, world: int) -> None:
         m = a.get("wl.measured_ns", 0.0)
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < 1e18:
             raise comm.IRError(f"{what}: wl.measured_ns must be a non-negative time in ns, got {m!r}")
-    elif o.name in (SEND, RECV):
-        if isinstance(a["bytes"], bool) or not isinstance(a["bytes"], int) or a["bytes"] < 0:
-            raise comm.IRError(f"{what}: bytes must be a non-negative integer, got {a['bytes']!r}")
-        peer = a["peer"]
-        if isinstance(peer, bool) or not isinstance(peer, int) or not 0 <= peer < world or peer == rank:
-            raise comm.IRError(f"{what}: peer must be another rank in 0..{world - 1}, got {peer!r}")
+    elif o.name.startswith("comm.") and comm.short_name(o) in P2P:   # comm's checks gave src != dst in range
+        own = "src" if comm.short_name(o) == "send" else "dst"
+        if a[own] != rank:
+            raise comm.IRError(f"{what}: {own} must be the program's own rank {rank}, got {a[own]!r}")
+        if not 0 <= max(a["src"], a["dst"]) < world:
+            raise comm.IRError(f"{what}: src and dst must be ranks in 0..{world - 1}")
     elif o.name != WAIT:
         if not o.name.startswith("comm.") or comm.short_name(o) not in comm.COLLECTIVES:
-            raise comm.IRError(f"{what}: a rank program holds wl.compute, wl.wait, wl.send, wl.recv and comm "
-                               "collectives only")
+            raise comm.IRError(f"{what}: a rank program holds wl.compute, wl.wait, comm collectives and comm.send "
+                               "and comm.recv only")
         if a.get("wl.group") not in groups:
             raise comm.IRError(f"{what}: wl.group {a.get('wl.group')!r} is not one of the program's wl.groups")
     for key, kinds in (("wl.phase", str), ("wl.iteration", int)):
@@ -207,11 +210,10 @@ def create_wait(name: str, deps, ip) -> ir.Operation:
                                attributes={"name": comm.to_attr(name)})
 
 
-def create_message(kind: str, name: str, nbytes: int, peer: int, deps, ip) -> ir.Operation:
-    """A point-to-point op: kind "send" (to global rank `peer`) or "recv" (from it)."""
-    return ir.Operation.create({"send": SEND, "recv": RECV}[kind], results=[comm.token_type()], operands=list(deps),
-                               ip=ip, attributes={"name": comm.to_attr(name), "bytes": comm.to_attr(int(nbytes)),
-                                                  "peer": comm.to_attr(int(peer))})
+def create_message(kind: str, name: str, nbytes: int, rank: int, peer: int, deps, ip) -> ir.Operation:
+    """A point-to-point op of rank `rank`'s program: kind "send" (to global rank `peer`) or "recv" (from it)."""
+    src, dst = (rank, peer) if kind == "send" else (peer, rank)
+    return comm.create(kind, {"bytes": int(nbytes), "name": name, "src": int(src), "dst": int(dst)}, deps, ip)
 
 
 def create_collective(kind: str, nbytes: int, dims: list[int], name: str, group: str, deps, ip,

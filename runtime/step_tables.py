@@ -7,8 +7,9 @@
                           every accelerator's SEND/RECV rows
 
 A program row that is a collective names its schedule (`collective`), its process group and the stream it runs
-on; a send or recv row its `peer` (a global rank) and its stream (one per peer and direction), its time being the routed
-message's on the topology (network/message.py); the step's rows of accelerator k are its program's rows plus its rows in each collective directory. Nothing
+on; a send or recv row its `peer` (a global rank) and its stream (one per peer and direction), its time being the
+routed message's on the topology (network/message.py). The step's rows of accelerator k are its program's rows
+plus its rows in each collective directory. Nothing
 read back is trusted: every key of meta.json, every cell of a program file and every collective directory is
 checked before anything runs, and a fault is one line naming the file, the row or key and the value.
 """

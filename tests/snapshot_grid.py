@@ -58,7 +58,7 @@ EXTRA = [
     "--collective reduce_scatter --size 64MB --topology 2_dgx1 --algorithm multitree",
 ]
 MLIR_EXAMPLES = ["all_reduce_3d_switch.mlir", "themis_4d.mlir", "torus_two_collectives.mlir"]
-MODEL_EXAMPLES = ["mlp_dp.py", "gpt_tp_dp.py", "resnet_dp.py", "moe_ep.py", "llama_fsdp_tp.py"]
+MODEL_EXAMPLES = ["mlp_dp.py", "gpt_tp_dp.py", "resnet_dp.py", "moe_ep.py", "llama_fsdp_tp.py", "llama_pp_tp_dp.py"]
 
 
 def grid() -> list[str]:

@@ -108,16 +108,21 @@ def test_a_send_without_its_receive_is_refused(tmp_path, capsys):
                                                       "matching peer"):
         astra_compile.compile(w, "Ring(2)")
     # the same fault in a module given as input: one line, exit 2
-    text = report.mlir.replace('"wl.recv"', '"wl.compute"', 1)
+    first_recv = '"comm.recv"() {bytes = 4096 : i64, dst = 1 : i64, name = "recv", src = 0 : i64}'
+    assert first_recv in report.mlir
     bad = tmp_path / "bad.mlir"
-    bad.write_text(text.replace('{bytes = 4096 : i64, name = "recv", peer = 0 : i64}',
-                                '{bytes = 4096 : i64, flops = 0 : i64, name = "recv"}', 1))
+    bad.write_text(report.mlir.replace(first_recv, '"wl.compute"() {bytes = 4096 : i64, flops = 0 : i64, '
+                                                    'name = "recv"}', 1))
     refused(capsys, str(bad), match="receives only 1: a p2p with no matching peer")
-    bad.write_text(report.mlir.replace("peer = 1 : i64", "peer = 0 : i64", 1))
-    refused(capsys, str(bad), match="peer must be another rank in 0..1, got 0")
+    bad.write_text(report.mlir.replace(first_recv, first_recv.replace("dst = 1", "dst = 0"), 1))
+    refused(capsys, str(bad), match="src and dst are the same NPU 0")
+    bad.write_text(report.mlir.replace("dst = 1 : i64, name = \"send\", src = 0", "dst = 0 : i64, name = \"send\", src = 1",
+                                       1))
+    refused(capsys, str(bad), match="src must be the program's own rank 0, got 1")
 
 
 def test_messages_round_trip_through_step_tables_and_the_module(tmp_path, capsys):
+    """Step tables and the module keep the messages and give the identical step time."""
     w = Workload(2, {0: stage_program(True, 1, 3, 10 ** 9, 1 << 16), 1: stage_program(False, 0, 3, 10 ** 9, 1 << 16)},
                  source="hand")
     report = astra_compile.compile(w, "Ring(2)", keep_tables=True)
@@ -129,6 +134,11 @@ def test_messages_round_trip_through_step_tables_and_the_module(tmp_path, capsys
     assert astra_compile.compile(str(tmp_path / "step.mlir"), None).total_time_us == report.total_time_us
     rows = (tmp_path / "step" / "program_1.csv").read_text().splitlines()
     assert rows[0].split(",")[-2] == "peer" and rows[1].startswith("0,recv,recv,") and rows[1].split(",")[-2] == "0"
+    # a damaged directory: rank 1's last receive (and the compute that uses it) gone
+    lines = (tmp_path / "step" / "program_1.csv").read_text().splitlines()
+    (tmp_path / "step" / "program_1.csv").write_text("\n".join(lines[:-2]) + "\n")
+    refused(capsys, str(tmp_path / "step"), match="is the 3rd send to rank 1, which receives only 2: a p2p with no "
+                                                  "matching peer")
     trace = report.timeline()
     assert {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"} >= {"send to rank 1",
                                                                                               "recv from rank 0"}

@@ -95,6 +95,12 @@ def test_each_stage_is_one_program_standing_for_its_ranks(tmp_path):
     report = astra_compile.compile(path, "Ring(2)_Ring(4)", mesh="pp=4,dp=2")
     kinds = {(c["kind"], c["group"]) for c in report.collectives}
     assert ("all_reduce", "dp") in kinds and ("send", "p2p") in kinds
+    # rank 3 runs stage 1's program (captured on rank 2): its report details that program
+    third = astra_compile.compile(path, "Ring(2)_Ring(4)", mesh="pp=4,dp=2", rank=3)
+    second = astra_compile.compile(path, "Ring(2)_Ring(4)", mesh="pp=4,dp=2", rank=2)
+    assert third.collectives == second.collectives != report.collectives
+    with pytest.raises(UserError, match="rank 8 is not among the workload's programs"):
+        astra_compile.compile(path, "Ring(2)_Ring(4)", mesh="pp=4,dp=2", rank=8)
 
 
 def test_pipeline_mistakes_are_one_line(tmp_path, capsys):

@@ -5,6 +5,7 @@ module attributes {comm.topology = {dims = [{bandwidth_gbps = 5.000000e+01 : f64
     %2 = "comm.all_reduce"(%1) {bytes = 1048576 : i64, dims = array<i64: 0>, name = "all_reduce_2", wl.group = "0", wl.phase = "backward"} : (!comm.token) -> !comm.token
     %3 = "wl.wait"(%2) {name = "wait"} : (!comm.token) -> !comm.token
     %4 = "wl.compute"(%3) {bytes = 1048576 : i64, flops = 1048576 : i64, name = "aten.add.default", wl.phase = "optimizer"} : (!comm.token) -> !comm.token
+    %5 = "comm.send"(%4) {bytes = 4096 : i64, dst = 1 : i64, name = "send_5", src = 0 : i64, wl.phase = "optimizer"} : (!comm.token) -> !comm.token
   }
   module attributes {wl.groups = {"0" = array<i64: 0, 1>}, wl.rank = 1 : i64} {
     %0 = "wl.compute"() {bytes = 1048576 : i64, flops = 5368709120 : i64, name = "aten.mm.default", wl.phase = "forward"} : () -> !comm.token
@@ -12,5 +13,6 @@ module attributes {comm.topology = {dims = [{bandwidth_gbps = 5.000000e+01 : f64
     %2 = "comm.all_reduce"(%1) {bytes = 1048576 : i64, dims = array<i64: 0>, name = "all_reduce_2", wl.group = "0", wl.phase = "backward"} : (!comm.token) -> !comm.token
     %3 = "wl.wait"(%2) {name = "wait"} : (!comm.token) -> !comm.token
     %4 = "wl.compute"(%3) {bytes = 1048576 : i64, flops = 1048576 : i64, name = "aten.add.default", wl.phase = "optimizer"} : (!comm.token) -> !comm.token
+    %5 = "comm.recv"(%4) {bytes = 4096 : i64, dst = 1 : i64, name = "recv_5", src = 0 : i64, wl.phase = "optimizer"} : (!comm.token) -> !comm.token
   }
 }
