@@ -35,3 +35,11 @@ def test_multitree_compare_measures_and_plots(tmp_path):
     out = tmp_path / "plot.png"
     multitree_compare.plot(results, "4x4 torus", str(out))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_llama7b_rewrites_its_example_with_the_7b_sizes(tmp_path, pipeline):
+    import llama7b
+    text = open(llama7b.model_file(str(tmp_path), pipeline)).read()
+    assert llama7b.SIZES.format(batch=8 if pipeline else 1) in text
+    assert ("def pipeline_stage" in text) == pipeline
