@@ -153,9 +153,10 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
 
 def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recorded: dict, rank: int):
     result, times = run(lowered, topo, opts, times)
-    runs = runner(lowered.programs, lowered.spmd)   # an SPMD step: the program rank `rank` runs
-    program = rank if rank in result.ranks or not 0 <= rank < topo.npus else \
-        (lowered.programs[0].rank if runs is None else runs.get(rank, rank))
+    program = rank   # the program rank `rank` runs: in an SPMD step, the one that stands for it
+    if 0 <= rank < topo.npus:
+        runs = runner(lowered.programs, lowered.spmd)
+        program = lowered.programs[0].rank if runs is None else runs.get(rank, rank)
     if program not in result.ranks:
         raise UserError(f"rank {rank} is not among the workload's programs ({sorted(result.ranks)})")
     info = {"source": recorded["source"], "topology": topo.name, "npus": topo.npus, "mesh": recorded["mesh"],

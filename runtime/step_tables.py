@@ -285,7 +285,7 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
         elif kind in MESSAGES:
             if c != -1 or v["group"]:
                 _fail(at, f"a {kind} row has collective -1 and no group")
-            if not 0 <= peer < meta["npus"] or peer in entry["ranks"][:1]:
+            if not 0 <= peer < meta["npus"] or peer == entry["ranks"][0]:
                 _fail(at, f"peer: {peer} is not another NPU below {meta['npus']}")
             want = streams.setdefault(("p2p", kind, peer), len(streams) + 1)
             if ints["stream"] != want:

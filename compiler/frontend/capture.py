@@ -16,8 +16,8 @@ import logging
 from ..network.errors import UserError
 from .model_file import ModelFile, one_line
 from . import pipeline
-from .parallelize import (apply_builtin, axis, build_mesh, check_mesh, ddp_modules, meshes_outside_fake, prepare_ddp,
-                          skip_cross_rank_checks)
+from .parallelize import (apply_builtin, axis, build_mesh, check_mesh, ddp_modules, meshes_outside_fake,
+                          prepare_ddp, skip_cross_rank_checks)
 from .own_world import script_world_set_aside
 from .recorder import AUTOGRAD, StepRecorder
 from .routing import AssumedRouting, check_routing
