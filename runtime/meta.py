@@ -27,7 +27,8 @@ PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduc
 ROOTED = ("broadcast", "reduce")  # the kinds that name a root NPU
 SHARDED = ("reduce_scatter", "all_gather")  # the kinds whose NPUs end (or start) with a shard of the buffer
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "meta.schema.json")
-KEYS = {"format", "version", "npus", "topology", "latency_ns", "symmetric", "collectives", "shards", "table_format"}
+KEYS = {"format", "version", "npus", "topology", "latency_ns", "symmetric", "collectives", "shards", "table_format",
+        "representative"}
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,9 @@ class Meta:
     collectives: tuple[CollectiveMeta, ...]
     shards: dict | None = field(default=None, compare=False)  # collective index -> (npus, chunks, 2) offset, length
     table_format: str | None = None      # csv or json, once written
+    # only NPU 0's table is stored, standing for every NPU (a symmetric schedule in a step directory: 4096 NPUs in
+    # one file instead of 4096); such a directory runs in symmetric execution only
+    representative: bool = False
 
     @property
     def ndims(self) -> int:
@@ -102,6 +106,8 @@ class Meta:
             out["shards"] = {str(ci): np.asarray(a).tolist() for ci, a in self.shards.items()}
         if self.table_format is not None:
             out["table_format"] = self.table_format
+        if self.representative:
+            out["representative"] = True
         return out
 
     def write(self, path: str) -> None:
@@ -118,7 +124,7 @@ class Meta:
             shards = {int(k): np.asarray(v, np.int64) for k, v in d["shards"].items()}
         return Meta(d["npus"], d["topology"], tuple(float(x) for x in d["latency_ns"]), d.get("symmetric", False),
                     tuple(CollectiveMeta.from_json(c) for c in d["collectives"]), shards,
-                    d.get("table_format", "csv"))
+                    d.get("table_format", "csv"), d.get("representative", False))
 
     @staticmethod
     def read(folder: str) -> "Meta":
@@ -195,6 +201,10 @@ def check(meta, where: str) -> dict:
         raise TableError(f"{where}: table_format must be csv or json, got {meta['table_format']!r}")
     if not isinstance(meta.get("symmetric", False), bool):
         raise TableError(f"{where}: symmetric must be true or false, got {meta['symmetric']!r}")
+    rep = meta.get("representative", False)
+    if not isinstance(rep, bool) or (rep and meta.get("symmetric") is not True):
+        raise TableError(f"{where}: representative must be false, or true with symmetric true (NPU 0's table stands "
+                         f"for the others only in a symmetric schedule), got {meta['representative']!r}")
     topo = _dict(meta["topology"], f"{where}: topology", ("dims",))
     dims = _list(topo["dims"], f"{where}: topology.dims")
     if not dims:

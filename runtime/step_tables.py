@@ -82,7 +82,7 @@ def write(out_dir: str, step: StepTables, force: bool = False) -> None:
         for c, schedule in enumerate(step.collectives):
             sub = os.path.join(tmp, step.meta["collectives"][c]["dir"])
             os.mkdir(sub)
-            fill_dir(schedule, sub, fmt)
+            fill_dir(schedule, sub, fmt, stands_for_all(schedule.meta))
         for prog in step.programs:
             with open(os.path.join(tmp, prog.file), "w", newline="", encoding="utf-8") as f:
                 write_program(prog.rows, f)
@@ -90,6 +90,17 @@ def write(out_dir: str, step: StepTables, force: bool = False) -> None:
             json.dump(step.meta, f, indent=1)
 
     atomic.write_dir(out_dir, fill, not_a_step_dir, force, "step tables")
+
+
+# up to this many NPUs a step directory holds every NPU's table of each collective, to be read and checked one by one
+ALL_TABLES_UP_TO = 64
+
+
+def stands_for_all(meta) -> bool:
+    """Does NPU 0's table alone go into a step directory? Beyond ALL_TABLES_UP_TO NPUs, when it is enough to
+    re-execute the schedule on either backend (symmetric on both), so the directory does not grow with the NPUs."""
+    from .congestion import symmetric_ok
+    return meta.npus > ALL_TABLES_UP_TO and meta.symmetric and symmetric_ok(meta)
 
 
 def write_program(rows: list[ProgramRow], f) -> None:

@@ -27,10 +27,11 @@ SYMMETRIC_COLUMNS = ("coll", "flow", "stage", "step", "op", "dim", "lane", "hops
 
 
 def check_files(path: str, meta) -> None:
-    """Every NPU's table file is present (a symmetric run reads NPU 0's only, so a gap would pass unseen)."""
+    """Every NPU's table file is present (a symmetric run reads NPU 0's only, so a gap would pass unseen); NPU 0's
+    alone when it stands for all (meta.representative)."""
     fmt = meta.table_format or "csv"
     present = set(os.listdir(path))
-    for npu in range(meta.npus):
+    for npu in range(1 if meta.representative else meta.npus):
         if f"npu_{npu}.{fmt}" not in present:
             raise TableError(f"{path}: npu_{npu}.{fmt} is missing ({meta.npus} NPUs in meta.json)")
 

@@ -142,11 +142,12 @@ def write_dir(schedule: Schedule, out_dir: str, fmt: str = "csv", force: bool = 
     atomic.write_dir(out_dir, lambda tmp: fill_dir(schedule, tmp, fmt), not_a_table_dir, force, "tables")
 
 
-def fill_dir(schedule: Schedule, folder: str, fmt: str) -> None:
-    """meta.json and one table per NPU into an empty folder (write_dir's, or a step directory's collective_<c>)."""
-    meta = schedule.export_meta().with_(table_format=fmt)
+def fill_dir(schedule: Schedule, folder: str, fmt: str, representative: bool = False) -> None:
+    """meta.json and one table per NPU into an empty folder (write_dir's, or a step directory's collective_<c>);
+    `representative`: NPU 0's table only, standing for all (a symmetric schedule, Meta.representative)."""
+    meta = schedule.export_meta().with_(table_format=fmt, representative=representative)
     meta.write(os.path.join(folder, "meta.json"))
-    for npu in range(meta.npus):
+    for npu in range(1 if representative else meta.npus):
         t = schedule.table(npu)
         path = os.path.join(folder, f"npu_{npu}.{fmt}")
         if fmt == "csv":
@@ -187,7 +188,7 @@ class DirSchedule:
         self.meta = Meta.read(path)
         self.fmt = self.meta.table_format or "csv"
         table_checks.check_files(path, self.meta)
-        if self.meta.symmetric:
+        if self.meta.symmetric and not self.meta.representative:
             first = self.table(0)
             for npu in range(1, self.meta.npus):
                 if not table_checks.symmetric_claim_holds(first, self.table(npu)):
@@ -200,6 +201,10 @@ class DirSchedule:
 
     def table(self, npu: int, deps: bool = True) -> Table:
         from . import table_checks
+        if npu and self.meta.representative:
+            raise TableError(f"{self.path}: holds NPU 0's table only, which stands for every NPU (meta.json: "
+                             f"representative); NPU {npu}'s table is not stored: it runs in symmetric execution only, "
+                             "and `--emit tables --npu K` of the model file or traces prints any NPU's rows")
         path = os.path.join(self.path, f"npu_{npu}.{self.fmt}")
         if self.fmt == "csv":
             table = Table.from_csv(path)

@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 
 import astra_compile
+from astra_compile.frontend.workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
 from astra_compile.runtime import step_tables
 from astra_compile.runtime.tables import DirSchedule
 
@@ -161,3 +162,59 @@ def test_a_deeply_nested_meta_json_is_refused_not_a_traceback(tmp_path, capsys):
     bad input like any other (it was a RecursionError traceback)."""
     (tmp_path / "meta.json").write_text("[" * 100000 + "]" * 100000)
     refused(capsys, str(tmp_path), match="meta.json is not JSON")
+
+
+def spmd_step(world: int, group: tuple) -> Workload:
+    """One program for `world` ranks: compute, an all-reduce on `group` (rank 0's group), a wait."""
+    ops = [Op("aten.mm.default", COMPUTE, flops=2 ** 30, bytes=2 ** 20, phase="forward"),
+           Op("c10d.allreduce_", COLLECTIVE, [0], bytes=2 ** 22, collective="all_reduce", group=group,
+              group_name="dp", phase="backward"),
+           Op("wait", WAIT, [1])]
+    return Workload(world, {0: ops}, source="spmd", spmd=True)
+
+
+@pytest.mark.parametrize("backend", ["analytical", "congestion"])
+def test_past_64_npus_a_symmetric_schedule_stores_npu_0s_table_alone(tmp_path, capsys, backend):
+    """4096 NPUs must stay small: a schedule both backends run from NPU 0 (symmetric) keeps only npu_0's table once
+    the network has more than step_tables.ALL_TABLES_UP_TO NPUs; the step re-executes to the last digit."""
+    workload = spmd_step(128, tuple(range(0, 128, 8)))     # dimension 1 of Ring(8)_Ring(16)
+    direct = astra_compile.compile(workload, "Ring(8)_Ring(16)", backend=backend, keep_tables=True)
+    d = tmp_path / "d"
+    step_tables.write(str(d), direct.step_tables("csv"))
+    assert sorted(os.listdir(d / "collective_0")) == ["meta.json", "npu_0.csv"]
+    meta = json.load(open(d / "collective_0" / "meta.json"))
+    assert meta["representative"] is True and meta["symmetric"] is True
+    with open(os.path.join(os.path.dirname(step_tables.__file__), "meta.schema.json")) as f:
+        jsonschema.validate(meta, json.load(f))
+    again = astra_compile.compile(str(d), None, backend=backend)
+    assert again.to_dict() == direct.to_dict()
+    code, out, err = cli(capsys, str(d), "--emit", "tables", "--npu", "0")
+    assert code == 0 and "# collective 0: all_reduce" in out
+    refused(capsys, str(d), "--emit", "tables", "--npu", "5", match="holds NPU 0's table only")
+
+
+def test_up_to_64_npus_and_for_asymmetric_schedules_every_table_is_written(tmp_path):
+    small = astra_compile.compile(spmd_step(64, tuple(range(0, 64, 8))), "Ring(8)_Ring(8)", keep_tables=True)
+    step_tables.write(str(tmp_path / "s"), small.step_tables("csv"))
+    assert len(os.listdir(tmp_path / "s" / "collective_0")) == 65
+    # halving-doubling across a Ring of 16: no relabelling maps one NPU's links onto another's (congestion.py)
+    hd = astra_compile.compile(spmd_step(128, tuple(range(0, 128, 8))), "Ring(8)_Ring(16)", keep_tables=True,
+                               algorithm="halving_doubling")
+    step_tables.write(str(tmp_path / "h"), hd.step_tables("csv"))
+    assert len(os.listdir(tmp_path / "h" / "collective_0")) == 129
+    assert "representative" not in json.load(open(tmp_path / "h" / "collective_0" / "meta.json"))
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda m: m.update(symmetric=False), "representative must be false, or true with symmetric true"),
+    (lambda m: m.update(representative=1), "representative must be false"),
+])
+def test_a_representative_claim_without_symmetry_is_refused(tmp_path, capsys, edit, match):
+    d = tmp_path / "d"
+    direct = astra_compile.compile(spmd_step(128, tuple(range(0, 128, 8))), "Ring(8)_Ring(16)", keep_tables=True)
+    step_tables.write(str(d), direct.step_tables("csv"))
+    path = d / "collective_0" / "meta.json"
+    meta = json.load(open(path))
+    edit(meta)
+    path.write_text(json.dumps(meta))
+    refused(capsys, str(d), match=match)
