@@ -21,8 +21,8 @@ import os
 from dataclasses import dataclass, field
 
 FORMAT = "astra-compile-reuse"
-VERSION = 3   # 2: a collective's time keeps its per-dimension busy time (link sharing); 3: captures hold
-#                point-to-point ops and pipeline stages
+VERSION = 4   # 2: a collective's time keeps its per-dimension busy time (link sharing); 3: captures hold
+#                point-to-point ops and pipeline stages; 4: and its per-link-class busy time (congestion)
 
 
 @dataclass

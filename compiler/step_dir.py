@@ -17,8 +17,8 @@ from .network.errors import UserError
 from .network.topology import Topology
 from .runtime import step_tables as st
 from .runtime.errors import TableError
-from .workload_driver import (CollectiveTime, CollectiveTimes, Lowered, group_place, key_of, key_parts, key_root,
-                              message_time, p2p_stream, part_key)
+from .workload_driver import (CollectiveTime, CollectiveTimes, Lowered, class_busy, group_place, key_of, key_parts,
+                              key_root, message_time, p2p_stream, part_key)
 
 
 def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.StepTables:
@@ -116,11 +116,13 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
     times = CollectiveTimes(topology)
     for c, e in enumerate(colls):
         result = driver.execute(step.collectives[c], run)
-        times[keys[c]] = CollectiveTime(result.total_ns, e["algorithm"], e["fallback"], tuple(result.dim_busy_ns))
+        # a group over part of a dimension ran on another network: it shares per dimension (workload_driver)
+        times[keys[c]] = CollectiveTime(result.total_ns, e["algorithm"], e["fallback"], tuple(result.dim_busy_ns),
+                                        class_busy_ns=() if _parts(e) else class_busy(result, topology))
     for prog in programs:   # messages are timed on the topology, as when compiled
         for op in prog.ops:
             if op.kind in wl.P2P and times.key(op) not in times:
-                times[times.key(op)] = message_time(topology, times.key(op))
+                times[times.key(op)] = message_time(topology, times.key(op), run.backend == "congestion")
     info = {"source": meta["source"], "mesh": meta["mesh"], "scheduler": meta["scheduler"]}
     return Lowered("", programs, meta["spmd"]), topology, info, times, step
 

@@ -30,6 +30,7 @@ from .passes import PassError
 from .frontend.workload import COLLECTIVE, COMPUTE, RECV, SEND, Workload
 from .runtime import workload_engine as engine
 from .runtime.workload_engine import ProgramTable, Roofline, run_workload, WorkloadError
+from .network.links import LinkMap
 from .network.message import message
 from .network.topology import Topology
 
@@ -175,6 +176,11 @@ class CollectiveTime:
     fallback: str = ""   # how a collective too small to split as asked ran instead ("" when it ran as asked)
     dim_busy_ns: tuple = ()   # per topology dimension: how long its phases kept that dimension's links busy
     ir: str = ""              # the collective's module after the comm passes: every decision they made
+    # congestion backend (physical link sharing, runtime/link_sharing.py): per link class of the topology, how long
+    # its busiest link of that class was busy (empty: share per dimension); a message: (owner, class, busy ns) of
+    # each link on its route
+    class_busy_ns: tuple = ()
+    route_busy: tuple = ()
 
 
 class CollectiveTimes(dict):
@@ -214,7 +220,7 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
             if key in times:
                 continue
             if key[0] == "p2p":
-                times[key] = message_time(topology, key)
+                times[key] = message_time(topology, key, opts.run.backend == "congestion")
             elif shared is None or opts.keep_schedules:
                 times[key], schedule = _time_one(ctx, topology, key, opts)
                 if opts.keep_schedules:
@@ -226,15 +232,31 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
                                         lambda d: CollectiveTime(float(d["time_ns"]), str(d["algorithm"]),
                                                                  str(d["fallback"]),
                                                                  tuple(float(b) for b in d["dim_busy_ns"]),
-                                                                 str(d["ir"])))
+                                                                 str(d["ir"]),
+                                                                 tuple(float(b) for b in d["class_busy_ns"])))
     return times
 
 
-def message_time(topology: Topology, key: tuple) -> CollectiveTime:
-    """A point-to-point message's time: routed over the topology (network/message.py), in both backends."""
+def message_time(topology: Topology, key: tuple, physical: bool = False) -> CollectiveTime:
+    """A point-to-point message's time: routed over the topology (network/message.py), in both backends; with
+    `physical` (the congestion backend) it shares the links of its route, else the dimensions at its two ends."""
     _, nbytes, src, dst = key
     m = message(topology, src, dst, nbytes)
-    return CollectiveTime(m.time_ns, f"routed {m.hops} hop{'s' if m.hops != 1 else ''}", dim_busy_ns=m.dim_busy_ns)
+    stream_ns = max(m.dim_busy_ns, default=0.0)
+    route = tuple((o, c, stream_ns) for o, c in m.links) if physical else ()
+    return CollectiveTime(m.time_ns, f"routed {m.hops} hop{'s' if m.hops != 1 else ''}", dim_busy_ns=m.dim_busy_ns,
+                          route_busy=route)
+
+
+def class_busy(result, topology: Topology) -> tuple:
+    """Per link class of `topology` (network/links.py), the busy time of its busiest link in a congestion run; ()
+    from the analytical backend, which knows dimensions only, and on a Graph, whose links have no classes."""
+    if result.backend != "congestion" or not result.links or topology.graph is not None:
+        return ()
+    links = LinkMap(topology.to_dict())
+    busy = np.zeros(links.classes)
+    np.maximum.at(busy, links.owner_class(result.links["id"])[1], np.asarray(result.links["busy_ns"], float))
+    return tuple(busy.tolist())
 
 
 # A collective this many bytes per member of its group or fewer may be too small for what was asked (a chunk's
@@ -243,6 +265,15 @@ SMALL_PER_MEMBER = 1024
 
 
 def _time_one(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> tuple[CollectiveTime, object]:
+    """_time_alone; a group over part of a dimension runs on another network, whose link classes are not the
+    topology's: it shares per dimension."""
+    took, schedule = _time_alone(ctx, topology, key, opts)
+    if key_parts(key):
+        took = dataclasses.replace(took, class_busy_ns=())
+    return took, schedule
+
+
+def _time_alone(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> tuple[CollectiveTime, object]:
     """Compile and time one collective. A small one that cannot split as asked (a 4-byte loss all-reduce over 64
     NPUs) runs in one chunk, else padded to the smallest size that splits, and says so: a real library sends it
     all the same, paying the steps' latency, which the padding keeps."""
@@ -288,7 +319,28 @@ def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaul
         if label not in stages:
             stages.append(label)
     return CollectiveTime(compiled.result.total_ns, ",".join(stages), fallback, tuple(compiled.result.dim_busy_ns),
-                          str(compiled.module)), compiled.schedule
+                          str(compiled.module), class_busy(compiled.result, topology)), compiled.schedule
+
+
+def link_classes(topology: Topology) -> list[list]:
+    """Per dimension, the link classes its links belong to (a Graph: one pseudo-class per dimension, -1 - d)."""
+    if topology.graph is not None:
+        return [[-1 - d] for d in range(topology.ndims)]
+    dims = LinkMap(topology.to_dict()).class_dims().tolist()
+    return [[c for c, cd in enumerate(dims) if cd == d] for d in range(topology.ndims)]
+
+
+def link_use(took: CollectiveTime, classes: list[list]) -> dict:
+    """A collective's or message's use of the links (engine.ProgramTable.use): measured per link (congestion),
+    or its per-dimension use spread over every class of the dimension (runtime/link_sharing.py)."""
+    if took.time_ns <= 0:
+        return {}
+    if took.route_busy:
+        return {(o, c): min(b / took.time_ns, 1.0) for o, c, b in took.route_busy if b > 0}
+    if took.class_busy_ns:
+        return {(-1, c): min(b / took.time_ns, 1.0) for c, b in enumerate(took.class_busy_ns) if b > 0}
+    return {(-1, c): min(b / took.time_ns, 1.0) for d, b in enumerate(took.dim_busy_ns) if b > 0
+            for c in classes[d]}
 
 
 def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False) -> list[ProgramTable]:
@@ -298,12 +350,13 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False) -> l
     check_messages(progs, runs)
     sync_ids: dict[tuple, int] = {}
     tables = []
+    classes = link_classes(times.topology)
     for prog in progs:
         n = len(prog.ops)
         kind, flops, nbytes, measured = np.zeros(n, np.int8), np.zeros(n), np.zeros(n), np.full(n, np.nan)
         duration, stream = np.zeros(n), np.zeros(n, np.int32)
         sync, size = np.full(n, -1, np.int64), np.ones(n, np.int64)
-        use = np.zeros((n, times.topology.ndims))
+        use: list = [None] * n
         streams, seq = {}, {}
         for i, op in enumerate(prog.ops):
             if op.kind in KIND_CODE:
@@ -313,8 +366,7 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False) -> l
                 continue
             took = times.of(op)
             duration[i] = took.time_ns
-            if took.time_ns > 0 and took.dim_busy_ns:
-                use[i] = np.minimum(np.asarray(took.dim_busy_ns) / took.time_ns, 1.0)
+            use[i] = link_use(took, classes)
             if op.kind in wl.P2P:   # one stream per direction between two programs (p2p_stream)
                 ends = message_ends(op, runs)
                 kind[i] = engine.P2P

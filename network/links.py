@@ -222,6 +222,23 @@ class LinkMap:
     def dim_of(self, link) -> np.ndarray:
         return np.searchsorted(self.offset, np.asarray(link, np.int64), side="right") - 1
 
+    @property
+    def classes(self) -> int:
+        """Link classes: one per (dimension, slot), the same on every NPU (an NPU's link of class c is its slot of
+        that dimension); a Graph's links have no classes."""
+        return 0 if self.graph is not None else int(self.slots.sum())
+
+    def class_dims(self) -> np.ndarray:
+        """The dimension of each link class."""
+        return np.repeat(np.arange(len(self.slots), dtype=np.int64), self.slots)
+
+    def owner_class(self, link) -> tuple[np.ndarray, np.ndarray]:
+        """(owning NPU, class) of each link: the pair names one physical link (link sharing's resource)."""
+        link = np.asarray(link, np.int64)
+        d = self.dim_of(link)
+        npu, slot = np.divmod(link - self.offset[d], self.slots[d])
+        return npu, np.concatenate([[0], np.cumsum(self.slots)])[d] + slot
+
     def describe(self, link: int) -> str:
         if self.graph is not None:
             return f"{self.names[self.graph['src'][link]]}->{self.names[self.graph['dst'][link]]}"

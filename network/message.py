@@ -5,7 +5,8 @@ A message from NPU `src` to NPU `dst` takes the dimension-order route the loweri
 shortest path). It is cut through: its first byte pays every link's latency on the way and its bytes stream at
 the slowest link's bandwidth, so it takes  sum(latency of each link) + bytes / min(link bandwidth)  -- the
 analytical model's cost of a routed message (runtime/phases.messages). Each dimension it crosses is busy for the
-bytes' time (what link sharing between concurrent transfers reads, runtime/link_sharing.py).
+bytes' time, and so is each link it takes (what link sharing between concurrent transfers reads, per dimension
+or per link: runtime/link_sharing.py).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class Message:
     hops: int                  # links on the route
     dim_busy_ns: tuple         # per topology dimension: how long the message keeps its links busy
     route: str                 # the links it takes, as LinkMap.describe names them
+    links: tuple = ()          # (owning NPU, link class) of each link it takes (LinkMap.owner_class); none on a Graph
 
 
 def message(topology: Topology, src: int, dst: int, nbytes: int) -> Message:
@@ -38,7 +40,8 @@ def message(topology: Topology, src: int, dst: int, nbytes: int) -> Message:
     for d in set(links.dim_of(ids).tolist()) if topology.graph is None else {0}:
         busy[d] = stream_ns
     route = " ".join(links.describe(int(i)) for i in ids[:8]) + (" ..." if len(ids) > 8 else "")
-    return Message(float(links.latency(ids).sum()) + stream_ns, int(len(ids)), tuple(busy), route)
+    owned = tuple(zip(*(a.tolist() for a in links.owner_class(ids)))) if topology.graph is None else ()
+    return Message(float(links.latency(ids).sum()) + stream_ns, int(len(ids)), tuple(busy), route, owned)
 
 
 @lru_cache(maxsize=8)

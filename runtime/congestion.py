@@ -115,7 +115,8 @@ def _result(plan: Plan, rec: dict, link_time, link_bytes, served: int, transfers
     # every NPU's links repeat the representative ones in symmetric execution
     result.link_transfers = {"simulated": served, "modelled": served * (plan.npus if plan.symmetric else 1)}
     names = plan.link_names()
-    result.links = {"name": names, "busy_ns": list(link_time), "bytes": list(link_bytes), "dim": plan.link_dims()}
+    result.links = {"name": names, "busy_ns": list(link_time), "bytes": list(link_bytes), "dim": plan.link_dims(),
+                    "id": plan.link_id.tolist()}   # network/links.py's numbering (symmetric: NPU 0's links)
     result.transfers = [(names[l], a, b, int(plan.msg_src[mid]), int(plan.msg_dst[mid]), int(plan.msg_bytes[mid]))
                         for l, a, b, mid in transfers]
     return result

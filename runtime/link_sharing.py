@@ -1,12 +1,16 @@
 """How collectives in flight at the same time share the links they use (the workload engine's contention rule).
 
-A collective run alone takes `alone_ns` and occupies topology dimension d for a fraction u[d] of that time (its
-phases' busy time on d over its duration, as the network runtime measured it). Run concurrently, collective i
-progresses at a rate r_i <= 1 (alone-time per ns) and occupies each of its resources (an NPU's links in one
-dimension) at r_i * u_i[d]. The rates are max-min fair (progressive filling): all rates grow together until a
+A collective run alone takes `alone_ns` and occupies each of its resources for a fraction u of that time. A
+resource is one physical link: (NPU, link class), a class being one slot of a dimension (network/links.py: a
+ring's forward or backward link, a switch up- or downlink, an FC link to one peer). The analytical backend knows
+per dimension how long the phases kept it busy, and spreads that use over every class of the dimension (the
+per-dimension rule); the congestion backend measures each link and gives each class its busiest link's time, and
+a message its route's links. Run concurrently, collective i progresses at a rate r_i <= 1 (alone-time per ns)
+and occupies each of its resources at r_i * u_i. The rates are max-min fair (progressive filling): all rates grow together until a
 resource is full (sum of r_i * u_i[d] over its users = 1) or a rate reaches 1; the collectives on a full resource
 keep their rate and the others grow on. Two equal all-reduces on one dimension (u = 1) both run at 1/2 and take
-twice as long; on two different dimensions they share nothing and run at 1. docs/cost-model.md states the rule.
+twice as long; on two different dimensions they share nothing and run at 1; over real links (congestion) two
+messages in opposite directions between two NPUs share nothing either (links are full duplex). docs/cost-model.md states the rule.
 """
 from __future__ import annotations
 

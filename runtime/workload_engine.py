@@ -16,9 +16,9 @@ An SPMD program (one rank standing for all) needs no matching: every rank reache
 A point-to-point message (P2P rows: a send and its receive, on a stream per pair of ranks) starts when both ends
 have reached it, in SPMD programs too: a pipeline's stages are programs of their own that message each other.
 
-Collectives in flight at the same time share the links they use (runtime/link_sharing.py): a collective row's
-`dim_use` gives the fraction of its time it occupies each topology dimension, and concurrent ones on the same
-NPU's dimension progress at max-min fair rates. The engine is therefore event-driven: a row starts when its
+Collectives in flight at the same time share the links they use (runtime/link_sharing.py): a collective or
+message row's `use` gives the fraction of its time it occupies each link (an NPU and a link class: a dimension's
+slot), and concurrent ones on the same link progress at max-min fair rates. The engine is therefore event-driven: a row starts when its
 predecessors (its data dependencies, the previous row of its stream, and for a collective the compute issued
 before it) have ended, and a collective's end is known only when the rates of everything in flight beside it are.
 """
@@ -65,8 +65,9 @@ class ProgramTable:
     dep_ptr: np.ndarray       # deps of row i: dep_idx[dep_ptr[i]:dep_ptr[i + 1]]
     dep_idx: np.ndarray
     measured_ns: np.ndarray | None = None   # compute rows: a profiler's measured time (NaN: use the roofline)
-    dim_use: np.ndarray | None = None       # collective rows x topology dims: fraction of its time it occupies
-    #                                         each dimension's links (None: it shares nothing)
+    # per row: {(owner, link class): fraction of its time it occupies that link}, owner -1 = the row's own rank
+    # (a collective's links on each member), else a global NPU (a message's route); None or {}: it shares nothing
+    use: list | None = None
 
 
 @dataclass
@@ -184,8 +185,8 @@ class _Simulation:
         for k, i in rows:
             r = self.ranks[k]
             r.start[i] = now
-            if r.t.dim_use is not None:
-                use.update({(k, d): float(u) for d, u in enumerate(r.t.dim_use[i]) if u > 0})
+            if r.t.use is not None and r.t.use[i]:
+                use.update({(k if o < 0 else o, c): u for (o, c), u in r.t.use[i].items()})
         alone = max(float(self.ranks[k].dur[i]) for k, i in rows)
         if alone <= 0.0:
             for k, i in rows:

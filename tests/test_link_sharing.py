@@ -100,7 +100,7 @@ def test_the_engine_stretches_only_what_overlaps():
     kinds = np.array([COLLECTIVE_CODE, 0, COLLECTIVE_CODE], np.int8)
     table = ProgramTable(0, kinds, np.array([0.0, 50e3, 0.0]), np.zeros(3), np.array([100.0, 0.0, 100.0]),
                          np.array([1, 0, 2], np.int32), np.array([0, -1, 1]), np.array([4, 1, 4]),
-                         np.array([0, 0, 0, 1]), np.array([1]), None, np.array([[1.0], [0.0], [1.0]]))
+                         np.array([0, 0, 0, 1]), np.array([1]), None, [{(-1, 0): 1.0}, None, {(-1, 0): 1.0}])
     r = run_workload([table], Roofline(peak_tflops=1.0, mem_gbps=1e12), spmd=True).ranks[0]
     assert list(r.start_ns) == [0.0, 0.0, 50.0]
     assert list(r.end_ns) == [150.0, 50.0, 200.0]
@@ -108,3 +108,49 @@ def test_the_engine_stretches_only_what_overlaps():
 
 
 COLLECTIVE_CODE = 1
+
+
+def exchange(pairs, backend, world=8):
+    """Each (src, dst): src sends 64 MB to dst, every message posted at time 0 (per-rank programs on Ring(8))."""
+    from astra_compile.frontend.workload import RECV, SEND
+    programs = {r: [Op("aten.add.default", COMPUTE, flops=0, bytes=0)] for r in range(world)}
+    for s, d in pairs:
+        programs[s].append(Op("send", SEND, [0], bytes=64 * MB, peer=d))
+        programs[d].append(Op("recv", RECV, [0], bytes=64 * MB, peer=s))
+    return astra_compile.compile(Workload(world, programs, source="messages"), f"Ring({world})",
+                                 backend=backend).to_dict()["total_time_us"]
+
+
+def test_over_real_links_messages_share_the_links_of_their_routes_and_nothing_else():
+    """The congestion backend shares physical links (full duplex): 0->1 and 1->0 together take as long as one,
+    0->2 and 1->3 (both through the link 1->2) twice as long. The analytical backend shares per dimension at the
+    messages' ends, as docs/cost-model.md states: the first pair shares, the second does not."""
+    one = exchange([(0, 1)], "congestion")
+    assert exchange([(0, 1), (1, 0)], "congestion") == one
+    two_hops = exchange([(0, 2)], "congestion")
+    # sharing the link, each streams its bytes at half rate; the hops' latency (500 ns each) overlaps the other's
+    stream = two_hops - 2 * 0.5
+    assert exchange([(0, 2), (1, 3)], "congestion") == pytest.approx(2 * stream, rel=1e-9)
+    assert exchange([(0, 2), (4, 6)], "congestion") == two_hops      # disjoint routes
+    assert exchange([(0, 1), (1, 0)], "analytical") == pytest.approx(2 * (one - 0.5), rel=1e-9)
+    assert exchange([(0, 2), (1, 3)], "analytical") == two_hops
+
+
+@pytest.mark.parametrize("backend", ["analytical", "congestion"])
+def test_a_message_on_a_collectives_links_shares_them(backend):
+    """A 64 MB message 0 -> 1 during a 64 MB all-reduce on rank 0's dimension-0 ring of 4x4_torus: both are slowed,
+    on either backend (the ring uses both directions of every link of its row)."""
+    from astra_compile.frontend.workload import RECV, SEND
+
+    def program(rank):
+        ops = [Op("aten.add.default", COMPUTE, flops=0, bytes=0), all_reduce(ROW0, "a", [0])]
+        if rank == 0:
+            ops.append(Op("send", SEND, [0], bytes=64 * MB, peer=1))
+        if rank == 1:
+            ops.append(Op("recv", RECV, [0], bytes=64 * MB, peer=0))
+        return ops + [Op("wait", WAIT, [1])]
+
+    alone = time_of(Workload(16, {r: program(r)[:2] + program(r)[-1:] for r in ROW0}, source="x"),
+                    backend=backend)
+    both = time_of(Workload(16, {r: program(r) for r in ROW0}, source="x"), backend=backend)
+    assert both > alone * 1.1
