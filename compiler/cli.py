@@ -96,7 +96,8 @@ def build_parser() -> _Parser:
     g.add_argument("--mlir-timing", action="store_true", help="print MLIR's pass timing report (stderr)")
     g.add_argument("--list-passes", action="store_true", help="list the registered passes and exit")
     g = p.add_argument_group("output")
-    g.add_argument("--emit", choices=("report", "mlir", "tables"), default="report")
+    g.add_argument("--emit", choices=("report", "mlir", "tables", "msccl-xml"), default="report",
+                   help="msccl-xml: an all-reduce's schedule as an MSCCL algorithm file (docs/msccl.md)")
     g.add_argument("--npu", help="with --emit tables: print this accelerator's table")
     g.add_argument("-o", "--output", help="with --emit tables: directory for every table; with --emit mlir: file")
     g.add_argument("--table-format", choices=("csv", "json"), default="csv")
@@ -257,6 +258,9 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
     from .api import compile as compile_workload
     if args.emit == "tables" and args.output is None and args.npu is None:
         raise UserError("--emit tables needs --npu K (print one accelerator's step table) or -o DIR (write them all)")
+    if args.emit == "msccl-xml":
+        raise UserError("--emit msccl-xml writes one collective's schedule (--collective, or a comm .mlir module), "
+                        "not a training step")
     if step_dir:
         if args.emit == "mlir":
             raise UserError(f"--emit mlir: {args.input[0]} holds the step's tables, not its workload module")
@@ -499,6 +503,16 @@ def _run_collective(args, run) -> int:
 
     if args.emit == "tables":
         return _emit_tables(args, schedule, topology)
+
+    if args.emit == "msccl-xml":
+        from .msccl_xml import to_xml
+        text = to_xml(schedule, f"astra-compile {compiled.report.collectives[0].buffer_kind} on {topology.name} "
+                                f"({compiled.report.scheduler})")
+        if args.output:
+            atomic.write_text(args.output, text)
+        else:
+            sys.stdout.write(text)
+        return 0
 
     report = compiled.report
     _write_timeline(args, compiled.result, schedule.meta,

@@ -33,13 +33,14 @@ ALLOWED = {
 CONDITIONAL = (
     ("switching", lambda a: a.backend != "congestion", "--backend congestion"),
     ("root", lambda a: a.collective not in ROOTED, "--collective broadcast or reduce"),
-    ("output", lambda a: a.emit == "report", "--emit mlir (a file) or --emit tables (a directory)"),
+    ("output", lambda a: a.emit == "report", "--emit mlir or msccl-xml (a file) or --emit tables (a directory)"),
     ("npu", lambda a: a.emit != "tables", "--emit tables"),
     ("npu", lambda a: a.output is not None, "--emit tables without -o (it prints one table; -o writes all)"),
     ("table_format", lambda a: a.emit != "tables" or a.output is None, "--emit tables -o DIR"),
     ("table_view", lambda a: a.emit != "tables" or a.npu is None, "--emit tables --npu K"),
     ("force", lambda a: a.emit != "tables" or a.output is None, "--emit tables -o DIR"),
-    ("json", lambda a: a.emit == "mlir", "reports and tables (--emit mlir prints MLIR)"),
+    ("json", lambda a: a.emit in ("mlir", "msccl-xml"), "reports and tables (--emit mlir and msccl-xml print "
+                                                          "their files)"),
     ("json", lambda a: a.emit == "tables" and a.output is not None, "--emit tables --npu K or reports"),
     ("timeline", lambda a: a.emit != "report" or a.compare, "one timed schedule (not --emit mlir/tables, "
                                                             "not --compare)"),

@@ -6,11 +6,12 @@ ring's forward or backward link, a switch up- or downlink, an FC link to one pee
 per dimension how long the phases kept it busy, and spreads that use over every class of the dimension (the
 per-dimension rule); the congestion backend measures each link and gives each class its busiest link's time, and
 a message its route's links. Run concurrently, collective i progresses at a rate r_i <= 1 (alone-time per ns)
-and occupies each of its resources at r_i * u_i. The rates are max-min fair (progressive filling): all rates grow together until a
-resource is full (sum of r_i * u_i[d] over its users = 1) or a rate reaches 1; the collectives on a full resource
-keep their rate and the others grow on. Two equal all-reduces on one dimension (u = 1) both run at 1/2 and take
-twice as long; on two different dimensions they share nothing and run at 1; over real links (congestion) two
-messages in opposite directions between two NPUs share nothing either (links are full duplex). docs/cost-model.md states the rule.
+and occupies each of its resources at r_i * u_i. The rates are max-min fair (progressive filling): all rates
+grow together until a resource is full (sum of r_i * u_i over its users = 1) or a rate reaches 1; the
+collectives on a full resource keep their rate and the others grow on. Two equal all-reduces on one dimension
+(u = 1) both run at 1/2 and take twice as long; on two different dimensions they share nothing and run at 1;
+over real links (congestion) two messages in opposite directions between two NPUs share nothing either (links
+are full duplex). docs/cost-model.md states the rule.
 """
 from __future__ import annotations
 

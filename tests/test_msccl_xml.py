@@ -1,0 +1,120 @@
+"""--emit msccl-xml (issue 19 item 4): every all-reduce algorithm, on small topologies, written as an MSCCL algorithm
+file that an independent interpreter (tests/msccl_interpreter.py) loads and executes on data: every GPU must end
+with the sum of every GPU's input. The interpreter itself must catch a broken file."""
+import re
+
+import numpy as np
+import pytest
+
+from astra_compile import algorithms
+
+from helpers import cli, refused
+from msccl_interpreter import InvalidAlgorithm, execute, parse
+
+TOPOLOGIES = ["Ring(4)", "Ring(2)_Ring(4)", "4x4_torus", "Switch(8)", "4x8_bigraph"]
+
+
+def emitted(capsys, topology, *extra, size="1MB") -> str:
+    code, out, err = cli(capsys, "--collective", "all_reduce", "--size", size, "--topology", topology,
+                         "--emit", "msccl-xml", *extra)
+    assert code == 0, err
+    return out
+
+
+def check_sums(text: str, seed: int = 0, orders: int = 3) -> dict:
+    """Execute in `orders` random step orders; every GPU must end with the sum of all inputs each time."""
+    algo = parse(text)
+    data = np.random.default_rng(seed).integers(0, 1000, size=(algo["ngpus"], algo["nchunks"]))
+    for order in range(orders):
+        final = execute(algo, data, seed=seed + order)
+        assert (final == data.sum(axis=0)).all(), "some GPU does not end with the sum of all inputs"
+    return algo
+
+
+def applicable(capsys, topology, name):
+    """Does the compiler accept this algorithm on this topology (a report, exit 0)?"""
+    code, _, _ = cli(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", topology,
+                     "--algorithm", name, "--scheduler", "baseline")
+    return code == 0
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_every_algorithm_passes_the_interpreters_data_check(capsys, topology):
+    ran = []
+    for name in algorithms.all_algorithms():
+        if not applicable(capsys, topology, name):
+            continue
+        if name == "in_switch":   # in-network reduction has no MSCCL form: refused in one line
+            refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", topology, "--algorithm",
+                    name, "--emit", "msccl-xml", match="reduces in the switch")
+            continue
+        for chunks in ("1", "4"):
+            text = emitted(capsys, topology, "--algorithm", name, "--chunks", chunks, "--scheduler", "baseline")
+            check_sums(text, seed=len(ran))
+            ran.append((name, chunks))
+    assert len(ran) >= 6, ran   # ring, direct, halving_doubling, trees, multitree, flat_* at least somewhere
+
+
+@pytest.mark.parametrize("scheduler", ["themis", "optimal"])
+def test_themis_and_optimal_schedules_run_too(capsys, scheduler):
+    text = emitted(capsys, "4x4_torus", "--chunks", "8", "--scheduler", scheduler)
+    algo = check_sums(text)
+    assert algo["ngpus"] == 16
+
+
+def test_the_file_states_what_msccl_needs(capsys):
+    text = emitted(capsys, "Ring(4)")
+    head = text.splitlines()[0]
+    assert re.search(r'coll="allreduce".*inplace="1"', head) and 'ngpus="4"' in head
+    assert 'nchunksperloop="8"' in head   # a bidirectional ring: each direction's 4 shards
+    algo = parse(text)
+    # one thread block per (peer, direction): ring neighbours 1 and 3, both ways
+    assert [(t["send"], t["recv"]) for t in algo["gpus"][0]["tbs"]] == [(-1, 1), (-1, 3), (1, -1), (3, -1)]
+
+
+def test_a_long_schedule_spreads_its_chunks_over_channels(capsys):
+    text = emitted(capsys, "Ring(8)", "--chunks", "64", "--scheduler", "baseline", size="64MB")
+    algo = check_sums(text)
+    assert int(re.search(r'nchannels="(\d+)"', text).group(1)) > 1
+    assert max(len(t["steps"]) for g in algo["gpus"].values() for t in g["tbs"]) <= 256
+
+
+def test_the_interpreter_catches_a_broken_file(capsys):
+    text = emitted(capsys, "Ring(4)")
+    # a receive that overwrites instead of reducing: the data check fails
+    broken = text.replace('type="rrc"', 'type="r"', 1)
+    with pytest.raises(AssertionError, match="sum"):
+        check_sums(broken)
+    # a dependency dropped: the send may read a chunk before its reduction arrives
+    no_dep = re.sub(r'(type="s"[^/]*?)depid="\d+" deps="\d+"', r'\1depid="-1" deps="-1"', text, count=3)
+    with pytest.raises((AssertionError, InvalidAlgorithm)):
+        check_sums(no_dep)
+    # a receive's thread block moved to another channel: the sender's data is never received
+    with pytest.raises(InvalidAlgorithm):
+        check_sums(text.replace('<tb id="0" send="-1" recv="1" chan="0">', '<tb id="0" send="-1" recv="1" chan="1">'))
+    # a step gone: its partner waits forever
+    with pytest.raises(InvalidAlgorithm, match="deadlock|out of order|never"):
+        check_sums(re.sub(r'\n\s*<step s="5" type="r"[^\n]*', "", text, count=1))
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--collective", "all_gather", "--size", "1MB", "--topology", "Ring(4)"], "writes all-reduce schedules"),
+    (["--collective", "all_reduce", "--size", "1MB", "--topology", "Switch(8)", "--algorithm", "in_switch"],
+     "reduces in the switch"),
+    (["--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--json"], "--json applies to"),
+])
+def test_what_cannot_be_written_is_refused_in_one_line(capsys, argv, match):
+    refused(capsys, *argv, "--emit", "msccl-xml", match=match)
+
+
+def test_a_training_step_is_refused(capsys):
+    refused(capsys, "examples/gpt_tp_dp.py", "--topology", "8x8_torus", "--emit", "msccl-xml",
+            match="one collective's schedule")
+
+
+def test_output_file_is_written_whole(capsys, tmp_path):
+    out = tmp_path / "algo.xml"
+    code, stdout, _ = cli(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)",
+                          "--emit", "msccl-xml", "-o", str(out))
+    assert code == 0 and stdout == ""
+    check_sums(out.read_text())
