@@ -24,6 +24,8 @@ EPILOG = """examples:
   astra-compile examples/gpt_tp_dp.py --topology 8x8_torus          (a PyTorch training step)
   astra-compile trace_rank*.json --topology "Switch(4)" --json       (PyTorch execution traces)
   astra-compile sweep sweep.yml -o results.csv      (many runs from one file: docs/sweeps.md)
+  astra-compile calibrate LOG... --topology T       (bandwidth and latency fitted to nccl-tests logs:
+                                                    docs/calibrate.md)
 
 sizes: B, KB/MB/GB (powers of 2, as ASTRA-sim), KiB/MiB/GiB; bandwidth in GB/s (2^30 B/s); latency in ns."""
 
@@ -172,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["sweep"]:  # `astra-compile sweep ...`: many runs from one file (sweep/command.py)
         from .sweep.command import main as sweep_main
         return sweep_main(argv[1:])
+    if argv[:1] == ["calibrate"]:  # `astra-compile calibrate LOG...`: the network fitted to nccl-tests logs
+        from .calibrate import main as calibrate_main
+        return calibrate_main(argv[1:])
     args, given = parse(argv)
     # imported here so --help stays instant and argument errors need no MLIR
     from .dialects.comm import IRError

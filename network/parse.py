@@ -178,6 +178,23 @@ def _load_yaml(path: str) -> dict:
     }
 
 
+def network_yml(topology: Topology, comment: str = "") -> str:
+    """The topology as an ASTRA-sim 2.x network .yml, which _load_yaml reads back to the same topology (bandwidth:
+    GB/s per NPU per dimension, as astra-compile reads it)."""
+    if topology.graph is not None:
+        raise UserError("a graph topology has no ASTRA-sim network .yml form")
+    def row(values):
+        return "[" + ", ".join(values) + "]"
+    lines = [f"# {line}" for line in comment.splitlines()] if comment else []
+    lines += [f"topology: {row(d.block for d in topology.dims)}",
+              f"npus_count: {row(str(d.size) for d in topology.dims)}",
+              f"bandwidth: {row(repr(float(d.bandwidth_gbps)) for d in topology.dims)}  # GB/s",
+              f"latency: {row(repr(float(d.latency_ns)) for d in topology.dims)}  # ns"]
+    if any(d.links != 1 for d in topology.dims):
+        lines.append(f"links_count: {row(str(d.links) for d in topology.dims)}")
+    return "\n".join(lines) + "\n"
+
+
 def _load_json(path: str) -> dict:
     """Older ASTRA-sim network .json ("topologies-per-dim", "units-count", ...).
 

@@ -471,6 +471,26 @@ def case_sweep_file(draw, workdir):
         raise ContractBreach(f"sweep files: exit {code} without a results file on {data!r}")
 
 
+NCCL_LOG = """# Collective test starting: all_reduce_perf
+# nThread 1 nGpus 4 minBytes 1048576 maxBytes 4194304 step: 2(factor) warmup iters: 5 iters: 20
+#  Rank  0 Group  0 Pid 1 on host device  0 [0x01] GPU
+#  Rank  1 Group  0 Pid 1 on host device  1 [0x02] GPU
+#  Rank  2 Group  0 Pid 1 on host device  2 [0x03] GPU
+#  Rank  3 Group  0 Pid 1 on host device  3 [0x04] GPU
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+     1048576        262144     float     sum      -1    60.10   17.45   26.17      0    59.80   17.53   26.30      0
+     2097152        524288     float     sum      -1    80.40   26.08   39.12      0    81.00   25.89   38.84    N/A
+     4194304       1048576     float     sum      -1   130.20   32.21   48.32      0   129.90   32.29   48.43      0
+"""
+
+
+def case_nccl_log(draw, workdir):
+    data = draw(st.one_of(mutated_text(NCCL_LOG, edits=2), hostile_bytes()))
+    path = write(os.path.join(workdir, "all_reduce_perf.log"), data)
+    run("nccl-tests logs", ["calibrate", path, "--topology", "Switch(4)", "-o", "net.yml"], workdir,
+        outputs=("net.yml",))
+
+
 CASES = {"sizes": case_size, "topology notation": case_topology, "command-line numbers": case_options,
          "network files": case_network_file, ".mlir modules": case_mlir, "workload modules": case_step_module,
          "table directories": case_table_dir,
@@ -478,7 +498,8 @@ CASES = {"sizes": case_size, "topology notation": case_topology, "command-line n
          "execution traces": case_trace, "profiler traces": case_profile, "profiler traces alone": case_profile_alone,
          "model files": case_model_file,
          "-o outputs": case_output,
-         "sweep files": case_sweep_file}
+         "sweep files": case_sweep_file,
+         "nccl-tests logs": case_nccl_log}
 
 
 def valid_table_dir(root: str) -> str:
