@@ -1,9 +1,10 @@
 """select-algorithm: choose the algorithm of every phase from its dimension's building block.
 
 Defaults follow ASTRA-sim 2.0 (seed 002, Table "topology-aware collectives"): Ring -> ring, FullyConnected ->
-direct, Switch -> halving_doubling (ring when the switch's size is not a power of two); a Mesh (a line, not in
-ASTRA-sim) -> ring, whose wrap-around transfer walks the line back. The `algorithm` option overrides them: one name for every dimension, or a
-comma-separated list with one name per topology dimension. Phases that already name an algorithm keep it.
+direct, Switch -> halving_doubling (ring when the switch's size is not a power of two; direct for an all-to-all,
+as ASTRA-sim); a Mesh (a line, not in ASTRA-sim) -> ring, whose wrap-around transfer walks the line back. The
+`algorithm` option overrides them: one name for every dimension, or a comma-separated list with one name per
+topology dimension. Phases that already name an algorithm keep it.
 A block's default that has no schedule for a phase's kind (halving-doubling has no broadcast) gives way to ring
 on neighbour links and to direct elsewhere (for a broadcast: a pipelined chain, or a scatter and an all-gather).
 """
@@ -34,7 +35,7 @@ def algorithm_for(dim: int, dims: list, chosen: list[str] | None, kind: str = ""
     """`dims`: the topology's dimensions (each block says its default for its size, network/blocks/)."""
     if chosen:
         return chosen[0] if len(chosen) == 1 else chosen[dim]
-    default = dims[dim].default_algorithm
+    default = dims[dim].kind.default_for(dims[dim].size, kind) if kind else dims[dim].default_algorithm
     if not kind or kind in algorithms.get(default).kinds:
         return default
     return "ring" if dims[dim].kind.neighbour_links else "direct"

@@ -208,3 +208,15 @@ def test_list_passes_lists_every_pass_alone(capsys):
     names = [line.split()[0] for line in out.splitlines()]
     assert code == 0 and "allocate-trees" in names and "choose-schedule" in names and len(names) == 11
     assert main(["--list-passes", "--chunks", "4"]) == 2  # nothing else goes with it
+
+
+def test_an_all_to_all_on_a_switch_runs_direct_by_default(capsys):
+    """As ASTRA-sim: every member's part goes once over the uplink, where halving-doubling forwards half the buffer
+    log2(k) times (issue 19)."""
+    code, out, _ = cli(capsys, "--collective", "all_to_all", "--size", "64MB", "--topology", "Switch(8)", "--json")
+    direct = json.loads(out)
+    code, out, _ = cli(capsys, "--collective", "all_to_all", "--size", "64MB", "--topology", "Switch(8)",
+                       "--algorithm", "halving_doubling", "--json")
+    hd = json.loads(out)
+    assert [d["algorithms"] for d in direct["dims"]] == [["direct"]]
+    assert direct["total_time_us"] < hd["total_time_us"] / 2

@@ -52,6 +52,11 @@ class Block:
         """The algorithm a phase on this block runs unless told otherwise (select-algorithm)."""
         raise NotImplementedError
 
+    def default_for(self, k: int, kind: str) -> str:
+        """The default for a phase of this kind (reduce_scatter, all_to_all, ...): default_algorithm unless the
+        block knows better for that kind."""
+        return self.default_algorithm(k)
+
     def path(self, k: int, src: np.ndarray, dst: np.ndarray, lane: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(hops, lane) of messages from coordinate src to dst: the links crossed and the lane actually taken (a
         ring resolves SHORTEST to FORWARD or BACKWARD). src != dst."""

@@ -30,6 +30,11 @@ class Switch(Block):
         # halving-doubling has no schedule for a group that is not a power of two; a ring uses the link fully
         return "ring" if k & (k - 1) else "halving_doubling"
 
+    def default_for(self, k: int, kind: str) -> str:
+        # an all-to-all sends every member its own part once: direct does that in one step at the uplink's full
+        # bandwidth, where halving-doubling forwards half the buffer log2(k) times (ASTRA-sim's default, direct)
+        return "direct" if kind == "all_to_all" else self.default_algorithm(k)
+
     def path(self, k, src, dst, lane):
         return np.full(len(src), 2, np.int64), np.zeros(len(src), np.int64)
 
