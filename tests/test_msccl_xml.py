@@ -102,6 +102,8 @@ def test_the_interpreter_catches_a_broken_file(capsys):
     (["--collective", "all_reduce", "--size", "1MB", "--topology", "Switch(8)", "--algorithm", "in_switch"],
      "reduces in the switch"),
     (["--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--json"], "--json applies to"),
+    (["--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(2)_Ring(4)", "--dims", "1"],
+     "runs in groups"),
 ])
 def test_what_cannot_be_written_is_refused_in_one_line(capsys, argv, match):
     refused(capsys, *argv, "--emit", "msccl-xml", match=match)
