@@ -88,6 +88,9 @@ def build_parser() -> _Parser:
                                        "flat_ring (Hamiltonian cycle); routed over ranks: rank_ring, flat_direct, "
                                        "flat_halving_doubling, flat_double_binary_tree; hdrm (all-reduce on a "
                                        "BiGraph: halving-doubling with EFLOPS's rank mapping)")
+    g.add_argument("--system", metavar="SYS.json",
+                   help="an ASTRA-sim system configuration: scheduling, chunks, implementations, peak-perf mapped to "
+                        "these options (options given here win); keys not modelled are named (docs/astra-sim.md)")
     g.add_argument("--chunks", help="chunks per collective (ASTRA-sim preferred-dataset-splits; default 1)")
     g.add_argument("--ports", help="multitree: new tree edges an NPU may start per step (injection ports; default: "
                                    "one per link)")
@@ -359,6 +362,9 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
     """Run a parsed command line (`parse`); the CLI and the sweep points (sweep/point.py) both come here."""
     kind = _kind(args)
     cli_rules.check(kind, args, given)
+    if args.system:
+        from . import astra_system
+        astra_system.apply(args, given, kind == "training step")
     if kind == "list-passes":
         from .passes import all_passes
         for name, cls in sorted(all_passes().items()):

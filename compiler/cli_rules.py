@@ -17,12 +17,12 @@ COMPILE = {"algorithm", "chunks", "scheduler"}
 ALLOWED = {
     "list-passes": {"list_passes"},
     "table directory": RUN | {"json", "verify", "timeline", "plot"},
-    "training step": NETWORK | COMPILE | {"mesh", "capture_limit", "peak_tflops", "mem_bw", "backend", "intra",
-                                          "emit", "output", "json", "max_memory", "cache", "iteration",
+    "training step": NETWORK | COMPILE | {"system", "mesh", "capture_limit", "peak_tflops", "mem_bw", "backend",
+                                          "intra", "emit", "output", "json", "max_memory", "cache", "iteration",
                                           "timeline", "npu", "table_format", "force"},
     # a step written with --emit tables -o: compiled already, on its own topology
     "step tables": {"peak_tflops", "mem_bw", "backend", "intra", "emit", "npu", "json", "max_memory", "timeline"},
-    "collective": NETWORK | COMPILE | RUN | {"collective", "size", "dims", "root", "ports", "pass_pipeline",
+    "collective": NETWORK | COMPILE | RUN | {"system", "collective", "size", "dims", "root", "ports", "pass_pipeline",
                                              "print_ir_after_all", "mlir_timing", "emit", "npu", "output",
                                              "table_format",
                                              "table_view", "json", "compare", "timeline", "plot", "verify",

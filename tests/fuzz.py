@@ -491,6 +491,18 @@ def case_nccl_log(draw, workdir):
         outputs=("net.yml",))
 
 
+SYSTEM_JSON = {"scheduling-policy": "FIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,
+               "preferred-dataset-splits": 2, "all-reduce-implementation": ["ring", "direct"],
+               "all-to-all-implementation": ["direct", "direct"], "collective-optimization": "baseline",
+               "local-mem-bw": 1600, "boost-mode": 0, "roofline-enabled": 1, "peak-perf": 900}
+
+
+def case_system_file(draw, workdir):
+    data = draw(st.one_of(st.builds(json.dumps, mutated_json(SYSTEM_JSON, edits=2)), hostile_bytes()))
+    path = write(os.path.join(workdir, "sys.json"), data)
+    run("system files", [*COLLECTIVE, "--topology", "Ring(2)_FC(2)", "--system", path, "--json"], workdir)
+
+
 CASES = {"sizes": case_size, "topology notation": case_topology, "command-line numbers": case_options,
          "network files": case_network_file, ".mlir modules": case_mlir, "workload modules": case_step_module,
          "table directories": case_table_dir,
@@ -499,7 +511,8 @@ CASES = {"sizes": case_size, "topology notation": case_topology, "command-line n
          "model files": case_model_file,
          "-o outputs": case_output,
          "sweep files": case_sweep_file,
-         "nccl-tests logs": case_nccl_log}
+         "nccl-tests logs": case_nccl_log,
+         "system files": case_system_file}
 
 
 def valid_table_dir(root: str) -> str:

@@ -1,0 +1,152 @@
+"""ASTRA-sim 2.x system configuration files (`--system sys.json`): the one reader, mapping each key to the option
+of this compiler that means the same, and naming every key it cannot honour.
+
+    scheduling-policy              FIFO: collectives of a stream start in issue order, as here; LIFO: warned
+    intra-dimension-scheduling     FIFO | SCF                -> --intra fifo | scf
+    inter-dimension-scheduling     baseline | themis         -> --scheduler; offlineGreedy(Flex) -> optimal, warned
+    active-chunks-per-dimension    N                         -> --active-chunks N
+    preferred-dataset-splits       N                         -> --chunks N
+    <kind>-implementation          one name per dimension    -> --algorithm (the run's collective kind; a step
+                                   (ring, direct, halvingDoubling, doubleBinaryTree, oneRing, oneDirect,
+                                   oneHalvingDoubling, oneDoubleBinaryTree)      takes all-reduce's for every kind)
+    roofline-enabled, peak-perf    1, TFLOPS                 -> --peak-tflops (a training step's compute)
+    endpoint-delay, local-mem-bw, collective-optimization (other than baseline), boost-mode (other than 0), and
+    any other key: not modelled here, each named in a warning line
+
+An option given on the command line wins over the file; where the file is silent, ASTRA-sim's defaults apply
+(baseline scheduler, FIFO within a dimension). A file that is not a JSON object, a value of the wrong
+type and an unknown implementation name end the run in one line naming the file, the key and the value.
+docs/astra-sim.md states the conventions in which ASTRA-sim's network model differs from this one.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from .network.errors import UserError, read_text
+
+IMPLEMENTATIONS = {"ring": "ring", "direct": "direct", "halvingDoubling": "halving_doubling",
+                   "doubleBinaryTree": "double_binary_tree", "oneRing": "flat_ring", "oneDirect": "flat_direct",
+                   "oneHalvingDoubling": "flat_halving_doubling", "oneDoubleBinaryTree": "flat_double_binary_tree"}
+KIND_KEYS = {"all_reduce": "all-reduce-implementation", "all_gather": "all-gather-implementation",
+             "reduce_scatter": "reduce-scatter-implementation", "all_to_all": "all-to-all-implementation"}
+SCHEDULERS = {"baseline": "baseline", "themis": "themis", "offlineGreedy": "optimal", "offlineGreedyFlex": "optimal"}
+INTRA = {"FIFO": "fifo", "SCF": "scf"}
+MAX_FILE_BYTES = 1 << 20
+
+
+def apply(args, given: set, step: bool) -> list[str]:
+    """Fill args from the file named by args.system where the command line left an option at its default;
+    returns the warning lines (also written to stderr)."""
+    path = args.system
+    config = _read(path)
+    warnings: list[str] = []
+
+    def warn(message: str) -> None:
+        warnings.append(f"astra-compile: warning: {path}: {message}")
+
+    def setting(dest: str, value) -> None:
+        if dest not in given:
+            setattr(args, dest, value)
+
+    # ASTRA-sim's own defaults where the file says nothing: baseline dimension order, FIFO within a dimension
+    setting("scheduler", "baseline")
+    setting("intra", "fifo")
+    for key, value in config.items():
+        if key in KIND_KEYS.values():
+            continue   # below, for the run's collective kind
+        if key == "scheduling-policy":
+            if _word(path, key, value, ("FIFO", "LIFO")) == "LIFO":
+                warn("scheduling-policy LIFO is not modelled: collectives of a stream start in issue order (FIFO)")
+        elif key == "intra-dimension-scheduling":
+            setting("intra", INTRA[_word(path, key, value, tuple(INTRA))])
+        elif key == "inter-dimension-scheduling":
+            name = _word(path, key, value, tuple(SCHEDULERS))
+            if name.startswith("offline"):
+                warn(f"inter-dimension-scheduling {name} runs as --scheduler optimal (an offline balance of the "
+                     "dimension orders by CP-SAT, not ASTRA-sim's greedy)")
+            setting("scheduler", SCHEDULERS[name])
+        elif key == "active-chunks-per-dimension":
+            setting("active_chunks", str(_count(path, key, value)))
+        elif key == "preferred-dataset-splits":
+            setting("chunks", str(_count(path, key, value)))
+        elif key == "peak-perf":
+            perf = _number(path, key, value)
+            if step and config.get("roofline-enabled", 0):
+                setting("peak_tflops", perf)
+        elif key == "roofline-enabled":
+            if _count(path, key, value, low=0) not in (0, 1):
+                raise UserError(f"{path}: roofline-enabled must be 0 or 1, got {value!r}")
+            if step and not value:
+                warn("roofline-enabled 0 (compute from the trace's own durations) is not modelled: compute runs on "
+                     "the roofline (--peak-tflops)")
+        elif (key == "collective-optimization" and value == "baseline") or (key == "boost-mode" and value == 0):
+            continue
+        elif key == "endpoint-delay":
+            warn(f"endpoint-delay {value!r} ns is not added to each message (add it to --latency to compare)")
+        else:
+            warn(f"{key} {json.dumps(value)[:60]} is not modelled by astra-compile")
+    kind = "all_reduce" if step or not getattr(args, "collective", None) else args.collective
+    names = _implementation(path, config, KIND_KEYS.get(kind, KIND_KEYS["all_reduce"]))
+    if names is not None:   # one name for every dimension stays one (a flat algorithm takes one name)
+        setting("algorithm", names[0] if len(set(names)) == 1 else ",".join(names))
+    if step:
+        others = {k: _implementation(path, config, key) for k, key in KIND_KEYS.items() if key in config}
+        if any(v != names for v in others.values()):
+            warn("a training step runs every collective with all-reduce-implementation's algorithms; the other "
+                 "kinds' implementations differ and are not honoured")
+    for line in warnings:
+        sys.stderr.write(line + "\n")
+    return warnings
+
+
+def _read(path: str) -> dict:
+    import os
+    try:
+        size = os.path.getsize(path)
+    except OSError as e:
+        raise UserError(f"cannot read system file {path}: {e.strerror}") from None
+    if size > MAX_FILE_BYTES:
+        raise UserError(f"{path}: {size} bytes; an ASTRA-sim system file is at most {MAX_FILE_BYTES} bytes")
+    text = read_text(path, "an ASTRA-sim system JSON object", "system file ")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise UserError(f"{path} is not JSON ({' '.join(str(e).split())[:100]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: an ASTRA-sim system file is a JSON object of keys, got {type(data).__name__}")
+    return data
+
+
+def _word(path, key, value, allowed: tuple) -> str:
+    if value not in allowed:
+        raise UserError(f"{path}: {key} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def _count(path, key, value, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or value > 1 << 20:
+        raise UserError(f"{path}: {key} must be a whole number from {low} to {1 << 20}, got {value!r}")
+    return value
+
+
+def _number(path, key, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+        raise UserError(f"{path}: {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _implementation(path, config: dict, key: str) -> list[str] | None:
+    """The per-dimension algorithm names of an implementation key (a list, or one name for every dimension)."""
+    if key not in config:
+        return None
+    value = config[key]
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(v, str) for v in items):
+        raise UserError(f"{path}: {key} must be a list of implementation names, got {value!r}")
+    out = []
+    for v in items:
+        if v not in IMPLEMENTATIONS:
+            raise UserError(f"{path}: {key}: unknown implementation '{v}' (one of {', '.join(IMPLEMENTATIONS)})")
+        out.append(IMPLEMENTATIONS[v])
+    return out

@@ -1,0 +1,99 @@
+"""--system sys.json (issue 19 item 1, first part): ASTRA-sim 2.x system configuration files read, each key mapped to
+the option that means the same here, every key that cannot be honoured named in a warning line, bad files refused
+in one line."""
+import json
+import os
+
+import pytest
+
+from helpers import cli, refused
+
+HERE = os.path.dirname(__file__)
+STEP = os.path.join(HERE, "ir", "step_two_ranks.mlir")
+# the shape of ASTRA-sim's example system files (the keys they hold)
+SYSTEM = {"scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 2,
+          "preferred-dataset-splits": 4, "all-reduce-implementation": ["ring", "ring"],
+          "all-gather-implementation": ["ring", "ring"], "reduce-scatter-implementation": ["ring", "ring"],
+          "all-to-all-implementation": ["direct", "direct"], "collective-optimization": "localBWAware",
+          "local-mem-bw": 1600, "boost-mode": 0, "roofline-enabled": 1, "peak-perf": 312}
+
+
+def system(tmp_path, **changes) -> str:
+    data = {**SYSTEM, **changes}
+    data = {k: v for k, v in data.items() if v is not None}
+    path = tmp_path / "sys.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def report(capsys, *argv):
+    code, out, err = cli(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out), err
+
+
+def test_each_key_sets_the_option_that_means_the_same(capsys, tmp_path):
+    r, err = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "4x4_torus", "--system",
+                    system(tmp_path))
+    plain, _ = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "4x4_torus",
+                      "--chunks", "4", "--active-chunks", "2", "--scheduler", "baseline", "--intra", "fifo",
+                      "--algorithm", "ring,ring")
+    assert r == plain   # the file is the same run as its options written out
+    assert r["scheduler"] == "baseline" and r["collectives"][0]["chunks"] == 4
+
+
+def test_the_run_takes_its_own_kinds_implementation(capsys, tmp_path):
+    sys_file = system(tmp_path, **{"all-to-all-implementation": ["halvingDoubling"]})
+    r, _ = report(capsys, "--collective", "all_to_all", "--size", "16MB", "--topology", "Switch(8)", "--system",
+                  sys_file)
+    assert [d["algorithms"] for d in r["dims"]] == [["halving_doubling"]]
+    r, _ = report(capsys, "--collective", "all_reduce", "--size", "16MB", "--topology", "Switch(8)", "--system",
+                  system(tmp_path, **{"all-reduce-implementation": ["doubleBinaryTree"]}))
+    assert [d["algorithms"] for d in r["dims"]] == [["double_binary_tree"]]
+
+
+def test_the_command_line_wins_and_astra_sims_defaults_fill_the_rest(capsys, tmp_path):
+    sys_file = system(tmp_path, **{"preferred-dataset-splits": None})
+    r, _ = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "4x4_torus", "--system",
+                  sys_file, "--chunks", "2", "--scheduler", "themis")
+    assert r["collectives"][0]["chunks"] == 2 and r["scheduler"] == "themis"
+    r, _ = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "4x4_torus", "--system",
+                  system(tmp_path, **{"inter-dimension-scheduling": None}))
+    assert r["scheduler"] == "baseline"   # ASTRA-sim's default, not this compiler's (optimal)
+
+
+def test_every_key_not_honoured_is_named_once(capsys, tmp_path):
+    _, err = report(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "4x4_torus", "--system",
+                    system(tmp_path, **{"hardware-resource-capacity": {"cpu": 1}}))
+    lines = [line for line in err.splitlines() if "warning" in line]
+    for key in ("scheduling-policy LIFO", "endpoint-delay 10", "collective-optimization", "local-mem-bw",
+                "hardware-resource-capacity"):
+        assert sum(key in line for line in lines) == 1, (key, lines)
+    assert len(lines) == 5
+
+
+def test_a_step_takes_peak_perf_and_all_reduces_implementation(capsys, tmp_path):
+    r, err = report(capsys, STEP, "--system", system(tmp_path))
+    default, _ = report(capsys, STEP)
+    assert r["compute_time_us"] < default["compute_time_us"]   # 312 TFLOPS instead of 234
+    assert "all-reduce-implementation's algorithms" in err     # all-to-all's direct differs: named
+
+
+@pytest.mark.parametrize("content, match", [
+    ("{", "is not JSON"),
+    ("[1, 2]", "a JSON object of keys, got list"),
+    (json.dumps({**SYSTEM, "all-reduce-implementation": ["ring", "ringo"]}), "unknown implementation 'ringo'"),
+    (json.dumps({**SYSTEM, "preferred-dataset-splits": "4"}), "preferred-dataset-splits must be a whole number"),
+    (json.dumps({**SYSTEM, "intra-dimension-scheduling": "RG"}), "intra-dimension-scheduling must be one of"),
+    (json.dumps({**SYSTEM, "peak-perf": -1}), "peak-perf must be a positive number"),
+])
+def test_a_bad_system_file_is_refused_in_one_line(capsys, tmp_path, content, match):
+    path = tmp_path / "sys.json"
+    path.write_text(content)
+    refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--system", str(path),
+            match=match)
+
+
+def test_a_missing_system_file_is_named(capsys, tmp_path):
+    refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--system",
+            str(tmp_path / "none.json"), match="cannot read system file")
