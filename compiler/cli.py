@@ -104,7 +104,8 @@ def build_parser() -> _Parser:
     g.add_argument("--emit", choices=("report", "mlir", "tables", "msccl-xml"), default="report",
                    help="msccl-xml: an all-reduce's schedule as an MSCCL algorithm file (docs/msccl.md)")
     g.add_argument("--npu", help="with --emit tables: print this accelerator's table")
-    g.add_argument("-o", "--output", help="with --emit tables: directory for every table; with --emit mlir: file")
+    g.add_argument("-o", "--output", help="with --emit tables: directory for every table; with --emit mlir or "
+                                          "msccl-xml: file")
     g.add_argument("--table-format", choices=("csv", "json"), default="csv")
     g.add_argument("--table-view", choices=("rows", "trees"), default="rows",
                    help="with --emit tables --npu: every row, or (multitree) seed 003's Reduce/Gather commands")

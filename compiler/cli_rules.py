@@ -22,11 +22,10 @@ ALLOWED = {
                                           "timeline", "npu", "table_format", "force"},
     # a step written with --emit tables -o: compiled already, on its own topology
     "step tables": {"peak_tflops", "mem_bw", "backend", "intra", "emit", "npu", "json", "max_memory", "timeline"},
-    "collective": NETWORK | COMPILE | RUN | {"system", "collective", "size", "dims", "root", "ports", "pass_pipeline",
-                                             "print_ir_after_all", "mlir_timing", "emit", "npu", "output",
-                                             "table_format",
-                                             "table_view", "json", "compare", "timeline", "plot", "verify",
-                                             "force"},
+    "collective": NETWORK | COMPILE | RUN | {"system", "collective", "size", "dims", "root", "ports",
+                                             "pass_pipeline", "print_ir_after_all", "mlir_timing", "emit", "npu",
+                                             "output", "table_format", "table_view", "json", "compare",
+                                             "timeline", "plot", "verify", "force"},
 }
 
 # (option, condition on the parsed arguments under which it does NOT apply, what it applies to)
