@@ -72,11 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     from .cli import _fail
+    from .dialects.comm import IRError
+    from .passes import PassError
     from .runtime.atomic import OutputError
     args = build_parser().parse_args(argv)
     try:
         return run(args)
-    except (UserError, OutputError) as e:
+    except (UserError, IRError, PassError, OutputError) as e:   # a bad --algorithm is refused by the passes
         return _fail(str(e))
 
 
@@ -91,7 +93,10 @@ def run(args) -> int:
         raise UserError(f"--collective must be one of {', '.join(nccl_tests_log.KINDS)}, got '{args.collective}'")
     if args.chunks is not None and args.chunks < 1:
         raise UserError(f"--chunks must be a positive integer, got {args.chunks}")
-    min_size = parse_size(args.min_size) if args.min_size else 0
+    try:
+        min_size = parse_size(args.min_size) if args.min_size else 0
+    except UserError as e:
+        raise UserError(f"--min-size: {e}") from None
     start = parse_topology(args.topology, args.bandwidth, args.latency, args.links)
     if start.graph is not None:
         raise UserError("calibrate fits a dimension's bandwidth and latency; a graph topology has per-link values")

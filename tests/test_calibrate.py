@@ -150,6 +150,8 @@ S4 = ["--topology", "Switch(4)"]
     ("LOG4", S4 + ["--min-size", "1GB"], "no row of the logs is at least"),
     ("ZERO", S4, "time 0 us is outside"),
     ("LOG4", [], "--topology is required"),
+    ("LOG4", S4 + ["--algorithm", "bogus"], "unknown algorithm 'bogus'"),
+    ("LOG4", S4 + ["--min-size", "1XB"], "--min-size: unknown size unit"),
 ])
 def test_bad_logs_and_options_end_in_one_line(capsys, tmp_path, text, argv, match):
     path = tmp_path / "all_reduce_perf.log"
