@@ -11,12 +11,13 @@ of this compiler that means the same, and naming every key it cannot honour.
                                    oneHalvingDoubling, oneDoubleBinaryTree)      takes all-reduce's for every kind)
     roofline-enabled, peak-perf    1, TFLOPS                 -> --peak-tflops (a training step's compute)
     endpoint-delay, local-mem-bw, collective-optimization (other than baseline), boost-mode (other than 0), and
-    any other key: not modelled here, each named in a warning line
+    any other key: not modelled here, each named in a warning line (and doubleBinaryTree, which runs as NCCL's)
 
 An option given on the command line wins over the file; where the file is silent, ASTRA-sim's defaults apply
 (baseline scheduler, FIFO within a dimension). A file that is not a JSON object, a value of the wrong
 type and an unknown implementation name end the run in one line naming the file, the key and the value.
-docs/astra-sim.md states the conventions in which ASTRA-sim's network model differs from this one.
+With a network file (.yml or .json) as --topology the run reads the network as ASTRA-sim does (per-link FC
+bandwidth, full bandwidth per message on a Ring: _network_conventions); docs/astra-sim.md states every difference.
 """
 from __future__ import annotations
 
@@ -90,14 +91,49 @@ def apply(args, given: set, step: bool) -> list[str]:
     names = _implementation(path, config, KIND_KEYS.get(kind, KIND_KEYS["all_reduce"]))
     if names is not None:   # one name for every dimension stays one (a flat algorithm takes one name)
         setting("algorithm", names[0] if len(set(names)) == 1 else ",".join(names))
+        if "double_binary_tree" in names:
+            warn("doubleBinaryTree runs as NCCL's double binary tree (two trees, each carrying half of every "
+                 "chunk), not ASTRA-sim's (each chunk whole on one tree, the trees alternating)")
+    notes = _network_conventions(args, given, names, kind)
     if step:
         others = {k: _implementation(path, config, key) for k, key in KIND_KEYS.items() if key in config}
         if any(v != names for v in others.values()):
             warn("a training step runs every collective with all-reduce-implementation's algorithms; the other "
                  "kinds' implementations differ and are not honoured")
-    for line in warnings:
+    for line in warnings + [f"astra-compile: note: {path}: {n}" for n in notes]:
         sys.stderr.write(line + "\n")
     return warnings
+
+
+def _network_conventions(args, given: set, names: list | None, kind: str) -> list[str]:
+    """A run from ASTRA-sim files (a network .yml or .json with --system) reads the network as ASTRA-sim does:
+    a FullyConnected(k) dimension's bandwidth is per link, k-1 links per NPU all in use at once; a Ring gives every
+    message the full bandwidth, which this compiler's two-way ring gives only to the ring algorithm. Both become
+    --bandwidth per NPU per dimension here (unless --bandwidth is given). Returns what was converted."""
+    spec = args.topology or ""
+    if "bandwidth" in given or not spec.lower().endswith((".yml", ".yaml", ".json")):
+        return []
+    from .network.parse import parse_topology
+    topology = parse_topology(spec, None, args.latency, args.links)
+    if topology.graph is not None:
+        return []
+    algorithms = names if names is None or len(names) == len(topology.dims) else [names[0]] * len(topology.dims)
+    out, notes = [], []
+    for d, dim in enumerate(topology.dims):
+        bw = float(dim.bandwidth_gbps)
+        algorithm = algorithms[d] if algorithms else dim.kind.default_for(dim.size, kind)
+        if dim.kind.name == "FullyConnected":
+            notes.append(f"dimension {d} FullyConnected({dim.size}): {bw:g} GB/s per link x {dim.size - 1} links = "
+                         f"{bw * (dim.size - 1):g} GB/s per NPU")
+            bw *= dim.size - 1
+        elif dim.kind.name == "Ring" and algorithm != "ring":
+            notes.append(f"dimension {d} Ring({dim.size}) with {algorithm}: every message at the full {bw:g} GB/s "
+                         f"(as ASTRA-sim): {2 * bw:g} GB/s per NPU over the two directions")
+            bw *= 2
+        out.append(bw)
+    if notes:
+        args.bandwidth = ",".join(repr(b) for b in out)
+    return notes
 
 
 def _read(path: str) -> dict:

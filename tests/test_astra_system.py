@@ -97,3 +97,45 @@ def test_a_bad_system_file_is_refused_in_one_line(capsys, tmp_path, content, mat
 def test_a_missing_system_file_is_named(capsys, tmp_path):
     refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--system",
             str(tmp_path / "none.json"), match="cannot read system file")
+
+
+def network_file(tmp_path, block, size, bandwidth=50.0):
+    path = tmp_path / f"{block}_{size}.yml"
+    path.write_text(f"topology: [ {block} ]\nnpus_count: [ {size} ]\nbandwidth: [ {bandwidth} ]\nlatency: [ 500.0 ]\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("block, implementation, per_npu", [
+    ("FullyConnected", "direct", 150.0),   # per link x 3 links
+    ("FullyConnected", "ring", 150.0),     # the same links, whatever the algorithm
+    ("Ring", "direct", 100.0),             # every message at the full bandwidth: both directions here
+    ("Ring", "halvingDoubling", 100.0),
+    ("Ring", "ring", 50.0),                # the ring algorithm already agrees
+])
+def test_a_run_from_astra_sim_files_reads_the_network_as_astra_sim(capsys, tmp_path, block, implementation,
+                                                                    per_npu):
+    """ASTRA-sim's .yml bandwidth is per link (FC: k-1 links per NPU, all used at once) and a Ring gives every message
+    the full bandwidth; with --system both become this compiler's per-NPU bandwidth, said in a note line."""
+    size = 4
+    sys_file = system(tmp_path, **{"all-reduce-implementation": [implementation]})
+    r, err = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology",
+                    network_file(tmp_path, block, size), "--system", sys_file)
+    plain, _ = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", f"{block}({size})",
+                      "--bandwidth", str(per_npu), "--chunks", "4", "--active-chunks", "2", "--scheduler", "baseline",
+                      "--intra", "fifo", "--algorithm", sys_algorithm(implementation))
+    assert r["total_time_us"] == plain["total_time_us"]
+    assert ("note:" in err) == (per_npu != 50.0)
+
+
+def sys_algorithm(name):
+    from astra_compile.astra_system import IMPLEMENTATIONS
+    return IMPLEMENTATIONS[name]
+
+
+def test_a_notation_topology_keeps_this_compilers_conventions(capsys, tmp_path):
+    sys_file = system(tmp_path, **{"all-reduce-implementation": ["direct"]})
+    r, err = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "FC(4)", "--system",
+                    sys_file)
+    plain, _ = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "FC(4)", "--chunks", "4",
+                      "--active-chunks", "2", "--scheduler", "baseline", "--intra", "fifo", "--algorithm", "direct")
+    assert r["total_time_us"] == plain["total_time_us"] and "note:" not in err
