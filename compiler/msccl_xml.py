@@ -38,6 +38,7 @@ MAX_CHANNELS = 8       # channels tried (MSCCL builds allow 8 to 32)
 MAX_CHUNKS = 32767     # chunk offsets are 16-bit in MSCCL's transfer records
 MAX_THREAD_BLOCKS = 216  # per GPU (108 SMs x 2, MSCCL's A100 limit)
 MAX_NPUS = 1024        # every NPU's table is expanded in memory
+MAX_ROWS = 2_000_000   # table rows in all (about 1 GB of Python objects and a 260 MB file)
 
 
 def to_xml(schedule, name: str) -> str:
@@ -64,6 +65,10 @@ def to_xml(schedule, name: str) -> str:
         raise UserError(f"--emit msccl-xml: the schedule cuts its {size} bytes into {nchunks} pieces of {unit} "
                         f"bytes, more than MSCCL's {MAX_CHUNKS} chunks; use fewer --chunks or a size with more "
                         "factors of two")
+    rows = sum(len(t) for t in tables)
+    if rows > MAX_ROWS:   # each becomes a Python object and a line of ~130 bytes: refused before, not after
+        raise UserError(f"--emit msccl-xml: {rows} transfers over {meta.npus} GPUs; an MSCCL file of more than "
+                        f"{MAX_ROWS} is refused (use fewer --chunks or a smaller network)")
     gpus = [_ops(n, t, unit) for n, t in enumerate(tables)]
     nflows = max((op.flow for ops in gpus for op in ops), default=0) + 1
     for channels in range(1, MAX_CHANNELS + 1):

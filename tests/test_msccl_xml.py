@@ -120,3 +120,10 @@ def test_output_file_is_written_whole(capsys, tmp_path):
                           "--emit", "msccl-xml", "-o", str(out))
     assert code == 0 and stdout == ""
     check_sums(out.read_text())
+
+
+def test_a_file_too_large_is_refused_before_it_is_built(capsys, monkeypatch):
+    from astra_compile import msccl_xml
+    monkeypatch.setattr(msccl_xml, "MAX_ROWS", 10)
+    refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--emit", "msccl-xml",
+            match="transfers over 4 GPUs")
