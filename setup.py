@@ -56,6 +56,7 @@ setup(
         "numpy>=1.26,<3",
         "pyyaml>=6",
         "tqdm>=4.60",  # the sweep's progress bar
+        "protobuf>=5,<8",  # Chakra execution traces (frontend/chakra.py builds the schema with its descriptor API)
     ],
     extras_require={
         # the tests start a real local Ray instance (tests/test_sweep.py) and open results with pandas

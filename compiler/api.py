@@ -44,7 +44,7 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise UserError("nothing to compile: no model file or trace given")
-    if len(paths) == 1 and os.path.isdir(paths[0]):  # a directory of traces: every .json file in it
+    if len(paths) == 1 and os.path.isdir(paths[0]):  # a directory of traces: every .json (or Chakra .et) file
         paths = _trace_files(paths[0])
     shared = reuse.current()
     if shared is not None:  # a sweep or --cache: the same files (by content), world and mesh are captured once
@@ -68,11 +68,13 @@ def _trace_files(directory: str) -> list[str]:
         raise UserError(f"{directory} is a table directory, not execution traces: run it as `astra-compile "
                         f"{directory}`")
     try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json") and n != "comm_group.json")
+        if not names:   # Chakra traces (.et), with their comm_group.json
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".et"))
     except OSError as e:
         raise UserError(f"cannot read {directory}: {e.strerror}") from None
     if not names:
-        raise UserError(f"{directory}: no .json execution-trace files in it")
+        raise UserError(f"{directory}: no .json or Chakra .et execution-trace files in it")
     return [os.path.join(directory, n) for n in names]
 
 
@@ -88,7 +90,13 @@ def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_li
             raise UserError("--mesh applies to model files; a trace already records its process groups")
         from .frontend.et_import import load_traces
         return load_traces(paths, world_size)
-    raise UserError(f"cannot compile {', '.join(paths)}: expected one model .py file or execution-trace .json files")
+    if all(p.endswith(".et") for p in paths):
+        if mesh:
+            raise UserError("--mesh applies to model files; a trace already records its process groups")
+        from .frontend.chakra import load
+        return load(paths, world_size)
+    raise UserError(f"cannot compile {', '.join(paths)}: expected one model .py file, execution-trace .json files or "
+                    "Chakra .et files")
 
 
 def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, latency=None, links=None,

@@ -234,7 +234,8 @@ def _capture_limit(seconds: float) -> float:
 
 def _is_workload(inputs: list[str]) -> bool:
     return bool(inputs) and (inputs[0].endswith(".py") or all(p.endswith(".json") for p in inputs) or
-                             _is_trace_dir(inputs) or _is_step_module(inputs))
+                             all(p.endswith(".et") for p in inputs) or _is_trace_dir(inputs) or
+                             _is_step_module(inputs))
 
 
 def _is_step_module(inputs: list[str]) -> bool:
@@ -251,11 +252,11 @@ def _is_step_module(inputs: list[str]) -> bool:
 
 
 def _is_trace_dir(inputs: list[str]) -> bool:
-    """One directory of execution traces (.json files, no meta.json: that is a table directory)."""
+    """One directory of execution traces (.json or Chakra .et files, no meta.json: that is a table directory)."""
     if len(inputs) != 1 or not os.path.isdir(inputs[0]) or os.path.exists(os.path.join(inputs[0], "meta.json")):
         return False
     try:
-        return any(name.endswith(".json") for name in os.listdir(inputs[0]))
+        return any(name.endswith((".json", ".et")) for name in os.listdir(inputs[0]))
     except OSError:
         return False
 

@@ -503,6 +503,24 @@ def case_system_file(draw, workdir):
     run("system files", [*COLLECTIVE, "--topology", "Ring(2)_FC(2)", "--system", path, "--json"], workdir)
 
 
+def chakra_trace() -> bytes:
+    """One rank's Chakra trace: the metadata, a compute node and an all-reduce depending on it."""
+    from test_chakra import COLL, COMP, delimited, node
+    from astra_compile.frontend.chakra import schema
+    return (delimited(schema()[0](version="0.0.4")) + delimited(node(1, "mm", COMP, num_ops=10 ** 9)) +
+            delimited(node(2, "ar", COLL, deps=[1], comm_type=0, comm_size=1 << 20)))
+
+
+def case_chakra(draw, workdir):
+    good = chakra_trace()
+    data = draw(st.one_of(st.builds(lambda cut, flip: good[:cut] + bytes([good[cut] ^ flip]) + good[cut + 1:]
+                                    if cut < len(good) else good, st.integers(0, len(good)), st.integers(1, 255)),
+                          st.builds(lambda cut: good[:cut], st.integers(0, len(good))), hostile_bytes()))
+    write(os.path.join(workdir, "t.0.et"), good)
+    write(os.path.join(workdir, "t.1.et"), data)
+    run("Chakra traces", [workdir, "--topology", "Ring(2)", "--json"], workdir)
+
+
 CASES = {"sizes": case_size, "topology notation": case_topology, "command-line numbers": case_options,
          "network files": case_network_file, ".mlir modules": case_mlir, "workload modules": case_step_module,
          "table directories": case_table_dir,
@@ -512,7 +530,8 @@ CASES = {"sizes": case_size, "topology notation": case_topology, "command-line n
          "-o outputs": case_output,
          "sweep files": case_sweep_file,
          "nccl-tests logs": case_nccl_log,
-         "system files": case_system_file}
+         "system files": case_system_file,
+         "Chakra traces": case_chakra}
 
 
 def valid_table_dir(root: str) -> str:

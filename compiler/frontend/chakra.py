@@ -1,0 +1,317 @@
+"""Chakra execution traces in (the protobuf ETs ASTRA-sim 2.x runs): one `<prefix>.<rank>.et` file per rank.
+
+A file is a sequence of protobuf messages, each preceded by its length as a varint: one GlobalMetadata (the
+schema version), then the Nodes. The schema is written here from the published format (mlcommons/chakra
+et_def.proto: message and field names and numbers) with protobuf's descriptor API; no generated code is used.
+
+Nodes become the workload's ops (frontend/workload.py):
+- COMP_NODE on the GPU: compute with `num_ops` FLOPs and `tensor_size` bytes (the roofline's inputs), or, without
+  FLOPs, its `duration_micros` as a measured time; `is_cpu_op` nodes and METADATA / storage nodes run nothing
+  here and pass their dependencies on;
+- MEM_LOAD_NODE / MEM_STORE_NODE: a memory access of `tensor_size` bytes (compute of no FLOPs: bytes / --mem-bw);
+- COMM_COLL_NODE: the collective of `comm_type` with `comm_size` bytes over the process group `pg_name` (its ranks
+  from comm_group.json beside the traces, ASTRA-sim's comm-group file; without one, every rank). Chakra gives an
+  all-gather's size as each rank's input: the gathered buffer is comm_size x the group's size. A barrier is the
+  all-reduce of one 4-byte element (what NCCL runs); gather and scatter are refused;
+- COMM_SEND_NODE / COMM_RECV_NODE: a message of `comm_size` bytes to `comm_dst` / from `comm_src`.
+Dependencies are ctrl_deps and data_deps together; the nodes run in a dependency order.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from functools import lru_cache
+
+from ..network.errors import UserError
+from .workload import COLLECTIVE, COMPUTE, RECV, SEND, Op, Workload
+
+SUFFIX = ".et"
+MAX_FILE_BYTES = 1 << 30
+NODE_TYPES = ("INVALID_NODE", "METADATA_NODE", "MEM_LOAD_NODE", "MEM_STORE_NODE", "COMP_NODE", "COMM_SEND_NODE",
+              "COMM_RECV_NODE", "COMM_COLL_NODE", "STORAGE_NODE", "BATCH_NODE", "CHECKPOINT_NODE")
+COMM_TYPES = ("ALL_REDUCE", "REDUCE", "ALL_GATHER", "GATHER", "SCATTER", "BROADCAST", "ALL_TO_ALL", "REDUCE_SCATTER",
+              "REDUCE_SCATTER_BLOCK", "BARRIER")
+KINDS = {"ALL_REDUCE": "all_reduce", "REDUCE": "reduce", "ALL_GATHER": "all_gather", "BROADCAST": "broadcast",
+         "ALL_TO_ALL": "all_to_all", "REDUCE_SCATTER": "reduce_scatter", "REDUCE_SCATTER_BLOCK": "reduce_scatter",
+         "BARRIER": "all_reduce"}
+_RANK = re.compile(r"^(.*)\.(\d+)\.et$")
+# AttributeProto's oneof `value`: (field name, number, scalar type) for scalars; each list type is number + 1
+_SCALARS = (("double", 3, "DOUBLE"), ("float", 5, "FLOAT"), ("int32", 7, "INT32"), ("int64", 9, "INT64"),
+            ("uint32", 11, "UINT32"), ("uint64", 13, "UINT64"), ("sint32", 15, "SINT32"), ("sint64", 17, "SINT64"),
+            ("fixed32", 19, "FIXED32"), ("fixed64", 21, "FIXED64"), ("sfixed32", 23, "SFIXED32"),
+            ("sfixed64", 25, "SFIXED64"), ("bool", 27, "BOOL"), ("string", 29, "STRING"), ("bytes", 31, "BYTES"))
+
+
+@lru_cache(maxsize=1)
+def schema():
+    """(GlobalMetadata, Node) message classes of the Chakra ET schema (package ChakraProtoMsg)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    F = descriptor_pb2.FieldDescriptorProto
+    f = descriptor_pb2.FileDescriptorProto(name="astra_compile/chakra_et.proto", package="ChakraProtoMsg",
+                                           syntax="proto3")
+
+    def field(msg, name, number, kind, repeated=False, type_name=None, oneof=None):
+        fd = msg.field.add(name=name, number=number, type=getattr(F, f"TYPE_{kind}"),
+                           label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL)
+        if type_name:
+            fd.type_name = f".ChakraProtoMsg.{type_name}"
+        if oneof is not None:
+            fd.oneof_index = oneof
+
+    def list_name(word):
+        return {"uint32": "Uint32", "uint64": "Uint64", "sint32": "Sint32", "sint64": "Sint64",
+                "sfixed32": "Sfixed32", "sfixed64": "Sfixed64"}.get(word, word.capitalize()) + "List"
+
+    for word, _, kind in _SCALARS:
+        field(f.message_type.add(name=list_name(word)), "values", 1, kind, repeated=True)
+    attr = f.message_type.add(name="AttributeProto")
+    field(attr, "name", 1, "STRING")
+    field(attr, "doc_string", 2, "STRING")
+    attr.oneof_decl.add(name="value")
+    for word, number, kind in _SCALARS:
+        field(attr, f"{word}_val", number, kind, oneof=0)
+        field(attr, f"{word}_list", number + 1, "MESSAGE", type_name=list_name(word), oneof=0)
+    meta = f.message_type.add(name="GlobalMetadata")
+    field(meta, "version", 1, "STRING")
+    field(meta, "attr", 2, "MESSAGE", repeated=True, type_name="AttributeProto")
+    for name, values in (("NodeType", NODE_TYPES), ("CollectiveCommType", COMM_TYPES)):
+        enum = f.enum_type.add(name=name)
+        for number, value in enumerate(values):
+            enum.value.add(name=value, number=number)
+    io = f.message_type.add(name="IOInfo")
+    for number, name in enumerate(("values", "shapes", "types"), 1):
+        field(io, name, number, "STRING")
+    node = f.message_type.add(name="Node")
+    field(node, "id", 1, "UINT64")
+    field(node, "name", 2, "STRING")
+    field(node, "type", 3, "ENUM", type_name="NodeType")
+    field(node, "ctrl_deps", 4, "UINT64", repeated=True)
+    field(node, "data_deps", 5, "UINT64", repeated=True)
+    field(node, "start_time_micros", 6, "UINT64")
+    field(node, "duration_micros", 7, "UINT64")
+    field(node, "inputs", 8, "MESSAGE", type_name="IOInfo")
+    field(node, "outputs", 9, "MESSAGE", type_name="IOInfo")
+    field(node, "attr", 10, "MESSAGE", repeated=True, type_name="AttributeProto")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(f)
+    get = message_factory.GetMessageClass
+    return get(pool.FindMessageTypeByName("ChakraProtoMsg.GlobalMetadata")), \
+        get(pool.FindMessageTypeByName("ChakraProtoMsg.Node"))
+
+
+def messages(path: str, data: bytes):
+    """(byte offset, message bytes) of each length-delimited message of a file."""
+    pos = 0
+    while pos < len(data):
+        start, length, shift = pos, 0, 0
+        while True:
+            if pos >= len(data) or shift > 63:
+                raise UserError(f"{path}: truncated or not a Chakra trace (a length prefix at byte {start} does not "
+                                "end)")
+            b = data[pos]
+            pos += 1
+            length |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        if pos + length > len(data):
+            raise UserError(f"{path}: truncated: the message at byte {start} needs {length} bytes, {len(data) - pos} "
+                            "remain")
+        yield start, data[pos:pos + length]
+        pos += length
+
+
+def is_chakra(paths: list[str]) -> bool:
+    return bool(paths) and all(p.endswith(SUFFIX) for p in paths)
+
+
+def trace_files(directory: str) -> list[str]:
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(SUFFIX))
+    except OSError as e:
+        raise UserError(f"cannot read {directory}: {e.strerror}") from None
+    return [os.path.join(directory, n) for n in names]
+
+
+def load(paths: list[str], world_size: int | None = None) -> Workload:
+    """One `<prefix>.<rank>.et` per rank, ranks 0..n-1, and an optional comm_group.json beside them."""
+    ranked = {}
+    for p in paths:
+        m = _RANK.match(os.path.basename(p))
+        if not m:
+            raise UserError(f"{p}: a Chakra trace is named <prefix>.<rank>.et (as ASTRA-sim reads them)")
+        rank = int(m.group(2))
+        if rank in ranked:
+            raise UserError(f"{p}: rank {rank} is given twice ({ranked[rank]})")
+        ranked[rank] = p
+    world = len(ranked)
+    if sorted(ranked) != list(range(world)):
+        missing = min(set(range(max(ranked) + 1)) - set(ranked))
+        raise UserError(f"{os.path.dirname(paths[0]) or '.'}: the trace of rank {missing} is missing "
+                        f"({world} .et files, ranks up to {max(ranked)})")
+    if world_size is not None and world_size != world:
+        raise UserError(f"{world} Chakra traces, but the topology has {world_size} NPUs")
+    groups = _comm_groups(os.path.dirname(paths[0]), world)
+    programs = {rank: _program(ranked[rank], rank, world, groups) for rank in range(world)}
+    return Workload(world, programs, source=", ".join(paths[:3]) + (" ..." if len(paths) > 3 else ""))
+
+
+def _comm_groups(directory: str, world: int) -> dict:
+    """comm_group.json ({"id": [ranks]} or {"id": {"ranks": [...]}}), or {} when there is none."""
+    path = os.path.join(directory or ".", "comm_group.json")
+    if not os.path.exists(path):
+        return {}
+    from ..network.errors import read_text
+    try:
+        data = json.loads(read_text(path, "a JSON object of process groups", "comm-group file "))
+    except (ValueError, RecursionError) as e:
+        raise UserError(f"{path} is not JSON ({' '.join(str(e).split())[:100]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a comm-group file maps group ids to rank lists, got {type(data).__name__}")
+    out = {}
+    for key, value in data.items():
+        ranks = value.get("ranks") if isinstance(value, dict) else value
+        if not isinstance(ranks, list) or not ranks or not all(
+                isinstance(r, int) and not isinstance(r, bool) and 0 <= r < world for r in ranks):
+            raise UserError(f"{path}: group {key!r} must list ranks 0..{world - 1}, got {ranks!r}")
+        out[str(key)] = tuple(sorted(set(ranks)))
+    return out
+
+
+def _attrs(node) -> dict:
+    out = {}
+    for a in node.attr:
+        which = a.WhichOneof("value")
+        if which is not None:
+            value = getattr(a, which)
+            out[a.name] = list(value.values) if which.endswith("_list") else value
+    return out
+
+
+def _int(path, node, attrs, key, default=0) -> int:
+    value = attrs.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+        raise UserError(f"{path}: node {node.id}: {key} must be a whole number of at least 0, got {value!r}")
+    return int(value)
+
+
+def _program(path: str, rank: int, world: int, groups: dict) -> list[Op]:
+    GlobalMetadata, Node = schema()
+    from google.protobuf.message import DecodeError
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_FILE_BYTES:
+            raise UserError(f"{path}: {size} bytes; a Chakra trace of at most {MAX_FILE_BYTES} bytes is read")
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise UserError(f"cannot read Chakra trace {path}: {e.strerror}") from None
+    parts = messages(path, data)
+    first = next(parts, None)
+    if first is None:
+        raise UserError(f"{path}: empty: a Chakra trace starts with its GlobalMetadata")
+    try:
+        meta = GlobalMetadata.FromString(first[1])
+    except DecodeError:
+        raise UserError(f"{path}: its first message is not Chakra's GlobalMetadata") from None
+    if not meta.version.startswith("0.0."):
+        raise UserError(f"{path}: Chakra schema version {meta.version!r}; this reads 0.0.x (as ASTRA-sim 2.x)")
+    nodes = {}
+    for offset, raw in parts:
+        try:
+            node = Node.FromString(raw)
+        except DecodeError:
+            raise UserError(f"{path}: the message at byte {offset} is not a Chakra node") from None
+        if node.id in nodes:
+            raise UserError(f"{path}: node id {node.id} appears twice")
+        nodes[node.id] = node
+    return _ops(path, rank, world, groups, nodes)
+
+
+def _ops(path, rank, world, groups, nodes: dict) -> list[Op]:
+    deps = {i: list(dict.fromkeys(list(n.data_deps) + list(n.ctrl_deps))) for i, n in nodes.items()}
+    for i, ds in deps.items():
+        for d in ds:
+            if d not in nodes:
+                raise UserError(f"{path}: node {i} depends on node {d}, which the trace does not hold")
+    order = _dependency_order(path, nodes, deps)
+    ops: list[Op] = []
+    index: dict = {}        # node id -> its op's index, or the op indices a skipped node passes on
+    for i in order:
+        node, attrs = nodes[i], _attrs(nodes[i])
+        before = sorted({j for d in deps[i] for j in index[d]})
+        kind = NODE_TYPES[node.type] if 0 <= node.type < len(NODE_TYPES) else "INVALID_NODE"
+        op = None
+        if kind == "COMP_NODE" and not attrs.get("is_cpu_op", False):
+            flops = _int(path, node, attrs, "num_ops")
+            op = Op(node.name or "compute", COMPUTE, before, flops=flops,
+                    bytes=_int(path, node, attrs, "tensor_size"),
+                    measured_ns=float(node.duration_micros) * 1e3 if not flops and node.duration_micros else -1.0)
+        elif kind in ("MEM_LOAD_NODE", "MEM_STORE_NODE"):
+            op = Op(node.name or kind.lower(), COMPUTE, before, bytes=_int(path, node, attrs, "tensor_size"))
+        elif kind == "COMM_COLL_NODE":
+            op = _collective(path, node, attrs, before, rank, world, groups)
+        elif kind in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
+            key = "comm_dst" if kind == "COMM_SEND_NODE" else "comm_src"
+            peer = _int(path, node, attrs, key, -1) if key in attrs else -1
+            if not 0 <= peer < world:
+                raise UserError(f"{path}: node {node.id}: {key} {attrs.get(key)!r} is not a rank 0..{world - 1}")
+            op = Op(node.name or kind.lower(), SEND if kind == "COMM_SEND_NODE" else RECV, before,
+                    bytes=_int(path, node, attrs, "comm_size"), peer=peer)
+        elif kind == "INVALID_NODE":
+            raise UserError(f"{path}: node {node.id} has node type {node.type}, not one of Chakra's")
+        if op is None:   # runs nothing here: its dependencies pass on
+            index[i] = before
+        else:
+            index[i] = [len(ops)]
+            ops.append(op)
+    return ops
+
+
+def _collective(path, node, attrs, before, rank, world, groups) -> Op:
+    ctype = _int(path, node, attrs, "comm_type")
+    name = COMM_TYPES[ctype] if ctype < len(COMM_TYPES) else str(ctype)
+    if name not in KINDS:
+        why = "gather and scatter have no schedule here" if name in COMM_TYPES else "not a Chakra collective type"
+        raise UserError(f"{path}: node {node.id}: comm_type {name} is not supported ({why})")
+    pg = str(attrs.get("pg_name", ""))
+    if pg and pg not in groups:
+        raise UserError(f"{path}: node {node.id}: process group {pg!r} is not in comm_group.json beside the traces")
+    group = groups[pg] if pg else tuple(range(world))
+    if rank not in group:
+        raise UserError(f"{path}: node {node.id}: rank {rank} is not a member of process group {pg!r} {list(group)}")
+    nbytes = 4 if name == "BARRIER" else _int(path, node, attrs, "comm_size")
+    if name == "ALL_GATHER":
+        nbytes *= len(group)   # Chakra: each rank's input; here: the gathered buffer
+    if nbytes <= 0:
+        raise UserError(f"{path}: node {node.id}: comm_size must be positive, got {attrs.get('comm_size')!r}")
+    kind = KINDS[name]
+    root = _int(path, node, attrs, "comm_root", group[0]) if kind in ("broadcast", "reduce") else -1
+    return Op(node.name or kind, COLLECTIVE, before, bytes=nbytes, collective=kind, group=group,
+              group_name=pg or "world", root=root)
+
+
+def _dependency_order(path, nodes: dict, deps: dict) -> list:
+    """Node ids in an order where each comes after its dependencies (ties: file order)."""
+    waiting = {i: len(ds) for i, ds in deps.items()}
+    users: dict = {}
+    for i, ds in deps.items():
+        for d in ds:
+            users.setdefault(d, []).append(i)
+    position = {i: k for k, i in enumerate(nodes)}
+    import heapq
+    ready = [(position[i], i) for i, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(i)
+        for u in users.get(i, ()):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, (position[u], u))
+    if len(order) != len(nodes):
+        stuck = min((i for i in nodes if waiting[i] > 0), key=position.get)
+        raise UserError(f"{path}: node {stuck} depends, through other nodes, on itself (a dependency cycle)")
+    return order

@@ -1,0 +1,131 @@
+"""Chakra execution traces in (issue 19 item 2): per-rank protobuf ETs as ASTRA-sim 2.x runs them, written here
+with the schema the reader builds (message and field numbers from the published format)."""
+import json
+import os
+
+import pytest
+
+from astra_compile.frontend.chakra import schema
+
+from helpers import cli, refused
+
+MB = 1 << 20
+
+
+def delimited(message) -> bytes:
+    raw = message.SerializeToString()
+    n, out = len(raw), bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out) + raw
+
+
+def node(id_, name, type_, deps=(), data_deps=(), duration=0, **attrs):
+    _, Node = schema()
+    n = Node(id=id_, name=name, type=type_, ctrl_deps=list(deps), data_deps=list(data_deps), duration_micros=duration)
+    for key, value in attrs.items():
+        a = n.attr.add(name=key)
+        if isinstance(value, bool):
+            a.bool_val = value
+        elif isinstance(value, str):
+            a.string_val = value
+        elif isinstance(value, list):
+            a.bool_list.values.extend(value)
+        else:
+            a.int64_val = value
+    return n
+
+
+def write_traces(directory, prefix, per_rank, version="0.0.4", groups=None) -> str:
+    GlobalMetadata, _ = schema()
+    os.makedirs(directory, exist_ok=True)
+    for rank, nodes in per_rank.items():
+        with open(os.path.join(directory, f"{prefix}.{rank}.et"), "wb") as f:
+            f.write(delimited(GlobalMetadata(version=version)))
+            for n in nodes:
+                f.write(delimited(n))
+    if groups is not None:
+        with open(os.path.join(directory, "comm_group.json"), "w") as f:
+            json.dump(groups, f)
+    return str(directory)
+
+
+COLL, COMP, SEND_, RECV_, LOAD = 7, 4, 5, 6, 2
+
+
+def microbenchmark(tmp_path, npus=4, size=MB):
+    """ASTRA-sim's microbenchmark generator's shape: one all-reduce node per rank, is_cpu_op false."""
+    return write_traces(tmp_path / "all_reduce", "all_reduce",
+                        {r: [node(0, "COMM_COLL_NODE", COLL, is_cpu_op=False, comm_type=0, comm_size=size,
+                                  involved_dim=[True])] for r in range(npus)})
+
+
+def step_json(capsys, *argv):
+    code, out, err = cli(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_an_astra_sim_microbenchmark_all_reduce_imports_and_times_as_the_collective(capsys, tmp_path):
+    d = microbenchmark(tmp_path)
+    step = step_json(capsys, d, "--topology", "Ring(4)")
+    alone = step_json(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)")
+    assert step["total_time_us"] == pytest.approx(alone["total_time_us"], rel=1e-12)
+    assert [c["kind"] for c in step["collectives"]] == ["all_reduce"]
+    files = sorted(str(p) for p in (tmp_path / "all_reduce").glob("*.et"))
+    assert step_json(capsys, *files, "--topology", "Ring(4)")["total_time_us"] == step["total_time_us"]
+
+
+def test_compute_groups_messages_and_chakras_all_gather_size(capsys, tmp_path):
+    """Two ranks: a compute node (FLOPs and bytes), a memory load, an all-gather over the group of comm_group.json
+    (Chakra's comm_size is each rank's input), then rank 0 sends to rank 1; a CPU op and a metadata node pass their
+    dependencies on."""
+    def program(rank):
+        nodes = [node(1, "mm", COMP, num_ops=2 * 10 ** 12, tensor_size=4 * MB, is_cpu_op=False),
+                 node(2, "cpu", COMP, deps=[1], is_cpu_op=True, num_ops=1),
+                 node(3, "meta", 1, deps=[2]),
+                 node(4, "load", LOAD, deps=[3], tensor_size=64 * MB),
+                 node(5, "ag", COLL, data_deps=[4], comm_type=2, comm_size=MB, pg_name="g", is_cpu_op=False)]
+        nodes.append(node(6, "send" if rank == 0 else "recv", SEND_ if rank == 0 else RECV_, deps=[5],
+                          comm_size=2 * MB, **({"comm_dst": 1} if rank == 0 else {"comm_src": 0})))
+        return nodes
+    d = write_traces(tmp_path / "t", "trace", {0: program(0), 1: program(1)}, groups={"g": [0, 1]})
+    step = step_json(capsys, d, "--topology", "Ring(2)", "--peak-tflops", "1000", "--mem-bw", "1000")
+    # Chakra's all-gather comm_size is each rank's input: 1 MB per rank x 2 ranks gathered
+    assert [(c["kind"], c["bytes"]) for c in step["collectives"]] == [("all_gather", 2 * MB), ("send", 2 * MB)]
+    # 2 TFLOP at 1000 TFLOPS (2000 us) and the 64 MB load at 1000 GB/s (62.5 us); the CPU op runs nothing
+    assert step["compute_time_us"] == pytest.approx(2062.5, rel=1e-12)
+
+
+@pytest.mark.parametrize("damage, match", [
+    (lambda d: open(os.path.join(d, "all_reduce.1.et"), "r+b").truncate(5), "truncated"),
+    (lambda d: os.remove(os.path.join(d, "all_reduce.2.et")), "the trace of rank 2 is missing"),
+    (lambda d: os.rename(os.path.join(d, "all_reduce.3.et"), os.path.join(d, "all_reduce.x.et")),
+     "is named <prefix>.<rank>.et"),
+    (lambda d: open(os.path.join(d, "all_reduce.0.et"), "wb").write(b"\x05\xff\xff\xff\xff\xff"),
+     "not Chakra's GlobalMetadata"),
+    (lambda d: open(os.path.join(d, "all_reduce.0.et"), "wb").write(b""), "empty"),
+])
+def test_damaged_traces_are_refused_in_one_line(capsys, tmp_path, damage, match):
+    d = microbenchmark(tmp_path)
+    damage(d)
+    refused(capsys, d, "--topology", "Ring(4)", match=match)
+
+
+@pytest.mark.parametrize("nodes, version, groups, match", [
+    ([node(0, "x", COLL, comm_type=0, comm_size=MB)], "1.0.0", None, "schema version '1.0.0'"),
+    ([node(0, "x", COLL, comm_type=3, comm_size=MB)], "0.0.4", None, "comm_type GATHER is not supported"),
+    ([node(0, "x", COLL, deps=[1], comm_type=0, comm_size=MB), node(1, "y", COLL, deps=[0], comm_type=0,
+                                                                    comm_size=MB)], "0.0.4", None,
+     "a dependency cycle"),
+    ([node(0, "x", COLL, deps=[9], comm_type=0, comm_size=MB)], "0.0.4", None, "depends on node 9"),
+    ([node(0, "x", COLL, comm_type=0, comm_size=MB, pg_name="tp")], "0.0.4", {"dp": [0, 1]}, "'tp' is not in"),
+    ([node(0, "x", COLL, comm_type=0, comm_size=0)], "0.0.4", None, "comm_size must be positive"),
+    ([node(0, "x", SEND_, comm_size=MB, comm_dst=7)], "0.0.4", None, "comm_dst 7 is not a rank"),
+])
+def test_bad_nodes_are_refused_in_one_line(capsys, tmp_path, nodes, version, groups, match):
+    d = write_traces(tmp_path / "t", "t", {0: nodes, 1: nodes}, version=version, groups=groups)
+    refused(capsys, d, "--topology", "Ring(2)", match=match)
