@@ -156,7 +156,11 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
     opts = WorkloadOptions(scheduler, defaults, driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory),
                            Roofline(peak_tflops, mem_bw_gbps), keep_tables)
-    return _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
+    report = _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
+    if not step_module:
+        from .frontend import chakra
+        report.chakra = lambda out_dir, force=False: chakra.write(workload, topo, out_dir, force)
+    return report
 
 
 def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recorded: dict, rank: int):

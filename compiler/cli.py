@@ -101,8 +101,9 @@ def build_parser() -> _Parser:
     g.add_argument("--mlir-timing", action="store_true", help="print MLIR's pass timing report (stderr)")
     g.add_argument("--list-passes", action="store_true", help="list the registered passes and exit")
     g = p.add_argument_group("output")
-    g.add_argument("--emit", choices=("report", "mlir", "tables", "msccl-xml"), default="report",
-                   help="msccl-xml: an all-reduce's schedule as an MSCCL algorithm file (docs/msccl.md)")
+    g.add_argument("--emit", choices=("report", "mlir", "tables", "msccl-xml", "chakra"), default="report",
+                   help="msccl-xml: an all-reduce's schedule as an MSCCL algorithm file (docs/msccl.md); chakra: the "
+                        "step (or collective) as Chakra execution traces, one per rank, into -o DIR")
     g.add_argument("--npu", help="with --emit tables: print this accelerator's table")
     g.add_argument("-o", "--output", help="with --emit tables: directory for every table; with --emit mlir or "
                                           "msccl-xml: file")
@@ -290,6 +291,14 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
                                       keep_tables=args.emit == "tables")
     if args.emit == "tables":
         return _emit_step_tables(args, report)
+    if args.emit == "chakra":
+        if report.chakra is None:
+            raise UserError(f"--emit chakra: {args.input[0]} holds a lowered step, not its workload: give the model "
+                            "file or traces it came from")
+        n = report.chakra(_chakra_dir(args), args.force)
+        print(f"wrote {n} Chakra traces and comm_group.json to {args.output}; step time "
+              f"{report.total_time_us:.3f} us")
+        return 0
     if args.emit == "mlir":
         if args.output:
             atomic.write_text(args.output, report.mlir)
@@ -517,6 +526,12 @@ def _run_collective(args, run) -> int:
     if args.emit == "tables":
         return _emit_tables(args, schedule, topology)
 
+    if args.emit == "chakra":
+        from .frontend import chakra
+        n = chakra.write(chakra.one_collective(schedule.meta, topology), topology, _chakra_dir(args), args.force)
+        print(f"wrote {n} Chakra traces and comm_group.json to {args.output}")
+        return 0
+
     if args.emit == "msccl-xml":
         from .msccl_xml import to_xml
         text = to_xml(schedule, f"astra-compile {compiled.report.collectives[0].buffer_kind} on {topology.name} "
@@ -534,6 +549,12 @@ def _run_collective(args, run) -> int:
         report = report.with_(verified=True)
     _report(args, report.to_json(), lambda: report.format() + (f"\n{VERIFIED}" if args.verify else ""))
     return 0
+
+
+def _chakra_dir(args) -> str:
+    if not args.output:
+        raise UserError("--emit chakra needs -o DIR (one .et file per rank and comm_group.json go there)")
+    return args.output
 
 
 def _emit_tables(args, schedule, topology) -> int:

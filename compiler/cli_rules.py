@@ -37,9 +37,9 @@ CONDITIONAL = (
     ("npu", lambda a: a.output is not None, "--emit tables without -o (it prints one table; -o writes all)"),
     ("table_format", lambda a: a.emit != "tables" or a.output is None, "--emit tables -o DIR"),
     ("table_view", lambda a: a.emit != "tables" or a.npu is None, "--emit tables --npu K"),
-    ("force", lambda a: a.emit != "tables" or a.output is None, "--emit tables -o DIR"),
-    ("json", lambda a: a.emit in ("mlir", "msccl-xml"), "reports and tables (--emit mlir and msccl-xml print "
-                                                          "their files)"),
+    ("force", lambda a: a.emit not in ("tables", "chakra") or a.output is None, "--emit tables or chakra -o DIR"),
+    ("json", lambda a: a.emit in ("mlir", "msccl-xml", "chakra"), "reports and tables (--emit mlir, msccl-xml and "
+                                                                   "chakra write files)"),
     ("json", lambda a: a.emit == "tables" and a.output is not None, "--emit tables --npu K or reports"),
     ("timeline", lambda a: a.emit != "report" or a.compare, "one timed schedule (not --emit mlir/tables, "
                                                             "not --compare)"),

@@ -22,6 +22,9 @@ class WorkloadReport:
     # the step's per-accelerator tables (runtime/step_tables.StepTables) in a table format: compile(...,
     # keep_tables=True) or a step table directory sets it
     step_tables: Callable[[str], object] | None = field(default=None, repr=False, compare=False)
+    # the step as Chakra execution traces (frontend/chakra.write: out_dir, force): set when the step came from a
+    # model file, traces or a Workload (a lowered .mlir module no longer holds one)
+    chakra: Callable[[str, bool], int] | None = field(default=None, repr=False, compare=False)
 
     def __getitem__(self, key):
         return self.data[key]

@@ -129,3 +129,62 @@ def test_damaged_traces_are_refused_in_one_line(capsys, tmp_path, damage, match)
 def test_bad_nodes_are_refused_in_one_line(capsys, tmp_path, nodes, version, groups, match):
     d = write_traces(tmp_path / "t", "t", {0: nodes, 1: nodes}, version=version, groups=groups)
     refused(capsys, d, "--topology", "Ring(2)", match=match)
+
+
+# ---- out (issue 19 item 3): --emit chakra, and reading it back ----------------------------------------------
+
+def test_a_collective_written_as_chakra_reads_back_to_its_time(capsys, tmp_path):
+    out = tmp_path / "ar"
+    code, text, err = cli(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "2x2_torus",
+                          "--emit", "chakra", "-o", str(out))
+    assert code == 0, err
+    assert sorted(os.listdir(out)) == ["comm_group.json"] + [f"trace.{r}.et" for r in range(4)]
+    alone = step_json(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "2x2_torus")
+    again = step_json(capsys, str(out), "--topology", "2x2_torus")
+    assert again["total_time_us"] == alone["total_time_us"]
+    # --dims: each group is a process group of its own in comm_group.json
+    code, _, err = cli(capsys, "--collective", "all_gather", "--size", "64MB", "--topology", "2x2_torus", "--dims",
+                       "1", "--emit", "chakra", "-o", str(tmp_path / "ag"))
+    assert code == 0, err
+    assert json.load(open(tmp_path / "ag" / "comm_group.json")) == {"1": [0, 2], "2": [1, 3]}
+    alone = step_json(capsys, "--collective", "all_gather", "--size", "64MB", "--topology", "2x2_torus", "--dims",
+                      "1")
+    assert step_json(capsys, str(tmp_path / "ag"), "--topology", "2x2_torus")["total_time_us"] == \
+        alone["total_time_us"]
+
+
+def test_per_rank_programs_with_waits_roots_and_measured_compute_round_trip(tmp_path):
+    import astra_compile
+    from test_step_module import two_ranks
+    workload = two_ranks()
+    workload.programs[1][0].measured_ns = 12345.678   # a profiler's time, kept to the nanosecond
+    direct = astra_compile.compile(workload, "Ring(2)")
+    direct.chakra(str(tmp_path / "t"))
+    again = astra_compile.compile(str(tmp_path / "t"), "Ring(2)")
+    assert again.total_time_us == direct.total_time_us
+    assert again["compute_time_us"] == direct["compute_time_us"]
+    assert [c["kind"] for c in again["collectives"]] == [c["kind"] for c in direct["collectives"]]
+
+
+def test_the_gpt_examples_step_written_as_chakra_reads_back_identically(capsys, tmp_path):
+    """The SPMD capture expanded to every rank with its own tp and dp groups (4x4_torus, dp=4 x tp=4)."""
+    argv = ["examples/gpt_tp_dp.py", "--topology", "4x4_torus", "--mesh", "dp=4,tp=4"]
+    direct = step_json(capsys, *argv)
+    code, text, err = cli(capsys, *argv, "--emit", "chakra", "-o", str(tmp_path / "gpt"))
+    assert code == 0, err
+    groups = json.load(open(tmp_path / "gpt" / "comm_group.json"))
+    assert sorted(len(r) for r in groups.values()) == [4] * 8   # 4 tp groups and 4 dp groups of 4
+    again = step_json(capsys, str(tmp_path / "gpt"), "--topology", "4x4_torus")
+    assert again["total_time_us"] == direct["total_time_us"]
+    assert again["exposed_comm_time_us"] == direct["exposed_comm_time_us"]
+
+
+def test_emit_chakra_refusals(capsys, tmp_path):
+    refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--emit", "chakra",
+            match="needs -o DIR")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--emit", "chakra",
+            "-o", str(tmp_path / "mine"), match="did not write (notes.txt)")
+    refused(capsys, os.path.join(os.path.dirname(__file__), "ir", "step_two_ranks.mlir"), "--emit", "chakra", "-o",
+            str(tmp_path / "x"), match="holds a lowered step")

@@ -1,4 +1,4 @@
-"""Chakra execution traces in (the protobuf ETs ASTRA-sim 2.x runs): one `<prefix>.<rank>.et` file per rank.
+"""Chakra execution traces (the protobuf ETs ASTRA-sim 2.x runs), in and out: one `<prefix>.<rank>.et` per rank.
 
 A file is a sequence of protobuf messages, each preceded by its length as a varint: one GlobalMetadata (the
 schema version), then the Nodes. The schema is written here from the published format (mlcommons/chakra
@@ -22,6 +22,8 @@ import json
 import os
 import re
 from functools import lru_cache
+
+import numpy as np
 
 from ..network.errors import UserError
 from .workload import COLLECTIVE, COMPUTE, RECV, SEND, Op, Workload
@@ -245,9 +247,13 @@ def _ops(path, rank, world, groups, nodes: dict) -> list[Op]:
         op = None
         if kind == "COMP_NODE" and not attrs.get("is_cpu_op", False):
             flops = _int(path, node, attrs, "num_ops")
+            measured = float(node.duration_micros) * 1e3 if not flops and node.duration_micros else -1.0
+            if "astra_measured_ns" in attrs:   # written by --emit chakra: the profiler's time to the nanosecond
+                measured = attrs["astra_measured_ns"]
+                if not isinstance(measured, float) or not 0 <= measured < 1e18:
+                    raise UserError(f"{path}: node {node.id}: astra_measured_ns {measured!r} is not a time")
             op = Op(node.name or "compute", COMPUTE, before, flops=flops,
-                    bytes=_int(path, node, attrs, "tensor_size"),
-                    measured_ns=float(node.duration_micros) * 1e3 if not flops and node.duration_micros else -1.0)
+                    bytes=_int(path, node, attrs, "tensor_size"), measured_ns=measured)
         elif kind in ("MEM_LOAD_NODE", "MEM_STORE_NODE"):
             op = Op(node.name or kind.lower(), COMPUTE, before, bytes=_int(path, node, attrs, "tensor_size"))
         elif kind == "COMM_COLL_NODE":
@@ -261,6 +267,9 @@ def _ops(path, rank, world, groups, nodes: dict) -> list[Op]:
                     bytes=_int(path, node, attrs, "comm_size"), peer=peer)
         elif kind == "INVALID_NODE":
             raise UserError(f"{path}: node {node.id} has node type {node.type}, not one of Chakra's")
+        if op is not None:
+            op.phase = str(attrs.get("astra_phase", ""))
+            op.iteration = _int(path, node, attrs, "astra_iteration", -1) if "astra_iteration" in attrs else -1
         if op is None:   # runs nothing here: its dependencies pass on
             index[i] = before
         else:
@@ -315,3 +324,166 @@ def _dependency_order(path, nodes: dict, deps: dict) -> list:
         stuck = min((i for i in nodes if waiting[i] > 0), key=position.get)
         raise UserError(f"{path}: node {stuck} depends, through other nodes, on itself (a dependency cycle)")
     return order
+
+
+# ---- writing (--emit chakra) ----------------------------------------------------------------------------------
+
+VERSION = "0.0.4"          # the schema version written (ASTRA-sim 2.x reads 0.0.4)
+COMM_GROUP_FILE = "comm_group.json"
+_TYPE_OF = {"all_reduce": "ALL_REDUCE", "reduce": "REDUCE", "all_gather": "ALL_GATHER", "broadcast": "BROADCAST",
+            "all_to_all": "ALL_TO_ALL", "reduce_scatter": "REDUCE_SCATTER"}
+
+
+def rank_group(topology, group0, rank: int) -> tuple:
+    """The process group rank `rank` runs where an SPMD program's rank runs `group0`: the same dimensions, and
+    on a dimension the group covers in part, the same block (consecutive members) or the same residue (strided)."""
+    from ..workload_driver import group_span
+    if len(group0) <= 1:
+        return (rank,)
+    dims, parts = group_span(topology, group0)
+    coords = topology.coords_array()
+    mine = coords[rank]
+    keep = np.ones(topology.npus, bool)
+    for d in range(topology.ndims):
+        if d not in dims:
+            keep &= coords[:, d] == mine[d]
+        elif d in parts:
+            members, stride = parts[d]
+            keep &= (coords[:, d] // members == mine[d] // members) if stride == 1 else \
+                (coords[:, d] % stride == mine[d] % stride)
+    return tuple(int(r) for r in np.flatnonzero(keep))
+
+
+def write(workload, topology, out_dir: str, force: bool = False, prefix: str = "trace") -> int:
+    """The workload as Chakra ETs, `<prefix>.<rank>.et` per rank, and comm_group.json, into `out_dir` (written
+    whole or not at all). The engine's stream rules become explicit dependencies, so ASTRA-sim (which has no
+    streams) runs the ops in the same order: a compute op after the previous compute op, a collective after the
+    previous op of its process group and the compute issued before it, a message after the previous message to or
+    from the same peer in the same direction; a wait is a compute node of no work after its collective. Returns the
+    number of files."""
+    from ..runtime import atomic
+    programs = _per_rank(workload, topology)
+    ids: dict = {}
+    files = {rank: _encode(ops, ids) for rank, ops in programs.items()}
+
+    def fill(tmp: str) -> None:
+        for rank, data in files.items():
+            with open(os.path.join(tmp, f"{prefix}.{rank}{SUFFIX}"), "wb") as f:
+                f.write(data)
+        with open(os.path.join(tmp, COMM_GROUP_FILE), "w", encoding="utf-8") as f:
+            json.dump({gid: list(ranks) for ranks, gid in ids.items()}, f)
+
+    atomic.write_dir(out_dir, fill, _not_ours, force, "Chakra traces")
+    return len(files)
+
+
+def one_collective(meta, topology):
+    """A compiled collective (runtime Meta) as a one-op workload: every rank runs it on its group."""
+    from .workload import Workload
+    first = meta.collectives[0]
+    coords = topology.coords_array()
+    outside = [d for d in range(topology.ndims) if d not in first.group_dims]
+    group0 = tuple(int(r) for r in np.flatnonzero(np.all(coords[:, outside] == 0, axis=1)))
+    kind = first.buffer_kind
+    op = Op(kind, COLLECTIVE, [], bytes=first.bytes, collective=kind, group=group0, group_name="g",
+            root=first.root if first.root is not None else -1)
+    return Workload(topology.npus, {0: [op]}, source="collective", spmd=True)
+
+
+def _not_ours(path: str) -> str | None:
+    names = os.listdir(path)
+    foreign = [n for n in names if not (n.endswith(SUFFIX) or n == COMM_GROUP_FILE)]
+    return f"it holds files astra-compile did not write ({sorted(foreign)[0]})" if foreign else None
+
+
+def _per_rank(workload, topology) -> dict:
+    """rank -> its ops, an SPMD program expanded to every rank with each rank's own groups."""
+    from .workload import COLLECTIVE as COLL_KIND
+    if not workload.spmd:
+        return dict(sorted(workload.programs.items()))
+    if len(workload.programs) != 1 or any(op.kind in (SEND, RECV) for op in next(iter(workload.programs.values()))):
+        raise UserError("--emit chakra: a pipeline (an SPMD capture with a program per stage and messages between "
+                        "them) cannot be written as Chakra traces yet")
+    (ops,) = workload.programs.values()
+    import dataclasses
+    out = {}
+    for rank in range(workload.world_size):
+        out[rank] = [dataclasses.replace(op, group=rank_group(topology, op.group, rank))
+                     if op.kind == COLL_KIND else op for op in ops]
+    return out
+
+
+def _encode(ops: list, ids: dict) -> bytes:
+    """One rank's file: metadata, then a node per op (node id = op index + 1)."""
+    from .workload import WAIT
+    GlobalMetadata, Node = schema()
+    out = bytearray(_delimited(GlobalMetadata(version=VERSION)))
+    last: dict = {}   # stream -> latest node id; the compute stream is "compute"
+    for i, op in enumerate(ops):
+        node = Node(id=i + 1, name=op.name)
+        node.data_deps.extend(d + 1 for d in op.deps)
+        ctrl = []
+        if op.kind in (COMPUTE, WAIT):
+            stream = "compute"
+        elif op.kind == COLLECTIVE:
+            stream = ("group", op.group)
+        else:
+            stream = (op.kind, op.peer)
+        if stream in last:
+            ctrl.append(last[stream])
+        if stream != "compute" and "compute" in last:
+            ctrl.append(last["compute"])
+        last[stream] = i + 1
+        node.ctrl_deps.extend(d for d in dict.fromkeys(ctrl) if d - 1 not in op.deps)
+        attrs = {}
+        if op.kind in (COMPUTE, WAIT):
+            node.type = NODE_TYPES.index("COMP_NODE")
+            attrs = {"is_cpu_op": False, "num_ops": op.flops, "tensor_size": op.bytes}
+            if op.kind == COMPUTE and op.measured_ns >= 0:
+                node.duration_micros = int(round(op.measured_ns / 1e3))
+                attrs["astra_measured_ns"] = float(op.measured_ns)
+        elif op.kind == COLLECTIVE:
+            node.type = NODE_TYPES.index("COMM_COLL_NODE")
+            group = tuple(op.group)
+            gid = ids.setdefault(group, str(len(ids) + 1))
+            size = op.bytes
+            if op.collective == "all_gather":   # Chakra: each rank's input
+                if size % len(group):
+                    raise UserError(f"--emit chakra: all-gather {op.name} of {size} bytes over {len(group)} ranks: "
+                                    "Chakra's per-rank input size is not a whole number of bytes")
+                size //= len(group)
+            attrs = {"is_cpu_op": False, "comm_type": COMM_TYPES.index(_TYPE_OF[op.collective]), "comm_size": size,
+                     "pg_name": gid}
+            if op.collective in ("broadcast", "reduce"):
+                attrs["comm_root"] = op.root
+        else:
+            node.type = NODE_TYPES.index("COMM_SEND_NODE" if op.kind == SEND else "COMM_RECV_NODE")
+            attrs = {"is_cpu_op": False, "comm_size": op.bytes,
+                     ("comm_dst" if op.kind == SEND else "comm_src"): op.peer}
+        if op.phase:
+            attrs["astra_phase"] = op.phase
+        if op.iteration >= 0:
+            attrs["astra_iteration"] = op.iteration
+        for key, value in attrs.items():
+            a = node.attr.add(name=key)
+            if isinstance(value, bool):
+                a.bool_val = value
+            elif isinstance(value, str):
+                a.string_val = value
+            elif isinstance(value, float):
+                a.double_val = value
+            else:
+                a.int64_val = int(value)
+        out += _delimited(node)
+    return bytes(out)
+
+
+def _delimited(message) -> bytes:
+    raw = message.SerializeToString()
+    n, head = len(raw), bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        head.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(head) + raw
