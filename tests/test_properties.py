@@ -117,8 +117,10 @@ def cases(draw, mode=None, allow_tree=True, big=False, ndims=None):
         return [a for a in applicable(kind, k, block) if tree_ok or a != "double_binary_tree"]
 
     if how == "default":
-        # a Switch whose size is not a power of two defaults to ring (halving_doubling has no schedule there)
-        algos = [DEFAULT[b] if not (b == "Switch" and k & (k - 1)) else "ring" for b, k in dims]
+        # a Switch whose size is not a power of two defaults to ring (halving_doubling has no schedule there); an
+        # all-to-all on a Switch runs direct, as ASTRA-sim
+        algos = ["direct" if b == "Switch" and kind == "all_to_all" else
+                 DEFAULT[b] if not (b == "Switch" and k & (k - 1)) else "ring" for b, k in dims]
         algorithm = None
     elif how == "single":
         common = [a for a in options(2, "Ring") if all(a in options(k, b) for b, k in dims)]
