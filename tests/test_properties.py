@@ -293,10 +293,12 @@ def test_tree_schedules_run_in_full_mode(case):
 
 
 @settings(max_examples=120, **SETTINGS)
-@given(cases(mode="default", big=True))
+@given(cases(mode="default", big=True).filter(lambda c: not (c.kind == "all_to_all" and
+                                                              any(b == "Switch" for b, _ in c.dims))))
 def test_not_faster_than_ideal(case):
-    """No schedule beats sending the lower-bound bytes over all of an NPU's bandwidth (direct on a Switch, which the
-    model lets use the full link to every peer at once, is no default and is left out)."""
+    """No schedule beats sending the lower-bound bytes over all of an NPU's bandwidth. Direct on a Switch is left
+    out: the analytical model lets it use the full link to every peer at once (messages never contend there, as in
+    ASTRA-sim's congestion-unaware backend), and it is the default of an all-to-all on a Switch."""
     sched = compile_case(case)
     ideal = ideal_time_ns(sched)[0]
     assert ideal > 0
