@@ -137,14 +137,7 @@ def _network_conventions(args, given: set, names: list | None, kind: str) -> lis
 
 
 def _read(path: str) -> dict:
-    import os
-    try:
-        size = os.path.getsize(path)
-    except OSError as e:
-        raise UserError(f"cannot read system file {path}: {e.strerror}") from None
-    if size > MAX_FILE_BYTES:
-        raise UserError(f"{path}: {size} bytes; an ASTRA-sim system file is at most {MAX_FILE_BYTES} bytes")
-    text = read_text(path, "an ASTRA-sim system JSON object", "system file ")
+    text = read_text(path, "an ASTRA-sim system JSON object", "system file ", MAX_FILE_BYTES)
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as e:

@@ -80,13 +80,7 @@ def _row(tokens: list[str]) -> tuple[int, float, float] | None:
 
 def read(path: str, collective: str | None = None) -> Log:
     """The log at `path`; `collective` names what it measured when the log itself does not say."""
-    try:
-        size = os.path.getsize(path)
-    except OSError as e:
-        raise UserError(f"cannot read nccl-tests log {path}: {e.strerror}") from None
-    if size > MAX_FILE_BYTES:
-        raise UserError(f"{path}: {size} bytes; an nccl-tests log is read whole, at most {MAX_FILE_BYTES} bytes")
-    text = read_text(path, "nccl-tests output", "nccl-tests log ")
+    text = read_text(path, "nccl-tests output", "nccl-tests log ", MAX_FILE_BYTES)
     kind, ranks, rows = None, set(), []
     for n, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()

@@ -8,10 +8,31 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def read_text(path: str, expected: str, label: str = "") -> str:
-    """A user's UTF-8 text file; a file that cannot be read or is not text is one UserError naming it (`label`, e.g.
-    "sweep file ", says what the file was to be; `expected`, what it should hold)."""
+def _within(path: str, label: str, limit: int | None) -> None:
+    """Refuse a file of more than `limit` bytes before it is read whole (OSError left to the reader)."""
+    import os
+    if limit is not None and os.path.getsize(path) > limit:
+        raise UserError(f"{path}: {os.path.getsize(path)} bytes; a {label.strip() or 'file'} is read whole, at most "
+                        f"{limit} bytes")
+
+
+def read_bytes(path: str, label: str = "", limit: int | None = None) -> bytes:
+    """A user's binary file, whole; one UserError naming it when it cannot be read or holds more than `limit`
+    bytes."""
     try:
+        _within(path, label, limit)
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise UserError(f"cannot read {label}{path}: {e.strerror}") from None
+
+
+def read_text(path: str, expected: str, label: str = "", limit: int | None = None) -> str:
+    """A user's UTF-8 text file; a file that cannot be read, holds more than `limit` bytes or is not text is one
+    UserError naming it (`label`, e.g. "sweep file ", says what the file was to be; `expected`, what it should
+    hold)."""
+    try:
+        _within(path, label, limit)
         with open(path, encoding="utf-8") as f:
             return f.read()
     except OSError as e:

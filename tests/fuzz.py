@@ -505,8 +505,8 @@ def case_system_file(draw, workdir):
 
 def chakra_trace() -> bytes:
     """One rank's Chakra trace: the metadata, a compute node and an all-reduce depending on it."""
-    from test_chakra import COLL, COMP, delimited, node
-    from astra_compile.frontend.chakra import schema
+    from test_chakra import COLL, COMP, node
+    from astra_compile.frontend.chakra import delimited, schema
     return (delimited(schema()[0](version="0.0.4")) + delimited(node(1, "mm", COMP, num_ops=10 ** 9)) +
             delimited(node(2, "ar", COLL, deps=[1], comm_type=0, comm_size=1 << 20)))
 

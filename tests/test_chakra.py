@@ -5,37 +5,18 @@ import os
 
 import pytest
 
-from astra_compile.frontend.chakra import schema
+from astra_compile.frontend.chakra import add_attr, delimited, schema
 
 from helpers import cli, refused
 
 MB = 1 << 20
 
 
-def delimited(message) -> bytes:
-    raw = message.SerializeToString()
-    n, out = len(raw), bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out) + raw
-
-
 def node(id_, name, type_, deps=(), data_deps=(), duration=0, **attrs):
     _, Node = schema()
     n = Node(id=id_, name=name, type=type_, ctrl_deps=list(deps), data_deps=list(data_deps), duration_micros=duration)
     for key, value in attrs.items():
-        a = n.attr.add(name=key)
-        if isinstance(value, bool):
-            a.bool_val = value
-        elif isinstance(value, str):
-            a.string_val = value
-        elif isinstance(value, list):
-            a.bool_list.values.extend(value)
-        else:
-            a.int64_val = value
+        add_attr(n, key, value)
     return n
 
 

@@ -18,6 +18,7 @@ Dependencies are ctrl_deps and data_deps together; the nodes run in a dependency
 """
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import re
@@ -25,7 +26,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..network.errors import UserError
+from ..network.errors import UserError, read_bytes, read_text
 from .workload import COLLECTIVE, COMPUTE, RECV, SEND, Op, Workload
 
 SUFFIX = ".et"
@@ -164,7 +165,6 @@ def _comm_groups(directory: str, world: int) -> dict:
     path = os.path.join(directory or ".", "comm_group.json")
     if not os.path.exists(path):
         return {}
-    from ..network.errors import read_text
     try:
         data = json.loads(read_text(path, "a JSON object of process groups", "comm-group file "))
     except (ValueError, RecursionError) as e:
@@ -201,14 +201,7 @@ def _int(path, node, attrs, key, default=0) -> int:
 def _program(path: str, rank: int, world: int, groups: dict) -> list[Op]:
     GlobalMetadata, Node = schema()
     from google.protobuf.message import DecodeError
-    try:
-        size = os.path.getsize(path)
-        if size > MAX_FILE_BYTES:
-            raise UserError(f"{path}: {size} bytes; a Chakra trace of at most {MAX_FILE_BYTES} bytes is read")
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise UserError(f"cannot read Chakra trace {path}: {e.strerror}") from None
+    data = read_bytes(path, "Chakra trace ", MAX_FILE_BYTES)
     parts = messages(path, data)
     first = next(parts, None)
     if first is None:
@@ -309,7 +302,6 @@ def _dependency_order(path, nodes: dict, deps: dict) -> list:
         for d in ds:
             users.setdefault(d, []).append(i)
     position = {i: k for k, i in enumerate(nodes)}
-    import heapq
     ready = [(position[i], i) for i, n in waiting.items() if n == 0]
     heapq.heapify(ready)
     order = []
@@ -417,7 +409,7 @@ def _encode(ops: list, ids: dict) -> bytes:
     """One rank's file: metadata, then a node per op (node id = op index + 1)."""
     from .workload import WAIT
     GlobalMetadata, Node = schema()
-    out = bytearray(_delimited(GlobalMetadata(version=VERSION)))
+    out = bytearray(delimited(GlobalMetadata(version=VERSION)))
     last: dict = {}   # stream -> latest node id; the compute stream is "compute"
     for i, op in enumerate(ops):
         node = Node(id=i + 1, name=op.name)
@@ -465,20 +457,28 @@ def _encode(ops: list, ids: dict) -> bytes:
         if op.iteration >= 0:
             attrs["astra_iteration"] = op.iteration
         for key, value in attrs.items():
-            a = node.attr.add(name=key)
-            if isinstance(value, bool):
-                a.bool_val = value
-            elif isinstance(value, str):
-                a.string_val = value
-            elif isinstance(value, float):
-                a.double_val = value
-            else:
-                a.int64_val = int(value)
-        out += _delimited(node)
+            add_attr(node, key, value)
+        out += delimited(node)
     return bytes(out)
 
 
-def _delimited(message) -> bytes:
+def add_attr(node, name: str, value) -> None:
+    """An attribute on a node, typed by its Python value: bool, str, float (double), a list of bools, else int64."""
+    a = node.attr.add(name=name)
+    if isinstance(value, bool):
+        a.bool_val = value
+    elif isinstance(value, str):
+        a.string_val = value
+    elif isinstance(value, float):
+        a.double_val = value
+    elif isinstance(value, list):
+        a.bool_list.values.extend(value)
+    else:
+        a.int64_val = int(value)
+
+
+def delimited(message) -> bytes:
+    """The message preceded by its length as a varint (how a Chakra file frames each message)."""
     raw = message.SerializeToString()
     n, head = len(raw), bytearray()
     while True:
