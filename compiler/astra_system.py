@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .network.errors import UserError, read_text
+from .network.errors import UserError, read_json
 
 IMPLEMENTATIONS = {"ring": "ring", "direct": "direct", "halvingDoubling": "halving_doubling",
                    "doubleBinaryTree": "double_binary_tree", "oneRing": "flat_ring", "oneDirect": "flat_direct",
@@ -137,11 +137,7 @@ def _network_conventions(args, given: set, names: list | None, kind: str) -> lis
 
 
 def _read(path: str) -> dict:
-    text = read_text(path, "an ASTRA-sim system JSON object", "system file ", MAX_FILE_BYTES)
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise UserError(f"{path} is not JSON ({' '.join(str(e).split())[:100]})") from None
+    data = read_json(path, "an ASTRA-sim system JSON object", "system file ", MAX_FILE_BYTES)
     if not isinstance(data, dict):
         raise UserError(f"{path}: an ASTRA-sim system file is a JSON object of keys, got {type(data).__name__}")
     return data

@@ -39,3 +39,14 @@ def read_text(path: str, expected: str, label: str = "", limit: int | None = Non
         raise UserError(f"cannot read {label}{path}: {e.strerror}") from None
     except UnicodeDecodeError:
         raise UserError(f"{path} is not text (a binary file?); expected {expected}") from None
+
+
+def read_json(path: str, expected: str, label: str = "", limit: int | None = None):
+    """The JSON value of a user's file (read_text's checks, then one line for JSON that does not parse, including
+    nesting past Python's recursion limit)."""
+    import json
+    text = read_text(path, expected, label, limit)
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise UserError(f"{path} is not JSON ({' '.join(str(e).split())[:100]})") from None

@@ -26,7 +26,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..network.errors import UserError, read_bytes, read_text
+from ..network.errors import UserError, read_bytes, read_json
 from .workload import COLLECTIVE, COMPUTE, RECV, SEND, Op, Workload
 
 SUFFIX = ".et"
@@ -165,10 +165,7 @@ def _comm_groups(directory: str, world: int) -> dict:
     path = os.path.join(directory or ".", "comm_group.json")
     if not os.path.exists(path):
         return {}
-    try:
-        data = json.loads(read_text(path, "a JSON object of process groups", "comm-group file "))
-    except (ValueError, RecursionError) as e:
-        raise UserError(f"{path} is not JSON ({' '.join(str(e).split())[:100]})") from None
+    data = read_json(path, "a JSON object of process groups", "comm-group file ")
     if not isinstance(data, dict):
         raise UserError(f"{path}: a comm-group file maps group ids to rank lists, got {type(data).__name__}")
     out = {}
