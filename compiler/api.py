@@ -105,7 +105,8 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             peak_tflops: float = Roofline.peak_tflops, mem_bw_gbps: float = Roofline.mem_gbps,
             rank: int = 0, max_memory: int | None = None,
             capture_limit: float | None = DEFAULT_CAPTURE_LIMIT, example_inputs=None, parallelize=None,
-            loss=None, optimizer=None, iteration: int | None = None, keep_tables: bool = False) -> WorkloadReport:
+            loss=None, optimizer=None, iteration: int | None = None, keep_tables: bool = False,
+            local_mem_gbps: float | None = None) -> WorkloadReport:
     """Capture (or import) one training step, compile its collectives for `topology` and time the step.
 
     `source`: a model file, an imported module following the model-file convention, execution-trace files, a
@@ -120,11 +121,12 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     trace that holds several (the report otherwise times them all, and each). `max_memory` (bytes) refuses a
     collective estimated to need more (default: this machine's available memory); `capture_limit` bounds the CPU
     seconds a model file may take to load and capture. `keep_tables`: keep each collective's schedule so that
-    `report.step_tables(fmt)` gives the step's per-accelerator tables (runtime/step_tables.py)."""
+    `report.step_tables(fmt)` gives the step's per-accelerator tables (runtime/step_tables.py). `local_mem_gbps`:
+    ASTRA-sim's local-mem-bw reduction term in every collective (network/memory.py; None: off)."""
     step_module = isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".mlir")
     if _is_step_dir(source):
         return _compile_step_dir(os.fspath(source), topology, backend, intra, peak_tflops, mem_bw_gbps, max_memory,
-                                 rank)
+                                 rank, local_mem_gbps)
     if topology is None and not step_module:
         raise UserError("a topology is required (a workload .mlir module names its own)")
     if topology is None and any(v is not None for v in (bandwidth, latency, links)):
@@ -154,8 +156,9 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         lowered = _lowered(workload, topo)
         recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items())}
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
-    opts = WorkloadOptions(scheduler, defaults, driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory),
-                           Roofline(peak_tflops, mem_bw_gbps), keep_tables)
+    run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory,
+                                 local_mem_gbps=_local_mem(local_mem_gbps))
+    opts = WorkloadOptions(scheduler, defaults, run_opts, Roofline(peak_tflops, mem_bw_gbps), keep_tables)
     report = _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
     if not step_module:
         from .frontend import chakra
@@ -192,19 +195,25 @@ def _is_step_dir(source) -> bool:
 
 
 def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops: float, mem_bw_gbps: float,
-                      max_memory: int | None, rank: int) -> WorkloadReport:
+                      max_memory: int | None, rank: int, local_mem_gbps: float | None = None) -> WorkloadReport:
     """A step table directory (--emit tables -o DIR): its collectives' tables executed on `backend`, then the step."""
     from . import step_dir
     if topology is not None:
         raise UserError(f"{path}: a step table directory runs on the topology it was compiled for (meta.json); "
                         "give no topology")
     _check_roofline(peak_tflops, mem_bw_gbps)
-    run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory)
+    run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory,
+                                 local_mem_gbps=_local_mem(local_mem_gbps))
     lowered, topo, recorded, times, step = step_dir.load(path, run_opts)
     opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, Roofline(peak_tflops, mem_bw_gbps))
     report = _timed(lowered, topo, opts, times, recorded, rank)
     report.step_tables = lambda fmt: step
     return report
+
+
+def _local_mem(gbps) -> float | None:
+    from .network.memory import check_local_mem_gbps
+    return None if gbps is None else check_local_mem_gbps(gbps, "local_mem_gbps (--local-mem-bw)")
 
 
 def _check_roofline(peak_tflops, mem_bw_gbps) -> None:

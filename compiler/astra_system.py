@@ -10,7 +10,8 @@ of this compiler that means the same, and naming every key it cannot honour.
                                    (ring, direct, halvingDoubling, doubleBinaryTree, oneRing, oneDirect,
                                    oneHalvingDoubling, oneDoubleBinaryTree)      takes all-reduce's for every kind)
     roofline-enabled, peak-perf    1, TFLOPS                 -> --peak-tflops (a training step's compute)
-    endpoint-delay, local-mem-bw, collective-optimization (other than baseline), boost-mode (other than 0), and
+    local-mem-bw                   GB/s                      -> --local-mem-bw (reductions cost local memory time)
+    endpoint-delay, collective-optimization (other than baseline), boost-mode (other than 0), and
     any other key: not modelled here, each named in a warning line (and doubleBinaryTree, which runs as NCCL's)
 
 An option given on the command line wins over the file; where the file is silent, ASTRA-sim's defaults apply
@@ -83,6 +84,8 @@ def apply(args, given: set, step: bool) -> list[str]:
                      "the roofline (--peak-tflops)")
         elif (key == "collective-optimization" and value == "baseline") or (key == "boost-mode" and value == 0):
             continue
+        elif key == "local-mem-bw":
+            setting("local_mem_bw", _number(path, key, value))
         elif key == "endpoint-delay":
             warn(f"endpoint-delay {value!r} ns is not added to each message (add it to --latency to compare)")
         else:

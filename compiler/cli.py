@@ -122,6 +122,10 @@ def build_parser() -> _Parser:
     g.add_argument("--active-chunks", default="1",
                    help="phases a dimension works on at once (ASTRA-sim active-chunks-per-dimension; default 1); "
                         "themis and optimal weigh step latency by it")
+    g.add_argument("--local-mem-bw", type=float, metavar="GB/S",
+                   help="ASTRA-sim's local-mem-bw: every received chunk a reduction adds into the buffer costs 3 x "
+                        "its bytes / this (decimal GB/s) of local memory time before it moves on (default: off; "
+                        "docs/memory.md)")
     g.add_argument("--backend", choices=("analytical", "congestion"), default="analytical",
                    help="cost model: analytical (no contention) or congestion (every link a FIFO resource)")
     g.add_argument("--max-memory", metavar="SIZE",
@@ -276,7 +280,8 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
         if args.emit == "mlir":
             raise UserError(f"--emit mlir: {args.input[0]} holds the step's tables, not its workload module")
         report = compile_workload(args.input[0], None, backend=args.backend, intra=args.intra,
-                                  peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory)
+                                  peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
+                                  local_mem_gbps=_local_mem(args))
     else:
         if not args.topology and not _is_step_module(args.input):
             raise UserError("--topology is required")
@@ -288,7 +293,7 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
                                       algorithm=args.algorithm, backend=args.backend, intra=args.intra,
                                       peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
                                       capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration,
-                                      keep_tables=args.emit == "tables")
+                                      keep_tables=args.emit == "tables", local_mem_gbps=_local_mem(args))
     if args.emit == "tables":
         return _emit_step_tables(args, report)
     if args.emit == "chakra":
@@ -396,10 +401,17 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
     active = _positive_int(args.active_chunks, "--active-chunks")
     run = driver.RunOptions(args.backend, args.execution, args.intra, active, args.switching,
                             timeline=bool(args.timeline or args.plot) and args.backend == "congestion",
-                            max_memory=max_memory)
+                            max_memory=max_memory, local_mem_gbps=_local_mem(args))
     if kind == "table directory":
         return _run_table_dir(args, run)
     return _run_collective(args, run)
+
+
+def _local_mem(args) -> float | None:
+    if args.local_mem_bw is None:
+        return None
+    from .network.memory import check_local_mem_gbps
+    return check_local_mem_gbps(args.local_mem_bw)
 
 
 def _write_timeline(args, result, meta: dict, title: str) -> None:

@@ -10,7 +10,7 @@ from .network.errors import UserError
 from .runtime.meta import ROOTED
 
 # runtime options: how tables execute
-RUN = {"backend", "execution", "intra", "active_chunks", "switching", "max_memory"}
+RUN = {"backend", "execution", "intra", "active_chunks", "switching", "max_memory", "local_mem_bw"}
 NETWORK = {"topology", "bandwidth", "latency", "links"}
 COMPILE = {"algorithm", "chunks", "scheduler"}
 
@@ -19,9 +19,11 @@ ALLOWED = {
     "table directory": RUN | {"json", "verify", "timeline", "plot"},
     "training step": NETWORK | COMPILE | {"system", "mesh", "capture_limit", "peak_tflops", "mem_bw", "backend",
                                           "intra", "emit", "output", "json", "max_memory", "cache", "iteration",
+                                          "local_mem_bw",
                                           "timeline", "npu", "table_format", "force"},
     # a step written with --emit tables -o: compiled already, on its own topology
-    "step tables": {"peak_tflops", "mem_bw", "backend", "intra", "emit", "npu", "json", "max_memory", "timeline"},
+    "step tables": {"peak_tflops", "mem_bw", "backend", "intra", "emit", "npu", "json", "max_memory", "timeline",
+                    "local_mem_bw"},
     "collective": NETWORK | COMPILE | RUN | {"system", "collective", "size", "dims", "root", "ports",
                                              "pass_pipeline", "print_ir_after_all", "mlir_timing", "emit", "npu",
                                              "output", "table_format", "table_view", "json", "compare",

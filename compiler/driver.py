@@ -89,6 +89,7 @@ class RunOptions:
     switching: str = "cut-through"   # congestion backend: cut-through | store-and-forward
     timeline: bool = False           # keep every link transfer (congestion backend, full execution)
     max_memory: int | None = None    # refuse a run estimated to need more bytes (None: this machine's memory)
+    local_mem_gbps: float | None = None  # ASTRA-sim's local-mem-bw: reductions cost local memory time (None: off)
 
 
 def execute(schedule: Schedule, run: RunOptions):
@@ -97,14 +98,15 @@ def execute(schedule: Schedule, run: RunOptions):
     if run.backend == "analytical":
         from .runtime import analytical
         try:
-            return analytical.run(schedule, run.execution, run.intra, run.active_chunks)
+            return analytical.run(schedule, run.execution, run.intra, run.active_chunks, run.local_mem_gbps)
         except OptionError as e:
             raise UserError(str(e)) from None
     if run.backend == "congestion":
         from .runtime import congestion
         mode = "full" if run.timeline else run.execution
         try:
-            return congestion.run(schedule, run.intra, run.active_chunks, run.timeline, run.switching, mode)
+            return congestion.run(schedule, run.intra, run.active_chunks, run.timeline, run.switching, mode,
+                                  local_mem_gbps=run.local_mem_gbps)
         except OptionError as e:
             raise UserError(str(e)) from None
     raise UserError(f"unknown backend '{run.backend}' (analytical or congestion)")

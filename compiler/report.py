@@ -22,7 +22,8 @@ from .network.units import format_size, gbps_to_bytes_per_ns
 
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "report.schema.json")
 # keys --json leaves out when they do not apply (congestion backend only, optimal scheduler only, --verify only)
-OPTIONAL = ("switching", "link_utilization", "optimal_choice", "themis_time_us", "cp_sat_time_us", "verified")
+OPTIONAL = ("switching", "link_utilization", "optimal_choice", "themis_time_us", "cp_sat_time_us", "verified",
+            "local_mem_gbps")
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class Report:
     themis_time_us: float | None = None
     cp_sat_time_us: float | None = None
     verified: bool | None = None           # --verify
+    local_mem_gbps: float | None = None    # --local-mem-bw: reductions cost local memory time
 
     def with_(self, **changes) -> "Report":
         return dataclasses.replace(self, **changes)
@@ -133,6 +135,7 @@ def make_report(schedule, result, scheduler: str, run, choice: dict | None = Non
         colls,
         switching=run.switching if congestion else None,
         link_utilization=link_summary(result) if congestion else None,
+        local_mem_gbps=run.local_mem_gbps,
         optimal_choice=choice["schedule"] if choice else None,
         themis_time_us=choice["themis_time_ns"] / 1e3 if choice else None,
         cp_sat_time_us=choice["cp_sat_time_ns"] / 1e3 if choice else None)
@@ -210,7 +213,8 @@ def _format(r: "Report") -> str:
         + f" ({r.execution} execution), scheduler {r.scheduler}"
         + (f" ({r.optimal_choice} kept; cp-sat {r.cp_sat_time_us:.3f} us, themis {r.themis_time_us:.3f} us)"
            if r.optimal_choice is not None else "") + ", "
-        f"intra-dimension {r.intra}, {r.active_chunks} active chunk(s) per dimension",
+        f"intra-dimension {r.intra}, {r.active_chunks} active chunk(s) per dimension"
+        + (f", reductions at local-mem-bw {r.local_mem_gbps:g} GB/s" if r.local_mem_gbps is not None else ""),
         "",
         f"total time      {r.total_time_us:.3f} us",
         f"ideal time      {r.ideal_time_us:.3f} us  ({r.ideal_bytes_per_npu / 2**20:.2f} MB per NPU over "

@@ -8,7 +8,7 @@
  * - a finished phase releases the chunk's next stage, and collectives waiting on it (phases.Chains);
  * - a step injects its messages into their first links; every link serves a FIFO queue; a hop ends `latency` after
  *   the head (cut-through) or the tail (store-and-forward) left the link; a step ends when its own messages are
- *   delivered and its receives have arrived.
+ *   delivered and its receives have arrived, plus its reduction time (step_reduce_ns: ASTRA-sim's local-mem-bw).
  * Events of one instant run in the order they were created; admissions follow in server order, then links start
  * transfers in link order.
  *
@@ -107,7 +107,7 @@ typedef struct {
     const i64 *step_start, *step_phase, *expect, *send_order, *step_send, *msg_src_step, *msg_dst_step;
     const i64 *route_start, *route, *msg_bytes, *server_group, *member, *member_start, *group_size, *group_local;
     const i64 *count_base, *cons_start, *cons, *cons_per_chunk, *ndeps;
-    const double *msg_ns, *route_lat, *phase_size;
+    const double *msg_ns, *route_lat, *phase_size, *step_reduce_ns;
 } Plan;
 
 typedef struct {
@@ -199,7 +199,7 @@ static int check_step(Sim *s, i64 g, double now) {
     if (s->own_left[g] == 0 && s->got[g] >= s->p.expect[g]) {
         s->begun[g] = 0;
         s->got[g] = 0;
-        return push_event(s, now, STEP_DONE, g);
+        return push_event(s, now + s->p.step_reduce_ns[g], STEP_DONE, g);
     }
     return 0;
 }
@@ -384,7 +384,8 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
         I(key_base) || I(chunk_base) || I(step_start) || I(step_phase) || I(expect) || I(send_order) ||
         I(step_send) || I(msg_src_step) || I(msg_dst_step) || I(route_start) || I(route) || I(msg_bytes) ||
         I(server_group) || I(member) || I(member_start) || I(group_size) || I(group_local) || I(count_base) ||
-        I(cons_start) || I(cons) || I(cons_per_chunk) || I(ndeps) || D(msg_ns) || D(route_lat) || D(phase_size))
+        I(cons_start) || I(cons) || I(cons_per_chunk) || I(ndeps) || D(msg_ns) || D(route_lat) || D(phase_size) ||
+        D(step_reduce_ns))
         goto done;
 #undef I
 #undef D

@@ -24,15 +24,19 @@ import heapq
 
 import numpy as np
 
+from ..network.memory import reduction_ns
 from .phases import INTRA_POLICIES, OptionError, PhaseEngine, Result, Table, messages, table_of
 from .tables import SWITCH, Schedule
 
 
-def run(schedule: Schedule, mode: str = "auto", intra: str = "fifo", active_chunks: int = 1) -> Result:
+def run(schedule: Schedule, mode: str = "auto", intra: str = "fifo", active_chunks: int = 1,
+        local_mem_gbps: float | None = None) -> Result:
     """Execute the tables.
 
     mode: auto | symmetric | full; intra: the per-dimension queue policy, fifo | scf; active_chunks: phases a
-    dimension works on at once (ASTRA-sim's active-chunks-per-dimension)."""
+    dimension works on at once (ASTRA-sim's active-chunks-per-dimension); local_mem_gbps: ASTRA-sim's local-mem-bw
+    (network/memory.py): a step that reduces received bytes ends 3 x its largest reduced message / local_mem_gbps
+    after its transfers (None: no reduction term)."""
     meta = schedule.meta
     if intra not in INTRA_POLICIES:
         raise OptionError(f"unknown intra-dimension policy {intra}")
@@ -46,7 +50,7 @@ def run(schedule: Schedule, mode: str = "auto", intra: str = "fifo", active_chun
         raise OptionError("--execution symmetric: this schedule's NPUs do not all run the same steps (trees, rings "
                          "over ranks, meshes, uneven splits); NPU 0 cannot stand for them: use --execution full")
     npus = [0] if mode == "symmetric" else list(range(meta.npus))
-    return _Engine(meta, {n: table_of(schedule, n) for n in npus}, mode, intra, active_chunks).run()
+    return _Engine(meta, {n: table_of(schedule, n) for n in npus}, mode, intra, active_chunks, local_mem_gbps).run()
 
 
 class _Engine(PhaseEngine):
@@ -60,8 +64,9 @@ class _Engine(PhaseEngine):
     use the links while a step's latency elapses. In symmetric mode only NPU 0 runs and a message it receives in a
     step arrives as its own twin message would."""
 
-    def __init__(self, meta, tables: dict, mode: str, intra: str, active: int):
+    def __init__(self, meta, tables: dict, mode: str, intra: str, active: int, local_mem_gbps: float | None = None):
         super().__init__(meta, tables, intra, active, mode == "symmetric")
+        self.local_mem_gbps = local_mem_gbps
         self.strides = [int(np.prod(self.meta.shape[:d])) for d in range(self.meta.ndims)]
         self.switch_senders: dict = {}  # (dim, group, coll, flow, stage, step) -> members that send to the switch
         self._build_steps(Table.concat(list(tables.values())))
@@ -73,19 +78,20 @@ class _Engine(PhaseEngine):
 
     def _build_steps(self, table: Table) -> None:
         """steps[(npu, c, f, s)] = list of [link time, sends [(peer, cost)], own cost, receives, own-receive cost,
-        (latency, send ns, receive ns) of a transfer with the switch or None].
+        (latency, send ns, receive ns) of a transfer with the switch or None, reduction ns].
 
         A transfer with the switch (peer SWITCH: in-network reduction) is cut through the switch: the sum for a
         receiver streams out one latency after the members' first bytes are in and ends one latency after their
         last, so when every member starts at once a step ends 2 x latency + max(sent, received) / bandwidth after
         it began."""
         m = messages(table, self.meta)
+        m["reduce_ns"] = reduction_ns(m["reduced"], self.local_mem_gbps)
         cols = [m[k].tolist() for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "dim", "cost",
-                                        "link_ns")]
-        for npu, c, f, s, st, snd, peer, d, cost, link_ns in zip(*cols):
+                                        "link_ns", "reduce_ns")]
+        for npu, c, f, s, st, snd, peer, d, cost, link_ns, red in zip(*cols):
             steps = self.steps.setdefault((npu, c, f, s), [])
             while len(steps) <= st:
-                steps.append([0.0, [], 0.0, 0, 0.0, None])
+                steps.append([0.0, [], 0.0, 0, 0.0, None, 0.0])
             rec = steps[st]
             if peer == SWITCH:
                 lat, up, down = rec[5] or (cost - link_ns, 0.0, 0.0)
@@ -100,6 +106,7 @@ class _Engine(PhaseEngine):
             else:
                 rec[3] += 1
                 rec[4] = max(rec[4], cost)
+                rec[6] += red
         for steps in self.steps.values():
             for rec in steps:
                 if rec[5] is not None and rec[3]:  # what the switch sends back, as seen from this NPU's own start
@@ -117,11 +124,11 @@ class _Engine(PhaseEngine):
         self.touched.add(server)
 
     def _record(self, pk, st):
-        return self.steps[pk][st] if st < self.nsteps(pk) else (0.0, (), 0.0, 0, 0.0, None)
+        return self.steps[pk][st] if st < self.nsteps(pk) else (0.0, (), 0.0, 0, 0.0, None, 0.0)
 
     def _begin(self, pk, st: int, now: float) -> float:
         """The links take the step: its messages leave now. Returns how long the links stay busy."""
-        link_ns, sends, own, expect, self_recv, switch = self._record(pk, st)
+        link_ns, sends, own, expect, self_recv, switch, _ = self._record(pk, st)
         if self.symmetric:  # the twin of every message it receives left its peer now
             self.arrived[(pk, st)] = [expect, now + self_recv]
         else:
@@ -177,7 +184,8 @@ class _Engine(PhaseEngine):
             return
         begin, own = self.begun.pop(sk)
         self.arrived.pop(sk, None)
-        self.push(max(own, a[1], begin), "step_done", sk)
+        # a reduction (ASTRA-sim's local-memory term) follows the step's transfers before the data can move on
+        self.push(max(own, a[1], begin) + self._record(*sk)[6], "step_done", sk)
 
     def on_event(self, kind: str, data, now: float) -> None:
         if kind == "link_free":

@@ -75,10 +75,12 @@ ENGINES = ("auto", "compiled", "python")
 
 
 def run(schedule: Schedule, intra: str = "fifo", active_chunks: int = 1, timeline: bool = False,
-        switching: str = "cut-through", mode: str = "auto", engine: str = "auto") -> Result:
+        switching: str = "cut-through", mode: str = "auto", engine: str = "auto",
+        local_mem_gbps: float | None = None) -> Result:
     """Execute the tables over the links. mode: auto (symmetric when valid), symmetric or full; `timeline` keeps
     every link transfer for a trace (full mode: every link of the network). engine: the compiled event core
-    (auto: when built) or the Python reference engine; both give identical results (tested)."""
+    (auto: when built) or the Python reference engine; both give identical results (tested). local_mem_gbps:
+    ASTRA-sim's local-mem-bw reduction term (network/memory.py; None: off)."""
     meta = schedule.meta
     if switching not in SWITCHING:
         raise OptionError(f"unknown switching {switching}")
@@ -101,10 +103,10 @@ def run(schedule: Schedule, intra: str = "fifo", active_chunks: int = 1, timelin
     cut_through = switching == "cut-through"
     if engine == "python" or _linkcore is None:
         tables = {n: table_of(schedule, n) for n in npus}
-        plan = Plan(meta, npus, tables.__getitem__, mode == "symmetric")
+        plan = Plan(meta, npus, tables.__getitem__, mode == "symmetric", local_mem_gbps)
         out = _Engine(plan, tables, intra, active_chunks, timeline, cut_through).simulate_links()
     else:  # tables are read one by one: only the plan is held
-        plan = Plan(meta, npus, lambda n: table_of(schedule, n), mode == "symmetric")
+        plan = Plan(meta, npus, lambda n: table_of(schedule, n), mode == "symmetric", local_mem_gbps)
         out = _compiled(plan, intra, active_chunks, timeline, cut_through)
     return _result(plan, *out)
 
@@ -170,6 +172,7 @@ class _Engine(PhaseEngine):
             if b > a:
                 self.steps[phase[p]] = [[sends[plan.step_send[g]:plan.step_send[g + 1]], expect[g]]
                                         for g in range(a, b)]
+        self.step_reduce = {k: r for k, r in zip(step_key, plan.step_reduce_ns.tolist())}
         rs, route = plan.route_start.tolist(), plan.route.tolist()
         self.msg_route = [route[a:b] for a, b in zip(rs[:-1], rs[1:])]
         self.msg_ns, self.msg_bytes = plan.msg_ns.tolist(), plan.msg_bytes.tolist()
@@ -213,7 +216,7 @@ class _Engine(PhaseEngine):
             del self.begun[sk]
             self.own_left.pop(sk, None)
             self.got.pop(sk, None)
-            self.push(now, "step_done", sk)
+            self.push(now + self.step_reduce.get(sk, 0.0), "step_done", sk)
 
     def on_event(self, kind: str, data, now: float) -> None:
         if kind == "link_free":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..network.links import LinkMap
+from ..network.memory import reduction_ns
 from .phases import OptionError, Table, messages, per_dim_bytes, successors
 from .tables import SWITCH
 
@@ -29,8 +30,8 @@ I64 = np.int64
 class Plan:
     """`fetch(npu)` gives an NPU's table; tables are read one at a time, so only their messages are held at once."""
 
-    def __init__(self, meta, npus, fetch, symmetric: bool):
-        self.meta, self.symmetric = meta, symmetric
+    def __init__(self, meta, npus, fetch, symmetric: bool, local_mem_gbps: float | None = None):
+        self.meta, self.symmetric, self.local_mem_gbps = meta, symmetric, local_mem_gbps
         self.npus, self.ndims = meta.npus, meta.ndims
         self.sim = np.array(sorted(npus), I64)
         self.links = LinkMap(meta.topology, representative=symmetric)
@@ -89,6 +90,8 @@ class Plan:
         send = m["send"] == 1
         self.expect = np.zeros(self.NS, I64) if self.symmetric else \
             np.bincount(gstep[~send], minlength=self.NS).astype(I64)
+        self.step_reduce_ns = np.zeros(self.NS)
+        np.add.at(self.step_reduce_ns, gstep[~send], reduction_ns(m["reduced"][~send], self.local_mem_gbps))
         s = np.flatnonzero(send)
         src, dst = m["npu"][s].astype(I64), m["peer"][s].astype(I64)
         self.M = len(s)

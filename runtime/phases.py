@@ -9,7 +9,7 @@ import numpy as np
 
 from ..network.links import ROUTED, LinkMap
 from ..network.units import gbps_to_bytes_per_ns
-from .tables import SEND, Schedule, Table, TableError
+from .tables import RECV_REDUCE, SEND, Schedule, Table, TableError
 
 
 class OptionError(ValueError):
@@ -49,11 +49,12 @@ class Result:
 
 def messages(t: Table, meta):
     """Aggregate rows into messages: returns dict of arrays keyed like the table plus `cost` (ns): latency per hop
-    plus bytes / bandwidth. A routed message (dim -1), and every message on a graph topology, pays the latency of
-    each link on its route (runtime/links.py)."""
+    plus bytes / bandwidth, and `reduced`: the bytes of a receive that are added into the buffer (RECV_REDUCE). A
+    routed message (dim -1), and every message on a graph topology, pays the latency of each link on its route
+    (runtime/links.py)."""
     if not len(t):
         return {k: np.zeros(0, np.int64) for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "lane",
-                                                   "dim", "bytes", "cost", "link_ns", "hops")}
+                                                   "dim", "bytes", "cost", "link_ns", "hops", "reduced")}
     send = (t["op"] == SEND).astype(np.int64)
     # peer + 1: the keys must be non-negative and a transfer with the switch has peer -1 (tables.SWITCH)
     words = pack_keys([t["npu"], t["coll"], t["flow"], t["stage"], t["step"], send, t["peer"] + 1, t["lane"]])
@@ -62,6 +63,7 @@ def messages(t: Table, meta):
     first = np.concatenate([[True], np.any(sk[:, 1:] != sk[:, :-1], axis=0)])
     starts = np.flatnonzero(first)
     nbytes = np.add.reduceat(t["bytes"][order], starts)
+    reduced = np.add.reduceat(np.where(t["op"][order] == RECV_REDUCE, t["bytes"][order], 0), starts)
     o = order[starts]
     latency = np.asarray(meta.latency_ns, dtype=np.float64)
     dim = t["dim"][o].astype(np.int64)
@@ -79,7 +81,7 @@ def messages(t: Table, meta):
     cost = lat + link_ns
     return {"link_ns": link_ns, "hops": t["hops"][o], "npu": t["npu"][o], "coll": t["coll"][o], "flow": t["flow"][o],
             "stage": t["stage"][o], "step": t["step"][o], "send": send[o], "peer": t["peer"][o],
-            "lane": t["lane"][o], "dim": t["dim"][o], "bytes": nbytes, "cost": cost}
+            "lane": t["lane"][o], "dim": t["dim"][o], "bytes": nbytes, "cost": cost, "reduced": reduced}
 
 
 def pack_keys(keys: list[np.ndarray]) -> list[np.ndarray]:

@@ -48,7 +48,7 @@ def cases(draw):
     size = chunks * npus * 2 * 3 * 4 * draw(st.integers(1, 16))
     options = {"switching": draw(st.sampled_from(congestion.SWITCHING)),
                "intra": draw(st.sampled_from(["fifo", "scf"])), "active_chunks": draw(st.integers(1, 3)),
-               "timeline": draw(st.booleans())}
+               "timeline": draw(st.booleans()), "local_mem_gbps": draw(st.sampled_from([None, 5.0, 1600.0]))}
     return "_".join(f"{b}({k})" for b, k in dims), kind, chunks, ",".join(algos), size, options
 
 

@@ -1,0 +1,134 @@
+"""Remote (pooled) memory: seed 002's hierarchical memory pool (HierMem) and ZeRO-Infinity's per-node CPU memory or
+NVMe, with the seed's pipelined transfer model.
+
+HierMem (seed 002, "Remote Memory Model", Fig. "remote memory model illustration"): `nodes` nodes of
+`gpus_per_node` GPUs; each node's GPUs hang off an in-node switch (in-node pooled fabric, per GPU link); every
+node links to each of `out_node_switches` out-node switches (GPU-side out-node fabric, per link); every one of
+`remote_groups` remote memory groups links to each out-node switch (memory-side out-node fabric, per link) and
+reads its memory at `remote_group_gbps`. Data is sharded evenly over the groups and spread evenly over the
+switches. When every GPU loads W bytes (the seed's example: 256 GPUs in 16 nodes, 4 switches, 8 groups):
+- a group holds 256 W / 8 = 32 W and sends 32 W / 4 = 8 W on each of its switch links;
+- each node needs 16 W, so each switch-to-node link carries 16 W / 4 = 4 W;
+- each GPU's in-node link carries W.
+With in-switch collectives (seed 002, "In-switch Collective Communication") a load gathers the GPUs' shards as it
+goes (all-gather while loading): the tensor every GPU ends with is T = 256 W, a group link still carries
+T / (8 x 4) = 8 W, a switch-to-node link T / 4 = 64 W (the switch has gathered every group's part) and each GPU
+link T = 256 W (the in-node switch broadcasts). A store is the mirror image (reduce-scatter while storing).
+
+Pipelined transfer (Fig. "pipelined data transfer"): the bytes move in chunks of `chunk_bytes` through the stages
+memory read -> group link -> switch-to-node link -> GPU link. The number of pipeline steps is the group link's
+bytes over the chunk size (the seed's "Number of Pipeline Stages"), each stage moves 1/steps of its link's bytes
+per step (the seed's TX_rem2outSW, TX_outSW2inSW, TX_inSW2GPU; a group's memory read serves its S switch links),
+and the transfer takes the sum of the stage times (the first chunk's way through) plus steps - 1 times the
+longest stage (the critical path), plus the pool's access latency.
+
+ZeRO-Infinity (seed 002, Fig. 3): each node keeps the offloaded tensors in its CPU memory or on its NVMe drives,
+and each GPU reaches its node's memory over its own PCIe link: the stages are the node memory (shared by the
+node's GPUs) and the GPU's PCIe link. It has no switches, so no in-switch collectives.
+
+Bandwidths are GB/s of 2^30 B (network/units.py), sizes bytes, latency ns.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .errors import UserError
+from .units import gbps_to_bytes_per_ns
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    link_bytes: float    # bytes one link (or one memory) of this stage carries for the whole transfer
+    gbps: float
+
+    def step_ns(self, steps: int) -> float:
+        return self.link_bytes / steps / gbps_to_bytes_per_ns(self.gbps)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """A pipelined transfer: its stages, the number of chunk steps and the time."""
+    stages: tuple
+    steps: int
+    latency_ns: float
+
+    @property
+    def stage_ns(self) -> list[float]:
+        return [s.step_ns(self.steps) for s in self.stages]
+
+    @property
+    def total_ns(self) -> float:
+        if self.steps == 0:
+            return 0.0
+        t = self.stage_ns
+        return self.latency_ns + sum(t) + (self.steps - 1) * max(t)
+
+
+def _steps(link_bytes: float, chunk_bytes: int) -> int:
+    """Pipeline steps: the group link's bytes in chunks (a last partial chunk is one more step)."""
+    return 0 if link_bytes <= 0 else max(1, math.ceil(link_bytes / chunk_bytes - 1e-9))
+
+
+@dataclass(frozen=True)
+class HierMem:
+    nodes: int
+    gpus_per_node: int
+    in_node_gbps: float
+    out_node_switches: int
+    remote_groups: int
+    remote_group_gbps: float
+    gpu_side_out_gbps: float
+    mem_side_out_gbps: float
+    chunk_bytes: int
+    latency_ns: float = 0.0
+    design: str = field(default="hiermem", init=False)
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def link_bytes(self, nbytes: float, in_switch: bool = False) -> dict[str, float]:
+        """Bytes on one link of each kind when every GPU loads (or stores) `nbytes`; with in_switch, `nbytes` is the
+        gathered tensor every GPU ends with (each GPU's shard is nbytes / GPUs)."""
+        g, s = self.remote_groups, self.out_node_switches
+        pool = nbytes if in_switch else nbytes * self.gpus       # bytes the pool serves in all
+        return {"memory": pool / g,                              # what one group reads
+                "group_link": pool / (g * s),
+                "node_link": nbytes / s if in_switch else nbytes * self.gpus_per_node / s,
+                "gpu_link": nbytes}
+
+    def transfer(self, nbytes: float, in_switch: bool = False) -> Transfer:
+        b = self.link_bytes(nbytes, in_switch)
+        stages = (Stage("memory", b["memory"], self.remote_group_gbps),
+                  Stage("group_link", b["group_link"], self.mem_side_out_gbps),
+                  Stage("node_link", b["node_link"], self.gpu_side_out_gbps),
+                  Stage("gpu_link", b["gpu_link"], self.in_node_gbps))
+        return Transfer(stages, _steps(b["group_link"], self.chunk_bytes), self.latency_ns)
+
+
+@dataclass(frozen=True)
+class ZeroInfinity:
+    nodes: int
+    gpus_per_node: int
+    pcie_gbps: float          # each GPU's link to its node's memory
+    memory_gbps: float        # the node's CPU memory (memory: cpu) or NVMe drives (memory: nvme), all GPUs share it
+    memory: str               # cpu | nvme
+    chunk_bytes: int
+    latency_ns: float = 0.0
+    design: str = field(default="zero-infinity", init=False)
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def link_bytes(self, nbytes: float, in_switch: bool = False) -> dict[str, float]:
+        if in_switch:
+            raise UserError("a ZeRO-Infinity pool has no switches: in-switch collectives need a hiermem pool")
+        return {"memory": nbytes * self.gpus_per_node, "pcie": nbytes}
+
+    def transfer(self, nbytes: float, in_switch: bool = False) -> Transfer:
+        b = self.link_bytes(nbytes, in_switch)
+        stages = (Stage(self.memory, b["memory"], self.memory_gbps), Stage("pcie", b["pcie"], self.pcie_gbps))
+        return Transfer(stages, _steps(b["pcie"], self.chunk_bytes), self.latency_ns)

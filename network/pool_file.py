@@ -1,0 +1,122 @@
+"""Reader of a remote memory pool description (`--pool pool.yaml`, docs/memory.md): the one reader of the format.
+
+    version: 1
+    design: hiermem              # or zero-infinity
+    nodes: 16
+    gpus_per_node: 16
+    in_node_gbps: 256            # hiermem: in-node pooled fabric, per GPU link
+    out_node_switches: 16
+    remote_groups: 256
+    remote_group_gbps: 100
+    gpu_side_out_gbps: 2048      # node <-> out-node switch link
+    mem_side_out_gbps: 512       # remote memory group <-> out-node switch link
+    chunk: 2MB                   # pipelining unit (a size, or bytes)
+    latency_ns: 0                # optional: the pool's access latency
+
+A zero-infinity pool has nodes, gpus_per_node, pcie_gbps, memory (cpu or nvme), memory_gbps (the node's CPU memory
+or NVMe drives, shared by its GPUs), chunk and the optional latency_ns. Every problem is one UserError naming the
+file, the field and the value.
+"""
+from __future__ import annotations
+
+import math
+
+from .errors import UserError, one_line, read_text
+from .memory import check_latency_ns
+from .memory_pool import HierMem, ZeroInfinity
+from .units import MAX_BYTES, MAX_GBPS, MIN_GBPS, parse_size
+
+VERSION = 1
+MAX_FILE_BYTES = 1 << 20
+MAX_COUNT = 1 << 20     # nodes, GPUs, switches, groups: far past any machine, small enough for exact arithmetic
+COUNTS = {"hiermem": ("nodes", "gpus_per_node", "out_node_switches", "remote_groups"),
+          "zero-infinity": ("nodes", "gpus_per_node")}
+RATES = {"hiermem": ("in_node_gbps", "remote_group_gbps", "gpu_side_out_gbps", "mem_side_out_gbps"),
+         "zero-infinity": ("pcie_gbps", "memory_gbps")}
+OTHERS = {"hiermem": ("chunk",), "zero-infinity": ("memory", "chunk")}
+OPTIONAL = ("version", "design", "latency_ns")
+
+
+def load(path: str):
+    """The pool a file describes (HierMem or ZeroInfinity)."""
+    import yaml
+    text = read_text(path, "a YAML memory pool description", label="pool file ", limit=MAX_FILE_BYTES)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"pool file {path}: malformed YAML{where}: {one_line(str(getattr(e, 'problem', None) or e))}") \
+            from None
+    except RecursionError:
+        raise UserError(f"pool file {path}: nests too deeply") from None
+    return parse(data, path)
+
+
+def parse(data, path: str):
+    if not isinstance(data, dict):
+        raise UserError(f"pool file {path}: expected a mapping of field: value, got {type(data).__name__}")
+    version = data.get("version", VERSION)
+    if version != VERSION or isinstance(version, bool):
+        raise UserError(f"pool file {path}: field 'version' is {_show(version)}; this reader knows version {VERSION}")
+    design = data.get("design", "hiermem")
+    if design not in COUNTS:
+        raise UserError(f"pool file {path}: field 'design' is {_show(design)}; expected hiermem or zero-infinity")
+    known = COUNTS[design] + RATES[design] + OTHERS[design] + OPTIONAL
+    for key in data:
+        if key not in known:
+            raise UserError(f"pool file {path}: unknown field {_show(key)} for a {design} pool; expected "
+                            f"{', '.join(known)}")
+    for key in known:
+        if key not in OPTIONAL and data.get(key) is None:
+            raise UserError(f"pool file {path}: field '{key}' is missing (a {design} pool needs "
+                            f"{', '.join(k for k in known if k not in OPTIONAL)})")
+    values = {k: _count(path, k, data[k]) for k in COUNTS[design]}
+    values.update({k: _rate(path, k, data[k]) for k in RATES[design]})
+    values["chunk_bytes"] = _size(path, "chunk", data["chunk"])
+    values["latency_ns"] = _field(path, "latency_ns", data.get("latency_ns", 0),
+                                  lambda v: check_latency_ns(v, "latency_ns"))
+    if values["nodes"] * values["gpus_per_node"] > MAX_COUNT:
+        raise UserError(f"pool file {path}: nodes x gpus_per_node is {values['nodes'] * values['gpus_per_node']}; at "
+                        f"most {MAX_COUNT} GPUs")
+    if design == "zero-infinity":
+        if data["memory"] not in ("cpu", "nvme"):
+            raise UserError(f"pool file {path}: field 'memory' is {_show(data['memory'])}; expected cpu or nvme")
+        return ZeroInfinity(memory=data["memory"], **values)
+    return HierMem(**values)
+
+
+def _show(value) -> str:
+    return one_line(repr(value))[:80]
+
+
+def _field(path: str, key: str, value, check):
+    try:
+        return check(value)
+    except UserError as e:
+        raise UserError(f"pool file {path}: field '{key}' is {_show(value)}: {str(e).split(': ', 1)[-1]}") from None
+
+
+def _count(path: str, key: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        raise UserError(f"pool file {path}: field '{key}' is {_show(value)}; expected a whole number from 1 to "
+                        f"{MAX_COUNT}")
+    return value
+
+
+def _rate(path: str, key: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not MIN_GBPS <= value <= MAX_GBPS:
+        raise UserError(f"pool file {path}: field '{key}' is {_show(value)}; expected GB/s between {MIN_GBPS:g} and "
+                        f"{MAX_GBPS:g}")
+    return float(value)
+
+
+def _size(path: str, key: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise UserError(f"pool file {path}: field '{key}' is {_show(value)}; expected a size such as 2MB or a number "
+                        "of bytes")
+    nbytes = value if isinstance(value, int) else _field(path, key, value, parse_size)
+    if not 1 <= nbytes <= MAX_BYTES:
+        raise UserError(f"pool file {path}: field '{key}' is {_show(value)}; expected 1 B to {MAX_BYTES} B")
+    return nbytes
