@@ -106,7 +106,8 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             rank: int = 0, max_memory: int | None = None,
             capture_limit: float | None = DEFAULT_CAPTURE_LIMIT, example_inputs=None, parallelize=None,
             loss=None, optimizer=None, iteration: int | None = None, keep_tables: bool = False,
-            local_mem_gbps: float | None = None) -> WorkloadReport:
+            local_mem_gbps: float | None = None, mem_latency_ns: float = 0.0, pool=None, offload=None,
+            in_switch: bool = False) -> WorkloadReport:
     """Capture (or import) one training step, compile its collectives for `topology` and time the step.
 
     `source`: a model file, an imported module following the model-file convention, execution-trace files, a
@@ -122,11 +123,16 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     collective estimated to need more (default: this machine's available memory); `capture_limit` bounds the CPU
     seconds a model file may take to load and capture. `keep_tables`: keep each collective's schedule so that
     `report.step_tables(fmt)` gives the step's per-accelerator tables (runtime/step_tables.py). `local_mem_gbps`:
-    ASTRA-sim's local-mem-bw reduction term in every collective (network/memory.py; None: off)."""
+    ASTRA-sim's local-mem-bw reduction term in every collective (network/memory.py; None: off). `mem_latency_ns`:
+    the local memory's access latency (its bandwidth is `mem_bw_gbps`); `pool`: the remote memory pool that remote
+    loads and stores use (a pool file's path, or network/memory_pool's HierMem or ZeroInfinity; docs/memory.md).
+    `offload` ("params,grads,optimizer" or a tuple of them) keeps those states in the pool, moved where the step
+    needs them, and `in_switch` lets the pool's switches do the FSDP all-gathers and reduce-scatters
+    (frontend/offload.py)."""
     step_module = isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".mlir")
     if _is_step_dir(source):
         return _compile_step_dir(os.fspath(source), topology, backend, intra, peak_tflops, mem_bw_gbps, max_memory,
-                                 rank, local_mem_gbps)
+                                 rank, local_mem_gbps, mem_latency_ns, pool)
     if topology is None and not step_module:
         raise UserError("a topology is required (a workload .mlir module names its own)")
     if topology is None and any(v is not None for v in (bandwidth, latency, links)):
@@ -138,10 +144,10 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         mesh = parse_mesh(mesh)
     _check_roofline(peak_tflops, mem_bw_gbps)
     if step_module:  # written by --emit mlir: already lowered, with its topology, source and mesh
-        if mesh or iteration is not None or any(v is not None for v in (example_inputs, parallelize, loss,
-                                                                         optimizer)):
+        if mesh or iteration is not None or offload or in_switch or \
+                any(v is not None for v in (example_inputs, parallelize, loss, optimizer)):
             raise UserError(f"{os.fspath(source)}: a workload module is already captured and lowered: mesh, "
-                            "iteration and the nn.Module options do not apply")
+                            "iteration, offload and the nn.Module options do not apply")
         lowered, topo, recorded = read_lowered(os.fspath(source), topo)
     elif _is_module(source):
         from .frontend.module_object import model_file_from_object
@@ -153,12 +159,16 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         workload = load_workload(source, topo.npus, mesh, capture_limit)
         if iteration is not None:
             workload = workload.only_iteration(iteration)
+        from .frontend.offload import offload as place, parse_states
+        states = parse_states(",".join(offload) if isinstance(offload, (tuple, list)) else offload)
+        workload = place(workload, states, in_switch)
         lowered = _lowered(workload, topo)
         recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items())}
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
     run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory,
                                  local_mem_gbps=_local_mem(local_mem_gbps))
-    opts = WorkloadOptions(scheduler, defaults, run_opts, Roofline(peak_tflops, mem_bw_gbps), keep_tables)
+    opts = WorkloadOptions(scheduler, defaults, run_opts, Roofline(peak_tflops, mem_bw_gbps), keep_tables,
+                           *_memory(mem_latency_ns, pool, topo))
     report = _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
     if not step_module:
         from .frontend import chakra
@@ -176,7 +186,8 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
         raise UserError(f"rank {rank} is not among the workload's programs ({sorted(result.ranks)})")
     info = {"source": recorded["source"], "topology": topo.name, "npus": topo.npus, "mesh": recorded["mesh"],
             "backend": opts.run.backend, "scheduler": recorded["scheduler"], "peak_tflops": opts.roofline.peak_tflops,
-            "mem_bw_gbps": opts.roofline.mem_gbps, "rank": rank}
+            "mem_bw_gbps": opts.roofline.mem_gbps, "mem_latency_ns": opts.mem_latency_ns, "rank": rank,
+            **({"pool": describe_pool(opts.pool)} if opts.pool is not None else {})}
     report = make_report(info, result, times, lowered.programs, program)
     report.mlir = with_schedules(lowered.mlir, lowered.programs, times) if lowered.mlir else ""
     report.timeline = lambda: step_trace(result, lowered.programs, times, info)
@@ -194,8 +205,19 @@ def _is_step_dir(source) -> bool:
     return is_step_dir(os.fspath(source))
 
 
+def describe_pool(pool) -> str:
+    """One line naming a pool's design and sizes (the report's `pool`)."""
+    if pool.design == "zero-infinity":
+        return (f"zero-infinity, {pool.nodes} nodes x {pool.gpus_per_node} GPUs, {pool.memory} {pool.memory_gbps:g} "
+                f"GB/s per node, PCIe {pool.pcie_gbps:g} GB/s")
+    return (f"hiermem, {pool.nodes} nodes x {pool.gpus_per_node} GPUs, in-node {pool.in_node_gbps:g} GB/s, "
+            f"{pool.out_node_switches} out-node switches, {pool.remote_groups} groups x {pool.remote_group_gbps:g} "
+            f"GB/s")
+
+
 def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops: float, mem_bw_gbps: float,
-                      max_memory: int | None, rank: int, local_mem_gbps: float | None = None) -> WorkloadReport:
+                      max_memory: int | None, rank: int, local_mem_gbps: float | None = None,
+                      mem_latency_ns: float = 0.0, pool=None) -> WorkloadReport:
     """A step table directory (--emit tables -o DIR): its collectives' tables executed on `backend`, then the step."""
     from . import step_dir
     if topology is not None:
@@ -205,10 +227,30 @@ def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops
     run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory,
                                  local_mem_gbps=_local_mem(local_mem_gbps))
     lowered, topo, recorded, times, step = step_dir.load(path, run_opts)
-    opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, Roofline(peak_tflops, mem_bw_gbps))
+    opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, Roofline(peak_tflops, mem_bw_gbps), False,
+                           *_memory(mem_latency_ns, pool, topo))
     report = _timed(lowered, topo, opts, times, recorded, rank)
     report.step_tables = lambda fmt: step
     return report
+
+
+def _memory(latency_ns, pool, topo) -> tuple[float, object]:
+    """The local memory latency and the pool of a run on `topo`, checked (a pool file is read here): the pool's
+    GPUs are the topology's NPUs."""
+    from .network.memory import check_latency_ns
+    from .network.memory_pool import HierMem, ZeroInfinity
+    latency = check_latency_ns(latency_ns, "mem_latency_ns (--mem-latency)")
+    pool_path = pool if isinstance(pool, (str, os.PathLike)) else None
+    if pool_path is not None:
+        from .network import pool_file
+        pool = pool_file.load(os.fspath(pool))
+    elif pool is not None and not isinstance(pool, (HierMem, ZeroInfinity)):
+        raise UserError(f"pool must be a pool file's path, a HierMem or a ZeroInfinity, got {type(pool).__name__}")
+    if pool is not None and pool.gpus != topo.npus:
+        where = f"pool file {os.fspath(pool_path)}: " if pool_path is not None else "pool: "
+        raise UserError(f"{where}nodes x gpus_per_node is {pool.nodes} x {pool.gpus_per_node} = {pool.gpus} GPUs but "
+                        f"{topo.name} has {topo.npus} NPUs")
+    return latency, pool
 
 
 def _local_mem(gbps) -> float | None:

@@ -75,6 +75,19 @@ def build_parser() -> _Parser:
     g.add_argument("--mem-bw", type=float, default=1896.0,
                    help="compute roofline: memory bandwidth per NPU in GB/s of 2^30 B (default 1896 = A100-80GB's "
                         "2039 decimal GB/s)")
+    g.add_argument("--mem-latency", type=float, default=0.0, metavar="NS",
+                   help="local memory access latency in ns (default 0): a local load or store of S bytes takes it "
+                        "plus S / --mem-bw (docs/memory.md)")
+    g.add_argument("--pool", metavar="POOL.yaml",
+                   help="the remote memory pool remote loads and stores use: seed 002's HierMem or ZeRO-Infinity "
+                        "(docs/memory.md)")
+    g.add_argument("--offload", metavar="STATES",
+                   help="keep these training states in the remote pool and move them as the step needs them "
+                        "(ZeRO-Infinity style): params, grads, optimizer, comma-separated; needs --pool")
+    g.add_argument("--in-switch", action="store_true",
+                   help="with --offload on a hiermem pool: the pool's switches all-gather parameters while they are "
+                        "loaded and reduce-scatter gradients while they are stored (seed 002's in-switch "
+                        "collectives), in place of those collectives")
     g = p.add_argument_group("network")
     g.add_argument("--topology", help='e.g. "Ring(4)_FC(2)_Switch(8)", 8x8_torus, 64_switch, an ASTRA-sim .yml/.json, '
                                          'or a graph: 4x8_bigraph, dgx1, 2_dgx1, a .edges file')
@@ -281,7 +294,7 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
             raise UserError(f"--emit mlir: {args.input[0]} holds the step's tables, not its workload module")
         report = compile_workload(args.input[0], None, backend=args.backend, intra=args.intra,
                                   peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
-                                  local_mem_gbps=_local_mem(args))
+                                  local_mem_gbps=_local_mem(args), mem_latency_ns=args.mem_latency, pool=args.pool)
     else:
         if not args.topology and not _is_step_module(args.input):
             raise UserError("--topology is required")
@@ -293,7 +306,9 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
                                       algorithm=args.algorithm, backend=args.backend, intra=args.intra,
                                       peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
                                       capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration,
-                                      keep_tables=args.emit == "tables", local_mem_gbps=_local_mem(args))
+                                      keep_tables=args.emit == "tables", local_mem_gbps=_local_mem(args),
+                                      mem_latency_ns=args.mem_latency, pool=args.pool, offload=args.offload,
+                                      in_switch=args.in_switch)
     if args.emit == "tables":
         return _emit_step_tables(args, report)
     if args.emit == "chakra":

@@ -19,11 +19,11 @@ ALLOWED = {
     "table directory": RUN | {"json", "verify", "timeline", "plot"},
     "training step": NETWORK | COMPILE | {"system", "mesh", "capture_limit", "peak_tflops", "mem_bw", "backend",
                                           "intra", "emit", "output", "json", "max_memory", "cache", "iteration",
-                                          "local_mem_bw",
+                                          "local_mem_bw", "mem_latency", "pool", "offload", "in_switch",
                                           "timeline", "npu", "table_format", "force"},
     # a step written with --emit tables -o: compiled already, on its own topology
     "step tables": {"peak_tflops", "mem_bw", "backend", "intra", "emit", "npu", "json", "max_memory", "timeline",
-                    "local_mem_bw"},
+                    "local_mem_bw", "mem_latency", "pool"},
     "collective": NETWORK | COMPILE | RUN | {"system", "collective", "size", "dims", "root", "ports",
                                              "pass_pipeline", "print_ir_after_all", "mlir_timing", "emit", "npu",
                                              "output", "table_format", "table_view", "json", "compare",
@@ -33,6 +33,8 @@ ALLOWED = {
 # (option, condition on the parsed arguments under which it does NOT apply, what it applies to)
 CONDITIONAL = (
     ("switching", lambda a: a.backend != "congestion", "--backend congestion"),
+    ("offload", lambda a: a.pool is None, "runs with --pool (the pool the states are kept in)"),
+    ("in_switch", lambda a: not a.offload, "--offload (the switches act on the offloaded states)"),
     ("root", lambda a: a.collective not in ROOTED, "--collective broadcast or reduce"),
     ("output", lambda a: a.emit == "report", "--emit mlir or msccl-xml (a file) or --emit tables (a directory)"),
     ("npu", lambda a: a.emit != "tables", "--emit tables"),

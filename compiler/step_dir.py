@@ -42,6 +42,10 @@ def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.
                 rows.append(st.ProgramRow(op.kind, flops=int(a.get("flops", 0)), bytes=int(a.get("bytes", 0)),
                                           measured_ns=float(a.get("wl.measured_ns", math.nan)), collective=-1,
                                           group="", stream=0, **common))
+            elif op.kind in wl.MEMORY:
+                rows.append(st.ProgramRow(op.kind, flops=0, bytes=int(a["bytes"]), measured_ns=math.nan,
+                                          collective=-1, group="", stream=0, location=a["location"],
+                                          in_switch=int(a.get("wl.in_switch", 1)), **common))
             elif op.kind in wl.P2P:
                 rows.append(st.ProgramRow(op.kind, flops=0, bytes=int(a["bytes"]), measured_ns=math.nan,
                                           collective=-1, group="", peer=wl.peer(op),
@@ -132,6 +136,9 @@ def _program_op(r: st.ProgramRow, colls: list, rank: int = -1) -> wl.ProgramOp:
     if r.kind in st.MESSAGES:
         attrs |= {"bytes": r.bytes, "src": rank if r.kind == "send" else r.peer,
                   "dst": r.peer if r.kind == "send" else rank}
+    elif r.kind in st.MEMORY:
+        attrs |= {"bytes": r.bytes, "location": r.location, **({"wl.in_switch": r.in_switch} if r.in_switch > 1
+                                                                  else {})}
     elif r.kind in ("compute", "wait"):
         if r.kind == "compute":
             attrs |= {"flops": r.flops, "bytes": r.bytes}

@@ -9,7 +9,7 @@ microseconds, as the trace format expects.
 """
 from __future__ import annotations
 
-from .dialects.workload import P2P, peer as wl_peer
+from .dialects.workload import MEMORY, P2P, peer as wl_peer
 from .workload_driver import p2p_stream
 
 COMPUTE_TRACK = 0
@@ -41,6 +41,13 @@ def step_trace(result, programs, times, info: dict) -> dict:
                                "args": {"flops": int(op.attrs.get("flops", 0)), "bytes": int(op.attrs.get("bytes", 0)),
                                         **part}})
                 continue
+            if op.kind in MEMORY:   # one track per memory: its copy stream (workload_engine)
+                where = op.attrs["location"]
+                tid = _track(events, streams, pid, ("memory", where), f"{where} memory")
+                events.append({**span, "name": f"{op.kind} {op.name}", "cat": "memory", "tid": tid,
+                               "args": {"bytes": int(op.attrs["bytes"]), "location": where,
+                                        "in_switch": int(op.attrs.get("wl.in_switch", 1)), **part}})
+                continue
             done = times.of(op)
             if op.kind in P2P:   # messages to (from) one peer share a stream (workload_driver.p2p_stream)
                 peer = wl_peer(op)
@@ -61,7 +68,8 @@ def step_trace(result, programs, times, info: dict) -> dict:
 
 
 def _track(events: list, streams: dict, pid: int, key, name: str) -> int:
-    """The track of a stream (a process group's or the messages with one peer), named when first used."""
+    """The track of a stream (a process group's, the messages with one peer, a memory's copies), named when first
+    used."""
     if key not in streams:
         streams[key] = len(streams) + 1
         events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": streams[key], "args": {"name": name}})

@@ -27,10 +27,11 @@ from . import driver, reuse
 from .dialects import workload as wl
 from .network.errors import UserError, read_text
 from .passes import PassError
-from .frontend.workload import COLLECTIVE, COMPUTE, RECV, SEND, Workload
+from .frontend.workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, Workload
 from .runtime import workload_engine as engine
 from .runtime.workload_engine import ProgramTable, Roofline, run_workload, WorkloadError
 from .network.links import LinkMap
+from .network.memory import LocalMemory, MemorySystem
 from .network.message import message
 from .network.topology import Topology
 
@@ -104,6 +105,8 @@ def to_module(ctx, workload: Workload, topology: Topology):
                     made.attributes["wl.schedule"] = wl.comm.to_attr(schedules.setdefault(key, f"c{len(schedules)}"))
                 elif op.kind in (SEND, RECV):
                     made = wl.create_message(op.kind, op.name, op.bytes, rank, op.peer, deps, ip)
+                elif op.kind in (LOAD, STORE):
+                    made = wl.create_memory(op.kind, op.name, op.bytes, op.location, op.in_switch, deps, ip)
                 else:  # a wait, or a collective on a group of one rank (nothing to move): a point of order only
                     made = wl.create_wait(op.name, deps, ip)
                 wl.set_part(made, op.phase, op.iteration)
@@ -205,6 +208,11 @@ class WorkloadOptions:
     run: driver.RunOptions = field(default_factory=driver.RunOptions)
     roofline: Roofline = field(default_factory=Roofline)
     keep_schedules: bool = False   # keep each collective's compiled schedule (step tables); never from a cache
+    mem_latency_ns: float = 0.0    # local memory access latency (--mem-latency); its bandwidth is the roofline's
+    pool: object | None = None     # the remote memory pool (--pool; network/memory_pool.py), None: none
+
+    def memory(self) -> MemorySystem:
+        return MemorySystem(LocalMemory(self.mem_latency_ns, self.roofline.mem_gbps), self.pool)
 
 
 def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> CollectiveTimes:
@@ -214,7 +222,7 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
     times = CollectiveTimes(topology)
     for prog in progs:
         for op in prog.ops:
-            if op.kind in ("compute", "wait"):
+            if op.kind in ("compute", "wait") or op.kind in wl.MEMORY:
                 continue
             key = times.key(op)
             if key in times:
@@ -343,9 +351,11 @@ def link_use(took: CollectiveTime, classes: list[list]) -> dict:
             for c in classes[d]}
 
 
-def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False) -> list[ProgramTable]:
+def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
+                   memory: MemorySystem | None = None) -> list[ProgramTable]:
     """Numpy program tables for the workload engine, one per rank program (wl.programs). Messages are checked
-    first (check_messages): each send must meet its receive."""
+    first (check_messages): each send must meet its receive. Loads and stores take `memory`'s times."""
+    memory = memory or MemorySystem()
     runs = runner(progs, spmd)
     check_messages(progs, runs)
     sync_ids: dict[tuple, int] = {}
@@ -363,6 +373,12 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False) -> l
                 kind[i] = KIND_CODE[op.kind]
                 flops[i], nbytes[i] = op.attrs.get("flops", 0), op.attrs.get("bytes", 0)
                 measured[i] = op.attrs.get("wl.measured_ns", np.nan)
+                continue
+            if op.kind in wl.MEMORY:
+                kind[i] = engine.MEMORY
+                where = op.attrs["location"]
+                duration[i] = memory.time_ns(where, op.attrs["bytes"], op.attrs.get("wl.in_switch", 1))
+                stream[i] = engine.LOCAL_STREAM if where == "local" else engine.REMOTE_STREAM
                 continue
             took = times.of(op)
             duration[i] = took.time_ns
@@ -548,7 +564,7 @@ def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions, times: Coll
     """Time the step; `times` given (a step table directory's collectives) are used as they are."""
     if times is None:
         times = time_collectives(lowered.programs, topology, opts)
-    tables = program_tables(lowered.programs, times, lowered.spmd)
+    tables = program_tables(lowered.programs, times, lowered.spmd, opts.memory())
     try:
         result = run_workload(tables, opts.roofline, lowered.spmd)
     except WorkloadError as e:

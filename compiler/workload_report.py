@@ -9,7 +9,8 @@ from typing import Callable
 
 from .network.units import format_size
 from .frontend.workload import PHASES
-from .dialects.workload import P2P, peer
+from .dialects.workload import MEMORY, P2P, peer
+from .runtime.workload_engine import BREAKDOWN
 from .workload_driver import key_parts
 
 
@@ -57,8 +58,18 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0) -> Workl
     prog = next(p for p in progs if p.rank == rank)
     r = result.ranks[rank]
     calls = []
+    memory: dict[tuple, dict] = {}
     for i, op in enumerate(prog.ops):
         if op.kind in ("compute", "wait"):
+            continue
+        if op.kind in MEMORY:
+            a = op.attrs
+            group = int(a.get("wl.in_switch", 1))
+            row = memory.setdefault((op.kind, a["location"], group, a["bytes"]),
+                                    {"kind": op.kind, "location": a["location"], "in_switch": group, "bytes": a["bytes"],
+                                     "time_us": (r.end_ns[i] - r.start_ns[i]) / 1e3, "count": 0, "total_us": 0.0})
+            row["count"] += 1
+            row["total_us"] += row["time_us"]
             continue
         key = times.key(op)
         if op.kind in P2P:
@@ -79,6 +90,9 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0) -> Workl
             "total_time_us": result.total_ns / 1e3, "compute_time_us": r.compute_ns / 1e3,
             "measured_compute_us": r.measured_ns / 1e3, "measured_ops": r.measured_ops,
             "exposed_comm_time_us": (result.total_ns - r.compute_ns) / 1e3, "comm_time_us": r.comm_ns / 1e3,
+            "local_memory_time_us": r.local_memory_ns / 1e3, "remote_memory_time_us": r.remote_memory_ns / 1e3,
+            "breakdown_us": {name: r.breakdown_ns.get(name, 0.0) / 1e3 for name in BREAKDOWN},
+            "memory_summary": list(memory.values()),
             "ops": len(prog.ops), "flops": flops, "phases": phases(prog, r, times),
             "iterations": iterations(prog, r, times),
             "collectives": calls, "collective_summary": summarize(calls)}
@@ -103,7 +117,7 @@ def parts(prog, r, times, attr: str) -> list[dict]:
         if op.kind == "compute":
             part["flops"] += int(op.attrs.get("flops", 0))
             part["compute_us"] += (r.end_ns[i] - r.start_ns[i]) / 1e3
-        elif op.kind != "wait":
+        elif op.kind != "wait" and op.kind not in MEMORY:
             part["collectives"] += 1
             part["comm_us"] += times.of(op).time_ns / 1e3
     return [{"name": name, **part} for name, part in out.items()]
@@ -157,6 +171,18 @@ def format_report(d: dict) -> str:
         f"{max(0.0, d['comm_time_us'] - d['exposed_comm_time_us']):.3f} us hidden under compute)",
         "",
     ]
+    if d["memory_summary"]:
+        b = d["breakdown_us"]
+        lines += [f"memory          local {d['local_memory_time_us']:.3f} us, remote {d['remote_memory_time_us']:.3f} us"
+                  + (f" (pool: {d['pool']})" if d.get("pool") else ""),
+                  "breakdown       " + ", ".join(f"{name.replace('_', ' ')} {b[name]:.3f}" for name in BREAKDOWN)
+                  + " us"]
+        for m in d["memory_summary"]:
+            switched = f" in-switch over {m['in_switch']} GPUs" if m["in_switch"] > 1 else ""
+            lines.append(f"  {m['kind']:<5s} {m['location']:<6s}{switched} "
+                         f"{format_size(m['bytes'])} x {m['count']}: {m['time_us']:.3f} us each, "
+                         f"{m['total_us']:.3f} us in all")
+        lines.append("")
     for key, label in (("phases", "{}"), ("iterations", "iteration {}")):
         for p in d.get(key, []):
             lines.append(f"{label.format(p[key[:-1]]):<16s}{p['start_us']:.3f} - {p['end_us']:.3f} us: compute "

@@ -26,4 +26,25 @@ irdl.dialect @wl {
     irdl.results(done: %tok)
     irdl.attributes { "name" = %name }
   }
+  // Memory: `bytes` moved from memory into the accelerator (load) or back (store). `location` is "local" (its own
+  // HBM: latency + bytes / bandwidth) or "remote" (the memory pool, timed by the pool's pipelined transfer model);
+  // a remote op may carry wl.in_switch = true: the pool's switches all-gather (reduce-scatter) it on the way.
+  irdl.operation @load {
+    %bytes = irdl.base "#builtin.integer"
+    %location = irdl.base "#builtin.string"
+    %name = irdl.base "#builtin.string"
+    %tok = irdl.base "!comm.token"
+    irdl.operands(deps: variadic %tok)
+    irdl.results(done: %tok)
+    irdl.attributes { "bytes" = %bytes, "location" = %location, "name" = %name }
+  }
+  irdl.operation @store {
+    %bytes = irdl.base "#builtin.integer"
+    %location = irdl.base "#builtin.string"
+    %name = irdl.base "#builtin.string"
+    %tok = irdl.base "!comm.token"
+    irdl.operands(deps: variadic %tok)
+    irdl.results(done: %tok)
+    irdl.attributes { "bytes" = %bytes, "location" = %location, "name" = %name }
+  }
 }

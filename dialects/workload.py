@@ -4,7 +4,10 @@ Defined in IRDL (workload.irdl.mlir). Collectives are comm dialect ops carrying 
 `wl.group` (the process group's name, a key of the program's `wl.groups`), so the comm passes see ordinary comm
 ops. Any op may carry `wl.phase` ("forward", "backward" or "optimizer"): the part of the step it belongs to, and
 `wl.iteration` (an execution trace of several training iterations): which one. The report breaks the run into
-both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it. Point-to-point messages are
+both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it. `wl.load` / `wl.store` move
+`bytes` between the accelerator and its local memory or the remote pool (`location`; docs/memory.md), a remote one
+gathered (reduce-scattered) by the pool's switches for a group of `wl.in_switch` GPUs when it carries that
+attribute. Point-to-point messages are
 the comm dialect's `comm.send` / `comm.recv` (bytes, src, dst: global ranks, the program's own rank one of them);
 the k-th send from one rank to another meets the k-th receive posted for it there. A module holds one rank
 program per rank, or (wl.spmd) one that stands for every rank, or (wl.spmd, pipeline stages) one per stage, each
@@ -44,8 +47,10 @@ from . import comm
 sys.modules.setdefault(f"{__package__}.wl", sys.modules[__name__])
 
 _IRDL_FILE = os.path.join(os.path.dirname(__file__), "workload.irdl.mlir")
-COMPUTE, WAIT = "wl.compute", "wl.wait"
-OWN_KINDS = {COMPUTE: "compute", WAIT: "wait"}   # ProgramOp.kind of the wl ops
+COMPUTE, WAIT, LOAD, STORE = "wl.compute", "wl.wait", "wl.load", "wl.store"
+OWN_KINDS = {COMPUTE: "compute", WAIT: "wait", LOAD: "load", STORE: "store"}   # ProgramOp.kind of the wl ops
+MEMORY = ("load", "store")   # ProgramOp kinds that move data between the accelerator and a memory
+LOCATIONS = ("local", "remote")
 P2P = comm.POINT_TO_POINT   # comm.send / comm.recv: a message between the program's rank and one peer
 
 
@@ -77,7 +82,7 @@ def new_workload_module(ctx: ir.Context, topology: dict, world_size: int, spmd: 
 
 def is_workload_text(head: str) -> bool:
     """Does the start of a .mlir file look like a workload module (wl attributes or ops), not a comm module?"""
-    return re.search(r'\bwl\.(world_size|rank|groups)\b|"wl\.(compute|wait)"', head) is not None
+    return re.search(r'\bwl\.(world_size|rank|groups)\b|"wl\.(compute|wait|load|store)"', head) is not None
 
 
 def check_module(module: ir.Module, where: str, shape: list[int]) -> None:
@@ -138,7 +143,8 @@ def _stands_for(ranks, rank: int, world: int, prog: str) -> list[int]:
     return ranks
 
 
-_DECLARED = {COMPUTE: ("bytes", "flops", "name"), WAIT: ("name",)}  # as workload.irdl.mlir declares them
+_DECLARED = {COMPUTE: ("bytes", "flops", "name"), WAIT: ("name",),    # as workload.irdl.mlir declares them
+             LOAD: ("bytes", "location", "name"), STORE: ("bytes", "location", "name")}
 
 
 def _check_op(o, groups: dict, prog: str, rank: int, world: int) -> None:
@@ -155,6 +161,17 @@ def _check_op(o, groups: dict, prog: str, rank: int, world: int) -> None:
         m = a.get("wl.measured_ns", 0.0)
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < 1e18:
             raise comm.IRError(f"{what}: wl.measured_ns must be a non-negative time in ns, got {m!r}")
+    elif o.name in (LOAD, STORE):
+        if isinstance(a["bytes"], bool) or not isinstance(a["bytes"], int) or a["bytes"] < 0:
+            raise comm.IRError(f"{what}: bytes must be a non-negative integer, got {a['bytes']!r}")
+        if a["location"] not in LOCATIONS:
+            raise comm.IRError(f"{what}: location must be one of {', '.join(LOCATIONS)}, got {a['location']!r}")
+        g = a.get("wl.in_switch", 1)
+        if isinstance(g, bool) or not isinstance(g, int) or not 1 <= g < 2 ** 31 or \
+                (g > 1 and a["location"] != "remote"):
+            raise comm.IRError(f"{what}: wl.in_switch is the group of GPUs the pool's switches gather for (an "
+                               f"integer >= 2, on a remote load or store only), got {g!r} at location "
+                               f"{a['location']!r}")
     elif o.name.startswith("comm.") and comm.short_name(o) in P2P:   # comm's checks gave src != dst in range
         own = "src" if comm.short_name(o) == "send" else "dst"
         if a[own] != rank:
@@ -163,8 +180,8 @@ def _check_op(o, groups: dict, prog: str, rank: int, world: int) -> None:
             raise comm.IRError(f"{what}: src and dst must be ranks in 0..{world - 1}")
     elif o.name != WAIT:
         if not o.name.startswith("comm.") or comm.short_name(o) not in comm.COLLECTIVES:
-            raise comm.IRError(f"{what}: a rank program holds wl.compute, wl.wait, comm collectives and comm.send "
-                               "and comm.recv only")
+            raise comm.IRError(f"{what}: a rank program holds wl.compute, wl.wait, wl.load, wl.store, comm "
+                               "collectives and comm.send and comm.recv only")
         if a.get("wl.group") not in groups:
             raise comm.IRError(f"{what}: wl.group {a.get('wl.group')!r} is not one of the program's wl.groups")
     for key, kinds in (("wl.phase", str), ("wl.iteration", int)):
@@ -208,6 +225,17 @@ def create_compute(name: str, flops: int, nbytes: int, deps, ip) -> ir.Operation
 def create_wait(name: str, deps, ip) -> ir.Operation:
     return ir.Operation.create(WAIT, results=[comm.token_type()], operands=list(deps), ip=ip,
                                attributes={"name": comm.to_attr(name)})
+
+
+def create_memory(kind: str, name: str, nbytes: int, location: str, in_switch: int, deps, ip) -> ir.Operation:
+    """A load or store (`kind`) of `nbytes` at `location` (local or remote); in_switch > 1: the pool's switches
+    gather (reduce-scatter) it on the way for a group of that many GPUs."""
+    op = ir.Operation.create(LOAD if kind == "load" else STORE, results=[comm.token_type()], operands=list(deps),
+                             ip=ip, attributes={"name": comm.to_attr(name), "bytes": comm.to_attr(int(nbytes)),
+                                                "location": comm.to_attr(location)})
+    if in_switch > 1:
+        op.attributes["wl.in_switch"] = comm.to_attr(int(in_switch))
+    return op
 
 
 def create_message(kind: str, name: str, nbytes: int, rank: int, peer: int, deps, ip) -> ir.Operation:

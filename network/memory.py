@@ -60,3 +60,22 @@ def check_latency_ns(value: float, what: str) -> float:
             or not 0 <= value <= MAX_LATENCY_NS:
         raise UserError(f"{what}: latency must be a number of ns between 0 and {MAX_LATENCY_NS:g}, got {value!r}")
     return float(value)
+
+
+@dataclass(frozen=True)
+class MemorySystem:
+    """Where a load or store goes: the accelerator's local memory, or the remote pool (network/memory_pool.py; None:
+    the system has none)."""
+    local: LocalMemory = LocalMemory()
+    pool: object | None = None
+
+    def time_ns(self, location: str, nbytes: float, sharers: int = 1) -> float:
+        """A load's or store's time. A remote one is timed as the pool serves it when every GPU of the pool moves
+        the same bytes at once (seed 002's model: SPMD training steps do); sharers > 1: the pool's switches gather
+        (reduce) the tensor for groups of that many GPUs (in-switch collectives)."""
+        if location == "local":
+            return self.local.access_ns(nbytes)
+        if self.pool is None:
+            raise UserError("the step loads or stores remote memory but the system has no memory pool: give --pool "
+                            "pool.yaml (docs/memory.md)")
+        return self.pool.transfer(nbytes, sharers).total_ns

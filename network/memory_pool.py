@@ -14,6 +14,9 @@ With in-switch collectives (seed 002, "In-switch Collective Communication") a lo
 goes (all-gather while loading): the tensor every GPU ends with is T = 256 W, a group link still carries
 T / (8 x 4) = 8 W, a switch-to-node link T / 4 = 64 W (the switch has gathered every group's part) and each GPU
 link T = 256 W (the in-node switch broadcasts). A store is the mirror image (reduce-scatter while storing).
+Generally the tensor is shared by `sharers` GPUs (an FSDP group; the seed's example: all 256): the pool serves
+T x GPUs / sharers (one copy per group), and a node needs min(gpus_per_node, GPUs / sharers) of the distinct
+tensors (the groups' members spread over the nodes, as a mesh's outer axis is); sharers = 1 is a plain load.
 
 Pipelined transfer (Fig. "pipelined data transfer"): the bytes move in chunks of `chunk_bytes` through the stages
 memory read -> group link -> switch-to-node link -> GPU link. The number of pipeline steps is the group link's
@@ -89,18 +92,20 @@ class HierMem:
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
-    def link_bytes(self, nbytes: float, in_switch: bool = False) -> dict[str, float]:
-        """Bytes on one link of each kind when every GPU loads (or stores) `nbytes`; with in_switch, `nbytes` is the
-        gathered tensor every GPU ends with (each GPU's shard is nbytes / GPUs)."""
+    def link_bytes(self, nbytes: float, sharers: int = 1) -> dict[str, float]:
+        """Bytes on one link of each kind when every GPU loads (or stores) `nbytes`; with sharers > 1 (in-switch),
+        `nbytes` is the gathered tensor that each group of `sharers` GPUs shares (each member's shard is
+        nbytes / sharers)."""
         g, s = self.remote_groups, self.out_node_switches
-        pool = nbytes if in_switch else nbytes * self.gpus       # bytes the pool serves in all
+        copies = self.gpus / sharers                             # distinct tensors the pool serves
+        pool = nbytes * copies
         return {"memory": pool / g,                              # what one group reads
                 "group_link": pool / (g * s),
-                "node_link": nbytes / s if in_switch else nbytes * self.gpus_per_node / s,
+                "node_link": nbytes * min(self.gpus_per_node, copies) / s,
                 "gpu_link": nbytes}
 
-    def transfer(self, nbytes: float, in_switch: bool = False) -> Transfer:
-        b = self.link_bytes(nbytes, in_switch)
+    def transfer(self, nbytes: float, sharers: int = 1) -> Transfer:
+        b = self.link_bytes(nbytes, sharers)
         stages = (Stage("memory", b["memory"], self.remote_group_gbps),
                   Stage("group_link", b["group_link"], self.mem_side_out_gbps),
                   Stage("node_link", b["node_link"], self.gpu_side_out_gbps),
@@ -123,12 +128,12 @@ class ZeroInfinity:
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
-    def link_bytes(self, nbytes: float, in_switch: bool = False) -> dict[str, float]:
-        if in_switch:
+    def link_bytes(self, nbytes: float, sharers: int = 1) -> dict[str, float]:
+        if sharers > 1:
             raise UserError("a ZeRO-Infinity pool has no switches: in-switch collectives need a hiermem pool")
         return {"memory": nbytes * self.gpus_per_node, "pcie": nbytes}
 
-    def transfer(self, nbytes: float, in_switch: bool = False) -> Transfer:
-        b = self.link_bytes(nbytes, in_switch)
+    def transfer(self, nbytes: float, sharers: int = 1) -> Transfer:
+        b = self.link_bytes(nbytes, sharers)
         stages = (Stage(self.memory, b["memory"], self.memory_gbps), Stage("pcie", b["pcie"], self.pcie_gbps))
         return Transfer(stages, _steps(b["pcie"], self.chunk_bytes), self.latency_ns)

@@ -135,22 +135,9 @@ def _read(path: str, fmt: str, load, errors) -> Any:
 def _load_yaml(path: str) -> dict:
     """ASTRA-sim 2.x network .yml: topology, npus_count, bandwidth (GB/s), latency (ns)."""
     import yaml
-
-    class StrictLoader(yaml.SafeLoader):
-        """SafeLoader that refuses a key written twice (YAML keeps the last one without a word)."""
-
-    def mapping(loader, node, deep=False):
-        keys = set()
-        for key_node, _ in node.value:
-            key = loader.construct_object(key_node, deep=deep)
-            if key in keys:
-                raise UserError(f"topology file '{path}' line {key_node.start_mark.line + 1}: key '{key}' is given "
-                                f"twice")
-            keys.add(key)
-        return yaml.SafeLoader.construct_mapping(loader, node, deep)
-
-    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    data = _read(path, "YAML", lambda f: yaml.load(f, Loader=StrictLoader), yaml.YAMLError)  # noqa: S506 (safe)
+    from .strict_yaml import loader
+    strict = loader(f"topology file '{path}'")
+    data = _read(path, "YAML", lambda f: yaml.load(f, Loader=strict), yaml.YAMLError)  # noqa: S506 (safe)
     if not isinstance(data, dict):
         raise UserError(f"topology file '{path}' must be a YAML mapping with keys topology and npus_count")
     known = ("topology", "npus_count", "bandwidth", "latency", "links_count")

@@ -40,9 +40,10 @@ OPTIONAL = ("version", "design", "latency_ns")
 def load(path: str):
     """The pool a file describes (HierMem or ZeroInfinity)."""
     import yaml
+    from .strict_yaml import loader
     text = read_text(path, "a YAML memory pool description", label="pool file ", limit=MAX_FILE_BYTES)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=loader(f"pool file {path}"))  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

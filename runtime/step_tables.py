@@ -1,6 +1,6 @@
 """Step tables: a whole training step as per-accelerator tables, one writer and one reader (this module).
 
-    DIR/meta.json         format "astra-compile-step", version 2 (step_meta.schema.json beside this file)
+    DIR/meta.json         format "astra-compile-step", version 3 (step_meta.schema.json beside this file)
     DIR/program_<k>.csv   a program: one row per op in issue order (PROGRAM_COLUMNS); accelerators whose programs
                           are identical (same rows, same groups) share one file
     DIR/collective_<c>/   the compiled schedule of distinct collective c: a table directory (docs/tables.md),
@@ -8,7 +8,9 @@
 
 A program row that is a collective names its schedule (`collective`), its process group and the stream it runs
 on; a send or recv row its `peer` (a global rank) and its stream (one per peer and direction), its time being the
-routed message's on the topology (network/message.py). The step's rows of accelerator k are its program's rows
+routed message's on the topology (network/message.py); a load or store row its `location` (local or remote) and
+`in_switch` (the GPUs whose tensor the pool's switches gather, 1: none), its time being the memory model's
+(network/memory.py). The step's rows of accelerator k are its program's rows
 plus its rows in each collective directory. Nothing
 read back is trusted: every key of meta.json, every cell of a program file and every collective directory is
 checked before anything runs, and a fault is one line naming the file, the row or key and the value.
@@ -28,13 +30,16 @@ from .meta import FORMAT as TABLES_FORMAT, PHASE_KINDS, read_json
 from .tables import DirSchedule, Schedule, fill_dir
 
 FORMAT = "astra-compile-step"
-VERSION = 2   # 2: send / recv rows (the peer column), SPMD steps of several programs (pipeline stages)
+VERSION = 3   # 2: send / recv rows (the peer column), SPMD steps of several programs (pipeline stages); 3: load /
+#               store rows (the location and in_switch columns)
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "step_meta.schema.json")
 KINDS = ("all_reduce",) + PHASE_KINDS   # every collective a program may run (an all-reduce is two phases)
 MESSAGES = ("send", "recv")
-ROW_KINDS = ("compute", "wait") + MESSAGES + KINDS
+MEMORY = ("load", "store")
+LOCATIONS = ("local", "remote")
+ROW_KINDS = ("compute", "wait") + MESSAGES + MEMORY + KINDS
 PROGRAM_COLUMNS = ("row", "kind", "name", "phase", "iteration", "flops", "bytes", "measured_ns", "collective",
-                   "group", "stream", "peer", "deps")
+                   "group", "stream", "peer", "location", "in_switch", "deps")
 META_KEYS = {"format", "version", "npus", "topology", "spmd", "source", "mesh", "scheduler", "table_format",
              "programs", "collectives"}
 MAX_INT = 2 ** 63 - 1
@@ -44,7 +49,7 @@ _COLLECTIVE_DIR = re.compile(r"^collective_[0-9]+$")
 
 @dataclass
 class ProgramRow:
-    kind: str             # compute | wait | send | recv | a collective kind
+    kind: str             # compute | wait | send | recv | load | store | a collective kind
     name: str
     phase: str
     iteration: int        # -1: not known
@@ -57,6 +62,8 @@ class ProgramRow:
     #                       peer's
     deps: tuple[int, ...]
     peer: int = -1        # send: the rank it goes to, recv: the one it comes from (-1 for other rows)
+    location: str = ""    # load / store: local or remote ("" for other rows)
+    in_switch: int = 0    # load / store: GPUs whose tensor the pool's switches gather (1: none; 0 for other rows)
 
 
 @dataclass
@@ -110,7 +117,7 @@ def write_program(rows: list[ProgramRow], f) -> None:
     for i, r in enumerate(rows):
         out.writerow([i, r.kind, r.name, r.phase, r.iteration, r.flops, r.bytes,
                       "" if math.isnan(r.measured_ns) else repr(r.measured_ns), r.collective, r.group, r.stream,
-                      r.peer, ";".join(map(str, r.deps))])
+                      r.peer, r.location, r.in_switch, ";".join(map(str, r.deps))])
 
 
 def not_a_step_dir(path: str) -> str | None:
@@ -264,7 +271,7 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
         v = dict(zip(PROGRAM_COLUMNS, cells))
         ints = {}
         for col, lo in (("row", 0), ("iteration", -1), ("flops", 0), ("bytes", 0), ("collective", -1), ("stream", 0),
-                        ("peer", -1)):
+                        ("peer", -1), ("in_switch", 0)):
             try:
                 ints[col] = int(v[col])
             except ValueError:
@@ -289,8 +296,17 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
         for d in deps:
             if not 0 <= d < i:
                 _fail(at, f"deps: row {d} is not an earlier row of this program")
-        c, peer = ints["collective"], ints["peer"]
-        if kind in ("compute", "wait"):
+        c, peer, switch = ints["collective"], ints["peer"], ints["in_switch"]
+        if (kind in MEMORY) != bool(v["location"]) or (kind in MEMORY) != (switch > 0):
+            _fail(at, f"location {v['location']!r}, in_switch {switch}: a load or store row has a location and "
+                      "in_switch >= 1, other rows an empty location and in_switch 0")
+        if kind in MEMORY:
+            if c != -1 or v["group"] or ints["stream"] != 0 or peer != -1:
+                _fail(at, f"a {kind} row has collective -1, no group, stream 0 and peer -1")
+            if v["location"] not in LOCATIONS or (switch > 1 and v["location"] != "remote"):
+                _fail(at, f"location: {v['location']!r} with in_switch {switch} (local or remote; the switches "
+                          "gather remote loads and stores only)")
+        elif kind in ("compute", "wait"):
             if c != -1 or v["group"] or ints["stream"] != 0 or peer != -1:
                 _fail(at, f"a {kind} row has collective -1, no group, stream 0 and peer -1")
         elif kind in MESSAGES:
@@ -317,5 +333,5 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
                 _fail(at, f"stream: {ints['stream']} but group {v['group']!r} runs on stream {want} (the program's "
                           "groups and peers take streams 1, 2, ... in the order they first appear)")
         rows.append(ProgramRow(kind, v["name"], v["phase"], ints["iteration"], ints["flops"], ints["bytes"],
-                               measured, c, v["group"], ints["stream"], deps, peer))
+                               measured, c, v["group"], ints["stream"], deps, peer, v["location"], switch))
     return Program(entry["file"], entry["ranks"], entry["groups"], rows)

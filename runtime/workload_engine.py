@@ -3,14 +3,17 @@
 Input is one `ProgramTable` per rank: numpy columns, one row per op in issue order, with dependencies as a CSR
 list of earlier rows. Compute rows carry FLOPs and bytes and take their time from the roofline, or a profiler's
 measured time when they have one; collective rows
-carry the time their schedule tables took in a network runtime (analytical or congestion).
+carry the time their schedule tables took in a network runtime (analytical or congestion); memory rows (loads and
+stores) the time of the memory model (network/memory.py) of their location.
 
 Stream semantics are CUDA's as PyTorch uses them:
 - the compute stream runs its ops in issue order;
 - a collective runs on its process group's communication stream, in issue order there, and (as
   ProcessGroupNCCL makes the communication stream wait on the compute stream when a collective is issued)
   starts only after every compute op issued before it has finished;
-- a wait row (wait_tensor, work.wait) blocks the compute stream until its collective is done.
+- a wait row (wait_tensor, work.wait) blocks the compute stream until its collective is done;
+- a load or store runs on its memory's copy stream (one for local memory, one for the remote pool), in issue order
+  there, as soon as its data dependencies are done: a prefetch overlaps the compute before it.
 Across ranks a collective starts when every member of its group has reached it (rows with the same `sync` id).
 An SPMD program (one rank standing for all) needs no matching: every rank reaches every collective together.
 A point-to-point message (P2P rows: a send and its receive, on a stream per pair of ranks) starts when both ends
@@ -34,8 +37,11 @@ from .link_sharing import fair_rates
 
 from ..network.units import gbps_to_bytes_per_ns
 
-COMPUTE, COLLECTIVE, WAIT, P2P = 0, 1, 2, 3
+COMPUTE, COLLECTIVE, WAIT, P2P, MEMORY = 0, 1, 2, 3, 4
 COMMUNICATION = (COLLECTIVE, P2P)
+LOCAL_STREAM, REMOTE_STREAM = -2, -3   # a memory row's stream: its location's copy engine (the compute stream is -1)
+# the step-time breakdown of seed 002 (Fig. 4): each instant goes to the first of these that is busy, else idle
+BREAKDOWN = ("compute", "exposed_local_memory", "exposed_remote_memory", "exposed_comm", "idle")
 
 
 class WorkloadError(Exception):
@@ -55,11 +61,13 @@ class Roofline:
 @dataclass
 class ProgramTable:
     rank: int
-    kind: np.ndarray          # COMPUTE | COLLECTIVE | WAIT | P2P
+    kind: np.ndarray          # COMPUTE | COLLECTIVE | WAIT | P2P | MEMORY
     flops: np.ndarray         # compute rows
     nbytes: np.ndarray        # compute rows: bytes read + written
-    duration_ns: np.ndarray   # collective rows: time of the collective's schedule; P2P rows: the message's
-    stream: np.ndarray        # collective rows: communication stream (one per process group; P2P: per pair), else 0
+    duration_ns: np.ndarray   # collective rows: time of the collective's schedule; P2P rows: the message's; MEMORY
+    #                           rows: the load's or store's
+    stream: np.ndarray        # collective rows: communication stream (one per process group; P2P: per pair);
+    #                           MEMORY rows: LOCAL_STREAM or REMOTE_STREAM; else 0
     sync: np.ndarray          # collective and P2P rows: id shared by the same collective on every member rank
     group_size: np.ndarray    # collective and P2P rows: ranks that must reach it
     dep_ptr: np.ndarray       # deps of row i: dep_idx[dep_ptr[i]:dep_ptr[i + 1]]
@@ -80,6 +88,9 @@ class RankTimes:
     exposed_comm_ns: float    # step time the compute stream spends waiting: total - compute
     measured_ns: float = 0.0  # the part of compute_ns a profiler measured (the rest is the roofline's)
     measured_ops: int = 0
+    local_memory_ns: float = 0.0    # sum of local loads' and stores' times
+    remote_memory_ns: float = 0.0   # sum of remote loads' and stores' times
+    breakdown_ns: dict = field(default_factory=dict)   # BREAKDOWN -> ns; they add up to total_ns
 
 
 @dataclass
@@ -102,8 +113,8 @@ class _Rank:
             (table.kind == COMPUTE) & ~np.isnan(table.measured_ns)
         if self.measured.any():
             compute = np.where(self.measured, table.measured_ns, compute)
-        comm = np.isin(table.kind, COMMUNICATION)
-        self.dur = np.where(table.kind == COMPUTE, compute, np.where(comm, table.duration_ns, 0.0))
+        moves = np.isin(table.kind, COMMUNICATION + (MEMORY,))
+        self.dur = np.where(table.kind == COMPUTE, compute, np.where(moves, table.duration_ns, 0.0))
         self.start, self.end = np.full(n, np.nan), np.full(n, np.nan)
         self.took = self.dur.copy()               # a collective's time in the step: longer when it was slowed
         self.waiting = np.zeros(n, np.int64)      # predecessors not yet ended
@@ -112,11 +123,11 @@ class _Rank:
         last_on: dict = {}   # stream -> its latest row; the compute stream is -1
         for i in range(n):
             preds = set(idx[ptr[i]:ptr[i + 1]])
-            on = -1 if kind[i] not in COMMUNICATION else int(table.stream[i])
+            on = int(table.stream[i]) if kind[i] in COMMUNICATION or kind[i] == MEMORY else -1
             if on in last_on:
                 preds.add(last_on[on])
-            if on != -1 and -1 in last_on:   # the communication stream waits for the compute issued before
-                preds.add(last_on[-1])
+            if kind[i] in COMMUNICATION and -1 in last_on:   # the communication stream waits for the compute
+                preds.add(last_on[-1])                        # issued before
             last_on[on] = i
             self.waiting[i] = len(preds)
             for p in preds:
@@ -242,11 +253,34 @@ def run_workload(tables: list[ProgramTable], roofline: Roofline, spmd: bool = Fa
     if error is not None:
         raise error
     out = WorkloadResult()
+    step = max((float(r.end.max()) for r in ranks if len(r.t.kind)), default=0.0)
     for r in ranks:
         kind = r.t.kind
         total = float(r.end.max()) if len(kind) else 0.0
         compute = float(r.dur[kind == COMPUTE].sum())
+        local, remote = (kind == MEMORY) & (r.t.stream == LOCAL_STREAM), (kind == MEMORY) & (r.t.stream == REMOTE_STREAM)
         out.ranks[r.t.rank] = RankTimes(r.start, r.end, total, compute, float(r.took[np.isin(kind, COMMUNICATION)].sum()),
                                         max(0.0, total - compute), float(r.dur[r.measured].sum()),
-                                        int(r.measured.sum()))
+                                        int(r.measured.sum()), float(r.dur[local].sum()), float(r.dur[remote].sum()),
+                                        breakdown(r.start, r.end, [kind == COMPUTE, local, remote,
+                                                                   np.isin(kind, COMMUNICATION)], step))
+    return out
+
+
+def breakdown(start: np.ndarray, end: np.ndarray, masks: list, total: float) -> dict:
+    """Seed 002's step-time breakdown of one rank over [0, total] (the step's time): each instant goes to the first
+    of compute, local memory, remote memory, communication whose rows (masks, in BREAKDOWN order) are running
+    then; what no row covers is idle. The parts add up to `total`."""
+    bounds = np.unique(np.concatenate([[0.0, total]] + [np.concatenate([start[m], end[m]]) for m in masks]))
+    seg = np.diff(bounds)
+    left = np.ones(len(seg), bool)
+    out = {}
+    for name, m in zip(BREAKDOWN, masks):
+        depth = np.zeros(len(bounds) + 1)
+        np.add.at(depth, np.searchsorted(bounds, start[m]), 1)
+        np.add.at(depth, np.searchsorted(bounds, end[m]), -1)
+        busy = np.cumsum(depth)[:len(seg)] > 0
+        out[name] = float(seg[busy & left].sum())
+        left &= ~busy
+    out["idle"] = max(0.0, total - sum(out.values()))
     return out

@@ -503,6 +503,32 @@ def case_system_file(draw, workdir):
     run("system files", [*COLLECTIVE, "--topology", "Ring(2)_FC(2)", "--system", path, "--json"], workdir)
 
 
+POOL_YAML = ("version: 1\ndesign: hiermem\nnodes: 2\ngpus_per_node: 2\nin_node_gbps: 256\nout_node_switches: 2\n"
+             "remote_groups: 4\nremote_group_gbps: 100\ngpu_side_out_gbps: 400\nmem_side_out_gbps: 200\n"
+             "chunk: 2MB\nlatency_ns: 100\n")
+MEMORY_STEP = """module attributes {comm.topology = {dims = [{bandwidth_gbps = 5.0e+01 : f64, block = "Ring", latency_ns = 5.0e+02 : f64, links = 1 : i64, size = 4 : i64}], name = "Ring(4)"}, wl.mesh = "", wl.source = "memory", wl.spmd = true, wl.world_size = 4 : i64} {
+  module attributes {wl.groups = {}, wl.rank = 0 : i64} {
+    %0 = "wl.load"() {bytes = 67108864 : i64, location = "remote", name = "w", wl.in_switch = 4 : i64} : () -> !comm.token
+    %1 = "wl.compute"(%0) {bytes = 0 : i64, flops = 1000000 : i64, name = "mm"} : (!comm.token) -> !comm.token
+    %2 = "wl.store"(%1) {bytes = 1048576 : i64, location = "local", name = "out"} : (!comm.token) -> !comm.token
+  }
+}
+"""
+
+
+def case_pool_file(draw, workdir):
+    """A mutated pool file under a step that loads from the pool, or a mutated step with a valid pool."""
+    pool, step = POOL_YAML, MEMORY_STEP
+    if draw(st.booleans()):
+        pool = draw(st.one_of(mutated_text(POOL_YAML, edits=3), hostile_bytes()))
+    else:
+        step = draw(st.one_of(mutated_text(MEMORY_STEP, edits=3), hostile_bytes()))
+    pool_path = write(os.path.join(workdir, "pool.yaml"), pool)
+    step_path = write(os.path.join(workdir, "step.mlir"), step)
+    extra = draw(st.sampled_from([[], ["--mem-latency", "50"], ["--backend", "congestion"]]))
+    run("pool files", [step_path, "--pool", pool_path, *extra, "--json"], workdir)
+
+
 def chakra_trace() -> bytes:
     """One rank's Chakra trace: the metadata, a compute node and an all-reduce depending on it."""
     from test_chakra import COLL, COMP, node
@@ -531,6 +557,7 @@ CASES = {"sizes": case_size, "topology notation": case_topology, "command-line n
          "sweep files": case_sweep_file,
          "nccl-tests logs": case_nccl_log,
          "system files": case_system_file,
+         "pool files": case_pool_file,
          "Chakra traces": case_chakra}
 
 

@@ -77,8 +77,11 @@ def test_compute_groups_messages_and_chakras_all_gather_size(capsys, tmp_path):
     step = step_json(capsys, d, "--topology", "Ring(2)", "--peak-tflops", "1000", "--mem-bw", "1000")
     # Chakra's all-gather comm_size is each rank's input: 1 MB per rank x 2 ranks gathered
     assert [(c["kind"], c["bytes"]) for c in step["collectives"]] == [("all_gather", 2 * MB), ("send", 2 * MB)]
-    # 2 TFLOP at 1000 TFLOPS (2000 us) and the 64 MB load at 1000 GB/s (62.5 us); the CPU op runs nothing
-    assert step["compute_time_us"] == pytest.approx(2062.5, rel=1e-12)
+    # 2 TFLOP at 1000 TFLOPS (2000 us); the 64 MB load (tensor_loc absent: local memory) at 1000 GB/s (62.5 us),
+    # on the memory's own stream; the CPU op runs nothing
+    assert step["compute_time_us"] == pytest.approx(2000.0, rel=1e-12)
+    assert step["local_memory_time_us"] == pytest.approx(62.5, rel=1e-12)
+    assert step["memory_summary"][0]["kind"] == "load" and step["memory_summary"][0]["location"] == "local"
 
 
 @pytest.mark.parametrize("damage, match", [

@@ -64,7 +64,7 @@ def test_the_seeds_worked_example_link_loads():
     plain = EXAMPLE.link_bytes(w)
     assert plain["memory"] == 32 * w and plain["group_link"] == 8 * w and plain["node_link"] == 4 * w
     assert plain["gpu_link"] == w
-    gathered = EXAMPLE.link_bytes(256 * w, in_switch=True)   # every GPU ends with the 256 W tensor
+    gathered = EXAMPLE.link_bytes(256 * w, sharers=256)   # every GPU ends with the 256 W tensor
     assert (gathered["group_link"], gathered["node_link"], gathered["gpu_link"]) == (8 * w, 64 * w, 256 * w)
 
 
@@ -80,7 +80,7 @@ def test_pipelined_time_of_a_small_pool_by_hand():
     assert t.stage_ns == pytest.approx([0.5e9, 0.25e9, 0.25e9, 0.25e9])
     assert t.total_ns == pytest.approx(7.0 + 1.25e9 + 3 * 0.5e9)   # first chunk through, then the slowest stage
     # in-switch: the 1 GiB tensor is gathered from the GPUs' shards: the pool serves 1 GiB, not 4
-    g = pool.transfer(GIB, in_switch=True)
+    g = pool.transfer(GIB, sharers=4)
     assert g.steps == 1 and g.total_ns == pytest.approx(7.0 + (0.5 + 0.25 + 0.5 + 1.0) * 1e9)
 
 
@@ -89,7 +89,7 @@ def test_zero_infinity_shares_the_node_memory_and_streams_over_pcie():
     t = pool.transfer(2 * GIB)   # 2 steps; node memory: 4 x 1 GiB at 4 GiB/s = 1 s, PCIe 1 GiB at 2 GiB/s
     assert t.steps == 2 and t.total_ns == pytest.approx((1.0 + 0.5 + 1.0) * 1e9)
     with pytest.raises(UserError, match="in-switch"):
-        pool.transfer(GIB, in_switch=True)
+        pool.transfer(GIB, sharers=2)
 
 
 POOL = {"version": 1, "design": "hiermem", "nodes": 16, "gpus_per_node": 16, "in_node_gbps": 256,

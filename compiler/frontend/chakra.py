@@ -8,7 +8,9 @@ Nodes become the workload's ops (frontend/workload.py):
 - COMP_NODE on the GPU: compute with `num_ops` FLOPs and `tensor_size` bytes (the roofline's inputs), or, without
   FLOPs, its `duration_micros` as a measured time; `is_cpu_op` nodes and METADATA / storage nodes run nothing
   here and pass their dependencies on;
-- MEM_LOAD_NODE / MEM_STORE_NODE: a memory access of `tensor_size` bytes (compute of no FLOPs: bytes / --mem-bw);
+- MEM_LOAD_NODE / MEM_STORE_NODE: a load / store of `tensor_size` bytes in local memory or the remote pool
+  (`tensor_loc` 1 or 2, ASTRA-sim's LOCAL_MEMORY / REMOTE_MEMORY; absent: local), docs/memory.md; written back
+  with `astra_in_switch` when the pool's switches gather it;
 - COMM_COLL_NODE: the collective of `comm_type` with `comm_size` bytes over the process group `pg_name` (its ranks
   from comm_group.json beside the traces, ASTRA-sim's comm-group file; without one, every rank). Chakra gives an
   all-gather's size as each rank's input: the gathered buffer is comm_size x the group's size. A barrier is the
@@ -27,7 +29,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..network.errors import UserError, read_bytes, read_json
-from .workload import COLLECTIVE, COMPUTE, RECV, SEND, Op, Workload
+from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, Op, Workload
 
 SUFFIX = ".et"
 MAX_FILE_BYTES = 1 << 30
@@ -38,6 +40,7 @@ COMM_TYPES = ("ALL_REDUCE", "REDUCE", "ALL_GATHER", "GATHER", "SCATTER", "BROADC
 KINDS = {"ALL_REDUCE": "all_reduce", "REDUCE": "reduce", "ALL_GATHER": "all_gather", "BROADCAST": "broadcast",
          "ALL_TO_ALL": "all_to_all", "REDUCE_SCATTER": "reduce_scatter", "REDUCE_SCATTER_BLOCK": "reduce_scatter",
          "BARRIER": "all_reduce"}
+TENSOR_LOCATIONS = {1: "local", 2: "remote"}   # Chakra's tensor_loc values modelled here
 _RANK = re.compile(r"^(.*)\.(\d+)\.et$")
 # AttributeProto's oneof `value`: (field name, number, scalar type) for scalars; each list type is number + 1
 _SCALARS = (("double", 3, "DOUBLE"), ("float", 5, "FLOAT"), ("int32", 7, "INT32"), ("int64", 9, "INT64"),
@@ -244,8 +247,18 @@ def _ops(path, rank, world, groups, nodes: dict) -> list[Op]:
                     raise UserError(f"{path}: node {node.id}: astra_measured_ns {measured!r} is not a time")
             op = Op(node.name or "compute", COMPUTE, before, flops=flops,
                     bytes=_int(path, node, attrs, "tensor_size"), measured_ns=measured)
-        elif kind in ("MEM_LOAD_NODE", "MEM_STORE_NODE"):
-            op = Op(node.name or kind.lower(), COMPUTE, before, bytes=_int(path, node, attrs, "tensor_size"))
+        elif kind in ("MEM_LOAD_NODE", "MEM_STORE_NODE"):   # ASTRA-sim's tensor_loc: 1 local, 2 remote memory
+            loc = _int(path, node, attrs, "tensor_loc", 1)
+            if loc not in TENSOR_LOCATIONS:
+                raise UserError(f"{path}: node {node.id}: tensor_loc {loc} is not 1 (local) or 2 (remote memory); "
+                                "CXL and storage memories are not modelled")
+            group = _int(path, node, attrs, "astra_in_switch", 1)
+            if group > 1 and loc != 2 or group > world:
+                raise UserError(f"{path}: node {node.id}: astra_in_switch {group} needs a remote tensor and at most "
+                                f"{world} GPUs")
+            op = Op(node.name or kind.lower(), LOAD if kind == "MEM_LOAD_NODE" else STORE, before,
+                    bytes=_int(path, node, attrs, "tensor_size"), location=TENSOR_LOCATIONS[loc],
+                    in_switch=group if group > 1 else 0)
         elif kind == "COMM_COLL_NODE":
             op = _collective(path, node, attrs, before, rank, world, groups)
         elif kind in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
@@ -414,14 +427,16 @@ def _encode(ops: list, ids: dict) -> bytes:
         ctrl = []
         if op.kind in (COMPUTE, WAIT):
             stream = "compute"
+        elif op.kind in (LOAD, STORE):
+            stream = ("memory", op.location)
         elif op.kind == COLLECTIVE:
             stream = ("group", op.group)
         else:
             stream = (op.kind, op.peer)
         if stream in last:
             ctrl.append(last[stream])
-        if stream != "compute" and "compute" in last:
-            ctrl.append(last["compute"])
+        if stream != "compute" and "compute" in last and op.kind not in (LOAD, STORE):
+            ctrl.append(last["compute"])   # a copy waits for its data only (workload_engine's memory streams)
         last[stream] = i + 1
         node.ctrl_deps.extend(d for d in dict.fromkeys(ctrl) if d - 1 not in op.deps)
         attrs = {}
@@ -431,6 +446,12 @@ def _encode(ops: list, ids: dict) -> bytes:
             if op.kind == COMPUTE and op.measured_ns >= 0:
                 node.duration_micros = int(round(op.measured_ns / 1e3))
                 attrs["astra_measured_ns"] = float(op.measured_ns)
+        elif op.kind in (LOAD, STORE):
+            node.type = NODE_TYPES.index("MEM_LOAD_NODE" if op.kind == LOAD else "MEM_STORE_NODE")
+            attrs = {"is_cpu_op": False, "tensor_size": op.bytes,
+                     "tensor_loc": next(k for k, v in TENSOR_LOCATIONS.items() if v == op.location)}
+            if op.in_switch > 1:
+                attrs["astra_in_switch"] = op.in_switch
         elif op.kind == COLLECTIVE:
             node.type = NODE_TYPES.index("COMM_COLL_NODE")
             group = tuple(op.group)
