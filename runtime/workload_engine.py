@@ -12,8 +12,9 @@ Stream semantics are CUDA's as PyTorch uses them:
   ProcessGroupNCCL makes the communication stream wait on the compute stream when a collective is issued)
   starts only after every compute op issued before it has finished;
 - a wait row (wait_tensor, work.wait) blocks the compute stream until its collective is done;
-- a load or store runs on its memory's copy stream (one for local memory, one for the remote pool), in issue order
-  there, as soon as its data dependencies are done: a prefetch overlaps the compute before it.
+- a load or store runs on its memory (one for local memory, one for the remote pool), which serves one at a time,
+  first ready first served: it starts when its data dependencies are done and the memory is free, so a prefetch
+  overlaps the compute before it and a store waiting for its data does not hold up a later load.
 Across ranks a collective starts when every member of its group has reached it (rows with the same `sync` id).
 An SPMD program (one rank standing for all) needs no matching: every rank reaches every collective together.
 A point-to-point message (P2P rows: a send and its receive, on a stream per pair of ranks) starts when both ends
@@ -27,6 +28,7 @@ before it) have ended, and a collective's end is known only when the rates of ev
 """
 from __future__ import annotations
 
+import collections
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -123,12 +125,16 @@ class _Rank:
         last_on: dict = {}   # stream -> its latest row; the compute stream is -1
         for i in range(n):
             preds = set(idx[ptr[i]:ptr[i + 1]])
-            on = int(table.stream[i]) if kind[i] in COMMUNICATION or kind[i] == MEMORY else -1
+            if kind[i] == MEMORY:   # no stream order: it queues at its memory (_Simulation.memory)
+                on = None
+            else:
+                on = int(table.stream[i]) if kind[i] in COMMUNICATION else -1
             if on in last_on:
                 preds.add(last_on[on])
             if kind[i] in COMMUNICATION and -1 in last_on:   # the communication stream waits for the compute
                 preds.add(last_on[-1])                        # issued before
-            last_on[on] = i
+            if on is not None:
+                last_on[on] = i
             self.waiting[i] = len(preds)
             for p in preds:
                 self.succ[p].append(i)
@@ -155,6 +161,7 @@ class _Simulation:
         self.seq = 0
         self.arrived: dict = {}    # sync id -> [(rank index, row)] of members that reached the collective
         self.active: list[_Job] = []
+        self.memory: dict = {}     # (rank index, memory stream) -> rows ready and waiting for it; absent: free
 
     def run(self) -> None:
         for r in self.ranks:
@@ -178,6 +185,12 @@ class _Simulation:
     def _release(self, r: _Rank, i: int, now: float) -> None:
         """Row i of r has every predecessor done at `now`."""
         t = r.t
+        if t.kind[i] == MEMORY:
+            key = (r.index, int(t.stream[i]))
+            if key in self.memory:
+                self.memory[key].append(i)
+                return
+            self.memory[key] = collections.deque()
         if t.kind[i] not in COMMUNICATION:
             r.start[i] = now
             self._push(now + r.dur[i], r.index, i)
@@ -219,6 +232,14 @@ class _Simulation:
 
     def _ended(self, r: _Rank, i: int, now: float) -> None:
         r.end[i] = now
+        if r.t.kind[i] == MEMORY:   # the memory takes the next row waiting for it
+            key = (r.index, int(r.t.stream[i]))
+            if self.memory[key]:
+                j = self.memory[key].popleft()
+                r.start[j] = now
+                self._push(now + r.dur[j], r.index, j)
+            else:
+                del self.memory[key]
         for j in r.succ[i]:
             r.waiting[j] -= 1
             if r.waiting[j] == 0:

@@ -43,3 +43,24 @@ def test_llama7b_rewrites_its_example_with_the_7b_sizes(tmp_path, pipeline):
     text = open(llama7b.model_file(str(tmp_path), pipeline)).read()
     assert llama7b.SIZES.format(batch=8 if pipeline else 1) in text
     assert ("def pipeline_stage" in text) == pipeline
+
+
+def test_hiermem_study_reproduces_seed_002s_findings(tmp_path):
+    """Seed 002, IV-B: ZeRO-Infinity and HierMem baseline within 1 % (published: 0.1 %), the swept optimum is
+    Table IV's HierMem (opt) and beats the baseline (published 4.6x; here 3.87x, docs/memory.md says why)."""
+    import hiermem_study as h
+    from astra_compile import reuse
+    step = h.moe_step()
+    with reuse.using(reuse.Reuse()):
+        zi = h.run(step, h.zero_infinity())["total_time_us"]
+        base = h.run(step, h.hiermem(256, 100))["total_time_us"]
+        points = h.sweep(step)
+    assert abs(base / zi - 1) < 0.01
+    assert base / zi - 1 == pytest.approx(0.000752, abs=2e-5)        # today's exact figures
+    best = h.cheapest_best(points)
+    assert best[:2] == (512, 500)
+    assert base / best[2] == pytest.approx(3.868, abs=0.002)
+    from astra_compile import breakdown_plot
+    out = tmp_path / "fig4.png"
+    breakdown_plot.write(str(out), [("a", {"compute": 1.0, "idle": 2.0}), ("b", {"exposed_comm": 3.0})])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

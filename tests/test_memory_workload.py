@@ -46,7 +46,19 @@ def test_a_local_load_takes_latency_plus_size_over_the_memory_bandwidth():
     assert r["breakdown_us"]["exposed_local_memory"] == pytest.approx(r["total_time_us"])
 
 
-def test_memory_streams_keep_issue_order_and_the_breakdown_counts_communication_and_idle():
+def test_a_memory_serves_the_first_ready_and_a_waiting_store_does_not_hold_up_a_later_load():
+    ops = [Op("mm", COMPUTE, [], flops=int(1000 * TFLOP_PER_MS)),
+           Op("store result", STORE, [0], bytes=GIB, location="remote"),   # ready at 1 s
+           Op("load next", LOAD, [], bytes=GIB, location="remote")]        # issued later, ready at once
+    r = compile_step(spmd(ops), "Ring(4)", pool=POOL)
+    timeline = {e["name"]: e for e in r.timeline()["traceEvents"] if e.get("cat") == "memory"}
+    assert timeline["load load next"]["ts"] == 0.0
+    # the store waits for the mm and then for the pool: it starts when the load is done (2.75 s)
+    assert timeline["store store result"]["ts"] == pytest.approx(LOAD_NS / 1e3)
+    assert r.total_time_us == pytest.approx(2 * LOAD_NS / 1e3)
+
+
+def test_one_memory_serves_one_transfer_at_a_time_and_the_breakdown_counts_communication():
     ops = [Op("mm", COMPUTE, [], flops=int(TFLOP_PER_MS)),
            Op("ar", COLLECTIVE, [0], bytes=64 << 20, collective="all_reduce", group=(0, 1, 2, 3), group_name="dp"),
            Op("wait", WAIT, [1]),
