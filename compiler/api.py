@@ -159,9 +159,10 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         workload = load_workload(source, topo.npus, mesh, capture_limit)
         if iteration is not None:
             workload = workload.only_iteration(iteration)
-        from .frontend.offload import offload as place, parse_states
+        from .frontend.offload import host_states, offload as place, parse_states
         states = parse_states(",".join(offload) if isinstance(offload, (tuple, list)) else offload)
-        workload = place(workload, states, in_switch)
+        states, at_states = host_states(workload, states, pool)
+        workload = place(workload, states, in_switch, at_states)
         lowered = _lowered(workload, topo)
         recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items())}
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}

@@ -201,3 +201,109 @@ def test_a_pool_that_is_not_the_topologys_size_is_refused(capsys, tmp_path):
     with open(pool, "w") as f:
         f.write(open(write_pool_file(tmp_path)).read().replace("gpus_per_node: 2", "gpus_per_node: 4"))
     refused(capsys, step_file(tmp_path), "--pool", pool, match="= 8 GPUs but Ring(4) has 4 NPUs")
+
+
+def test_host_device_copies_of_an_execution_trace_become_loads_and_stores(tmp_path):
+    """A hand-made trace (this machine has no GPU to record cudaMemcpy): a .to("cuda") of 4 MB before a matmul and a
+    copy_ of its result back to the host become a remote load and store; a copy on the host stays compute."""
+    from astra_compile.api import load_workload
+    from test_et_import import node
+    h, d, r, hr = [10, 11, 0, 1 << 20, 4, "cpu"], [12, 13, 0, 1 << 20, 4, "cuda:0"], [14, 15, 0, 1 << 20, 4, "cuda:0"], \
+        [16, 17, 0, 1 << 20, 4, "cpu"]
+    f = "Tensor(float)"
+    nodes = [
+        node(1, "[pytorch|profiler|execution_trace|thread]", 1),
+        node(2, "aten::_to_copy", 1, [h], [f], [d], [f], "aten::_to_copy(Tensor self, *, ScalarType? dtype=None, "
+             "Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, "
+             "MemoryFormat? memory_format=None) -> Tensor"),
+        node(3, "aten::relu", 1, [d], [f], [r], [f], "aten::relu(Tensor self) -> Tensor"),
+        node(4, "aten::copy_", 1, [hr, r], [f, f], [hr], [f],
+             "aten::copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)"),
+        node(5, "aten::copy_", 1, [h, hr], [f, f], [h], [f],
+             "aten::copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)"),
+    ]
+    p = tmp_path / "copies.json"
+    p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
+    ops = load_workload(str(p), 4, None, None).programs[0]
+    assert [(op.kind, op.bytes, op.location) for op in ops] == [
+        (LOAD, 4 << 20, "remote"), (COMPUTE, 8 << 20, ""), (STORE, 4 << 20, "remote"), (COMPUTE, 12 << 20, "")]
+    assert ops[1].deps == [0] and ops[2].deps == [1] and ops[3].deps == [2]
+
+
+OFFLOADED_MODEL = '''
+import torch
+from torch import nn
+from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+
+def build_model():
+    return nn.Sequential(*[nn.Linear(512, 512) for _ in range(3)])
+
+
+def example_inputs():
+    return torch.randn(32, 512)
+
+
+def mesh_axes(world):
+    return {"fsdp": world}
+
+
+def parallelize(model, mesh):
+    for layer in model:
+        fully_shard(layer, mesh=mesh["fsdp"], offload_policy=CPUOffloadPolicy())
+    return fully_shard(model, mesh=mesh["fsdp"], offload_policy=CPUOffloadPolicy())
+'''
+
+
+def test_fsdp2_cpu_offload_becomes_host_copies(capsys, tmp_path):
+    model = tmp_path / "offloaded.py"
+    model.write_text(OFFLOADED_MODEL)
+    refused(capsys, str(model), "--topology", "Ring(4)", match="CPUOffloadPolicy")
+    host = tmp_path / "host.yaml"
+    host.write_text("design: zero-infinity\nnodes: 1\ngpus_per_node: 4\npcie_gbps: 25\nmemory: cpu\n"
+                    "memory_gbps: 100\nchunk: 1MB\n")
+    code, out, err = cli(capsys, str(model), "--topology", "Ring(4)", "--pool", str(host), "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    shard = 512 * 512 * 4 // 4 + 512 * 4 // 4   # a layer's weight and bias, a quarter each
+    moves = {(m["kind"], m["bytes"]): m["count"] for m in r["memory_summary"]}
+    # each layer's shard comes in before its forward and its backward all-gather, its gradient goes out after the
+    # reduce-scatter; the optimizer runs on the host, where the states are: it moves nothing
+    assert moves == {("load", shard): 6, ("store", shard): 3}
+    assert r["breakdown_us"]["exposed_remote_memory"] > 0
+
+
+ACTIVATIONS_TO_HOST = '''
+import torch
+from torch import nn
+
+
+def build_model():
+    return nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256))
+
+
+def example_inputs():
+    return torch.randn(64, 256)
+
+
+def step_context():
+    return torch.autograd.graph.save_on_cpu(pin_memory=True)
+'''
+
+
+def test_activations_saved_on_the_host_are_stored_and_loaded_back(capsys, tmp_path):
+    model = tmp_path / "saved.py"
+    model.write_text(ACTIVATIONS_TO_HOST)
+    host = tmp_path / "host.yaml"
+    host.write_text("design: zero-infinity\nnodes: 1\ngpus_per_node: 2\npcie_gbps: 25\nmemory: cpu\n"
+                    "memory_gbps: 100\nchunk: 1MB\n")
+    code, out, err = cli(capsys, str(model), "--topology", "Ring(2)", "--pool", str(host), "--emit", "mlir")
+    assert code == 0, err
+    stores = [line for line in out.splitlines() if '"wl.store"' in line]
+    loads = [line for line in out.splitlines() if '"wl.load"' in line]
+    # what autograd keeps for backward (the first Linear's input and weight, the ReLU's output, the second Linear's
+    # input and weight) goes out in the forward pass and comes back in the backward pass
+    assert len(stores) == len(loads) >= 3
+    assert all('wl.phase = "forward"' in s for s in stores) and all('wl.phase = "backward"' in s for s in loads)
+    code, out, err = cli(capsys, str(model), "--topology", "Ring(2)", "--json")
+    assert code == 2 and "no memory pool" in err   # the host memory must be described

@@ -88,6 +88,59 @@ def _quiet_fake_tensor_log():
         log.disabled = was
 
 
+@contextlib.contextmanager
+def _pinning_is_free():
+    """FSDP2's CPUOffloadPolicy pins its host copies of the shards; a fake tensor cannot be pinned (aten._pin_memory
+    has no fake kernel), and pinning moves nothing the capture records: the copies themselves are modelled as
+    loads and stores (offload.py)."""
+    import torch
+    saved = torch.Tensor.pin_memory
+    torch.Tensor.pin_memory = lambda self, device=None: self
+    try:
+        yield
+    finally:
+        torch.Tensor.pin_memory = saved
+
+
+@contextlib.contextmanager
+def _activations_to_host(recording):
+    """torch.autograd.graph.save_on_cpu (a step_context() that offloads the activations autograd saves) as the
+    capture sees it: each saved activation a store to the host memory and, in the backward pass, a load back
+    (StepRecorder.offload_saved / reload_saved; recording() gives the recorder, or None in the warm-up step). The
+    class's own hooks would copy host to host here, which records nothing."""
+    import torch
+    from torch.autograd.graph import save_on_cpu
+
+    def pack(t):
+        r = recording()
+        return t if r is None else r.offload_saved(t)
+
+    def unpack(t):
+        r = recording()
+        return t if r is None else r.reload_saved(t)
+
+    def enter(self):
+        torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)
+    saved = save_on_cpu.__enter__
+    save_on_cpu.__enter__ = enter
+    try:
+        yield
+    finally:
+        save_on_cpu.__enter__ = saved
+
+
+def host_offloaded(model) -> bool:
+    """Does FSDP2 keep some of the model's shards on the host (fully_shard(..., offload_policy=CPUOffloadPolicy()))?
+    Read from FSDP2's per-module state (not a public API: a torch that moves it reads as no offload)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            group = getattr(m._get_fsdp_state(), "_fsdp_param_group", None)
+            if isinstance(getattr(group, "offload_policy", None), CPUOffloadPolicy):
+                return True
+    return False
+
+
 def _compiled_runs_eager():
     """torch.compile'd modules and functions (on the model, per block, around DDP or FSDP2) run eagerly during
     the capture: Dynamo cannot trace fake tensors that stand for a device, and the collectives a compiled step
@@ -100,26 +153,29 @@ def _compiled_runs_eager():
 def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None) -> Workload:
     axes = mesh_axes_for(spec, world_size, mesh)
     if axes.get("pp", 1) == 1:
-        ops, _ = _capture_rank(spec, world_size, axes, 0)
-        return Workload(world_size, {0: ops}, source=spec.path, spmd=True, mesh=axes)
+        ops, _, offloaded = _capture_rank(spec, world_size, axes, 0)
+        return Workload(world_size, {0: ops}, source=spec.path, spmd=True, mesh=axes, host_offload=offloaded)
     p = pipeline.plan(spec, axes)
-    programs, carried = {}, None
+    programs, carried, offloaded = {}, None, False
     for s, rank in enumerate(p.reps):   # stage s's input is what stage s - 1 hands on
-        programs[rank], carried = _capture_rank(spec, world_size, axes, rank, (p, s, carried))
-    return Workload(world_size, programs, source=spec.path, spmd=True, mesh=axes, stands_for=p.stands_for)
+        programs[rank], carried, host = _capture_rank(spec, world_size, axes, rank, (p, s, carried))
+        offloaded = offloaded or host
+    return Workload(world_size, programs, source=spec.path, spmd=True, mesh=axes, stands_for=p.stands_for,
+                    host_offload=offloaded)
 
 
 def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: int, stage=None):
     """Record one rank's training step: (its ops, with groups named after the mesh axes; for a pipeline stage,
-    the shapes its micro-batch output hands to the next stage). `stage`: (pipeline.Plan, stage index, the
-    previous stage's output shapes) or None."""
+    the shapes its micro-batch output hands to the next stage; whether FSDP2 offloads shards to the host).
+    `stage`: (pipeline.Plan, stage index, the previous stage's output shapes) or None."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     # a training step needs autograd whatever mode the caller (or an earlier capture stopped midway by its CPU
     # limit, whose exception can land anywhere in torch) left the process in; enable_grad restores it afterwards
+    recording = [None]   # the recorder while the recorded step runs (save_on_cpu's hooks report to it)
     with torch.enable_grad(), fake_world(world_size, rank), _quiet_fake_tensor_log(), meshes_outside_fake(), \
-            _compiled_runs_eager():
+            _compiled_runs_eager(), _pinning_is_free(), _activations_to_host(lambda: recording[0]):
         device_mesh = build_mesh(axes)  # outside fake mode: the mesh holds real rank tensors
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         what, carry = "build_model()", None
@@ -144,6 +200,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                 else:
                     model = apply_builtin(model, device_mesh, axes, spec.tp_plan, spec.fsdp_units)
                 prepare_ddp(model)
+                offloaded = host_offloaded(model)
                 what = "optimizer(parameters)"
                 opt = spec.optimizer(model.parameters()) if spec.optimizer else torch.optim.AdamW(model.parameters())
                 loss_of = spec.loss if spec.loss else lambda out: _first_tensor(out).sum()
@@ -178,9 +235,10 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
             for ddp in ddp_modules(model):
                 ddp.reducer._rebuild_buckets()
             what = "the recorded training step"
-            recorder = StepRecorder()
+            recorder = recording[0] = StepRecorder()
             with fake, routing, recorder:
                 step(recorder)
+            recording[0] = None
         except UserError:
             raise
         except SystemExit as e:  # the user's code called sys.exit(): never exit with its status as if done
@@ -193,7 +251,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
         op.group_name = names.get(op.group, op.group_name)
     if stage is not None:
         pipeline.message_phases(recorder.ops)
-    return recorder.ops, carry
+    return recorder.ops, carry, offloaded
 
 
 def axis_names(device_mesh, axes: dict[str, int]) -> dict[tuple, str]:

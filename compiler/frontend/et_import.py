@@ -32,6 +32,9 @@ How the trace becomes ops:
   matching op back (a pipeline's stages message each other on the pp axis's group), else (a single SPMD file)
   the default group. Rooted gather/scatter and recv from any source raise UserError naming the op.
   _c10d_functional::wait_tensor becomes a WAIT op.
+- Copies between the host and the accelerator (aten::_to_copy / to / copy_ whose source is on the CPU and
+  destination on a device, or the reverse: what cudaMemcpy HtoD / DtoH does) become LOAD / STORE ops of the
+  remote memory (the host memory, --pool; docs/memory.md); copies within one side stay compute.
 - Process group of a collective: the recorded group name if there is one; else the recorded groups that contain
   the rank, narrowed for all_gather/reduce_scatter by the gathered/scattered size ratio (= group size); if still
   several, one file per rank is matched across ranks (the members of a group issue its collectives in the same
@@ -69,7 +72,7 @@ from pathlib import Path
 from ..dialects.comm import ROOTED
 from ..network.errors import UserError
 from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
-from .workload import COLLECTIVE, COMPUTE, RECV, SEND, WAIT, Op, Workload
+from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op, Workload
 
 OUT = "out"  # "the op's recorded outputs" in the tables below
 
@@ -351,6 +354,33 @@ def _tensors(v):
             yield from _tensors(x)
 
 
+_COPIES = ("_to_copy", "to", "copy_")
+
+
+def _device_class(device) -> str | None:
+    """"host" (the CPU), "accelerator" (cuda:0, xpu, ...) or None (meta, or not recorded)."""
+    device = str(device)
+    if device.startswith("cpu"):
+        return "host"
+    return None if device in ("", "meta") or device.startswith("meta") else "accelerator"
+
+
+def host_copy(node: dict) -> str | None:
+    """LOAD for an aten copy from the host to the accelerator (cudaMemcpy HtoD: a `.to("cuda")`, a `copy_` into a
+    device tensor), STORE for one back, else None."""
+    ns, _, short = node["name"].partition("::")
+    if ns != "aten" or short not in _COPIES:
+        return None
+    ins, outs = node["inputs"]["values"], node["outputs"]["values"]
+    src, dst = (ins[1:2], ins[:1]) if short == "copy_" else (ins[:1], outs)
+    s, d = ({_device_class(t[5]) for t in _tensors(v)} for v in (src, dst))
+    if s == {"host"} and d == {"accelerator"}:
+        return LOAD
+    if s == {"accelerator"} and d == {"host"}:
+        return STORE
+    return None
+
+
 def _nbytes(v) -> int:
     return sum(t[3] * t[4] for t in _tensors(v))
 
@@ -451,7 +481,8 @@ class _Builder:
             kind = self.kind(node)
             in_op, in_comm = inside[node["id"]]
             if kind == COMPUTE and not in_op:
-                self.add(node, *self.compute(node))
+                move = host_copy(node)
+                self.add(node, *(self.memory(node, move) if move else self.compute(node)))
             elif kind in (COLLECTIVE, WAIT) and not in_comm:
                 self.add(node, *self.comm(node, kind))
 
@@ -546,6 +577,14 @@ class _Builder:
             return _storages(values[0]) if values and node["name"].endswith("_") else set()
         return {s for a, v in zip(schema.arguments, values)
                 if a.alias_info is not None and a.alias_info.is_write for s in _storages(v)}
+
+    # memory ops
+    def memory(self, node: dict, move: str) -> tuple[Op, set]:
+        """A copy between the host and the accelerator (host_copy): a load from (store to) the host memory, the
+        pool of --pool (docs/memory.md), of the bytes that land."""
+        ins, outs = node["inputs"]["values"], node["outputs"]["values"]
+        dst = ins[:1] if node["name"].endswith("copy_") else outs
+        return Op(name=_op_name(node), kind=move, bytes=_nbytes(dst), location="remote"), _storages(dst)
 
     # compute ops
     def compute(self, node: dict) -> tuple[Op, set]:

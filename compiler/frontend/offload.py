@@ -9,6 +9,8 @@ step needs it. This pass adds those moves to a captured step as loads and stores
   shards are loaded;
 - optimizer: the optimizer states are loaded before the optimizer step and stored after it; their size is two per
   parameter in the parameters' dtype (Adam's exp_avg and exp_avg_sq), i.e. twice the parameter shards.
+FSDP2's own CPU offload (fully_shard(..., offload_policy=CPUOffloadPolicy()), found by the capture) is params and
+grads with the optimizer step on the host, where the states are: it moves nothing (`host_states`).
 With `in_switch` (a HierMem pool) the pool's switches do the FSDP collectives: a parameter all-gather becomes one
 remote load the switches gather (every member ends with the whole group's parameters) and a gradient
 reduce-scatter one remote store they reduce (seed 002's in-switch collective communication).
@@ -42,14 +44,31 @@ def parse_states(text: str | None) -> tuple[str, ...]:
     return tuple(states)
 
 
-def offload(workload: Workload, states: tuple[str, ...], in_switch: bool = False) -> Workload:
-    """The workload with the moves of `states` to and from the remote pool added to every program."""
+def offload(workload: Workload, states: tuple[str, ...], in_switch: bool = False,
+            optimizer_at_states: bool = False) -> Workload:
+    """The workload with the moves of `states` to and from the remote pool added to every program.
+    optimizer_at_states: the optimizer step runs where the states are (FSDP2's CPUOffloadPolicy: on the host), so
+    it moves nothing."""
     if not states:
         if in_switch:
             raise UserError("--in-switch: the pool's switches act on offloaded states: give --offload too")
         return workload
-    programs = {rank: _program(ops, set(states), in_switch, rank) for rank, ops in workload.programs.items()}
+    programs = {rank: _program(ops, set(states), in_switch, rank, optimizer_at_states)
+                for rank, ops in workload.programs.items()}
     return dataclasses.replace(workload, programs=programs)
+
+
+def host_states(workload: Workload, states: tuple[str, ...], pool) -> tuple[tuple[str, ...], bool]:
+    """The states to offload and whether the optimizer runs at them: those asked for (--offload), else what the
+    capture found (FSDP2's CPUOffloadPolicy: parameter and gradient shards on the host, the optimizer step there
+    too), which needs the pool that stands for the host memory."""
+    if states or not workload.host_offload:
+        return states, False
+    if pool is None:
+        raise UserError(f"{workload.source}: FSDP2 keeps its shards on the host (CPUOffloadPolicy), so the step "
+                        "copies them in and out: give --pool describing the host memory (a zero-infinity pool with "
+                        "memory: cpu; docs/memory.md)")
+    return ("params", "grads"), True
 
 
 def fsdp_groups(ops: list[Op]) -> set[tuple]:
@@ -60,7 +79,7 @@ def fsdp_groups(ops: list[Op]) -> set[tuple]:
     return groups("backward") - groups("forward")
 
 
-def _program(ops: list[Op], states: set, in_switch: bool, rank: int) -> list[Op]:
+def _program(ops: list[Op], states: set, in_switch: bool, rank: int, optimizer_at_states: bool) -> list[Op]:
     fsdp = fsdp_groups(ops)
 
     def of(i: int, kind: str) -> bool:
@@ -74,12 +93,13 @@ def _program(ops: list[Op], states: set, in_switch: bool, rank: int) -> list[Op]
     optimizer = [i for i, op in enumerate(ops) if op.phase == "optimizer" and op.kind == COMPUTE]
     load_before = {}   # optimizer prologue: name -> bytes
     store_after = {}
-    if "params" in states:
+    at_step = set() if optimizer_at_states else states   # what the optimizer step moves in and out
+    if "params" in at_step:
         load_before["params"] = shard
         store_after["params"] = shard
-    if "grads" in states:
+    if "grads" in at_step:
         load_before["grads"] = shard
-    if "optimizer" in states:
+    if "optimizer" in at_step:
         load_before["optimizer states"] = OPTIMIZER_STATES * shard
         store_after["optimizer states"] = OPTIMIZER_STATES * shard
     first_opt, last_opt = (optimizer[0], optimizer[-1]) if optimizer else (None, None)

@@ -23,7 +23,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from ..network.errors import UserError
-from .workload import COLLECTIVE, COMPUTE, RECV, SEND, WAIT, Op
+from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op
 
 # PyTorch's collective ops -> (comm dialect collective, which tensor is the full buffer: "in" | "out")
 COLLECTIVE_OPS = {
@@ -130,6 +130,7 @@ class StepRecorder(TorchDispatchMode):
         # for a new tensor and tie it to an unrelated writer (dependencies that change from run to run); live:
         # the weak reference tells a writer whose tensor (and so storage) is gone
         self._alive: list = []
+        self._saved: dict[int, int] = {}    # id of an activation save_on_cpu packed -> its store op
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -183,6 +184,29 @@ class StepRecorder(TorchDispatchMode):
                 self._alive.append(t.untyped_storage())
                 self._writer[_storage(t)] = (len(self.ops) - 1, None)
         return out
+
+    def offload_saved(self, t: torch.Tensor) -> torch.Tensor:
+        """torch.autograd.graph.save_on_cpu's pack hook as the capture runs it (capture.py): the activation autograd
+        saves goes to the host (a store of the remote memory, the host being the pool) once its writer is done;
+        the tensor itself stays, as the capture's device is the host already."""
+        w = self._writer.get(_storage(t))
+        self.ops.append(Op("save_on_cpu: activation to host", STORE, [w[0]] if w is not None else [],
+                           bytes=_nbytes(t), location="remote", phase=self._phase()))
+        self._saved[id(t)] = len(self.ops) - 1
+        if not self.live:
+            self._alive.append(t)   # its id must not come back for another tensor while recording
+        return t
+
+    def reload_saved(self, t: torch.Tensor) -> torch.Tensor:
+        """save_on_cpu's unpack hook: the activation comes back (a load) before the backward op that uses it."""
+        stored = self._saved.get(id(t))
+        self.ops.append(Op("save_on_cpu: activation from host", LOAD, [stored] if stored is not None else [],
+                           bytes=_nbytes(t), location="remote", phase=self._phase()))
+        self._writer[_storage(t)] = (len(self.ops) - 1, weakref.ref(t) if self.live else None)
+        return t
+
+    def _phase(self) -> str:
+        return self._live_phase() if self.live or self.phase is AUTOGRAD else self.phase
 
     def _live_phase(self) -> str:
         if self.in_optimizer:

@@ -53,6 +53,8 @@ class Workload:
     # SPMD with several programs (one per pipeline stage): program rank -> every rank that runs it. Empty: one
     # program stands for every rank (SPMD) or each rank has its own (not SPMD)
     stands_for: dict = field(default_factory=dict)
+    # FSDP2 keeps shards on the host (CPUOffloadPolicy): its copies become remote loads and stores (offload.py)
+    host_offload: bool = False
 
     def collectives(self, rank: int) -> list[Op]:
         return [op for op in self.programs[rank] if op.kind == COLLECTIVE]
@@ -73,11 +75,13 @@ class Workload:
             new = {old: k for k, old in enumerate(keep)}
             programs[rank] = [dataclasses.replace(ops[i], deps=[new[d] for d in ops[i].deps if d in new])
                               for i in keep]
-        return Workload(self.world_size, programs, self.source, self.spmd, dict(self.mesh), dict(self.stands_for))
+        return Workload(self.world_size, programs, self.source, self.spmd, dict(self.mesh), dict(self.stands_for),
+                        self.host_offload)
 
     def to_json(self) -> dict:
         """Plain JSON data (the reuse cache keeps captures on disk in it); from_json reads it back."""
         return {"world_size": self.world_size, "source": self.source, "spmd": self.spmd, "mesh": self.mesh,
+                "host_offload": self.host_offload,
                 "stands_for": [[rank, list(ranks)] for rank, ranks in self.stands_for.items()],
                 "programs": [[rank, [dataclasses.asdict(op) for op in ops]] for rank, ops in self.programs.items()]}
 
@@ -86,4 +90,5 @@ class Workload:
         programs = {int(rank): [Op(**{**op, "group": tuple(op["group"])}) for op in ops]
                     for rank, ops in data["programs"]}
         return cls(int(data["world_size"]), programs, data["source"], bool(data["spmd"]), dict(data["mesh"]),
-                   {int(rank): [int(r) for r in ranks] for rank, ranks in data.get("stands_for", [])})
+                   {int(rank): [int(r) for r in ranks] for rank, ranks in data.get("stands_for", [])},
+                   bool(data.get("host_offload", False)))
