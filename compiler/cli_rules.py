@@ -34,7 +34,8 @@ ALLOWED = {
 CONDITIONAL = (
     ("switching", lambda a: a.backend != "congestion", "--backend congestion"),
     ("offload", lambda a: a.pool is None, "runs with --pool (the pool the states are kept in)"),
-    ("in_switch", lambda a: not a.offload, "--offload (the switches act on the offloaded states)"),
+    ("in_switch", lambda a: a.pool is None, "runs with --pool (a hiermem pool, whose switches act on the offloaded "
+                                            "states)"),
     ("root", lambda a: a.collective not in ROOTED, "--collective broadcast or reduce"),
     ("output", lambda a: a.emit == "report", "--emit mlir or msccl-xml (a file) or --emit tables (a directory)"),
     ("npu", lambda a: a.emit != "tables", "--emit tables"),

@@ -41,7 +41,7 @@ def step_trace(result, programs, times, info: dict) -> dict:
                                "args": {"flops": int(op.attrs.get("flops", 0)), "bytes": int(op.attrs.get("bytes", 0)),
                                         **part}})
                 continue
-            if op.kind in MEMORY:   # one track per memory: its copy stream (workload_engine)
+            if op.kind in MEMORY:   # one track per memory, which serves one transfer at a time (workload_engine)
                 where = op.attrs["location"]
                 tid = _track(events, streams, pid, ("memory", where), f"{where} memory")
                 events.append({**span, "name": f"{op.kind} {op.name}", "cat": "memory", "tid": tid,

@@ -176,7 +176,7 @@ def test_a_workload_module_with_memory_ops_runs_and_round_trips(capsys, tmp_path
 
 @pytest.mark.parametrize("argv, match", [
     ([], "has no memory pool: give --pool"),
-    (["--in-switch"], "--in-switch applies to --offload"),
+    (["--in-switch"], "--in-switch applies to runs with --pool"),
     (["--offload", "params"], "--offload applies to runs with --pool"),
     (["--mem-latency", "-1"], "latency must be"),
 ])
@@ -307,3 +307,64 @@ def test_activations_saved_on_the_host_are_stored_and_loaded_back(capsys, tmp_pa
     assert all('wl.phase = "forward"' in s for s in stores) and all('wl.phase = "backward"' in s for s in loads)
     code, out, err = cli(capsys, str(model), "--topology", "Ring(2)", "--json")
     assert code == 2 and "no memory pool" in err   # the host memory must be described
+
+
+def test_a_sweep_over_pools_plots_each_points_breakdown(capsys, tmp_path):
+    step_file(tmp_path)
+    slow = write_pool_file(tmp_path)
+    fast = tmp_path / "fast.yaml"
+    fast.write_text(open(slow).read().replace("remote_group_gbps: 1", "remote_group_gbps: 4"))
+    sweep = tmp_path / "pools.yml"
+    sweep.write_text(json.dumps({"base": {"input": "step.mlir"}, "axes": {"pool": ["pool.yaml", "fast.yaml"]}}))
+    out = tmp_path / "pools.csv"
+    code, _, err = cli(capsys, "sweep", str(sweep), "-o", str(out))
+    assert code == 0, err
+    import csv
+    with open(out) as f:
+        got = {r["pool"]: json.loads(r["breakdown_us"]) for r in csv.DictReader(f)}
+    assert got["fast.yaml"]["exposed_remote_memory"] < got["pool.yaml"]["exposed_remote_memory"]
+    png = tmp_path / "fig4.png"
+    code, _, err = cli(capsys, "sweep", "--plot", str(out), "--x", "pool", "--y", "breakdown_us", "-o", str(png))
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, _, err = cli(capsys, "sweep", "--plot", str(out), "--x", "pool", "--y", "breakdown_us", "--pareto", "-o",
+                       str(png))
+    assert code == 2 and "--pareto" in err
+
+
+def test_loads_and_stores_round_trip_through_chakra(capsys, tmp_path):
+    """MEM_LOAD / MEM_STORE nodes with tensor_loc (and astra_in_switch) out and back: the same step, to the digit."""
+    from astra_compile.frontend import chakra
+    from astra_compile.network.parse import parse_topology
+    ops = [Op("mm", COMPUTE, [], flops=int(1000 * TFLOP_PER_MS)),
+           Op("store result", STORE, [0], bytes=GIB, location="remote"),
+           Op("load next", LOAD, [], bytes=GIB, location="remote", in_switch=4),
+           Op("scratch", LOAD, [0], bytes=1 << 20, location="local")]
+    w = spmd(ops)
+    before = compile_step(w, "Ring(4)", pool=POOL).to_dict()
+    out = tmp_path / "et"
+    chakra.write(w, parse_topology("Ring(4)"), str(out))
+    again = compile_step(chakra.load([str(p) for p in sorted(out.glob("*.et"))], 4), "Ring(4)", pool=POOL).to_dict()
+    assert again["total_time_us"] == before["total_time_us"]
+    assert again["memory_summary"] == before["memory_summary"]
+
+
+def test_a_model_files_offload_places_fsdp_states_in_the_pool(capsys, tmp_path):
+    model = tmp_path / "sharded.py"
+    model.write_text(OFFLOADED_MODEL.replace(", offload_policy=CPUOffloadPolicy()", "")
+                     + '\nOFFLOAD = "params,optimizer"\n')
+    host = tmp_path / "pool.yaml"
+    host.write_text("nodes: 2\ngpus_per_node: 2\nin_node_gbps: 100\nout_node_switches: 2\nremote_groups: 4\n"
+                    "remote_group_gbps: 50\ngpu_side_out_gbps: 100\nmem_side_out_gbps: 100\nchunk: 1MB\n")
+    code, out, err = cli(capsys, str(model), "--topology", "Ring(4)", "--pool", str(host), "--json")
+    assert code == 0, err
+    counts = {k: sum(m["count"] for m in json.loads(out)["memory_summary"] if m["kind"] == k) for k in ("load", "store")}
+    # a shard before each of the 6 all-gathers, then params and states before Adam; params and states after it
+    assert counts == {"load": 8, "store": 2}
+    code, out, err = cli(capsys, str(model), "--topology", "Ring(4)", "--pool", str(host), "--offload", "grads",
+                         "--in-switch", "--json")
+    assert code == 0, err   # --offload replaces the file's OFFLOAD
+    r = json.loads(out)
+    assert {m["kind"] for m in r["memory_summary"] if m["in_switch"] > 1} == {"store"}
+    model.write_text(model.read_text().replace('"params,optimizer"', '"weights"'))
+    refused(capsys, str(model), "--topology", "Ring(4)", "--pool", str(host), match="OFFLOAD: unknown state")

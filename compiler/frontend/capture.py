@@ -154,14 +154,15 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
     axes = mesh_axes_for(spec, world_size, mesh)
     if axes.get("pp", 1) == 1:
         ops, _, offloaded = _capture_rank(spec, world_size, axes, 0)
-        return Workload(world_size, {0: ops}, source=spec.path, spmd=True, mesh=axes, host_offload=offloaded)
+        return Workload(world_size, {0: ops}, source=spec.path, spmd=True, mesh=axes, host_offload=offloaded,
+                        offload=spec.offload)
     p = pipeline.plan(spec, axes)
     programs, carried, offloaded = {}, None, False
     for s, rank in enumerate(p.reps):   # stage s's input is what stage s - 1 hands on
         programs[rank], carried, host = _capture_rank(spec, world_size, axes, rank, (p, s, carried))
         offloaded = offloaded or host
     return Workload(world_size, programs, source=spec.path, spmd=True, mesh=axes, stands_for=p.stands_for,
-                    host_offload=offloaded)
+                    host_offload=offloaded, offload=spec.offload)
 
 
 def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: int, stage=None):

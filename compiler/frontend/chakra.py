@@ -428,16 +428,17 @@ def _encode(ops: list, ids: dict) -> bytes:
         if op.kind in (COMPUTE, WAIT):
             stream = "compute"
         elif op.kind in (LOAD, STORE):
-            stream = ("memory", op.location)
+            stream = None   # a copy waits for its data only: its memory serves the first ready (workload_engine)
         elif op.kind == COLLECTIVE:
             stream = ("group", op.group)
         else:
             stream = (op.kind, op.peer)
-        if stream in last:
-            ctrl.append(last[stream])
-        if stream != "compute" and "compute" in last and op.kind not in (LOAD, STORE):
-            ctrl.append(last["compute"])   # a copy waits for its data only (workload_engine's memory streams)
-        last[stream] = i + 1
+        if stream is not None:
+            if stream in last:
+                ctrl.append(last[stream])
+            if stream != "compute" and "compute" in last:
+                ctrl.append(last["compute"])
+            last[stream] = i + 1
         node.ctrl_deps.extend(d for d in dict.fromkeys(ctrl) if d - 1 not in op.deps)
         attrs = {}
         if op.kind in (COMPUTE, WAIT):

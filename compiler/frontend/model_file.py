@@ -19,6 +19,8 @@ A model file is ordinary Python that provides:
     pipeline_stage(model, stage, num_stages) -> nn.Module  (required with a `pp` mesh axis: the stage's part of
                                                             the model; pipeline.py)
     PIPELINE = {"schedule": "1F1B" | "GPipe", "microbatches": 8}   (optional, with a `pp` axis)
+    OFFLOAD = "params,grads,optimizer"   (optional: FSDP states kept in the remote memory pool, as --offload;
+                                          offload.py, docs/memory.md)
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ class ModelFile:
     routing: object = None                 # ROUTING: the token-routing assumption for data-dependent MoE
     pipeline_stage: Callable | None = None  # pipeline_stage(model, stage, num_stages): a pp axis's stage module
     pipeline: object = None                # PIPELINE: the schedule and micro-batches of a pp axis
+    offload: tuple = ()                    # OFFLOAD: FSDP states kept in the remote pool (offload.STATES)
 
 
 def one_line(e: BaseException) -> str:
@@ -89,4 +92,16 @@ def model_file_from_module(module, path: str | None = None) -> ModelFile:
                      tp_plan=getattr(module, "TP_PLAN", None), fsdp_units=getattr(module, "FSDP_UNITS", None),
                      loss=getattr(module, "loss", None), optimizer=getattr(module, "optimizer", None),
                      step_context=getattr(module, "step_context", None), routing=getattr(module, "ROUTING", None),
-                     pipeline_stage=getattr(module, "pipeline_stage", None), pipeline=getattr(module, "PIPELINE", None))
+                     pipeline_stage=getattr(module, "pipeline_stage", None), pipeline=getattr(module, "PIPELINE", None),
+                     offload=_offload(getattr(module, "OFFLOAD", None), path))
+
+
+def _offload(value, path: str) -> tuple:
+    from .offload import parse_states
+    if value is not None and not isinstance(value, str):
+        raise UserError(f"model file {path}: OFFLOAD must be a string such as \"params,grads,optimizer\", got "
+                        f"{type(value).__name__}")
+    try:
+        return parse_states(value)
+    except UserError as e:
+        raise UserError(f"model file {path}: OFFLOAD: {str(e).split(': ', 1)[-1]}") from None

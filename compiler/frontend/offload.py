@@ -51,7 +51,8 @@ def offload(workload: Workload, states: tuple[str, ...], in_switch: bool = False
     it moves nothing."""
     if not states:
         if in_switch:
-            raise UserError("--in-switch: the pool's switches act on offloaded states: give --offload too")
+            raise UserError("--in-switch: the pool's switches act on offloaded states: give --offload (or the model "
+                            "file's OFFLOAD) too")
         return workload
     programs = {rank: _program(ops, set(states), in_switch, rank, optimizer_at_states)
                 for rank, ops in workload.programs.items()}
@@ -59,11 +60,11 @@ def offload(workload: Workload, states: tuple[str, ...], in_switch: bool = False
 
 
 def host_states(workload: Workload, states: tuple[str, ...], pool) -> tuple[tuple[str, ...], bool]:
-    """The states to offload and whether the optimizer runs at them: those asked for (--offload), else what the
-    capture found (FSDP2's CPUOffloadPolicy: parameter and gradient shards on the host, the optimizer step there
-    too), which needs the pool that stands for the host memory."""
-    if states or not workload.host_offload:
-        return states, False
+    """The states to offload and whether the optimizer runs at them: those asked for (--offload), else the model
+    file's OFFLOAD, else what the capture found (FSDP2's CPUOffloadPolicy: parameter and gradient shards on the host,
+    the optimizer step there too), which needs the pool that stands for the host memory."""
+    if states or workload.offload or not workload.host_offload:
+        return states or tuple(workload.offload), False
     if pool is None:
         raise UserError(f"{workload.source}: FSDP2 keeps its shards on the host (CPUOffloadPolicy), so the step "
                         "copies them in and out: give --pool describing the host memory (a zero-infinity pool with "

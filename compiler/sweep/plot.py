@@ -4,6 +4,8 @@ Lines: one per value of --hue, y against x, sorted by x. Every other column that
 be pinned with --where (or be the hue): a line never silently mixes points that differ in something else.
 --pareto: every point as a dot and the front of the points no other point beats in both x and y (smaller is
 better in both: time against a cost such as bandwidth or NPUs), labelled by --hue when given.
+--y breakdown_us (training-step sweeps): one stacked bar per point of compute, exposed local and remote memory,
+exposed communication and idle (seed 002's Fig. 4), labelled by --x (and --hue), side by side in x order.
 Failed points are left out. Sizes (64MB) and numbers sort by value; other x values keep the file's order.
 """
 from __future__ import annotations
@@ -38,6 +40,11 @@ def plot(path: str, out: str | None, x: str | None, y: str | None, hue: str | No
     rows = [r for r in rows if r["status"] == "ok"]
     if not rows:
         raise UserError(f"{path}: no successful point left to plot")
+    if y == "breakdown_us":
+        if pareto:
+            raise UserError("--pareto plots one number against another; --y breakdown_us draws bars")
+        _check_pinned(rows, cols, {x, y, hue}, path)
+        return _breakdown(rows, out, x, hue, path, where)
     ys = [_number(r[y]) for r in rows]
     if any(v is None for v in ys):
         raise UserError(f"--y {y}: the column holds values that are not numbers")
@@ -76,6 +83,23 @@ def plot(path: str, out: str | None, x: str | None, y: str | None, hue: str | No
     fmt = out.rsplit(".", 1)[1].lower()
     atomic.write_file(out, lambda tmp: fig.savefig(tmp, format=fmt, dpi=120))
     plt.close(fig)
+
+
+def _breakdown(rows, out: str, x: str, hue: str | None, path: str, where: list[str]) -> None:
+    import json
+    from .. import breakdown_plot
+    xkey, _ = _x_order([r[x] for r in rows])
+    bars = []
+    for r in sorted(rows, key=lambda r: (xkey[r[x]], r[hue] if hue else "")):
+        try:
+            parts = json.loads(r["breakdown_us"])
+        except ValueError:
+            parts = None
+        if not isinstance(parts, dict) or not all(isinstance(v, (int, float)) for v in parts.values()):
+            raise UserError(f"{path}: point {r['point']}'s breakdown_us is not a breakdown (a training step's report "
+                            "field)")
+        bars.append((f"{x}={r[x]}" + (f"\n{hue}={r[hue]}" if hue else ""), parts))
+    breakdown_plot.write(out, bars, os.path.basename(path) + (" (" + ", ".join(where) + ")" if where else ""))
 
 
 def _read(path: str) -> tuple[list[dict], list[str]]:

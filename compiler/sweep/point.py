@@ -33,7 +33,8 @@ FLAGS = _flags()
 
 
 def argv(options: dict, directory: str) -> list[str]:
-    """The command line of a point (`directory`: the sweep file's, for relative input and topology files)."""
+    """The command line of a point (`directory`: the sweep file's, for relative input, topology, pool and system
+    files)."""
     out, inputs = [], []
     for key, value in options.items():
         dest = str(key).replace("-", "_")
@@ -53,7 +54,8 @@ def argv(options: dict, directory: str) -> list[str]:
             continue
         if isinstance(value, bool):
             raise UserError(f"'{key}' takes a value, got {value!r}")
-        if dest == "topology" and isinstance(value, str) and value.lower().endswith(FILE_SUFFIXES):
+        if (dest == "topology" and isinstance(value, str) and value.lower().endswith(FILE_SUFFIXES)) or \
+                (dest in ("pool", "system") and isinstance(value, str)):   # files beside the sweep file
             value = _near(value, directory)
         text = ",".join(_text(v) for v in value) if isinstance(value, list) else _text(value)
         out.append(f"{flag}={text}")
@@ -93,7 +95,7 @@ def _parse(options: dict, directory: str, where: str):
 
 def _check_complete(kind: str, args) -> None:
     """What every point of a kind needs, so that a sweep missing it stops before running, not at every point."""
-    if kind == "training step" and not args.topology:
+    if kind == "training step" and not args.topology and not cli._is_step_module(args.input):
         raise UserError("--topology is required (in base, or as an axis)")
     if kind == "collective" and not args.input:
         for option in ("collective", "size", "topology"):
