@@ -283,11 +283,15 @@ def make_result(meta, mode, rec, ndims, per_dim_bytes) -> Result:
     phases = {k: np.asarray(v) for k, v in rec.items()}
     total = float(phases["end"].max()) if len(phases["end"]) else 0.0
     busy = np.zeros(ndims)
-    # (a set, not np.unique: the first 1-D np.unique imports numpy.ma, 10 ms of every run's start-up)
-    for npu in sorted(set(phases["npu"].tolist())):
-        for d in range(ndims):  # a phase over every dimension (dim -1) keeps them all busy
-            sel = (phases["npu"] == npu) & ((phases["dim"] == d) | (phases["dim"] == -1))
-            busy[d] = max(busy[d], union_length(phases["start"][sel], phases["end"][sel]))
+    for d in range(ndims):  # a phase over every dimension (dim -1) keeps them all busy
+        sel = np.flatnonzero((phases["dim"] == d) | (phases["dim"] == -1))
+        npu = phases["npu"][sel]
+        order = np.argsort(npu, kind="stable")   # each NPU's phases together, in record order
+        sel, npu = sel[order], npu[order]
+        cuts = np.flatnonzero(npu[1:] != npu[:-1]) + 1
+        for a, b in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(sel)]]).tolist()):
+            if b > a:
+                busy[d] = max(busy[d], union_length(phases["start"][sel[a:b]], phases["end"][sel[a:b]]))
     ends = [float(phases["end"][phases["coll"] == ci].max()) if np.any(phases["coll"] == ci) else 0.0
             for ci in range(len(meta.collectives))]
     return Result(mode, total, ndims, phases, [int(x) for x in per_dim_bytes], busy.tolist(), ends)
