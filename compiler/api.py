@@ -188,7 +188,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
     info = {"source": recorded["source"], "topology": topo.name, "npus": topo.npus, "mesh": recorded["mesh"],
             "backend": opts.run.backend, "scheduler": recorded["scheduler"], "peak_tflops": opts.roofline.peak_tflops,
             "mem_bw_gbps": opts.roofline.mem_gbps, "mem_latency_ns": opts.mem_latency_ns, "rank": rank,
-            **({"pool": describe_pool(opts.pool)} if opts.pool is not None else {})}
+            **({"pool": opts.pool.describe()} if opts.pool is not None else {})}
     report = make_report(info, result, times, lowered.programs, program)
     report.mlir = with_schedules(lowered.mlir, lowered.programs, times) if lowered.mlir else ""
     report.timeline = lambda: step_trace(result, lowered.programs, times, info)
@@ -204,16 +204,6 @@ def _is_step_dir(source) -> bool:
         return False
     from .runtime.step_tables import is_step_dir
     return is_step_dir(os.fspath(source))
-
-
-def describe_pool(pool) -> str:
-    """One line naming a pool's design and sizes (the report's `pool`)."""
-    if pool.design == "zero-infinity":
-        return (f"zero-infinity, {pool.nodes} nodes x {pool.gpus_per_node} GPUs, {pool.memory} {pool.memory_gbps:g} "
-                f"GB/s per node, PCIe {pool.pcie_gbps:g} GB/s")
-    return (f"hiermem, {pool.nodes} nodes x {pool.gpus_per_node} GPUs, in-node {pool.in_node_gbps:g} GB/s, "
-            f"{pool.out_node_switches} out-node switches, {pool.remote_groups} groups x {pool.remote_group_gbps:g} "
-            f"GB/s")
 
 
 def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops: float, mem_bw_gbps: float,

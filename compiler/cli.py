@@ -85,9 +85,9 @@ def build_parser() -> _Parser:
                    help="keep these training states in the remote pool and move them as the step needs them "
                         "(ZeRO-Infinity style): params, grads, optimizer, comma-separated; needs --pool")
     g.add_argument("--in-switch", action="store_true",
-                   help="with --offload on a hiermem pool: the pool's switches all-gather parameters while they are "
-                        "loaded and reduce-scatter gradients while they are stored (seed 002's in-switch "
-                        "collectives), in place of those collectives")
+                   help="with offloaded states (--offload, or the model file's OFFLOAD) on a hiermem pool: the pool's "
+                        "switches all-gather parameters while they are loaded and reduce-scatter gradients while "
+                        "they are stored (seed 002's in-switch collectives), in place of those collectives")
     g = p.add_argument_group("network")
     g.add_argument("--topology", help='e.g. "Ring(4)_FC(2)_Switch(8)", 8x8_torus, 64_switch, an ASTRA-sim .yml/.json, '
                                          'or a graph: 4x8_bigraph, dgx1, 2_dgx1, a .edges file')

@@ -92,6 +92,12 @@ class HierMem:
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    def describe(self) -> str:
+        """One line: the design and its sizes (the report's `pool`)."""
+        return (f"hiermem, {self.nodes} nodes x {self.gpus_per_node} GPUs, in-node {self.in_node_gbps:g} GB/s, "
+                f"{self.out_node_switches} out-node switches, {self.remote_groups} groups x "
+                f"{self.remote_group_gbps:g} GB/s")
+
     def link_bytes(self, nbytes: float, sharers: int = 1) -> dict[str, float]:
         """Bytes on one link of each kind when every GPU loads (or stores) `nbytes`; with sharers > 1 (in-switch),
         `nbytes` is the gathered tensor that each group of `sharers` GPUs shares (each member's shard is
@@ -127,6 +133,10 @@ class ZeroInfinity:
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    def describe(self) -> str:
+        return (f"zero-infinity, {self.nodes} nodes x {self.gpus_per_node} GPUs, {self.memory} {self.memory_gbps:g} "
+                f"GB/s per node, PCIe {self.pcie_gbps:g} GB/s")
 
     def link_bytes(self, nbytes: float, sharers: int = 1) -> dict[str, float]:
         if sharers > 1:

@@ -85,8 +85,8 @@ def _program(ops: list[Op], states: set, in_switch: bool, rank: int, optimizer_a
 
     def of(i: int, kind: str) -> bool:
         return ops[i].kind == COLLECTIVE and ops[i].collective == kind and ops[i].group in fsdp
-    gathers = [i for i, op in enumerate(ops) if of(i, "all_gather") and op.phase in ("forward", "backward")]
-    scatters = [i for i, op in enumerate(ops) if of(i, "reduce_scatter") and op.phase == "backward"]
+    gathers = {i for i, op in enumerate(ops) if of(i, "all_gather") and op.phase in ("forward", "backward")}
+    scatters = {i for i, op in enumerate(ops) if of(i, "reduce_scatter") and op.phase == "backward"}
     if not scatters:
         raise UserError(f"--offload: rank {rank}'s step has no FSDP gradient reduce-scatter: ZeRO-Infinity offloads "
                         "fully sharded states; shard the model with FSDP2 (--mesh fsdp=N)")
