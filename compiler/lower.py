@@ -27,7 +27,7 @@ from .network.errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
 from .network.links import LANE_SHORTEST, ROUTED, LinkMap
 from .runtime.meta import ROOTED, SHARDED, Meta
-from .runtime.tables import RECV_COPY, RECV_REDUCE, SEND, SWITCH, Table
+from .runtime.tables import COLUMN_NAMES, RECV_COPY, RECV_REDUCE, SEND, SWITCH, Table
 from .network.blocks import SHORTEST
 from .network.topology import Topology
 
@@ -289,7 +289,9 @@ class Schedule:
                         base, length = self._stage_region(plan, levels, position)
                     parts.append(self._expand(npu, plan, position, stage, rows, base, length,
                                               self._member(coords, stage.dim), flows))
-        table = Table.concat(parts)
+        # the phases' columns are joined, then typed once (a Table per phase cost as much as building its rows)
+        table = Table({c: np.concatenate([p[c] for p in parts]) for c in COLUMN_NAMES} if parts else
+                      Table.empty().cols)
         order = np.lexsort((table["offset"], table["peer"], table["op"], table["step"], table["stage"],
                             table["flow"], table["coll"]))
         table = Table({c: v[order] for c, v in table.cols.items()})
@@ -314,7 +316,7 @@ class Schedule:
                              plan.group_dims.index(stage.dim), coords[stage.dim],
                              self.topology.dims[stage.dim].kind.neighbour_links)
 
-    def _expand(self, npu, plan, si, stage, rows, base, length, member, flows) -> Table:
+    def _expand(self, npu, plan, si, stage, rows, base, length, member, flows) -> dict:
         """Template rows of one member x chunks `flows` -> table rows in bytes and ranks (stage column = si)."""
         step, op, peer_m, lo, hi, direction, units, link = rows
         n = len(step)
@@ -343,7 +345,7 @@ class Schedule:
         return _rows(npu, plan.index, si, flows, step, op, peer, np.full(n, stage.dim), lane, hops,
                      np.full(n, dim.link_gbps()), off, end)
 
-    def _expand_graph(self, npu, plan, si, step, op, peer, link, off, end, flows) -> Table:
+    def _expand_graph(self, npu, plan, si, step, op, peer, link, off, end, flows) -> dict:
         """Rows of a flat (graph) phase: peers are ranks and each transfer names its physical link. The
         reduce-scatter runs the trees' links backwards: the same dimension, the other lane of a ring."""
         from .algorithms import multitree
@@ -359,14 +361,14 @@ class Schedule:
         return _rows(npu, plan.index, si, flows, step, op, peer, dims, lane, np.ones(len(step)), lg.gbps[link],
                      off, end)
 
-    def _expand_routed(self, npu, plan, si, step, op, peer, direction, off, end, flows) -> Table:
+    def _expand_routed(self, npu, plan, si, step, op, peer, direction, off, end, flows) -> dict:
         """Rows of a phase over ranks: each message is routed dimension by dimension (runtime/links.py); its lane
         says which way round the Ring legs go (the template's direction, or the shorter way), `hops` counts its
         links and `gbps` is its slowest link's bandwidth (cut-through: the message streams at that rate)."""
         lane = np.where(direction == 1, 0, np.where(direction == -1, 1, LANE_SHORTEST))
         return self._routed_rows(npu, plan, si, flows, step, op, peer, np.full(len(step), ROUTED), lane, off, end)
 
-    def _routed_rows(self, npu, plan, si, flows, step, op, peer, dim, lane, off, end) -> Table:
+    def _routed_rows(self, npu, plan, si, flows, step, op, peer, dim, lane, off, end) -> dict:
         """Rows of messages the runtime routes (runtime/links.py): `hops` counts the links of each route and `gbps`
         is the slowest of them."""
         sender = np.where(op == SEND, npu, peer)
@@ -386,18 +388,18 @@ class Schedule:
         return self._links_map
 
 
-def _rows(npu, coll, stage, flows, step, op, peer, dim, lane, hops, gbps, off, end) -> Table:
-    """Table rows for one phase: per-transfer columns repeated for every chunk in `flows`; off/end per (transfer,
-    chunk)."""
+def _rows(npu, coll, stage, flows, step, op, peer, dim, lane, hops, gbps, off, end) -> dict:
+    """Table columns (untyped: table() types them once) for one phase: per-transfer columns repeated for every chunk
+    in `flows`; off/end per (transfer, chunk)."""
     chunks = len(flows)
-    rep = lambda a: np.repeat(np.asarray(a)[:, None], chunks, axis=1).ravel()  # noqa: E731
+    rep = lambda a: np.repeat(np.asarray(a), chunks)  # noqa: E731  (each transfer's value once per chunk)
     total = len(step) * chunks
-    return Table({
+    return {
         "npu": np.full(total, npu), "coll": np.full(total, coll), "flow": np.tile(flows, len(step)),
         "stage": np.full(total, stage), "step": rep(step), "op": rep(op), "peer": rep(peer), "dim": rep(dim),
         "lane": rep(lane), "hops": rep(hops), "gbps": rep(gbps), "offset": off.ravel(), "bytes": (end - off).ravel(),
         "dep": np.full(total, -1),
-    })
+    }
 
 
 def _template_rows(t: Transfers, member: int):
