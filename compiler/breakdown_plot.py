@@ -2,8 +2,7 @@
 memory, exposed remote memory, exposed communication and idle (the report's `breakdown_us`), side by side."""
 from __future__ import annotations
 
-from .network.errors import UserError
-from .runtime import atomic
+from .plotting import check_suffix, pyplot, save
 from .runtime.workload_engine import BREAKDOWN
 
 COLOURS = {"compute": "#4c72b0", "exposed_local_memory": "#dd8452", "exposed_remote_memory": "#c44e52",
@@ -13,14 +12,8 @@ COLOURS = {"compute": "#4c72b0", "exposed_local_memory": "#dd8452", "exposed_rem
 def write(path: str, bars: list[tuple[str, dict]], title: str = "step time breakdown",
           unit: str = "ms") -> None:
     """bars: (label, breakdown_us) per run, left to right; written atomically as PNG, PDF or SVG by suffix."""
-    if not path.lower().endswith((".png", ".pdf", ".svg")):
-        raise UserError(f"--plot {path}: the plot is written as .png, .pdf or .svg")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UserError("--plot needs matplotlib: pip install 'astra-compile[plot]'") from None
+    check_suffix(path, "--plot")
+    plt = pyplot()
     scale = {"us": 1.0, "ms": 1e-3, "s": 1e-6}[unit]
     fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(bars) + 2), 4.5))
     bottom = [0.0] * len(bars)
@@ -37,8 +30,4 @@ def write(path: str, bars: list[tuple[str, dict]], title: str = "step time break
     ax.set_title(title)
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
-    fmt = path.rsplit(".", 1)[-1].lower()
-    try:
-        atomic.write_file(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=110))
-    finally:
-        plt.close(fig)
+    save(fig, path, dpi=110)

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from . import comm
+from ..network.memory import LOCATIONS
 
 # MLIR's bindings look for the Python module of an op's dialect as <search prefix>.<namespace> and retry, with a
 # failed import, on every op they wrap until one is found: the `wl` ops are defined here, in workload.py, so
@@ -50,7 +51,6 @@ _IRDL_FILE = os.path.join(os.path.dirname(__file__), "workload.irdl.mlir")
 COMPUTE, WAIT, LOAD, STORE = "wl.compute", "wl.wait", "wl.load", "wl.store"
 OWN_KINDS = {COMPUTE: "compute", WAIT: "wait", LOAD: "load", STORE: "store"}   # ProgramOp.kind of the wl ops
 MEMORY = ("load", "store")   # ProgramOp kinds that move data between the accelerator and a memory
-LOCATIONS = ("local", "remote")
 P2P = comm.POINT_TO_POINT   # comm.send / comm.recv: a message between the program's rank and one peer
 
 

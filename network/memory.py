@@ -21,6 +21,8 @@ from .units import MAX_LATENCY_NS, gbps_to_bytes_per_ns, link_range_error
 
 # a reduced packet is written once and read twice (the packet and the buffer it is added into)
 REDUCTION_ACCESSES = 3
+# where a load or store goes: the accelerator's own HBM, or the remote memory pool (network/memory_pool.py)
+LOCATIONS = ("local", "remote")
 
 
 @dataclass(frozen=True)

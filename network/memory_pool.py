@@ -34,7 +34,7 @@ Bandwidths are GB/s of 2^30 B (network/units.py), sizes bytes, latency ns.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import UserError
 from .units import gbps_to_bytes_per_ns
@@ -74,8 +74,21 @@ def _steps(link_bytes: float, chunk_bytes: int) -> int:
     return 0 if link_bytes <= 0 else max(1, math.ceil(link_bytes / chunk_bytes - 1e-9))
 
 
+class _Pool:
+    """What both designs share: the GPUs they serve, and a transfer pipelined in chunks over the design's stages
+    (`stages`: the stages, and the bytes whose chunks set the number of pipeline steps)."""
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def transfer(self, nbytes: float, sharers: int = 1) -> Transfer:
+        stages, pipelined = self.stages(nbytes, sharers)
+        return Transfer(stages, _steps(pipelined, self.chunk_bytes), self.latency_ns)
+
+
 @dataclass(frozen=True)
-class HierMem:
+class HierMem(_Pool):
     nodes: int
     gpus_per_node: int
     in_node_gbps: float
@@ -86,11 +99,6 @@ class HierMem:
     mem_side_out_gbps: float
     chunk_bytes: int
     latency_ns: float = 0.0
-    design: str = field(default="hiermem", init=False)
-
-    @property
-    def gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
 
     def describe(self) -> str:
         """One line: the design and its sizes (the report's `pool`)."""
@@ -110,17 +118,17 @@ class HierMem:
                 "node_link": nbytes * min(self.gpus_per_node, copies) / s,
                 "gpu_link": nbytes}
 
-    def transfer(self, nbytes: float, sharers: int = 1) -> Transfer:
+    def stages(self, nbytes: float, sharers: int = 1) -> tuple[tuple, float]:
+        """Group memory, group link, switch-to-node link, GPU link; the group link's bytes set the steps."""
         b = self.link_bytes(nbytes, sharers)
-        stages = (Stage("memory", b["memory"], self.remote_group_gbps),
-                  Stage("group_link", b["group_link"], self.mem_side_out_gbps),
-                  Stage("node_link", b["node_link"], self.gpu_side_out_gbps),
-                  Stage("gpu_link", b["gpu_link"], self.in_node_gbps))
-        return Transfer(stages, _steps(b["group_link"], self.chunk_bytes), self.latency_ns)
+        return (Stage("memory", b["memory"], self.remote_group_gbps),
+                Stage("group_link", b["group_link"], self.mem_side_out_gbps),
+                Stage("node_link", b["node_link"], self.gpu_side_out_gbps),
+                Stage("gpu_link", b["gpu_link"], self.in_node_gbps)), b["group_link"]
 
 
 @dataclass(frozen=True)
-class ZeroInfinity:
+class ZeroInfinity(_Pool):
     nodes: int
     gpus_per_node: int
     pcie_gbps: float          # each GPU's link to its node's memory
@@ -128,11 +136,6 @@ class ZeroInfinity:
     memory: str               # cpu | nvme
     chunk_bytes: int
     latency_ns: float = 0.0
-    design: str = field(default="zero-infinity", init=False)
-
-    @property
-    def gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
 
     def describe(self) -> str:
         return (f"zero-infinity, {self.nodes} nodes x {self.gpus_per_node} GPUs, {self.memory} {self.memory_gbps:g} "
@@ -143,7 +146,7 @@ class ZeroInfinity:
             raise UserError("a ZeRO-Infinity pool has no switches: in-switch collectives need a hiermem pool")
         return {"memory": nbytes * self.gpus_per_node, "pcie": nbytes}
 
-    def transfer(self, nbytes: float, sharers: int = 1) -> Transfer:
+    def stages(self, nbytes: float, sharers: int = 1) -> tuple[tuple, float]:
+        """The node's memory, then the GPU's PCIe link, whose bytes set the steps."""
         b = self.link_bytes(nbytes, sharers)
-        stages = (Stage(self.memory, b["memory"], self.memory_gbps), Stage("pcie", b["pcie"], self.pcie_gbps))
-        return Transfer(stages, _steps(b["pcie"], self.chunk_bytes), self.latency_ns)
+        return (Stage(self.memory, b["memory"], self.memory_gbps), Stage("pcie", b["pcie"], self.pcie_gbps)), b["pcie"]

@@ -35,8 +35,8 @@ def run(schedule: Schedule, mode: str = "auto", intra: str = "fifo", active_chun
 
     mode: auto | symmetric | full; intra: the per-dimension queue policy, fifo | scf; active_chunks: phases a
     dimension works on at once (ASTRA-sim's active-chunks-per-dimension); local_mem_gbps: ASTRA-sim's local-mem-bw
-    (network/memory.py): a step that reduces received bytes ends 3 x its largest reduced message / local_mem_gbps
-    after its transfers (None: no reduction term)."""
+    (network/memory.py): a step that reduces received bytes ends 3 x all the bytes it reduces / local_mem_gbps after
+    its transfers (None: no reduction term)."""
     meta = schedule.meta
     if intra not in INTRA_POLICIES:
         raise OptionError(f"unknown intra-dimension policy {intra}")

@@ -28,6 +28,7 @@ from . import atomic
 from .errors import TableError
 from .meta import FORMAT as TABLES_FORMAT, PHASE_KINDS, read_json
 from .tables import DirSchedule, Schedule, fill_dir
+from ..network.memory import LOCATIONS
 
 FORMAT = "astra-compile-step"
 VERSION = 3   # 2: send / recv rows (the peer column), SPMD steps of several programs (pipeline stages); 3: load /
@@ -36,7 +37,6 @@ SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "step_meta.schema.json")
 KINDS = ("all_reduce",) + PHASE_KINDS   # every collective a program may run (an all-reduce is two phases)
 MESSAGES = ("send", "recv")
 MEMORY = ("load", "store")
-LOCATIONS = ("local", "remote")
 ROW_KINDS = ("compute", "wait") + MESSAGES + MEMORY + KINDS
 PROGRAM_COLUMNS = ("row", "kind", "name", "phase", "iteration", "flops", "bytes", "measured_ns", "collective",
                    "group", "stream", "peer", "location", "in_switch", "deps")
@@ -300,15 +300,12 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
         if (kind in MEMORY) != bool(v["location"]) or (kind in MEMORY) != (switch > 0):
             _fail(at, f"location {v['location']!r}, in_switch {switch}: a load or store row has a location and "
                       "in_switch >= 1, other rows an empty location and in_switch 0")
-        if kind in MEMORY:
+        if kind in ("compute", "wait") + MEMORY:
             if c != -1 or v["group"] or ints["stream"] != 0 or peer != -1:
                 _fail(at, f"a {kind} row has collective -1, no group, stream 0 and peer -1")
-            if v["location"] not in LOCATIONS or (switch > 1 and v["location"] != "remote"):
+            if kind in MEMORY and (v["location"] not in LOCATIONS or (switch > 1 and v["location"] != "remote")):
                 _fail(at, f"location: {v['location']!r} with in_switch {switch} (local or remote; the switches "
                           "gather remote loads and stores only)")
-        elif kind in ("compute", "wait"):
-            if c != -1 or v["group"] or ints["stream"] != 0 or peer != -1:
-                _fail(at, f"a {kind} row has collective -1, no group, stream 0 and peer -1")
         elif kind in MESSAGES:
             if c != -1 or v["group"]:
                 _fail(at, f"a {kind} row has collective -1 and no group")

@@ -365,9 +365,9 @@ def _device_class(device) -> str | None:
     return None if device in ("", "meta") or device.startswith("meta") else "accelerator"
 
 
-def host_copy(node: dict) -> str | None:
-    """LOAD for an aten copy from the host to the accelerator (cudaMemcpy HtoD: a `.to("cuda")`, a `copy_` into a
-    device tensor), STORE for one back, else None."""
+def host_copy(node: dict) -> tuple | None:
+    """(LOAD, destination values) for an aten copy from the host to the accelerator (cudaMemcpy HtoD: a
+    `.to("cuda")`, a `copy_` into a device tensor), (STORE, destination) for one back, else None."""
     ns, _, short = node["name"].partition("::")
     if ns != "aten" or short not in _COPIES:
         return None
@@ -375,9 +375,9 @@ def host_copy(node: dict) -> str | None:
     src, dst = (ins[1:2], ins[:1]) if short == "copy_" else (ins[:1], outs)
     s, d = ({_device_class(t[5]) for t in _tensors(v)} for v in (src, dst))
     if s == {"host"} and d == {"accelerator"}:
-        return LOAD
+        return LOAD, dst
     if s == {"accelerator"} and d == {"host"}:
-        return STORE
+        return STORE, dst
     return None
 
 
@@ -482,7 +482,7 @@ class _Builder:
             in_op, in_comm = inside[node["id"]]
             if kind == COMPUTE and not in_op:
                 move = host_copy(node)
-                self.add(node, *(self.memory(node, move) if move else self.compute(node)))
+                self.add(node, *(self.memory(node, *move) if move else self.compute(node)))
             elif kind in (COLLECTIVE, WAIT) and not in_comm:
                 self.add(node, *self.comm(node, kind))
 
@@ -579,11 +579,9 @@ class _Builder:
                 if a.alias_info is not None and a.alias_info.is_write for s in _storages(v)}
 
     # memory ops
-    def memory(self, node: dict, move: str) -> tuple[Op, set]:
+    def memory(self, node: dict, move: str, dst) -> tuple[Op, set]:
         """A copy between the host and the accelerator (host_copy): a load from (store to) the host memory, the
-        pool of --pool (docs/memory.md), of the bytes that land."""
-        ins, outs = node["inputs"]["values"], node["outputs"]["values"]
-        dst = ins[:1] if node["name"].endswith("copy_") else outs
+        pool of --pool (docs/memory.md), of the bytes that land in `dst`."""
         return Op(name=_op_name(node), kind=move, bytes=_nbytes(dst), location="remote"), _storages(dst)
 
     # compute ops

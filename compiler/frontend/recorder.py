@@ -155,7 +155,7 @@ class StepRecorder(TorchDispatchMode):
         elif name in ROOTED_EXCHANGES:
             *messages, op = self._rooted_exchange(name, args, deps)
             for m in messages:
-                m.phase = self._live_phase() if self.live or self.phase is AUTOGRAD else self.phase
+                m.phase = self._phase()
                 self.ops.append(m)
         elif name in WAIT_OPS:
             op = Op(str(func), WAIT, deps)
@@ -172,7 +172,7 @@ class StepRecorder(TorchDispatchMode):
                 flops = int(flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
             op = Op(str(func), COMPUTE, deps, flops=flops,
                     bytes=sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs)))
-        op.phase = self._live_phase() if self.live or self.phase is AUTOGRAD else self.phase
+        op.phase = self._phase()
         self.ops.append(op)
         written = _written_args(func, args, kwargs) if mutates else []
         if op.kind == RECV or name in ROOTED_EXCHANGES:   # c10d.recv_, gather_, scatter_ fill their first
@@ -206,6 +206,7 @@ class StepRecorder(TorchDispatchMode):
         return t
 
     def _phase(self) -> str:
+        """The part of the step an op recorded now belongs to: set by the capture, or told by autograd."""
         return self._live_phase() if self.live or self.phase is AUTOGRAD else self.phase
 
     def _live_phase(self) -> str:

@@ -14,7 +14,6 @@ from ..network.errors import UserError
 COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
 SEND, RECV = "send", "recv"    # point-to-point: a message to (from) one peer rank, matched in order per pair
 LOAD, STORE = "load", "store"  # memory: a tensor moved into (out of) the accelerator, docs/memory.md
-LOCATIONS = ("local", "remote")   # local HBM, or the remote memory pool (--pool)
 # the collectives the comm dialect lowers; the frontends map PyTorch's names onto these
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 PHASES = ("forward", "backward", "optimizer")   # the parts of a training step, in the order they run
@@ -37,7 +36,7 @@ class Op:
     phase: str = ""                # part of the step: forward | backward | optimizer ("" when not known)
     iteration: int = -1            # traces holding several training iterations: which one (-1: not known)
     measured_ns: float = -1.0      # compute: its time measured by a profiler (Kineto), -1: from the roofline
-    location: str = ""             # load / store: one of LOCATIONS
+    location: str = ""             # load / store: one of network/memory.LOCATIONS
     in_switch: int = 0             # remote load / store that the pool's switches all-gather (reduce-scatter): the
     #                                GPUs that share the tensor (its group); 0: a plain load / store
 

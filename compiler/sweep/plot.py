@@ -15,6 +15,7 @@ import math
 import os
 
 from ..network.errors import UserError
+from ..plotting import check_suffix, pyplot, save
 from .results import STATUS
 
 NOT_PINNED = set(STATUS) | {"point"}
@@ -26,8 +27,7 @@ def plot(path: str, out: str | None, x: str | None, y: str | None, hue: str | No
         raise UserError("--plot needs --x COLUMN and --y COLUMN")
     if not out:
         raise UserError("--plot needs -o FILE.png (or .pdf, .svg)")
-    if not out.lower().endswith((".png", ".pdf", ".svg")):
-        raise UserError(f"-o {out}: the plot is written as .png, .pdf or .svg")
+    check_suffix(out, "-o")
     rows, cols = _read(path)
     for name in [x, y] + ([hue] if hue else []):
         if name not in cols:
@@ -50,12 +50,7 @@ def plot(path: str, out: str | None, x: str | None, y: str | None, hue: str | No
         raise UserError(f"--y {y}: the column holds values that are not numbers")
     if not pareto:
         _check_pinned(rows, cols, {x, y, hue}, path)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UserError("--plot needs matplotlib: pip install 'astra-compile[plot]'") from None
+    plt = pyplot()
     xkey, xticks = _x_order([r[x] for r in rows])
     fig, ax = plt.subplots(figsize=(7, 4.5))
     groups: dict[str, list] = {}
@@ -79,10 +74,7 @@ def plot(path: str, out: str | None, x: str | None, y: str | None, hue: str | No
         ax.legend(title=hue, fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    from ..runtime import atomic
-    fmt = out.rsplit(".", 1)[1].lower()
-    atomic.write_file(out, lambda tmp: fig.savefig(tmp, format=fmt, dpi=120))
-    plt.close(fig)
+    save(fig, out, dpi=120)
 
 
 def _breakdown(rows, out: str, x: str, hue: str | None, path: str, where: list[str]) -> None:
