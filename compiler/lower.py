@@ -263,87 +263,118 @@ class Schedule:
     # ---- tables -------------------------------------------------------------------------------------------
 
     def table(self, npu: int, deps: bool = True) -> Table:
-        coords = self.topology.coords(npu)
+        table = self.tables([npu])
+        if deps:
+            table.cols["dep"] = dependencies(table, [p.buffer for p in self.plans])
+        return table
+
+    def tables(self, npus) -> Table:
+        """The tables of NPUs `npus` joined in one Table (no `dep` column work), each NPU's rows in its table's order.
+        NPUs at the same place of their groups run the same template rows, so a phase on a dimension of building
+        blocks is expanded once per member position over all its NPUs at once: no Python work per NPU."""
+        npus = np.asarray(npus, np.int64)
+        coords = tuple(self._coords()[npus].T)
         parts = []
         for plan in self.plans:
             for order, flows in plan.order_groups():
                 levels = self.levels(plan, coords, order, flows) if plan.kind in SHARDED else None
                 for position, si in enumerate(order):
                     stage = plan.stages[si]
-                    if plan.kind == "all_to_all":
-                        rows = self._a2a_rows(plan, stage, coords)
-                        base, length = self.chunk_regions(plan, flows)
-                    elif plan.kind in ROOTED:
-                        # a broadcast spreads from the root: a group takes part once it agrees with the root on
-                        # every dimension still to come; a reduce gathers towards it: on every dimension done
-                        rest = order[position + 1:] if plan.kind == "broadcast" else order[:position]
-                        rows = self._rooted_rows(plan, stage, coords, [plan.stages[i].dim for i in rest])
-                        if rows is None:
-                            continue
-                        base, length = self.chunk_regions(plan, flows)
-                    else:
-                        member = self._member(coords, stage.dim)
-                        if stage.structure and stage.structure[0] == "placement":  # over virtual ranks: pi^-1
-                            member = int(self._hdrm_map(inverse=True)[member])
-                        rows = _template_rows(self._template(plan.kind, stage), member)
-                        base, length = self._stage_region(plan, levels, position)
-                    parts.append(self._expand(npu, plan, position, stage, rows, base, length,
-                                              self._member(coords, stage.dim), flows))
+                    member = np.broadcast_to(self._member(coords, stage.dim), npus.shape)
+                    for key, sel in self._classes(plan, stage, order, position, coords, member):
+                        if plan.kind == "all_to_all":
+                            rows = self._a2a_rows(plan, stage, key)
+                            base, length = self.chunk_regions(plan, flows)
+                        elif plan.kind in ROOTED:
+                            rows = self._rooted_rows(plan, stage, key)
+                            base, length = self.chunk_regions(plan, flows)
+                        else:
+                            rows = _template_rows(self._template(plan.kind, stage), key)
+                            base, length = self._stage_region(plan, levels, position)
+                        base = np.broadcast_to(base, (len(npus), len(flows)))[sel]
+                        length = np.broadcast_to(length, (len(npus), len(flows)))[sel]
+                        parts += self._expand(npus[sel], plan, position, stage, rows, base, length,
+                                              int(member[sel[0]]), flows)
         # the phases' columns are joined, then typed once (a Table per phase cost as much as building its rows)
         table = Table({c: np.concatenate([p[c] for p in parts]) for c in COLUMN_NAMES} if parts else
                       Table.empty().cols)
         order = np.lexsort((table["offset"], table["peer"], table["op"], table["step"], table["stage"],
-                            table["flow"], table["coll"]))
-        table = Table({c: v[order] for c, v in table.cols.items()})
-        if deps:
-            table.cols["dep"] = dependencies(table, [p.buffer for p in self.plans])
-        return table
+                            table["flow"], table["coll"], table["npu"]))
+        return Table({c: v[order] for c, v in table.cols.items()})
 
-    def _rooted_rows(self, plan: CollectivePlan, stage: Stage, coords, agree: list[int]):
-        """An NPU's rows of a broadcast or reduce phase with members rotated so the root's coordinate is member 0,
-        or None when its group does not take part (it differs from the root on one of the dimensions `agree`)."""
-        root = self.topology.coords(plan.root)
-        if any(coords[d] != root[d] for d in agree):
-            return None
-        k, shift = self.shape[stage.dim], root[stage.dim]
-        step, op, peer, lo, hi, direction, units, link = _template_rows(self._template(plan.kind, stage),
-                                                                        (coords[stage.dim] - shift) % k)
+    def _coords(self) -> np.ndarray:
+        if getattr(self, "_coords_array", None) is None:
+            self._coords_array = self.topology.coords_array()
+        return self._coords_array
+
+    def _classes(self, plan: CollectivePlan, stage: Stage, order, position: int, coords, member):
+        """(template member, indices of the NPUs that run its rows) for one phase: NPUs with the same member index
+        in their groups run the same template rows. A broadcast's members are rotated so the root is member 0 and
+        only groups that agree with the root on every dimension still to come take part (a reduce's: on every
+        dimension done); HDRM's phases run over virtual ranks."""
+        key = member
+        take = np.ones(len(member), bool)
+        if plan.kind in ROOTED:
+            root = self.topology.coords(plan.root)
+            rest = order[position + 1:] if plan.kind == "broadcast" else order[:position]
+            for d in (plan.stages[i].dim for i in rest):
+                take &= coords[d] == root[d]
+            key = (member - root[stage.dim]) % self.shape[stage.dim]
+        elif plan.kind != "all_to_all" and stage.structure and stage.structure[0] == "placement":
+            key = self._hdrm_map(inverse=True)[member]
+        idx = np.flatnonzero(take)
+        idx = idx[np.argsort(key[idx], kind="stable")]
+        values, starts = np.unique(key[idx], return_index=True)
+        return [(int(v), sel) for v, sel in zip(values.tolist(), np.split(idx, starts[1:]))]
+
+    def _rooted_rows(self, plan: CollectivePlan, stage: Stage, rotated: int):
+        """Rows of a broadcast or reduce phase for the member at `rotated` places after the root's coordinate (the
+        templates start at member 0), its peers turned back into coordinates."""
+        k, shift = self.shape[stage.dim], self.topology.coords(plan.root)[stage.dim]
+        step, op, peer, lo, hi, direction, units, link = _template_rows(self._template(plan.kind, stage), rotated)
         peer = np.where(peer == k, k, (peer + shift) % k)  # member k of an in-switch template is the switch
         return step, op, peer, lo, hi, direction, units, link
 
-    def _a2a_rows(self, plan: CollectivePlan, stage: Stage, coords):
+    def _a2a_rows(self, plan: CollectivePlan, stage: Stage, member: int):
         return _a2a_template(stage.algorithm, tuple(self.shape[d] for d in plan.group_dims),
-                             plan.group_dims.index(stage.dim), coords[stage.dim],
+                             plan.group_dims.index(stage.dim), member,
                              self.topology.dims[stage.dim].kind.neighbour_links)
 
-    def _expand(self, npu, plan, si, stage, rows, base, length, member, flows) -> dict:
-        """Template rows of one member x chunks `flows` -> table rows in bytes and ranks (stage column = si)."""
+    def _expand(self, npus, plan, si, stage, rows, base, length, member, flows) -> list[dict]:
+        """Template rows of one member position x chunks `flows` -> table rows in bytes and ranks (stage column =
+        si) for NPUs `npus`, all at that position; base/length: their chunks' regions, (npus, chunks)."""
         step, op, peer_m, lo, hi, direction, units, link = rows
         n = len(step)
-        off = base[None, :] + (lo[:, None] * length[None, :]) // units
-        end = base[None, :] + (hi[:, None] * length[None, :]) // units
+        off = base[:, None, :] + (lo[None, :, None] * length[:, None, :]) // units   # (npus, transfers, chunks)
+        end = base[:, None, :] + (hi[None, :, None] * length[:, None, :]) // units
+        if stage.dim == FLAT or not self.topology.dims[stage.dim].kind.stackable:  # peers are ranks: one NPU each
+            return [self._expand_one(int(v), plan, si, stage, step, op, peer_m, direction, link, off[i], end[i],
+                                     flows) for i, v in enumerate(npus.tolist())]
+        dim = self.topology.dims[stage.dim]
+        k = dim.size
+        sender = np.where(op == SEND, member, peer_m)
+        receiver = np.where(op == SEND, peer_m, member)
+        # the template's direction (+1 forward, -1 backward, 0 the shorter way) as a lane; the block says the hops
+        hops, lane = dim.kind.path(k, sender, receiver, np.where(direction == 1, 0, np.where(direction == -1, 1,
+                                                                                          SHORTEST)))
+        peer = npus[:, None] + (peer_m - member) * self.strides[stage.dim]
+        # member k of a template is the switch (in-network reduction): one link up or down, peer SWITCH
+        to_switch = peer_m == k
+        peer, hops = np.where(to_switch, SWITCH, peer), np.where(to_switch, 1, hops)
+        return [_rows(npus, plan.index, si, flows, step, op, peer, np.full(n, stage.dim), lane, hops,
+                      np.full(n, dim.link_gbps()), off, end)]
+
+    def _expand_one(self, npu, plan, si, stage, step, op, peer_m, direction, link, off, end, flows) -> dict:
+        """Rows of one NPU of a phase whose peers are ranks: over the whole network, or a graph's one dimension."""
         if stage.dim == FLAT and algorithms.for_phase(stage.algorithm, flat=True).scope == RANKS:
             if stage.structure and stage.structure[0] == "placement":  # peers are virtual ranks: place them
                 peer_m = self._hdrm_map()[peer_m]
             return self._expand_routed(npu, plan, si, step, op, peer_m, direction, off, end, flows)
         if stage.dim == FLAT:
             return self._expand_graph(npu, plan, si, step, op, peer_m, link, off, end, flows)
-        dim = self.topology.dims[stage.dim]
-        k = dim.size
-        sender = np.where(op == SEND, member, peer_m)
-        receiver = np.where(op == SEND, peer_m, member)
-        if not dim.kind.stackable:  # a graph: one dimension over ranks, every message takes its shortest path
-            return self._routed_rows(npu, plan, si, flows, step, op, peer_m, np.full(n, stage.dim),
-                                     np.zeros(n, np.int64), off, end)
-        # the template's direction (+1 forward, -1 backward, 0 the shorter way) as a lane; the block says the hops
-        hops, lane = dim.kind.path(k, sender, receiver, np.where(direction == 1, 0, np.where(direction == -1, 1,
-                                                                                          SHORTEST)))
-        peer = npu + (peer_m - member) * self.strides[stage.dim]
-        # member k of a template is the switch (in-network reduction): one link up or down, peer SWITCH
-        to_switch = peer_m == k
-        peer, hops = np.where(to_switch, SWITCH, peer), np.where(to_switch, 1, hops)
-        return _rows(npu, plan.index, si, flows, step, op, peer, np.full(n, stage.dim), lane, hops,
-                     np.full(n, dim.link_gbps()), off, end)
+        # a graph: one dimension over ranks, every message takes its shortest path
+        return self._routed_rows(npu, plan, si, flows, step, op, peer_m, np.full(len(step), stage.dim),
+                                 np.zeros(len(step), np.int64), off, end)
 
     def _expand_graph(self, npu, plan, si, step, op, peer, link, off, end, flows) -> dict:
         """Rows of a flat (graph) phase: peers are ranks and each transfer names its physical link. The
@@ -388,14 +419,17 @@ class Schedule:
         return self._links_map
 
 
-def _rows(npu, coll, stage, flows, step, op, peer, dim, lane, hops, gbps, off, end) -> dict:
-    """Table columns (untyped: table() types them once) for one phase: per-transfer columns repeated for every chunk
-    in `flows`; off/end per (transfer, chunk)."""
-    chunks = len(flows)
-    rep = lambda a: np.repeat(np.asarray(a), chunks)  # noqa: E731  (each transfer's value once per chunk)
-    total = len(step) * chunks
+def _rows(npus, coll, stage, flows, step, op, peer, dim, lane, hops, gbps, off, end) -> dict:
+    """Table columns (untyped: tables() types them once) for one phase of NPUs `npus` (one NPU: a scalar): each
+    transfer's values, per transfer or per (NPU, transfer), repeated for every chunk in `flows`; off/end per
+    (NPU, transfer, chunk)."""
+    npus = np.atleast_1d(npus)
+    n, chunks = len(npus), len(flows)
+    shape = (n, len(step))
+    rep = lambda a: np.repeat(np.broadcast_to(a, shape).ravel(), chunks)  # noqa: E731  (once per chunk)
+    total = n * len(step) * chunks
     return {
-        "npu": np.full(total, npu), "coll": np.full(total, coll), "flow": np.tile(flows, len(step)),
+        "npu": np.repeat(npus, len(step) * chunks), "coll": np.full(total, coll), "flow": np.tile(flows, n * len(step)),
         "stage": np.full(total, stage), "step": rep(step), "op": rep(op), "peer": rep(peer), "dim": rep(dim),
         "lane": rep(lane), "hops": rep(hops), "gbps": rep(gbps), "offset": off.ravel(), "bytes": (end - off).ravel(),
         "dep": np.full(total, -1),

@@ -45,8 +45,8 @@ import numpy as np
 from ..network import blocks
 from .congestion_plan import Plan
 from .phases import (INTRA_POLICIES, OptionError, PhaseEngine, Result, make_result, never_starts, table_of,
-                     waits_forever)
-from .tables import Schedule
+                     tables_of, waits_forever)
+from .tables import Schedule, Table
 
 try:  # the compiled event core (built by `pip install .`; without a C compiler the Python engine runs instead)
     from . import _linkcore
@@ -103,10 +103,11 @@ def run(schedule: Schedule, intra: str = "fifo", active_chunks: int = 1, timelin
     cut_through = switching == "cut-through"
     if engine == "python" or _linkcore is None:
         tables = {n: table_of(schedule, n) for n in npus}
-        plan = Plan(meta, npus, tables.__getitem__, mode == "symmetric", local_mem_gbps)
+        plan = Plan(meta, npus, lambda batch: Table.concat([tables[n] for n in batch.tolist()]), mode == "symmetric",
+                    local_mem_gbps)
         out = _Engine(plan, tables, intra, active_chunks, timeline, cut_through).simulate_links()
-    else:  # tables are read one by one: only the plan is held
-        plan = Plan(meta, npus, lambda n: table_of(schedule, n), mode == "symmetric", local_mem_gbps)
+    else:  # tables are read in batches: only the plan is held
+        plan = Plan(meta, npus, lambda n: tables_of(schedule, n), mode == "symmetric", local_mem_gbps)
         out = _compiled(plan, intra, active_chunks, timeline, cut_through)
     return _result(plan, *out)
 

@@ -27,8 +27,23 @@ from .tables import SWITCH
 I64 = np.int64
 
 
+ROWS_PER_BATCH = 1 << 21  # table rows read at once: enough to amortise the lowering, a bounded peak of memory
+
+
+def _batches(npus: np.ndarray, fetch):
+    """The tables of `npus` in batches of about ROWS_PER_BATCH rows, sized by the first NPU's table."""
+    if not len(npus):
+        return
+    first = fetch(npus[:1])
+    yield first
+    per = max(1, ROWS_PER_BATCH // max(1, len(first)))
+    for a in range(1, len(npus), per):
+        yield fetch(npus[a:a + per])
+
+
 class Plan:
-    """`fetch(npu)` gives an NPU's table; tables are read one at a time, so only their messages are held at once."""
+    """`fetch(npus)` gives the tables of several NPUs joined (phases.tables_of); they are read in batches, so only
+    their messages are held at once."""
 
     def __init__(self, meta, npus, fetch, symmetric: bool, local_mem_gbps: float | None = None):
         self.meta, self.symmetric, self.local_mem_gbps = meta, symmetric, local_mem_gbps
@@ -64,16 +79,16 @@ class Plan:
         self.phase_size = np.zeros(self.P)  # the span of a phase's rows on its NPU (smallest-chunk-first service)
         self.per_dim_bytes = np.zeros(self.ndims, I64)  # the most any NPU sends per dimension
         parts = []
-        for npu in self.sim.tolist():
-            t = fetch(npu)
+        for t in _batches(self.sim, fetch):
             self.per_dim_bytes = np.maximum(self.per_dim_bytes, per_dim_bytes(t, self.meta))
             if len(t):
-                rp = si_of[npu] * K + self.kid(t["coll"], t["flow"], t["stage"])
-                lo, hi = np.full(K, np.iinfo(I64).max), np.zeros(K, I64)
-                np.minimum.at(lo, rp - si_of[npu] * K, t["offset"])
-                np.maximum.at(hi, rp - si_of[npu] * K, t["offset"] + t["bytes"])
-                has = np.bincount(rp - si_of[npu] * K, minlength=K) > 0
-                self.phase_size[si_of[npu] * K + np.flatnonzero(has)] = (hi - lo)[has]
+                rp = si_of[t["npu"]] * K + self.kid(t["coll"], t["flow"], t["stage"])
+                # the lowering gives an NPU's rows phase by phase; a table read back may come in any order
+                order = np.argsort(rp, kind="stable") if np.any(rp[1:] < rp[:-1]) else slice(None)
+                rp, off, end = rp[order], t["offset"][order], t["offset"][order] + t["bytes"][order]
+                starts = np.flatnonzero(np.concatenate([[True], rp[1:] != rp[:-1]]))
+                lo, hi = np.minimum.reduceat(off, starts), np.maximum.reduceat(end, starts)
+                self.phase_size[rp[starts]] = hi - lo
             if np.any(t["peer"] == SWITCH):
                 raise OptionError("the congestion backend does not model a switch that reduces and multicasts "
                                   "(in_switch); time it with --backend analytical")

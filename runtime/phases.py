@@ -103,7 +103,8 @@ def pack_keys(keys: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def per_dim_bytes(t: Table, meta) -> np.ndarray:
-    """Bytes an NPU sends per dimension; a routed message counts on the dimension of its first leg."""
+    """Bytes an NPU sends per dimension, the most of any NPU in `t`; a routed message counts on the dimension of
+    its first leg."""
     ndims = meta.ndims
     s = np.flatnonzero(t["op"] == SEND)
     dim = t["dim"][s].astype(np.int64)
@@ -113,12 +114,24 @@ def per_dim_bytes(t: Table, meta) -> np.ndarray:
                                                         t["lane"][s][routed])
         first = np.concatenate([[True], owner[1:] != owner[:-1]])
         dim[np.flatnonzero(routed)[owner[first]]] = ldim[first]
-    return np.bincount(dim, weights=t["bytes"][s], minlength=ndims).astype(np.int64)
+    if not len(s):
+        return np.zeros(ndims, np.int64)
+    _, npu = np.unique(t["npu"][s], return_inverse=True)
+    per_npu = np.bincount(npu * ndims + dim, weights=t["bytes"][s], minlength=(npu.max() + 1) * ndims)
+    return per_npu.reshape(-1, ndims).max(axis=0).astype(np.int64)
 
 
 def table_of(schedule: Schedule, npu: int) -> Table:
     """An NPU's table without the `dep` column's work (the cost models do not read it)."""
     return schedule.table(npu, deps=False)
+
+
+def tables_of(schedule: Schedule, npus) -> Table:
+    """The tables of several NPUs joined, each NPU's rows in its table's order: the lowering builds them in one
+    go (Schedule.tables); another schedule gives them one by one."""
+    if hasattr(schedule, "tables"):
+        return schedule.tables(npus)
+    return Table.concat([table_of(schedule, int(n)) for n in npus])
 
 
 class GroupOrder:

@@ -139,3 +139,31 @@ def test_representative_links_stand_for_every_link(case):
     sym = congestion.run(sched, switching=switching, mode="symmetric")
     full = congestion.run(sched, switching=switching, mode="full")
     assert sym.total_ns == pytest.approx(full.total_ns, rel=1e-9)
+
+
+@pytest.mark.parametrize("backend", ["congestion", "analytical"])
+def test_optimal_times_its_candidates_symmetric_and_runs_the_kept_one_in_full(backend, monkeypatch):
+    """With --execution full, choose-schedule's two candidates are timed on NPU 0 alone where that provably stands
+    for every NPU; the kept schedule alone runs in full, and its recorded time is full execution's."""
+    from astra_compile import driver
+    from astra_compile.dialects import comm
+    from astra_compile.network.parse import parse_topology
+    modes = []
+    execute = driver.execute
+    monkeypatch.setattr(driver, "execute", lambda s, run: modes.append(run.execution) or execute(s, run))
+    topo = parse_topology("Switch(4)_Switch(4)")
+    ctx = comm.new_context()
+    module = driver.build_module(ctx, topo, "all_reduce", 3 * 2 ** 26)
+    run = driver.RunOptions(backend=backend, execution="full")
+    c = driver.compile_schedule(str(module), ctx, topo, "optimal", {"chunks": 8}, run)
+    # one candidate run each (one when both orders agree), then the kept one again in full
+    assert modes[-1] == "full" and set(modes[:-1]) == {"symmetric"} and c.result.mode == "full"
+    choice = comm.schedule_choice(c.module)
+    kept = choice["cp_sat_time_ns"] if choice["schedule"] == "cp-sat" else choice["themis_time_ns"]
+    assert kept == pytest.approx(c.result.total_ns, rel=1e-9)
+    # a schedule with no such symmetry (a mesh's line ends) is timed in full throughout
+    modes.clear()
+    topo = parse_topology("Mesh(4)_Switch(4)")
+    module = driver.build_module(ctx, topo, "all_reduce", 3 * 2 ** 26)
+    driver.compile_schedule(str(module), ctx, topo, "optimal", {"chunks": 8}, run)
+    assert set(modes) == {"full"}

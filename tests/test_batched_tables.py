@@ -1,0 +1,84 @@
+"""Schedule.tables builds a phase once per member position over all the NPUs at that position (no Python loop per
+NPU): for any set of NPUs its rows must be exactly their own tables (Schedule.table), joined in NPU order, and the
+congestion plan read in batches must equal the plan read NPU by NPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from astra_compile import driver
+from astra_compile.dialects import comm
+from astra_compile.network.parse import parse_topology
+from astra_compile.runtime import congestion_plan
+from astra_compile.runtime.congestion_plan import Plan
+from astra_compile.runtime.phases import tables_of
+from astra_compile.runtime.tables import COLUMN_NAMES, Table
+
+from test_properties import SETTINGS, cases, compile_case
+
+
+def assert_joined(sched, npus) -> None:
+    joined = sched.tables(npus)
+    for c in COLUMN_NAMES:
+        if c == "dep":  # tables() leaves the dependency work to table(npu, deps=True)
+            continue
+        ref = np.concatenate([sched.table(int(n), deps=False)[c] for n in npus])
+        assert joined[c].dtype == ref.dtype, c
+        assert np.array_equal(joined[c], ref), c
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(cases(), st.data())
+def test_tables_of_any_npus_are_their_own_tables(case, data):
+    sched = compile_case(case)
+    npus = sorted(data.draw(st.sets(st.integers(0, case.npus - 1), min_size=1, max_size=case.npus)))
+    assert_joined(sched, npus)
+
+
+def compiled(kind, size, topology, root=0, **flags):
+    topo = parse_topology(topology)
+    ctx = comm.new_context()
+    module = driver.build_module(ctx, topo, kind, size, None, root)
+    return driver.compile_schedule(str(module), ctx, topo, "themis", flags).schedule
+
+
+# whole-network phases (trees, cycles, routed rings over ranks, HDRM's placement), graphs, rooted collectives
+# with the root off NPU 0, in-switch templates, meshes
+CASES = [
+    ("all_reduce", 1 << 22, "4x4_torus", 0, {"algorithm": "multitree"}),
+    ("all_reduce", 1 << 22, "4x8_bigraph", 0, {"algorithm": "hdrm"}),
+    ("all_reduce", 1 << 22, "4x4_torus", 0, {"algorithm": "flat_ring"}),
+    ("all_reduce", 1 << 22, "2x4_bigraph", 0, {"algorithm": "rank_ring"}),
+    ("all_reduce", 1 << 24, "4x4_torus", 0, {"algorithm": "flat_double_binary_tree"}),
+    ("all_gather", 1 << 24, "Ring(4)_Switch(4)", 0, {"algorithm": "flat_direct"}),
+    ("all_reduce", 1 << 22, "dgx1", 0, {}),
+    ("broadcast", 1 << 22, "Ring(4)_FC(2)_Switch(4)", 5, {"chunks": 2}),
+    ("reduce", 1 << 22, "4x4x4_torus", 37, {"chunks": 2}),
+    ("reduce", 1 << 22, "Switch(4)_Ring(4)", 9, {"algorithm": "ring", "chunks": 2}),
+    ("broadcast", 1 << 22, "Switch(4)_Switch(4)", 7, {"algorithm": "in_switch", "chunks": 2}),
+    ("all_reduce", 1 << 22, "Switch(4)_Switch(4)", 0, {"algorithm": "in_switch", "chunks": 2}),
+    ("all_to_all", 1 << 22, "Ring(4)_FC(2)_Switch(4)", 0, {"chunks": 2}),
+    ("all_reduce", 3000, "Mesh(4)_Ring(3)", 0, {"algorithm": "direct", "chunks": 3}),
+]
+
+
+@pytest.mark.parametrize("kind, size, topology, root, flags", CASES)
+def test_tables_of_every_kind_of_phase(kind, size, topology, root, flags):
+    sched = compiled(kind, size, topology, root, **flags)
+    n = sched.meta.npus
+    assert_joined(sched, list(range(n)))
+    assert_joined(sched, list(range(1, n, 3)))
+
+
+def test_plan_read_in_batches_equals_the_plan_read_npu_by_npu(monkeypatch):
+    sched = compiled("all_reduce", 3 * 2 ** 20, "Ring(4)_Switch(4)_FC(2)", chunks=3)
+    npus = range(sched.meta.npus)
+    one_by_one = Plan(sched.meta, npus, lambda batch: Table.concat([sched.table(int(n), deps=False) for n in batch]),
+                      False)
+    monkeypatch.setattr(congestion_plan, "ROWS_PER_BATCH", 100)  # several NPUs per batch, several batches
+    batched = Plan(sched.meta, npus, lambda batch: tables_of(sched, batch), False)
+    for name, value in vars(one_by_one).items():
+        if isinstance(value, np.ndarray):
+            assert np.array_equal(value, getattr(batched, name)), name
