@@ -23,12 +23,15 @@
 #include <string.h>
 
 typedef int64_t i64;
+typedef int32_t i32;
 
 /* ---- growable arrays and heaps ---------------------------------------------------------------------------- */
 
 enum { PHASE_DONE = 0, LINK_FREE = 1, HOP_DONE = 2, STEP_DONE = 3 };
 
-typedef struct { double t; i64 seq; i64 a; int kind; } Event;          /* HOP_DONE: a = route position */
+/* 24 bytes: the kind rides in the two low bits of the creation number, which orders events of one instant.
+ * PHASE_DONE: a = phase; LINK_FREE: a = link; HOP_DONE: a = message, b = hop; STEP_DONE: a = step */
+typedef struct { double t; i64 seq_kind; i32 a, b; } Event;
 typedef struct { double size, ready; i64 flow, coll, stage, kid; } Prio;  /* eligible phase of a group */
 
 typedef struct { i64 *v; i64 n, cap; } Vec;
@@ -51,7 +54,7 @@ static int vec_push(Vec *s, i64 x) {
 }
 
 static inline int ev_less(const Event *x, const Event *y) {
-    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
+    return x->t < y->t || (x->t == y->t && x->seq_kind < y->seq_kind);
 }
 
 static inline int prio_less(const Prio *x, const Prio *y) {
@@ -104,16 +107,17 @@ static int cmp_i64(const void *a, const void *b) {
 
 typedef struct {
     const i64 *sim, *key_coll, *key_flow, *key_stage, *key_dim, *nstages, *chunks, *key_base, *chunk_base;
-    const i64 *step_start, *step_phase, *expect, *send_order, *step_send, *msg_src_step, *msg_dst_step;
-    const i64 *route_start, *route, *msg_bytes, *server_group, *member, *member_start, *group_size, *group_local;
+    const i64 *step_start, *class_bytes, *server_group, *member, *member_start, *group_size, *group_local;
     const i64 *count_base, *cons_start, *cons, *cons_per_chunk, *ndeps;
-    const double *msg_ns, *route_lat, *phase_size, *step_reduce_ns;
+    /* one entry per step or per message: int32 (congestion_plan.py) */
+    const i32 *step_phase, *step_send, *step_left, *msg_src_step, *msg_dst_step, *msg_class, *route_start, *route;
+    const double *class_ns, *link_lat, *phase_size, *step_reduce_ns; /* step_reduce_ns: empty when off */
 } Plan;
 
 typedef struct {
     Plan p;
     i64 P, NS, M, L, G, K, S, nd, active, ncoll, nchunk_total, route_len;
-    int scf, cut_through, symmetric, timeline;
+    int scf, cut_through, symmetric, timeline, reduce_ns;
     /* state */
     EventHeap events;
     i64 seq;
@@ -123,10 +127,11 @@ typedef struct {
     i64 *count;                    /* per (group, key): members ready */
     double *count_time;            /*                 latest ready time */
     i64 *waiting, *done_all;       /* per (npu, coll, flow) / (npu, coll) */
-    i64 *own_left, *got;           /* per step */
+    i32 *left;                     /* per step: own sends not yet delivered + receives not yet arrived */
     char *begun, *started;         /* per step / per phase */
     double *phase_start;
-    i64 *msg_of_pos, *next_in_queue, *qhead, *qtail; /* link FIFOs threaded through route positions */
+    i32 *next_in_queue, *hop;      /* per message: link FIFOs threaded through messages (one queue at a time) */
+    i64 *qhead, *qtail;            /* per link */
     char *busy, *link_touched, *server_touched;
     Vec touched_links, touched_servers;
     /* outputs */
@@ -136,8 +141,8 @@ typedef struct {
     double *xfer;  /* timeline: (link, start, end, message) per transfer */
 } Sim;
 
-static int push_event(Sim *s, double t, int kind, i64 a) {
-    Event e = {t, s->seq++, a, kind};
+static int push_event(Sim *s, double t, int kind, i64 a, i64 b) {
+    Event e = {t, (s->seq++ << 2) | kind, (i32)a, (i32)b};
     return EventHeap_push(&s->events, e);
 }
 
@@ -195,31 +200,26 @@ static int finished(Sim *s, i64 si, i64 kid, double now) {
 }
 
 static int check_step(Sim *s, i64 g, double now) {
-    if (!s->begun[g]) return 0;
-    if (s->own_left[g] == 0 && s->got[g] >= s->p.expect[g]) {
-        s->begun[g] = 0;
-        s->got[g] = 0;
-        return push_event(s, now + s->p.step_reduce_ns[g], STEP_DONE, g);
-    }
-    return 0;
+    if (!s->begun[g] || s->left[g]) return 0;
+    s->begun[g] = 0;
+    return push_event(s, now + (s->reduce_ns ? s->p.step_reduce_ns[g] : 0.0), STEP_DONE, g, 0);
 }
 
-static int enqueue(Sim *s, i64 pos) {
-    i64 link = s->p.route[pos];
-    s->next_in_queue[pos] = -1;
-    if (s->qtail[link] < 0) s->qhead[link] = pos;
-    else s->next_in_queue[s->qtail[link]] = pos;
-    s->qtail[link] = pos;
+static int enqueue(Sim *s, i64 mid, i64 hop) {
+    i64 link = s->p.route[s->p.route_start[mid] + hop];
+    s->hop[mid] = (i32)hop;
+    s->next_in_queue[mid] = -1;
+    if (s->qtail[link] < 0) s->qhead[link] = mid;
+    else s->next_in_queue[s->qtail[link]] = (i32)mid;
+    s->qtail[link] = mid;
     return touch_link(s, link);
 }
 
 static int start_step(Sim *s, i64 g, double now) {
     const Plan *p = &s->p;
-    i64 a = p->step_send[g], b = p->step_send[g + 1];
-    s->own_left[g] = b - a;
     s->begun[g] = 1;
-    for (i64 i = a; i < b; i++)
-        if (enqueue(s, p->route_start[p->send_order[i]])) return -1;
+    for (i64 mid = p->step_send[g]; mid < p->step_send[g + 1]; mid++)  /* messages are numbered in injection order */
+        if (enqueue(s, mid, 0)) return -1;
     return check_step(s, g, now);
 }
 
@@ -244,7 +244,7 @@ static int admit(Sim *s, double now) {
             s->phase_start[pid] = now;
             if (p->step_start[pid + 1] > p->step_start[pid]) {
                 if (start_step(s, p->step_start[pid], now)) return -1;
-            } else if (push_event(s, now, PHASE_DONE, pid)) {
+            } else if (push_event(s, now, PHASE_DONE, pid, 0)) {
                 return -1;
             }
         }
@@ -261,11 +261,11 @@ static int serve(Sim *s, double now) {
         i64 link = tl->v[i];
         s->link_touched[link] = 0;
         if (s->busy[link] || s->qhead[link] < 0) continue;
-        i64 pos = s->qhead[link];
-        s->qhead[link] = s->next_in_queue[pos];
+        i64 mid = s->qhead[link], hop = s->hop[mid], pos = p->route_start[mid] + hop;
+        s->qhead[link] = s->next_in_queue[mid];
         if (s->qhead[link] < 0) s->qtail[link] = -1;
-        i64 mid = s->msg_of_pos[pos];
-        double ns = p->msg_ns[mid], end = now + ns;
+        i64 cls = p->msg_class[mid];
+        double ns = p->class_ns[cls], end = now + ns;
         s->busy[link] = 1;
         if (s->timeline) {
             double *x = s->xfer + 4 * s->served;
@@ -276,11 +276,11 @@ static int serve(Sim *s, double now) {
         }
         s->served += 1;
         s->link_time[link] += ns;
-        s->link_bytes[link] += p->msg_bytes[mid];
-        if (push_event(s, end, LINK_FREE, link)) return -1;
+        s->link_bytes[link] += p->class_bytes[cls];
+        if (push_event(s, end, LINK_FREE, link, 0)) return -1;
         int last = pos + 1 == p->route_start[mid + 1];
         double ahead = (s->cut_through && !last) ? now : end;
-        if (push_event(s, ahead + p->route_lat[pos], HOP_DONE, pos)) return -1;
+        if (push_event(s, ahead + p->link_lat[link], HOP_DONE, mid, hop)) return -1;
     }
     tl->n = 0;
     return 0;
@@ -288,7 +288,7 @@ static int serve(Sim *s, double now) {
 
 static int on_event(Sim *s, Event e, double now) {
     const Plan *p = &s->p;
-    switch (e.kind) {
+    switch ((int)(e.seq_kind & 3)) {
     case PHASE_DONE: {
         i64 pid = e.a, si = pid / s->K, kid = pid % s->K;
         s->rec_pid[s->nrec] = pid;
@@ -304,14 +304,14 @@ static int on_event(Sim *s, Event e, double now) {
         s->busy[e.a] = 0;
         return touch_link(s, e.a);
     case HOP_DONE: {
-        i64 pos = e.a, mid = s->msg_of_pos[pos];
-        if (pos + 1 < p->route_start[mid + 1]) return enqueue(s, pos + 1);
-        i64 g = p->msg_src_step[mid];
-        s->own_left[g] -= 1;
+        i64 mid = e.a, hop = e.b;
+        if (p->route_start[mid] + hop + 1 < p->route_start[mid + 1]) return enqueue(s, mid, hop + 1);
+        i64 g = p->msg_src_step[mid];  /* delivered */
+        s->left[g] -= 1;
         if (check_step(s, g, now)) return -1;
         i64 r = p->msg_dst_step[mid];
         if (r >= 0) {
-            s->got[r] += 1;
+            s->left[r] -= 1;
             return check_step(s, r, now);
         }
         return 0;
@@ -319,7 +319,7 @@ static int on_event(Sim *s, Event e, double now) {
     default: { /* STEP_DONE */
         i64 g = e.a, pid = p->step_phase[g];
         if (g + 1 < p->step_start[pid + 1]) return start_step(s, g + 1, now);
-        return push_event(s, now, PHASE_DONE, pid);
+        return push_event(s, now, PHASE_DONE, pid, 0);
     }
     }
 }
@@ -379,20 +379,23 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Plan *p = &s.p;
 #define I(name) (p->name = (const i64 *)array(arrays, #name, views, &nv, 8)) == NULL
+#define J(name) (p->name = (const i32 *)array(arrays, #name, views, &nv, 4)) == NULL
 #define D(name) (p->name = (const double *)array(arrays, #name, views, &nv, 8)) == NULL
     if (I(sim) || I(key_coll) || I(key_flow) || I(key_stage) || I(key_dim) || I(nstages) || I(chunks) ||
-        I(key_base) || I(chunk_base) || I(step_start) || I(step_phase) || I(expect) || I(send_order) ||
-        I(step_send) || I(msg_src_step) || I(msg_dst_step) || I(route_start) || I(route) || I(msg_bytes) ||
-        I(server_group) || I(member) || I(member_start) || I(group_size) || I(group_local) || I(count_base) ||
-        I(cons_start) || I(cons) || I(cons_per_chunk) || I(ndeps) || D(msg_ns) || D(route_lat) || D(phase_size) ||
-        D(step_reduce_ns))
+        I(key_base) || I(chunk_base) || I(step_start) || I(class_bytes) || I(server_group) || I(member) ||
+        I(member_start) || I(group_size) || I(group_local) || I(count_base) || I(cons_start) || I(cons) ||
+        I(cons_per_chunk) || I(ndeps) || J(step_phase) || J(step_send) || J(step_left) || J(msg_src_step) ||
+        J(msg_dst_step) || J(msg_class) || J(route_start) || J(route) || D(class_ns) || D(link_lat) ||
+        D(phase_size) || D(step_reduce_ns))
         goto done;
 #undef I
+#undef J
 #undef D
     PyObject *nst = PyDict_GetItemString(arrays, "nstages");
     s.ncoll = PyObject_Length(nst);
     s.nchunk_total = p->chunk_base[s.ncoll];
     s.route_len = p->route_start[s.M];
+    s.reduce_ns = PyObject_Length(PyDict_GetItemString(arrays, "step_reduce_ns")) > 0;
     i64 servers = s.S * (s.nd + 1), counts = p->count_base[s.K];
     s.eligible = zalloc(s.G, sizeof(PrioHeap));
     s.order = zalloc(s.G, sizeof(Vec));
@@ -403,13 +406,12 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
     s.count_time = zalloc(counts, 8);
     s.waiting = zalloc(s.S * s.nchunk_total, 8);
     s.done_all = zalloc(s.S * s.ncoll, 8);
-    s.own_left = zalloc(s.NS, 8);
-    s.got = zalloc(s.NS, 8);
+    s.left = zalloc(s.NS, 4);
     s.begun = zalloc(s.NS, 1);
     s.started = zalloc(s.P, 1);
     s.phase_start = zalloc(s.P, 8);
-    s.msg_of_pos = zalloc(s.route_len, 8);
-    s.next_in_queue = zalloc(s.route_len, 8);
+    s.next_in_queue = zalloc(s.M, 4);
+    s.hop = zalloc(s.M, 4);
     s.qhead = zalloc(s.L, 8);
     s.qtail = zalloc(s.L, 8);
     s.busy = zalloc(s.L, 1);
@@ -421,14 +423,13 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
     s.link_bytes = zalloc(s.L, 8);
     s.xfer = zalloc(s.timeline ? 4 * s.route_len : 1, 8);
     if (!s.eligible || !s.order || !s.position || !s.running || !s.server_touched || !s.count || !s.count_time ||
-        !s.waiting || !s.done_all || !s.own_left || !s.got || !s.begun || !s.started || !s.phase_start ||
-        !s.msg_of_pos || !s.next_in_queue || !s.qhead || !s.qtail || !s.busy || !s.link_touched || !s.rec_pid ||
-        !s.rec_start || !s.rec_end || !s.link_time || !s.link_bytes || !s.xfer) {
+        !s.waiting || !s.done_all || !s.left || !s.begun || !s.started || !s.phase_start || !s.next_in_queue ||
+        !s.hop || !s.qhead || !s.qtail || !s.busy || !s.link_touched || !s.rec_pid || !s.rec_start || !s.rec_end ||
+        !s.link_time || !s.link_bytes || !s.xfer) {
         PyErr_NoMemory();
         goto done;
     }
-    for (i64 m = 0; m < s.M; m++)
-        for (i64 r = p->route_start[m]; r < p->route_start[m + 1]; r++) s.msg_of_pos[r] = m;
+    memcpy(s.left, p->step_left, (size_t)s.NS * 4);
     for (i64 l = 0; l < s.L; l++) s.qhead[l] = s.qtail[l] = -1;
     int failed;
     Py_BEGIN_ALLOW_THREADS
@@ -450,9 +451,8 @@ done:
     if (s.order)
         for (i64 g = 0; g < s.G; g++) free(s.order[g].v);
     void *owned[] = {s.events.v, s.eligible, s.order, s.position, s.running, s.server_touched, s.count, s.count_time,
-                     s.waiting, s.done_all, s.own_left, s.got, s.begun, s.started, s.phase_start, s.msg_of_pos,
-                     s.next_in_queue, s.qhead, s.qtail, s.busy, s.link_touched, s.touched_links.v,
-                     s.touched_servers.v, s.rec_pid, s.rec_start, s.rec_end, s.link_time, s.link_bytes, s.xfer};
+                     s.waiting, s.done_all, s.left, s.begun, s.started, s.phase_start, s.hop, s.next_in_queue,
+                     s.qhead, s.qtail, s.busy, s.link_touched, s.touched_links.v, s.touched_servers.v, s.rec_pid, s.rec_start, s.rec_end, s.link_time, s.link_bytes, s.xfer};
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
     return result;
 }

@@ -104,10 +104,10 @@ def run(schedule: Schedule, intra: str = "fifo", active_chunks: int = 1, timelin
     if engine == "python" or _linkcore is None:
         tables = {n: table_of(schedule, n) for n in npus}
         plan = Plan(meta, npus, lambda batch: Table.concat([tables[n] for n in batch.tolist()]), mode == "symmetric",
-                    local_mem_gbps)
+                    local_mem_gbps, ends=timeline)
         out = _Engine(plan, tables, intra, active_chunks, timeline, cut_through).simulate_links()
     else:  # tables are read in batches: only the plan is held
-        plan = Plan(meta, npus, lambda n: tables_of(schedule, n), mode == "symmetric", local_mem_gbps)
+        plan = Plan(meta, npus, lambda n: tables_of(schedule, n), mode == "symmetric", local_mem_gbps, ends=timeline)
         out = _compiled(plan, intra, active_chunks, timeline, cut_through)
     return _result(plan, *out)
 
@@ -120,8 +120,10 @@ def _result(plan: Plan, rec: dict, link_time, link_bytes, served: int, transfers
     names = plan.link_names()
     result.links = {"name": names, "busy_ns": list(link_time), "bytes": list(link_bytes), "dim": plan.link_dims(),
                     "id": plan.link_id.tolist()}   # network/links.py's numbering (symmetric: NPU 0's links)
-    result.transfers = [(names[l], a, b, int(plan.msg_src[mid]), int(plan.msg_dst[mid]), int(plan.msg_bytes[mid]))
-                        for l, a, b, mid in transfers]
+    if transfers:
+        mids = np.array([t[3] for t in transfers], np.int64)
+        src, dst, nbytes = plan.msg_src[mids].tolist(), plan.msg_dst[mids].tolist(), plan.message_bytes(mids).tolist()
+        result.transfers = [(names[l], a, b, s, d, n) for (l, a, b, _), s, d, n in zip(transfers, src, dst, nbytes)]
     return result
 
 
@@ -168,16 +170,16 @@ class _Engine(PhaseEngine):
         self.plan, self.timeline, self.cut_through = plan, timeline, cut_through
         phase = [_phase_tuple(plan, p) for p in range(plan.P)]
         step_key = [(phase[p], g - int(plan.step_start[p])) for g, p in enumerate(plan.step_phase.tolist())]
-        sends, expect = plan.send_order.tolist(), plan.expect.tolist()
+        sends, left = plan.step_send.tolist(), plan.step_left.tolist()
         for p, (a, b) in enumerate(zip(plan.step_start[:-1].tolist(), plan.step_start[1:].tolist())):
-            if b > a:
-                self.steps[phase[p]] = [[sends[plan.step_send[g]:plan.step_send[g + 1]], expect[g]]
+            if b > a:  # a step's messages (numbered in injection order) and the receives it expects
+                self.steps[phase[p]] = [[range(sends[g], sends[g + 1]), left[g] - (sends[g + 1] - sends[g])]
                                         for g in range(a, b)]
-        self.step_reduce = {k: r for k, r in zip(step_key, plan.step_reduce_ns.tolist())}
+        self.step_reduce = dict(zip(step_key, plan.step_reduce_ns.tolist()))
         rs, route = plan.route_start.tolist(), plan.route.tolist()
         self.msg_route = [route[a:b] for a, b in zip(rs[:-1], rs[1:])]
-        self.msg_ns, self.msg_bytes = plan.msg_ns.tolist(), plan.msg_bytes.tolist()
-        lat = plan.route_lat.tolist()
+        self.msg_ns, self.msg_bytes = plan.class_ns[plan.msg_class].tolist(), plan.class_bytes[plan.msg_class].tolist()
+        lat = plan.link_lat[plan.route].tolist()
         self.hop_lat = [lat[a:b] for a, b in zip(rs[:-1], rs[1:])]
         self.msg_src = [step_key[g] for g in plan.msg_src_step.tolist()]
         self.msg_dst = [step_key[g] if g >= 0 else None for g in plan.msg_dst_step.tolist()]

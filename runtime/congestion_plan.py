@@ -1,16 +1,19 @@
 """Flat arrays of a schedule for the congestion-aware execution, built with numpy.
 
 Both execution engines (the compiled one in _linkcore.c and the Python reference in congestion.py) read the same
-plan, so they see the same messages, injection order, routes and link numbering. Integers are int64, times float64.
+plan, so they see the same messages, injection order, routes and link numbering. Arrays of one entry per step or per
+message (the large ones: tens of millions on 4096 NPUs) are int32, the rest int64; times are float64.
 
 Numbering:
 - a key is (coll, flow, stage), kid = key_base[coll] + flow * nstages[coll] + stage;
 - a phase is (simulated NPU index si, key): pid = si * K + kid; its steps are step_start[pid]..step_start[pid+1];
-- a step's sends are send_order[step_send[g]:step_send[g+1]] (message ids in injection order: the peer just after
-  the sender first); `expect[g]` receives complete it (none in symmetric execution, where a receive is the mirror
-  of an own send);
+- messages are numbered in injection order: a step's sends are messages step_send[g]..step_send[g+1] (the peer just
+  after the sender first, then table order); step_left[g] counts what completes step g: its sends delivered and the
+  receives it expects (none in symmetric execution, where a receive is the mirror of an own send);
+- a message's size is its class: class_bytes[msg_class[m]], class_ns[msg_class[m]] (bytes / bandwidth; a network's
+  messages come in few sizes);
 - a message's links are route[route_start[m]:route_start[m+1]], numbered 0..L-1 (link_id[l] is the LinkMap id);
-  route_lat holds each hop's latency;
+  each hop pays its link's latency, link_lat[l];
 - a server is (si, dim) with dim -1 for phases over the whole network: sid = si * (ndims + 1) + dim + 1; servers of
   one group (the members of a dimension's group, or one NPU in symmetric execution) share one service order.
 """
@@ -20,13 +23,11 @@ import numpy as np
 
 from ..network.links import LinkMap
 from ..network.memory import reduction_ns
-from .phases import OptionError, Table, messages, per_dim_bytes, successors
+from .phases import OptionError, messages, per_dim_bytes, successors
 from .tables import SWITCH
 
 
-I64 = np.int64
-
-
+I64, I32 = np.int64, np.int32
 ROWS_PER_BATCH = 1 << 21  # table rows read at once: enough to amortise the lowering, a bounded peak of memory
 
 
@@ -41,17 +42,25 @@ def _batches(npus: np.ndarray, fetch):
         yield fetch(npus[a:a + per])
 
 
+def _i32(a, what: str) -> np.ndarray:
+    a = np.asarray(a)
+    if len(a) and (a.max() > np.iinfo(I32).max or a.min() < np.iinfo(I32).min):
+        raise OptionError(f"the congestion plan has too many {what} for its 32-bit numbering")
+    return a.astype(I32)
+
+
 class Plan:
     """`fetch(npus)` gives the tables of several NPUs joined (phases.tables_of); they are read in batches, so only
-    their messages are held at once."""
+    their messages are held at once. `ends`: keep each message's source and destination NPU (msg_src, msg_dst;
+    a timeline names them)."""
 
-    def __init__(self, meta, npus, fetch, symmetric: bool, local_mem_gbps: float | None = None):
+    def __init__(self, meta, npus, fetch, symmetric: bool, local_mem_gbps: float | None = None, ends: bool = False):
         self.meta, self.symmetric, self.local_mem_gbps = meta, symmetric, local_mem_gbps
         self.npus, self.ndims = meta.npus, meta.ndims
         self.sim = np.array(sorted(npus), I64)
         self.links = LinkMap(meta.topology, representative=symmetric)
         self._keys(meta)
-        self._phases_and_messages(fetch)
+        self._phases_and_messages(fetch, ends)
         self._groups()
         self._chains(meta)
 
@@ -71,62 +80,125 @@ class Plan:
     def kid(self, coll, flow, stage):
         return self.key_base[coll] + flow * self.nstages[coll] + stage
 
-    def _phases_and_messages(self, fetch) -> None:
+    def _phases_and_messages(self, fetch, ends: bool) -> None:
+        """One pass over the tables in batches of NPUs. The simulated NPUs' phases are numbered NPU by NPU, so a
+        batch's phases, steps and messages are each one contiguous range, numbered as they come; only a message's
+        destination step may lie in a later batch: it is resolved once every phase's steps are counted."""
         S, K = len(self.sim), self.K
         si_of = np.full(self.npus, -1, I64)
         si_of[self.sim] = np.arange(S)
         self.P = S * K
+        _i32([self.P], "phases")
         self.phase_size = np.zeros(self.P)  # the span of a phase's rows on its NPU (smallest-chunk-first service)
         self.per_dim_bytes = np.zeros(self.ndims, I64)  # the most any NPU sends per dimension
-        parts = []
+        self.nsteps = np.zeros(self.P, I64)
+        self.class_bytes, self.class_ns, classes = [], [], {}
+        id_space = int(self.links.offset[-1])
+        used = np.zeros(id_space, bool)  # LinkMap ids some route takes
+        out = {k: [] for k in ("step_send", "step_left", "step_reduce_ns", "msg_src_step", "dst_pid", "dst_step",
+                               "msg_class", "route_start", "route", "msg_src", "msg_dst")}
+        steps = msgs = hops = 0  # steps, messages and route entries numbered so far
         for t in _batches(self.sim, fetch):
             self.per_dim_bytes = np.maximum(self.per_dim_bytes, per_dim_bytes(t, self.meta))
-            if len(t):
-                rp = si_of[t["npu"]] * K + self.kid(t["coll"], t["flow"], t["stage"])
-                # the lowering gives an NPU's rows phase by phase; a table read back may come in any order
-                order = np.argsort(rp, kind="stable") if np.any(rp[1:] < rp[:-1]) else slice(None)
-                rp, off, end = rp[order], t["offset"][order], t["offset"][order] + t["bytes"][order]
-                starts = np.flatnonzero(np.concatenate([[True], rp[1:] != rp[:-1]]))
-                lo, hi = np.minimum.reduceat(off, starts), np.maximum.reduceat(end, starts)
-                self.phase_size[rp[starts]] = hi - lo
+            if not len(t):
+                continue
             if np.any(t["peer"] == SWITCH):
                 raise OptionError("the congestion backend does not model a switch that reduces and multicasts "
                                   "(in_switch); time it with --backend analytical")
-            parts.append(messages(t, self.meta))
-        m = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else messages(Table.empty(), self.meta)
-        pid = si_of[m["npu"]] * K + self.kid(m["coll"], m["flow"], m["stage"])
-        nsteps = np.zeros(self.P, I64)
-        np.maximum.at(nsteps, pid, m["step"].astype(I64) + 1)
-        self.nsteps = nsteps
-        self.step_start = np.concatenate([[0], np.cumsum(nsteps)]).astype(I64)
-        self.NS = int(self.step_start[-1])
-        self.step_phase = np.repeat(np.arange(self.P, dtype=I64), nsteps)
-        gstep = self.step_start[pid] + m["step"]
-        send = m["send"] == 1
-        self.expect = np.zeros(self.NS, I64) if self.symmetric else \
-            np.bincount(gstep[~send], minlength=self.NS).astype(I64)
-        self.step_reduce_ns = np.zeros(self.NS)
-        np.add.at(self.step_reduce_ns, gstep[~send], reduction_ns(m["reduced"][~send], self.local_mem_gbps))
-        s = np.flatnonzero(send)
-        src, dst = m["npu"][s].astype(I64), m["peer"][s].astype(I64)
-        self.M = len(s)
-        self.msg_src, self.msg_dst, self.msg_bytes = src, dst, m["bytes"][s].astype(I64)
-        self.msg_ns = m["link_ns"][s].astype(np.float64)
-        self.msg_src_step = gstep[s]
-        dst_pid = si_of[dst] * K + self.kid(m["coll"][s], m["flow"][s], m["stage"][s])
-        step = m["step"][s].astype(I64)
-        ok = (si_of[dst] >= 0) & (step < nsteps[np.maximum(dst_pid, 0)]) & (not self.symmetric)
-        self.msg_dst_step = np.where(ok, self.step_start[np.maximum(dst_pid, 0)] + step, -1).astype(I64)
-        # injection order inside a step: rotated peer order, then table order
-        order = np.lexsort((np.arange(self.M), (dst - src) % self.npus, self.msg_src_step))
-        self.send_order = order.astype(I64)
-        self.step_send = np.searchsorted(self.msg_src_step[order], np.arange(self.NS + 1)).astype(I64)
-        start, ids = self.links.routes(src, dst, m["dim"][s], m["lane"][s], m["hops"][s])
-        self.link_id, route = np.unique(ids, return_inverse=True)
-        self.route_start, self.route = start, route.astype(I64)
+            rp = si_of[t["npu"]] * K + self.kid(t["coll"], t["flow"], t["stage"])
+            # the lowering gives an NPU's rows phase by phase; a table read back may come in any order
+            order = np.argsort(rp, kind="stable") if np.any(rp[1:] < rp[:-1]) else slice(None)
+            rp, off, end = rp[order], t["offset"][order], t["offset"][order] + t["bytes"][order]
+            starts = np.flatnonzero(np.concatenate([[True], rp[1:] != rp[:-1]]))
+            self.phase_size[rp[starts]] = np.maximum.reduceat(end, starts) - np.minimum.reduceat(off, starts)
+            del rp, off, end, order
+            m = messages(t, self.meta)
+            del t
+            pid = si_of[m["npu"]] * K + self.kid(m["coll"], m["flow"], m["stage"])
+            lo, hi = int(pid.min()) // K * K, (int(pid.max()) // K + 1) * K  # the batch's NPUs' phases
+            # messages come sorted by phase, then step: a phase's last message has its last step
+            last = np.flatnonzero(np.concatenate([pid[1:] != pid[:-1], [True]]))
+            self.nsteps[pid[last]] = m["step"][last].astype(I64) + 1
+            local_start = np.concatenate([[0], np.cumsum(self.nsteps[lo:hi])]).astype(I64) + steps
+            nsteps = int(local_start[-1] - steps)
+            gstep = local_start[pid - lo] + m["step"]
+            send = m["send"] == 1
+            s = np.flatnonzero(send)
+            src, dst = m["npu"][s].astype(I64), m["peer"][s].astype(I64)
+            # injection order inside a step: rotated peer order, then table order; messages take these numbers
+            inject = np.lexsort((np.arange(len(s)), (dst - src) % self.npus, gstep[s]))
+            s, src, dst = s[inject], src[inject], dst[inject]
+            out["step_send"].append(np.searchsorted(gstep[s], np.arange(steps, steps + nsteps)) + msgs)
+            left = np.bincount(gstep[s] - steps, minlength=nsteps)
+            if not self.symmetric:
+                left += np.bincount(gstep[~send] - steps, minlength=nsteps)
+            out["step_left"].append(left)
+            if self.local_mem_gbps is not None:
+                reduce_ns = np.zeros(nsteps)
+                np.add.at(reduce_ns, gstep[~send] - steps, reduction_ns(m["reduced"][~send], self.local_mem_gbps))
+                out["step_reduce_ns"].append(reduce_ns)
+            out["msg_src_step"].append(gstep[s])
+            out["dst_pid"].append(si_of[dst] * K + self.kid(m["coll"][s], m["flow"][s], m["stage"][s]))
+            out["dst_step"].append(m["step"][s])
+            out["msg_class"].append(self._classes(m["bytes"][s], m["link_ns"][s], classes))
+            start, ids = self.links.routes(src, dst, m["dim"][s], m["lane"][s], m["hops"][s])
+            used[ids] = True
+            out["route_start"].append(start[:-1] + hops)
+            out["route"].append(ids)
+            if ends:
+                out["msg_src"].append(src)
+                out["msg_dst"].append(dst)
+            steps, msgs, hops = steps + nsteps, msgs + len(s), hops + len(ids)
+            del m, pid, gstep, send, s, src, dst, start, ids
+        self.step_start = np.concatenate([[0], np.cumsum(self.nsteps)]).astype(I64)
+        self.NS, self.M = int(self.step_start[-1]), msgs
+        assert self.NS == steps
+        join = lambda k, what: _i32(np.concatenate(out.pop(k)) if out[k] else np.zeros(0, I64), what)  # noqa: E731
+        self.step_send = _i32(np.append(join("step_send", "messages"), msgs), "messages")
+        self.step_left = join("step_left", "messages")
+        self.step_phase = _i32(np.repeat(np.arange(self.P, dtype=I64), self.nsteps), "phases")
+        self.step_reduce_ns = np.concatenate(out.pop("step_reduce_ns")) if self.local_mem_gbps is not None \
+            else np.zeros(0)
+        self.msg_src_step = join("msg_src_step", "steps")
+        # a receive's step on the destination NPU (every phase's steps are known now); -1 when it is not simulated
+        dst_pid, step = np.concatenate(out.pop("dst_pid") or [np.zeros(0, I64)]), \
+            np.concatenate(out.pop("dst_step") or [np.zeros(0, I64)]).astype(I64)
+        ok = (dst_pid >= 0) & (step < self.nsteps[np.maximum(dst_pid, 0)]) & (not self.symmetric)
+        self.msg_dst_step = _i32(np.where(ok, self.step_start[np.maximum(dst_pid, 0)] + step, -1), "steps")
+        del dst_pid, step, ok
+        self.msg_class = join("msg_class", "message sizes")
+        self.class_bytes, self.class_ns = np.array(self.class_bytes, I64), np.array(self.class_ns, np.float64)
+        self.route_start = _i32(np.append(join("route_start", "route links"), hops), "route links")
+        # links numbered densely in LinkMap order
+        self.link_id = np.flatnonzero(used).astype(I64)
+        dense = np.cumsum(used, dtype=I64) - 1
+        self.route = _i32(dense[np.concatenate(out.pop("route") or [np.zeros(0, I64)])], "links")
         self.L = len(self.link_id)
-        # each hop pays the latency of its link's dimension (a routed message crosses several)
-        self.route_lat = self.links.latency(ids)
+        self.link_lat = self.links.latency(self.link_id).astype(np.float64)
+        if ends:
+            self.msg_src = np.concatenate(out.pop("msg_src") or [np.zeros(0, I64)])
+            self.msg_dst = np.concatenate(out.pop("msg_dst") or [np.zeros(0, I64)])
+
+    def _classes(self, nbytes: np.ndarray, ns: np.ndarray, classes: dict) -> np.ndarray:
+        """Each message's class (bytes, link time), classes numbered as first met across batches."""
+        bits_u, bits_i = np.unique(ns.astype(np.float64).view(I64), return_inverse=True)
+        nbytes = nbytes.astype(I64)
+        if len(nbytes) and int(nbytes.max()) < np.iinfo(I64).max // len(bits_u):  # one int64 key per message
+            key_u, inverse = np.unique(nbytes * len(bits_u) + bits_i.ravel(), return_inverse=True)
+            uniq = np.stack([key_u // len(bits_u), bits_u[key_u % len(bits_u)]], axis=1)
+        else:
+            uniq, inverse = np.unique(np.stack([nbytes, bits_u[bits_i.ravel()]], axis=1), axis=0, return_inverse=True)
+        ids = np.empty(len(uniq), I64)
+        for i, (b, bits) in enumerate(uniq.tolist()):
+            if (b, bits) not in classes:
+                classes[b, bits] = len(self.class_bytes)
+                self.class_bytes.append(b)
+                self.class_ns.append(float(np.array(bits, I64).view(np.float64)))
+            ids[i] = classes[b, bits]
+        return ids[inverse.ravel()]
+
+    def message_bytes(self, mid) -> np.ndarray:
+        return self.class_bytes[self.msg_class[mid]]
 
     def _groups(self) -> None:
         """Service groups: the members of a dimension's group (full execution) or NPU 0 alone (symmetric)."""
