@@ -34,6 +34,7 @@ CASES = [  # topology, size, chunks, algorithm, scheduler, execution, backend
     ("Switch(8)_Switch(8)_Switch(8)", "1GB", 64, None, "baseline", "full", "analytical"),
     ("Switch(8)_Switch(8)_Switch(8)", "1GB", 64, None, "baseline", "full", "congestion"),
     ("8x8x8_torus", "1GB", 64, None, "baseline", "full", "congestion"),
+    ("16x16x16_torus", "1GB", 64, None, "baseline", "full", "congestion"),
 ]
 
 

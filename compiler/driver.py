@@ -139,7 +139,7 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
             schedule = timed[key][0] if key in timed else lower(module, topology, run.max_memory)
             symmetric = run.execution == "symmetric" or (run.execution == "auto" and schedule.meta.symmetric
                                                          and not run.timeline)
-            resources.tables(topology, schedule.plans, symmetric, run.backend).check(run.max_memory)
+            resources.tables(topology, schedule.plans, symmetric, run.backend, run.timeline).check(run.max_memory)
             # a candidate choose-schedule times needs only its figure: where NPU 0 provably stands for every NPU
             # (the tests hold symmetric and full execution equal), it runs symmetric; the kept one runs as asked
             stand_in = not final and run.execution == "full" and not run.timeline and symmetric_valid(schedule, run)
@@ -157,7 +157,8 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
 
     chunks = defaults.get("chunks")
     resources.request(topology, comm.parse_module(source, ctx), defaults.get("algorithm"),
-                      chunks if isinstance(chunks, int) else None, run.execution, run.backend).check(run.max_memory)
+                      chunks if isinstance(chunks, int) else None, run.execution, run.backend,
+                      run.timeline).check(run.max_memory)
     if pipeline is not None:
         return one(pipeline, "custom pipeline", print_ir)
     name = algorithms.canonical(str(defaults.get("algorithm", "")))  # None for a per-dimension list

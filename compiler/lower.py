@@ -27,7 +27,7 @@ from .network.errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
 from .network.links import LANE_SHORTEST, ROUTED, LinkMap
 from .runtime.meta import ROOTED, SHARDED, Meta
-from .runtime.tables import COLUMN_NAMES, RECV_COPY, RECV_REDUCE, SEND, SWITCH, Table
+from .runtime.tables import COLUMN_NAMES, DTYPES, RECV_COPY, RECV_REDUCE, SEND, SWITCH, Table
 from .network.blocks import SHORTEST
 from .network.topology import Topology
 
@@ -268,10 +268,11 @@ class Schedule:
             table.cols["dep"] = dependencies(table, [p.buffer for p in self.plans])
         return table
 
-    def tables(self, npus) -> Table:
-        """The tables of NPUs `npus` joined in one Table (no `dep` column work), each NPU's rows in its table's order.
-        NPUs at the same place of their groups run the same template rows, so a phase on a dimension of building
-        blocks is expanded once per member position over all its NPUs at once: no Python work per NPU."""
+    def tables(self, npus, ordered: bool = True) -> Table:
+        """The tables of NPUs `npus` joined in one Table (no `dep` column work), each NPU's rows in its table's order
+        (`ordered`; otherwise in any order, which saves a sort of every row). NPUs at the same place of their
+        groups run the same template rows, so a phase on a dimension of building blocks is expanded once per member
+        position over all its NPUs at once: no Python work per NPU."""
         npus = np.asarray(npus, np.int64)
         coords = tuple(self._coords()[npus].T)
         parts = []
@@ -295,9 +296,12 @@ class Schedule:
                         length = np.broadcast_to(length, (len(npus), len(flows)))[sel]
                         parts += self._expand(npus[sel], plan, position, stage, rows, base, length,
                                               int(member[sel[0]]), flows)
-        # the phases' columns are joined, then typed once (a Table per phase cost as much as building its rows)
-        table = Table({c: np.concatenate([p[c] for p in parts]) for c in COLUMN_NAMES} if parts else
-                      Table.empty().cols)
+        # the phases' columns are joined, then typed once (a Table per phase cost as much as building its rows);
+        # column by column, each phase's copy let go as it is joined: the peak is one table and one column
+        table = Table({c: np.concatenate([p.pop(c) for p in parts], dtype=DTYPES[c], casting="unsafe")
+                       for c in COLUMN_NAMES} if parts else Table.empty().cols)
+        if not ordered:
+            return table
         order = np.lexsort((table["offset"], table["peer"], table["op"], table["step"], table["stage"],
                             table["flow"], table["coll"], table["npu"]))
         return Table({c: v[order] for c, v in table.cols.items()})

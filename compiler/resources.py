@@ -25,14 +25,24 @@ from .lower import phase_symmetric
 
 BASE = 160 * 2**20           # interpreter, numpy, the MLIR bindings, OR-Tools and a small run (measured RSS)
 PER_TEMPLATE_TRANSFER = 300  # a template transfer: built from a Python tuple, sorted, kept as 11 int64 columns
-# an executed table row: its columns, its message and the engine's step records (the analytical engine keeps a
-# Python record per message; the congestion engine's compiled core keeps arrays)
-PER_ROW = {"analytical": 600, "congestion": 300}
+# an executed table row: the analytical engine keeps its columns and a Python record per message; the congestion
+# runtime reads the tables in batches (runtime/congestion_plan.py) and keeps int32 arrays per message and per step
+# for itself and its compiled core, plus the batch being read
+PER_ROW = {"analytical": 600, "congestion": 24}
+PER_BATCH_ROW = 250          # congestion: a row of the batch being turned into messages (columns, sort keys)
+PER_TIMELINE_ROW = 150       # congestion with a timeline: the link transfers a row's message makes, as records
 PER_VERIFIED_ROW = 600       # every NPU's table row while the verifier executes it
 
 
-def _per_row(backend: str) -> int:
-    return PER_ROW.get(backend, max(PER_ROW.values()))
+def _rows_bytes(rows: int, backend: str, timeline: bool = False) -> int:
+    """Memory of executing `rows` table rows on a backend."""
+    if backend != "congestion":
+        return rows * PER_ROW.get(backend, max(PER_ROW.values()))
+    from .runtime.congestion_plan import ROWS_PER_BATCH
+    return rows * (PER_ROW["congestion"] + (PER_TIMELINE_ROW if timeline else 0)) + \
+        min(rows, ROWS_PER_BATCH) * PER_BATCH_ROW
+
+
 PER_PLAN_ENTRY = 2500        # a whole-network search's (tree, node) entry: parent, step, link, candidates
 PER_SHARD = 16               # an NPU's reduce-scatter shard of one chunk: offset and length
 PER_NPU = 200                # per NPU of the network: coordinates, ranks, link numbering
@@ -81,7 +91,7 @@ def machine_memory() -> int:
 
 
 def request(topology: Topology, module, algorithm: str | None, chunks: int | None, execution: str = "auto",
-            backend: str = "analytical") -> Estimate:
+            backend: str = "analytical", timeline: bool = False) -> Estimate:
     """Before the passes, from the module's collectives and the command line's algorithm and chunks: the planning
     search, the templates and the rows the run will need at the least (NPU 0's alone, unless the request already
     rules symmetry out: a size that does not split into equal chunks, or an algorithm whose NPUs differ)."""
@@ -124,11 +134,11 @@ def request(topology: Topology, module, algorithm: str | None, chunks: int | Non
         symmetric &= whole is None and execution != "full"
     templates = sum(distinct.values())
     executed = 1 if symmetric else n
-    total = (BASE + n * PER_NPU + shards + planning * PER_PLAN_ENTRY + templates * PER_TEMPLATE_TRANSFER
-             + per_npu * executed * _per_row(backend))
+    rows = _rows_bytes(per_npu * executed, backend, timeline)
+    total = (BASE + n * PER_NPU + shards + planning * PER_PLAN_ENTRY + templates * PER_TEMPLATE_TRANSFER + rows)
     parts = [(planning * PER_PLAN_ENTRY, f"{whole.planned_by if whole else ''} over {n} NPUs"),
              (templates * PER_TEMPLATE_TRANSFER, f"{templates:.3g} template transfers"),
-             (per_npu * executed * _per_row(backend), f"{per_npu:.3g} rows per NPU on {executed} NPU(s)"),
+             (rows, f"{per_npu:.3g} rows per NPU on {executed} NPU(s)"),
              (n * PER_NPU + shards, f"{n} NPUs")]
     return Estimate(total, per_npu * executed, max(parts)[1])
 
@@ -169,13 +179,13 @@ def _member_rows(alg, kind: str, k: int, bidirectional: bool, chunks: int) -> in
     return chunks * -(-2 * alg.footprint(kind, k, bidirectional) // k)
 
 
-def tables(topology: Topology, plans, symmetric: bool, backend: str = "analytical") -> Estimate:
+def tables(topology: Topology, plans, symmetric: bool, backend: str = "analytical", timeline: bool = False) -> Estimate:
     """Before the runtime: the rows of the tables it executes (NPU 0's alone when symmetric) and the shard
     layouts."""
     per_npu = _rows_per_npu(topology, plans)
     executed = 1 if symmetric else topology.npus
     shards = sum(topology.npus * p.chunks * PER_SHARD for p in plans)
-    return Estimate(BASE + per_npu * executed * _per_row(backend) + shards, per_npu * executed,
+    return Estimate(BASE + _rows_bytes(per_npu * executed, backend, timeline) + shards, per_npu * executed,
                     f"{per_npu:.3g} rows per NPU on {executed} NPU(s)")
 
 

@@ -117,7 +117,7 @@ typedef struct {
 typedef struct {
     Plan p;
     i64 P, NS, M, L, G, K, S, nd, active, ncoll, nchunk_total, route_len;
-    int scf, cut_through, symmetric, timeline, reduce_ns;
+    int scf, cut_through, symmetric, timeline, reduce_ns, single_hop;
     /* state */
     EventHeap events;
     i64 seq;
@@ -130,7 +130,8 @@ typedef struct {
     i32 *left;                     /* per step: own sends not yet delivered + receives not yet arrived */
     char *begun, *started;         /* per step / per phase */
     double *phase_start;
-    i32 *next_in_queue, *hop;      /* per message: link FIFOs threaded through messages (one queue at a time) */
+    i32 *next_in_queue, *hop;      /* per message: link FIFOs threaded through messages (one queue at a time) and
+                                    * the hop it queues for (none kept when every message takes one hop) */
     i64 *qhead, *qtail;            /* per link */
     char *busy, *link_touched, *server_touched;
     Vec touched_links, touched_servers;
@@ -140,6 +141,9 @@ typedef struct {
     i64 *link_bytes, served;
     double *xfer;  /* timeline: (link, start, end, message) per transfer */
 } Sim;
+
+/* where message mid's route starts (route_start is empty when every message takes one hop) */
+static inline i64 rstart(const Sim *s, i64 mid) { return s->single_hop ? mid : s->p.route_start[mid]; }
 
 static int push_event(Sim *s, double t, int kind, i64 a, i64 b) {
     Event e = {t, (s->seq++ << 2) | kind, (i32)a, (i32)b};
@@ -206,8 +210,8 @@ static int check_step(Sim *s, i64 g, double now) {
 }
 
 static int enqueue(Sim *s, i64 mid, i64 hop) {
-    i64 link = s->p.route[s->p.route_start[mid] + hop];
-    s->hop[mid] = (i32)hop;
+    i64 link = s->p.route[rstart(s, mid) + hop];
+    if (!s->single_hop) s->hop[mid] = (i32)hop;
     s->next_in_queue[mid] = -1;
     if (s->qtail[link] < 0) s->qhead[link] = mid;
     else s->next_in_queue[s->qtail[link]] = (i32)mid;
@@ -261,7 +265,7 @@ static int serve(Sim *s, double now) {
         i64 link = tl->v[i];
         s->link_touched[link] = 0;
         if (s->busy[link] || s->qhead[link] < 0) continue;
-        i64 mid = s->qhead[link], hop = s->hop[mid], pos = p->route_start[mid] + hop;
+        i64 mid = s->qhead[link], hop = s->single_hop ? 0 : s->hop[mid], pos = rstart(s, mid) + hop;
         s->qhead[link] = s->next_in_queue[mid];
         if (s->qhead[link] < 0) s->qtail[link] = -1;
         i64 cls = p->msg_class[mid];
@@ -278,7 +282,7 @@ static int serve(Sim *s, double now) {
         s->link_time[link] += ns;
         s->link_bytes[link] += p->class_bytes[cls];
         if (push_event(s, end, LINK_FREE, link, 0)) return -1;
-        int last = pos + 1 == p->route_start[mid + 1];
+        int last = pos + 1 == rstart(s, mid + 1);
         double ahead = (s->cut_through && !last) ? now : end;
         if (push_event(s, ahead + p->link_lat[link], HOP_DONE, mid, hop)) return -1;
     }
@@ -305,7 +309,7 @@ static int on_event(Sim *s, Event e, double now) {
         return touch_link(s, e.a);
     case HOP_DONE: {
         i64 mid = e.a, hop = e.b;
-        if (p->route_start[mid] + hop + 1 < p->route_start[mid + 1]) return enqueue(s, mid, hop + 1);
+        if (rstart(s, mid) + hop + 1 < rstart(s, mid + 1)) return enqueue(s, mid, hop + 1);
         i64 g = p->msg_src_step[mid];  /* delivered */
         s->left[g] -= 1;
         if (check_step(s, g, now)) return -1;
@@ -394,7 +398,8 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
     PyObject *nst = PyDict_GetItemString(arrays, "nstages");
     s.ncoll = PyObject_Length(nst);
     s.nchunk_total = p->chunk_base[s.ncoll];
-    s.route_len = p->route_start[s.M];
+    s.single_hop = PyObject_Length(PyDict_GetItemString(arrays, "route_start")) == 0;
+    s.route_len = rstart(&s, s.M);
     s.reduce_ns = PyObject_Length(PyDict_GetItemString(arrays, "step_reduce_ns")) > 0;
     i64 servers = s.S * (s.nd + 1), counts = p->count_base[s.K];
     s.eligible = zalloc(s.G, sizeof(PrioHeap));
@@ -411,7 +416,7 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
     s.started = zalloc(s.P, 1);
     s.phase_start = zalloc(s.P, 8);
     s.next_in_queue = zalloc(s.M, 4);
-    s.hop = zalloc(s.M, 4);
+    s.hop = zalloc(s.single_hop ? 0 : s.M, 4);
     s.qhead = zalloc(s.L, 8);
     s.qtail = zalloc(s.L, 8);
     s.busy = zalloc(s.L, 1);

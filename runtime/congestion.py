@@ -107,7 +107,8 @@ def run(schedule: Schedule, intra: str = "fifo", active_chunks: int = 1, timelin
                     local_mem_gbps, ends=timeline)
         out = _Engine(plan, tables, intra, active_chunks, timeline, cut_through).simulate_links()
     else:  # tables are read in batches: only the plan is held
-        plan = Plan(meta, npus, lambda n: tables_of(schedule, n), mode == "symmetric", local_mem_gbps, ends=timeline)
+        plan = Plan(meta, npus, lambda n: tables_of(schedule, n, ordered=False), mode == "symmetric", local_mem_gbps,
+                    ends=timeline)
         out = _compiled(plan, intra, active_chunks, timeline, cut_through)
     return _result(plan, *out)
 
@@ -176,7 +177,7 @@ class _Engine(PhaseEngine):
                 self.steps[phase[p]] = [[range(sends[g], sends[g + 1]), left[g] - (sends[g + 1] - sends[g])]
                                         for g in range(a, b)]
         self.step_reduce = dict(zip(step_key, plan.step_reduce_ns.tolist()))
-        rs, route = plan.route_start.tolist(), plan.route.tolist()
+        rs, route = plan.route_starts().tolist(), plan.route.tolist()
         self.msg_route = [route[a:b] for a, b in zip(rs[:-1], rs[1:])]
         self.msg_ns, self.msg_bytes = plan.class_ns[plan.msg_class].tolist(), plan.class_bytes[plan.msg_class].tolist()
         lat = plan.link_lat[plan.route].tolist()

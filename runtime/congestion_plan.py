@@ -12,12 +12,16 @@ Numbering:
   receives it expects (none in symmetric execution, where a receive is the mirror of an own send);
 - a message's size is its class: class_bytes[msg_class[m]], class_ns[msg_class[m]] (bytes / bandwidth; a network's
   messages come in few sizes);
-- a message's links are route[route_start[m]:route_start[m+1]], numbered 0..L-1 (link_id[l] is the LinkMap id);
-  each hop pays its link's latency, link_lat[l];
+- a message's links are route[route_start[m]:route_start[m+1]] (route_start is empty when every message takes one
+  hop: message m's link is route[m]), numbered 0..L-1 (link_id[l] is the LinkMap id); each hop pays its link's
+  latency, link_lat[l];
 - a server is (si, dim) with dim -1 for phases over the whole network: sid = si * (ndims + 1) + dim + 1; servers of
   one group (the members of a dimension's group, or one NPU in symmetric execution) share one service order.
 """
 from __future__ import annotations
+
+import ctypes
+import ctypes.util
 
 import numpy as np
 
@@ -40,6 +44,23 @@ def _batches(npus: np.ndarray, fetch):
     per = max(1, ROWS_PER_BATCH // max(1, len(first)))
     for a in range(1, len(npus), per):
         yield fetch(npus[a:a + per])
+
+
+def _release() -> None:
+    """Freed memory back to the system: the batches' pieces are a few megabytes each, below glibc's threshold for
+    their own mappings, so after joining they would stay in the heap and keep the process's resident size at
+    twice the plan's (glibc's malloc_trim; nothing elsewhere)."""
+    global _TRIM
+    if _TRIM is None:
+        try:
+            _TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _TRIM = False
+    if _TRIM:
+        _TRIM(0)
+
+
+_TRIM = None
 
 
 def _i32(a, what: str) -> np.ndarray:
@@ -98,6 +119,7 @@ class Plan:
         out = {k: [] for k in ("step_send", "step_left", "step_reduce_ns", "msg_src_step", "dst_pid", "dst_step",
                                "msg_class", "route_start", "route", "msg_src", "msg_dst")}
         steps = msgs = hops = 0  # steps, messages and route entries numbered so far
+        low, high = np.full(self.P, np.iinfo(I64).max), np.zeros(self.P, I64)  # each phase's lowest and highest byte
         for t in _batches(self.sim, fetch):
             self.per_dim_bytes = np.maximum(self.per_dim_bytes, per_dim_bytes(t, self.meta))
             if not len(t):
@@ -105,14 +127,12 @@ class Plan:
             if np.any(t["peer"] == SWITCH):
                 raise OptionError("the congestion backend does not model a switch that reduces and multicasts "
                                   "(in_switch); time it with --backend analytical")
+            # rows may come in any order (phases.tables_of): each phase's span from its lowest and highest byte
             rp = si_of[t["npu"]] * K + self.kid(t["coll"], t["flow"], t["stage"])
-            # the lowering gives an NPU's rows phase by phase; a table read back may come in any order
-            order = np.argsort(rp, kind="stable") if np.any(rp[1:] < rp[:-1]) else slice(None)
-            rp, off, end = rp[order], t["offset"][order], t["offset"][order] + t["bytes"][order]
-            starts = np.flatnonzero(np.concatenate([[True], rp[1:] != rp[:-1]]))
-            self.phase_size[rp[starts]] = np.maximum.reduceat(end, starts) - np.minimum.reduceat(off, starts)
-            del rp, off, end, order
-            m = messages(t, self.meta)
+            np.minimum.at(low, rp, t["offset"])
+            np.maximum.at(high, rp, t["offset"] + t["bytes"])
+            del rp
+            m = messages(t, self.meta, rotated=True)  # sends come in injection order: messages take its numbers
             del t
             pid = si_of[m["npu"]] * K + self.kid(m["coll"], m["flow"], m["stage"])
             lo, hi = int(pid.min()) // K * K, (int(pid.max()) // K + 1) * K  # the batch's NPUs' phases
@@ -125,59 +145,81 @@ class Plan:
             send = m["send"] == 1
             s = np.flatnonzero(send)
             src, dst = m["npu"][s].astype(I64), m["peer"][s].astype(I64)
-            # injection order inside a step: rotated peer order, then table order; messages take these numbers
-            inject = np.lexsort((np.arange(len(s)), (dst - src) % self.npus, gstep[s]))
-            s, src, dst = s[inject], src[inject], dst[inject]
-            out["step_send"].append(np.searchsorted(gstep[s], np.arange(steps, steps + nsteps)) + msgs)
+            # each batch's pieces are int32 at once: the plan's peak is its final size, not twice it
+            out["step_send"].append(_i32(np.searchsorted(gstep[s], np.arange(steps, steps + nsteps)) + msgs,
+                                         "messages"))
             left = np.bincount(gstep[s] - steps, minlength=nsteps)
             if not self.symmetric:
                 left += np.bincount(gstep[~send] - steps, minlength=nsteps)
-            out["step_left"].append(left)
+            out["step_left"].append(_i32(left, "messages"))
             if self.local_mem_gbps is not None:
                 reduce_ns = np.zeros(nsteps)
                 np.add.at(reduce_ns, gstep[~send] - steps, reduction_ns(m["reduced"][~send], self.local_mem_gbps))
                 out["step_reduce_ns"].append(reduce_ns)
-            out["msg_src_step"].append(gstep[s])
-            out["dst_pid"].append(si_of[dst] * K + self.kid(m["coll"][s], m["flow"][s], m["stage"][s]))
-            out["dst_step"].append(m["step"][s])
-            out["msg_class"].append(self._classes(m["bytes"][s], m["link_ns"][s], classes))
+            out["msg_src_step"].append(_i32(gstep[s], "steps"))
+            out["dst_pid"].append(_i32(pid[s] + (si_of[dst] - si_of[src]) * K, "phases"))  # the same key there
+            out["dst_step"].append(_i32(m["step"][s], "steps"))
+            out["msg_class"].append(_i32(self._classes(m["bytes"][s], m["link_ns"][s], classes), "message sizes"))
             start, ids = self.links.routes(src, dst, m["dim"][s], m["lane"][s], m["hops"][s])
             used[ids] = True
-            out["route_start"].append(start[:-1] + hops)
-            out["route"].append(ids)
+            # a batch whose messages all take one hop keeps no route starts (they are its message numbers)
+            out["route_start"].append(_i32(start[:-1] + hops, "route links") if len(ids) > len(s) else
+                                      (hops, len(s)))
+            out["route"].append(_i32(ids, "links"))
             if ends:
                 out["msg_src"].append(src)
                 out["msg_dst"].append(dst)
             steps, msgs, hops = steps + nsteps, msgs + len(s), hops + len(ids)
             del m, pid, gstep, send, s, src, dst, start, ids
+        has = high > 0  # every row holds at least one byte
+        self.phase_size[has] = (high - low)[has]
+        del low, high, has
+        _release()  # the last batch's temporaries
         self.step_start = np.concatenate([[0], np.cumsum(self.nsteps)]).astype(I64)
         self.NS, self.M = int(self.step_start[-1]), msgs
         assert self.NS == steps
-        join = lambda k, what: _i32(np.concatenate(out.pop(k)) if out[k] else np.zeros(0, I64), what)  # noqa: E731
-        self.step_send = _i32(np.append(join("step_send", "messages"), msgs), "messages")
-        self.step_left = join("step_left", "messages")
+
+        def join(key, dtype=I32):
+            """A batch-by-batch array joined, its pieces let go and their pages handed back to the system."""
+            whole = np.concatenate(out.pop(key)) if out[key] else np.zeros(0, dtype)
+            _release()
+            return whole
+
+        self.step_send = np.append(join("step_send"), I32(msgs))
+        self.step_left = join("step_left")
         self.step_phase = _i32(np.repeat(np.arange(self.P, dtype=I64), self.nsteps), "phases")
-        self.step_reduce_ns = np.concatenate(out.pop("step_reduce_ns")) if self.local_mem_gbps is not None \
-            else np.zeros(0)
-        self.msg_src_step = join("msg_src_step", "steps")
+        self.step_reduce_ns = join("step_reduce_ns", np.float64)
+        self.msg_src_step = join("msg_src_step")
         # a receive's step on the destination NPU (every phase's steps are known now); -1 when it is not simulated
-        dst_pid, step = np.concatenate(out.pop("dst_pid") or [np.zeros(0, I64)]), \
-            np.concatenate(out.pop("dst_step") or [np.zeros(0, I64)]).astype(I64)
-        ok = (dst_pid >= 0) & (step < self.nsteps[np.maximum(dst_pid, 0)]) & (not self.symmetric)
-        self.msg_dst_step = _i32(np.where(ok, self.step_start[np.maximum(dst_pid, 0)] + step, -1), "steps")
-        del dst_pid, step, ok
-        self.msg_class = join("msg_class", "message sizes")
+        for i, (dst_pid, step) in enumerate(zip(out["dst_pid"], out["dst_step"])):
+            ok = (dst_pid >= 0) & (step < self.nsteps[np.maximum(dst_pid, 0)]) & (not self.symmetric)
+            out["dst_step"][i] = _i32(np.where(ok, self.step_start[np.maximum(dst_pid, 0)] + step, -1), "steps")
+            out["dst_pid"][i] = None
+        del out["dst_pid"]
+        self.msg_dst_step = join("dst_step")
+        self.msg_class = join("msg_class")
         self.class_bytes, self.class_ns = np.array(self.class_bytes, I64), np.array(self.class_ns, np.float64)
-        self.route_start = _i32(np.append(join("route_start", "route links"), hops), "route links")
+        # every message one hop (rings, fully connected): route_start is left empty, message m's link is route[m]
+        if hops > msgs:
+            out["route_start"] = [p if isinstance(p, np.ndarray) else _i32(p[0] + np.arange(p[1], dtype=I64),
+                                                                            "route links") for p in out["route_start"]]
+            self.route_start = np.append(join("route_start"), I32(hops))
+        else:
+            self.route_start = np.zeros(0, I32)
+            del out["route_start"]
         # links numbered densely in LinkMap order
         self.link_id = np.flatnonzero(used).astype(I64)
-        dense = np.cumsum(used, dtype=I64) - 1
-        self.route = _i32(dense[np.concatenate(out.pop("route") or [np.zeros(0, I64)])], "links")
+        dense = _i32(np.cumsum(used, dtype=I64) - 1, "links")
+        out["route"] = [dense[ids] for ids in out["route"]]
+        self.route = join("route")
         self.L = len(self.link_id)
         self.link_lat = self.links.latency(self.link_id).astype(np.float64)
         if ends:
-            self.msg_src = np.concatenate(out.pop("msg_src") or [np.zeros(0, I64)])
-            self.msg_dst = np.concatenate(out.pop("msg_dst") or [np.zeros(0, I64)])
+            self.msg_src, self.msg_dst = join("msg_src", I64), join("msg_dst", I64)
+
+    def route_starts(self) -> np.ndarray:
+        """route_start, spelled out when every message takes one hop."""
+        return self.route_start if len(self.route_start) else np.arange(self.M + 1, dtype=I32)
 
     def _classes(self, nbytes: np.ndarray, ns: np.ndarray, classes: dict) -> np.ndarray:
         """Each message's class (bytes, link time), classes numbered as first met across batches."""

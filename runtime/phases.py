@@ -47,20 +47,26 @@ class Result:
     link_transfers: dict = field(default_factory=dict)  # congestion backend: link transfers simulated / modelled
 
 
-def messages(t: Table, meta):
+def messages(t: Table, meta, rotated: bool = False):
     """Aggregate rows into messages: returns dict of arrays keyed like the table plus `cost` (ns): latency per hop
     plus bytes / bandwidth, and `reduced`: the bytes of a receive that are added into the buffer (RECV_REDUCE). A
     routed message (dim -1), and every message on a graph topology, pays the latency of each link on its route
-    (runtime/links.py)."""
+    (runtime/links.py). Messages come sorted by NPU, collective, chunk, phase, step, receives before sends, then
+    peer, then lane; `rotated`: by the peer's distance after the NPU instead of the peer (the injection order of
+    the congestion runtime; no transfer may then be with the switch)."""
     if not len(t):
         return {k: np.zeros(0, np.int64) for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "lane",
                                                    "dim", "bytes", "cost", "link_ns", "hops", "reduced")}
     send = (t["op"] == SEND).astype(np.int64)
     # peer + 1: the keys must be non-negative and a transfer with the switch has peer -1 (tables.SWITCH)
-    words = pack_keys([t["npu"], t["coll"], t["flow"], t["stage"], t["step"], send, t["peer"] + 1, t["lane"]])
+    peer_key = (t["peer"] - t["npu"]) % meta.npus if rotated else t["peer"] + 1
+    words = pack_keys([t["npu"], t["coll"], t["flow"], t["stage"], t["step"], send, peer_key, t["lane"]])
     order = np.lexsort(words[::-1]) if len(words) > 1 else np.argsort(words[0], kind="stable")
-    sk = np.stack([w[order] for w in words])
-    first = np.concatenate([[True], np.any(sk[:, 1:] != sk[:, :-1], axis=0)])
+    first = np.ones(len(order), bool)  # a message starts where any key word changes
+    for w in words:
+        w = w[order]
+        first[1:] = np.logical_and(first[1:], w[1:] == w[:-1], out=first[1:])
+    first[1:] = ~first[1:]
     starts = np.flatnonzero(first)
     nbytes = np.add.reduceat(t["bytes"][order], starts)
     reduced = np.add.reduceat(np.where(t["op"][order] == RECV_REDUCE, t["bytes"][order], 0), starts)
@@ -116,7 +122,7 @@ def per_dim_bytes(t: Table, meta) -> np.ndarray:
         dim[np.flatnonzero(routed)[owner[first]]] = ldim[first]
     if not len(s):
         return np.zeros(ndims, np.int64)
-    _, npu = np.unique(t["npu"][s], return_inverse=True)
+    npu = t["npu"][s] - t["npu"][s].min()  # a table's NPUs: one, or a batch of consecutive ones
     per_npu = np.bincount(npu * ndims + dim, weights=t["bytes"][s], minlength=(npu.max() + 1) * ndims)
     return per_npu.reshape(-1, ndims).max(axis=0).astype(np.int64)
 
@@ -126,11 +132,11 @@ def table_of(schedule: Schedule, npu: int) -> Table:
     return schedule.table(npu, deps=False)
 
 
-def tables_of(schedule: Schedule, npus) -> Table:
-    """The tables of several NPUs joined, each NPU's rows in its table's order: the lowering builds them in one
-    go (Schedule.tables); another schedule gives them one by one."""
+def tables_of(schedule: Schedule, npus, ordered: bool = True) -> Table:
+    """The tables of several NPUs joined, each NPU's rows in its table's order (`ordered`; otherwise in any order):
+    the lowering builds them in one go (Schedule.tables); another schedule gives them one by one."""
     if hasattr(schedule, "tables"):
-        return schedule.tables(npus)
+        return schedule.tables(npus, ordered)
     return Table.concat([table_of(schedule, int(n)) for n in npus])
 
 

@@ -128,7 +128,7 @@ class Schedule(Protocol):
         """NPU `npu`'s table; deps=False may leave the `dep` column unfilled (the cost models do not read it)."""
         ...
 
-    # optional: tables(npus) -> Table, the tables of several NPUs joined without `dep` (phases.tables_of)
+    # optional: tables(npus, ordered) -> Table, several NPUs' tables joined without `dep` (phases.tables_of)
 
     def export_meta(self) -> Meta:
         """meta with every reduce-scatter/all-gather shard layout, so written tables verify on their own."""

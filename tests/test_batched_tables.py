@@ -72,13 +72,21 @@ def test_tables_of_every_kind_of_phase(kind, size, topology, root, flags):
     assert_joined(sched, list(range(1, n, 3)))
 
 
-def test_plan_read_in_batches_equals_the_plan_read_npu_by_npu(monkeypatch):
-    sched = compiled("all_reduce", 3 * 2 ** 20, "Ring(4)_Switch(4)_FC(2)", chunks=3)
+@pytest.mark.parametrize("topology, chunks, algorithm", [
+    ("Ring(4)_Switch(4)_FC(2)", 3, None),
+    ("Mesh(4)_Ring(3)", 2, "ring"),    # a line's ends send over several hops, its middle over one: batches of both
+    ("4x4_torus", 2, "multitree"),
+])
+def test_plan_read_in_batches_equals_the_plan_read_at_once(monkeypatch, topology, chunks, algorithm):
+    flags = {"chunks": chunks, **({"algorithm": algorithm} if algorithm else {})}
+    sched = compiled("all_reduce", 3 * 2 ** 20, topology, **flags)
     npus = range(sched.meta.npus)
-    one_by_one = Plan(sched.meta, npus, lambda batch: Table.concat([sched.table(int(n), deps=False) for n in batch]),
-                      False)
-    monkeypatch.setattr(congestion_plan, "ROWS_PER_BATCH", 100)  # several NPUs per batch, several batches
-    batched = Plan(sched.meta, npus, lambda batch: tables_of(sched, batch), False)
-    for name, value in vars(one_by_one).items():
+    whole = Plan(sched.meta, npus, lambda batch: Table.concat([sched.table(int(n), deps=False) for n in batch]),
+                 False, ends=True)
+    monkeypatch.setattr(congestion_plan, "ROWS_PER_BATCH", 1)  # one NPU per batch, unordered rows
+    batched = Plan(sched.meta, npus, lambda batch: tables_of(sched, batch, ordered=False), False, ends=True)
+    for name, value in vars(whole).items():
         if isinstance(value, np.ndarray):
+            assert value.dtype == getattr(batched, name).dtype, name
             assert np.array_equal(value, getattr(batched, name)), name
+    assert len(whole.route_start) == (0 if algorithm == "multitree" else whole.M + 1)
