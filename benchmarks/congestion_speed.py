@@ -44,10 +44,10 @@ class ReadTables:
 
     def __init__(self, schedule):
         self.meta = schedule.meta
-        self.tables = {n: schedule.table(n, deps=False) for n in range(schedule.meta.npus)}
+        self.read = {n: schedule.table(n, deps=False) for n in range(schedule.meta.npus)}
 
     def table(self, npu, deps=False):
-        return self.tables[npu]
+        return self.read[npu]
 
 
 def main() -> None:

@@ -292,8 +292,7 @@ class Schedule:
                         else:
                             rows = _template_rows(self._template(plan.kind, stage), key)
                             base, length = self._stage_region(plan, levels, position)
-                        base = np.broadcast_to(base, (len(npus), len(flows)))[sel]
-                        length = np.broadcast_to(length, (len(npus), len(flows)))[sel]
+                        base, length = _of_npus(base, sel), _of_npus(length, sel)
                         parts += self._expand(npus[sel], plan, position, stage, rows, base, length,
                                               int(member[sel[0]]), flows)
         # the phases' columns are joined, then typed once (a Table per phase cost as much as building its rows);
@@ -317,6 +316,9 @@ class Schedule:
         only groups that agree with the root on every dimension still to come take part (a reduce's: on every
         dimension done); HDRM's phases run over virtual ranks."""
         key = member
+        if len(member) == 1 and plan.kind not in ROOTED and not (stage.structure and
+                                                                 stage.structure[0] == "placement"):
+            return [(int(member[0]), np.zeros(1, np.int64))]  # one NPU: one class
         take = np.ones(len(member), bool)
         if plan.kind in ROOTED:
             root = self.topology.coords(plan.root)
@@ -423,6 +425,11 @@ class Schedule:
         return self._links_map
 
 
+def _of_npus(a: np.ndarray, sel: np.ndarray) -> np.ndarray:
+    """Chunk regions (npus, chunks) of the NPUs `sel`: the rows of a per-NPU array, a view of a shared one."""
+    return a[sel] if a.ndim == 2 else np.broadcast_to(a, (len(sel), len(a)))
+
+
 def _rows(npus, coll, stage, flows, step, op, peer, dim, lane, hops, gbps, off, end) -> dict:
     """Table columns (untyped: tables() types them once) for one phase of NPUs `npus` (one NPU: a scalar): each
     transfer's values, per transfer or per (NPU, transfer), repeated for every chunk in `flows`; off/end per
@@ -430,7 +437,10 @@ def _rows(npus, coll, stage, flows, step, op, peer, dim, lane, hops, gbps, off, 
     npus = np.atleast_1d(npus)
     n, chunks = len(npus), len(flows)
     shape = (n, len(step))
-    rep = lambda a: np.repeat(np.broadcast_to(a, shape).ravel(), chunks)  # noqa: E731  (once per chunk)
+    if n == 1:  # one NPU's table (the common call): no broadcasting
+        rep = lambda a: np.repeat(np.asarray(a).reshape(-1), chunks)  # noqa: E731  (once per chunk)
+    else:
+        rep = lambda a: np.repeat(np.broadcast_to(a, shape).ravel(), chunks)  # noqa: E731
     total = n * len(step) * chunks
     return {
         "npu": np.repeat(npus, len(step) * chunks), "coll": np.full(total, coll), "flow": np.tile(flows, n * len(step)),

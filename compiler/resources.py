@@ -38,7 +38,7 @@ def _rows_bytes(rows: int, backend: str, timeline: bool = False) -> int:
     """Memory of executing `rows` table rows on a backend."""
     if backend != "congestion":
         return rows * PER_ROW.get(backend, max(PER_ROW.values()))
-    from .runtime.congestion_plan import ROWS_PER_BATCH
+    from .runtime.phases import ROWS_PER_BATCH
     return rows * (PER_ROW["congestion"] + (PER_TIMELINE_ROW if timeline else 0)) + \
         min(rows, ROWS_PER_BATCH) * PER_BATCH_ROW
 

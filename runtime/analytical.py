@@ -25,7 +25,7 @@ import heapq
 import numpy as np
 
 from ..network.memory import reduction_ns
-from .phases import INTRA_POLICIES, OptionError, PhaseEngine, Result, Table, messages, table_of
+from .phases import INTRA_POLICIES, OptionError, PhaseEngine, Result, Table, messages, tables_by_npu
 from .tables import SWITCH, Schedule
 
 
@@ -50,7 +50,7 @@ def run(schedule: Schedule, mode: str = "auto", intra: str = "fifo", active_chun
         raise OptionError("--execution symmetric: this schedule's NPUs do not all run the same steps (trees, rings "
                          "over ranks, meshes, uneven splits); NPU 0 cannot stand for them: use --execution full")
     npus = [0] if mode == "symmetric" else list(range(meta.npus))
-    return _Engine(meta, {n: table_of(schedule, n) for n in npus}, mode, intra, active_chunks, local_mem_gbps).run()
+    return _Engine(meta, tables_by_npu(schedule, npus), mode, intra, active_chunks, local_mem_gbps).run()
 
 
 class _Engine(PhaseEngine):

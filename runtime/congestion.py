@@ -44,8 +44,8 @@ import numpy as np
 
 from ..network import blocks
 from .congestion_plan import Plan
-from .phases import (INTRA_POLICIES, OptionError, PhaseEngine, Result, make_result, never_starts, table_of,
-                     tables_of, waits_forever)
+from .phases import (INTRA_POLICIES, OptionError, PhaseEngine, Result, make_result, never_starts,
+                     tables_by_npu, tables_of, waits_forever)
 from .tables import Schedule, Table
 
 try:  # the compiled event core (built by `pip install .`; without a C compiler the Python engine runs instead)
@@ -102,7 +102,7 @@ def run(schedule: Schedule, intra: str = "fifo", active_chunks: int = 1, timelin
     npus = [0] if mode == "symmetric" else range(meta.npus)
     cut_through = switching == "cut-through"
     if engine == "python" or _linkcore is None:
-        tables = {n: table_of(schedule, n) for n in npus}
+        tables = tables_by_npu(schedule, npus)
         plan = Plan(meta, npus, lambda batch: Table.concat([tables[n] for n in batch.tolist()]), mode == "symmetric",
                     local_mem_gbps, ends=timeline)
         out = _Engine(plan, tables, intra, active_chunks, timeline, cut_through).simulate_links()

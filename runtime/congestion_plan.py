@@ -27,25 +27,11 @@ import numpy as np
 
 from ..network.links import LinkMap
 from ..network.memory import reduction_ns
-from .phases import OptionError, messages, per_dim_bytes, successors
+from .phases import OptionError, batches, messages, per_dim_bytes, successors
 from .tables import SWITCH
 
 
 I64, I32 = np.int64, np.int32
-ROWS_PER_BATCH = 1 << 21  # table rows read at once: enough to amortise the lowering, a bounded peak of memory
-
-
-def _batches(npus: np.ndarray, fetch):
-    """The tables of `npus` in batches of about ROWS_PER_BATCH rows, sized by the first NPU's table."""
-    if not len(npus):
-        return
-    first = fetch(npus[:1])
-    yield first
-    per = max(1, ROWS_PER_BATCH // max(1, len(first)))
-    for a in range(1, len(npus), per):
-        yield fetch(npus[a:a + per])
-
-
 def _release() -> None:
     """Freed memory back to the system: the batches' pieces are a few megabytes each, below glibc's threshold for
     their own mappings, so after joining they would stay in the heap and keep the process's resident size at
@@ -120,7 +106,7 @@ class Plan:
                                "msg_class", "route_start", "route", "msg_src", "msg_dst")}
         steps = msgs = hops = 0  # steps, messages and route entries numbered so far
         low, high = np.full(self.P, np.iinfo(I64).max), np.zeros(self.P, I64)  # each phase's lowest and highest byte
-        for t in _batches(self.sim, fetch):
+        for t in batches(self.sim, fetch):
             self.per_dim_bytes = np.maximum(self.per_dim_bytes, per_dim_bytes(t, self.meta))
             if not len(t):
                 continue

@@ -132,10 +132,41 @@ def table_of(schedule: Schedule, npu: int) -> Table:
     return schedule.table(npu, deps=False)
 
 
+ROWS_PER_BATCH = 1 << 21  # table rows read at once: enough to amortise the lowering, a bounded peak of memory
+
+
+def batches(npus, fetch):
+    """The tables of `npus` (fetch(npus) -> Table, as tables_of) in batches of about ROWS_PER_BATCH rows, sized by
+    the first NPU's table."""
+    npus = np.asarray(npus, np.int64)
+    if not len(npus):
+        return
+    first = fetch(npus[:1])
+    yield first
+    per = max(1, ROWS_PER_BATCH // max(1, len(first)))
+    for a in range(1, len(npus), per):
+        yield fetch(npus[a:a + per])
+
+
+def tables_by_npu(schedule: Schedule, npus) -> dict:
+    """Each NPU's table without the `dep` column's work, built batch by batch where the schedule can
+    (Schedule.tables) and cut at NPU boundaries."""
+    npus = sorted(int(n) for n in npus)
+    if not callable(getattr(schedule, "tables", None)):
+        return {n: table_of(schedule, n) for n in npus}
+    out = {}
+    for t in batches(npus, lambda batch: schedule.tables(batch)):
+        present = np.unique(t["npu"])
+        cuts = np.searchsorted(t["npu"], present, side="right")
+        for n, a, b in zip(present.tolist(), np.concatenate([[0], cuts[:-1]]).tolist(), cuts.tolist()):
+            out[n] = Table({c: v[a:b] for c, v in t.cols.items()})
+    return {n: out.get(n, Table.empty()) for n in npus}  # an NPU without rows has an empty table
+
+
 def tables_of(schedule: Schedule, npus, ordered: bool = True) -> Table:
     """The tables of several NPUs joined, each NPU's rows in its table's order (`ordered`; otherwise in any order):
     the lowering builds them in one go (Schedule.tables); another schedule gives them one by one."""
-    if hasattr(schedule, "tables"):
+    if callable(getattr(schedule, "tables", None)):
         return schedule.tables(npus, ordered)
     return Table.concat([table_of(schedule, int(n)) for n in npus])
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from astra_compile import driver
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
-from astra_compile.runtime import congestion_plan
+from astra_compile.runtime import phases
 from astra_compile.runtime.congestion_plan import Plan
 from astra_compile.runtime.phases import tables_of
 from astra_compile.runtime.tables import COLUMN_NAMES, Table
@@ -83,7 +83,7 @@ def test_plan_read_in_batches_equals_the_plan_read_at_once(monkeypatch, topology
     npus = range(sched.meta.npus)
     whole = Plan(sched.meta, npus, lambda batch: Table.concat([sched.table(int(n), deps=False) for n in batch]),
                  False, ends=True)
-    monkeypatch.setattr(congestion_plan, "ROWS_PER_BATCH", 1)  # one NPU per batch, unordered rows
+    monkeypatch.setattr(phases, "ROWS_PER_BATCH", 1)  # one NPU per batch, unordered rows
     batched = Plan(sched.meta, npus, lambda batch: tables_of(sched, batch, ordered=False), False, ends=True)
     for name, value in vars(whole).items():
         if isinstance(value, np.ndarray):
