@@ -2,7 +2,8 @@
 
 The IR stays independent of NPU and chunk counts; this module expands it on demand. `Schedule.table(npu)` builds
 one NPU's table with array operations over chunks (no Python object per row), so the runtime can execute one
-representative NPU of a symmetric schedule without materialising the others.
+representative NPU of a symmetric schedule without materialising the others; `Schedule.tables(npus)` builds many
+NPUs' at once, a phase expanded once per member position over every NPU at that position (full execution).
 
 Regions: a reduce-scatter chain over dimensions d0, d1, ... nests regions: chunk c of the buffer is the level-0
 region; at level i+1 an NPU keeps block x_{d_i} (its coordinate) of its level-i region. An all-gather chain walks
