@@ -283,6 +283,11 @@ class Schedule:
                 for position, si in enumerate(order):
                     stage = plan.stages[si]
                     member = np.broadcast_to(self._member(coords, stage.dim), npus.shape)
+                    if plan.kind not in ROOTED and plan.kind != "all_to_all" and self._per_rank(stage):
+                        # peers are ranks, each NPU a member position of its own: every NPU's rows in one go
+                        parts.append(self._expand_ranks(npus, plan, position, stage, member,
+                                                        self._stage_region(plan, levels, position), flows))
+                        continue
                     for key, sel in self._classes(plan, stage, order, position, coords, member):
                         if plan.kind == "all_to_all":
                             rows = self._a2a_rows(plan, stage, key)
@@ -371,8 +376,24 @@ class Schedule:
         return [_rows(npus, plan.index, si, flows, step, op, peer, np.full(n, stage.dim), lane, hops,
                       np.full(n, dim.link_gbps()), off, end)]
 
+    def _per_rank(self, stage: Stage) -> bool:
+        """A phase whose peers are ranks: over the whole network, or a graph's one dimension."""
+        return stage.dim == FLAT or not self.topology.dims[stage.dim].kind.stackable
+
+    def _expand_ranks(self, npus, plan, si, stage, member, region, flows) -> dict:
+        """Rows of a phase whose peers are ranks for every NPU in `npus` at once (member: each one's position)."""
+        if stage.structure and stage.structure[0] == "placement":  # over virtual ranks: pi^-1
+            member = self._hdrm_map(inverse=True)[member]
+        owner, (step, op, peer_m, lo, hi, direction, units, link) = _members_rows(self._template(plan.kind, stage),
+                                                                                 np.asarray(member))
+        base, length = (_of_npus(a, owner) for a in region)
+        off = base + (lo[:, None] * length) // units
+        end = base + (hi[:, None] * length) // units
+        return self._expand_one(npus[owner], plan, si, stage, step, op, peer_m, direction, link, off, end, flows)
+
     def _expand_one(self, npu, plan, si, stage, step, op, peer_m, direction, link, off, end, flows) -> dict:
-        """Rows of one NPU of a phase whose peers are ranks: over the whole network, or a graph's one dimension."""
+        """Rows of a phase whose peers are ranks: over the whole network, or a graph's one dimension. `npu`: the
+        NPU, or each row's NPU."""
         if stage.dim == FLAT and algorithms.for_phase(stage.algorithm, flat=True).scope == RANKS:
             if stage.structure and stage.structure[0] == "placement":  # peers are virtual ranks: place them
                 peer_m = self._hdrm_map()[peer_m]
@@ -432,23 +453,58 @@ def _of_npus(a: np.ndarray, sel: np.ndarray) -> np.ndarray:
 
 
 def _rows(npus, coll, stage, flows, step, op, peer, dim, lane, hops, gbps, off, end) -> dict:
-    """Table columns (untyped: tables() types them once) for one phase of NPUs `npus` (one NPU: a scalar): each
-    transfer's values, per transfer or per (NPU, transfer), repeated for every chunk in `flows`; off/end per
-    (NPU, transfer, chunk)."""
-    npus = np.atleast_1d(npus)
-    n, chunks = len(npus), len(flows)
-    shape = (n, len(step))
-    if n == 1:  # one NPU's table (the common call): no broadcasting
-        rep = lambda a: np.repeat(np.asarray(a).reshape(-1), chunks)  # noqa: E731  (once per chunk)
+    """Table columns (untyped: tables() types them once) for one phase: each transfer's values repeated for every
+    chunk in `flows`. Either NPUs `npus` at one member position, values per transfer or per (NPU, transfer) and
+    off/end per (NPU, transfer, chunk); or (off/end per (transfer, chunk)) transfers of one NPU (a scalar) or each
+    of its own NPU (`npus` per transfer)."""
+    chunks = len(flows)
+    if off.ndim == 2:  # one row per transfer
+        shape = (len(step),)
+        rep = lambda a: np.repeat(np.broadcast_to(a, shape), chunks)  # noqa: E731  (once per chunk)
+        npu = rep(npus)
     else:
-        rep = lambda a: np.repeat(np.broadcast_to(a, shape).ravel(), chunks)  # noqa: E731
-    total = n * len(step) * chunks
+        npus = np.atleast_1d(npus)
+        shape = (len(npus), len(step))
+        if len(npus) == 1:  # one NPU's table (the common call): no broadcasting
+            rep = lambda a: np.repeat(np.asarray(a).reshape(-1), chunks)  # noqa: E731
+        else:
+            rep = lambda a: np.repeat(np.broadcast_to(a, shape).ravel(), chunks)  # noqa: E731
+        npu = np.repeat(npus, len(step) * chunks)
+    total = len(npu)
     return {
-        "npu": np.repeat(npus, len(step) * chunks), "coll": np.full(total, coll), "flow": np.tile(flows, n * len(step)),
+        "npu": npu, "coll": np.full(total, coll), "flow": np.tile(flows, total // max(chunks, 1)),
         "stage": np.full(total, stage), "step": rep(step), "op": rep(op), "peer": rep(peer), "dim": rep(dim),
         "lane": rep(lane), "hops": rep(hops), "gbps": rep(gbps), "offset": off.ravel(), "bytes": (end - off).ravel(),
         "dep": np.full(total, -1),
     }
+
+
+def _members_rows(t: Transfers, members: np.ndarray):
+    """_template_rows for several members at once: (owner, rows), `owner` the index in `members` of each row's
+    member, each member's rows together in _template_rows's order (its sends, then its receives)."""
+    send_order, send_starts, recv_order, recv_starts = t._by_member
+    valid = (members >= 0) & (members < len(send_starts) - 1)
+    m = np.where(valid, members, 0)
+
+    def gather(order, starts):
+        lo = np.where(valid, starts[m], 0)
+        length = np.where(valid, starts[m + 1], 0) - lo
+        owner = np.repeat(np.arange(len(members)), length)
+        first = np.repeat(np.cumsum(length) - length, length)
+        return owner, order[np.repeat(lo, length) + np.arange(len(owner)) - first]
+
+    s_owner, send = gather(send_order, send_starts)
+    r_owner, recv = gather(recv_order, recv_starts)
+    owner = np.concatenate([s_owner, r_owner])
+    by_owner = np.argsort(owner, kind="stable")  # a member's sends, then its receives, each in template order
+    pick = lambda a, b: np.concatenate([a, b])[by_owner]  # noqa: E731
+    recv_op = RECV_REDUCE if t.reduce.any() else RECV_COPY
+    rows = (pick(t.step[send], t.step[recv]),
+            pick(np.full(len(send), SEND), np.full(len(recv), recv_op)),
+            pick(t.dst[send], t.src[recv]), pick(t.src_lo[send], t.dst_lo[recv]),
+            pick(t.src_hi[send], t.dst_hi[recv]), pick(t.direction[send], t.direction[recv]), t.units,
+            pick(t.link[send], t.link[recv]) if t.link is not None else None)
+    return owner[by_owner], rows
 
 
 def _template_rows(t: Transfers, member: int):
