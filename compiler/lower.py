@@ -320,10 +320,9 @@ class Schedule:
         """(template member, indices of the NPUs that run its rows) for one phase: NPUs with the same member index
         in their groups run the same template rows. A broadcast's members are rotated so the root is member 0 and
         only groups that agree with the root on every dimension still to come take part (a reduce's: on every
-        dimension done); HDRM's phases run over virtual ranks."""
+        dimension done). (Phases over ranks, HDRM's among them, take _expand_ranks instead.)"""
         key = member
-        if len(member) == 1 and plan.kind not in ROOTED and not (stage.structure and
-                                                                 stage.structure[0] == "placement"):
+        if len(member) == 1 and plan.kind not in ROOTED:
             return [(int(member[0]), np.zeros(1, np.int64))]  # one NPU: one class
         take = np.ones(len(member), bool)
         if plan.kind in ROOTED:
@@ -332,8 +331,6 @@ class Schedule:
             for d in (plan.stages[i].dim for i in rest):
                 take &= coords[d] == root[d]
             key = (member - root[stage.dim]) % self.shape[stage.dim]
-        elif plan.kind != "all_to_all" and stage.structure and stage.structure[0] == "placement":
-            key = self._hdrm_map(inverse=True)[member]
         idx = np.flatnonzero(take)
         idx = idx[np.argsort(key[idx], kind="stable")]
         values, starts = np.unique(key[idx], return_index=True)
@@ -359,7 +356,7 @@ class Schedule:
         n = len(step)
         off = base[:, None, :] + (lo[None, :, None] * length[:, None, :]) // units   # (npus, transfers, chunks)
         end = base[:, None, :] + (hi[None, :, None] * length[:, None, :]) // units
-        if stage.dim == FLAT or not self.topology.dims[stage.dim].kind.stackable:  # peers are ranks: one NPU each
+        if self._per_rank(stage):  # peers are ranks (a broadcast, reduce or all-to-all on a graph): one NPU each
             return [self._expand_one(int(v), plan, si, stage, step, op, peer_m, direction, link, off[i], end[i],
                                      flows) for i, v in enumerate(npus.tolist())]
         dim = self.topology.dims[stage.dim]

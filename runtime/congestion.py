@@ -179,7 +179,7 @@ class _Engine(PhaseEngine):
         self.step_reduce = dict(zip(step_key, plan.step_reduce_ns.tolist()))
         rs, route = plan.route_starts().tolist(), plan.route.tolist()
         self.msg_route = [route[a:b] for a, b in zip(rs[:-1], rs[1:])]
-        self.msg_ns, self.msg_bytes = plan.class_ns[plan.msg_class].tolist(), plan.class_bytes[plan.msg_class].tolist()
+        self.msg_ns, self.msg_bytes = plan.class_ns[plan.msg_class].tolist(), plan.message_bytes(slice(None)).tolist()
         lat = plan.link_lat[plan.route].tolist()
         self.hop_lat = [lat[a:b] for a, b in zip(rs[:-1], rs[1:])]
         self.msg_src = [step_key[g] for g in plan.msg_src_step.tolist()]

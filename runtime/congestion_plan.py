@@ -32,6 +32,8 @@ from .tables import SWITCH
 
 
 I64, I32 = np.int64, np.int32
+
+
 def _release() -> None:
     """Freed memory back to the system: the batches' pieces are a few megabytes each, below glibc's threshold for
     their own mappings, so after joining they would stay in the heap and keep the process's resident size at
@@ -99,7 +101,7 @@ class Plan:
         self.phase_size = np.zeros(self.P)  # the span of a phase's rows on its NPU (smallest-chunk-first service)
         self.per_dim_bytes = np.zeros(self.ndims, I64)  # the most any NPU sends per dimension
         self.nsteps = np.zeros(self.P, I64)
-        self.class_bytes, self.class_ns, classes = [], [], {}
+        classes: dict = {}  # (bytes, link time's bits) -> class, numbered as first met
         id_space = int(self.links.offset[-1])
         used = np.zeros(id_space, bool)  # LinkMap ids some route takes
         out = {k: [] for k in ("step_send", "step_left", "step_reduce_ns", "msg_src_step", "dst_pid", "dst_step",
@@ -184,7 +186,8 @@ class Plan:
         del out["dst_pid"]
         self.msg_dst_step = join("dst_step")
         self.msg_class = join("msg_class")
-        self.class_bytes, self.class_ns = np.array(self.class_bytes, I64), np.array(self.class_ns, np.float64)
+        sizes = np.array(list(classes), I64).reshape(-1, 2)
+        self.class_bytes, self.class_ns = sizes[:, 0].copy(), sizes[:, 1].view(np.float64).copy()
         # every message one hop (rings, fully connected): route_start is left empty, message m's link is route[m]
         if hops > msgs:
             out["route_start"] = [p if isinstance(p, np.ndarray) else _i32(p[0] + np.arange(p[1], dtype=I64),
@@ -216,13 +219,7 @@ class Plan:
             uniq = np.stack([key_u // len(bits_u), bits_u[key_u % len(bits_u)]], axis=1)
         else:
             uniq, inverse = np.unique(np.stack([nbytes, bits_u[bits_i.ravel()]], axis=1), axis=0, return_inverse=True)
-        ids = np.empty(len(uniq), I64)
-        for i, (b, bits) in enumerate(uniq.tolist()):
-            if (b, bits) not in classes:
-                classes[b, bits] = len(self.class_bytes)
-                self.class_bytes.append(b)
-                self.class_ns.append(float(np.array(bits, I64).view(np.float64)))
-            ids[i] = classes[b, bits]
+        ids = np.array([classes.setdefault((b, bits), len(classes)) for b, bits in uniq.tolist()], I64)
         return ids[inverse.ravel()]
 
     def message_bytes(self, mid) -> np.ndarray:

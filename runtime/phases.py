@@ -148,11 +148,16 @@ def batches(npus, fetch):
         yield fetch(npus[a:a + per])
 
 
+def _builds_many(schedule: Schedule) -> bool:
+    """Does the schedule build several NPUs' tables in one go (the optional Schedule.tables)?"""
+    return callable(getattr(schedule, "tables", None))
+
+
 def tables_by_npu(schedule: Schedule, npus) -> dict:
     """Each NPU's table without the `dep` column's work, built batch by batch where the schedule can
     (Schedule.tables) and cut at NPU boundaries."""
     npus = sorted(int(n) for n in npus)
-    if not callable(getattr(schedule, "tables", None)):
+    if not _builds_many(schedule):
         return {n: table_of(schedule, n) for n in npus}
     out = {}
     for t in batches(npus, lambda batch: schedule.tables(batch)):
@@ -166,7 +171,7 @@ def tables_by_npu(schedule: Schedule, npus) -> dict:
 def tables_of(schedule: Schedule, npus, ordered: bool = True) -> Table:
     """The tables of several NPUs joined, each NPU's rows in its table's order (`ordered`; otherwise in any order):
     the lowering builds them in one go (Schedule.tables); another schedule gives them one by one."""
-    if callable(getattr(schedule, "tables", None)):
+    if _builds_many(schedule):
         return schedule.tables(npus, ordered)
     return Table.concat([table_of(schedule, int(n)) for n in npus])
 
