@@ -11,7 +11,7 @@ import warnings
 
 from . import cli_rules
 from .runtime import atomic
-from .network.errors import UserError, one_line
+from .network.errors import InputWarning, UserError, one_line
 
 VERIFIED = "verified: every NPU's buffer matches the collective's definition"
 EPILOG = """examples:
@@ -219,7 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         except BrokenPipeError:
             return 0
     for w in caught:
-        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        if issubclass(w.category, InputWarning):
+            sys.stderr.write(f"astra-compile: warning: {one_line(str(w.message))}\n")
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return code
 
 

@@ -2,6 +2,11 @@ class UserError(Exception):
     """Bad user input: the CLI prints str(e) as one line and exits 2."""
 
 
+class InputWarning(UserWarning):
+    """Input the run can go on with but whose result a user must know is partial (warnings.warn it): the CLI
+    prints it as one "astra-compile: warning:" line after the run."""
+
+
 def one_line(text: str) -> str:
     """`text` as one printable line whatever it quotes: a newline or other control character of a user's value is
     escaped (error lines, a sweep's messages and results)."""

@@ -2,14 +2,17 @@
 buffer broadcasts too): it imports with the collectives, groups, roots and measured compute of the execution trace
 recorded alongside in the same run, and its compute is measured as with the execution trace."""
 import json
+import re
+import warnings
 
 import pytest
 
 import astra_compile
 from astra_compile.frontend.et_import import load_traces
-from astra_compile.network.errors import UserError
+from astra_compile.frontend.kineto import read_kineto
+from astra_compile.network.errors import InputWarning, UserError
 
-from helpers import gloo_worker, run_gloo_job, traced
+from helpers import cli, gloo_worker, run_gloo_job, traced
 
 WORKER = gloo_worker(
     2, traced("step()", 'f"{d}/et_rank{rank}.json"', kineto='f"{d}/kineto_rank{rank}.json"',
@@ -50,14 +53,21 @@ def test_a_profiler_trace_alone_gives_the_collectives_of_the_execution_trace(rec
 def test_its_step_is_measured_as_with_the_execution_trace(recorded):
     d = recorded
     alone = astra_compile.compile([str(d / f"kineto_rank{r}.json") for r in range(2)], "Ring(2)")
-    both = astra_compile.compile([str(d / f"{k}_rank{r}.json") for k in ("et", "kineto") for r in range(2)],
-                                 "Ring(2)")
-    # every call is measured. The profiler alone gives the same count on every run (61 here); the execution
-    # trace's varies by a few between runs of the same job (58 to 65 seen: under gloo's threads the observer loses
-    # calls, or files a view or narrow as a call of its own), so the two agree only within that
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        both = astra_compile.compile([str(d / f"{k}_rank{r}.json") for k in ("et", "kineto") for r in range(2)],
+                                     "Ring(2)")
+    # every call is measured once. The profiler alone gives the same count on every run (61 here); the execution
+    # trace's varies by a few between runs of the same job (58 to 65 seen: under gloo's threads its observer files
+    # a call under the wrong parent), so the op counts agree only within that, but the measured time is the same
+    # to the nanosecond: a call filed under another is counted in it, a nested one filed beside its parent is not
+    # counted twice. Only a call the observer lost outright is left out, and said
     assert alone["measured_ops"] > 0 and abs(alone["measured_ops"] - both["measured_ops"]) <= 0.1 * alone["measured_ops"]
     assert alone["compute_time_us"] == pytest.approx(alone["measured_compute_us"], rel=1e-9)
-    assert alone["measured_compute_us"] == pytest.approx(both["measured_compute_us"], rel=0.1)
+    lost = [float(m.group(1)) for w in caught if issubclass(w.category, InputWarning)
+            for m in [re.search(r"operator call\(s\) \(([0-9.]+) us\) that the execution trace", str(w.message))] if m]
+    assert len(lost) == len([w for w in caught if issubclass(w.category, InputWarning)])
+    assert both["measured_compute_us"] + sum(lost) == pytest.approx(alone["measured_compute_us"], abs=1e-3 * (1 + len(lost)))
     assert [p["phase"] for p in alone["phases"]] == ["forward", "backward", "optimizer"]
 
 
@@ -71,3 +81,62 @@ def test_a_profiler_trace_without_shapes_is_refused(recorded, tmp_path):
     with pytest.raises(UserError, match=r"kineto_rank0.json: a profiler trace alone needs the shapes .*"
                                         r"record_shapes=True"):
         load_traces([str(p)])
+
+
+def _measured(paths):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        w = load_traces(paths)
+    ops = [op for op in w.programs[0] if op.kind == "compute" and op.measured_ns is not None]
+    return ops, [str(c.message) for c in caught if issubclass(c.category, InputWarning)]
+
+
+def test_calls_the_observer_files_under_the_wrong_parent_are_measured_once(recorded, tmp_path, capsys):
+    """The observer's misfilings, made on purpose in rank 0's recorded execution trace: the measured time of the
+    step does not change when a call is filed under the call before it, or a nested call beside its parent; a
+    call lost outright is left out and said, with its measured time."""
+    d = recorded
+    et = json.loads((d / "et_rank0.json").read_text())
+    paths = [str(tmp_path / "et_rank0.json"), str(d / "et_rank1.json"), *(str(d / f"kineto_rank{r}.json")
+                                                                          for r in range(2))]
+    base, said = _measured([str(d / "et_rank0.json"), *paths[1:]])
+    assert not said
+    total = sum(op.measured_ns for op in base)
+    kids = {}
+    for n in et["nodes"]:
+        kids.setdefault(n["ctrl_deps"], []).append(n)
+    order = sorted(et["nodes"], key=lambda n: n["id"])
+    first = next(n for n in order if n["name"] == "aten::linear")        # forward's first Linear: t, addmm in it
+    second = next(n for n in order if n["name"] == "aten::relu" and n["ctrl_deps"] == first["ctrl_deps"])
+
+    def run(edit):
+        data = json.loads(json.dumps(et))
+        edit({n["id"]: n for n in data["nodes"]}, data)
+        (tmp_path / "et_rank0.json").write_text(json.dumps(data))
+        return _measured(paths)
+
+    # a later call filed under the one before it: one op fewer, the same time
+    ops, said = run(lambda n, _: n[second["id"]].update(ctrl_deps=first["id"]))
+    assert len(ops) == len(base) - 1 and not said
+    assert sum(op.measured_ns for op in ops) == pytest.approx(total, rel=1e-12)
+    # a nested call filed beside its parent: one op more, measured inside its parent (0 of its own)
+    child = kids[first["id"]][0]
+    ops, said = run(lambda n, _: n[child["id"]].update(ctrl_deps=first["ctrl_deps"]))
+    assert len(ops) == len(base) + 1 and not said
+    assert sum(op.measured_ns for op in ops) == pytest.approx(total, rel=1e-12)
+    # a call lost outright: left out, and one warning line names the file and its time
+    gone = {second["id"]}
+    while True:
+        more = {n["id"] for n in et["nodes"] if n["ctrl_deps"] in gone} - gone
+        if not more:
+            break
+        gone |= more
+    rf = next(a["value"] for a in second["attrs"] if a["name"] == "rf_id")
+    lost_us = read_kineto("k", json.loads((d / "kineto_rank0.json").read_text())).measured_ns[rf] / 1e3
+    ops, said = run(lambda _, data: data.update(nodes=[n for n in data["nodes"] if n["id"] not in gone]))
+    assert len(said) == 1 and "kineto_rank0.json: the profiler measured 1 operator call(s)" in said[0]
+    assert f"({lost_us:.3f} us) that the execution trace" in said[0] and "et_rank0.json lacks" in said[0]
+    assert sum(op.measured_ns for op in ops) == pytest.approx(total - lost_us * 1e3, rel=1e-12)
+    code, out, err = cli(capsys, *paths, "--topology", "Ring(2)")
+    assert code == 0 and "step time" in out
+    assert err.count("\n") == 1 and err.startswith("astra-compile: warning: ") and "lacks" in err

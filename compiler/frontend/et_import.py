@@ -55,7 +55,9 @@ How the trace becomes ops:
 - Dependencies: an op depends on the last earlier op that wrote a storage it reads (issue order = node id).
   Outputs count as written, plus arguments the schema marks as mutated, plus the buffer of a c10d collective.
 - Measured compute: a torch.profiler (Kineto) trace given with the execution trace of its rank gives each
-  operator call its measured time (kineto.py); the workload engine then uses it instead of the roofline.
+  operator call its measured time (kineto.py); the workload engine then uses it instead of the roofline. The
+  profiler's nesting decides what a time holds (_Builder.measure): each measured call counts once, in the op
+  it is filed under; a call the execution trace lacks altogether is warned of (_lost_calls).
 - Rank of a file: a top-level "rank" key if present (torch 2.15 writes none), else its name: "rank<N>", "_r<N>"
   or a trailing "-<N>.json" / "_<N>.json". Never the order of the arguments (a shell sorts trace10 before
   trace2): a file whose rank cannot be told, a rank claimed twice or a file given twice is refused.
@@ -66,11 +68,12 @@ import bisect
 import json
 import os
 import re
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
 from ..dialects.comm import ROOTED
-from ..network.errors import UserError
+from ..network.errors import InputWarning, UserError
 from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op, Workload
 
@@ -149,6 +152,8 @@ def load_traces(paths: list[str], world_size: int | None = None) -> Workload:
         trace.build(rank, world)
         if trace.path in spans:
             _happens_before(trace, spans[trace.path])
+        elif trace.profile is not None:
+            _lost_calls(trace)
     _resolve_groups(traces, spmd)
     _resolve_peers(traces)
     return Workload(world_size=world, programs={t.rank: t.ops for t in traces},
@@ -192,6 +197,7 @@ class _Trace:
         self.path = path
         self.data = data
         self.measured_ns: dict[int, float] = {}   # record-function id -> measured time (a Kineto trace's)
+        self.profile: Kineto | None = None         # the Kineto trace given with this execution trace
         self.mesh_groups: set[str] = set()   # groups a device mesh made (pg_desc "mesh_<axis>")
         self.groups, self.world_group = self._process_groups()
         self.named_groups: set[str] = set()  # groups that functional (DTensor) collectives name
@@ -280,7 +286,7 @@ def _world_size(traces: list[_Trace], asked: int | None, spmd: bool) -> int:
 def _attach_profiles(traces: list[_Trace], ranks: list[int], profiles: list[Kineto], spmd: bool) -> None:
     """Each Kineto trace gives its measured times to the execution trace of its rank."""
     if spmd and len(profiles) == 1:
-        traces[0].measured_ns = profiles[0].measured_ns
+        traces[0].measured_ns, traces[0].profile = profiles[0].measured_ns, profiles[0]
         return
     by_rank = dict(zip(ranks, traces))
     claimed: dict[int, str] = {}
@@ -293,7 +299,19 @@ def _attach_profiles(traces: list[_Trace], ranks: list[int], profiles: list[Kine
         if rank in claimed:
             raise UserError(f"two profiler traces claim rank {rank}: {claimed[rank]}, {k.path}")
         claimed[rank] = k.path
-        by_rank[rank].measured_ns = k.measured_ns
+        by_rank[rank].measured_ns, by_rank[rank].profile = k.measured_ns, k
+
+
+def _lost_calls(t: _Trace) -> None:
+    """Warn of the outermost calls the profiler measured that the execution trace lacks: under gloo's threads the
+    observer loses a call now and then (a DDP bucket's unflatten, its copies), and its time would leave the
+    step unsaid."""
+    have = {_attr(n, "rf_id") for n in t.data["nodes"] if isinstance(n, dict)}
+    lost = [ns for rf, ns in t.measured_ns.items() if rf not in t.profile.nested_in and rf not in have]
+    if lost:
+        warnings.warn(f"{t.profile.path}: the profiler measured {len(lost)} operator call(s) ({sum(lost) / 1e3:.3f} "
+                      f"us) that the execution trace {t.path} lacks (its observer lost them): the step leaves them "
+                      "out", InputWarning, stacklevel=2)
 
 
 def _rank_in_name(path: str) -> int | None:
@@ -485,6 +503,8 @@ class _Builder:
                 self.add(node, *(self.memory(node, *move) if move else self.compute(node)))
             elif kind in (COLLECTIVE, WAIT) and not in_comm:
                 self.add(node, *self.comm(node, kind))
+        if self.trace.measured_ns:
+            self.measure()
 
     def enclosing_range(self, node: dict, prefixes: tuple) -> str | None:
         """The name of the innermost range (or call) around `node`, itself included, starting with a prefix."""
@@ -593,10 +613,38 @@ class _Builder:
                     bytes=sum(self.call_bytes(c)[2] for c in local))
         else:
             op = Op(name=_op_name(node), kind=COMPUTE, flops=self.flops(node, set()), bytes=nbytes)
-        rf = _attr(node, "rf_id")
-        if isinstance(rf, int) and rf in self.trace.measured_ns:
-            op.measured_ns = self.trace.measured_ns[rf]
         return op, writes
+
+    def measure(self):
+        """Each compute op whose call the profiler has takes the measured time of that call and of the calls the
+        execution trace files under it, each call counted once, inside the outermost of them as the profiler
+        saw it. Under gloo's threads the observer sometimes files a call under the wrong parent: a later call
+        under the one before it (its time would be lost), or a nested call beside its parent (counted twice)."""
+        measured = self.trace.measured_ns
+        nested_in = self.trace.profile.nested_in if self.trace.profile is not None else {}
+        owner: dict[int, int] = {}   # record-function id -> the op whose call it is or is filed under
+        timed = []
+        for i, (op, nid) in enumerate(zip(self.trace.ops, self.trace.op_nodes)):
+            if op.kind != COMPUTE or _attr(self.byid[nid], "rf_id") not in measured:
+                continue   # a call the profiler does not have keeps the roofline
+            timed.append(i)
+            stack = [self.byid[nid]]
+            while stack:
+                n = stack.pop()
+                rf = _attr(n, "rf_id")
+                if isinstance(rf, int) and rf in measured and self.kind(n) == COMPUTE:   # a collective filed
+                    owner.setdefault(rf, i)                                            # here is timed as one
+                stack.extend(self.children[n["id"]])
+        total = defaultdict(float)
+        for rf, i in owner.items():
+            up, seen = nested_in.get(rf), {rf}
+            while up is not None and up not in owner and up not in seen:
+                seen.add(up)
+                up = nested_in.get(up)
+            if up is None or up in seen:   # outermost of the timed calls: its time holds the nested ones'
+                total[i] += measured[rf]
+        for i in timed:
+            self.trace.ops[i].measured_ns = total[i]
 
     def call_bytes(self, node: dict) -> tuple[bool, set, int]:
         """(only makes a view, storages written, bytes read + written) of one operator call."""

@@ -35,6 +35,9 @@ class Kineto:
     rank: int | None                   # distributedInfo.rank, when recorded
     measured_ns: dict[int, float] = field(default_factory=dict)   # record-function id -> measured time
     device: bool = False               # device events present: times are device work, not CPU time
+    # record-function id -> that of the call it runs inside (same thread, by time): a nested call's time is part
+    # of its enclosing call's, whatever the execution trace says about their nesting
+    nested_in: dict[int, int] = field(default_factory=dict)
 
 
 def read_kineto(path: str, data: dict) -> Kineto:
@@ -60,6 +63,11 @@ def read_kineto(path: str, data: dict) -> Kineto:
                             f"non-negative dur, got ts={ts!r} dur={dur!r}")
         (ops if cat == "cpu_op" else device).append((e, args))
     out = Kineto(path, rank, device=bool(device))
+    parent = _nesting(ops)
+    for e, args in ops:
+        rf, up = args.get("Record function id"), parent.get(id(e))
+        if isinstance(rf, int) and up is not None and isinstance(up[1].get("Record function id"), int):
+            out.nested_in[rf] = up[1]["Record function id"]
     if not device:   # a CPU run: each call's own duration
         for e, args in ops:
             rf = args.get("Record function id")
@@ -68,7 +76,6 @@ def read_kineto(path: str, data: dict) -> Kineto:
         return out
     # a GPU run: device time of what each call launched, itself or through its nested calls
     by_external = {args.get("External id"): (e, args) for e, args in ops if isinstance(args.get("External id"), int)}
-    parent = _nesting(ops)
     total: dict[int, float] = defaultdict(float)   # id(event) -> device ns
     for e, args in device:
         owner = by_external.get(args.get("External id"))
@@ -89,7 +96,9 @@ def _nesting(ops: list[tuple]) -> dict[int, tuple]:
     parent: dict[int, tuple] = {}
     by_thread = defaultdict(list)
     for item in ops:
-        by_thread[(item[0].get("pid"), item[0].get("tid"))].append(item)
+        # a thread's ids as written (a hostile file's list or dict ids, unhashable, by their text)
+        by_thread[tuple(v if isinstance(v, (int, str)) else repr(v) for v in (item[0].get("pid"), item[0].get("tid")))
+                  ].append(item)
     for items in by_thread.values():
         items.sort(key=lambda it: (it[0]["ts"], -it[0]["dur"]))
         stack: list[tuple] = []
