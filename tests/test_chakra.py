@@ -172,3 +172,27 @@ def test_emit_chakra_refusals(capsys, tmp_path):
             "-o", str(tmp_path / "mine"), match="did not write (notes.txt)")
     refused(capsys, os.path.join(os.path.dirname(__file__), "ir", "step_two_ranks.mlir"), "--emit", "chakra", "-o",
             str(tmp_path / "x"), match="holds a lowered step")
+
+
+def test_a_pipeline_capture_is_written_per_rank_and_reads_back_identically(capsys, tmp_path):
+    """A 1F1B pipeline of 4 stages x dp 2 (one program per stage, standing for its 2 ranks): every rank gets its
+    stage's program on its own dp group, its messages paired with the rank at the same place in the next stage."""
+    import textwrap
+    from astra_compile.frontend.chakra import load
+    from test_pipeline import MODEL
+    path = tmp_path / "pp.py"
+    path.write_text(textwrap.dedent(MODEL % ("1F1B", 8, 4)).replace('{"pp": 4}', '{"pp": 4, "dp": 2}'))
+    argv = [str(path), "--topology", "Ring(2)_Ring(4)", "--mesh", "pp=4,dp=2"]
+    direct = step_json(capsys, *argv)
+    code, _, err = cli(capsys, *argv, "--emit", "chakra", "-o", str(tmp_path / "et"))
+    assert code == 0, err
+    w = load(sorted(str(p) for p in (tmp_path / "et").glob("trace.*.et")))
+    assert sorted(w.programs) == list(range(8))
+    peers = {r: {(op.kind, op.peer) for op in w.programs[r] if op.kind in ("send", "recv")} for r in range(8)}
+    assert peers[3] == {("send", 5), ("recv", 5), ("send", 1), ("recv", 1)}   # stage 1, dp 1: stages 0 and 2
+    assert peers[0] == {("send", 2), ("recv", 2)} and peers[7] == {("send", 5), ("recv", 5)}
+    groups = {op.group for op in w.programs[3] if op.kind == "collective"}
+    assert groups == {(2, 3)}   # its stage's dp group
+    again = step_json(capsys, str(tmp_path / "et"), "--topology", "Ring(2)_Ring(4)")
+    assert again["total_time_us"] == direct["total_time_us"]
+    assert again["exposed_comm_time_us"] == direct["exposed_comm_time_us"]

@@ -399,20 +399,36 @@ def _not_ours(path: str) -> str | None:
 
 
 def _per_rank(workload, topology) -> dict:
-    """rank -> its ops, an SPMD program expanded to every rank with each rank's own groups."""
-    from .workload import COLLECTIVE as COLL_KIND
+    """rank -> its ops, an SPMD capture expanded to every rank: each rank runs its program (the only one, or its
+    pipeline stage's) on its own groups, and a message goes to the rank at the same place in the peer's stage
+    (pipeline.plan lays every stage's ranks out alike)."""
+    import dataclasses
     if not workload.spmd:
         return dict(sorted(workload.programs.items()))
-    if len(workload.programs) != 1 or any(op.kind in (SEND, RECV) for op in next(iter(workload.programs.values()))):
-        raise UserError("--emit chakra: a pipeline (an SPMD capture with a program per stage and messages between "
-                        "them) cannot be written as Chakra traces yet")
-    (ops,) = workload.programs.values()
-    import dataclasses
+    stands = {p: sorted(r) for p, r in workload.stands_for.items()} or \
+        {p: list(range(workload.world_size)) for p in workload.programs}
+    if len(stands) != len(workload.programs) or set(stands) != set(workload.programs):
+        raise UserError("--emit chakra: an SPMD capture whose programs do not each say which ranks run them")
     out = {}
-    for rank in range(workload.world_size):
-        out[rank] = [dataclasses.replace(op, group=rank_group(topology, op.group, rank))
-                     if op.kind == COLL_KIND else op for op in ops]
-    return out
+    for p, ranks in stands.items():
+        for place, rank in enumerate(ranks):
+            mine = []
+            for op in workload.programs[p]:
+                if op.kind == COLLECTIVE:
+                    op = dataclasses.replace(op, group=rank_group(topology, op.group, rank))
+                elif op.kind in (SEND, RECV):
+                    peers = stands.get(op.peer)
+                    if peers is None or len(peers) != len(ranks) or len(stands) == 1:
+                        raise UserError(f"--emit chakra: {op.name} of rank {p}'s program {op.kind}s "
+                                        f"{'to' if op.kind == SEND else 'from'} rank {op.peer}, which no stage of "
+                                        "as many ranks runs: its peer on every other rank cannot be told")
+                    op = dataclasses.replace(op, peer=peers[place])
+                mine.append(op)
+            out[rank] = mine
+    if sorted(out) != list(range(workload.world_size)):
+        raise UserError(f"--emit chakra: the capture's programs run ranks {sorted(out)[:8]}..., not each of the "
+                        f"{workload.world_size} ranks once")
+    return dict(sorted(out.items()))
 
 
 def _encode(ops: list, ids: dict) -> bytes:
