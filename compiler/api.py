@@ -18,7 +18,7 @@ from .network.errors import UserError
 from .frontend.cpu_limit import DEFAULT_SECONDS as DEFAULT_CAPTURE_LIMIT
 from .frontend.workload import Workload
 from .runtime.workload_engine import Roofline
-from .network.parse import parse_topology
+from .network.parse import parse_topology, with_endpoint_delay
 from .network.topology import Topology
 from .workload_driver import Lowered, WorkloadOptions, lower, read_lowered, run, runner, with_schedules
 from .step_timeline import step_trace
@@ -100,6 +100,7 @@ def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_li
 
 
 def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, latency=None, links=None,
+            endpoint_delay=None,
             mesh: str | dict | None = None, scheduler: str = driver.DEFAULT_SCHEDULER, chunks: int | None = None,
             algorithm: str | None = None, backend: str = "analytical", intra: str = driver.DEFAULT_INTRA,
             peak_tflops: float = Roofline.peak_tflops, mem_bw_gbps: float = Roofline.mem_gbps,
@@ -116,7 +117,8 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     topology and compiled collectives: topology=None), a Workload (astra_compile.record's), or an nn.Module (before
     parallelization) with `example_inputs` (one rank's batch) and optionally `parallelize(module, mesh)`,
     `loss(output)` and `optimizer(parameters)`, as a model file would define them (frontend/module_object.py). May be called after init_process_group.
-    `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
+    `bandwidth`, `latency`, `links` and `endpoint_delay` (ns per message) are --bandwidth/--latency/--links/
+    --endpoint-delay for a topology given by name. `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
     apply to every collective as on the collective command line; the roofline turns FLOPs and bytes into compute
     time. `rank` picks whose step the report details (multi-rank traces); `iteration` keeps one iteration of a
     trace that holds several (the report otherwise times them all, and each). `max_memory` (bytes) refuses a
@@ -139,6 +141,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         raise UserError("--bandwidth/--latency/--links need --topology")
     topo = topology if isinstance(topology, Topology) or topology is None else \
         parse_topology(topology, bandwidth, latency, links)
+    topo = topo and with_endpoint_delay(topo, endpoint_delay)
     if isinstance(mesh, str):
         from .frontend.parallelize import parse_mesh
         mesh = parse_mesh(mesh)
@@ -149,6 +152,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             raise UserError(f"{os.fspath(source)}: a workload module is already captured and lowered: mesh, "
                             "iteration, offload and the nn.Module options do not apply")
         lowered, topo, recorded = read_lowered(os.fspath(source), topo)
+        topo = with_endpoint_delay(topo, endpoint_delay)   # on the module's own network too
     elif _is_module(source):
         from .frontend.module_object import model_file_from_object
         source = model_file_from_object(source, example_inputs, parallelize, loss, optimizer)

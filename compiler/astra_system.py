@@ -11,8 +11,9 @@ of this compiler that means the same, and naming every key it cannot honour.
                                    oneHalvingDoubling, oneDoubleBinaryTree)      takes all-reduce's for every kind)
     roofline-enabled, peak-perf    1, TFLOPS                 -> --peak-tflops (a training step's compute)
     local-mem-bw                   GB/s                      -> --local-mem-bw (reductions cost local memory time)
-    endpoint-delay, collective-optimization (other than baseline), boost-mode (other than 0), and
-    any other key: not modelled here, each named in a warning line (and doubleBinaryTree, which runs as NCCL's)
+    endpoint-delay                 ns                        -> --endpoint-delay (once per message)
+    collective-optimization (other than baseline), boost-mode (other than 0), and any other key: not modelled
+    here, each named in a warning line (and doubleBinaryTree, which runs as NCCL's)
 
 An option given on the command line wins over the file; where the file is silent, ASTRA-sim's defaults apply
 (baseline scheduler, FIFO within a dimension). A file that is not a JSON object, a value of the wrong
@@ -86,8 +87,8 @@ def apply(args, given: set, step: bool) -> list[str]:
             continue
         elif key == "local-mem-bw":
             setting("local_mem_bw", _number(path, key, value))
-        elif key == "endpoint-delay":
-            warn(f"endpoint-delay {value!r} ns is not added to each message (add it to --latency to compare)")
+        elif key == "endpoint-delay":   # ns each message step spends at its endpoints (ASTRA-sim's MemBus delay)
+            setting("endpoint_delay", str(_number(path, key, value)))
         else:
             warn(f"{key} {json.dumps(value)[:60]} is not modelled by astra-compile")
     kind = "all_reduce" if step or not getattr(args, "collective", None) else args.collective

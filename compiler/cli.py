@@ -94,6 +94,8 @@ def build_parser() -> _Parser:
     g.add_argument("--bandwidth", help="GB/s per dimension, e.g. 50,50,50 (one value: every dimension)")
     g.add_argument("--latency", help="ns per hop per dimension, e.g. 500,500,500")
     g.add_argument("--links", help="links-count per dimension (multiplies bandwidth)")
+    g.add_argument("--endpoint-delay", help="ns every message spends at its endpoints besides the links' latency, "
+                                            "once per message (ASTRA-sim's endpoint-delay; default 0)")
     g = p.add_argument_group("compilation")
     g.add_argument("--algorithm", help="per dimension: ring, direct, halving_doubling, double_binary_tree (one, or "
                                        "one per dimension, comma-separated; default: the building block's own); "
@@ -306,7 +308,7 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
         with reuse.using(_cache(args.cache) if args.cache else reuse.current()):
             report = compile_workload(args.input if len(args.input) > 1 else args.input[0], args.topology,
                                       bandwidth=args.bandwidth, latency=args.latency, links=args.links,
-                                      mesh=args.mesh, scheduler=args.scheduler, chunks=chunks,
+                                      endpoint_delay=args.endpoint_delay, mesh=args.mesh, scheduler=args.scheduler, chunks=chunks,
                                       algorithm=args.algorithm, backend=args.backend, intra=args.intra,
                                       peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
                                       capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration,
@@ -477,12 +479,12 @@ def _run_collective(args, run) -> int:
     """One collective (--collective) or a comm module (.mlir): compile, then report, emit MLIR or emit tables."""
     from . import driver
     from .dialects import comm
-    from .network.parse import parse_topology
+    from .network.parse import parse_topology, with_endpoint_delay
     from .network.units import parse_size
 
     topology = None
     if args.topology:
-        topology = parse_topology(args.topology, args.bandwidth, args.latency, args.links)
+        topology = parse_topology(args.topology, args.bandwidth, args.latency, args.links, args.endpoint_delay)
     elif any((args.bandwidth, args.latency, args.links)):
         raise UserError("--bandwidth/--latency/--links need --topology")
 
@@ -494,7 +496,7 @@ def _run_collective(args, run) -> int:
             raise UserError("give either an input module or --collective/--size/--dims/--root, not both")
         module = driver.read_module(ctx, args.input)
         try:  # the module's own mistakes name its file
-            topology = driver.module_topology(module, topology)
+            topology = with_endpoint_delay(driver.module_topology(module, topology), args.endpoint_delay)
             comm.verify_module(module, list(topology.shape))
         except (UserError, comm.IRError) as e:
             raise type(e)(f"{args.input}: {e}") from None

@@ -3,8 +3,8 @@
 A message from NPU `src` to NPU `dst` takes the dimension-order route the lowering gives routed messages
 (links.LinkMap.legs: one leg per dimension in which they differ, a Ring leg the shorter way, a Graph topology's
 shortest path). It is cut through: its first byte pays every link's latency on the way and its bytes stream at
-the slowest link's bandwidth, so it takes  sum(latency of each link) + bytes / min(link bandwidth)  -- the
-analytical model's cost of a routed message (runtime/phases.messages). Each dimension it crosses is busy for the
+the slowest link's bandwidth, so it takes  sum(latency of each link) + endpoint delay + bytes / min(link
+bandwidth)  -- the analytical model's cost of a routed message (runtime/phases.messages). Each dimension it crosses is busy for the
 bytes' time, and so is each link it takes (what link sharing between concurrent transfers reads, per dimension
 or per link: runtime/link_sharing.py).
 """
@@ -41,7 +41,8 @@ def message(topology: Topology, src: int, dst: int, nbytes: int) -> Message:
         busy[d] = stream_ns
     route = " ".join(links.describe(int(i)) for i in ids[:8]) + (" ..." if len(ids) > 8 else "")
     owned = tuple(zip(*(a.tolist() for a in links.owner_class(ids)))) if topology.graph is None else ()
-    return Message(float(links.latency(ids).sum()) + stream_ns, int(len(ids)), tuple(busy), route, owned)
+    return Message(float(links.latency(ids).sum()) + topology.endpoint_delay_ns + stream_ns, int(len(ids)),
+                   tuple(busy), route, owned)
 
 
 @lru_cache(maxsize=8)

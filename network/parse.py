@@ -6,6 +6,7 @@ MxN_bigraph, dgx1, N_dgx1, .edges files). Block names come from the block regist
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -232,6 +233,25 @@ def parse_topology(
     bandwidth: str | Sequence[float] | float | None = None,
     latency: str | Sequence[float] | float | None = None,
     links: str | Sequence[float] | int | None = None,
+    endpoint_delay: str | float | None = None,
+) -> Topology:
+    """`_parse` below, with `endpoint_delay` (ns, one value for the whole network: Topology.endpoint_delay_ns)."""
+    return with_endpoint_delay(_parse(spec, bandwidth, latency, links), endpoint_delay)
+
+
+def with_endpoint_delay(topology: Topology, endpoint_delay: str | float | None) -> Topology:
+    """`topology` with its endpoint delay set (--endpoint-delay: a number of ns); unchanged for None."""
+    if endpoint_delay is None:
+        return topology
+    delay = parse_number_list(endpoint_delay, "endpoint delay", count=1, positive=False)[0]
+    return dataclasses.replace(topology, endpoint_delay_ns=delay)
+
+
+def _parse(
+    spec: str,
+    bandwidth: str | Sequence[float] | float | None,
+    latency: str | Sequence[float] | float | None,
+    links: str | Sequence[float] | int | None,
 ) -> Topology:
     """Build a Topology from a notation string or an ASTRA-sim network file.
 

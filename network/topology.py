@@ -24,7 +24,7 @@ from .blocks import Block
 from .errors import UserError
 from .graphs import Graph
 from .links import LinkGraph, link_offsets
-from .units import link_range_error
+from .units import MAX_LATENCY_NS, link_range_error
 
 # Defaults when neither the spec, a file nor an override gives a value.
 DEFAULT_BANDWIDTH_GBPS = 50.0
@@ -131,6 +131,9 @@ class Topology:
     dims: tuple[Dimension, ...]
     name: str = ""  # canonical notation; derived from dims when left empty
     graph: Graph | None = field(default=None, compare=False)  # the links of a Graph topology (one Graph dimension)
+    # ns every message spends at its endpoints besides the links' latency (ASTRA-sim's endpoint-delay: the NPU's
+    # own send/receive processing, paid once per message however many hops it takes; 0 by default)
+    endpoint_delay_ns: float = 0.0
     _strides: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -146,6 +149,10 @@ class Topology:
         if self.graph is not None and not graph_dims:
             raise UserError("links given for a topology without a Graph dimension")
         object.__setattr__(self, "dims", dims)
+        delay = self.endpoint_delay_ns
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= MAX_LATENCY_NS:
+            raise UserError(f"endpoint delay must be a number of ns between 0 and {MAX_LATENCY_NS:g}, got {delay!r}")
+        object.__setattr__(self, "endpoint_delay_ns", float(delay))
         npus = math.prod(d.size for d in dims)
         if npus > MAX_NPUS:
             raise UserError(f"a topology of {npus} NPUs: astra-compile numbers NPUs in 32 bits (tables, IR), so at "
@@ -271,7 +278,7 @@ class Topology:
                                 f"({dim.notation}): groups inside a {dim.block} dimension are not modelled; give a "
                                 "--mesh whose axes cover its whole dimensions")
             dims[d] = Dimension(dim.block, size, got[0], got[1], dim.links)
-        return Topology(tuple(dims))
+        return Topology(tuple(dims), endpoint_delay_ns=self.endpoint_delay_ns)
 
     def to_dict(self) -> dict:
         out = {
@@ -284,6 +291,8 @@ class Topology:
         }
         if self.graph is not None:
             out["graph"] = self.graph.to_dict()
+        if self.endpoint_delay_ns:   # written only when set: a network without it serialises as it always has
+            out["endpoint_delay_ns"] = self.endpoint_delay_ns
         return out
 
     @staticmethod
@@ -301,6 +310,6 @@ class Topology:
             except UserError as e:
                 raise UserError(f"topology dict: dimension {k}: {e}") from None
         graph = Graph.from_dict(d["graph"]) if d.get("graph") is not None else None
-        return Topology(tuple(dims), d.get("name") or "", graph)
+        return Topology(tuple(dims), d.get("name") or "", graph, d.get("endpoint_delay_ns", 0.0))
 
 

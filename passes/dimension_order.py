@@ -56,7 +56,8 @@ class BufferGroup:
                 dim = topology.dims[d]
                 algo = comm.view(phases[d]).algorithm
                 out[d] += phase_time_ns(kind, algo, dim.block, dim.size, dim.effective_gbps,
-                                        dim.latency_ns if latency else 0.0, region, active)
+                                        dim.latency_ns if latency else 0.0, region, active,
+                                        topology.endpoint_delay_ns if latency else 0.0)
         return out
 
     def write(self, orders: list[list[int]], topology) -> None:

@@ -19,22 +19,23 @@ def _link(block: str, k: int, gbps: float) -> float:
 
 
 def phase_steps(kind: str, algorithm: str, block: str, k: int, gbps: float, latency_ns: float,
-                region: float) -> list[tuple[float, float]]:
+                region: float, endpoint_ns: float = 0.0) -> list[tuple[float, float]]:
     """(latency, transfer) in ns of every step of a `kind` phase of `algorithm` on a k-member dimension, for a chunk
-    region of `region` bytes (the algorithm's own cost model, algorithms/). Trees are one entry for all steps."""
+    region of `region` bytes (the algorithm's own cost model, algorithms/). Trees are one entry for all steps. A
+    step's latency holds the topology's endpoint delay once (its messages pay it side by side)."""
     kind_of_block = blocks.BLOCKS[block]
-    hop = lambda d: latency_ns * kind_of_block.cost_hops(k, d)  # noqa: E731
+    hop = lambda d: latency_ns * kind_of_block.cost_hops(k, d) + endpoint_ns  # noqa: E731
     return algorithms.for_phase(algorithm, flat=False).cost_steps(kind, kind_of_block, k, _link(block, k, gbps),
                                                                   hop, region)
 
 
 def phase_time_ns(kind: str, algorithm: str, block: str, k: int, gbps: float, latency_ns: float,
-                  region: float, active: int = 1) -> float:
+                  region: float, active: int = 1, endpoint_ns: float = 0.0) -> float:
     """How long a phase occupies its dimension. With one active chunk per dimension a step holds the links for its
     latency and its transfer; with `active` chunks in progress the links serve other chunks' steps while a step's
     latency elapses, so a step costs max(transfer, (latency + transfer) / active) in steady state."""
     return sum(max(t, (lat + t) / active)
-               for lat, t in phase_steps(kind, algorithm, block, k, gbps, latency_ns, region))
+               for lat, t in phase_steps(kind, algorithm, block, k, gbps, latency_ns, region, endpoint_ns))
 
 
 def region_sizes(kind: str, dims_in_order: list[int], shape: list[int], chunk: float) -> list[float]:

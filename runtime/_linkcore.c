@@ -9,11 +9,12 @@
  * - a step injects its messages into their first links; every link serves a FIFO queue; a hop ends `latency` after
  *   the head (cut-through) or the tail (store-and-forward) left the link; a step ends when its own messages are
  *   delivered and its receives have arrived, plus its reduction time (step_reduce_ns: ASTRA-sim's local-mem-bw).
+ *   A message is delivered endpoint_ns after its tail arrives (ASTRA-sim's endpoint-delay; links are free then).
  * Events of one instant run in the order they were created; admissions follow in server order, then links start
  * transfers in link order.
  *
  * Interface: simulate(arrays: dict of int64/float64 numpy arrays named as the Plan's attributes, P, NS, M, L, G, K,
- * S, ndims, active, scf, cut_through, symmetric, timeline) -> (rec_pid, rec_start, rec_end, link_time, link_bytes,
+ * S, ndims, active, scf, cut_through, symmetric, timeline, endpoint_ns) -> (rec_pid, rec_start, rec_end, link_time, link_bytes,
  * served, transfers, begun, started), the arrays as bytes-backed buffers wrapped by the caller.
  */
 #define PY_SSIZE_T_CLEAN
@@ -118,6 +119,7 @@ typedef struct {
     Plan p;
     i64 P, NS, M, L, G, K, S, nd, active, ncoll, nchunk_total, route_len;
     int scf, cut_through, symmetric, timeline, reduce_ns, single_hop;
+    double endpoint_ns;            /* added to each message's delivery, not to any link's occupancy */
     /* state */
     EventHeap events;
     i64 seq;
@@ -284,7 +286,7 @@ static int serve(Sim *s, double now) {
         if (push_event(s, end, LINK_FREE, link, 0)) return -1;
         int last = pos + 1 == rstart(s, mid + 1);
         double ahead = (s->cut_through && !last) ? now : end;
-        if (push_event(s, ahead + p->link_lat[link], HOP_DONE, mid, hop)) return -1;
+        if (push_event(s, ahead + p->link_lat[link] + (last ? s->endpoint_ns : 0.0), HOP_DONE, mid, hop)) return -1;
     }
     tl->n = 0;
     return 0;
@@ -375,8 +377,8 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
     PyObject *arrays;
     Sim s;
     memset(&s, 0, sizeof s);
-    if (!PyArg_ParseTuple(args, "O!LLLLLLLLLiiii", &PyDict_Type, &arrays, &s.P, &s.NS, &s.M, &s.L, &s.G, &s.K, &s.S,
-                          &s.nd, &s.active, &s.scf, &s.cut_through, &s.symmetric, &s.timeline))
+    if (!PyArg_ParseTuple(args, "O!LLLLLLLLLiiiid", &PyDict_Type, &arrays, &s.P, &s.NS, &s.M, &s.L, &s.G, &s.K, &s.S,
+                          &s.nd, &s.active, &s.scf, &s.cut_through, &s.symmetric, &s.timeline, &s.endpoint_ns))
         return NULL;
     Py_buffer views[40];
     int nv = 0;

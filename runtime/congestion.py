@@ -132,7 +132,8 @@ def _compiled(plan: Plan, intra: str, active: int, timeline: bool, cut_through: 
     """Run the plan in the C event core; returns what _Engine.simulate_links returns."""
     arrays = {k: v for k, v in vars(plan).items() if isinstance(v, np.ndarray)}
     out = _linkcore.simulate(arrays, plan.P, plan.NS, plan.M, plan.L, plan.G, plan.K, len(plan.sim), plan.ndims,
-                             active, int(intra == "scf"), int(cut_through), int(plan.symmetric), int(timeline))
+                             active, int(intra == "scf"), int(cut_through), int(plan.symmetric), int(timeline),
+                             plan.endpoint_ns)
     rec_pid, rec_start, rec_end, link_time = (np.frombuffer(b, t) for b, t in zip(out[:4], (I64, F64, F64, F64)))
     link_bytes, served = np.frombuffer(out[4], I64), out[5]
     xfer, begun, started = np.frombuffer(out[6], F64), np.frombuffer(out[7], np.int8), np.frombuffer(out[8], np.int8)
@@ -258,7 +259,9 @@ class _Engine(PhaseEngine):
             # the next node has the head `latency` after it left (cut-through) or the whole message after the tail
             # arrived (store-and-forward); delivery is always the tail's arrival
             ahead = now if self.cut_through and not last else end
-            self.push(ahead + self.hop_lat[mid][hop], "hop_done", (mid, hop))
+            # delivery waits the endpoint delay too (ASTRA-sim's endpoint-delay), the link already free
+            self.push(ahead + self.hop_lat[mid][hop] + (self.plan.endpoint_ns if last else 0.0), "hop_done",
+                      (mid, hop))
         self.touched.clear()
 
     def simulate_links(self):

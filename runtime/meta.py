@@ -225,6 +225,9 @@ def check(meta, where: str) -> dict:
         raise TableError(f"{where}: npus is {npus} but the topology's dimensions hold {math.prod(sizes)}")
     if topo.get("graph") is not None:
         _check_graph(topo["graph"], f"{where}: topology.graph", npus)
+    if _real(topo.get("endpoint_delay_ns", 0.0), f"{where}: topology.endpoint_delay_ns", False) > MAX_LATENCY_NS:
+        raise TableError(f"{where}: topology.endpoint_delay_ns must be at most {MAX_LATENCY_NS:g} ns, got "
+                         f"{topo['endpoint_delay_ns']!r}")
     for k, lat in enumerate(_list(meta["latency_ns"], f"{where}: latency_ns", len(dims))):
         if _real(lat, f"{where}: latency_ns[{k}]", False) > MAX_LATENCY_NS:
             raise TableError(f"{where}: latency_ns[{k}] must be at most {MAX_LATENCY_NS:g} ns, got {lat!r}")

@@ -49,7 +49,7 @@ class Result:
 
 def messages(t: Table, meta, rotated: bool = False):
     """Aggregate rows into messages: returns dict of arrays keyed like the table plus `cost` (ns): latency per hop
-    plus bytes / bandwidth, and `reduced`: the bytes of a receive that are added into the buffer (RECV_REDUCE). A
+    plus bytes / bandwidth plus the topology's endpoint delay, and `reduced`: the bytes of a receive that are added into the buffer (RECV_REDUCE). A
     routed message (dim -1), and every message on a graph topology, pays the latency of each link on its route
     (runtime/links.py). Messages come sorted by NPU, collective, chunk, phase, step, receives before sends, then
     peer, then lane; `rotated`: by the peer's distance after the NPU instead of the peer (the injection order of
@@ -84,7 +84,7 @@ def messages(t: Table, meta, rotated: bool = False):
         owner = np.repeat(np.arange(len(routed)), np.diff(start))
         lat[routed] = np.bincount(owner, weights=links.latency(ids), minlength=len(routed))
     link_ns = nbytes / gbps_to_bytes_per_ns(t["gbps"][o])
-    cost = lat + link_ns
+    cost = lat + link_ns + float(meta.topology.get("endpoint_delay_ns", 0.0))   # the endpoints' delay: once each
     return {"link_ns": link_ns, "hops": t["hops"][o], "npu": t["npu"][o], "coll": t["coll"][o], "flow": t["flow"][o],
             "stage": t["stage"][o], "step": t["step"][o], "send": send[o], "peer": t["peer"][o],
             "lane": t["lane"][o], "dim": t["dim"][o], "bytes": nbytes, "cost": cost, "reduced": reduced}

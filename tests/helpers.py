@@ -9,8 +9,8 @@ from astra_compile.network.parse import parse_topology
 
 
 def compile_collective(topology: str, kind: str, size: int, chunks: int = 1, algorithm: str | None = None,
-                       bandwidth=None, latency=None, dims=None):
-    topo = parse_topology(topology, bandwidth, latency)
+                       bandwidth=None, latency=None, dims=None, endpoint_delay=None):
+    topo = parse_topology(topology, bandwidth, latency, endpoint_delay=endpoint_delay)
     ctx = comm.new_context()
     module = driver.build_module(ctx, topo, kind, size, dims)
     defaults = {"chunks": chunks}

@@ -37,7 +37,7 @@ def test_each_key_sets_the_option_that_means_the_same(capsys, tmp_path):
                     system(tmp_path))
     plain, _ = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "4x4_torus",
                       "--chunks", "4", "--active-chunks", "2", "--scheduler", "baseline", "--intra", "fifo",
-                      "--algorithm", "ring,ring", "--local-mem-bw", "1600")
+                      "--algorithm", "ring,ring", "--local-mem-bw", "1600", "--endpoint-delay", "10")
     assert r == plain   # the file is the same run as its options written out
     assert r["local_mem_gbps"] == 1600
     assert r["scheduler"] == "baseline" and r["collectives"][0]["chunks"] == 4
@@ -67,10 +67,9 @@ def test_every_key_not_honoured_is_named_once(capsys, tmp_path):
     _, err = report(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "4x4_torus", "--system",
                     system(tmp_path, **{"hardware-resource-capacity": {"cpu": 1}}))
     lines = [line for line in err.splitlines() if "warning" in line]
-    for key in ("scheduling-policy LIFO", "endpoint-delay 10", "collective-optimization",
-                "hardware-resource-capacity"):
+    for key in ("scheduling-policy LIFO", "collective-optimization", "hardware-resource-capacity"):
         assert sum(key in line for line in lines) == 1, (key, lines)
-    assert len(lines) == 4   # local-mem-bw is honoured (--local-mem-bw)
+    assert len(lines) == 3   # local-mem-bw and endpoint-delay are honoured (--local-mem-bw, --endpoint-delay)
 
 
 def test_a_step_takes_peak_perf_and_all_reduces_implementation(capsys, tmp_path):
@@ -87,6 +86,7 @@ def test_a_step_takes_peak_perf_and_all_reduces_implementation(capsys, tmp_path)
     (json.dumps({**SYSTEM, "preferred-dataset-splits": "4"}), "preferred-dataset-splits must be a whole number"),
     (json.dumps({**SYSTEM, "intra-dimension-scheduling": "RG"}), "intra-dimension-scheduling must be one of"),
     (json.dumps({**SYSTEM, "peak-perf": -1}), "peak-perf must be a positive number"),
+    (json.dumps({**SYSTEM, "endpoint-delay": "10"}), "endpoint-delay must be a positive number, got '10'"),
 ])
 def test_a_bad_system_file_is_refused_in_one_line(capsys, tmp_path, content, match):
     path = tmp_path / "sys.json"
@@ -123,7 +123,7 @@ def test_a_run_from_astra_sim_files_reads_the_network_as_astra_sim(capsys, tmp_p
                     network_file(tmp_path, block, size), "--system", sys_file)
     plain, _ = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", f"{block}({size})",
                       "--bandwidth", str(per_npu), "--chunks", "4", "--active-chunks", "2", "--scheduler", "baseline",
-                      "--intra", "fifo", "--algorithm", sys_algorithm(implementation))
+                      "--intra", "fifo", "--algorithm", sys_algorithm(implementation), "--endpoint-delay", "10")
     assert r["total_time_us"] == plain["total_time_us"]
     assert ("note:" in err) == (per_npu != 50.0)
 
@@ -138,5 +138,6 @@ def test_a_notation_topology_keeps_this_compilers_conventions(capsys, tmp_path):
     r, err = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "FC(4)", "--system",
                     sys_file)
     plain, _ = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "FC(4)", "--chunks", "4",
-                      "--active-chunks", "2", "--scheduler", "baseline", "--intra", "fifo", "--algorithm", "direct")
+                      "--active-chunks", "2", "--scheduler", "baseline", "--intra", "fifo", "--algorithm", "direct",
+                      "--endpoint-delay", "10")
     assert r["total_time_us"] == plain["total_time_us"] and "note:" not in err

@@ -49,14 +49,16 @@ def cases(draw):
     options = {"switching": draw(st.sampled_from(congestion.SWITCHING)),
                "intra": draw(st.sampled_from(["fifo", "scf"])), "active_chunks": draw(st.integers(1, 3)),
                "timeline": draw(st.booleans()), "local_mem_gbps": draw(st.sampled_from([None, 5.0, 1600.0]))}
-    return "_".join(f"{b}({k})" for b, k in dims), kind, chunks, ",".join(algos), size, options
+    delay = draw(st.sampled_from([None, 7.0]))   # the endpoint delay, at each message's delivery
+    return "_".join(f"{b}({k})" for b, k in dims), kind, chunks, ",".join(algos), size, delay, options
 
 
 @settings(max_examples=60, deadline=None, database=None)
 @given(cases())
 def test_compiled_core_equals_reference_engine(case):
-    spec, kind, chunks, algos, size, options = case
-    sched = compile_collective(spec, kind, size, chunks=chunks, algorithm=algos, bandwidth="40", latency="250")
+    spec, kind, chunks, algos, size, delay, options = case
+    sched = compile_collective(spec, kind, size, chunks=chunks, algorithm=algos, bandwidth="40", latency="250",
+                               endpoint_delay=delay)
     assert_same(sched, mode="full", **options)
     if congestion.symmetric_ok(sched.meta) and not options["timeline"]:
         assert_same(sched, mode="symmetric", **options)

@@ -123,7 +123,7 @@ def _check_values(args) -> None:
             raise UserError(f"{flag} must be a finite positive number, got {value!r}")
     if args.topology:
         from ..network.parse import parse_topology
-        parse_topology(args.topology, args.bandwidth, args.latency, args.links)
+        parse_topology(args.topology, args.bandwidth, args.latency, args.links, args.endpoint_delay)
 
 
 def run(options: dict, directory: str, max_memory: int | None = None) -> dict:
