@@ -32,6 +32,7 @@ from .runtime.tables import COLUMN_NAMES, DTYPES, RECV_COPY, RECV_REDUCE, SEND, 
 from .network.blocks import SHORTEST
 from .network.topology import Topology
 
+READ_AHEAD_ROWS = 1 << 18   # table()'s read-ahead batch: at most this many rows (about 20 MB) held at once
 
 
 def phase_symmetric(topology: Topology, kind: str, dim: int, algorithm: str) -> bool:
@@ -64,6 +65,9 @@ class Schedule:
         self.topology = topology
         self.plans = plans
         self._network_templates: dict = {}  # (kind, algorithm) -> its whole-network template, built once
+        # table()'s read-ahead: NPU -> its table, built with the one asked for; how many, rows per NPU, last asked
+        self._ahead: dict = {}
+        self._ahead_count, self._rows_per_npu, self._last_npu = 0, 1, -2
         self.shape = topology.shape
         self.strides = topology.strides()
         self._check_sizes()
@@ -264,7 +268,22 @@ class Schedule:
     # ---- tables -------------------------------------------------------------------------------------------
 
     def table(self, npu: int, deps: bool = True) -> Table:
-        table = self.tables([npu])
+        """NPU `npu`'s table. Callers that ask for the NPUs one after another (writing a table directory, the
+        verifier, MSCCL XML) get them built in batches that grow while the requests stay in order: one batch of
+        tables() costs about what one NPU's does, so a per-NPU loop is not a loop of full lowerings."""
+        ahead = self._ahead
+        if npu not in ahead:
+            # in order: read further ahead each time (up to READ_AHEAD_ROWS rows); out of order: this NPU alone
+            grow = npu == self._last_npu + 1
+            count = min(self.topology.npus - npu, max(1, 2 * self._ahead_count if grow else 1),
+                        max(1, READ_AHEAD_ROWS // max(1, self._rows_per_npu)))
+            joined = self.tables(np.arange(npu, npu + count))
+            edges = np.searchsorted(joined["npu"], np.arange(npu, npu + count + 1))
+            ahead = self._ahead = {n: Table({c: v[a:b] for c, v in joined.cols.items()})
+                                   for n, a, b in zip(range(npu, npu + count), edges[:-1], edges[1:])}
+            self._ahead_count, self._rows_per_npu = count, -(-len(joined) // count)
+        self._last_npu = npu
+        table = ahead.pop(npu)
         if deps:
             table.cols["dep"] = dependencies(table, [p.buffer for p in self.plans])
         return table
