@@ -177,11 +177,23 @@ def allocate(topology, ports: int | None = None) -> tuple[Trees, str]:
                             f"{PATH_TREES_MAX_NPUS} NPUs; {topology.name} has {npus}")
         return path_trees(topology, ports), "paths"
     lg = topology.links()
+    bound = step_lower_bound(npus, lg.src, lg.dst, ports)
     trees, method = translated_trees(topology, lg, ports), "translated"
-    if trees is None or trees.steps > step_lower_bound(npus, lg.src, lg.dst, ports):
+    if trees is None or trees.steps > bound:
         greedy = build_trees(npus, lg.src, lg.dst, ports)
         if trees is None or greedy.steps < trees.steps:
             trees, method = greedy, "greedy"
+    if trees.steps > bound:   # each NPU's links in a scrambled order (as path_trees: 4x4 mesh 9 -> 8 steps)
+        src, dst = np.asarray(lg.src), np.asarray(lg.dst)
+        order = np.lexsort((_mix(src.astype(np.uint64) * np.uint64(npus) + dst.astype(np.uint64)), src))
+        for rotate in (False, True):
+            other = build_trees(npus, src[order], dst[order], ports, rotate=rotate)
+            if other.steps < trees.steps:
+                # the trees name links by their index in the order given: back to the topology's link ids
+                trees, method = Trees(other.parent, other.step, np.where(other.link >= 0, order[other.link], -1),
+                                      other.steps), "greedy"
+            if trees.steps <= bound:
+                break
     return trees, method
 
 
