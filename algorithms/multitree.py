@@ -253,8 +253,8 @@ def path_trees(topology, ports: int | None = None) -> Trees:
             if attempt(v, cap, rotate):
                 return best
     # ties in NPU order crowd every tree onto the same low-numbered NPUs first; ties scrambled by a fixed hash of
-    # the pair spread them (8x8 BiGraph 78 -> 67 steps, 4 DGX-1 boxes 10 -> 9, Ring(4)_Switch(4) 8 -> 7), and cost
-    # two more allocations at the best cap
+    # the pair spread them (8x8 BiGraph 78 -> 67 steps, 4 DGX-1 boxes 10 -> 9, Ring(8)_Switch(8) 30 -> 29), and
+    # cost two more allocations at the best cap
     scrambled = _mix(u.astype(np.uint64) * np.uint64(npus) + v.astype(np.uint64))
     for rotate in (False, True):
         if attempt(scrambled, won, rotate):

@@ -117,8 +117,9 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     topology and compiled collectives: topology=None), a Workload (astra_compile.record's), or an nn.Module (before
     parallelization) with `example_inputs` (one rank's batch) and optionally `parallelize(module, mesh)`,
     `loss(output)` and `optimizer(parameters)`, as a model file would define them (frontend/module_object.py). May be called after init_process_group.
-    `bandwidth`, `latency`, `links` and `endpoint_delay` (ns per message) are --bandwidth/--latency/--links/
-    --endpoint-delay for a topology given by name. `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
+    `bandwidth`, `latency` and `links` are --bandwidth/--latency/--links for a topology given by name;
+    `endpoint_delay` (ns per message, --endpoint-delay) applies to any topology, a workload module's own too.
+    `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
     apply to every collective as on the collective command line; the roofline turns FLOPs and bytes into compute
     time. `rank` picks whose step the report details (multi-rank traces); `iteration` keeps one iteration of a
     trace that holds several (the report otherwise times them all, and each). `max_memory` (bytes) refuses a

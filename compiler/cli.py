@@ -308,8 +308,8 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
         with reuse.using(_cache(args.cache) if args.cache else reuse.current()):
             report = compile_workload(args.input if len(args.input) > 1 else args.input[0], args.topology,
                                       bandwidth=args.bandwidth, latency=args.latency, links=args.links,
-                                      endpoint_delay=args.endpoint_delay, mesh=args.mesh, scheduler=args.scheduler, chunks=chunks,
-                                      algorithm=args.algorithm, backend=args.backend, intra=args.intra,
+                                      endpoint_delay=args.endpoint_delay, mesh=args.mesh, scheduler=args.scheduler,
+                                      chunks=chunks, algorithm=args.algorithm, backend=args.backend, intra=args.intra,
                                       peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
                                       capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration,
                                       keep_tables=args.emit == "tables", local_mem_gbps=_local_mem(args),

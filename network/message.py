@@ -4,9 +4,9 @@ A message from NPU `src` to NPU `dst` takes the dimension-order route the loweri
 (links.LinkMap.legs: one leg per dimension in which they differ, a Ring leg the shorter way, a Graph topology's
 shortest path). It is cut through: its first byte pays every link's latency on the way and its bytes stream at
 the slowest link's bandwidth, so it takes  sum(latency of each link) + endpoint delay + bytes / min(link
-bandwidth)  -- the analytical model's cost of a routed message (runtime/phases.messages). Each dimension it crosses is busy for the
-bytes' time, and so is each link it takes (what link sharing between concurrent transfers reads, per dimension
-or per link: runtime/link_sharing.py).
+bandwidth)  -- the analytical model's cost of a routed message (runtime/phases.messages). Each dimension it
+crosses is busy for the bytes' time, and so is each link it takes (what link sharing between concurrent transfers
+reads, per dimension or per link: runtime/link_sharing.py).
 """
 from __future__ import annotations
 
