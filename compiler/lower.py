@@ -18,6 +18,7 @@ Boundaries are floor(i * length / parts), so any byte count splits exactly.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from .runtime.meta import ROOTED, SHARDED, Meta
 from .runtime.tables import COLUMN_NAMES, DTYPES, RECV_COPY, RECV_REDUCE, SEND, SWITCH, Table
 from .network.blocks import SHORTEST
 from .network.topology import Topology
+
+if TYPE_CHECKING:   # the trees' type, for the annotation only (the module imports lazily: it is large)
+    from .algorithms import multitree
 
 READ_AHEAD_ROWS = 1 << 18   # table()'s read-ahead batch: at most this many rows (about 20 MB) held at once
 
