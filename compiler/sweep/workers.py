@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import multiprocessing
 import os
+import signal
 import sys
 import tempfile
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -52,15 +53,22 @@ def cpu_count() -> int:
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_quick_exit)
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start)
 
 
-def _quick_exit() -> None:
+def _worker_start() -> None:
     """A worker that has captured a model takes over a second to tear its interpreter down (PyTorch's and MLIR's
     native destructors), and the sweep waits for that. By the time it exits, every result has gone to the parent
     through the pool's pipe and every cache file is written whole (atomically), so the worker ends at once, after
-    the exit handlers registered once it started (which run first)."""
+    the exit handlers registered once it started (which run first).
+    Ctrl-C reaches the workers too (one process group): a worker leaves quietly, where Python's default would
+    print a KeyboardInterrupt traceback from an idle worker's wait for work (the sweep says its one line)."""
     atexit.register(_end_now)
+    signal.signal(signal.SIGINT, _interrupted)
+
+
+def _interrupted(signum, frame) -> None:
+    raise SystemExit(130)
 
 
 def _end_now() -> None:
