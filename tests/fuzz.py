@@ -603,6 +603,7 @@ def main_long(minutes: float) -> None:
     then the number of inputs tried per parser and the breaches."""
     import multiprocessing
     import time
+    from concurrent.futures import ProcessPoolExecutor
 
     deadline = time.monotonic() + minutes * 60
     root = tempfile.mkdtemp(prefix="astra-fuzz-")
@@ -610,17 +611,18 @@ def main_long(minutes: float) -> None:
     counts: Counter = Counter()
     breaches: list[str] = []
     rounds = 0
-    with multiprocessing.get_context("fork").Pool(1, maxtasksperchild=1) as pool:
-        while time.monotonic() < deadline:
-            rounds += 1
-            for name in CASES:
-                if time.monotonic() >= deadline:
-                    break
-                done, found = pool.apply(_batch, ((name, root, tables, 10 if name == "model files" else 60),))
-                counts.update(done)
-                breaches += found
-                for x in found:
-                    print("BREACH", x, file=sys.stderr, flush=True)
+    while time.monotonic() < deadline:
+        rounds += 1
+        for name in CASES:
+            if time.monotonic() >= deadline:
+                break
+            # a fresh process per batch, and not a daemon: a sweep under test starts worker processes of its own
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+                done, found = pool.submit(_batch, (name, root, tables, 10 if name == "model files" else 60)).result()
+            counts.update(done)
+            breaches += found
+            for x in found:
+                print("BREACH", x, file=sys.stderr, flush=True)
     shutil.rmtree(root, ignore_errors=True)
     print(f"{'parser':28s} {'inputs':>8s}")
     for name, n in sorted(counts.items()):

@@ -27,7 +27,7 @@ def canonical(word: str) -> str | None:
 
 def block(name: str) -> Block:
     """The block of a canonical name; an unknown one is bad input (never silently routed as something else)."""
-    found = BLOCKS.get(name)
+    found = BLOCKS.get(name) if isinstance(name, str) else None   # a hostile file's list or dict: not a name
     if found is None:
         raise UserError(f"unknown topology block {name!r}; {expected()}")
     return found
