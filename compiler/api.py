@@ -193,7 +193,8 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
     info = {"source": recorded["source"], "topology": topo.name, "npus": topo.npus, "mesh": recorded["mesh"],
             "backend": opts.run.backend, "scheduler": recorded["scheduler"], "peak_tflops": opts.roofline.peak_tflops,
             "mem_bw_gbps": opts.roofline.mem_gbps, "mem_latency_ns": opts.mem_latency_ns, "rank": rank,
-            **({"pool": opts.pool.describe()} if opts.pool is not None else {})}
+            **({"pool": opts.pool.describe()} if opts.pool is not None else {}),
+            **({"endpoint_delay_ns": topo.endpoint_delay_ns} if topo.endpoint_delay_ns else {})}
     report = make_report(info, result, times, lowered.programs, program)
     report.mlir = with_schedules(lowered.mlir, lowered.programs, times) if lowered.mlir else ""
     report.timeline = lambda: step_trace(result, lowered.programs, times, info)

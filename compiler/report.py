@@ -23,7 +23,7 @@ from .network.units import format_size, gbps_to_bytes_per_ns
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "report.schema.json")
 # keys --json leaves out when they do not apply (congestion backend only, optimal scheduler only, --verify only)
 OPTIONAL = ("switching", "link_utilization", "optimal_choice", "themis_time_us", "cp_sat_time_us", "verified",
-            "local_mem_gbps")
+            "local_mem_gbps", "endpoint_delay_ns")
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,7 @@ class Report:
     cp_sat_time_us: float | None = None
     verified: bool | None = None           # --verify
     local_mem_gbps: float | None = None    # --local-mem-bw: reductions cost local memory time
+    endpoint_delay_ns: float | None = None  # --endpoint-delay: what every message spends at its endpoints
 
     def with_(self, **changes) -> "Report":
         return dataclasses.replace(self, **changes)
@@ -136,6 +137,7 @@ def make_report(schedule, result, scheduler: str, run, choice: dict | None = Non
         switching=run.switching if congestion else None,
         link_utilization=link_summary(result) if congestion else None,
         local_mem_gbps=run.local_mem_gbps,
+        endpoint_delay_ns=topo.endpoint_delay_ns or None,
         optimal_choice=choice["schedule"] if choice else None,
         themis_time_us=choice["themis_time_ns"] / 1e3 if choice else None,
         cp_sat_time_us=choice["cp_sat_time_ns"] / 1e3 if choice else None)
@@ -208,7 +210,8 @@ def _format(r: "Report") -> str:
         lines.append(f"{c.name}: {c.kind} of {format_size(c.bytes)} over dims "
                      f"{','.join(map(str, c.dims))}, {c.chunks} chunks, ends at {c.end_us:.3f} us")
     lines += [
-        f"topology        {r.topology} ({r.npus} NPUs)",
+        f"topology        {r.topology} ({r.npus} NPUs)"
+        + (f", endpoint delay {r.endpoint_delay_ns:g} ns per message" if r.endpoint_delay_ns else ""),
         f"runtime         {r.backend}" + (f" {r.switching}" if r.switching is not None else "")
         + f" ({r.execution} execution), scheduler {r.scheduler}"
         + (f" ({r.optimal_choice} kept; cp-sat {r.cp_sat_time_us:.3f} us, themis {r.themis_time_us:.3f} us)"

@@ -159,7 +159,8 @@ def _dims(s: dict) -> str:
 def format_report(d: dict) -> str:
     lines = [
         f"workload        {d['source']} ({d['ops']} ops, {d['flops'] / 1e12:.3f} TFLOP per rank)",
-        f"topology        {d['topology']} ({d['npus']} NPUs)" + (f", mesh {d['mesh']}" if d.get("mesh") else ""),
+        f"topology        {d['topology']} ({d['npus']} NPUs)" + (f", mesh {d['mesh']}" if d.get("mesh") else "")
+        + (f", endpoint delay {d['endpoint_delay_ns']:g} ns per message" if d.get("endpoint_delay_ns") else ""),
         f"runtime         {d['backend']} network, scheduler {d['scheduler']}; compute roofline "
         f"{d['peak_tflops']:g} TFLOPS, {d['mem_bw_gbps']:g} GB/s",
         "",

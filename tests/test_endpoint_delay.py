@@ -73,7 +73,27 @@ def test_table_directories_and_ir_keep_it(capsys, tmp_path):
     assert json.loads(out)["total_time_us"] == direct
     code, out, _ = cli(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)_Switch(4)",
                        "--json")
-    assert json.loads(out)["total_time_us"] < direct
+    assert json.loads(out)["total_time_us"] < direct and "endpoint_delay_ns" not in json.loads(out)
+
+
+def test_reports_say_it(capsys):
+    import jsonschema
+    import astra_compile
+    here = os.path.dirname(astra_compile.__file__)
+    args = ["--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--endpoint-delay", "25"]
+    code, out, _ = cli(capsys, *args, "--json")
+    report = json.loads(out)
+    assert report["endpoint_delay_ns"] == 25.0
+    jsonschema.validate(report, json.load(open(os.path.join(here, "report.schema.json"))))
+    code, out, _ = cli(capsys, *args)
+    assert "topology        Ring(4) (4 NPUs), endpoint delay 25 ns per message" in out
+    step = os.path.join(HERE, "ir", "step_two_ranks.mlir")
+    code, out, _ = cli(capsys, step, "--endpoint-delay", "25", "--json")
+    report = json.loads(out)
+    assert report["endpoint_delay_ns"] == 25.0
+    jsonschema.validate(report, json.load(open(os.path.join(here, "workload_report.schema.json"))))
+    code, out, _ = cli(capsys, step, "--endpoint-delay", "25")
+    assert "endpoint delay 25 ns per message" in out
 
 
 def test_a_steps_collectives_and_messages_pay_it(capsys):
