@@ -95,6 +95,9 @@ def apply(args, given: set, step: bool) -> list[str]:
     names = _implementation(path, config, KIND_KEYS.get(kind, KIND_KEYS["all_reduce"]))
     if names is not None:   # one name for every dimension stays one (a flat algorithm takes one name)
         setting("algorithm", names[0] if len(set(names)) == 1 else ",".join(names))
+        if kind == "all_to_all" and any(n in ("halving_doubling", "flat_halving_doubling") for n in names):
+            warn("halvingDoubling all-to-all runs here; ASTRA-sim refuses it (its all-to-all implementations are "
+                 "direct and ring), so the run has no ASTRA-sim figure to compare with")
         if "double_binary_tree" in names:
             warn("doubleBinaryTree runs as NCCL's double binary tree (two trees, each carrying half of every "
                  "chunk), not ASTRA-sim's (each chunk whole on one tree, the trees alternating)")

@@ -48,6 +48,9 @@ def test_the_run_takes_its_own_kinds_implementation(capsys, tmp_path):
     r, _ = report(capsys, "--collective", "all_to_all", "--size", "16MB", "--topology", "Switch(8)", "--system",
                   sys_file)
     assert [d["algorithms"] for d in r["dims"]] == [["halving_doubling"]]
+    code, _, err = cli(capsys, "--collective", "all_to_all", "--size", "16MB", "--topology", "Switch(8)", "--system",
+                       sys_file)
+    assert code == 0 and "ASTRA-sim refuses it" in err   # run, and said to have no ASTRA-sim figure
     r, _ = report(capsys, "--collective", "all_reduce", "--size", "16MB", "--topology", "Switch(8)", "--system",
                   system(tmp_path, **{"all-reduce-implementation": ["doubleBinaryTree"]}))
     assert [d["algorithms"] for d in r["dims"]] == [["double_binary_tree"]]
