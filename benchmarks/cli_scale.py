@@ -38,7 +38,8 @@ CASES = [
 def run_once(argv: list[str], exe: str, timeout: float | None = None) -> tuple[float, float]:
     """(wall seconds, peak RSS MB) of one run; wall is inf when it was stopped after `timeout` seconds."""
     start = time.perf_counter()
-    proc = subprocess.Popen([exe, *argv, "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    report = [] if "--emit" in argv else ["--json"]   # a report as JSON; a case that writes files writes them
+    proc = subprocess.Popen([exe, *argv, *report], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if timeout is None:
         _, status, usage = os.wait4(proc.pid, 0)  # blocking: the end is seen at once
     else:

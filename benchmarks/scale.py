@@ -34,6 +34,10 @@ CASES = [
      [*ALL_REDUCE, "--topology", "16x16x16x16_torus", "--scheduler", "optimal"]),
     ("themis scheduler, 1GB all-reduce, 16x16x16x16 torus (65,536 NPUs)",
      [*ALL_REDUCE, "--topology", "16x16x16x16_torus", "--scheduler", "themis"]),
+    # every NPU's table, written NPU after NPU (Schedule.table's read-ahead)
+    ("--emit tables, 1GB all-reduce, Switch(8)^3 (512 tables), 8 chunks",
+     [*ALL_REDUCE, "--topology", "Switch(8)_Switch(8)_Switch(8)", "--chunks", "8", "--emit", "tables", "-o",
+      os.path.join(CACHE, "tables"), "--force"]),
     ("training step: examples/gpt_tp_dp.py on 8x8_torus",
      [os.path.join(EXAMPLES, "gpt_tp_dp.py"), "--topology", "8x8_torus"]),
     # the first run fills the cache: the median of three or more runs is a run that reuses it
