@@ -235,17 +235,23 @@ def _memory(latency_ns, pool, topo) -> tuple[float, object]:
     """The local memory latency and the pool of a run on `topo`, checked (a pool file is read here): the pool's
     GPUs are the topology's NPUs."""
     from .network.memory import check_latency_ns
-    from .network.memory_pool import HierMem, ZeroInfinity
+    from .network.memory_pool import AstraSimRemote, HierMem, ZeroInfinity
     latency = check_latency_ns(latency_ns, "mem_latency_ns (--mem-latency)")
     pool_path = pool if isinstance(pool, (str, os.PathLike)) else None
     if pool_path is not None:
         from .network import pool_file
         pool = pool_file.load(os.fspath(pool))
-    elif pool is not None and not isinstance(pool, (HierMem, ZeroInfinity)):
-        raise UserError(f"pool must be a pool file's path, a HierMem or a ZeroInfinity, got {type(pool).__name__}")
+    elif pool is not None and not isinstance(pool, (HierMem, ZeroInfinity, AstraSimRemote)):
+        raise UserError(f"pool must be a pool file's path, a HierMem, a ZeroInfinity or an AstraSimRemote, got "
+                        f"{type(pool).__name__}")
+    if isinstance(pool, AstraSimRemote):   # a per-NPU memory or one pool: for every NPU of this run
+        pool = pool.for_npus(topo.npus)
+        if pool.memory_type == "none":
+            return latency, pool
     if pool is not None and pool.gpus != topo.npus:
         where = f"pool file {os.fspath(pool_path)}: " if pool_path is not None else "pool: "
-        raise UserError(f"{where}nodes x gpus_per_node is {pool.nodes} x {pool.gpus_per_node} = {pool.gpus} GPUs but "
+        sizes = "num-nodes x num-npus-per-node" if isinstance(pool, AstraSimRemote) else "nodes x gpus_per_node"
+        raise UserError(f"{where}{sizes} is {pool.nodes} x {pool.gpus_per_node} = {pool.gpus} GPUs but "
                         f"{topo.name} has {topo.npus} NPUs")
     return latency, pool
 

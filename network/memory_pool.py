@@ -29,6 +29,12 @@ ZeRO-Infinity (seed 002, Fig. 3): each node keeps the offloaded tensors in its C
 and each GPU reaches its node's memory over its own PCIe link: the stages are the node memory (shared by the
 node's GPUs) and the GPU's PCIe link. It has no switches, so no in-switch collectives.
 
+ASTRA-sim 2.x's analytical remote memory (AstraSimRemote, read from its remote-memory JSON by pool_file.py): an
+access of S bytes takes latency + S / bandwidth, and the accesses that share a memory are served one at a time:
+each NPU its own memory (PER_NPU_MEMORY_EXPANSION), the NPUs of a node one (PER_NODE_MEMORY_EXPANSION), every NPU
+one pool (MEMORY_POOL). When every NPU moves the same bytes at once (as above) the last of the k sharers is served
+after k accesses; NO_MEMORY_EXPANSION has no remote memory at all.
+
 Bandwidths are GB/s of 2^30 B (network/units.py), sizes bytes, latency ns.
 """
 from __future__ import annotations
@@ -150,3 +156,39 @@ class ZeroInfinity(_Pool):
         """The node's memory, then the GPU's PCIe link, whose bytes set the steps."""
         b = self.link_bytes(nbytes, sharers)
         return (Stage(self.memory, b["memory"], self.memory_gbps), Stage("pcie", b["pcie"], self.pcie_gbps)), b["pcie"]
+
+
+ASTRA_SIM_TYPES = {"NO_MEMORY_EXPANSION": "none", "PER_NPU_MEMORY_EXPANSION": "per_npu",
+                   "PER_NODE_MEMORY_EXPANSION": "per_node", "MEMORY_POOL": "pool"}
+
+
+@dataclass(frozen=True)
+class AstraSimRemote(_Pool):
+    memory_type: str          # none | per_npu | per_node | pool (ASTRA_SIM_TYPES)
+    nodes: int                # per_node: the file's num-nodes; otherwise every NPU of the run (for_npus)
+    gpus_per_node: int
+    gbps: float               # one memory's bandwidth
+    latency_ns: float = 0.0   # per access
+    source: str = ""          # the file, for messages
+
+    def describe(self) -> str:
+        kind = next(k for k, v in ASTRA_SIM_TYPES.items() if v == self.memory_type)
+        return (f"astra-sim {kind}" + (f", {self.nodes} nodes x {self.gpus_per_node} NPUs"
+                                       if self.memory_type == "per_node" else "")
+                + (f", {self.gbps:g} GB/s, {self.latency_ns:g} ns per access" if self.memory_type != "none" else ""))
+
+    def for_npus(self, npus: int) -> "AstraSimRemote":
+        """The memory of a run on `npus` NPUs: a per-NPU memory or a pool serves all of them."""
+        if self.memory_type == "per_node":
+            return self
+        return AstraSimRemote(self.memory_type, npus, 1, self.gbps, self.latency_ns, self.source)
+
+    def transfer(self, nbytes: float, sharers: int = 1) -> Transfer:
+        if self.memory_type == "none":
+            raise UserError(f"{self.source}: memory-type NO_MEMORY_EXPANSION has no remote memory, but the step "
+                            "loads or stores remote memory (ASTRA-sim stops there too)")
+        if sharers > 1:
+            raise UserError(f"{self.source}: an ASTRA-sim remote memory has no switches: in-switch collectives need "
+                            "a hiermem pool")
+        queue = {"per_npu": 1, "per_node": self.gpus_per_node, "pool": self.gpus}[self.memory_type]
+        return Transfer((Stage("memory", nbytes * queue, self.gbps),), 1, self.latency_ns * queue)

@@ -16,14 +16,21 @@
 A zero-infinity pool has nodes, gpus_per_node, pcie_gbps, memory (cpu or nvme), memory_gbps (the node's CPU memory
 or NVMe drives, shared by its GPUs), chunk and the optional latency_ns. Every problem is one UserError naming the
 file, the field and the value.
+
+ASTRA-sim 2.x's remote memory configuration (JSON, told apart by its "memory-type" key) is read too, as ASTRA-sim
+reads it: memory-type (NO_MEMORY_EXPANSION, PER_NPU_MEMORY_EXPANSION, PER_NODE_MEMORY_EXPANSION, MEMORY_POOL),
+remote-mem-latency (ns per access), remote-mem-bw (decimal GB/s, 10^9 B/s), and for PER_NODE num-nodes and
+num-npus-per-node (memory_pool.AstraSimRemote). A key ASTRA-sim's analytical memory does not read is named in one
+warning line.
 """
 from __future__ import annotations
 
 import math
+import warnings
 
-from .errors import UserError, one_line, read_text
+from .errors import InputWarning, UserError, one_line, read_text
 from .memory import check_latency_ns
-from .memory_pool import HierMem, ZeroInfinity
+from .memory_pool import ASTRA_SIM_TYPES, AstraSimRemote, HierMem, ZeroInfinity
 from .units import MAX_BYTES, MAX_GBPS, MIN_GBPS, parse_size
 
 VERSION = 1
@@ -57,6 +64,8 @@ def load(path: str):
 def parse(data, path: str):
     if not isinstance(data, dict):
         raise UserError(f"pool file {path}: expected a mapping of field: value, got {type(data).__name__}")
+    if "memory-type" in data:
+        return _astra_sim(data, path)
     version = data.get("version", VERSION)
     if version != VERSION or isinstance(version, bool):
         raise UserError(f"pool file {path}: field 'version' is {_show(version)}; this reader knows version {VERSION}")
@@ -121,3 +130,39 @@ def _size(path: str, key: str, value) -> int:
     if not 1 <= nbytes <= MAX_BYTES:
         raise UserError(f"pool file {path}: field '{key}' is {_show(value)}; expected 1 B to {MAX_BYTES} B")
     return nbytes
+
+
+ASTRA_SIM_KEYS = ("memory-type", "remote-mem-latency", "remote-mem-bw", "num-nodes", "num-npus-per-node")
+
+
+def _astra_sim(data: dict, path: str) -> AstraSimRemote:
+    """ASTRA-sim's remote memory JSON (module notes); its bandwidth becomes GB/s of 2^30 B."""
+    kind = data["memory-type"]
+    if kind not in ASTRA_SIM_TYPES:
+        raise UserError(f"pool file {path}: field 'memory-type' is {_show(kind)}; expected one of "
+                        f"{', '.join(ASTRA_SIM_TYPES)}")
+    kind = ASTRA_SIM_TYPES[kind]
+    for key in data:
+        if key not in ASTRA_SIM_KEYS:
+            warnings.warn(f"pool file {path}: {_show(key)} is not read (ASTRA-sim's analytical remote memory reads "
+                          f"{', '.join(ASTRA_SIM_KEYS)})", InputWarning, stacklevel=2)
+    latency = _field(path, "remote-mem-latency", data.get("remote-mem-latency", 0),
+                     lambda v: check_latency_ns(v, "remote-mem-latency"))
+    if kind == "none":
+        return AstraSimRemote("none", 0, 1, 1.0, latency, f"pool file {path}")
+    if "remote-mem-bw" not in data:
+        raise UserError(f"pool file {path}: field 'remote-mem-bw' is missing (memory-type {data['memory-type']} "
+                        "needs it: decimal GB/s)")
+    gbps = _rate(path, "remote-mem-bw", data["remote-mem-bw"]) * 1e9 / 2**30
+    nodes, per_node = 0, 1   # every NPU of the run (AstraSimRemote.for_npus)
+    if kind == "per_node":
+        for key in ("num-nodes", "num-npus-per-node"):
+            if key not in data:
+                raise UserError(f"pool file {path}: field '{key}' is missing (PER_NODE_MEMORY_EXPANSION needs "
+                                "num-nodes and num-npus-per-node)")
+        nodes, per_node = _count(path, "num-nodes", data["num-nodes"]), \
+            _count(path, "num-npus-per-node", data["num-npus-per-node"])
+        if nodes * per_node > MAX_COUNT:
+            raise UserError(f"pool file {path}: num-nodes x num-npus-per-node is {nodes * per_node}; at most "
+                            f"{MAX_COUNT} NPUs")
+    return AstraSimRemote(kind, nodes, per_node, gbps, latency, f"pool file {path}")

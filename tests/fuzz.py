@@ -516,11 +516,17 @@ MEMORY_STEP = """module attributes {comm.topology = {dims = [{bandwidth_gbps = 5
 """
 
 
+ASTRA_SIM_REMOTE = json.dumps({"memory-type": "PER_NODE_MEMORY_EXPANSION", "num-nodes": 2, "num-npus-per-node": 2,
+                               "remote-mem-latency": 100, "remote-mem-bw": 50})
+
+
 def case_pool_file(draw, workdir):
     """A mutated pool file under a step that loads from the pool, or a mutated step with a valid pool."""
-    pool, step = POOL_YAML, MEMORY_STEP
+    base = draw(st.sampled_from([POOL_YAML, ASTRA_SIM_REMOTE]))   # this compiler's pool file, or ASTRA-sim's JSON
+    pool, step = base, MEMORY_STEP
     if draw(st.booleans()):
-        pool = draw(st.one_of(mutated_text(POOL_YAML, edits=3), hostile_bytes()))
+        pool = draw(st.one_of(mutated_text(base, edits=3), st.builds(json.dumps, mutated_json(json.loads(
+            ASTRA_SIM_REMOTE), edits=2)), hostile_bytes()))
     else:
         step = draw(st.one_of(mutated_text(MEMORY_STEP, edits=3), hostile_bytes()))
     pool_path = write(os.path.join(workdir, "pool.yaml"), pool)
