@@ -138,7 +138,7 @@ ASTRA_SIM_KEYS = ("memory-type", "remote-mem-latency", "remote-mem-bw", "num-nod
 def _astra_sim(data: dict, path: str) -> AstraSimRemote:
     """ASTRA-sim's remote memory JSON (module notes); its bandwidth becomes GB/s of 2^30 B."""
     kind = data["memory-type"]
-    if kind not in ASTRA_SIM_TYPES:
+    if not isinstance(kind, str) or kind not in ASTRA_SIM_TYPES:
         raise UserError(f"pool file {path}: field 'memory-type' is {_show(kind)}; expected one of "
                         f"{', '.join(ASTRA_SIM_TYPES)}")
     kind = ASTRA_SIM_TYPES[kind]

@@ -52,6 +52,7 @@ def test_a_key_astra_sim_does_not_read_is_named_and_the_run_goes_on(capsys, tmp_
 @pytest.mark.parametrize("config, match", [
     ({"memory-type": "NO_MEMORY_EXPANSION"}, "NO_MEMORY_EXPANSION has no remote memory, but the step loads or stores"),
     ({"memory-type": "FAST_MEMORY", "remote-mem-bw": 2}, "field 'memory-type' is 'FAST_MEMORY'; expected one of"),
+    ({"memory-type": ["MEMORY_POOL"], "remote-mem-bw": 2}, "field 'memory-type' is ['MEMORY_POOL']"),
     ({"memory-type": "MEMORY_POOL"}, "field 'remote-mem-bw' is missing"),
     ({"memory-type": "MEMORY_POOL", "remote-mem-bw": "2"}, "field 'remote-mem-bw' is '2'"),
     ({"memory-type": "MEMORY_POOL", "remote-mem-bw": 2, "remote-mem-latency": -5}, "field 'remote-mem-latency'"),
