@@ -123,8 +123,18 @@ def check_module(module: ir.Module, where: str, shape: list[int]) -> None:
             if not isinstance(members, list) or not members or \
                     any(isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < world for m in members):
                 raise comm.IRError(f"{prog}: group {name!r} must list ranks in 0..{world - 1}, got {members!r}")
-        for inner in op.regions[0].blocks[0].operations:
-            _check_op(inner.operation, groups, prog, rank, world)
+        # a rank program is a graph region, where MLIR allows a use before its definition: the engine reads the ops
+        # in issue order, each depending on earlier ones through the one token each defines
+        earlier = set()
+        for i, inner in enumerate(op.regions[0].blocks[0].operations):
+            o = inner.operation
+            _check_op(o, groups, prog, rank, world)
+            if len(o.results) != 1:
+                raise comm.IRError(f"{prog}: op #{i} ({o.name}) must define one token, defines {len(o.results)} values")
+            if any(v not in earlier for v in o.operands):
+                raise comm.IRError(f"{prog}: op #{i} ({o.name}) uses a value no earlier op of the program defines "
+                                   "(ops come in issue order, after the ops they depend on)")
+            earlier.add(o.results[0])
     if not ranks:
         raise comm.IRError(f"{where}: no rank program")
     several = a.get("wl.spmd") is True and len(ranks) > 1
