@@ -282,9 +282,7 @@ class Schedule:
             count = min(self.topology.npus - npu, max(1, 2 * self._ahead_count if grow else 1),
                         max(1, READ_AHEAD_ROWS // max(1, self._rows_per_npu)))
             joined = self.tables(np.arange(npu, npu + count))
-            edges = np.searchsorted(joined["npu"], np.arange(npu, npu + count + 1))
-            ahead = self._ahead = {n: Table({c: v[a:b] for c, v in joined.cols.items()})
-                                   for n, a, b in zip(range(npu, npu + count), edges[:-1], edges[1:])}
+            ahead = self._ahead = joined.split(np.arange(npu, npu + count))
             self._ahead_count, self._rows_per_npu = count, -(-len(joined) // count)
         self._last_npu = npu
         table = ahead.pop(npu)

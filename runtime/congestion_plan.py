@@ -203,7 +203,7 @@ class Plan:
         self.route = join("route")
         self.L = len(self.link_id)
         self.link_lat = self.links.latency(self.link_id).astype(np.float64)
-        self.endpoint_ns = float(self.meta.topology.get("endpoint_delay_ns", 0.0))   # once per message, at delivery
+        self.endpoint_ns = self.meta.endpoint_delay_ns   # once per message, at delivery
         if ends:
             self.msg_src, self.msg_dst = join("msg_src", I64), join("msg_dst", I64)
 

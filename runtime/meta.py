@@ -94,6 +94,11 @@ class Meta:
     def shape(self) -> list[int]:
         return [d["size"] for d in self.topology["dims"]]
 
+    @property
+    def endpoint_delay_ns(self) -> float:
+        """What every message spends at its endpoints (Topology.endpoint_delay_ns; absent from the dict: 0)."""
+        return float(self.topology.get("endpoint_delay_ns", 0.0))
+
     def with_(self, **changes) -> "Meta":
         return replace(self, **changes)
 

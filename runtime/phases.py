@@ -49,8 +49,8 @@ class Result:
 
 def messages(t: Table, meta, rotated: bool = False):
     """Aggregate rows into messages: returns dict of arrays keyed like the table plus `cost` (ns): latency per hop
-    plus bytes / bandwidth plus the topology's endpoint delay, and `reduced`: the bytes of a receive that are added into the buffer (RECV_REDUCE). A
-    routed message (dim -1), and every message on a graph topology, pays the latency of each link on its route
+    plus bytes / bandwidth plus the topology's endpoint delay, and `reduced`: the bytes of a receive that are added
+    into the buffer (RECV_REDUCE). A routed message (dim -1), and every message on a graph topology, pays the latency of each link on its route
     (runtime/links.py). Messages come sorted by NPU, collective, chunk, phase, step, receives before sends, then
     peer, then lane; `rotated`: by the peer's distance after the NPU instead of the peer (the injection order of
     the congestion runtime; no transfer may then be with the switch)."""
@@ -84,7 +84,7 @@ def messages(t: Table, meta, rotated: bool = False):
         owner = np.repeat(np.arange(len(routed)), np.diff(start))
         lat[routed] = np.bincount(owner, weights=links.latency(ids), minlength=len(routed))
     link_ns = nbytes / gbps_to_bytes_per_ns(t["gbps"][o])
-    cost = lat + link_ns + float(meta.topology.get("endpoint_delay_ns", 0.0))   # the endpoints' delay: once each
+    cost = lat + link_ns + meta.endpoint_delay_ns   # the endpoints' delay: once per message
     return {"link_ns": link_ns, "hops": t["hops"][o], "npu": t["npu"][o], "coll": t["coll"][o], "flow": t["flow"][o],
             "stage": t["stage"][o], "step": t["step"][o], "send": send[o], "peer": t["peer"][o],
             "lane": t["lane"][o], "dim": t["dim"][o], "bytes": nbytes, "cost": cost, "reduced": reduced}
@@ -160,12 +160,14 @@ def tables_by_npu(schedule: Schedule, npus) -> dict:
     if not _builds_many(schedule):
         return {n: table_of(schedule, n) for n in npus}
     out = {}
-    for t in batches(npus, lambda batch: schedule.tables(batch)):
-        present = np.unique(t["npu"])
-        cuts = np.searchsorted(t["npu"], present, side="right")
-        for n, a, b in zip(present.tolist(), np.concatenate([[0], cuts[:-1]]).tolist(), cuts.tolist()):
-            out[n] = Table({c: v[a:b] for c, v in t.cols.items()})
-    return {n: out.get(n, Table.empty()) for n in npus}  # an NPU without rows has an empty table
+
+    def fetch(batch):   # each batch cut at its NPUs as it is read
+        t = schedule.tables(batch)
+        out.update(t.split(batch))
+        return t
+    for _ in batches(npus, fetch):
+        pass
+    return out
 
 
 def tables_of(schedule: Schedule, npus, ordered: bool = True) -> Table:

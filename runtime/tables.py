@@ -76,6 +76,14 @@ class Table:
             return Table.empty()
         return Table({c: np.concatenate([t.cols[c] for t in tables]) for c in COLUMN_NAMES})
 
+    def split(self, npus) -> dict:
+        """NPU -> its rows, for the ascending `npus` of a table whose rows are in NPU order (several NPUs' tables
+        joined); an NPU without rows gets an empty table."""
+        npus = np.asarray(npus, np.int64)
+        lo, hi = np.searchsorted(self["npu"], npus), np.searchsorted(self["npu"], npus, side="right")
+        return {n: Table({c: v[a:b] for c, v in self.cols.items()})
+                for n, a, b in zip(npus.tolist(), lo.tolist(), hi.tolist())}
+
     def to_csv(self, path: str) -> None:
         header = ",".join(COLUMN_NAMES)
         with open(path, "w") as f:
