@@ -37,8 +37,9 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
         from .frontend.capture import capture
         from .frontend.cpu_limit import cpu_limit
         from .frontend.model_file import model_file_from_module
+        from .frontend.torch_state import kept
         spec = source if isinstance(source, ModelFile) else model_file_from_module(source)
-        with cpu_limit(capture_limit, spec.path):
+        with kept(), cpu_limit(capture_limit, spec.path):   # the limit ends first: nothing stops the restore
             return capture(spec, world_size, mesh)
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     paths = [os.fspath(p) for p in paths]
@@ -83,7 +84,8 @@ def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_li
         from .frontend.capture import capture
         from .frontend.cpu_limit import cpu_limit
         from .frontend.model_file import load_model_file
-        with cpu_limit(capture_limit, f"model file {paths[0]}"):
+        from .frontend.torch_state import kept
+        with kept(), cpu_limit(capture_limit, f"model file {paths[0]}"):
             return capture(load_model_file(paths[0]), world_size, mesh)
     if all(p.endswith(".json") for p in paths):
         if mesh:
