@@ -12,8 +12,10 @@ of this compiler that means the same, and naming every key it cannot honour.
     roofline-enabled, peak-perf    1, TFLOPS                 -> --peak-tflops (a training step's compute)
     local-mem-bw                   GB/s                      -> --local-mem-bw (reductions cost local memory time)
     endpoint-delay                 ns                        -> --endpoint-delay (once per message)
-    collective-optimization (other than baseline), boost-mode (other than 0), and any other key: not modelled
-    here, each named in a warning line (and doubleBinaryTree, which runs as NCCL's)
+    collective-optimization        localBWAware              -> nothing to do (this compiler's decomposition);
+                                   baseline (the default)    -> warned for an all-reduce over several dimensions
+    boost-mode (other than 0) and any other key: not modelled here, each named in a warning line (and
+    doubleBinaryTree, which runs as NCCL's)
 
 An option given on the command line wins over the file; where the file is silent, ASTRA-sim's defaults apply
 (baseline scheduler, FIFO within a dimension). A file that is not a JSON object, a value of the wrong
@@ -35,6 +37,9 @@ KIND_KEYS = {"all_reduce": "all-reduce-implementation", "all_gather": "all-gathe
              "reduce_scatter": "reduce-scatter-implementation", "all_to_all": "all-to-all-implementation"}
 SCHEDULERS = {"baseline": "baseline", "themis": "themis", "offlineGreedy": "optimal", "offlineGreedyFlex": "optimal"}
 INTRA = {"FIFO": "fifo", "SCF": "scf"}
+# baseline: an all-reduce on every dimension, each on the whole chunk; localBWAware: reduce-scatter up the
+# dimensions, all-reduce on the last, all-gather back, which is this compiler's hierarchical decomposition
+OPTIMIZATIONS = ("baseline", "localBWAware")
 MAX_FILE_BYTES = 1 << 20
 
 
@@ -83,7 +88,9 @@ def apply(args, given: set, step: bool) -> list[str]:
             if step and not value:
                 warn("roofline-enabled 0 (compute from the trace's own durations) is not modelled: compute runs on "
                      "the roofline (--peak-tflops)")
-        elif (key == "collective-optimization" and value == "baseline") or (key == "boost-mode" and value == 0):
+        elif key == "collective-optimization":
+            _word(path, key, value, OPTIMIZATIONS)   # ASTRA-sim stops on any other value
+        elif key == "boost-mode" and value == 0:
             continue
         elif key == "local-mem-bw":
             setting("local_mem_bw", _number(path, key, value))
@@ -101,6 +108,11 @@ def apply(args, given: set, step: bool) -> list[str]:
         if "double_binary_tree" in names:
             warn("doubleBinaryTree runs as NCCL's double binary tree (two trees, each carrying half of every "
                  "chunk), not ASTRA-sim's (each chunk whole on one tree, the trees alternating)")
+    if kind == "all_reduce" and config.get("collective-optimization", "baseline") == "baseline" and \
+            _dimensions(args) > 1:
+        warn("collective-optimization baseline (ASTRA-sim's default) runs a whole all-reduce on every dimension, "
+             "each on the full chunk; here an all-reduce over several dimensions reduce-scatters up the dimensions "
+             "and all-gathers back (ASTRA-sim's localBWAware), moving less data than ASTRA-sim's baseline does")
     notes = _network_conventions(args, given, names, kind)
     if step:
         others = {k: _implementation(path, config, key) for k, key in KIND_KEYS.items() if key in config}
@@ -110,6 +122,17 @@ def apply(args, given: set, step: bool) -> list[str]:
     for line in warnings + [f"astra-compile: note: {path}: {n}" for n in notes]:
         sys.stderr.write(line + "\n")
     return warnings
+
+
+def _dimensions(args) -> int:
+    """How many dimensions of more than one NPU the run's topology has (0 if it cannot be read: the run itself
+    then says why)."""
+    from .network.parse import parse_topology
+    try:
+        topology = parse_topology(args.topology or "", None, args.latency, args.links)
+    except UserError:
+        return 0
+    return sum(dim.size > 1 for dim in topology.dims)
 
 
 def _network_conventions(args, given: set, names: list | None, kind: str) -> list[str]:

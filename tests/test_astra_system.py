@@ -70,9 +70,27 @@ def test_every_key_not_honoured_is_named_once(capsys, tmp_path):
     _, err = report(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "4x4_torus", "--system",
                     system(tmp_path, **{"hardware-resource-capacity": {"cpu": 1}}))
     lines = [line for line in err.splitlines() if "warning" in line]
-    for key in ("scheduling-policy LIFO", "collective-optimization", "hardware-resource-capacity"):
+    for key in ("scheduling-policy LIFO", "hardware-resource-capacity"):
         assert sum(key in line for line in lines) == 1, (key, lines)
-    assert len(lines) == 3   # local-mem-bw and endpoint-delay are honoured (--local-mem-bw, --endpoint-delay)
+    # local-mem-bw and endpoint-delay are honoured (--local-mem-bw, --endpoint-delay); localBWAware is this
+    # compiler's own decomposition
+    assert len(lines) == 2
+
+
+@pytest.mark.parametrize("topology, warned", [("4x4_torus", True), ("Ring(8)", False), ("Switch(8)", False)])
+@pytest.mark.parametrize("optimization", ["baseline", None])   # None: not in the file, ASTRA-sim's default
+def test_baseline_collective_optimization_is_named_where_it_differs(capsys, tmp_path, topology, warned, optimization):
+    """ASTRA-sim's baseline runs a whole all-reduce on each dimension, each on the full chunk; here every
+    all-reduce over several dimensions is decomposed as its localBWAware does: said in one line, for those only."""
+    sys_file = system(tmp_path, **{"collective-optimization": optimization, "scheduling-policy": None,
+                                   "all-reduce-implementation": None})
+    code, _, err = cli(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", topology,
+                       "--system", sys_file)
+    assert code == 0
+    assert err.count("collective-optimization baseline") == int(warned), err
+    code, _, err = cli(capsys, "--collective", "all_gather", "--size", "1MB", "--topology", topology,
+                       "--system", sys_file)
+    assert code == 0 and "collective-optimization" not in err   # ASTRA-sim's other kinds run as here
 
 
 def test_a_step_takes_peak_perf_and_all_reduces_implementation(capsys, tmp_path):
@@ -89,6 +107,8 @@ def test_a_step_takes_peak_perf_and_all_reduces_implementation(capsys, tmp_path)
     (json.dumps({**SYSTEM, "preferred-dataset-splits": "4"}), "preferred-dataset-splits must be a whole number"),
     (json.dumps({**SYSTEM, "intra-dimension-scheduling": "RG"}), "intra-dimension-scheduling must be one of"),
     (json.dumps({**SYSTEM, "peak-perf": -1}), "peak-perf must be a positive number"),
+    (json.dumps({**SYSTEM, "collective-optimization": "fast"}),
+     "collective-optimization must be one of baseline, localBWAware, got 'fast'"),
     (json.dumps({**SYSTEM, "endpoint-delay": "10"}), "endpoint-delay must be a positive number, got '10'"),
 ])
 def test_a_bad_system_file_is_refused_in_one_line(capsys, tmp_path, content, match):
