@@ -74,6 +74,21 @@ class Transfers:
                                                    self.dst_hi, self.src_lo, self.src_hi, -self.direction)
                                       + ((self.link,) if self.link is not None else ()), reduce=True)
 
+    def then(self, other: "Transfers") -> "Transfers":
+        """These transfers, then `other`'s on the same units, its steps after these."""
+        if other.units != self.units or (self.link is None) != (other.link is None):
+            raise ValueError("templates on different units cannot run one after the other")
+        cols = [np.concatenate([a, b]) for a, b in
+                zip((self.step, self.src, self.dst, self.src_lo, self.src_hi, self.dst_lo, self.dst_hi, self.reduce,
+                     self.direction), (other.step + self.steps, other.src, other.dst, other.src_lo, other.src_hi,
+                                       other.dst_lo, other.dst_hi, other.reduce, other.direction))]
+        link = None if self.link is None else np.concatenate([self.link, other.link])
+        return Transfers(self.units, self.steps + other.steps, *cols, link)
+
+    @staticmethod
+    def empty(units: int) -> "Transfers":
+        return Transfers.build(units, [], reduce=False)
+
     @staticmethod
     def build(units: int, rows: list[tuple], reduce: bool) -> "Transfers":
         """rows: (step, src, dst, src_lo, src_hi, dst_lo, dst_hi, direction[, link])."""
@@ -133,6 +148,16 @@ class Algorithm:
         """The transfers of a reduce-scatter, all-gather, broadcast or reduce phase on k members (`bidirectional`:
         each member links to both ring neighbours, as on a Ring dimension)."""
         raise NotImplementedError(f"{self.name} has no template")
+
+    def fused_template(self, kind: str, k: int, bidirectional: bool = False) -> Transfers:
+        """An all-reduce on one dimension run as one pass per chunk (select-algorithm marks its halves `fused`):
+        the reduce-scatter phase carries the reduce-scatter's transfers and then the all-gather's, the all-gather
+        phase none. ASTRA-sim runs an all-reduce phase on a dimension so: a chunk's all-gather follows its own
+        reduce-scatter before the dimension takes up the next chunk."""
+        reduce_scatter = self.template(REDUCE_SCATTER, k, bidirectional)
+        if kind == REDUCE_SCATTER:
+            return reduce_scatter.then(self.template(ALL_GATHER, k, bidirectional))
+        return Transfers.empty(reduce_scatter.units)
 
     def exchanges(self, k: int, bidirectional: bool) -> tuple[tuple[int, int, int, int, int], ...]:
         """All-to-all along one dimension, in place, as pairwise exchanges of slot groups: (step, src, dst, x,

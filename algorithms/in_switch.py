@@ -48,6 +48,9 @@ class InSwitch(Algorithm):
                 rows += [(0, k, m, lo, hi, lo, hi, 0) for lo, hi in ((0, m), (m + 1, k)) if hi > lo]
         return Transfers.build(k, rows, reduce=False)  # the switch sums; members copy what comes back
 
+    def fused_template(self, kind, k, bidirectional=False):
+        return self.template(kind, k, bidirectional, fused=True)
+
     def footprint(self, kind, k, bidirectional=False):
         # reduce-scatter: each member up and its block down; all-gather: its block up, the k-1 others down in
         # (at most) two runs of units

@@ -104,7 +104,8 @@ def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_li
 def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, latency=None, links=None,
             endpoint_delay=None,
             mesh: str | dict | None = None, scheduler: str = driver.DEFAULT_SCHEDULER, chunks: int | None = None,
-            algorithm: str | None = None, backend: str = "analytical", intra: str = driver.DEFAULT_INTRA,
+            algorithm: str | None = None, all_reduce: str | None = None, backend: str = "analytical",
+            intra: str = driver.DEFAULT_INTRA,
             peak_tflops: float = Roofline.peak_tflops, mem_bw_gbps: float = Roofline.mem_gbps,
             rank: int = 0, max_memory: int | None = None,
             capture_limit: float | None = DEFAULT_CAPTURE_LIMIT, example_inputs=None, parallelize=None,
@@ -122,7 +123,8 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     `bandwidth`, `latency` and `links` are --bandwidth/--latency/--links for a topology given by name;
     `endpoint_delay` (ns per message, --endpoint-delay) applies to any topology, a workload module's own too.
     `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
-    apply to every collective as on the collective command line; the roofline turns FLOPs and bytes into compute
+    apply to every collective as on the collective command line, `all_reduce` ('hierarchical' or
+    'per-dimension', --all-reduce) to every all-reduce; the roofline turns FLOPs and bytes into compute
     time. `rank` picks whose step the report details (multi-rank traces); `iteration` keeps one iteration of a
     trace that holds several (the report otherwise times them all, and each). `max_memory` (bytes) refuses a
     collective estimated to need more (default: this machine's available memory); `capture_limit` bounds the CPU
@@ -172,7 +174,8 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         workload = place(workload, states, in_switch, at_states)
         lowered = _lowered(workload, topo)
         recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items())}
-    defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm)) if v is not None}
+    defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm), ("all_reduce", all_reduce))
+                if v is not None}
     run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory,
                                  local_mem_gbps=_local_mem(local_mem_gbps))
     opts = WorkloadOptions(scheduler, defaults, run_opts, Roofline(peak_tflops, mem_bw_gbps), keep_tables,

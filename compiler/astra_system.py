@@ -12,8 +12,8 @@ of this compiler that means the same, and naming every key it cannot honour.
     roofline-enabled, peak-perf    1, TFLOPS                 -> --peak-tflops (a training step's compute)
     local-mem-bw                   GB/s                      -> --local-mem-bw (reductions cost local memory time)
     endpoint-delay                 ns                        -> --endpoint-delay (once per message)
-    collective-optimization        localBWAware              -> nothing to do (this compiler's decomposition);
-                                   baseline (the default)    -> warned for an all-reduce over several dimensions
+    collective-optimization        baseline (the default)    -> --all-reduce per-dimension (all-reduces only)
+                                   localBWAware              -> --all-reduce hierarchical
     boost-mode (other than 0) and any other key: not modelled here, each named in a warning line (and
     doubleBinaryTree, which runs as NCCL's)
 
@@ -37,9 +37,10 @@ KIND_KEYS = {"all_reduce": "all-reduce-implementation", "all_gather": "all-gathe
              "reduce_scatter": "reduce-scatter-implementation", "all_to_all": "all-to-all-implementation"}
 SCHEDULERS = {"baseline": "baseline", "themis": "themis", "offlineGreedy": "optimal", "offlineGreedyFlex": "optimal"}
 INTRA = {"FIFO": "fifo", "SCF": "scf"}
-# baseline: an all-reduce on every dimension, each on the whole chunk; localBWAware: reduce-scatter up the
-# dimensions, all-reduce on the last, all-gather back, which is this compiler's hierarchical decomposition
-OPTIMIZATIONS = ("baseline", "localBWAware")
+# collective-optimization -> --all-reduce. baseline: an all-reduce on every dimension in turn, each on the whole
+# chunk; localBWAware: reduce-scatter up the dimensions, all-reduce on the last, all-gather back (this compiler's
+# hierarchical decomposition)
+OPTIMIZATIONS = {"baseline": "per-dimension", "localBWAware": "hierarchical"}
 MAX_FILE_BYTES = 1 << 20
 
 
@@ -89,7 +90,7 @@ def apply(args, given: set, step: bool) -> list[str]:
                 warn("roofline-enabled 0 (compute from the trace's own durations) is not modelled: compute runs on "
                      "the roofline (--peak-tflops)")
         elif key == "collective-optimization":
-            _word(path, key, value, OPTIMIZATIONS)   # ASTRA-sim stops on any other value
+            _word(path, key, value, tuple(OPTIMIZATIONS))   # ASTRA-sim stops on any other value
         elif key == "boost-mode" and value == 0:
             continue
         elif key == "local-mem-bw":
@@ -108,11 +109,8 @@ def apply(args, given: set, step: bool) -> list[str]:
         if "double_binary_tree" in names:
             warn("doubleBinaryTree runs as NCCL's double binary tree (two trees, each carrying half of every "
                  "chunk), not ASTRA-sim's (each chunk whole on one tree, the trees alternating)")
-    if kind == "all_reduce" and config.get("collective-optimization", "baseline") == "baseline" and \
-            _dimensions(args) > 1:
-        warn("collective-optimization baseline (ASTRA-sim's default) runs a whole all-reduce on every dimension, "
-             "each on the full chunk; here an all-reduce over several dimensions reduce-scatters up the dimensions "
-             "and all-gathers back (ASTRA-sim's localBWAware), moving less data than ASTRA-sim's baseline does")
+    if kind == "all_reduce" and not _flat(names):   # ASTRA-sim's One* implementations run one ring over all
+        setting("all_reduce", OPTIMIZATIONS[config.get("collective-optimization", "baseline")])
     notes = _network_conventions(args, given, names, kind)
     if step:
         others = {k: _implementation(path, config, key) for k, key in KIND_KEYS.items() if key in config}
@@ -124,15 +122,10 @@ def apply(args, given: set, step: bool) -> list[str]:
     return warnings
 
 
-def _dimensions(args) -> int:
-    """How many dimensions of more than one NPU the run's topology has (0 if it cannot be read: the run itself
-    then says why)."""
-    from .network.parse import parse_topology
-    try:
-        topology = parse_topology(args.topology or "", None, args.latency, args.links)
-    except UserError:
-        return 0
-    return sum(dim.size > 1 for dim in topology.dims)
+def _flat(names: list | None) -> bool:
+    """Does the run use a whole-network algorithm (one phase over every NPU, no dimensions to split over)?"""
+    from . import algorithms
+    return any(algorithms.REGISTRY[algorithms.canonical(n)].scope != algorithms.DIMENSION for n in names or ())
 
 
 def _network_conventions(args, given: set, names: list | None, kind: str) -> list[str]:

@@ -10,6 +10,7 @@ import sys
 import warnings
 
 from . import cli_rules
+from .passes import ALL_REDUCE_SPLITS
 from .runtime import atomic
 from .network.errors import InputWarning, UserError, one_line
 
@@ -107,6 +108,10 @@ def build_parser() -> _Parser:
                    help="an ASTRA-sim system configuration: scheduling, chunks, implementations, peak-perf mapped to "
                         "these options (options given here win); keys not modelled are named (docs/astra-sim.md)")
     g.add_argument("--chunks", help="chunks per collective (ASTRA-sim preferred-dataset-splits; default 1)")
+    g.add_argument("--all-reduce", choices=ALL_REDUCE_SPLITS,
+                   help="an all-reduce over several dimensions: hierarchical (default: reduce-scatter up the "
+                        "dimensions, all-gather back; ASTRA-sim's localBWAware) or per-dimension (a whole "
+                        "all-reduce on each dimension in turn on the full buffer; ASTRA-sim's baseline)")
     g.add_argument("--ports", help="multitree: new tree edges an NPU may start per step (injection ports; default: "
                                    "one per link)")
     g.add_argument("--pass-pipeline", help="passes to run, e.g. 'decompose-all-reduce,chunk{chunks=8},"
@@ -309,7 +314,8 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
             report = compile_workload(args.input if len(args.input) > 1 else args.input[0], args.topology,
                                       bandwidth=args.bandwidth, latency=args.latency, links=args.links,
                                       endpoint_delay=args.endpoint_delay, mesh=args.mesh, scheduler=args.scheduler,
-                                      chunks=chunks, algorithm=args.algorithm, backend=args.backend, intra=args.intra,
+                                      chunks=chunks, algorithm=args.algorithm, all_reduce=args.all_reduce,
+                                      backend=args.backend, intra=args.intra,
                                       peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
                                       capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration,
                                       keep_tables=args.emit == "tables", local_mem_gbps=_local_mem(args),
@@ -524,6 +530,8 @@ def _run_collective(args, run) -> int:
         defaults["chunks"] = _positive_int(args.chunks, "--chunks")
     if args.algorithm:
         defaults["algorithm"] = args.algorithm
+    if args.all_reduce:
+        defaults["all_reduce"] = args.all_reduce
     if args.ports is not None:
         from . import algorithms
         name = algorithms.canonical(args.algorithm or "")

@@ -12,7 +12,7 @@ from .runtime.meta import ROOTED
 # runtime options: how tables execute
 RUN = {"backend", "execution", "intra", "active_chunks", "switching", "max_memory", "local_mem_bw"}
 NETWORK = {"topology", "bandwidth", "latency", "links", "endpoint_delay"}
-COMPILE = {"algorithm", "chunks", "scheduler"}
+COMPILE = {"algorithm", "chunks", "scheduler", "all_reduce"}
 
 ALLOWED = {
     "list-passes": {"list_passes"},
@@ -37,6 +37,8 @@ CONDITIONAL = (
     ("in_switch", lambda a: a.pool is None, "runs with --pool (a hiermem pool, whose switches act on the offloaded "
                                             "states)"),
     ("root", lambda a: a.collective not in ROOTED, "--collective broadcast or reduce"),
+    ("all_reduce", lambda a: a.collective not in (None, "all_reduce"), "all-reduces (--collective all_reduce, "
+                                                                        "a module's or a training step's)"),
     ("output", lambda a: a.emit == "report", "--emit mlir or msccl-xml (a file) or --emit tables (a directory)"),
     ("npu", lambda a: a.emit != "tables", "--emit tables"),
     ("npu", lambda a: a.output is not None, "--emit tables without -o (it prints one table; -o writes all)"),

@@ -164,6 +164,9 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
     name = algorithms.canonical(str(defaults.get("algorithm", "")))  # None for a per-dimension list
     if name is not None and algorithms.REGISTRY[name].scope != algorithms.DIMENSION:
         alg = algorithms.REGISTRY[name]
+        if defaults.get("all_reduce") == "per-dimension":
+            raise UserError(f"--all-reduce per-dimension runs an all-reduce on each dimension in turn; {alg.name} "
+                            "runs one phase over the whole network")
         pipeline = FLAT_PIPELINE.format(alg.phase_name) + (f",{alg.planned_by}" if alg.planned_by else "")
         return one(pipeline, alg.label, print_ir)
     return one(SCHEDULERS[scheduler], scheduler, print_ir)

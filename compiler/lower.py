@@ -207,7 +207,7 @@ class Schedule:
             return self._network_templates[kind, alg.name]
         dim = self.topology.dims[stage.dim]
         if stage.fused:  # an all-reduce's halves run as one pass (select-algorithm decided, the phases say so)
-            return alg.template(kind, dim.size, dim.kind.neighbour_links, fused=True)
+            return alg.fused_template(kind, dim.size, dim.kind.neighbour_links)
         return alg.template(kind, dim.size, bidirectional=dim.kind.neighbour_links)
 
     def _network_template(self, kind: str, name: str) -> Transfers:
@@ -516,22 +516,26 @@ def _members_rows(t: Transfers, members: np.ndarray):
     owner = np.concatenate([s_owner, r_owner])
     by_owner = np.argsort(owner, kind="stable")  # a member's sends, then its receives, each in template order
     pick = lambda a, b: np.concatenate([a, b])[by_owner]  # noqa: E731
-    recv_op = RECV_REDUCE if t.reduce.any() else RECV_COPY
     rows = (pick(t.step[send], t.step[recv]),
-            pick(np.full(len(send), SEND), np.full(len(recv), recv_op)),
+            pick(np.full(len(send), SEND), _recv_ops(t, recv)),
             pick(t.dst[send], t.src[recv]), pick(t.src_lo[send], t.dst_lo[recv]),
             pick(t.src_hi[send], t.dst_hi[recv]), pick(t.direction[send], t.direction[recv]), t.units,
             pick(t.link[send], t.link[recv]) if t.link is not None else None)
     return owner[by_owner], rows
 
 
+def _recv_ops(t: Transfers, recv: np.ndarray) -> np.ndarray:
+    """The op of each receive: adding in or copying, transfer by transfer (a fused all-reduce's template reduces,
+    then copies)."""
+    return np.where(t.reduce[recv], RECV_REDUCE, RECV_COPY)
+
+
 def _template_rows(t: Transfers, member: int):
     """Rows of template t that member takes part in: (step, op, peer member, unit lo, unit hi, direction, units)."""
     send, recv = t.of_member(member)
-    recv_op = RECV_REDUCE if t.reduce.any() else RECV_COPY
     link = np.concatenate([t.link[send], t.link[recv]]) if t.link is not None else None
     return (np.concatenate([t.step[send], t.step[recv]]),
-            np.concatenate([np.full(len(send), SEND), np.full(len(recv), recv_op)]),
+            np.concatenate([np.full(len(send), SEND), _recv_ops(t, recv)]),
             np.concatenate([t.dst[send], t.src[recv]]),
             np.concatenate([t.src_lo[send], t.dst_lo[recv]]),
             np.concatenate([t.src_hi[send], t.dst_hi[recv]]),

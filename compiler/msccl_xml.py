@@ -47,7 +47,7 @@ def to_xml(schedule, name: str) -> str:
     kinds = {c.buffer_kind for c in meta.collectives}
     if kinds != {"all_reduce"} or len({c.buffer for c in meta.collectives}) != 1:
         raise UserError(f"--emit msccl-xml writes all-reduce schedules; this one is {', '.join(sorted(kinds))}")
-    if any(sorted(c.group_dims) != list(range(meta.ndims)) for c in meta.collectives):
+    if meta.buffer_dims(meta.collectives[0].buffer) != list(range(meta.ndims)):
         raise UserError("--emit msccl-xml: MSCCL runs a collective over its whole communicator, and this one runs in "
                         "groups (--dims); compile the group's own network instead (its dimensions as --topology)")
     if meta.npus > MAX_NPUS:

@@ -98,12 +98,14 @@ def plans_from_module(module) -> list[CollectivePlan]:
             if dep is not None and dep != name and plans[dep].index not in plan.deps:
                 plan.deps.append(plans[dep].index)
         producer[op] = name
-    # an all_reduce decomposed into reduce_scatter + all_gather shares one buffer
+    # an all_reduce decomposed into reduce_scatter + all_gather shares one buffer (a pair per dimension when it
+    # runs per dimension)
     by_buffer: dict[str, list[CollectivePlan]] = {}
     for p in plans.values():
         by_buffer.setdefault(p.buffer, []).append(p)
     for group in by_buffer.values():
-        if [p.kind for p in group] == ["reduce_scatter", "all_gather"]:
+        kinds = [p.kind for p in group]
+        if kinds and kinds == ["reduce_scatter", "all_gather"] * (len(kinds) // 2):
             for p in group:
                 p.buffer_kind = "all_reduce"
     for p in plans.values():

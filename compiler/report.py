@@ -163,10 +163,11 @@ def ideal_time_ns(schedule: Schedule) -> tuple[float, float, float]:
         if p.buffer in seen:
             continue
         seen.add(p.buffer)
+        dims = schedule.meta.buffer_dims(p.buffer)   # an all_reduce run per dimension: all its pairs' together
         group = 1
-        for d in p.group_dims:
+        for d in dims:
             group *= topo.dims[d].size
-        gbps = sum(topo.dims[d].effective_gbps for d in p.group_dims)
+        gbps = sum(topo.dims[d].effective_gbps for d in dims)
         in_network = any(algorithms.for_phase(s.algorithm, s.dim == -1).in_network
                          for q in schedule.plans if q.buffer == p.buffer for s in q.stages)
         nb = lower_bound_bytes(p.buffer_kind, p.bytes, group, in_network)

@@ -321,8 +321,8 @@ def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaul
                    fallback: str = "", root: int = 0) -> tuple[CollectiveTime, object]:
     one = driver.build_module(ctx, topology, kind, nbytes, list(dims), root)
     compiled = driver.compile_schedule(str(one), ctx, topology, opts.scheduler, defaults, opts.run)
-    stages = []
-    for s in compiled.report.collectives[0].stages:
+    stages = []   # every collective of its buffer (an all_reduce run per dimension is a pair per dimension)
+    for s in (s for c in compiled.report.collectives for s in c.stages):
         label = f"{s.algorithm}@{'all' if s.dim == -1 else s.dim}"
         if label not in stages:
             stages.append(label)

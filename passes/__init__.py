@@ -9,3 +9,5 @@ from .base import (REGISTRY, Pass, PassContext, PassError, PassManager, all_pass
                    parse_pipeline)
 
 DEFAULT_PIPELINE = "decompose-all-reduce,chunk,hierarchical-decompose,select-algorithm"
+# how decompose-all-reduce splits an all_reduce over several dimensions (its option, the CLI's --all-reduce)
+ALL_REDUCE_SPLITS = ("hierarchical", "per-dimension")

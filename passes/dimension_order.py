@@ -1,7 +1,7 @@
 """Per-chunk dimension orders: what the scheduling passes (themis, optimal-balance) read and write.
 
 A buffer group is the phases working on one buffer: an all_reduce's reduce_scatter and all_gather halves, or a
-lone reduce_scatter, all_gather or all_to_all. A group's order for a chunk is the sequence of dimensions its
+lone reduce_scatter, all_gather or all_to_all (an all_reduce run per dimension has no order to choose). A group's order for a chunk is the sequence of dimensions its
 reduce-scatter (or all-to-all) visits; all-gathers visit it reversed, so the two halves of an all-reduce nest the
 same regions and every all-gather phase has the size of its reduce-scatter twin. Orders are written as the
 `order` attribute of each phase: the phase's position in each chunk's chain.
@@ -93,4 +93,6 @@ def buffer_groups(module) -> list[BufferGroup]:
             by_coll[p.collective] = (p.kind, {})
             g.members.append(by_coll[p.collective])
         by_coll[p.collective][1][p.dim] = op
-    return list(groups.values())
+    # an all_reduce run per dimension (decompose-all-reduce{all-reduce=per-dimension}) is a pair of one-dimension
+    # collectives per dimension on one buffer: its order is fixed, ascending, as ASTRA-sim's baseline runs it
+    return [g for g in groups.values() if all(sorted(phases) == g.dims for _, phases in g.members)]

@@ -41,6 +41,19 @@ def algorithm_for(dim: int, dims: list, chosen: list[str] | None, kind: str = ""
     return "ring" if dims[dim].kind.neighbour_links else "direct"
 
 
+def _per_dimension_buffers(module) -> set[str]:
+    """The all_reduces run per dimension (decompose-all-reduce{all-reduce=per-dimension}): buffers whose phases
+    are on one dimension each, on more than one dimension in all. Each dimension's all-reduce runs as one pass
+    per chunk, as ASTRA-sim's all-reduce phase on a dimension does."""
+    dims: dict[str, set] = {}
+    for op in comm.ops(module):
+        if comm.short_name(op) == "phase":
+            p = comm.view(op)
+            if p.part_of is not None and len(p.group_dims) == 1:
+                dims.setdefault(p.part_of, set()).add(p.dim)
+    return {b for b, d in dims.items() if len(d) > 1}
+
+
 def check_applicable(alg, kind: str, size: int, dim: int) -> None:
     """Reject (algorithm, phase kind, group size) combinations that have no schedule (the algorithm's check)."""
     try:
@@ -63,6 +76,7 @@ class SelectAlgorithm(Pass):
     def apply(self, module, ctx) -> None:
         chosen = self.value("algorithm")
         dims = ctx.topology.dims
+        split = _per_dimension_buffers(module)
         if chosen and len(chosen) not in (1, len(dims)):
             raise PassError(f"--algorithm lists {len(chosen)} algorithms for {len(dims)} dimensions")
         for op in comm.ops(module):
@@ -99,7 +113,7 @@ class SelectAlgorithm(Pass):
                 raise PassError(f"{alg.name} runs on {' or '.join(alg.blocks)} dimensions; dimension {p.dim} is a "
                                 f"{dims[p.dim].block}")
             p.set(algorithm=alg.phase_name)
-            if alg.fuses_all_reduce and p.part_of and len(p.group_dims) == 1:
+            if (alg.fuses_all_reduce or p.part_of in split) and p.part_of and len(p.group_dims) == 1:
                 p.set(fused=1)  # the all-reduce's halves become one pass
 
     def ensures(self, module, ctx) -> None:

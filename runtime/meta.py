@@ -99,6 +99,11 @@ class Meta:
         """What every message spends at its endpoints (Topology.endpoint_delay_ns; absent from the dict: 0)."""
         return float(self.topology.get("endpoint_delay_ns", 0.0))
 
+    def buffer_dims(self, buffer: str) -> list[int]:
+        """The dimensions a buffer's collectives cover together: a collective's own, or for an all_reduce run per
+        dimension (a reduce_scatter + all_gather pair on each) every pair's."""
+        return sorted({d for c in self.collectives if c.buffer == buffer for d in c.group_dims})
+
     def with_(self, **changes) -> "Meta":
         return replace(self, **changes)
 

@@ -104,7 +104,7 @@ def verify(schedule: Schedule, seed: int = 0) -> dict:
     for b, kind in kinds.items():
         ci = members[b][0]
         c = colls[ci]
-        gid, local, _ = _group_layout(shape, c.group_dims)
+        gid, local, _ = _group_layout(shape, meta.buffer_dims(b))
         _check(kind, c, ci, shards, init[b], buffers[b], gid, local)
     return {"rows": len(table), "collectives": len(colls), "buffers": len(buffers)}
 

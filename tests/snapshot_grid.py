@@ -56,6 +56,11 @@ EXTRA = [
     "--active-chunks 2 --backend congestion",
     "--collective all_reduce --size 1MB --topology 16x16x16_torus --chunks 4 --scheduler themis",
     "--collective reduce_scatter --size 64MB --topology 2_dgx1 --algorithm multitree",
+    "--collective all_reduce --size 64MB --topology 4x4_torus --chunks 4 --all-reduce per-dimension",
+    "--collective all_reduce --size 3000 --topology Ring(4)_FC(2)_Switch(4) --chunks 2 --all-reduce per-dimension "
+    "--backend congestion",
+    "--collective all_reduce --size 1MB --topology Switch(4)_Switch(4) --algorithm in_switch,direct "
+    "--all-reduce per-dimension",
 ]
 MLIR_EXAMPLES = ["all_reduce_3d_switch.mlir", "themis_4d.mlir", "torus_two_collectives.mlir"]
 MODEL_EXAMPLES = ["mlp_dp.py", "gpt_tp_dp.py", "resnet_dp.py", "moe_ep.py", "llama_fsdp_tp.py", "llama_pp_tp_dp.py"]

@@ -77,20 +77,32 @@ def test_every_key_not_honoured_is_named_once(capsys, tmp_path):
     assert len(lines) == 2
 
 
-@pytest.mark.parametrize("topology, warned", [("4x4_torus", True), ("Ring(8)", False), ("Switch(8)", False)])
-@pytest.mark.parametrize("optimization", ["baseline", None])   # None: not in the file, ASTRA-sim's default
-def test_baseline_collective_optimization_is_named_where_it_differs(capsys, tmp_path, topology, warned, optimization):
-    """ASTRA-sim's baseline runs a whole all-reduce on each dimension, each on the full chunk; here every
-    all-reduce over several dimensions is decomposed as its localBWAware does: said in one line, for those only."""
-    sys_file = system(tmp_path, **{"collective-optimization": optimization, "scheduling-policy": None,
-                                   "all-reduce-implementation": None})
-    code, _, err = cli(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", topology,
-                       "--system", sys_file)
-    assert code == 0
-    assert err.count("collective-optimization baseline") == int(warned), err
-    code, _, err = cli(capsys, "--collective", "all_gather", "--size", "1MB", "--topology", topology,
-                       "--system", sys_file)
-    assert code == 0 and "collective-optimization" not in err   # ASTRA-sim's other kinds run as here
+@pytest.mark.parametrize("optimization, split", [("baseline", "per-dimension"), (None, "per-dimension"),
+                                                  ("localBWAware", "hierarchical")])
+def test_collective_optimization_is_how_an_all_reduce_runs_over_the_dimensions(capsys, tmp_path, optimization,
+                                                                                split):
+    """ASTRA-sim's baseline (its default) runs a whole all-reduce on each dimension, each on the full chunk;
+    localBWAware reduce-scatters up the dimensions and all-gathers back: --all-reduce per-dimension and
+    hierarchical. Other kinds run alike under both."""
+    sys_file = system(tmp_path, **{"collective-optimization": optimization})
+    for kind in ("all_reduce", "all_gather"):
+        run = ["--collective", kind, "--size", "1MB", "--topology", "4x4_torus", "--chunks", "4", "--active-chunks",
+               "2", "--scheduler", "baseline", "--intra", "fifo", "--algorithm", "ring,ring", "--endpoint-delay", "10",
+               "--local-mem-bw", "1600"]
+        r, err = report(capsys, *run[:6], "--system", sys_file)
+        plain, _ = report(capsys, *run, *(["--all-reduce", split] if kind == "all_reduce" else []))
+        assert r == plain and "collective-optimization" not in err
+    per_dimension = [c["name"] for c in report(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology",
+                                               "4x4_torus", "--system", sys_file)[0]["collectives"]]
+    assert per_dimension == (["all_reduce.d0.rs", "all_reduce.d0.ag", "all_reduce.d1.rs", "all_reduce.d1.ag"]
+                             if split == "per-dimension" else ["all_reduce.rs", "all_reduce.ag"])
+
+
+def test_a_one_ring_implementation_runs_whole_under_baseline(capsys, tmp_path):
+    """oneRing is one ring over every NPU in ASTRA-sim whatever collective-optimization says."""
+    r, _ = report(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "4x4_torus", "--system",
+                  system(tmp_path, **{"collective-optimization": "baseline", "all-reduce-implementation": ["oneRing"]}))
+    assert [c["name"] for c in r["collectives"]] == ["all_reduce.rs", "all_reduce.ag"]
 
 
 def test_a_step_takes_peak_perf_and_all_reduces_implementation(capsys, tmp_path):

@@ -24,6 +24,10 @@ def compile_text(text, pipeline):
     ("decompose-all-reduce,chunk{chunks=4},hierarchical-decompose", "all_reduce_2d.hierarchical.expected.mlir"),
     ("decompose-all-reduce,chunk{chunks=4},hierarchical-decompose,select-algorithm",
      "all_reduce_2d.select.expected.mlir"),
+    # --all-reduce per-dimension: a pair per dimension on the all_reduce's buffer, each pair fused
+    ("decompose-all-reduce{all-reduce=per-dimension}", "all_reduce_2d.per_dimension.expected.mlir"),
+    ("decompose-all-reduce{all-reduce=per-dimension},chunk{chunks=4},hierarchical-decompose,select-algorithm",
+     "all_reduce_2d.per_dimension.select.expected.mlir"),
 ])
 def test_ir_in_ir_out(pipeline, expected):
     with open(os.path.join(IR, "all_reduce_2d.mlir")) as f:

@@ -384,7 +384,7 @@ def one_collective(meta, topology):
     from .workload import Workload
     first = meta.collectives[0]
     coords = topology.coords_array()
-    outside = [d for d in range(topology.ndims) if d not in first.group_dims]
+    outside = [d for d in range(topology.ndims) if d not in meta.buffer_dims(first.buffer)]
     group0 = tuple(int(r) for r in np.flatnonzero(np.all(coords[:, outside] == 0, axis=1)))
     kind = first.buffer_kind
     op = Op(kind, COLLECTIVE, [], bytes=first.bytes, collective=kind, group=group0, group_name="g",
