@@ -7,15 +7,16 @@ of this compiler that means the same, and naming every key it cannot honour.
     active-chunks-per-dimension    N                         -> --active-chunks N
     preferred-dataset-splits       N                         -> --chunks N
     <kind>-implementation          one name per dimension    -> --algorithm (the run's collective kind; a step
-                                   (ring, direct, halvingDoubling, doubleBinaryTree, oneRing, oneDirect,
-                                   oneHalvingDoubling, oneDoubleBinaryTree)      takes all-reduce's for every kind)
+                                   (ring, direct, halvingDoubling, doubleBinaryTree -> tree_reduce_broadcast,
+                                   oneRing, oneDirect, oneHalvingDoubling,       takes all-reduce's for every kind)
+                                   oneDoubleBinaryTree)
     roofline-enabled, peak-perf    1, TFLOPS                 -> --peak-tflops (a training step's compute)
     local-mem-bw                   GB/s                      -> --local-mem-bw (reductions cost local memory time)
     endpoint-delay                 ns                        -> --endpoint-delay (once per message)
     collective-optimization        baseline (the default)    -> --all-reduce per-dimension (all-reduces only)
                                    localBWAware              -> --all-reduce hierarchical
     boost-mode (other than 0) and any other key: not modelled here, each named in a warning line (and
-    doubleBinaryTree, which runs as NCCL's)
+    doubleBinaryTree where ASTRA-sim runs a whole all-reduce in place of a reduce-scatter or all-gather)
 
 An option given on the command line wins over the file; where the file is silent, ASTRA-sim's defaults apply
 (baseline scheduler, FIFO within a dimension). A file that is not a JSON object, a value of the wrong
@@ -31,7 +32,7 @@ import sys
 from .network.errors import UserError, read_json
 
 IMPLEMENTATIONS = {"ring": "ring", "direct": "direct", "halvingDoubling": "halving_doubling",
-                   "doubleBinaryTree": "double_binary_tree", "oneRing": "flat_ring", "oneDirect": "flat_direct",
+                   "doubleBinaryTree": "tree_reduce_broadcast", "oneRing": "flat_ring", "oneDirect": "flat_direct",
                    "oneHalvingDoubling": "flat_halving_doubling", "oneDoubleBinaryTree": "flat_double_binary_tree"}
 KIND_KEYS = {"all_reduce": "all-reduce-implementation", "all_gather": "all-gather-implementation",
              "reduce_scatter": "reduce-scatter-implementation", "all_to_all": "all-to-all-implementation"}
@@ -106,11 +107,15 @@ def apply(args, given: set, step: bool) -> list[str]:
         if kind == "all_to_all" and any(n in ("halving_doubling", "flat_halving_doubling") for n in names):
             warn("halvingDoubling all-to-all runs here; ASTRA-sim refuses it (its all-to-all implementations are "
                  "direct and ring), so the run has no ASTRA-sim figure to compare with")
-        if "double_binary_tree" in names:
-            warn("doubleBinaryTree runs as NCCL's double binary tree (two trees, each carrying half of every "
-                 "chunk), not ASTRA-sim's (each chunk whole on one tree, the trees alternating)")
+        if "tree_reduce_broadcast" in names and kind != "all_reduce":
+            warn(f"doubleBinaryTree for {kind}: ASTRA-sim runs a whole all-reduce there; here it runs as NCCL's "
+                 "double binary tree (two trees, each carrying half of every chunk)")
     if kind == "all_reduce" and not _flat(names):   # ASTRA-sim's One* implementations run one ring over all
         setting("all_reduce", OPTIMIZATIONS[config.get("collective-optimization", "baseline")])
+        if "tree_reduce_broadcast" in (names or ()) and getattr(args, "all_reduce", None) == "hierarchical":
+            warn("doubleBinaryTree under localBWAware: ASTRA-sim runs a whole all-reduce on a doubleBinaryTree "
+                 "dimension even where it reduce-scatters or all-gathers; here those phases of an all-reduce over "
+                 "several dimensions run as NCCL's double binary tree (two trees, each carrying half)")
     notes = _network_conventions(args, given, names, kind)
     if step:
         others = {k: _implementation(path, config, key) for k, key in KIND_KEYS.items() if key in config}

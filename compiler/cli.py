@@ -98,8 +98,9 @@ def build_parser() -> _Parser:
     g.add_argument("--endpoint-delay", help="ns every message spends at its endpoints besides the links' latency, "
                                             "once per message (ASTRA-sim's endpoint-delay; default 0)")
     g = p.add_argument_group("compilation")
-    g.add_argument("--algorithm", help="per dimension: ring, direct, halving_doubling, double_binary_tree (one, or "
-                                       "one per dimension, comma-separated; default: the building block's own); "
+    g.add_argument("--algorithm", help="per dimension: ring, direct, halving_doubling, double_binary_tree, "
+                                       "tree_reduce_broadcast (one, or one per dimension, comma-separated; "
+                                       "default: the building block's own); "
                                        "over the whole network: multitree, multitree_optimal (<= 16 NPUs), "
                                        "flat_ring (Hamiltonian cycle); routed over ranks: rank_ring, flat_direct, "
                                        "flat_halving_doubling, flat_double_binary_tree; hdrm (all-reduce on a "

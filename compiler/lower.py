@@ -506,7 +506,7 @@ def _members_rows(t: Transfers, members: np.ndarray):
 
     def gather(order, starts):
         lo = np.where(valid, starts[m], 0)
-        length = np.where(valid, starts[m + 1], 0) - lo
+        length = np.where(valid, starts[np.where(valid, m + 1, 0)], 0) - lo   # (an empty template has no m + 1)
         owner = np.repeat(np.arange(len(members)), length)
         first = np.repeat(np.cumsum(length) - length, length)
         return owner, order[np.repeat(lo, length) + np.arange(len(owner)) - first]
