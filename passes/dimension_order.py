@@ -1,10 +1,11 @@
 """Per-chunk dimension orders: what the scheduling passes (themis, optimal-balance) read and write.
 
 A buffer group is the phases working on one buffer: an all_reduce's reduce_scatter and all_gather halves, or a
-lone reduce_scatter, all_gather or all_to_all (an all_reduce run per dimension has no order to choose). A group's order for a chunk is the sequence of dimensions its
-reduce-scatter (or all-to-all) visits; all-gathers visit it reversed, so the two halves of an all-reduce nest the
-same regions and every all-gather phase has the size of its reduce-scatter twin. Orders are written as the
-`order` attribute of each phase: the phase's position in each chunk's chain.
+lone reduce_scatter, all_gather or all_to_all (an all_reduce run per dimension has no order to choose). A group's
+order for a chunk is the sequence of dimensions its reduce-scatter (or all-to-all) visits; all-gathers visit it
+reversed, so the two halves of an all-reduce nest the same regions and every all-gather phase has the size of its
+reduce-scatter twin. Orders are written as the `order` attribute of each phase: the phase's position in each
+chunk's chain.
 """
 from __future__ import annotations
 

@@ -148,3 +148,15 @@ def test_a_gpu_profile_measures_the_device_work_each_call_launched():
     k = read_kineto("gpu.json", {"traceEvents": events, "distributedInfo": {"rank": 3}})
     assert k.device and k.rank == 3
     assert k.measured_ns == {1: 12e3, 2: 5e3, 3: 4e3, 4: 0.0, 5: 2e3}
+
+
+def test_a_device_event_with_an_unhashable_external_id_matches_no_call():
+    """Found by the fuzzer (a list as External id crashed the lookup): such a kernel is nobody's work."""
+    from astra_compile.frontend.kineto import read_kineto
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 10,
+               "args": {"Record function id": 1, "External id": 10}},
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2, "dur": 4,
+               "args": {"External id": [10], "correlation": 1}},
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 6, "dur": 3,
+               "args": {"External id": 10, "correlation": 2}}]
+    assert read_kineto("gpu.json", {"traceEvents": events}).measured_ns == {1: 3e3}

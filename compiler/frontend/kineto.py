@@ -78,7 +78,8 @@ def read_kineto(path: str, data: dict) -> Kineto:
     by_external = {args.get("External id"): (e, args) for e, args in ops if isinstance(args.get("External id"), int)}
     total: dict[int, float] = defaultdict(float)   # id(event) -> device ns
     for e, args in device:
-        owner = by_external.get(args.get("External id"))
+        external = args.get("External id")   # (a hostile file's list id matches no call)
+        owner = by_external.get(external) if isinstance(external, int) else None
         seen = set()
         while owner is not None and id(owner[0]) not in seen:
             seen.add(id(owner[0]))
