@@ -94,6 +94,17 @@ def buffer_groups(module) -> list[BufferGroup]:
             by_coll[p.collective] = (p.kind, {})
             g.members.append(by_coll[p.collective])
         by_coll[p.collective][1][p.dim] = op
-    # an all_reduce run per dimension (decompose-all-reduce{all-reduce=per-dimension}) is a pair of one-dimension
-    # collectives per dimension on one buffer: its order is fixed, ascending, as ASTRA-sim's baseline runs it
-    return [g for g in groups.values() if all(sorted(phases) == g.dims for _, phases in g.members)]
+    fixed = per_dimension_buffers(module)   # its order is fixed, ascending, as ASTRA-sim's baseline runs it
+    return [g for g in groups.values() if g.name not in fixed]
+
+
+def per_dimension_buffers(module) -> set[str]:
+    """The all_reduces run per dimension (decompose-all-reduce{all-reduce=per-dimension}): buffers whose phases
+    are on one dimension each, on more than one dimension in all (a reduce_scatter + all_gather pair on each)."""
+    dims: dict[str, set] = {}
+    for op in comm.ops(module):
+        if comm.short_name(op) == "phase":
+            p = comm.view(op)
+            if p.part_of is not None and len(p.group_dims) == 1:
+                dims.setdefault(p.part_of, set()).add(p.dim)
+    return {b for b, d in dims.items() if len(d) > 1}

@@ -16,6 +16,7 @@ from .. import algorithms
 from ..dialects import comm
 from ..network.errors import UserError
 from .base import Pass, PassError, option, register
+from .dimension_order import per_dimension_buffers
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -41,19 +42,6 @@ def algorithm_for(dim: int, dims: list, chosen: list[str] | None, kind: str = ""
     return "ring" if dims[dim].kind.neighbour_links else "direct"
 
 
-def _per_dimension_buffers(module) -> set[str]:
-    """The all_reduces run per dimension (decompose-all-reduce{all-reduce=per-dimension}): buffers whose phases
-    are on one dimension each, on more than one dimension in all. Each dimension's all-reduce runs as one pass
-    per chunk, as ASTRA-sim's all-reduce phase on a dimension does."""
-    dims: dict[str, set] = {}
-    for op in comm.ops(module):
-        if comm.short_name(op) == "phase":
-            p = comm.view(op)
-            if p.part_of is not None and len(p.group_dims) == 1:
-                dims.setdefault(p.part_of, set()).add(p.dim)
-    return {b for b, d in dims.items() if len(d) > 1}
-
-
 def check_applicable(alg, kind: str, size: int, dim: int) -> None:
     """Reject (algorithm, phase kind, group size) combinations that have no schedule (the algorithm's check)."""
     try:
@@ -76,7 +64,9 @@ class SelectAlgorithm(Pass):
     def apply(self, module, ctx) -> None:
         chosen = self.value("algorithm")
         dims = ctx.topology.dims
-        split = _per_dimension_buffers(module)
+        # each dimension's all-reduce of an all_reduce run per dimension is one pass per chunk, as ASTRA-sim's
+        # all-reduce phase on a dimension
+        split = per_dimension_buffers(module)
         if chosen and len(chosen) not in (1, len(dims)):
             raise PassError(f"--algorithm lists {len(chosen)} algorithms for {len(dims)} dimensions")
         for op in comm.ops(module):
