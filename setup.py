@@ -10,7 +10,13 @@ all live under the one import package `astra_compile` so nothing squats on gener
     passes/    -> astra_compile.passes     (one pass per file)
     runtime/   -> astra_compile.runtime    (table formats, cost models, verifier; imports only network/)
 """
+import re
+
 from setuptools import Extension, setup
+
+# The version is written once, in the package (astra_compile.__version__, printed by --version).
+with open("compiler/__init__.py", encoding="utf-8") as f:
+    VERSION = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
 
 # The congestion runtime's event core in C. optional: without a C compiler the install still succeeds and the
 # runtime falls back to its Python engine (same results, about 10x slower).
@@ -19,7 +25,7 @@ LINKCORE = Extension("astra_compile.runtime._linkcore", ["runtime/_linkcore.c"],
 
 setup(
     name="astra-compile",
-    version="0.1.0",
+    version=VERSION,
     description="MLIR compiler from collectives to per-accelerator schedule tables, with cost-model runtimes",
     python_requires=">=3.10",
     packages=[

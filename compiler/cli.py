@@ -164,10 +164,29 @@ def build_parser() -> _Parser:
                                                       "time broken down as seed 002's Fig. 4 (needs matplotlib)")
     g.add_argument("--verify", action="store_true",
                    help="also execute the schedule on data and check the collective's result on every NPU")
+    g.add_argument("--version", action=_Version, nargs=0,
+                   help="print astra-compile's version and those of the libraries that shape its answers")
     g.add_argument("--force", action="store_true",
                    help="with --emit tables -o DIR: replace DIR when it holds an earlier table directory (a "
                         "directory holding anything else is never replaced)")
     return p
+
+
+class _Version(argparse.Action):
+    """`--version`: this package's version and the pinned libraries' that shape its answers, read from their
+    metadata when asked (importing them takes seconds; reading it on every parse would slow each sweep point)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib import metadata
+        from . import __version__
+        libs = []
+        for name in ("torch", "torch-mlir", "ortools"):
+            try:
+                libs.append(f"{name} {metadata.version(name)}")
+            except metadata.PackageNotFoundError:
+                libs.append(f"{name} not installed")
+        sys.stdout.write(f"astra-compile {__version__} ({', '.join(libs)})\n")
+        parser.exit(0)
 
 
 def _join_dashed_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:

@@ -1,12 +1,14 @@
 """`astra-compile sweep --plot results.csv --x AXIS --y FIELD [--hue AXIS] [--where C=V] [--pareto] -o FILE`.
 
-Lines: one per value of --hue, y against x, sorted by x. Every other column that varies among the rows kept must
-be pinned with --where (or be the hue): a line never silently mixes points that differ in something else.
+Lines: one per value of --hue, y against x, sorted by x. Every other column must hold one value along each line:
+pin it with --where, or let the hue carry it (a column zipped with the hue, such as `intra` beside `scheduler`,
+names its value in the line's label): a line never silently mixes points that differ in something else.
 --pareto: every point as a dot and the front of the points no other point beats in both x and y (smaller is
 better in both: time against a cost such as bandwidth or NPUs), labelled by --hue when given.
 --y breakdown_us (training-step sweeps): one stacked bar per point of compute, exposed local and remote memory,
 exposed communication and idle (seed 002's Fig. 4), labelled by --x (and --hue), side by side in x order.
-Failed points are left out. Sizes (64MB) and numbers sort by value; other x values keep the file's order.
+Failed points are left out. Sizes (64MB) and numbers sort by value; other x values keep the sweep's order (its
+point numbers), not the order in which the points finished.
 """
 from __future__ import annotations
 
@@ -43,19 +45,18 @@ def plot(path: str, out: str | None, x: str | None, y: str | None, hue: str | No
     if y == "breakdown_us":
         if pareto:
             raise UserError("--pareto plots one number against another; --y breakdown_us draws bars")
-        _check_pinned(rows, cols, {x, y, hue}, path)
-        return _breakdown(rows, out, x, hue, path, where)
+        tied = _check_pinned(rows, cols, {x, y, hue}, hue, path)
+        return _breakdown(rows, out, x, hue, tied, path, where)
     ys = [_number(r[y]) for r in rows]
     if any(v is None for v in ys):
         raise UserError(f"--y {y}: the column holds values that are not numbers")
-    if not pareto:
-        _check_pinned(rows, cols, {x, y, hue}, path)
+    tied = [] if pareto else _check_pinned(rows, cols, {x, y, hue}, hue, path)
     plt = pyplot()
     xkey, xticks = _x_order([r[x] for r in rows])
     fig, ax = plt.subplots(figsize=(7, 4.5))
     groups: dict[str, list] = {}
     for r in rows:
-        groups.setdefault(r[hue] if hue else y, []).append((xkey[r[x]], _number(r[y])))
+        groups.setdefault(_label(r, hue, tied) if hue else y, []).append((xkey[r[x]], _number(r[y])))
     if pareto:
         for label, pts in groups.items():
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, label=label if hue else None)
@@ -77,7 +78,7 @@ def plot(path: str, out: str | None, x: str | None, y: str | None, hue: str | No
     save(fig, out, dpi=120)
 
 
-def _breakdown(rows, out: str, x: str, hue: str | None, path: str, where: list[str]) -> None:
+def _breakdown(rows, out: str, x: str, hue: str | None, tied: list[str], path: str, where: list[str]) -> None:
     import json
     from .. import breakdown_plot
     xkey, _ = _x_order([r[x] for r in rows])
@@ -90,7 +91,7 @@ def _breakdown(rows, out: str, x: str, hue: str | None, path: str, where: list[s
         if not isinstance(parts, dict) or not all(isinstance(v, (int, float)) for v in parts.values()):
             raise UserError(f"{path}: point {r['point']}'s breakdown_us is not a breakdown (a training step's report "
                             "field)")
-        bars.append((f"{x}={r[x]}" + (f"\n{hue}={r[hue]}" if hue else ""), parts))
+        bars.append((f"{x}={r[x]}" + (f"\n{hue}={_label(r, hue, tied)}" if hue else ""), parts))
     breakdown_plot.write(out, bars, os.path.basename(path) + (" (" + ", ".join(where) + ")" if where else ""))
 
 
@@ -102,6 +103,7 @@ def _read(path: str) -> tuple[list[dict], list[str]]:
             if not cols or cols[:1] != ["point"] or not set(STATUS) <= set(cols):
                 raise UserError(f"{path} is not a sweep's results file (no point/status columns)")
             rows = [dict(zip(cols, row)) for row in reader if len(row) == len(cols)]
+        rows.sort(key=lambda r: _number(r["point"]) or 0.0)  # the sweep's order; the file holds finishing order
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
     except (UnicodeDecodeError, csv.Error) as e:
@@ -135,13 +137,24 @@ def _x_order(values: list[str]) -> tuple[dict[str, float], list[str] | None]:
     return {v: i for i, v in enumerate(distinct)}, distinct
 
 
-def _check_pinned(rows, cols, shown, path) -> None:
-    """A line is a function of x: every other input column must hold one value among the rows kept."""
-    axes = cols[1:cols.index("status")]
-    loose = [c for c in axes if c not in shown and len({r[c] for r in rows}) > 1]
+def _check_pinned(rows, cols, shown, hue: str | None, path) -> list[str]:
+    """A line is a function of x: every other input column must hold one value along each line (the rows of one
+    hue value). Returns the columns that differ between lines only, tied to the hue (named in its labels)."""
+    axes = [c for c in cols[1:cols.index("status")] if c not in shown]
+    lines: dict[str, list[dict]] = {}
+    for r in rows:
+        lines.setdefault(r[hue] if hue else "", []).append(r)
+    loose = [c for c in axes if any(len({r[c] for r in line}) > 1 for line in lines.values())]
     if loose:
         raise UserError(f"{path}: the points kept also differ in {', '.join(loose)}: pin it with --where "
                         f"{loose[0]}=VALUE, or plot it as --hue")
+    return [c for c in axes if len({r[c] for r in rows}) > 1]
+
+
+def _label(row: dict, hue: str, tied: list[str]) -> str:
+    """The hue's value, with the columns that go with it: `baseline (intra=fifo)`."""
+    extra = ", ".join(f"{c}={row[c]}" for c in tied)
+    return f"{row[hue]} ({extra})" if extra else row[hue]
 
 
 def _front(points: list[tuple]) -> list[tuple]:
