@@ -17,7 +17,7 @@ from . import driver, reuse
 from .network.errors import UserError
 from .frontend.cpu_limit import DEFAULT_SECONDS as DEFAULT_CAPTURE_LIMIT
 from .frontend.workload import Workload
-from .runtime.workload_engine import Roofline
+from .runtime.workload_engine import Roofline, check_peak_tflops
 from .network.parse import parse_topology, with_endpoint_delay
 from .network.topology import Topology
 from .workload_driver import Lowered, WorkloadOptions, lower, read_lowered, run, runner, with_schedules
@@ -267,9 +267,10 @@ def _local_mem(gbps) -> float | None:
 
 
 def _check_roofline(peak_tflops, mem_bw_gbps) -> None:
-    for flag, value in (("--peak-tflops", peak_tflops), ("--mem-bw", mem_bw_gbps)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise UserError(f"{flag} must be a finite positive number, got {value!r}")
+    check_peak_tflops(peak_tflops)
+    if isinstance(mem_bw_gbps, bool) or not isinstance(mem_bw_gbps, (int, float)) or not math.isfinite(mem_bw_gbps) \
+            or mem_bw_gbps <= 0:
+        raise UserError(f"--mem-bw must be a finite positive number, got {mem_bw_gbps!r}")
 
 
 def _lowered(workload: Workload, topo: Topology) -> Lowered:

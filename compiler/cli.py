@@ -410,9 +410,22 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
     """Run a parsed command line (`parse`); the CLI and the sweep points (sweep/point.py) both come here."""
     kind = _kind(args)
     cli_rules.check(kind, args, given)
-    if args.system:
-        from . import astra_system
-        astra_system.apply(args, given, kind == "training step")
+    if not args.system:
+        return _run_kind(args, kind)
+    from . import astra_system
+    notices = astra_system.apply(args, given, kind == "training step")
+    from .dialects.comm import IRError
+    from .passes import PassError
+    try:
+        code = _run_kind(args, kind)
+    except (UserError, IRError, PassError) as e:   # an option the file set is the file's key, not a flag typed
+        raise astra_system.blamed(e, args) from None
+    for line in notices:   # after the run: a refused run says its one line only
+        sys.stderr.write(line + "\n")
+    return code
+
+
+def _run_kind(args, kind: str) -> int:
     if kind == "list-passes":
         from .passes import all_passes
         for name, cls in sorted(all_passes().items()):

@@ -1,0 +1,40 @@
+"""ASTRA-sim's own reference runs (issue 31): every row of tests/data/astrasim_reference/README.md (copied from
+shared/astrasim-reference: ASTRA-sim 518bd51's config files, the Chakra ETs it ran and the times it reported) run
+here as given, `astra-compile ET_DIR --topology net.yml --system sys.json`, must agree with ASTRA-sim's time
+within 1 %. The ETs are kept as one tar.gz (616 small files) and unpacked, byte for byte, for the test."""
+import json
+import os
+import tarfile
+
+import pytest
+
+from helpers import cli
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "astrasim_reference")
+
+# (ET directory, network file, system file, extra options, ASTRA-sim's time in us): the README's table
+ROWS = [
+    ("ar_8_64M", "net_r8.yml", "sys_1d_direct_1split_fastmem.json", (), 160.280),
+    ("ar_8_64M", "net_r8.yml", "sys_1d_halvingDoubling_1split_fastmem.json", (), 1100.820),
+    ("ar_8_64M", "net_r8.yml", "sys_1d_ring_1split_fastmem.json", (), 1100.900),
+    ("ar_64_1G", "net_switch_64.yml", "sys_1d_direct_fastmem.json", (), 633.120),
+    ("ar_512_1G", "net_3dswitch_8x8x8.yml", "sys_3d_hd_baseline_fastmem.json", (), 35005.824),
+]
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    out = tmp_path_factory.mktemp("astrasim_reference")
+    with tarfile.open(os.path.join(DATA, "et.tar.gz")) as tar:
+        tar.extractall(out, filter="data")
+    return out / "et"
+
+
+@pytest.mark.parametrize("et, network, system, extra, astra_sim_us", ROWS,
+                         ids=[f"{r[2][:-5]}{'-'.join(('',) + r[3])}" for r in ROWS])
+def test_a_reference_run_agrees_with_astra_sim(capsys, traces, et, network, system, extra, astra_sim_us):
+    code, out, err = cli(capsys, traces / et, "--topology", os.path.join(DATA, network), "--system",
+                         os.path.join(DATA, system), *extra, "--json")
+    assert code == 0, err
+    ours = json.loads(out)["total_time_us"]
+    assert ours == pytest.approx(astra_sim_us, rel=0.01), (ours, astra_sim_us)
