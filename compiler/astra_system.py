@@ -13,6 +13,8 @@ of this compiler that means the same, and naming every key it cannot honour.
     roofline-enabled, peak-perf    1, TFLOPS                 -> --peak-tflops (a training step's compute)
     local-mem-bw                   GB/s                      -> --local-mem-bw (reductions cost local memory time)
     endpoint-delay                 ns                        -> --endpoint-delay (once per message)
+    (any file)                                               -> --step-semantics astra-sim (a training step),
+                                                                --switching store-and-forward (congestion)
     collective-optimization        baseline (the default)    -> --all-reduce per-dimension (all-reduces only)
                                    localBWAware              -> --all-reduce hierarchical
     boost-mode (other than 0) and any other key: not modelled here, each named in a warning line (and
@@ -69,6 +71,10 @@ def apply(args, given: set, step: bool) -> list[str]:
     # ASTRA-sim's own defaults where the file says nothing: baseline dimension order, FIFO within a dimension
     setting("scheduler", "baseline")
     setting("intra", "fifo")
+    # its congestion-aware backend moves a chunk whole from link to link (Link::schedule_chunk_transmission)
+    setting("switching", "store-and-forward")
+    if step:   # a step runs as ASTRA-sim's workload layer runs one (runtime/workload_engine.py)
+        setting("step_semantics", "astra-sim")
     for key, value in config.items():
         if key in KIND_KEYS.values():
             continue   # below, for the run's collective kind
@@ -166,6 +172,7 @@ def _network_conventions(args, given: set, names: list | None, kind: str) -> lis
     if topology.graph is not None:
         return []
     algorithms = names if names is None or len(names) == len(topology.dims) else [names[0]] * len(topology.dims)
+    args.astra_link_gbps = tuple(float(dim.bandwidth_gbps) for dim in topology.dims)   # what a message gets there
     out, notes = [], []
     for d, dim in enumerate(topology.dims):
         bw = float(dim.bandwidth_gbps)

@@ -71,6 +71,10 @@ def build_parser() -> _Parser:
     g.add_argument("--iteration", type=int, metavar="N",
                    help="an execution trace of several training iterations: time iteration N alone (the report "
                         "otherwise times them all and lists each)")
+    g.add_argument("--step-semantics", choices=("streams", "astra-sim"),
+                   help="how a step runs: streams (default: a stream per process group, a message meets its receive) "
+                        "or astra-sim (ASTRA-sim's: one collective or send in flight per NPU, eager sends, its view of "
+                        "messages and sub-world groups; a --system file selects it; docs/astra-sim.md)")
     g.add_argument("--peak-tflops", type=float, default=234.0,
                    help="compute roofline: peak TFLOPS per NPU (default 234, seed 002's A100 figure)")
     g.add_argument("--mem-bw", type=float, default=1896.0,
@@ -321,7 +325,8 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
                                       capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration,
                                       keep_tables=args.emit == "tables", local_mem_gbps=_local_mem(args),
                                       mem_latency_ns=args.mem_latency, pool=args.pool, offload=args.offload,
-                                      in_switch=args.in_switch)
+                                      in_switch=args.in_switch, step_semantics=_step_semantics(args),
+                                      switching=args.switching)
     if args.emit == "tables":
         return _emit_step_tables(args, report)
     if args.emit == "chakra":
@@ -450,6 +455,12 @@ def _run_kind(args, kind: str) -> int:
     if kind == "table directory":
         return _run_table_dir(args, run)
     return _run_collective(args, run)
+
+
+def _step_semantics(args):
+    """--step-semantics, with the per-link bandwidths of an ASTRA-sim network file the system reader converted."""
+    from .workload_driver import StepSemantics
+    return StepSemantics(args.step_semantics or "streams", getattr(args, "astra_link_gbps", None))
 
 
 def _local_mem(args) -> float | None:

@@ -279,9 +279,9 @@ class _Simulation:
     def _delivered(self, r: _Rank, i: int, now: float) -> None:
         """astra-sim semantics: a send ended (its message arrived): its receive, if posted, ends now."""
         sync = int(r.t.sync[i])
-        if sync in self.posted:
+        if sync in self.posted:   # its time in the step: while both the receive and the message were under way
             k, j = self.posted.pop(sync)
-            self.ranks[k].took[j] = now - self.ranks[k].start[j]
+            self.ranks[k].took[j] = now - max(self.ranks[k].start[j], r.start[i])
             self._push(now, k, j)
         else:
             self.delivered[sync] = now

@@ -18,6 +18,8 @@ ROWS = [
     ("ar_8_64M", "net_r8.yml", "sys_1d_halvingDoubling_1split_fastmem.json", (), 1100.820),
     ("ar_8_64M", "net_r8.yml", "sys_1d_ring_1split_fastmem.json", (), 1100.900),
     ("ar_64_1G", "net_switch_64.yml", "sys_1d_direct_fastmem.json", (), 633.120),
+    # congestion-aware: store-and-forward, as ASTRA-sim's backend (the system file sets --switching)
+    ("ar_64_1G", "net_switch_64.yml", "sys_1d_direct_fastmem.json", ("--backend", "congestion"), 40008.120),
     ("ar_512_1G", "net_3dswitch_8x8x8.yml", "sys_3d_hd_baseline_fastmem.json", (), 35005.824),
 ]
 
