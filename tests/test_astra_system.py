@@ -222,3 +222,38 @@ def test_a_refusal_of_a_typed_option_is_not_blamed_on_the_file(capsys, tmp_path)
     err = refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(6)", "--system",
                   system(tmp_path), "--algorithm", "halving_doubling")
     assert "sys.json" not in err
+
+
+def warnings_of(capsys, tmp_path, topology, changes, *extra, collective="all_reduce"):
+    _, err = report(capsys, "--collective", collective, "--size", "64MB", "--topology", topology, "--system",
+                    system(tmp_path, **changes), *extra)
+    return [line for line in err.splitlines() if "warning" in line]
+
+
+@pytest.mark.parametrize("topology, changes, extra, collective, expected", [
+    # ASTRA-sim alternates its two trees and moves on once a chunk is sent down: named when there are chunks
+    ("Switch(8)", {"all-reduce-implementation": ["doubleBinaryTree"]}, (), "all_reduce",
+     "doubleBinaryTree in 4 chunks: ASTRA-sim alternates its two trees"),
+    ("Switch(8)", {"all-reduce-implementation": ["doubleBinaryTree"], "preferred-dataset-splits": 1}, (),
+     "all_reduce", None),
+    # another algorithm under the name ring
+    ("Ring(8)", {"all-to-all-implementation": ["ring"]}, (), "all_to_all", "ring all-to-all: ASTRA-sim's is another"),
+    ("Ring(8)", {"all-to-all-implementation": ["direct"]}, (), "all_to_all", None),
+    # ASTRA-sim's Themis weighs an FC dimension by one link
+    ("Ring(4)_FC(4)", {"inter-dimension-scheduling": "themis"}, (), "all_reduce",
+     "themis with FullyConnected dimension(s) 1: ASTRA-sim's Themis weighs an FC dimension by one link"),
+    ("Ring(4)_Ring(4)", {"inter-dimension-scheduling": "themis"}, (), "all_reduce", None),
+    ("Ring(4)_FC(4)", {}, ("--scheduler", "themis"), "all_reduce", None),   # not the file's Themis
+    # a doubleBinaryTree all-reduce on one dimension has no reduce-scatter or all-gather phase to warn about
+    ("Switch(8)", {"all-reduce-implementation": ["doubleBinaryTree"], "preferred-dataset-splits": 1}, (),
+     "all_reduce", None),
+    ("Switch(4)_Switch(4)", {"all-reduce-implementation": ["doubleBinaryTree"], "preferred-dataset-splits": 1}, (),
+     "all_reduce", "doubleBinaryTree under localBWAware"),
+])
+def test_where_astra_sim_differs_one_line_says_so(capsys, tmp_path, topology, changes, extra, collective, expected):
+    lines = [line for line in warnings_of(capsys, tmp_path, topology, changes, *extra, collective=collective)
+             if "scheduling-policy LIFO" not in line]
+    if expected is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1 and expected in lines[0], lines
