@@ -7,9 +7,10 @@ ASTRA-sim's: member 0 at the root with one child, the balanced in-order binary t
 (its height log2 k for k a power of two). It serves an all-reduce on one dimension, run as one pass (select-
 algorithm marks its halves fused); a reduce-scatter or all-gather phase alone runs as NCCL's double binary tree.
 
-Not modelled: ASTRA-sim alternates chunks between this tree and its mirror (root k-1); here every chunk takes the
-first. Both have the same height, so the analytical time is the same; over real links one tree's links carry
-every chunk.
+Not modelled: ASTRA-sim alternates chunks between this tree and its mirror (root k-1), and a member takes up the
+next chunk once it has sent the last one down; here every chunk takes the first tree and holds the dimension
+until its messages arrive. One chunk takes as long either way; several overlap in ASTRA-sim (4 chunks on
+Switch(32): 37 whole-chunk messages to the slowest member there, 40 here; docs/astra-sim.md, Limits).
 """
 from __future__ import annotations
 

@@ -17,10 +17,11 @@ from . import driver, reuse
 from .network.errors import UserError
 from .frontend.cpu_limit import DEFAULT_SECONDS as DEFAULT_CAPTURE_LIMIT
 from .frontend.workload import Workload
-from .runtime.workload_engine import Roofline
+from .runtime.workload_engine import SEMANTICS, Roofline, check_peak_tflops
 from .network.parse import parse_topology, with_endpoint_delay
 from .network.topology import Topology
-from .workload_driver import Lowered, WorkloadOptions, lower, read_lowered, run, runner, with_schedules
+from .workload_driver import (Lowered, StepSemantics, WorkloadOptions, lower, read_lowered, run, runner,
+                              with_schedules)
 from .step_timeline import step_trace
 from .workload_report import WorkloadReport, make_report
 
@@ -111,7 +112,8 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             capture_limit: float | None = DEFAULT_CAPTURE_LIMIT, example_inputs=None, parallelize=None,
             loss=None, optimizer=None, iteration: int | None = None, keep_tables: bool = False,
             local_mem_gbps: float | None = None, mem_latency_ns: float = 0.0, pool=None, offload=None,
-            in_switch: bool = False) -> WorkloadReport:
+            in_switch: bool = False, step_semantics: str | StepSemantics = "streams",
+            switching: str = "cut-through") -> WorkloadReport:
     """Capture (or import) one training step, compile its collectives for `topology` and time the step.
 
     `source`: a model file, an imported module following the model-file convention, execution-trace files, a
@@ -135,7 +137,10 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     loads and stores use (a pool file's path, or network/memory_pool's HierMem or ZeroInfinity; docs/memory.md).
     `offload` ("params,grads,optimizer" or a tuple of them) keeps those states in the pool, moved where the step
     needs them, and `in_switch` lets the pool's switches do the FSDP all-gathers and reduce-scatters
-    (frontend/offload.py)."""
+    (frontend/offload.py). `step_semantics`: "streams" (this tool's: a stream per process group, messages meet
+    their receives) or "astra-sim" (ASTRA-sim's workload layer: one collective or send in flight per NPU, eager
+    sends, its network view of messages and sub-world groups; docs/astra-sim.md). `switching`: the congestion
+    backend's (--switching)."""
     step_module = isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".mlir")
     if _is_step_dir(source):
         return _compile_step_dir(os.fspath(source), topology, backend, intra, peak_tflops, mem_bw_gbps, max_memory,
@@ -151,6 +156,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         from .frontend.parallelize import parse_mesh
         mesh = parse_mesh(mesh)
     _check_roofline(peak_tflops, mem_bw_gbps)
+    step = _semantics(step_semantics)
     if step_module:  # written by --emit mlir: already lowered, with its topology, source and mesh
         if mesh or iteration is not None or offload or in_switch or \
                 any(v is not None for v in (example_inputs, parallelize, loss, optimizer)):
@@ -176,10 +182,10 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items())}
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm), ("all_reduce", all_reduce))
                 if v is not None}
-    run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory,
+    run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory, switching=switching,
                                  local_mem_gbps=_local_mem(local_mem_gbps))
     opts = WorkloadOptions(scheduler, defaults, run_opts, Roofline(peak_tflops, mem_bw_gbps), keep_tables,
-                           *_memory(mem_latency_ns, pool, topo))
+                           *_memory(mem_latency_ns, pool, topo), step=step)
     report = _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
     if not step_module:
         from .frontend import chakra
@@ -266,10 +272,19 @@ def _local_mem(gbps) -> float | None:
     return None if gbps is None else check_local_mem_gbps(gbps, "local_mem_gbps (--local-mem-bw)")
 
 
+def _semantics(step) -> StepSemantics:
+    if isinstance(step, StepSemantics):
+        return step
+    if step not in SEMANTICS:
+        raise UserError(f"--step-semantics must be one of {', '.join(SEMANTICS)}, got {step!r}")
+    return StepSemantics(step)
+
+
 def _check_roofline(peak_tflops, mem_bw_gbps) -> None:
-    for flag, value in (("--peak-tflops", peak_tflops), ("--mem-bw", mem_bw_gbps)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise UserError(f"{flag} must be a finite positive number, got {value!r}")
+    check_peak_tflops(peak_tflops)
+    if isinstance(mem_bw_gbps, bool) or not isinstance(mem_bw_gbps, (int, float)) or not math.isfinite(mem_bw_gbps) \
+            or mem_bw_gbps <= 0:
+        raise UserError(f"--mem-bw must be a finite positive number, got {mem_bw_gbps!r}")
 
 
 def _lowered(workload: Workload, topo: Topology) -> Lowered:

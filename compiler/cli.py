@@ -71,6 +71,10 @@ def build_parser() -> _Parser:
     g.add_argument("--iteration", type=int, metavar="N",
                    help="an execution trace of several training iterations: time iteration N alone (the report "
                         "otherwise times them all and lists each)")
+    g.add_argument("--step-semantics", choices=("streams", "astra-sim"),
+                   help="how a step runs: streams (default: a stream per process group, a message meets its receive) "
+                        "or astra-sim (ASTRA-sim's: one collective or send in flight per NPU, eager sends, its view of "
+                        "messages and sub-world groups; a --system file selects it; docs/astra-sim.md)")
     g.add_argument("--peak-tflops", type=float, default=234.0,
                    help="compute roofline: peak TFLOPS per NPU (default 234, seed 002's A100 figure)")
     g.add_argument("--mem-bw", type=float, default=1896.0,
@@ -340,7 +344,8 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
                                       capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration,
                                       keep_tables=args.emit == "tables", local_mem_gbps=_local_mem(args),
                                       mem_latency_ns=args.mem_latency, pool=args.pool, offload=args.offload,
-                                      in_switch=args.in_switch)
+                                      in_switch=args.in_switch, step_semantics=_step_semantics(args),
+                                      switching=args.switching)
     if args.emit == "tables":
         return _emit_step_tables(args, report)
     if args.emit == "chakra":
@@ -429,9 +434,22 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
     """Run a parsed command line (`parse`); the CLI and the sweep points (sweep/point.py) both come here."""
     kind = _kind(args)
     cli_rules.check(kind, args, given)
-    if args.system:
-        from . import astra_system
-        astra_system.apply(args, given, kind == "training step")
+    if not args.system:
+        return _run_kind(args, kind)
+    from . import astra_system
+    notices = astra_system.apply(args, given, kind == "training step")
+    from .dialects.comm import IRError
+    from .passes import PassError
+    try:
+        code = _run_kind(args, kind)
+    except (UserError, IRError, PassError) as e:   # an option the file set is the file's key, not a flag typed
+        raise astra_system.blamed(e, args) from None
+    for line in notices:   # after the run: a refused run says its one line only
+        sys.stderr.write(line + "\n")
+    return code
+
+
+def _run_kind(args, kind: str) -> int:
     if kind == "list-passes":
         from .passes import all_passes
         for name, cls in sorted(all_passes().items()):
@@ -456,6 +474,12 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
     if kind == "table directory":
         return _run_table_dir(args, run)
     return _run_collective(args, run)
+
+
+def _step_semantics(args):
+    """--step-semantics, with the per-link bandwidths of an ASTRA-sim network file the system reader converted."""
+    from .workload_driver import StepSemantics
+    return StepSemantics(args.step_semantics or "streams", getattr(args, "astra_link_gbps", None))
 
 
 def _local_mem(args) -> float | None:

@@ -20,7 +20,8 @@ ALLOWED = {
     "training step": NETWORK | COMPILE | {"system", "mesh", "capture_limit", "peak_tflops", "mem_bw", "backend",
                                           "intra", "emit", "output", "json", "max_memory", "cache", "iteration",
                                           "local_mem_bw", "mem_latency", "pool", "offload", "in_switch", "plot",
-                                          "timeline", "npu", "table_format", "force"},
+                                          "timeline", "npu", "table_format", "force", "step_semantics",
+                                          "switching"},
     # a step written with --emit tables -o: compiled already, on its own topology
     "step tables": {"peak_tflops", "mem_bw", "backend", "intra", "emit", "npu", "json", "max_memory", "timeline",
                     "local_mem_bw", "mem_latency", "pool", "plot"},

@@ -32,6 +32,7 @@ from .runtime import workload_engine as engine
 from .runtime.workload_engine import ProgramTable, Roofline, run_workload, WorkloadError
 from .network.links import LinkMap
 from .network.memory import LocalMemory, MemorySystem
+from .network import astra_network
 from .network.message import message
 from .network.topology import Topology
 
@@ -201,6 +202,19 @@ class CollectiveTimes(dict):
         return self[self.key(op)]
 
 
+@dataclass(frozen=True)
+class StepSemantics:
+    """How the step runs (runtime/workload_engine.py): "streams", this tool's own, or "astra-sim", ASTRA-sim's
+    workload layer, whose messages and sub-world groups also take ASTRA-sim's network view (network/astra_network.py);
+    `link_gbps`: there, each dimension's per-link bandwidth as an ASTRA-sim network file gave it (None: derived)."""
+    name: str = engine.STREAMS
+    link_gbps: tuple | None = None
+
+    @property
+    def astra(self) -> bool:
+        return self.name == engine.ASTRA_SIM
+
+
 @dataclass
 class WorkloadOptions:
     scheduler: str = driver.DEFAULT_SCHEDULER
@@ -210,6 +224,7 @@ class WorkloadOptions:
     keep_schedules: bool = False   # keep each collective's compiled schedule (step tables); never from a cache
     mem_latency_ns: float = 0.0    # local memory access latency (--mem-latency); its bandwidth is the roofline's
     pool: object | None = None     # the remote memory pool (--pool; network/memory_pool.py), None: none
+    step: StepSemantics = field(default_factory=StepSemantics)   # --step-semantics
 
     def memory(self) -> MemorySystem:
         return MemorySystem(LocalMemory(self.mem_latency_ns, self.roofline.mem_gbps), self.pool)
@@ -228,14 +243,15 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
             if key in times:
                 continue
             if key[0] == "p2p":
-                times[key] = message_time(topology, key, opts.run.backend == "congestion")
+                times[key] = message_time(topology, key, opts.run.backend == "congestion", opts.step)
             elif shared is None or opts.keep_schedules:
                 times[key], schedule = _time_one(ctx, topology, key, opts)
                 if opts.keep_schedules:
                     times.schedules[key] = schedule
             else:  # a sweep or --cache: the same collective, network and options are compiled once
                 times[key] = shared.get("collective", [key, topology.to_dict(), opts.scheduler, opts.defaults,
-                                                       reuse.options_key(opts.run)],
+                                                       reuse.options_key(opts.run)] +
+                                        ([dataclasses.asdict(opts.step)] if opts.step.astra else []),
                                         lambda: _time_one(ctx, topology, key, opts)[0], dataclasses.asdict,
                                         lambda d: CollectiveTime(float(d["time_ns"]), str(d["algorithm"]),
                                                                  str(d["fallback"]),
@@ -245,10 +261,15 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
     return times
 
 
-def message_time(topology: Topology, key: tuple, physical: bool = False) -> CollectiveTime:
+def message_time(topology: Topology, key: tuple, physical: bool = False,
+                 step: StepSemantics = StepSemantics()) -> CollectiveTime:
     """A point-to-point message's time: routed over the topology (network/message.py), in both backends; with
-    `physical` (the congestion backend) it shares the links of its route, else the dimensions at its two ends."""
+    `physical` (the congestion backend) it shares the links of its route, else the dimensions at its two ends.
+    Under the astra-sim semantics the analytical backend times it as ASTRA-sim's (network/astra_network.py)."""
     _, nbytes, src, dst = key
+    if step.astra and not physical and topology.graph is None:
+        m = astra_network.message(topology, src, dst, nbytes, astra_network.link_gbps(topology, step.link_gbps))
+        return CollectiveTime(m.time_ns, f"as ASTRA-sim: {m.route}", dim_busy_ns=m.dim_busy_ns)
     m = message(topology, src, dst, nbytes)
     stream_ns = max(m.dim_busy_ns, default=0.0)
     route = tuple((o, c, stream_ns) for o, c in m.links) if physical else ()
@@ -287,6 +308,9 @@ def _time_alone(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> t
     all the same, paying the steps' latency, which the padding keeps."""
     kind, nbytes, dims = key[:3]
     root, parts = max(key_root(key), 0), key_parts(key)
+    if opts.step.astra and topology.graph is None and kind not in wl.comm.ROOTED and \
+            math.prod(parts.get(d, (topology.shape[d], 1))[0] for d in dims) < topology.npus:
+        return _astra_group_time(ctx, topology, key, opts)
     if parts:   # the group covers part of some dimensions: its collective runs on the network it sees
         topology = topology.within(parts)
     try:
@@ -315,6 +339,22 @@ def _time_alone(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> t
         except (UserError, driver.comm.IRError, PassError):
             continue
     raise first
+
+
+def _astra_group_time(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> tuple[CollectiveTime, object]:
+    """Under the astra-sim semantics, a collective on a group smaller than the world: one ring over its members
+    (network/astra_network.group_ring), the ring algorithm whatever --algorithm says; its busy time goes to the
+    dimension the ring runs in. (A broadcast or reduce, which ASTRA-sim replays from the trace or refuses, keeps
+    this compiler's schedule.)"""
+    kind, nbytes, dims = key[:3]
+    ring, d = astra_network.group_ring(topology, list(dims), key_parts(key),
+                                       astra_network.link_gbps(topology, opts.step.link_gbps))
+    one = dataclasses.replace(opts, defaults={**opts.defaults, "algorithm": "ring"})
+    took, schedule = _time_alone(ctx, ring, (kind, nbytes, (0,)), dataclasses.replace(one, step=StepSemantics()))
+    busy = [0.0] * topology.ndims
+    busy[d] = max(took.dim_busy_ns, default=0.0)
+    return dataclasses.replace(took, algorithm="ring over the group (as ASTRA-sim)", dim_busy_ns=tuple(busy),
+                               class_busy_ns=()), schedule
 
 
 def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaults: dict, opts: WorkloadOptions,
@@ -366,6 +406,7 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
         kind, flops, nbytes, measured = np.zeros(n, np.int8), np.zeros(n), np.zeros(n), np.full(n, np.nan)
         duration, stream = np.zeros(n), np.zeros(n, np.int32)
         sync, size = np.full(n, -1, np.int64), np.ones(n, np.int64)
+        sends = np.zeros(n, bool)
         use: list = [None] * n
         streams, seq = {}, {}
         for i, op in enumerate(prog.ops):
@@ -386,6 +427,7 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
             if op.kind in wl.P2P:   # one stream per direction between two programs (p2p_stream)
                 ends = message_ends(op, runs)
                 kind[i] = engine.P2P
+                sends[i] = op.kind == "send"
                 stream[i] = streams.setdefault(p2p_stream(op), len(streams) + 1)
                 k = seq[ends + (op.kind,)] = seq.get(ends + (op.kind,), -1) + 1   # the k-th of this pair
                 sync[i] = sync_ids.setdefault(("p2p",) + ends + (k,), len(sync_ids))
@@ -402,7 +444,7 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
         ptr[1:] = np.cumsum([len(op.deps) for op in prog.ops])
         idx = np.asarray([d for op in prog.ops for d in op.deps], np.int64)
         tables.append(ProgramTable(prog.rank, kind, flops, nbytes, duration, stream, sync, size, ptr, idx,
-                                   measured, use))
+                                   measured, use, sends))
     return tables
 
 
@@ -566,7 +608,7 @@ def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions, times: Coll
         times = time_collectives(lowered.programs, topology, opts)
     tables = program_tables(lowered.programs, times, lowered.spmd, opts.memory())
     try:
-        result = run_workload(tables, opts.roofline, lowered.spmd)
+        result = run_workload(tables, opts.roofline, lowered.spmd, opts.step.name)
     except WorkloadError as e:
         raise UserError(str(e)) from None
     return result, times

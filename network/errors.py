@@ -46,12 +46,22 @@ def read_text(path: str, expected: str, label: str = "", limit: int | None = Non
         raise UserError(f"{path} is not text (a binary file?); expected {expected}") from None
 
 
-def read_json(path: str, expected: str, label: str = "", limit: int | None = None):
+def read_json(path: str, expected: str, label: str = "", limit: int | None = None, unique_keys: bool = False):
     """The JSON value of a user's file (read_text's checks, then one line for JSON that does not parse, including
-    nesting past Python's recursion limit)."""
+    nesting past Python's recursion limit). With `unique_keys` a key given twice in one object is refused: JSON
+    parsers keep the last silently, so one of the user's two values would be ignored without a word."""
     import json
+
+    def no_twice(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise UserError(f"{path}: key '{one_line(key)}' is given twice")
+            seen.add(key)
+        return dict(pairs)
+
     text = read_text(path, expected, label, limit)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=no_twice if unique_keys else None)
     except (ValueError, RecursionError) as e:
         raise UserError(f"{path} is not JSON ({' '.join(str(e).split())[:100]})") from None

@@ -20,6 +20,15 @@ An SPMD program (one rank standing for all) needs no matching: every rank reache
 A point-to-point message (P2P rows: a send and its receive, on a stream per pair of ranks) starts when both ends
 have reached it, in SPMD programs too: a pipeline's stages are programs of their own that message each other.
 
+Those are the "streams" step semantics, this tool's own and the default. The "astra-sim" semantics follow
+ASTRA-sim's workload layer (read in its source: workload/HardwareResource.cc, workload/Workload.cc) on top of the
+same order between rows (which `--emit chakra` writes into the traces as dependencies, so ASTRA-sim sees it too):
+- an NPU has one collective or send in flight at a time (HardwareResource::occupy asserts none is; a receive does
+  not count): a ready one waits for the one in flight, and when it ends the ready ones go in row order (issue order:
+  Workload::issue_dep_free_nodes walks the dependency-free nodes by id);
+- a send is eager: it goes as soon as its sender issues it and ends on arrival, and its receive ends when both the
+  receive is posted and the message has arrived.
+
 Collectives in flight at the same time share the links they use (runtime/link_sharing.py): a collective or
 message row's `use` gives the fraction of its time it occupies each link (an NPU and a link class: a dimension's
 slot), and concurrent ones on the same link progress at max-min fair rates. The engine is therefore event-driven: a row starts when its
@@ -37,10 +46,13 @@ import numpy as np
 
 from .link_sharing import fair_rates
 
+from ..network.errors import UserError
 from ..network.units import gbps_to_bytes_per_ns
 
 COMPUTE, COLLECTIVE, WAIT, P2P, MEMORY = 0, 1, 2, 3, 4
 COMMUNICATION = (COLLECTIVE, P2P)
+STREAMS, ASTRA_SIM = "streams", "astra-sim"   # the step semantics (module docstring)
+SEMANTICS = (STREAMS, ASTRA_SIM)
 LOCAL_STREAM, REMOTE_STREAM = -2, -3   # a memory row's stream: its memory, one transfer at a time (compute: -1)
 # the step-time breakdown of seed 002 (Fig. 4): each instant goes to the first of these that is busy, else idle
 BREAKDOWN = ("compute", "exposed_local_memory", "exposed_remote_memory", "exposed_comm", "idle")
@@ -48,6 +60,19 @@ BREAKDOWN = ("compute", "exposed_local_memory", "exposed_remote_memory", "expose
 
 class WorkloadError(Exception):
     """The programs cannot run: ranks wait on collectives their partners never issue."""
+
+
+# the peak rates a roofline takes (TFLOPS per NPU): 1 GFLOPS to 1 ZFLOPS, so that every op's time is a finite
+# number of ns (a rate of 1e-310 would make a step of FLOPs take forever)
+PEAK_TFLOPS = (1e-3, 1e9)
+
+
+def check_peak_tflops(value, what: str = "--peak-tflops") -> float:
+    """A peak rate a run can use, or one UserError naming `what` and the range."""
+    low, high = PEAK_TFLOPS
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise UserError(f"{what} must be a number of TFLOPS from {low:g} to {high:g}, got {value!r}")
+    return float(value)
 
 
 @dataclass
@@ -78,6 +103,7 @@ class ProgramTable:
     # per row: {(owner, link class): fraction of its time it occupies that link}, owner -1 = the row's own rank
     # (a collective's links on each member), else a global NPU (a message's route); None or {}: it shares nothing
     use: list | None = None
+    sends: np.ndarray | None = None   # P2P rows: True at the sending end (the astra-sim semantics' eager sends)
 
 
 @dataclass
@@ -120,6 +146,8 @@ class _Rank:
         self.start, self.end = np.full(n, np.nan), np.full(n, np.nan)
         self.took = self.dur.copy()               # a collective's time in the step: longer when it was slowed
         self.waiting = np.zeros(n, np.int64)      # predecessors not yet ended
+        self.comm_ready: list = []                # astra-sim semantics: collectives and sends ready, by row
+        self.comm_busy = -1                       # the one in flight (-1: none)
         self.succ: list[list[int]] = [[] for _ in range(n)]
         kind, ptr, idx = table.kind.tolist(), table.dep_ptr.tolist(), table.dep_idx.tolist()
         last_on: dict = {}   # stream -> its latest row; the compute stream is -1
@@ -155,18 +183,29 @@ class _Job:
 
 
 class _Simulation:
-    def __init__(self, ranks: list[_Rank], spmd: bool):
+    def __init__(self, ranks: list[_Rank], spmd: bool, semantics: str = STREAMS):
         self.ranks, self.spmd = ranks, spmd
+        self.astra = semantics == ASTRA_SIM
         self.events: list = []     # (time, seq, rank index, row): the row ends
         self.seq = 0
         self.arrived: dict = {}    # sync id -> [(rank index, row)] of members that reached the collective
         self.active: list[_Job] = []
         self.memory: dict = {}     # (rank index, memory stream) -> rows ready and waiting for it; absent: free
+        self.posted: dict = {}     # astra-sim: sync id -> the receive posted before its message arrived
+        self.delivered: dict = {}  # astra-sim: sync id -> when a message arrived before its receive was posted
+        self.receivers: dict = {}  # astra-sim: sync id -> (rank index, row) of a message's receiving end
+        if self.astra:
+            for r in ranks:
+                if r.t.sends is None:
+                    continue
+                for i in np.flatnonzero((r.t.kind == P2P) & ~r.t.sends & (r.t.group_size > 1)).tolist():
+                    self.receivers[int(r.t.sync[i])] = (r.index, i)
 
     def run(self) -> None:
         for r in self.ranks:
             for i in np.flatnonzero(r.waiting == 0).tolist():
                 self._release(r, i, 0.0)
+            self._issue(r, 0.0)
         while self.events or self.active:
             job = min(self.active, key=_Job.finish) if self.active else None
             t_next = self.events[0][0] if self.events else math.inf
@@ -195,6 +234,61 @@ class _Simulation:
             r.start[i] = now
             self._push(now + r.dur[i], r.index, i)
             return
+        if self.astra and (t.kind[i] == COLLECTIVE or self._sends(r, i)):
+            heapq.heappush(r.comm_ready, i)   # issued by _issue once the NPU has none in flight
+            return
+        if self.astra and t.kind[i] == P2P and t.group_size[i] > 1 and t.sends is not None:
+            self._post(r, i, now)
+            return
+        self._arrive(r, i, now)
+
+    def _sends(self, r: _Rank, i: int) -> bool:
+        return r.t.kind[i] == P2P and r.t.sends is not None and bool(r.t.sends[i])
+
+    def _issue(self, r: _Rank, now: float) -> None:
+        """astra-sim semantics: with no collective or send in flight on r, the first ready one (by row) goes."""
+        if r.comm_busy < 0 and r.comm_ready:
+            i = heapq.heappop(r.comm_ready)
+            r.comm_busy = i
+            if self._sends(r, i) and r.t.group_size[i] > 1:   # eager: it goes alone, its receive posted or not
+                self._start([(r.index, i)], now, self._message_use(r, i))
+            else:
+                self._arrive(r, i, now)
+
+    def _message_use(self, r: _Rank, i: int) -> dict:
+        """The links an eager send occupies: its own end's and its receiver's (as the pair's rows would)."""
+        use = {}
+        sync = int(r.t.sync[i])
+        for k, j in ((r.index, i),) + ((self.receivers[sync],) if sync in self.receivers else ()):
+            t = self.ranks[k].t
+            if t.use is not None and t.use[j]:
+                use.update({(k if o < 0 else o, c): u for (o, c), u in t.use[j].items()})
+        return use
+
+    def _post(self, r: _Rank, i: int, now: float) -> None:
+        """astra-sim semantics: a receive is posted; it ends when its message has arrived too."""
+        sync = int(r.t.sync[i])
+        r.start[i] = now
+        if sync in self.delivered:
+            end = max(now, self.delivered.pop(sync))
+            r.took[i] = end - now
+            self._push(end, r.index, i)
+        else:
+            self.posted[sync] = (r.index, i)
+
+    def _delivered(self, r: _Rank, i: int, now: float) -> None:
+        """astra-sim semantics: a send ended (its message arrived): its receive, if posted, ends now."""
+        sync = int(r.t.sync[i])
+        if sync in self.posted:   # its time in the step: while both the receive and the message were under way
+            k, j = self.posted.pop(sync)
+            self.ranks[k].took[j] = now - max(self.ranks[k].start[j], r.start[i])
+            self._push(now, k, j)
+        else:
+            self.delivered[sync] = now
+
+    def _arrive(self, r: _Rank, i: int, now: float) -> None:
+        """A collective or message row is reached: it starts when every member of its group has reached it."""
+        t = r.t
         if (self.spmd and t.kind[i] == COLLECTIVE) or t.group_size[i] <= 1:
             self._start([(r.index, i)], now)
             return
@@ -204,13 +298,15 @@ class _Simulation:
             del self.arrived[int(t.sync[i])]
             self._start(members, now)
 
-    def _start(self, rows: list, now: float) -> None:
-        use = {}
+    def _start(self, rows: list, now: float, use: dict | None = None) -> None:
         for k, i in rows:
-            r = self.ranks[k]
-            r.start[i] = now
-            if r.t.use is not None and r.t.use[i]:
-                use.update({(k if o < 0 else o, c): u for (o, c), u in r.t.use[i].items()})
+            self.ranks[k].start[i] = now
+        if use is None:
+            use = {}
+            for k, i in rows:
+                r = self.ranks[k]
+                if r.t.use is not None and r.t.use[i]:
+                    use.update({(k if o < 0 else o, c): u for (o, c), u in r.t.use[i].items()})
         alone = max(float(self.ranks[k].dur[i]) for k, i in rows)
         if alone <= 0.0:
             for k, i in rows:
@@ -232,6 +328,10 @@ class _Simulation:
 
     def _ended(self, r: _Rank, i: int, now: float) -> None:
         r.end[i] = now
+        if self.astra and i == r.comm_busy:   # the NPU's collective or send is done: the next may go (below)
+            r.comm_busy = -1
+            if self._sends(r, i) and r.t.group_size[i] > 1:
+                self._delivered(r, i, now)
         if r.t.kind[i] == MEMORY:   # the memory takes the next row waiting for it
             key = (r.index, int(r.t.stream[i]))
             if self.memory[key]:
@@ -244,12 +344,17 @@ class _Simulation:
             r.waiting[j] -= 1
             if r.waiting[j] == 0:
                 self._release(r, j, now)
+        if self.astra:   # after every row the end made ready: the first of them by row may take the NPU
+            self._issue(r, now)
 
     def _push(self, when: float, k: int, i: int) -> None:
         self.seq += 1
         heapq.heappush(self.events, (when, self.seq, k, i))
 
     def stuck(self) -> WorkloadError | None:
+        for k, i in self.posted.values():
+            return WorkloadError(f"rank {self.ranks[k].t.rank} waits forever at op {i}: a receive whose message is "
+                                 "never sent")
         for members in self.arrived.values():
             k, i = min(members)
             r = self.ranks[k]
@@ -266,9 +371,12 @@ class _Simulation:
         return None
 
 
-def run_workload(tables: list[ProgramTable], roofline: Roofline, spmd: bool = False) -> WorkloadResult:
+def run_workload(tables: list[ProgramTable], roofline: Roofline, spmd: bool = False,
+                 semantics: str = STREAMS) -> WorkloadResult:
+    if semantics not in SEMANTICS:
+        raise ValueError(f"unknown step semantics {semantics!r}")
     ranks = [_Rank(k, t, roofline) for k, t in enumerate(tables)]
-    sim = _Simulation(ranks, spmd)
+    sim = _Simulation(ranks, spmd, semantics)
     sim.run()
     error = sim.stuck()
     if error is not None:

@@ -118,10 +118,21 @@ def test_a_step_takes_peak_perf_and_all_reduces_implementation(capsys, tmp_path)
     (json.dumps({**SYSTEM, "all-reduce-implementation": ["ring", "ringo"]}), "unknown implementation 'ringo'"),
     (json.dumps({**SYSTEM, "preferred-dataset-splits": "4"}), "preferred-dataset-splits must be a whole number"),
     (json.dumps({**SYSTEM, "intra-dimension-scheduling": "RG"}), "intra-dimension-scheduling must be one of"),
-    (json.dumps({**SYSTEM, "peak-perf": -1}), "peak-perf must be a positive number"),
+    (json.dumps({**SYSTEM, "peak-perf": -1}), "peak-perf must be a number of TFLOPS from 0.001 to 1e+09, got -1"),
+    # a rate so small that compute would take forever (was Infinity us, exit 0)
+    (json.dumps({**SYSTEM, "peak-perf": 1e-310}), "peak-perf must be a number of TFLOPS from 0.001 to 1e+09"),
     (json.dumps({**SYSTEM, "collective-optimization": "fast"}),
      "collective-optimization must be one of baseline, localBWAware, got 'fast'"),
-    (json.dumps({**SYSTEM, "endpoint-delay": "10"}), "endpoint-delay must be a positive number, got '10'"),
+    (json.dumps({**SYSTEM, "endpoint-delay": "10"}), "endpoint-delay must be a number of ns from 0 to 3.6e+12, got '10'"),
+    (json.dumps({**SYSTEM, "endpoint-delay": -1}), "endpoint-delay must be a number of ns from 0 to 3.6e+12, got -1"),
+    (json.dumps({**SYSTEM, "local-mem-bw": 1e13}), "local-mem-bw: local memory bandwidth must be a number of GB/s "
+                                                   "between 0.001 and 1e12"),
+    (json.dumps({**SYSTEM, "roofline-enabled": 2}), "roofline-enabled must be 0 or 1, got 2"),
+    (json.dumps({**SYSTEM, "preferred-dataset-splits": 0}),
+     "preferred-dataset-splits must be a whole number from 1 to 1048576, got 0"),
+    # JSON keeps the last of a key given twice: one of the user's values would be ignored without a word
+    ('{"endpoint-delay": 10, "preferred-dataset-splits": 4, "endpoint-delay": 0}',
+     "sys.json: key 'endpoint-delay' is given twice"),
 ])
 def test_a_bad_system_file_is_refused_in_one_line(capsys, tmp_path, content, match):
     path = tmp_path / "sys.json"
@@ -176,3 +187,73 @@ def test_a_notation_topology_keeps_this_compilers_conventions(capsys, tmp_path):
                       "--active-chunks", "2", "--scheduler", "baseline", "--intra", "fifo", "--algorithm", "direct",
                       "--endpoint-delay", "10")
     assert r["total_time_us"] == plain["total_time_us"] and "note:" not in err
+
+
+@pytest.mark.parametrize("changes", [
+    {"local-mem-bw": 1000000000},   # ASTRA-sim's "fast memory": no local-memory term (was refused)
+    {"endpoint-delay": 0},          # ASTRA-sim's own default, as --endpoint-delay 0 (was refused)
+])
+def test_the_values_astra_sims_own_files_use_are_valid(capsys, tmp_path, changes):
+    r, _ = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "4x4_torus", "--system",
+                  system(tmp_path, **changes))
+    key, value = next(iter(changes.items()))
+    flag = {"local-mem-bw": "--local-mem-bw", "endpoint-delay": "--endpoint-delay"}[key]
+    plain, _ = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "4x4_torus",
+                      "--system", system(tmp_path, **{key: None}), flag, str(value))
+    assert r == plain
+
+
+@pytest.mark.parametrize("topology, changes, match", [
+    # an implementation the topology cannot take: the file's key and value, not a --algorithm never typed
+    ("Ring(8)_Ring(4)", {"all-reduce-implementation": ["oneRing", "ring"]},
+     'sys.json: all-reduce-implementation ["oneRing", "ring"]: flat_ring schedules the whole network at once'),
+    ("Ring(8)_Ring(4)_Ring(2)", {"all-reduce-implementation": ["ring", "direct"]},
+     'sys.json: all-reduce-implementation ["ring", "direct"]: --algorithm lists 2 algorithms for 3 dimensions'),
+    ("Ring(6)", {"all-reduce-implementation": ["halvingDoubling"]},
+     'sys.json: all-reduce-implementation ["halvingDoubling"]: halving_doubling needs a power-of-two group'),
+])
+def test_a_refusal_the_system_file_causes_names_its_key(capsys, tmp_path, topology, changes, match):
+    # the file's warnings (scheduling-policy LIFO) are not shown: a refused run says its one line only
+    refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", topology, "--system",
+            system(tmp_path, **changes), match=match)
+
+
+def test_a_refusal_of_a_typed_option_is_not_blamed_on_the_file(capsys, tmp_path):
+    err = refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(6)", "--system",
+                  system(tmp_path), "--algorithm", "halving_doubling")
+    assert "sys.json" not in err
+
+
+def warnings_of(capsys, tmp_path, topology, changes, *extra, collective="all_reduce"):
+    _, err = report(capsys, "--collective", collective, "--size", "64MB", "--topology", topology, "--system",
+                    system(tmp_path, **changes), *extra)
+    return [line for line in err.splitlines() if "warning" in line]
+
+
+@pytest.mark.parametrize("topology, changes, extra, collective, expected", [
+    # ASTRA-sim alternates its two trees and moves on once a chunk is sent down: named when there are chunks
+    ("Switch(8)", {"all-reduce-implementation": ["doubleBinaryTree"]}, (), "all_reduce",
+     "doubleBinaryTree in 4 chunks: ASTRA-sim alternates its two trees"),
+    ("Switch(8)", {"all-reduce-implementation": ["doubleBinaryTree"], "preferred-dataset-splits": 1}, (),
+     "all_reduce", None),
+    # another algorithm under the name ring
+    ("Ring(8)", {"all-to-all-implementation": ["ring"]}, (), "all_to_all", "ring all-to-all: ASTRA-sim's is another"),
+    ("Ring(8)", {"all-to-all-implementation": ["direct"]}, (), "all_to_all", None),
+    # ASTRA-sim's Themis weighs an FC dimension by one link
+    ("Ring(4)_FC(4)", {"inter-dimension-scheduling": "themis"}, (), "all_reduce",
+     "themis with FullyConnected dimension(s) 1: ASTRA-sim's Themis weighs an FC dimension by one link"),
+    ("Ring(4)_Ring(4)", {"inter-dimension-scheduling": "themis"}, (), "all_reduce", None),
+    ("Ring(4)_FC(4)", {}, ("--scheduler", "themis"), "all_reduce", None),   # not the file's Themis
+    # a doubleBinaryTree all-reduce on one dimension has no reduce-scatter or all-gather phase to warn about
+    ("Switch(8)", {"all-reduce-implementation": ["doubleBinaryTree"], "preferred-dataset-splits": 1}, (),
+     "all_reduce", None),
+    ("Switch(4)_Switch(4)", {"all-reduce-implementation": ["doubleBinaryTree"], "preferred-dataset-splits": 1}, (),
+     "all_reduce", "doubleBinaryTree under localBWAware"),
+])
+def test_where_astra_sim_differs_one_line_says_so(capsys, tmp_path, topology, changes, extra, collective, expected):
+    lines = [line for line in warnings_of(capsys, tmp_path, topology, changes, *extra, collective=collective)
+             if "scheduling-policy LIFO" not in line]
+    if expected is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1 and expected in lines[0], lines

@@ -230,7 +230,8 @@ def test_binary_files_are_named_as_such(capsys, tmp_path, name):
 
 
 @pytest.mark.parametrize("flag,value", [("--peak-tflops", "nan"), ("--peak-tflops", "inf"), ("--mem-bw", "nan"),
-                                        ("--mem-bw", "-inf")])
+                                        ("--mem-bw", "-inf"),
+                                        ("--peak-tflops", "1e-310")])   # positive, but every op would take forever
 def test_roofline_must_be_finite(capsys, flag, value):
     refused(capsys, os.path.join(EXAMPLES, "mlp_dp.py"), "--topology", "4_ring", flag, value, match=flag)
 

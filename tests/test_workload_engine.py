@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from astra_compile.runtime.workload_engine import (COLLECTIVE, COMPUTE, WAIT, ProgramTable, Roofline,
+from astra_compile.runtime.workload_engine import (COLLECTIVE, COMPUTE, P2P, WAIT, ProgramTable, Roofline,
                                                    WorkloadError, run_workload)
 
 # 1 TFLOPS and a memory bandwidth so high that a compute op's time in ns is its FLOPs / 1000
@@ -64,3 +64,59 @@ def test_roofline_takes_the_slower_of_flops_and_bytes():
     roof = Roofline(peak_tflops=2.0, mem_gbps=1.0)
     t = roof.time_ns(np.array([4e3, 0.0]), np.array([0.0, 2 ** 30]))
     assert t[0] == 2.0 and t[1] == pytest.approx(1e9)
+
+
+# ---- the astra-sim step semantics (ASTRA-sim's workload layer: HardwareResource.cc, Workload.cc) --------------
+
+def messaging(rows, rank=0):
+    """program() with P2P rows: (P2P, ns, deps, stream, sync, group_size, sends)."""
+    table = program([r[:6] for r in rows], rank)
+    table.duration_ns = np.array([r[1] if r[0] in (COLLECTIVE, P2P) else 0.0 for r in rows])
+    table.sends = np.array([bool(r[6]) if len(r) > 6 else False for r in rows])
+    return table
+
+
+def test_astra_sim_runs_one_collective_at_a_time_per_npu_in_issue_order():
+    # three collectives of three process groups, all ready at 0: streams overlap them, ASTRA-sim issues them one by
+    # one, by row
+    rows = [(COLLECTIVE, 40, [], 1, 0, 4), (COLLECTIVE, 10, [], 2, 1, 4), (COLLECTIVE, 10, [], 3, 2, 4)]
+    streams = run_workload([program(rows)], ROOF, spmd=True).ranks[0]
+    astra = run_workload([program(rows)], ROOF, spmd=True, semantics="astra-sim").ranks[0]
+    assert list(streams.start_ns) == [0, 0, 0] and streams.total_ns == 40
+    assert list(astra.start_ns) == [0, 40, 50] and astra.total_ns == 60
+
+
+def test_astra_sim_holds_a_collective_ready_later_until_the_npu_is_free():
+    # row 2 waits 50 ns for its data while row 0 holds the NPU until 100: it starts then, not at 50 (streams)
+    rows = [(COLLECTIVE, 100, [], 2, 1, 4), (COMPUTE, 50, [], 0, -1, 1), (COLLECTIVE, 30, [1], 1, 0, 4)]
+    streams = run_workload([program(rows)], ROOF, spmd=True).ranks[0]
+    astra = run_workload([program(rows)], ROOF, spmd=True, semantics="astra-sim").ranks[0]
+    assert list(streams.start_ns) == [0, 0, 50] and streams.total_ns == 100
+    assert list(astra.start_ns) == [0, 0, 100] and astra.total_ns == 130
+
+
+def test_astra_sim_sends_are_eager_and_receives_hold_nothing():
+    # rank 1 posts its receive after 300 ns of compute. Streams: the send meets it then (300-400) and rank 0's
+    # other collective runs beside it. ASTRA-sim: the send goes at 0 and arrives at 100, the collective follows it
+    # (one at a time), the receive ends as it is posted
+    a = messaging([(P2P, 100, [], 1, 0, 2, True), (COLLECTIVE, 50, [], 2, 1, 1)], rank=0)
+    b = messaging([(COMPUTE, 300, [], 0, -1, 1), (P2P, 100, [0], 1, 0, 2, False)], rank=1)
+    streams = run_workload([a, b], ROOF)
+    assert list(streams.ranks[0].start_ns) == [300, 0] and streams.total_ns == 400
+    astra = run_workload([a, b], ROOF, semantics="astra-sim")
+    assert list(astra.ranks[0].start_ns) == [0, 100] and list(astra.ranks[0].end_ns) == [100, 150]
+    assert astra.ranks[1].end_ns[1] == 300 and astra.total_ns == 300
+    # posted before the message arrives, the receive ends on arrival; a receive never blocks a send behind it
+    c = messaging([(COMPUTE, 20, [], 0, -1, 1), (P2P, 100, [0], 1, 0, 2, True)], rank=0)
+    d = messaging([(P2P, 100, [], 1, 0, 2, False), (P2P, 70, [], 2, 1, 2, True)], rank=1)
+    e = messaging([(P2P, 70, [], 1, 1, 2, False)], rank=2)
+    astra = run_workload([c, d, e], ROOF, semantics="astra-sim")
+    assert astra.ranks[1].end_ns[0] == 120 and list(astra.ranks[1].start_ns) == [0, 0]
+    assert astra.ranks[2].end_ns[0] == 70
+
+
+def test_astra_sim_reports_a_receive_never_sent():
+    a = messaging([(COMPUTE, 5, [], 0, -1, 1)], rank=0)
+    b = messaging([(P2P, 100, [], 1, 0, 2, False)], rank=1)
+    with pytest.raises(WorkloadError, match="rank 1 waits forever at op 0: a receive whose message is never sent"):
+        run_workload([a, b], ROOF, semantics="astra-sim")
