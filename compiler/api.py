@@ -81,6 +81,8 @@ def _trace_files(directory: str) -> list[str]:
 
 def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_limit: float | None) -> Workload:
     if len(paths) == 1 and paths[0].endswith(".py"):
+        from .frontend.model_file import check_before_torch
+        check_before_torch(paths[0], world_size, mesh)   # a mistake costs no torch import (seconds)
         from .frontend.capture import capture
         from .frontend.cpu_limit import cpu_limit
         from .frontend.model_file import load_model_file
@@ -147,9 +149,9 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     topo = topology if isinstance(topology, Topology) or topology is None else \
         parse_topology(topology, bandwidth, latency, links)
     topo = topo and with_endpoint_delay(topo, endpoint_delay)
-    if isinstance(mesh, str):
-        from .frontend.parallelize import parse_mesh
-        mesh = parse_mesh(mesh)
+    if mesh is not None:
+        from .frontend.mesh import check_axes, parse_mesh
+        mesh = parse_mesh(mesh) if isinstance(mesh, str) else check_axes(mesh)
     _check_roofline(peak_tflops, mem_bw_gbps)
     if step_module:  # written by --emit mlir: already lowered, with its topology, source and mesh
         if mesh or iteration is not None or offload or in_switch or \

@@ -16,8 +16,9 @@ import logging
 from ..network.errors import UserError
 from .model_file import ModelFile, one_line
 from . import pipeline
-from .parallelize import (apply_builtin, axis, build_mesh, check_mesh, ddp_modules, meshes_outside_fake,
-                          prepare_ddp, skip_cross_rank_checks)
+from .mesh import check_axes, check_mesh
+from .parallelize import (apply_builtin, axis, build_mesh, ddp_modules, meshes_outside_fake, prepare_ddp,
+                          skip_cross_rank_checks)
 from .own_world import script_world_set_aside
 from .recorder import AUTOGRAD, StepRecorder
 from .routing import AssumedRouting, check_routing
@@ -70,6 +71,7 @@ def mesh_axes_for(spec: ModelFile, world_size: int, mesh: dict[str, int] | None)
             mesh = dict(spec.mesh_axes(world_size))
         except (Exception, SystemExit) as e:
             raise UserError(f"{spec.path}: mesh_axes({world_size}) failed: {one_line(e)}") from None
+        mesh = check_axes(mesh, f"{spec.path}: mesh_axes({world_size})")
     axes = mesh if mesh is not None else {"dp": world_size}
     check_mesh(axes, world_size)
     return axes
