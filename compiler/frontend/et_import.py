@@ -75,6 +75,7 @@ from pathlib import Path
 from ..dialects.comm import ROOTED
 from ..network.errors import InputWarning, UserError
 from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
+from .op_bytes import moved_bytes, only_aliases
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op, Workload
 
 OUT = "out"  # "the op's recorded outputs" in the tables below
@@ -115,7 +116,6 @@ _FUNCTIONAL = {
 }
 _P2P = {"send": SEND, "recv_": RECV}   # c10d::send(tensors, pg, dst, tag), c10d::recv_(tensors, pg, src, tag)
 _COMM_NS = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
-_ALLOC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 _DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
            "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
            "unsigned char": "uint8", "bool": "bool"}
@@ -651,8 +651,8 @@ class _Builder:
         ins, outs = node["inputs"]["values"], node["outputs"]["values"]
         mutated = self.mutated_args(node)
         out_storages, in_storages = _storages(outs), _storages(ins)
-        view = not mutated and bool(out_storages) and out_storages <= in_storages
-        nbytes = 0 if view or node["name"].partition("::")[2] in _ALLOC else _nbytes(ins) + _nbytes(outs)
+        view = only_aliases(bool(mutated), out_storages, in_storages)
+        nbytes = 0 if view else moved_bytes(node["name"], [_nbytes(v) for v in ins], [_nbytes(v) for v in outs])
         return view, set() if view else out_storages | mutated, nbytes
 
     def local_calls(self, node: dict) -> list[dict]:
