@@ -68,3 +68,17 @@ def builtin_refusal(axes: dict[str, int], has_tp_plan: bool) -> str:
     if axes.get("tp", 1) > 1 and not has_tp_plan:
         return "the mesh has a tp axis but the model file has no TP_PLAN and no parallelize()"
     return ""
+
+
+def silent_axes(axes: dict[str, int], groups) -> list[str]:
+    """Axes of 2 or more ranks (but pp, whose stages the capture runs) along which no group of the step varies
+    (`groups`: the ranks of each collective and message): their ranks never exchange anything, so they would
+    train as unsynchronised copies. Ranks are laid out row-major over the axes, the last varying fastest."""
+    names, sizes = list(axes), list(axes.values())
+    strides = [math.prod(sizes[i + 1:]) for i in range(len(sizes))]
+    spanned = set()
+    for ranks in groups:
+        for name, size, stride in zip(names, sizes, strides):
+            if name not in spanned and len({r // stride % size for r in ranks}) > 1:
+                spanned.add(name)
+    return [a for a in names if axes[a] > 1 and a != "pp" and a not in spanned]

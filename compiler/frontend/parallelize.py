@@ -129,3 +129,40 @@ class skip_cross_rank_checks:
         return False
 
 
+
+
+class mesh_reads:
+    """The mesh axes a model file's parallelize(module, mesh) looks up, by name or index, on the mesh it is given
+    or any mesh sliced from it: `mesh["dp"]`, `mesh["dp", "tp"]`, `mesh.get_group("tp")`, and what torch's APIs
+    look up inside the call (DDP(device_mesh=mesh["dp"]) asks the 1-D mesh for its group). `names` after the call.
+    """
+
+    def __enter__(self):
+        from torch.distributed.device_mesh import DeviceMesh
+        self.names: set[str] = set()
+        self._cls = DeviceMesh
+        self._saved = {m: getattr(DeviceMesh, m) for m in ("__getitem__", "get_group", "get_all_groups")}
+        names, saved = self.names, self._saved
+
+        def getitem(mesh, dims):
+            names.update([dims] if isinstance(dims, str) else dims)
+            return saved["__getitem__"](mesh, dims)
+
+        def get_group(mesh, mesh_dim=None):
+            dims = mesh.mesh_dim_names or ()
+            if isinstance(mesh_dim, str):
+                names.add(mesh_dim)
+            elif mesh_dim is None and len(dims) == 1 or isinstance(mesh_dim, int) and 0 <= mesh_dim < len(dims):
+                names.add(dims[mesh_dim or 0])
+            return saved["get_group"](mesh, mesh_dim)
+
+        def get_all_groups(mesh):
+            names.update(mesh.mesh_dim_names or ())
+            return saved["get_all_groups"](mesh)
+        DeviceMesh.__getitem__, DeviceMesh.get_group, DeviceMesh.get_all_groups = getitem, get_group, get_all_groups
+        return self
+
+    def __exit__(self, *exc):
+        for m, f in self._saved.items():
+            setattr(self._cls, m, f)
+        return False
