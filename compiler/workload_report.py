@@ -196,6 +196,7 @@ def format_report(d: dict) -> str:
         f"workload        {d['source']} ({d['ops']} ops, {format_flops(d['flops'])} per rank)",
         f"topology        {d['topology']} ({d['npus']} NPUs)" + (f", mesh {d['mesh']}" if d.get("mesh") else "")
         + (f", endpoint delay {d['endpoint_delay_ns']:g} ns per message" if d.get("endpoint_delay_ns") else ""),
+        *([f"placement       {d['placement']}"] if d.get("placement") else []),
         f"runtime         {d['backend']} network, scheduler {d['scheduler']}; compute roofline "
         f"{d['peak_tflops']:g} TFLOPS, {d['mem_bw_gbps']:g} GB/s",
         "",

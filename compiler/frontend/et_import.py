@@ -76,6 +76,7 @@ from ..dialects.comm import ROOTED
 from ..network.errors import InputWarning, UserError
 from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
 from .op_bytes import moved_bytes, only_aliases
+from .trace_world import on_topology
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op, Workload
 
 OUT = "out"  # "the op's recorded outputs" in the tables below
@@ -125,8 +126,10 @@ _RANK_IN_NAME = (re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE),
                  re.compile(r"[-_](\d+)\.json$", re.IGNORECASE))
 
 
-def load_traces(paths: list[str], world_size: int | None = None) -> Workload:
-    """One ExecutionTraceObserver file per rank, or one file for every rank (spmd); see the module notes."""
+def load_traces(paths: list[str], world_size: int | None = None, mesh: dict[str, int] | None = None) -> Workload:
+    """One ExecutionTraceObserver file per rank, or one file for every rank (spmd); see the module notes.
+    `world_size`: the topology's NPUs, as many as the recorded job's ranks or more; `mesh` ({"dp": world_size})
+    re-targets the recorded default group to all of them (trace_world.py)."""
     if not paths:
         raise UserError("no execution trace given")
     seen: dict[str, str] = {}
@@ -156,8 +159,9 @@ def load_traces(paths: list[str], world_size: int | None = None) -> Workload:
             _lost_calls(trace)
     _resolve_groups(traces, spmd)
     _resolve_peers(traces)
-    return Workload(world_size=world, programs={t.rank: t.ops for t in traces},
-                    source=", ".join(t.path for t in traces), spmd=spmd)
+    recorded = Workload(world_size=world, programs={t.rank: t.ops for t in traces},
+                        source=", ".join(t.path for t in traces), spmd=spmd)
+    return on_topology(recorded, world_size, mesh)
 
 
 # ---------------------------------------------------------------------------------------------- files, ranks
@@ -268,15 +272,16 @@ def _world_size(traces: list[_Trace], asked: int | None, spmd: bool) -> int:
     recorded_world = recorded.pop() if recorded else None
     if asked is not None and asked < 1:
         raise UserError(f"world size must be at least 1, got {asked}")
-    if asked is not None and recorded_world is not None and asked != recorded_world:
-        raise UserError(f"{traces[0].path}: the trace records world size {recorded_world}, not {asked}")
+    if asked is not None and recorded_world is not None and asked < recorded_world:
+        raise UserError(f"{traces[0].path}: the trace records world size {recorded_world}: it runs on a topology of "
+                        f"{recorded_world} NPUs or more, not {asked}")
     if spmd:
         if asked or recorded_world:
-            return asked or recorded_world
+            return recorded_world or asked
         if not any(str(n.get("name")).startswith(_COMM_NS) for n in traces[0].data["nodes"] if isinstance(n, dict)):
             return 1  # a single-process trace without collectives
         raise UserError(f"{traces[0].path}: the trace does not record the world size; pass world_size")
-    world = asked or recorded_world or len(traces)
+    world = recorded_world or len(traces)   # the job's own; a larger topology is trace_world.on_topology's
     if world != len(traces):
         raise UserError(f"{len(traces)} trace files for world size {world}: give one file per rank, "
                         "or one file that stands for every rank")
