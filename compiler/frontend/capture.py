@@ -254,7 +254,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
             where = f" (pipeline stage {stage[1]})" if stage is not None else ""
             raise UserError(f"{spec.path}: {what}{where} failed: {one_line(e)}") from None
         names = axis_names(device_mesh, axes)
-    check_axes_used(spec, axes, recorder.ops, rank, read, stage and stage[1])
+    check_axes_used(spec, axes, recorder.ops, rank, read, None if stage is None else stage[1])
     for op in recorder.ops:
         op.group_name = names.get(op.group, op.group_name)
     if stage is not None:

@@ -20,7 +20,7 @@ How the trace becomes ops:
   calls DTensor made under that node on this rank's shards;
   an op without a formula counts the formulas of the calls nested in it (linear -> addmm). bytes = input + output
   tensors, 0 for ops that only make views (every output shares storage with an input and nothing is written) and
-  for allocations (empty*).
+  for allocations (empty*), an embedding lookup its gathered rows (op_bytes.py, the capture's rule too).
 - Collectives, full-buffer bytes (DESIGN.md): all_reduce the buffer, all_gather the gathered output,
   reduce_scatter the input before scattering, all_to_all the input. Collectives the comm dialect has no op for
   are mapped only when one of its collectives computes a superset of the result on the same buffer:
@@ -58,6 +58,8 @@ How the trace becomes ops:
   operator call its measured time (kineto.py); the workload engine then uses it instead of the roofline. The
   profiler's nesting decides what a time holds (_Builder.measure): each measured call counts once, in the op
   it is filed under; a call the execution trace lacks altogether is warned of (_lost_calls).
+- World: the job's recorded ranks; on a topology with more NPUs it runs as recorded on the first ones, or with
+  --mesh dp=N its default group re-targeted to all of them (trace_world.py).
 - Rank of a file: a top-level "rank" key if present (torch 2.15 writes none), else its name: "rank<N>", "_r<N>"
   or a trailing "-<N>.json" / "_<N>.json". Never the order of the arguments (a shell sorts trace10 before
   trace2): a file whose rank cannot be told, a rank claimed twice or a file given twice is refused.

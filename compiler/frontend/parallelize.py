@@ -129,8 +129,6 @@ class skip_cross_rank_checks:
         return False
 
 
-
-
 class mesh_reads:
     """The mesh axes a model file's parallelize(module, mesh) looks up, by name or index, on the mesh it is given
     or any mesh sliced from it: `mesh["dp"]`, `mesh["dp", "tp"]`, `mesh.get_group("tp")`, and what torch's APIs
