@@ -82,6 +82,8 @@ def _trace_files(directory: str) -> list[str]:
 
 def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_limit: float | None) -> Workload:
     if len(paths) == 1 and paths[0].endswith(".py"):
+        from .frontend.model_file import check_before_torch
+        check_before_torch(paths[0], world_size, mesh)   # a mistake costs no torch import (seconds)
         from .frontend.capture import capture
         from .frontend.cpu_limit import cpu_limit
         from .frontend.model_file import load_model_file
@@ -89,10 +91,8 @@ def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_li
         with kept(), cpu_limit(capture_limit, f"model file {paths[0]}"):
             return capture(load_model_file(paths[0]), world_size, mesh)
     if all(p.endswith(".json") for p in paths):
-        if mesh:
-            raise UserError("--mesh applies to model files; a trace already records its process groups")
         from .frontend.et_import import load_traces
-        return load_traces(paths, world_size)
+        return load_traces(paths, world_size, mesh)
     if all(p.endswith(".et") for p in paths):
         if mesh:
             raise UserError("--mesh applies to model files; a trace already records its process groups")
@@ -152,9 +152,9 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     topo = topology if isinstance(topology, Topology) or topology is None else \
         parse_topology(topology, bandwidth, latency, links)
     topo = topo and with_endpoint_delay(topo, endpoint_delay)
-    if isinstance(mesh, str):
-        from .frontend.parallelize import parse_mesh
-        mesh = parse_mesh(mesh)
+    if mesh is not None:
+        from .frontend.mesh import check_axes, parse_mesh
+        mesh = parse_mesh(mesh) if isinstance(mesh, str) else check_axes(mesh)
     _check_roofline(peak_tflops, mem_bw_gbps)
     step = _semantics(step_semantics)
     if step_module:  # written by --emit mlir: already lowered, with its topology, source and mesh
@@ -179,7 +179,8 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         states, at_states = host_states(workload, states, pool)
         workload = place(workload, states, in_switch, at_states)
         lowered = _lowered(workload, topo)
-        recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items())}
+        recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items()),
+                    **({"placement": workload.placement} if workload.placement else {})}
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm), ("all_reduce", all_reduce))
                 if v is not None}
     run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory, switching=switching,
@@ -202,6 +203,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
     if program not in result.ranks:
         raise UserError(f"rank {rank} is not among the workload's programs ({sorted(result.ranks)})")
     info = {"source": recorded["source"], "topology": topo.name, "npus": topo.npus, "mesh": recorded["mesh"],
+            **({"placement": recorded["placement"]} if recorded.get("placement") else {}),
             "backend": opts.run.backend, "scheduler": recorded["scheduler"], "peak_tflops": opts.roofline.peak_tflops,
             "mem_bw_gbps": opts.roofline.mem_gbps, "mem_latency_ns": opts.mem_latency_ns, "rank": rank,
             **({"pool": opts.pool.describe()} if opts.pool is not None else {}),

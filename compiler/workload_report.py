@@ -156,11 +156,47 @@ def _dims(s: dict) -> str:
     return ",".join(f"{d}:{part[d]}" if d in part else str(d) for d in s["dims"])
 
 
+def size_labels(values) -> dict[int, str]:
+    """Each byte count -> its label in the report (format_size): two different counts never print the same (33587200
+    and 33583104 B are both "32.03MB" at two decimals), so those that would take more decimals, and where even
+    that cannot tell them apart, their exact bytes."""
+    labels = {int(v): format_size(v) for v in set(values)}
+    for decimals in range(3, 13):
+        clash = _clashing(labels)
+        if not clash:
+            return labels
+        labels.update({v: format_size(v, decimals) for v in clash})
+    labels.update({v: f"{v}B" for v in _clashing(labels)})
+    return labels
+
+
+def _clashing(labels: dict[int, str]) -> list[int]:
+    seen: dict[str, list[int]] = {}
+    for v, text in labels.items():
+        seen.setdefault(text, []).append(v)
+    return [v for vs in seen.values() if len(vs) > 1 for v in vs]
+
+
+FLOP_UNITS = (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3))
+
+
+def format_flops(flops: int) -> str:
+    """FLOPs in the largest decimal unit that keeps the value at 1 or more, three decimals (2.951 TFLOP, 41.943
+    MFLOP), whole FLOPs below 1000: a small model's step is not 0.000 TFLOP."""
+    for unit, scale in FLOP_UNITS:
+        if flops >= scale:
+            return f"{flops / scale:.3f} {unit}"
+    return f"{int(flops)} FLOP"
+
+
 def format_report(d: dict) -> str:
+    b = d["breakdown_us"]
+    sizes = size_labels([s["bytes"] for s in d["collective_summary"]] + [m["bytes"] for m in d["memory_summary"]])
     lines = [
-        f"workload        {d['source']} ({d['ops']} ops, {d['flops'] / 1e12:.3f} TFLOP per rank)",
+        f"workload        {d['source']} ({d['ops']} ops, {format_flops(d['flops'])} per rank)",
         f"topology        {d['topology']} ({d['npus']} NPUs)" + (f", mesh {d['mesh']}" if d.get("mesh") else "")
         + (f", endpoint delay {d['endpoint_delay_ns']:g} ns per message" if d.get("endpoint_delay_ns") else ""),
+        *([f"placement       {d['placement']}"] if d.get("placement") else []),
         f"runtime         {d['backend']} network, scheduler {d['scheduler']}; compute roofline "
         f"{d['peak_tflops']:g} TFLOPS, {d['mem_bw_gbps']:g} GB/s",
         "",
@@ -168,12 +204,14 @@ def format_report(d: dict) -> str:
         f"compute         {d['compute_time_us']:.3f} us" + (
             f"  ({d['measured_compute_us']:.3f} us of it measured by the profiler, {d['measured_ops']} ops; the "
             "rest from the roofline)" if d.get("measured_ops") else ""),
-        f"exposed comm    {d['exposed_comm_time_us']:.3f} us  (communication {d['comm_time_us']:.3f} us in all, "
-        f"{max(0.0, d['comm_time_us'] - d['exposed_comm_time_us']):.3f} us hidden under compute)",
+        # the step's breakdown (breakdown_us): communication that nothing else covers, and time when nothing runs
+        # on this rank (a pipeline bubble, a wait for a slower rank), which exposed_comm_time_us counts in
+        f"exposed comm    {b['exposed_comm']:.3f} us  (communication {d['comm_time_us']:.3f} us in all, "
+        f"{max(0.0, d['comm_time_us'] - b['exposed_comm']):.3f} us hidden under compute)",
+        f"idle            {b['idle']:.3f} us  (nothing running on this rank: pipeline bubble, waits for other ranks)",
         "",
     ]
     if d["memory_summary"]:
-        b = d["breakdown_us"]
         lines += [f"memory          local {d['local_memory_time_us']:.3f} us, remote {d['remote_memory_time_us']:.3f} us"
                   + (f" (pool: {d['pool']})" if d.get("pool") else ""),
                   "breakdown       " + ", ".join(f"{name.replace('_', ' ')} {b[name]:.3f}" for name in BREAKDOWN)
@@ -181,7 +219,7 @@ def format_report(d: dict) -> str:
         for m in d["memory_summary"]:
             switched = f" in-switch over {m['in_switch']} GPUs" if m["in_switch"] > 1 else ""
             lines.append(f"  {m['kind']:<5s} {m['location']:<6s}{switched} "
-                         f"{format_size(m['bytes'])} x {m['count']}: {m['time_us']:.3f} us each, "
+                         f"{sizes[m['bytes']]} x {m['count']}: {m['time_us']:.3f} us each, "
                          f"{m['total_us']:.3f} us in all")
         lines.append("")
     for key, label in (("phases", "{}"), ("iterations", "iteration {}")):
@@ -192,11 +230,11 @@ def format_report(d: dict) -> str:
             lines.append("")
     head = ("collective", "group", "ranks", "dims", "size", "count", "algorithm", "us each", "us total")
     rows = [head] + [(s["kind"], s["group"] + (f" {s['peer']}" if "peer" in s else ""), str(s["group_size"]), _dims(s),
-                      format_size(s["bytes"]), str(s["count"]), s["algorithm"], f"{s['time_us']:.3f}",
+                      sizes[s["bytes"]], str(s["count"]), s["algorithm"], f"{s['time_us']:.3f}",
                       f"{s['total_us']:.3f}") for s in d["collective_summary"]]
     if len(rows) == 1:
         return "\n".join(lines + ["no collectives"])
-    notes = [f"note: {s['kind']} of {format_size(s['bytes'])} on {s['group']} ran {s['fallback']}"
+    notes = [f"note: {s['kind']} of {sizes[s['bytes']]} on {s['group']} ran {s['fallback']}"
              for s in d["collective_summary"] if s.get("fallback")]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     left = (0, 1, 6)

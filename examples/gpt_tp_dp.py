@@ -31,7 +31,7 @@ class Block(nn.Module):
         heads = qkv.shape[-1] // (3 * head_dim)
         q, k, v = qkv.view(b, t, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
         att = (q @ k.transpose(-2, -1)) / head_dim ** 0.5
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()   # on the activations' device
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(b, t, heads * head_dim)
         x = x + self.proj(y)                   # rowwise: all-reduce

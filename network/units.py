@@ -149,24 +149,24 @@ def parse_number_list(
 _FORMAT_UNITS = (("B", 1), ("KB", 2**10), ("MB", 2**20), ("GB", 2**30), ("TB", 2**40))
 
 
-def format_size(nbytes: int) -> str:
+def format_size(nbytes: int, decimals: int = 2) -> str:
     """Human-readable size with power-of-two units: 1073741824 -> "1GB", 1536 -> "1.5KB".
 
-    Exact multiples print without decimals; other values are rounded to two
+    Exact multiples print without decimals; other values are rounded to `decimals`
     decimals, so the output is for people, not for parsing back exactly.
     """
     n = int(nbytes)
     if n < 0:
-        return "-" + format_size(-n)
+        return "-" + format_size(-n, decimals)
     # Largest unit not exceeding n (bytes for n < 1024, including 0).
     i = max(k for k, (_, mult) in enumerate(_FORMAT_UNITS) if k == 0 or n >= mult)
     unit, mult = _FORMAT_UNITS[i]
     if n % mult == 0:
         return f"{n // mult}{unit}"
-    value = round(n / mult, 2)
+    value = round(n / mult, decimals)
     if value >= 1024 and i + 1 < len(_FORMAT_UNITS):
         # Rounding pushed e.g. 1023.999MB up to 1024: say "1GB" instead.
         unit, mult = _FORMAT_UNITS[i + 1]
-        value = round(n / mult, 2)
-    text = f"{value:.2f}".rstrip("0").rstrip(".")
+        value = round(n / mult, decimals)
+    text = f"{value:.{decimals}f}".rstrip("0").rstrip(".")
     return f"{text}{unit}"

@@ -160,7 +160,9 @@ def test_the_gpt_examples_step_written_as_chakra_reads_back_identically(capsys, 
     assert sorted(len(r) for r in groups.values()) == [4] * 8   # 4 tp groups and 4 dp groups of 4
     again = step_json(capsys, str(tmp_path / "gpt"), "--topology", "4x4_torus")
     assert again["total_time_us"] == direct["total_time_us"]
-    assert again["exposed_comm_time_us"] == direct["exposed_comm_time_us"]
+    # compute is a sum over the ops, and the read-back step holds its waits as compute nodes of no work: numpy's
+    # pairwise sum over a longer array may round the last bit otherwise
+    assert again["exposed_comm_time_us"] == pytest.approx(direct["exposed_comm_time_us"], rel=1e-14)
 
 
 def test_emit_chakra_refusals(capsys, tmp_path):

@@ -215,7 +215,8 @@ def test_world_size_disagreements(traces, tmp_path):
     p = edited(traces[1], tmp_path / "trace_rank1.json", eight)
     one_line_error([traces[0], p, traces[2], traces[3]], "records world size 8")
     one_line_error(traces[:3], "3 trace files for world size 4")
-    one_line_error(traces[:1], "records world size 4, not 8", world_size=8)
+    one_line_error(traces[:1], "records world size 4: it runs on a topology of 4 NPUs or more, not 2", world_size=2)
+    assert load_traces(traces[:1], world_size=8).placement.startswith("recorded on 4 ranks: runs on NPUs 0-3 of 8")
     one_line_error([traces[0], traces[0], traces[2], traces[3]], "given twice")
 
 
@@ -386,9 +387,17 @@ def test_cli_times_the_recorded_ranks_on_a_topology(traces, workload):
     assert [(c["kind"], c["bytes"]) for c in calls] == [(op.collective, op.bytes) for op in workload.collectives(0)]
     assert {tuple(c["dims"]) for c in calls if c["group_size"] == 2} == {(0,)}
     assert report["exposed_comm_time_us"] == pytest.approx(report["total_time_us"] - report["compute_time_us"])
-    bad = subprocess.run([sys.executable, "-m", "astra_compile.cli", *traces, "--topology", "Ring(8)"],
+    bad = subprocess.run([sys.executable, "-m", "astra_compile.cli", *traces, "--topology", "Ring(2)"],
                          capture_output=True, text=True)
-    assert bad.returncode == 2 and "world size 4, not 8" in bad.stderr
+    assert bad.returncode == 2 and "world size 4: it runs on a topology of 4 NPUs or more, not 2" in bad.stderr
+    # on more NPUs than the job had ranks: its ranks are the first NPUs, its groups as recorded
+    wider = subprocess.run([sys.executable, "-m", "astra_compile.cli", *traces, "--topology", "Ring(4)_Ring(2)",
+                            "--json"], capture_output=True, text=True)
+    assert wider.returncode == 0, wider.stderr
+    wide = json.loads(wider.stdout)
+    assert wide["placement"].startswith("recorded on 4 ranks: runs on NPUs 0-3 of 8 as recorded")
+    assert [(c["kind"], c["bytes"], c["dims"]) for c in wide["collectives"]] == \
+        [(c["kind"], c["bytes"], [0]) for c in calls]   # every group now inside dimension 0
 
 
 @pytest.mark.parametrize("field,value", [("group_size", "1e400"), ("group_size", '"4"'), ("group_size", "-2"),

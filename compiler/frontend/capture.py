@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 
-from ..network.errors import UserError
+from ..network.errors import InputWarning, UserError
 from .model_file import ModelFile, one_line
 from . import pipeline
-from .parallelize import (apply_builtin, axis, build_mesh, check_mesh, ddp_modules, meshes_outside_fake,
+from .mesh import check_axes, check_mesh, silent_axes
+from .parallelize import (apply_builtin, axis, build_mesh, ddp_modules, mesh_reads, meshes_outside_fake,
                           prepare_ddp, skip_cross_rank_checks)
 from .own_world import script_world_set_aside
 from .recorder import AUTOGRAD, StepRecorder
 from .routing import AssumedRouting, check_routing
-from .workload import Workload
+from .workload import COLLECTIVE, RECV, SEND, Workload
 
 
 @contextlib.contextmanager
@@ -70,6 +72,7 @@ def mesh_axes_for(spec: ModelFile, world_size: int, mesh: dict[str, int] | None)
             mesh = dict(spec.mesh_axes(world_size))
         except (Exception, SystemExit) as e:
             raise UserError(f"{spec.path}: mesh_axes({world_size}) failed: {one_line(e)}") from None
+        mesh = check_axes(mesh, f"{spec.path}: mesh_axes({world_size})")
     axes = mesh if mesh is not None else {"dp": world_size}
     check_mesh(axes, world_size)
     return axes
@@ -195,9 +198,12 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                     micro_out = _as_tuple(model(*micro_in))   # the shapes PipelineStage sends and receives
                     carry = pipeline.shapes(micro_out)
                 what = "parallelize(module, mesh)"
+                read = None   # the axes the file's parallelize() looks up (None: the built-in parallelism)
                 if spec.parallelize is not None:
-                    made = spec.parallelize(model, device_mesh)   # None: parallelized in place
+                    with mesh_reads() as reads:
+                        made = spec.parallelize(model, device_mesh)   # None: parallelized in place
                     model = model if made is None else made     # (not `or`: a module may define __len__)
+                    read = reads.names
                 else:
                     model = apply_builtin(model, device_mesh, axes, spec.tp_plan, spec.fsdp_units)
                 prepare_ddp(model)
@@ -248,11 +254,32 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
             where = f" (pipeline stage {stage[1]})" if stage is not None else ""
             raise UserError(f"{spec.path}: {what}{where} failed: {one_line(e)}") from None
         names = axis_names(device_mesh, axes)
+    check_axes_used(spec, axes, recorder.ops, rank, read, None if stage is None else stage[1])
     for op in recorder.ops:
         op.group_name = names.get(op.group, op.group_name)
     if stage is not None:
         pipeline.message_phases(recorder.ops)
     return recorder.ops, carry, offloaded
+
+
+def check_axes_used(spec: ModelFile, axes: dict[str, int], ops: list, rank: int, read: set | None,
+                    stage: int | None) -> None:
+    """A mesh axis that no collective or message of the recorded step runs over leaves its ranks training as
+    unsynchronised copies, which no step time shows. Where the file's parallelize() never looked that axis up
+    (mesh["dp"], mesh.get_group("dp"), ...) it is a mistake in the file or the mesh: refused in one line. Where it
+    did, or the built-in parallelism applied it, the step runs and a warning names the axis."""
+    groups = [op.group for op in ops if op.kind == COLLECTIVE] + \
+        [(rank, op.peer) for op in ops if op.kind in (SEND, RECV)]
+    where = f" (pipeline stage {stage})" if stage is not None else ""
+    for a in silent_axes(axes, groups):
+        if read is not None and a not in read:
+            looked = ", ".join(f"mesh[{n!r}]" for n in sorted(read)) or "no axis"
+            raise UserError(f"{spec.path}: mesh axis {a}={axes[a]}: parallelize(module, mesh) never reads it (it "
+                            f"reads {looked}) and no collective of the step{where} runs over it, so its ranks would "
+                            f"train as unsynchronised copies; shard over mesh[{a!r}] or leave {a} out of the mesh")
+        how = "parallelize(module, mesh) reads it but" if read is not None else "the built-in parallelism applied it but"
+        warnings.warn(f"{spec.path}: mesh axis {a}={axes[a]}: {how} no collective of the step{where} runs over it, so "
+                      "its ranks train as unsynchronised copies", InputWarning, stacklevel=2)
 
 
 def axis_names(device_mesh, axes: dict[str, int]) -> dict[tuple, str]:

@@ -20,7 +20,7 @@ How the trace becomes ops:
   calls DTensor made under that node on this rank's shards;
   an op without a formula counts the formulas of the calls nested in it (linear -> addmm). bytes = input + output
   tensors, 0 for ops that only make views (every output shares storage with an input and nothing is written) and
-  for allocations (empty*).
+  for allocations (empty*), an embedding lookup its gathered rows (op_bytes.py, the capture's rule too).
 - Collectives, full-buffer bytes (DESIGN.md): all_reduce the buffer, all_gather the gathered output,
   reduce_scatter the input before scattering, all_to_all the input. Collectives the comm dialect has no op for
   are mapped only when one of its collectives computes a superset of the result on the same buffer:
@@ -58,6 +58,8 @@ How the trace becomes ops:
   operator call its measured time (kineto.py); the workload engine then uses it instead of the roofline. The
   profiler's nesting decides what a time holds (_Builder.measure): each measured call counts once, in the op
   it is filed under; a call the execution trace lacks altogether is warned of (_lost_calls).
+- World: the job's recorded ranks; on a topology with more NPUs it runs as recorded on the first ones, or with
+  --mesh dp=N its default group re-targeted to all of them (trace_world.py).
 - Rank of a file: a top-level "rank" key if present (torch 2.15 writes none), else its name: "rank<N>", "_r<N>"
   or a trailing "-<N>.json" / "_<N>.json". Never the order of the arguments (a shell sorts trace10 before
   trace2): a file whose rank cannot be told, a rank claimed twice or a file given twice is refused.
@@ -75,6 +77,8 @@ from pathlib import Path
 from ..dialects.comm import ROOTED
 from ..network.errors import InputWarning, UserError
 from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
+from .op_bytes import moved_bytes, only_aliases
+from .trace_world import on_topology
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op, Workload
 
 OUT = "out"  # "the op's recorded outputs" in the tables below
@@ -115,7 +119,6 @@ _FUNCTIONAL = {
 }
 _P2P = {"send": SEND, "recv_": RECV}   # c10d::send(tensors, pg, dst, tag), c10d::recv_(tensors, pg, src, tag)
 _COMM_NS = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
-_ALLOC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 _DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
            "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
            "unsigned char": "uint8", "bool": "bool"}
@@ -125,8 +128,10 @@ _RANK_IN_NAME = (re.compile(r"rank[-_.]?(\d+)", re.IGNORECASE),
                  re.compile(r"[-_](\d+)\.json$", re.IGNORECASE))
 
 
-def load_traces(paths: list[str], world_size: int | None = None) -> Workload:
-    """One ExecutionTraceObserver file per rank, or one file for every rank (spmd); see the module notes."""
+def load_traces(paths: list[str], world_size: int | None = None, mesh: dict[str, int] | None = None) -> Workload:
+    """One ExecutionTraceObserver file per rank, or one file for every rank (spmd); see the module notes.
+    `world_size`: the topology's NPUs, as many as the recorded job's ranks or more; `mesh` ({"dp": world_size})
+    re-targets the recorded default group to all of them (trace_world.py)."""
     if not paths:
         raise UserError("no execution trace given")
     seen: dict[str, str] = {}
@@ -156,8 +161,9 @@ def load_traces(paths: list[str], world_size: int | None = None) -> Workload:
             _lost_calls(trace)
     _resolve_groups(traces, spmd)
     _resolve_peers(traces)
-    return Workload(world_size=world, programs={t.rank: t.ops for t in traces},
-                    source=", ".join(t.path for t in traces), spmd=spmd)
+    recorded = Workload(world_size=world, programs={t.rank: t.ops for t in traces},
+                        source=", ".join(t.path for t in traces), spmd=spmd)
+    return on_topology(recorded, world_size, mesh)
 
 
 # ---------------------------------------------------------------------------------------------- files, ranks
@@ -268,15 +274,16 @@ def _world_size(traces: list[_Trace], asked: int | None, spmd: bool) -> int:
     recorded_world = recorded.pop() if recorded else None
     if asked is not None and asked < 1:
         raise UserError(f"world size must be at least 1, got {asked}")
-    if asked is not None and recorded_world is not None and asked != recorded_world:
-        raise UserError(f"{traces[0].path}: the trace records world size {recorded_world}, not {asked}")
+    if asked is not None and recorded_world is not None and asked < recorded_world:
+        raise UserError(f"{traces[0].path}: the trace records world size {recorded_world}: it runs on a topology of "
+                        f"{recorded_world} NPUs or more, not {asked}")
     if spmd:
         if asked or recorded_world:
-            return asked or recorded_world
+            return recorded_world or asked
         if not any(str(n.get("name")).startswith(_COMM_NS) for n in traces[0].data["nodes"] if isinstance(n, dict)):
             return 1  # a single-process trace without collectives
         raise UserError(f"{traces[0].path}: the trace does not record the world size; pass world_size")
-    world = asked or recorded_world or len(traces)
+    world = recorded_world or len(traces)   # the job's own; a larger topology is trace_world.on_topology's
     if world != len(traces):
         raise UserError(f"{len(traces)} trace files for world size {world}: give one file per rank, "
                         "or one file that stands for every rank")
@@ -651,8 +658,8 @@ class _Builder:
         ins, outs = node["inputs"]["values"], node["outputs"]["values"]
         mutated = self.mutated_args(node)
         out_storages, in_storages = _storages(outs), _storages(ins)
-        view = not mutated and bool(out_storages) and out_storages <= in_storages
-        nbytes = 0 if view or node["name"].partition("::")[2] in _ALLOC else _nbytes(ins) + _nbytes(outs)
+        view = only_aliases(bool(mutated), out_storages, in_storages)
+        nbytes = 0 if view else moved_bytes(node["name"], [_nbytes(v) for v in ins], [_nbytes(v) for v in outs])
         return view, set() if view else out_storages | mutated, nbytes
 
     def local_calls(self, node: dict) -> list[dict]:

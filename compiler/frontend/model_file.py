@@ -24,6 +24,7 @@ A model file is ordinary Python that provides:
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import sys
@@ -56,16 +57,72 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
-def load_model_file(path: str) -> ModelFile:
+def read_source(path: str) -> str:
+    """The model file's text: it exists, is readable and decodes as Python source."""
     if not os.path.isfile(path):
         raise UserError(f"cannot read model file {path}: no such file")
+    try:
+        with open(path, "rb") as f:
+            return importlib.util.decode_source(f.read())
+    except OSError as e:
+        raise UserError(f"cannot read model file {path}: {e.strerror}") from None
+    except (UnicodeDecodeError, SyntaxError) as e:
+        raise UserError(f"model file {path} failed to import: {one_line(e)}") from None
+
+
+def check_before_torch(path: str, world_size: int, mesh: dict[str, int] | None) -> None:
+    """What can be told of a model file and its mesh before torch is imported (seconds): the file reads and
+    parses, the mesh has as many ranks as the topology has NPUs, and where the file surely lacks them, the
+    names the mesh needs (parallelize() or TP_PLAN for the built-in axes, pipeline_stage() for pp). The
+    capture checks all of it again with the file loaded; this only makes a mistake cost no torch import."""
+    from .mesh import builtin_refusal, check_mesh
+    from .pipeline import no_stage_function
+    source = read_source(path)
+    try:
+        tree = ast.parse(source, path)
+    except (SyntaxError, ValueError) as e:
+        raise UserError(f"model file {path} failed to import: {one_line(e)}") from None
+    if mesh is not None:
+        check_mesh(mesh, world_size)
+    names = _top_level_names(tree)
+    if names is None or mesh is None:   # names made at run time: nothing is surely missing
+        return
+    if "parallelize" not in names:
+        problem = builtin_refusal(mesh, "TP_PLAN" in names)
+        if problem:
+            raise UserError(f"{path}: {problem}")
+    if mesh.get("pp", 1) > 1 and "pipeline_stage" not in names:
+        raise no_stage_function(path)
+
+
+def _top_level_names(tree: ast.Module) -> set[str] | None:
+    """Every name the file may bind (a superset: any name it assigns, defines or imports anywhere), or None where
+    it can bind names no statement shows (a star import, globals(), exec, setattr, a module __getattr__)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            return None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in DYNAMIC_NAMES:
+            return None
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return None if "__getattr__" in names else names
+
+
+DYNAMIC_NAMES = ("globals", "vars", "exec", "setattr")
+
+
+def load_model_file(path: str) -> ModelFile:
+    source = read_source(path)
     name = "astra_model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling inside the file look their module up here
     try:
-        with open(path, "rb") as f:
-            source = importlib.util.decode_source(f.read())
         # run the file's code directly, not through the import machinery: the CPU limit defers while an import
         # runs (cpu_limit.inside_import), so the file's own top-level code must not count as one
         exec(compile(source, path, "exec"), module.__dict__)

@@ -3,9 +3,7 @@
 Mesh axes follow torch's init_device_mesh: ranks are laid out row-major, so the LAST axis varies fastest.
 Topology dimension 0 is the innermost (its NPUs have consecutive ids), so the last mesh axis takes the first
 topology dimensions: `--mesh dp=8,tp=8` on 8x8_torus puts tp on dimension 0 and dp on dimension 1
-(docs/workloads.md). Axis names with a built-in meaning: dp (DistributedDataParallel), fsdp (FSDP2
-fully_shard), tp (DTensor tensor parallelism from the file's TP_PLAN), pp (pipeline stages, which the capture runs:
-pipeline.py); others (ep, ...) are only passed to the file's parallelize(module, mesh).
+(docs/workloads.md). The axes' built-in meanings (dp, fsdp, tp, pp) and the checks that need no torch: mesh.py.
 """
 from __future__ import annotations
 
@@ -14,34 +12,7 @@ import re
 import torch.distributed as dist
 
 from ..network.errors import UserError
-
-BUILTIN_AXES = ("dp", "fsdp", "tp")
-
-
-def parse_mesh(text: str) -> dict[str, int]:
-    """'dp=8,tp=8' -> {'dp': 8, 'tp': 8} (order kept: outermost axis first)."""
-    axes: dict[str, int] = {}
-    for part in text.split(","):
-        name, eq, size = part.strip().partition("=")
-        if not eq or not name.strip().isidentifier():
-            raise UserError(f"--mesh wants name=size pairs such as dp=8,tp=8, got '{text}'")
-        try:
-            n = int(size)
-        except ValueError:
-            raise UserError(f"--mesh axis {name.strip()} needs an integer size, got '{size}'") from None
-        if n <= 0 or name.strip() in axes:
-            raise UserError(f"--mesh axis {name.strip()}: sizes must be positive and names unique ('{text}')")
-        axes[name.strip()] = n
-    return axes
-
-
-def check_mesh(axes: dict[str, int], world_size: int) -> None:
-    total = 1
-    for n in axes.values():
-        total *= n
-    if total != world_size:
-        shape = ",".join(f"{k}={v}" for k, v in axes.items())
-        raise UserError(f"mesh {shape} has {total} ranks but the topology has {world_size} NPUs")
+from .mesh import builtin_refusal
 
 
 def build_mesh(axes: dict[str, int]):
@@ -77,15 +48,10 @@ def _tp_styles(plan: dict) -> dict:
 
 def apply_builtin(module, mesh, axes: dict[str, int], tp_plan: dict | None, fsdp_units: list | None):
     """Apply tp, then fsdp or dp, as a user's training script would; returns the module to train."""
-    unknown = [a for a in axes if a not in BUILTIN_AXES + ("pp",) and axes[a] > 1]   # pp: the capture's
-    if unknown:
-        raise UserError(f"mesh axis {unknown[0]} has no built-in meaning (dp, fsdp, tp); apply it in the model "
-                        "file's parallelize(module, mesh)")
-    if "dp" in axes and "fsdp" in axes:
-        raise UserError("give either a dp (DDP) or an fsdp (FSDP2) axis, not both")
+    problem = builtin_refusal(axes, bool(tp_plan))
+    if problem:
+        raise UserError(problem)
     if axes.get("tp", 1) > 1:
-        if not tp_plan:
-            raise UserError("the mesh has a tp axis but the model file has no TP_PLAN and no parallelize()")
         from torch.distributed.tensor.parallel import parallelize_module
         try:
             parallelize_module(module, axis(mesh, "tp"), _tp_styles(tp_plan))
@@ -163,3 +129,38 @@ class skip_cross_rank_checks:
         return False
 
 
+class mesh_reads:
+    """The mesh axes a model file's parallelize(module, mesh) looks up, by name or index, on the mesh it is given
+    or any mesh sliced from it: `mesh["dp"]`, `mesh["dp", "tp"]`, `mesh.get_group("tp")`, and what torch's APIs
+    look up inside the call (DDP(device_mesh=mesh["dp"]) asks the 1-D mesh for its group). `names` after the call.
+    """
+
+    def __enter__(self):
+        from torch.distributed.device_mesh import DeviceMesh
+        self.names: set[str] = set()
+        self._cls = DeviceMesh
+        self._saved = {m: getattr(DeviceMesh, m) for m in ("__getitem__", "get_group", "get_all_groups")}
+        names, saved = self.names, self._saved
+
+        def getitem(mesh, dims):
+            names.update([dims] if isinstance(dims, str) else dims)
+            return saved["__getitem__"](mesh, dims)
+
+        def get_group(mesh, mesh_dim=None):
+            dims = mesh.mesh_dim_names or ()
+            if isinstance(mesh_dim, str):
+                names.add(mesh_dim)
+            elif mesh_dim is None and len(dims) == 1 or isinstance(mesh_dim, int) and 0 <= mesh_dim < len(dims):
+                names.add(dims[mesh_dim or 0])
+            return saved["get_group"](mesh, mesh_dim)
+
+        def get_all_groups(mesh):
+            names.update(mesh.mesh_dim_names or ())
+            return saved["get_all_groups"](mesh)
+        DeviceMesh.__getitem__, DeviceMesh.get_group, DeviceMesh.get_all_groups = getitem, get_group, get_all_groups
+        return self
+
+    def __exit__(self, *exc):
+        for m, f in self._saved.items():
+            setattr(self._cls, m, f)
+        return False

@@ -34,8 +34,7 @@ class Plan:
 def plan(spec, axes: dict[str, int]) -> Plan:
     """The pipeline a model file asks for on mesh `axes` (which has a pp axis of 2 or more stages)."""
     if not callable(spec.pipeline_stage):
-        raise UserError(f"{spec.path}: the mesh has a pp axis but the model file defines no "
-                        "pipeline_stage(model, stage, num_stages) (see docs/workloads.md)")
+        raise no_stage_function(spec.path)
     stages = axes["pp"]
     asked = spec.pipeline if spec.pipeline is not None else {}
     if not isinstance(asked, dict) or set(asked) - {"schedule", "microbatches"}:
@@ -56,6 +55,11 @@ def plan(spec, axes: dict[str, int]) -> Plan:
     assert sorted(r for m in members.values() for r in m) == list(range(world))
     return Plan(stages, schedule.lower(), micro, tuple(members[s][0] for s in range(stages)),
                 {members[s][0]: members[s] for s in range(stages)})
+
+
+def no_stage_function(path: str) -> UserError:
+    return UserError(f"{path}: the mesh has a pp axis but the model file defines no "
+                     "pipeline_stage(model, stage, num_stages) (see docs/workloads.md)")
 
 
 def stage_module(spec, model, stage: int, stages: int):

@@ -1,7 +1,7 @@
 """Record one training step, op by op, as a `Workload` program: a TorchDispatchMode below every tensor subclass.
 
 Every aten op that reaches the dispatcher on plain (fake) tensors becomes a compute op with its FLOPs from
-torch.utils.flop_counter's formulas and the bytes it reads and writes. Collectives (`c10d.*` from
+torch.utils.flop_counter's formulas and the bytes it reads and writes (op_bytes.py); views are not work. Collectives (`c10d.*` from
 DistributedDataParallel and FSDP2, `_c10d_functional.*` from DTensor and functional collectives) become
 collective ops with their process group's ranks; `wait_tensor` becomes a wait. Dependencies come from tensor
 storages: an op depends on the last op that wrote a storage it touches, so views and in-place updates keep the
@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from ..network.errors import UserError
+from .op_bytes import moved_bytes, only_aliases
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op
 
 # PyTorch's collective ops -> (comm dialect collective, which tensor is the full buffer: "in" | "out")
@@ -147,6 +148,8 @@ class StepRecorder(TorchDispatchMode):
             return out  # a view aliases its input's storage: later readers already depend on its writer
         deps = sorted({w[0] for w in map(self._writer.get, map(_storage, inputs + outputs))
                        if w is not None and (w[1] is None or w[1]() is not None)})
+        if func.namespace == "aten" and only_aliases(mutates, set(map(_storage, outputs)), set(map(_storage, inputs))):
+            return out  # _unsafe_view and the like: storage shared as a view's, no work, the writer already known
         if name in COLLECTIVE_OPS:
             op = self._collective(name, args, inputs, outputs, deps)
         elif name in P2P_OPS:
@@ -171,7 +174,7 @@ class StepRecorder(TorchDispatchMode):
             if func._overloadpacket in flop_registry:
                 flops = int(flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
             op = Op(str(func), COMPUTE, deps, flops=flops,
-                    bytes=sum(map(_nbytes, inputs)) + sum(map(_nbytes, outputs)))
+                    bytes=moved_bytes(name, list(map(_nbytes, inputs)), list(map(_nbytes, outputs))))
         op.phase = self._phase()
         self.ops.append(op)
         written = _written_args(func, args, kwargs) if mutates else []

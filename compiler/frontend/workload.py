@@ -55,6 +55,9 @@ class Workload:
     # FSDP2 keeps shards on the host (CPUOffloadPolicy): its copies become remote loads and stores (offload.py)
     host_offload: bool = False
     offload: tuple = ()   # states the model file keeps in the remote pool (OFFLOAD; --offload replaces them)
+    # a trace run on more NPUs than its job had ranks: where it runs, or how its groups were re-targeted
+    # (trace_world.py); the report says it. "": as recorded
+    placement: str = ""
 
     def collectives(self, rank: int) -> list[Op]:
         return [op for op in self.programs[rank] if op.kind == COLLECTIVE]
@@ -75,13 +78,12 @@ class Workload:
             new = {old: k for k, old in enumerate(keep)}
             programs[rank] = [dataclasses.replace(ops[i], deps=[new[d] for d in ops[i].deps if d in new])
                               for i in keep]
-        return Workload(self.world_size, programs, self.source, self.spmd, dict(self.mesh), dict(self.stands_for),
-                        self.host_offload, self.offload)
+        return dataclasses.replace(self, programs=programs)
 
     def to_json(self) -> dict:
         """Plain JSON data (the reuse cache keeps captures on disk in it); from_json reads it back."""
         return {"world_size": self.world_size, "source": self.source, "spmd": self.spmd, "mesh": self.mesh,
-                "host_offload": self.host_offload, "offload": list(self.offload),
+                "host_offload": self.host_offload, "offload": list(self.offload), "placement": self.placement,
                 "stands_for": [[rank, list(ranks)] for rank, ranks in self.stands_for.items()],
                 "programs": [[rank, [dataclasses.asdict(op) for op in ops]] for rank, ops in self.programs.items()]}
 
@@ -91,4 +93,4 @@ class Workload:
                     for rank, ops in data["programs"]}
         return cls(int(data["world_size"]), programs, data["source"], bool(data["spmd"]), dict(data["mesh"]),
                    {int(rank): [int(r) for r in ranks] for rank, ranks in data.get("stands_for", [])},
-                   bool(data.get("host_offload", False)), tuple(data.get("offload", ())))
+                   bool(data.get("host_offload", False)), tuple(data.get("offload", ())), str(data.get("placement", "")))

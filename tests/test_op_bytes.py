@@ -1,0 +1,65 @@
+"""What a compute op costs in memory traffic (frontend/op_bytes.py): views move nothing, copies move their
+tensor twice (read + write), an embedding lookup touches the rows it gathers, not its whole table."""
+import textwrap
+
+from astra_compile.frontend.capture import capture
+from astra_compile.frontend.model_file import load_model_file
+from astra_compile.frontend.op_bytes import moved_bytes, only_aliases
+
+VOCAB, DIM, BATCH, SEQ = 50000, 256, 4, 128
+MODEL = f"""
+import torch
+from torch import nn
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding({VOCAB}, {DIM})
+    def forward(self, tokens):
+        x = self.embed(tokens)                          # (B, T, D): gathers B*T rows of the table
+        flat = x.reshape({BATCH} * {SEQ}, {DIM})        # contiguous: a view
+        across = x.transpose(1, 2).reshape({BATCH}, -1) # not contiguous: a copy (clone), then a view of it
+        return flat.sum() + across.sum()
+def build_model():
+    return Net()
+def example_inputs():
+    return torch.randint(0, {VOCAB}, ({BATCH}, {SEQ}))
+def optimizer(parameters):
+    return torch.optim.SGD(parameters, lr=0.1)
+"""
+ROWS = BATCH * SEQ * DIM * 4          # the gathered rows (= the lookup's output), fp32
+TABLE = VOCAB * DIM * 4
+INDICES = BATCH * SEQ * 8             # int64
+
+
+def ops_of(tmp_path):
+    path = tmp_path / "model.py"
+    path.write_text(textwrap.dedent(MODEL))
+    return capture(load_model_file(str(path)), 1).programs[0]
+
+
+def named(ops, name):
+    return [op for op in ops if op.name == name]
+
+
+def test_views_move_nothing_and_copies_move_their_tensor(tmp_path):
+    ops = ops_of(tmp_path)
+    assert not named(ops, "aten._unsafe_view.default")            # reshape after the clone: no op, no bytes
+    assert not named(ops, "aten.view.default") and not named(ops, "aten.transpose.int")
+    forward = [op for op in named(ops, "aten.clone.default") if op.phase == "forward"]
+    assert [op.bytes for op in forward] == [2 * ROWS]               # contiguous() of the transposed activations
+
+
+def test_an_embedding_lookup_reads_the_rows_it_gathers_not_its_table(tmp_path):
+    ops = ops_of(tmp_path)
+    [lookup] = named(ops, "aten.embedding.default")
+    assert lookup.bytes == INDICES + ROWS + ROWS                    # was TABLE + INDICES + ROWS: 51 MB for 1 MB
+    [backward] = named(ops, "aten.embedding_dense_backward.default")
+    assert backward.bytes == ROWS + INDICES + TABLE                 # the rows' gradient in, the table's out
+
+
+def test_the_rule_both_frontends_charge():
+    assert moved_bytes("aten::embedding", [TABLE, INDICES, 0, 0, 0], [ROWS]) == INDICES + 2 * ROWS   # a trace
+    assert moved_bytes("aten.embedding.default", [TABLE, INDICES], [ROWS]) == INDICES + 2 * ROWS      # a capture
+    assert moved_bytes("aten::empty", [], [ROWS]) == 0 and moved_bytes("aten.add.Tensor", [4, 4], [4]) == 12
+    assert only_aliases(False, {1}, {1, 2}) and not only_aliases(True, {1}, {1})    # in place: work
+    assert not only_aliases(False, {3}, {1}) and not only_aliases(False, set(), {1})
