@@ -74,6 +74,16 @@ class Transfers:
                                                    self.dst_hi, self.src_lo, self.src_hi, -self.direction)
                                       + ((self.link,) if self.link is not None else ()), reduce=True)
 
+    def reflected(self, k: int) -> "Transfers":
+        """The same transfers with member m played by k-1-m (the mirror image of a group of k members; member k,
+        a dimension's switch, stays itself), each going round a ring the other way."""
+        flip = lambda m: np.where(m < k, k - 1 - m, m)  # noqa: E731
+        cols = [self.step, flip(self.src), flip(self.dst), self.src_lo, self.src_hi, self.dst_lo, self.dst_hi,
+                self.reduce, -self.direction] + ([self.link] if self.link is not None else [])
+        order = np.lexsort((cols[3], cols[2], cols[1], cols[0]))  # in from_columns's order
+        cols = [c[order] for c in cols]
+        return Transfers(self.units, self.steps, *cols[:9], cols[9] if len(cols) > 9 else None)
+
     def then(self, other: "Transfers") -> "Transfers":
         """These transfers, then `other`'s on the same units, its steps after these."""
         if other.units != self.units or (self.link is None) != (other.link is None):
@@ -128,6 +138,12 @@ class Algorithm:
     planned_by: str = ""                    # the pass that decides its structure (trees, a cycle, a placement)
     fuses_all_reduce: bool = False          # an all-reduce over one dimension runs as one pass (in_switch)
     in_network: bool = False                # switches reduce and multicast (the ideal all-reduce is then lower)
+    # ASTRA-sim conventions an algorithm may follow (astra_sim_*.py): chunk by chunk its fused all-reduce passes
+    # take the template and its mirror image (member m as k-1-m) in turn, even chunks the template; a member's step
+    # ends once its own messages are sent, not once they have arrived (the runtimes read it in meta.json:
+    # ends_on_send)
+    mirrored_chunks: bool = False
+    ends_on_send: bool = False
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

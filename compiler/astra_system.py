@@ -7,7 +7,8 @@ of this compiler that means the same, and naming every key it cannot honour.
     active-chunks-per-dimension    N                         -> --active-chunks N
     preferred-dataset-splits       N                         -> --chunks N
     <kind>-implementation          one name per dimension    -> --algorithm (the run's collective kind; a step
-                                   (ring, direct, halvingDoubling, doubleBinaryTree -> tree_reduce_broadcast,
+                                   (ring, direct, halvingDoubling, doubleBinaryTree ->
+                                   astra_sim_double_binary_tree,
                                    oneRing, oneDirect, oneHalvingDoubling,       takes all-reduce's for every kind)
                                    oneDoubleBinaryTree)
     roofline-enabled, peak-perf    1, TFLOPS                 -> --peak-tflops (a training step's compute)
@@ -37,8 +38,9 @@ from .network.units import MAX_LATENCY_NS
 from .runtime.workload_engine import check_peak_tflops
 
 IMPLEMENTATIONS = {"ring": "ring", "direct": "direct", "halvingDoubling": "halving_doubling",
-                   "doubleBinaryTree": "tree_reduce_broadcast", "oneRing": "flat_ring", "oneDirect": "flat_direct",
-                   "oneHalvingDoubling": "flat_halving_doubling", "oneDoubleBinaryTree": "flat_double_binary_tree"}
+                   "doubleBinaryTree": "astra_sim_double_binary_tree", "oneRing": "flat_ring",
+                   "oneDirect": "flat_direct", "oneHalvingDoubling": "flat_halving_doubling",
+                   "oneDoubleBinaryTree": "flat_double_binary_tree"}
 KIND_KEYS = {"all_reduce": "all-reduce-implementation", "all_gather": "all-gather-implementation",
              "reduce_scatter": "reduce-scatter-implementation", "all_to_all": "all-to-all-implementation"}
 SCHEDULERS = {"baseline": "baseline", "themis": "themis", "offlineGreedy": "optimal", "offlineGreedyFlex": "optimal"}
@@ -48,6 +50,7 @@ INTRA = {"FIFO": "fifo", "SCF": "scf"}
 # hierarchical decomposition)
 OPTIMIZATIONS = {"baseline": "per-dimension", "localBWAware": "hierarchical"}
 MAX_FILE_BYTES = 1 << 20
+DBT = IMPLEMENTATIONS["doubleBinaryTree"]   # its chunks as ASTRA-sim runs them (algorithms/astra_sim_*.py)
 
 
 def apply(args, given: set, step: bool) -> list[str]:
@@ -121,7 +124,7 @@ def apply(args, given: set, step: bool) -> list[str]:
         if kind == "all_to_all" and any(n in ("halving_doubling", "flat_halving_doubling") for n in names):
             warn("halvingDoubling all-to-all runs here; ASTRA-sim refuses it (its all-to-all implementations are "
                  "direct and ring), so the run has no ASTRA-sim figure to compare with")
-        if "tree_reduce_broadcast" in names and kind != "all_reduce":
+        if DBT in names and kind != "all_reduce":
             warn(f"doubleBinaryTree for {kind}: ASTRA-sim runs a whole all-reduce there; here it runs as NCCL's "
                  "double binary tree (two trees, each carrying half of every chunk)")
     if kind == "all_reduce" and not _flat(names):   # ASTRA-sim's One* implementations run one ring over all
@@ -129,19 +132,11 @@ def apply(args, given: set, step: bool) -> list[str]:
                 "collective-optimization" if "collective-optimization" in config else None)
         topology = _topology(args)
         several = topology is None or topology.ndims > 1
-        if "tree_reduce_broadcast" in (names or ()) and getattr(args, "all_reduce", None) == "hierarchical" \
+        if DBT in (names or ()) and getattr(args, "all_reduce", None) == "hierarchical" \
                 and several:
             warn("doubleBinaryTree under localBWAware: ASTRA-sim runs a whole all-reduce on a doubleBinaryTree "
                  "dimension even where it reduce-scatters or all-gathers; here those phases of an all-reduce over "
                  "several dimensions run as NCCL's double binary tree (two trees, each carrying half)")
-    chunks = int(getattr(args, "chunks", None) or 1)
-    if kind == "all_reduce" and "tree_reduce_broadcast" in (names or ()) and chunks > 1:
-        # DoubleBinaryTreeTopology::get_topology hands out its two trees in turn, and DoubleBinaryTreeAllReduce
-        # exits once it has sent a chunk down: the member takes up the next chunk while those messages travel
-        warn(f"doubleBinaryTree in {chunks} chunks: ASTRA-sim alternates its two trees chunk by chunk and a member "
-             "takes up the next chunk once it has sent the last one down (its congestion-unaware backend then "
-             "sends two chunks over one link at once); here each chunk's pass holds the dimension until its "
-             "messages arrive: about 8 % above ASTRA-sim's analytical time, 3 % above its congestion-aware one")
     if kind == "all_to_all" and "ring" in (names or ()):
         # Ring.cc, All_to_All: (k-1)k/2 messages of 1/k of the data, each to the next member, one after another
         warn("ring all-to-all: ASTRA-sim's is another algorithm (k(k-1)/2 messages of 1/k of the chunk, each to the "

@@ -196,8 +196,20 @@ class Schedule:
             return int(np.prod([self.shape[d] for d in plan.group_dims]))
         return self._template(plan.kind, stage).units
 
-    def _template(self, kind: str, stage: Stage) -> Transfers:
+    def _parities(self, plan: CollectivePlan, flows: np.ndarray) -> list[tuple[bool, np.ndarray]]:
+        """Chunks `flows` as (odd, chunks) groups: even and odd chunks apart where a stage's algorithm runs its
+        template and its mirror image in turn (mirrored_chunks: ASTRA-sim's doubleBinaryTree), else all as even."""
+        if not any(s.fused and algorithms.for_phase(s.algorithm, flat=s.dim == FLAT).mirrored_chunks
+                   for s in plan.stages):
+            return [(False, flows)]
+        return [(odd, flows[flows % 2 == odd]) for odd in (False, True) if np.any(flows % 2 == odd)]
+
+    def _template(self, kind: str, stage: Stage, odd: bool = False) -> Transfers:
+        """The transfers of a phase on one group (odd: of an odd chunk, mirrored where the algorithm says so: a
+        whole all-reduce's pass)."""
         alg = algorithms.for_phase(stage.algorithm, flat=stage.dim == FLAT)
+        if odd and alg.mirrored_chunks and stage.fused:   # (a reduce-scatter alone must leave member m block m)
+            return self._template(kind, stage).reflected(self._size(stage.dim))
         if alg.scope == RANKS:  # over ranks, routed across dimensions
             return alg.template(kind, self.topology.npus, bidirectional=True)
         if stage.dim == FLAT or alg.name == "flat_ring":
@@ -299,29 +311,9 @@ class Schedule:
         coords = tuple(self._coords()[npus].T)
         parts = []
         for plan in self.plans:
-            for order, flows in plan.order_groups():
-                levels = self.levels(plan, coords, order, flows) if plan.kind in SHARDED else None
-                for position, si in enumerate(order):
-                    stage = plan.stages[si]
-                    member = np.broadcast_to(self._member(coords, stage.dim), npus.shape)
-                    if plan.kind not in ROOTED and plan.kind != "all_to_all" and self._per_rank(stage):
-                        # peers are ranks, each NPU a member position of its own: every NPU's rows in one go
-                        parts.append(self._expand_ranks(npus, plan, position, stage, member,
-                                                        self._stage_region(plan, levels, position), flows))
-                        continue
-                    for key, sel in self._classes(plan, stage, order, position, coords, member):
-                        if plan.kind == "all_to_all":
-                            rows = self._a2a_rows(plan, stage, key)
-                            base, length = self.chunk_regions(plan, flows)
-                        elif plan.kind in ROOTED:
-                            rows = self._rooted_rows(plan, stage, key)
-                            base, length = self.chunk_regions(plan, flows)
-                        else:
-                            rows = _template_rows(self._template(plan.kind, stage), key)
-                            base, length = self._stage_region(plan, levels, position)
-                        base, length = _of_npus(base, sel), _of_npus(length, sel)
-                        parts += self._expand(npus[sel], plan, position, stage, rows, base, length,
-                                              int(member[sel[0]]), flows)
+            for order, group in plan.order_groups():
+                for odd, flows in self._parities(plan, group):
+                    parts += self._order_parts(npus, coords, plan, order, flows, odd)
         # the phases' columns are joined, then typed once (a Table per phase cost as much as building its rows);
         # column by column, each phase's copy let go as it is joined: the peak is one table and one column
         table = Table({c: np.concatenate([p.pop(c) for p in parts], dtype=DTYPES[c], casting="unsafe")
@@ -331,6 +323,34 @@ class Schedule:
         order = np.lexsort((table["offset"], table["peer"], table["op"], table["step"], table["stage"],
                             table["flow"], table["coll"], table["npu"]))
         return Table({c: v[order] for c, v in table.cols.items()})
+
+    def _order_parts(self, npus, coords, plan: CollectivePlan, order, flows, odd: bool) -> list[dict]:
+        """The rows of chunks `flows` of `plan`, which visit its stages in `order` (odd: they run a mirrored_chunks
+        algorithm's templates in the mirror), for NPUs `npus` (coordinates `coords`)."""
+        parts = []
+        levels = self.levels(plan, coords, order, flows) if plan.kind in SHARDED else None
+        for position, si in enumerate(order):
+            stage = plan.stages[si]
+            member = np.broadcast_to(self._member(coords, stage.dim), npus.shape)
+            if plan.kind not in ROOTED and plan.kind != "all_to_all" and self._per_rank(stage):
+                # peers are ranks, each NPU a member position of its own: every NPU's rows in one go
+                parts.append(self._expand_ranks(npus, plan, position, stage, member,
+                                                self._stage_region(plan, levels, position), flows, odd))
+                continue
+            for key, sel in self._classes(plan, stage, order, position, coords, member):
+                if plan.kind == "all_to_all":
+                    rows = self._a2a_rows(plan, stage, key)
+                    base, length = self.chunk_regions(plan, flows)
+                elif plan.kind in ROOTED:
+                    rows = self._rooted_rows(plan, stage, key)
+                    base, length = self.chunk_regions(plan, flows)
+                else:
+                    rows = _template_rows(self._template(plan.kind, stage, odd), key)
+                    base, length = self._stage_region(plan, levels, position)
+                base, length = _of_npus(base, sel), _of_npus(length, sel)
+                parts += self._expand(npus[sel], plan, position, stage, rows, base, length,
+                                      int(member[sel[0]]), flows)
+        return parts
 
     def _coords(self) -> np.ndarray:
         if getattr(self, "_coords_array", None) is None:
@@ -398,12 +418,12 @@ class Schedule:
         """A phase whose peers are ranks: over the whole network, or a graph's one dimension."""
         return stage.dim == FLAT or not self.topology.dims[stage.dim].kind.stackable
 
-    def _expand_ranks(self, npus, plan, si, stage, member, region, flows) -> dict:
+    def _expand_ranks(self, npus, plan, si, stage, member, region, flows, odd: bool = False) -> dict:
         """Rows of a phase whose peers are ranks for every NPU in `npus` at once (member: each one's position)."""
         if stage.structure and stage.structure[0] == "placement":  # over virtual ranks: pi^-1
             member = self._hdrm_map(inverse=True)[member]
-        owner, (step, op, peer_m, lo, hi, direction, units, link) = _members_rows(self._template(plan.kind, stage),
-                                                                                 np.asarray(member))
+        owner, (step, op, peer_m, lo, hi, direction, units, link) = _members_rows(
+            self._template(plan.kind, stage, odd), np.asarray(member))
         base, length = (_of_npus(a, owner) for a in region)
         off = base + (lo[:, None] * length) // units
         end = base + (hi[:, None] * length) // units

@@ -57,7 +57,9 @@ class CollectivePlan:
         # chunk_dims: the dims each chunk visits, in order (the runtime needs a phase's dimension before it runs)
         return CollectiveMeta(self.name, self.kind, self.buffer, self.buffer_kind, self.bytes, self.chunks,
                               tuple(self.group_dims), tuple(self.deps),
-                              tuple(StageMeta(s.kind, s.dim, s.algorithm, s.bytes) for s in self.stages),
+                              tuple(StageMeta(s.kind, s.dim, s.algorithm, s.bytes,
+                                              algorithms.for_phase(s.algorithm, flat=s.dim == FLAT).ends_on_send)
+                                    for s in self.stages),
                               tuple(tuple(self.stages[i].dim for i in row) for row in self.chunk_orders().tolist()),
                               self.root)
 

@@ -8,7 +8,8 @@
  * - a finished phase releases the chunk's next stage, and collectives waiting on it (phases.Chains);
  * - a step injects its messages into their first links; every link serves a FIFO queue; a hop ends `latency` after
  *   the head (cut-through) or the tail (store-and-forward) left the link; a step ends when its own messages are
- *   delivered and its receives have arrived, plus its reduction time (step_reduce_ns: ASTRA-sim's local-mem-bw).
+ *   delivered (those it waits for: msg_src_step >= 0) and its receives have arrived, plus its reduction time
+ *   (step_reduce_ns: ASTRA-sim's local-mem-bw).
  *   A message is delivered endpoint_ns after its tail arrives (ASTRA-sim's endpoint-delay; links are free then).
  * Events of one instant run in the order they were created; admissions follow in server order, then links start
  * transfers in link order.
@@ -312,9 +313,11 @@ static int on_event(Sim *s, Event e, double now) {
     case HOP_DONE: {
         i64 mid = e.a, hop = e.b;
         if (rstart(s, mid) + hop + 1 < rstart(s, mid + 1)) return enqueue(s, mid, hop + 1);
-        i64 g = p->msg_src_step[mid];  /* delivered */
-        s->left[g] -= 1;
-        if (check_step(s, g, now)) return -1;
+        i64 g = p->msg_src_step[mid];  /* delivered; -1: its step ended once it was sent (ends_on_send) */
+        if (g >= 0) {
+            s->left[g] -= 1;
+            if (check_step(s, g, now)) return -1;
+        }
         i64 r = p->msg_dst_step[mid];
         if (r >= 0) {
             s->left[r] -= 1;

@@ -2,7 +2,8 @@
 
 Cost of a message (the rows of one step sharing peer and lane): latency x hops + bytes / link bandwidth; messages
 of a step do not contend with each other (ASTRA-sim's congestion-unaware backend). A step of a phase ends on an NPU
-when its own messages have arrived and the messages it receives in that step have come in.
+when its own messages have arrived and the messages it receives in that step have come in; in a phase marked
+`ends_on_send` (meta.json) when those it receives have come in, its own sent (ASTRA-sim's doubleBinaryTree).
 
 Chunks pipeline across dimensions: chunk c's phase i+1 becomes ready when its phase i ends (and a collective's
 first phase when the collectives it depends on have finished that chunk). Each NPU works on up to `active_chunks`
@@ -88,6 +89,10 @@ class _Engine(PhaseEngine):
         m["reduce_ns"] = reduction_ns(m["reduced"], self.local_mem_gbps)
         cols = [m[k].tolist() for k in ("npu", "coll", "flow", "stage", "step", "send", "peer", "dim", "cost",
                                         "link_ns", "reduce_ns")]
+        # phases whose steps end once their messages are sent (meta: ends_on_send): the sender waits neither for
+        # their arrival nor for the links (ASTRA-sim's congestion-unaware network sends each at full bandwidth)
+        sent_only = {(c, s) for c, coll in enumerate(self.meta.collectives) for s, st in enumerate(coll.stages)
+                     if st.ends_on_send}
         for npu, c, f, s, st, snd, peer, d, cost, link_ns, red in zip(*cols):
             steps = self.steps.setdefault((npu, c, f, s), [])
             while len(steps) <= st:
@@ -100,9 +105,10 @@ class _Engine(PhaseEngine):
                     key = self._switch_key((npu, c, f, s), st, d)
                     self.switch_senders[key] = self.switch_senders.get(key, 0) + 1
             if snd:
-                rec[0] = max(rec[0], link_ns)
                 rec[1].append((peer, cost))
-                rec[2] = max(rec[2], cost)
+                if (c, s) not in sent_only:
+                    rec[0] = max(rec[0], link_ns)
+                    rec[2] = max(rec[2], cost)
             else:
                 rec[3] += 1
                 rec[4] = max(rec[4], cost)

@@ -16,8 +16,8 @@ Model (documented in docs/cost-model.md):
 - An NPU injects a step's messages in rotated peer order (the peer just after itself first), as collective
   libraries do to spread load over destinations.
 - Phases, steps and chunk pipelining follow the analytical runtime (phases.py): a step ends when the NPU's own
-  messages are delivered and those it receives have come in; each NPU admits `active_chunks` phases per dimension
-  in an order shared by the dimension's group.
+  messages are delivered (in a phase that `ends_on_send`, once they are injected) and those it receives have come
+  in; each NPU admits `active_chunks` phases per dimension in an order shared by the dimension's group.
 
 - Ties: events of one instant run in the order they were created; then waiting phases are admitted in (NPU,
   dimension) order; then idle links start their next transfer in link-number order (runtime/links.py).
@@ -173,9 +173,11 @@ class _Engine(PhaseEngine):
         phase = [_phase_tuple(plan, p) for p in range(plan.P)]
         step_key = [(phase[p], g - int(plan.step_start[p])) for g, p in enumerate(plan.step_phase.tolist())]
         sends, left = plan.step_send.tolist(), plan.step_left.tolist()
+        # the sends each step waits to see delivered (none in a phase that ends_on_send: msg_src_step -1)
+        waited = np.bincount(plan.msg_src_step[plan.msg_src_step >= 0], minlength=plan.NS).tolist()
         for p, (a, b) in enumerate(zip(plan.step_start[:-1].tolist(), plan.step_start[1:].tolist())):
-            if b > a:  # a step's messages (numbered in injection order) and the receives it expects
-                self.steps[phase[p]] = [[range(sends[g], sends[g + 1]), left[g] - (sends[g + 1] - sends[g])]
+            if b > a:  # a step's messages (numbered in injection order), the receives it expects, the sends it waits for
+                self.steps[phase[p]] = [[range(sends[g], sends[g + 1]), left[g] - waited[g], waited[g]]
                                         for g in range(a, b)]
         self.step_reduce = dict(zip(step_key, plan.step_reduce_ns.tolist()))
         rs, route = plan.route_starts().tolist(), plan.route.tolist()
@@ -183,7 +185,7 @@ class _Engine(PhaseEngine):
         self.msg_ns, self.msg_bytes = plan.class_ns[plan.msg_class].tolist(), plan.message_bytes(slice(None)).tolist()
         lat = plan.link_lat[plan.route].tolist()
         self.hop_lat = [lat[a:b] for a, b in zip(rs[:-1], rs[1:])]
-        self.msg_src = [step_key[g] for g in plan.msg_src_step.tolist()]
+        self.msg_src = [step_key[g] if g >= 0 else None for g in plan.msg_src_step.tolist()]
         self.msg_dst = [step_key[g] if g >= 0 else None for g in plan.msg_dst_step.tolist()]
         self.queues = [[] for _ in range(plan.L)]  # per link: heap of (ready time, seq, message, hop)
         self.link_busy = [False] * plan.L
@@ -205,8 +207,8 @@ class _Engine(PhaseEngine):
         self.start_step(pk, 0, now)
 
     def start_step(self, pk, st: int, now: float) -> None:
-        sends = self.steps[pk][st][0] if st < self.nsteps(pk) else []
-        self.own_left[(pk, st)] = len(sends)
+        sends, _, waited = self.steps[pk][st] if st < self.nsteps(pk) else ([], 0, 0)
+        self.own_left[(pk, st)] = waited
         self.begun[(pk, st)] = now
         for mid in sends:
             self._enqueue(mid, 0, now)
@@ -233,8 +235,9 @@ class _Engine(PhaseEngine):
                 self._enqueue(mid, hop + 1, now)
                 return
             sk = self.msg_src[mid]  # delivered
-            self.own_left[sk] -= 1
-            self._check(sk, now)
+            if sk is not None:   # (None: its step ended once it was sent)
+                self.own_left[sk] -= 1
+                self._check(sk, now)
             rk = self.msg_dst[mid]
             if rk is not None:
                 self.got[rk] = self.got.get(rk, 0) + 1

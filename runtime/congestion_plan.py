@@ -9,7 +9,9 @@ Numbering:
 - a phase is (simulated NPU index si, key): pid = si * K + kid; its steps are step_start[pid]..step_start[pid+1];
 - messages are numbered in injection order: a step's sends are messages step_send[g]..step_send[g+1] (the peer just
   after the sender first, then table order); step_left[g] counts what completes step g: its sends delivered and the
-  receives it expects (none in symmetric execution, where a receive is the mirror of an own send);
+  receives it expects (none in symmetric execution, where a receive is the mirror of an own send); msg_src_step[m]
+  is the step that waits for message m's delivery, -1 where none does (a phase that `ends_on_send`: its steps end
+  once their messages are sent, ASTRA-sim's doubleBinaryTree);
 - a message's size is its class: class_bytes[msg_class[m]], class_ns[msg_class[m]] (bytes / bandwidth; a network's
   messages come in few sizes);
 - a message's links are route[route_start[m]:route_start[m+1]] (route_start is empty when every message takes one
@@ -108,6 +110,12 @@ class Plan:
                                "msg_class", "route_start", "route", "msg_src", "msg_dst")}
         steps = msgs = hops = 0  # steps, messages and route entries numbered so far
         low, high = np.full(self.P, np.iinfo(I64).max), np.zeros(self.P, I64)  # each phase's lowest and highest byte
+        # (coll, stage) of phases whose steps do not wait for their own messages' delivery
+        width = int(self.nstages.max()) if len(self.nstages) else 1
+        sent_only = np.zeros((len(self.nstages), width), bool)
+        for c, coll in enumerate(self.meta.collectives):
+            for st, stage in enumerate(coll.stages):
+                sent_only[c, st] = stage.ends_on_send
         for t in batches(self.sim, fetch):
             self.per_dim_bytes = np.maximum(self.per_dim_bytes, per_dim_bytes(t, self.meta))
             if not len(t):
@@ -136,7 +144,8 @@ class Plan:
             # each batch's pieces are int32 at once: the plan's peak is its final size, not twice it
             out["step_send"].append(_i32(np.searchsorted(gstep[s], np.arange(steps, steps + nsteps)) + msgs,
                                          "messages"))
-            left = np.bincount(gstep[s] - steps, minlength=nsteps)
+            waits = ~sent_only[m["coll"][s], m["stage"][s]]   # a sender waits for this message's delivery
+            left = np.bincount(gstep[s][waits] - steps, minlength=nsteps)
             if not self.symmetric:
                 left += np.bincount(gstep[~send] - steps, minlength=nsteps)
             out["step_left"].append(_i32(left, "messages"))
@@ -144,7 +153,7 @@ class Plan:
                 reduce_ns = np.zeros(nsteps)
                 np.add.at(reduce_ns, gstep[~send] - steps, reduction_ns(m["reduced"][~send], self.local_mem_gbps))
                 out["step_reduce_ns"].append(reduce_ns)
-            out["msg_src_step"].append(_i32(gstep[s], "steps"))
+            out["msg_src_step"].append(_i32(np.where(waits, gstep[s], -1), "steps"))
             out["dst_pid"].append(_i32(pid[s] + (si_of[dst] - si_of[src]) * K, "phases"))  # the same key there
             out["dst_step"].append(_i32(m["step"][s], "steps"))
             out["msg_class"].append(_i32(self._classes(m["bytes"][s], m["link_ns"][s], classes), "message sizes"))

@@ -37,6 +37,15 @@ class StageMeta:
     dim: int         # topology dimension, -1 for a phase over the whole network
     algorithm: str   # the phase's algorithm (algorithms/)
     bytes: int       # the phase's full buffer per NPU, summed over chunks
+    # a step ends once its own messages are sent, not once they have arrived (ASTRA-sim's doubleBinaryTree: a
+    # member moves on as soon as it has sent); on the analytical backend they keep nothing from its later steps
+    ends_on_send: bool = False
+
+    def to_json(self) -> dict:
+        out = {"kind": self.kind, "dim": self.dim, "algorithm": self.algorithm, "bytes": self.bytes}
+        if self.ends_on_send:   # written only where it is set: every other meta.json reads as before
+            out["ends_on_send"] = True
+        return out
 
 
 @dataclass(frozen=True)
@@ -57,8 +66,7 @@ class CollectiveMeta:
         out = {"name": self.name, "kind": self.kind, "buffer": self.buffer, "buffer_kind": self.buffer_kind,
                "bytes": self.bytes, "chunks": self.chunks, "group_dims": list(self.group_dims),
                "deps": list(self.deps),
-               "stages": [{"kind": s.kind, "dim": s.dim, "algorithm": s.algorithm, "bytes": s.bytes}
-                          for s in self.stages],
+               "stages": [s.to_json() for s in self.stages],
                "chunk_dims": [list(row) for row in self.chunk_dims]}
         if self.root is not None:
             out["root"] = self.root
@@ -68,8 +76,8 @@ class CollectiveMeta:
     def from_json(c: dict) -> "CollectiveMeta":
         return CollectiveMeta(c["name"], c["kind"], c["buffer"], c["buffer_kind"], c["bytes"], c["chunks"],
                               tuple(c["group_dims"]), tuple(c["deps"]),
-                              tuple(StageMeta(s["kind"], s["dim"], s["algorithm"], s["bytes"])
-                                    for s in c["stages"]),
+                              tuple(StageMeta(s["kind"], s["dim"], s["algorithm"], s["bytes"],
+                                              s.get("ends_on_send", False)) for s in c["stages"]),
                               tuple(tuple(row) for row in c["chunk_dims"]), c.get("root"))
 
 
@@ -304,6 +312,11 @@ def _check_collective(c, ci: int, where: str, ndims: int, npus: int) -> None:
         _str(s["kind"], f"{where}.stages[{k}].kind")
         _str(s["algorithm"], f"{where}.stages[{k}].algorithm")
         _int(s["bytes"], f"{where}.stages[{k}].bytes", 1, 2 ** 62)
+        unknown = sorted(set(s) - {"kind", "dim", "algorithm", "bytes", "ends_on_send"})
+        if unknown:
+            raise TableError(f"{where}.stages[{k}]: unknown key '{unknown[0]}'")
+        if not isinstance(s.get("ends_on_send", False), bool):
+            raise TableError(f"{where}.stages[{k}].ends_on_send must be true or false, got {s['ends_on_send']!r}")
         stage_dims.append(_int(s["dim"], f"{where}.stages[{k}].dim", -1, ndims - 1))
     rows = _list(c["chunk_dims"], f"{where}.chunk_dims", chunks)
     for f, row in enumerate(rows):

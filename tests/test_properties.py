@@ -96,6 +96,8 @@ class Case:
                 and not line and not cube_ring)
 
 
+# an all-reduce taking each chunk whole up a tree and back down (the root only adds, a leaf only copies)
+WHOLE_CHUNK_TREES = ("tree_reduce_broadcast", "astra_sim_double_binary_tree")
 DEFAULT = {"Ring": "ring", "FC": "direct", "Switch": "halving_doubling", "Mesh": "ring", "HC": "halving_doubling"}
 
 
@@ -204,7 +206,7 @@ def test_schedule_verifies_on_data(case):
         expected = {"all_reduce": {RECV_REDUCE, RECV_COPY}, "reduce_scatter": {RECV_REDUCE},
                     "all_gather": {RECV_COPY}, "all_to_all": {RECV_COPY}}[case.kind]
         # (a switch's sum comes back as a copy; in a reduce-broadcast tree the root only adds, a leaf only copies)
-        whole = in_switch.any() or "tree_reduce_broadcast" in case.algos
+        whole = in_switch.any() or any(a in WHOLE_CHUNK_TREES for a in case.algos)
         assert recv_ops == expected if not whole else recv_ops <= expected
     assert stats["rows"] == total
 
@@ -223,7 +225,7 @@ def test_all_reduce_halves_share_one_buffer(case, data):
     assert verifier.verify(sched)["buffers"] == 1
     t = sched.table(data.draw(st.integers(0, case.npus - 1), label="npu"))
     first_ag_sends = np.flatnonzero((t["coll"] == 1) & (t["stage"] == 0) & (t["step"] == 0) & (t["op"] == SEND))
-    trees = ("double_binary_tree", "tree_reduce_broadcast")
+    trees = ("double_binary_tree",) + WHOLE_CHUNK_TREES
     if not any(a in trees for a in case.algos) and case.algos != ["in_switch"]:
         # (in a tree only the leaves send at step 0; a one-dimension in-switch all-reduce has no all-gather rows,
         # its fused reduce-scatter returned the whole sum)

@@ -1,6 +1,7 @@
 """tree_reduce_broadcast, ASTRA-sim's doubleBinaryTree all-reduce on a dimension: each chunk whole up ASTRA-sim's
 binary tree (member 0 at the root with one child, the in-order tree over 1..k-1 below) and back down, run as one
-pass per chunk; verified on data, timed by hand, and what a system file's doubleBinaryTree now runs."""
+pass per chunk; verified on data and timed by hand. A system file's doubleBinaryTree runs it with ASTRA-sim's
+conventions for several chunks (tests/test_astra_sim_double_binary_tree.py)."""
 import json
 import math
 
@@ -59,22 +60,3 @@ def test_verified_on_data_and_symmetric_equals_full(capsys, argv, backend):
     code, out, err = cli(capsys, "--collective", "all_reduce", *run, "--verify")
     assert code == 0 and "verified" in out, err
     assert report(capsys, *run)["total_time_us"] == report(capsys, *run, "--execution", "full")["total_time_us"]
-
-
-def test_a_system_files_double_binary_tree_runs_it(capsys, tmp_path):
-    path = tmp_path / "sys.json"
-    path.write_text(json.dumps({"all-reduce-implementation": ["doubleBinaryTree", "doubleBinaryTree"],
-                                "preferred-dataset-splits": 2}))
-    code, out, err = cli(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "4x4_torus", "--system",
-                         path, "--json")
-    # baseline (no key): per dimension, each a whole-chunk tree: as ASTRA-sim, but for how its chunks overlap (one
-    # line, docs/astra-sim.md, Limits)
-    assert code == 0 and err.count("\n") == 1 and "doubleBinaryTree in 2 chunks" in err, err
-    plain = report(capsys, "--size", "1MB", "--topology", "4x4_torus", "--chunks", "2", "--scheduler", "baseline",
-                   "--intra", "fifo", "--algorithm", "tree_reduce_broadcast", "--all-reduce", "per-dimension")
-    assert json.loads(out) == plain
-    path.write_text(json.dumps({"all-reduce-implementation": ["doubleBinaryTree", "doubleBinaryTree"],
-                                "collective-optimization": "localBWAware"}))
-    code, _, err = cli(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "4x4_torus", "--system",
-                       path)
-    assert code == 0 and "doubleBinaryTree under localBWAware" in err
