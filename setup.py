@@ -10,6 +10,7 @@ all live under the one import package `astra_compile` so nothing squats on gener
     passes/    -> astra_compile.passes     (one pass per file)
     runtime/   -> astra_compile.runtime    (table formats, cost models, verifier; imports only network/)
 """
+import hashlib
 import re
 
 from setuptools import Extension, setup
@@ -20,8 +21,13 @@ with open("compiler/__init__.py", encoding="utf-8") as f:
 
 # The congestion runtime's event core in C. optional: without a C compiler the install still succeeds and the
 # runtime falls back to its Python engine (same results, about 10x slower).
+# The core carries the digest of the source it was built from: an editable checkout whose _linkcore.c changed since
+# (a pull without reinstalling) runs the Python engine instead of a core that reads its plan differently.
+with open("runtime/_linkcore.c", "rb") as f:
+    LINKCORE_DIGEST = hashlib.sha256(f.read()).hexdigest()[:16]
 LINKCORE = Extension("astra_compile.runtime._linkcore", ["runtime/_linkcore.c"], optional=True,
-                     extra_compile_args=["-O2", "-std=c99"])
+                     extra_compile_args=["-O2", "-std=c99"],
+                     define_macros=[("LINKCORE_SOURCE_DIGEST", f'"{LINKCORE_DIGEST}"')])
 
 setup(
     name="astra-compile",

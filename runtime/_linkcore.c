@@ -475,4 +475,16 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_linkcore", "Compiled congestion-aware event core.", -1,
                                     methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__linkcore(void) { return PyModule_Create(&module); }
+#ifndef LINKCORE_SOURCE_DIGEST
+#define LINKCORE_SOURCE_DIGEST "unknown"
+#endif
+
+/* SOURCE_DIGEST: the digest of this file as built (setup.py), so a checkout whose source moved on is noticed. */
+PyMODINIT_FUNC PyInit__linkcore(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddStringConstant(m, "SOURCE_DIGEST", LINKCORE_SOURCE_DIGEST) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

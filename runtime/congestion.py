@@ -38,11 +38,15 @@ Executions:
 """
 from __future__ import annotations
 
+import hashlib
 import heapq
+import os
+import warnings
 
 import numpy as np
 
 from ..network import blocks
+from ..network.errors import InputWarning
 from .congestion_plan import Plan
 from .phases import (INTRA_POLICIES, OptionError, PhaseEngine, Result, make_result, never_starts,
                      tables_by_npu, tables_of, waits_forever)
@@ -51,6 +55,22 @@ from .tables import Schedule, Table
 try:  # the compiled event core (built by `pip install .`; without a C compiler the Python engine runs instead)
     from . import _linkcore
 except ImportError:  # pragma: no cover - depends on the build machine
+    _linkcore = None
+
+
+def _built_from_other_source(core) -> bool:
+    """True when this checkout's _linkcore.c is not the source `core` was built from (an editable install pulled
+    without `pip install -e .` again): such a core reads today's plans with yesterday's layout, silently wrong or
+    out of bounds. An installed wheel ships no source beside its core: nothing to compare, nothing stale."""
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_linkcore.c")
+    if not os.path.exists(source):
+        return False
+    with open(source, "rb") as f:
+        return getattr(core, "SOURCE_DIGEST", None) != hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+STALE_CORE = _linkcore is not None and _built_from_other_source(_linkcore)
+if STALE_CORE:
     _linkcore = None
 
 
@@ -98,7 +118,12 @@ def run(schedule: Schedule, intra: str = "fifo", active_chunks: int = 1, timelin
     if engine not in ENGINES:
         raise OptionError(f"unknown engine {engine}")
     if engine == "compiled" and _linkcore is None:
-        raise OptionError("the compiled congestion core is not built (reinstall with a C compiler)")
+        raise OptionError("the compiled congestion core is older than runtime/_linkcore.c: run pip install -e . "
+                          "again" if STALE_CORE else "the compiled congestion core is not built (reinstall with a C "
+                          "compiler)")
+    if STALE_CORE:
+        warnings.warn("the compiled congestion core was built from an older runtime/_linkcore.c (run pip install -e "
+                      ". again); this run uses the Python engine: the same results, about 8x slower", InputWarning)
     npus = [0] if mode == "symmetric" else range(meta.npus)
     cut_through = switching == "cut-through"
     if engine == "python" or _linkcore is None:

@@ -21,6 +21,23 @@ def test_compiled_core_is_built():
     assert congestion._linkcore is not None
 
 
+def test_a_core_built_from_another_source_is_noticed():
+    """An editable checkout pulled without reinstalling keeps yesterday's core: it must not be trusted with today's
+    plans. The core carries the digest of the source it was built from."""
+    assert not congestion.STALE_CORE  # this checkout's core was built from its source
+
+    class OldCore:
+        SOURCE_DIGEST = "0123456789abcdef"
+
+    class UnmarkedCore:  # built before cores carried a digest
+        pass
+
+    source = os.path.join(os.path.dirname(congestion.__file__), "_linkcore.c")
+    assert congestion._built_from_other_source(OldCore) == os.path.exists(source)
+    assert congestion._built_from_other_source(UnmarkedCore) == os.path.exists(source)
+    assert not congestion._built_from_other_source(congestion._linkcore)
+
+
 def assert_same(schedule, **options):
     py = congestion.run(schedule, engine="python", **options)
     c = congestion.run(schedule, engine="compiled", **options)
