@@ -123,7 +123,8 @@ def build_parser() -> _Parser:
     g.add_argument("--list-passes", action="store_true", help="list the registered passes and exit")
     g = p.add_argument_group("output")
     g.add_argument("--emit", choices=("report", "mlir", "tables", "msccl-xml", "chakra"), default="report",
-                   help="msccl-xml: an all-reduce's schedule as an MSCCL algorithm file (docs/msccl.md); chakra: the "
+                   help="msccl-xml: an all-reduce, reduce-scatter, all-gather or all-to-all schedule as an MSCCL "
+                        "algorithm file (docs/msccl.md); chakra: the "
                         "step (or collective) as Chakra execution traces, one per rank, into -o DIR")
     g.add_argument("--npu", help="with --emit tables: print this accelerator's table")
     g.add_argument("-o", "--output", help="with --emit tables: directory for every table; with --emit mlir or "
