@@ -127,7 +127,8 @@ def build_parser() -> _Parser:
     g.add_argument("--list-passes", action="store_true", help="list the registered passes and exit")
     g = p.add_argument_group("output")
     g.add_argument("--emit", choices=("report", "mlir", "tables", "msccl-xml", "chakra"), default="report",
-                   help="msccl-xml: an all-reduce's schedule as an MSCCL algorithm file (docs/msccl.md); chakra: the "
+                   help="msccl-xml: an all-reduce, reduce-scatter, all-gather or all-to-all schedule as an MSCCL "
+                        "algorithm file (docs/msccl.md); chakra: the "
                         "step (or collective) as Chakra execution traces, one per rank, into -o DIR")
     g.add_argument("--npu", help="with --emit tables: print this accelerator's table")
     g.add_argument("-o", "--output", help="with --emit tables: directory for every table; with --emit mlir or "
@@ -136,10 +137,11 @@ def build_parser() -> _Parser:
     g.add_argument("--table-view", choices=("rows", "trees"), default="rows",
                    help="with --emit tables --npu: every row, or (multitree) seed 003's Reduce/Gather commands")
     g.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    g.add_argument("--scheduler", choices=("baseline", "themis", "optimal"), default="optimal",
+    g.add_argument("--scheduler", choices=("baseline", "themis", "optimal"),
                    help="inter-dimension chunk scheduling: baseline (every chunk RS ascending, AG descending), "
                         "themis (per chunk, least-loaded dimension first) or optimal (default: CP-SAT split of the "
-                        "chunks over dimension orders, never slower than themis)")
+                        "chunks over dimension orders, never slower than themis or baseline); a .mlir module that "
+                        "records its scheduler keeps its orders unless this is given")
     g.add_argument("--intra", choices=("fifo", "scf"), default="scf",
                    help="intra-dimension queue policy: first-in first-out or smallest chunk first (default)")
     g.add_argument("--compare", action="store_true",
@@ -317,7 +319,7 @@ def _is_trace_dir(inputs: list[str]) -> bool:
 def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
     """model.py, execution traces, a workload module or a step table directory -> the step report (or the workload
     MLIR, or the step's tables)."""
-    from . import reuse
+    from . import driver, reuse
     from .api import compile as compile_workload
     if args.emit == "tables" and args.output is None and args.npu is None:
         raise UserError("--emit tables needs --npu K (print one accelerator's step table) or -o DIR (write them all)")
@@ -337,7 +339,8 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
         with reuse.using(_cache(args.cache) if args.cache else reuse.current()):
             report = compile_workload(args.input if len(args.input) > 1 else args.input[0], args.topology,
                                       bandwidth=args.bandwidth, latency=args.latency, links=args.links,
-                                      endpoint_delay=args.endpoint_delay, mesh=args.mesh, scheduler=args.scheduler,
+                                      endpoint_delay=args.endpoint_delay, mesh=args.mesh,
+                                      scheduler=args.scheduler or driver.DEFAULT_SCHEDULER,
                                       chunks=chunks, algorithm=args.algorithm, all_reduce=args.all_reduce,
                                       backend=args.backend, intra=args.intra,
                                       peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,

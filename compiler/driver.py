@@ -12,6 +12,7 @@ from .network.errors import UserError, read_text
 from .lower import Schedule
 from .plans import plans_from_module
 from .passes import DEFAULT_PIPELINE, PassContext, PassManager, parse_pipeline
+from .passes.dimension_order import buffer_groups
 from .network.topology import Topology
 from .network.units import MAX_BYTES, format_size
 from .report import Report, make_report
@@ -68,9 +69,11 @@ def module_topology(module, override: Topology | None) -> Topology:
 
 # inter-dimension schedulers: the pass pipeline each one runs
 SCHEDULERS = {
-    "baseline": DEFAULT_PIPELINE,                # every chunk: RS dims ascending, AG descending (ASTRA-sim baseline)
+    # every chunk: RS dims ascending, AG descending (ASTRA-sim baseline), written as orders like the others'
+    "baseline": DEFAULT_PIPELINE + ",baseline-order",
     "themis": DEFAULT_PIPELINE + ",themis",      # per-chunk order, least-loaded dimension first
-    # CP-SAT split of chunks over orders, then timed against Themis's on the cost model; the faster is kept
+    # CP-SAT split of chunks over orders, then timed against Themis's and the baseline's on the cost model; the
+    # fastest is kept
     "optimal": DEFAULT_PIPELINE + ",optimal-balance,choose-schedule",
 }
 DEFAULT_SCHEDULER, DEFAULT_INTRA = "optimal", "scf"
@@ -120,13 +123,16 @@ def symmetric_valid(schedule: Schedule, run: RunOptions) -> bool:
     return schedule.meta.symmetric
 
 
-def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defaults: dict,
+def compile_schedule(source: str, ctx, topology: Topology, scheduler: str | None, defaults: dict,
                      run: RunOptions | None = None, print_ir: bool = False, pipeline: str | None = None,
                      timing: bool = False) -> Compiled:
     """Compile the module text with a scheduler's pipeline (or an explicit one), lower and time it.
 
-    `optimal` never loses to Themis: its choose-schedule pass times both on this run's cost model and keeps the
-    faster, recording the choice in the module; the report repeats it (`optimal_choice`)."""
+    `scheduler` None: a module that records its scheduler (comm.scheduler: it was printed scheduled) runs its
+    recorded orders as they are, under that scheduler's name; any other module gets DEFAULT_SCHEDULER. A scheduler
+    named schedules the module again, replacing the orders it holds. `optimal` never loses to Themis or the
+    baseline: its choose-schedule pass times them on this run's cost model and keeps the fastest, recording the
+    choice in the module; the report repeats it (`optimal_choice`)."""
     run = run or RunOptions()
     # the ordering passes weigh a step's latency by how many chunks share the dimension in the runtime
     defaults = {"active": run.active_chunks, **defaults}
@@ -147,21 +153,25 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
             timed[key] = (schedule, result, stand_in)
         return timed[key][1].total_ns
 
-    def one(pipe, label, print_ir=False):
+    def one(pipe, label, print_ir=False, recorded=False):
         module = comm.parse_module(source, ctx)
         run_passes(module, topology, pipe, defaults, print_ir, evaluate, timing)
+        if recorded:
+            check_recorded_orders(module, label)
         evaluate(module, final=True)
         schedule, result, _ = timed[last[0]]
         report = make_report(schedule, result, label, run, comm.schedule_choice(module))
         return Compiled(module, schedule, result, report)
 
     chunks = defaults.get("chunks")
-    resources.request(topology, comm.parse_module(source, ctx), defaults.get("algorithm"),
+    given = comm.parse_module(source, ctx)
+    resources.request(topology, given, defaults.get("algorithm"),
                       chunks if isinstance(chunks, int) else None, run.execution, run.backend,
                       run.timeline).check(run.max_memory)
     if pipeline is not None:
         return one(pipeline, "custom pipeline", print_ir)
-    name = algorithms.canonical(str(defaults.get("algorithm", "")))  # None for a per-dimension list
+    # None for a per-dimension list; a module whose phases run a whole-network algorithm runs under it again
+    name = algorithms.canonical(str(defaults["algorithm"])) if "algorithm" in defaults else whole_network(given)
     if name is not None and algorithms.REGISTRY[name].scope != algorithms.DIMENSION:
         alg = algorithms.REGISTRY[name]
         if defaults.get("all_reduce") == "per-dimension":
@@ -169,7 +179,33 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str, defau
                             "runs one phase over the whole network")
         pipeline = FLAT_PIPELINE.format(alg.phase_name) + (f",{alg.planned_by}" if alg.planned_by else "")
         return one(pipeline, alg.label, print_ir)
+    recorded = comm.recorded_scheduler(given)
+    if scheduler is None and recorded is not None:  # its orders are decided: the pipeline only completes the rest
+        return one(DEFAULT_PIPELINE, recorded, print_ir, recorded=True)
+    scheduler = scheduler or DEFAULT_SCHEDULER
     return one(SCHEDULERS[scheduler], scheduler, print_ir)
+
+
+def whole_network(module) -> str | None:
+    """The whole-network algorithm a module's phases already run (a module printed after flat-decompose), or None."""
+    for op in comm.ops(module):
+        if comm.short_name(op) == "phase":
+            p = comm.view(op)
+            if p.dim == -1 and p.algorithm is not None:
+                try:
+                    return algorithms.for_phase(p.algorithm, flat=True).name
+                except UserError:
+                    return None   # select-algorithm names what is wrong with it
+    return None
+
+
+def check_recorded_orders(module, scheduler: str) -> None:
+    """A module that records its scheduler must hold that scheduler's orders for every buffer it schedules: a
+    collective added to it afterwards would otherwise run ascending under another scheduler's name."""
+    for group in buffer_groups(module):
+        if not group.has_orders():
+            raise UserError(f"the module records comm.scheduler = \"{scheduler}\" but '{group.name}' has no "
+                            f"dimension orders of it: give --scheduler to schedule the whole module again")
 
 
 def _body(module) -> str:

@@ -22,8 +22,8 @@ from .network.units import format_size, gbps_to_bytes_per_ns
 
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "report.schema.json")
 # keys --json leaves out when they do not apply (congestion backend only, optimal scheduler only, --verify only)
-OPTIONAL = ("switching", "link_utilization", "optimal_choice", "themis_time_us", "cp_sat_time_us", "verified",
-            "local_mem_gbps", "endpoint_delay_ns")
+OPTIONAL = ("switching", "link_utilization", "optimal_choice", "themis_time_us", "cp_sat_time_us", "baseline_time_us",
+            "verified", "local_mem_gbps", "endpoint_delay_ns")
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,7 @@ class Report:
     optimal_choice: str | None = None      # optimal scheduler: which orders choose-schedule kept
     themis_time_us: float | None = None
     cp_sat_time_us: float | None = None
+    baseline_time_us: float | None = None  # None also where a module recorded the choice without it (older)
     verified: bool | None = None           # --verify
     local_mem_gbps: float | None = None    # --local-mem-bw: reductions cost local memory time
     endpoint_delay_ns: float | None = None  # --endpoint-delay: what every message spends at its endpoints
@@ -140,7 +141,9 @@ def make_report(schedule, result, scheduler: str, run, choice: dict | None = Non
         endpoint_delay_ns=topo.endpoint_delay_ns or None,
         optimal_choice=choice["schedule"] if choice else None,
         themis_time_us=choice["themis_time_ns"] / 1e3 if choice else None,
-        cp_sat_time_us=choice["cp_sat_time_ns"] / 1e3 if choice else None)
+        cp_sat_time_us=choice["cp_sat_time_ns"] / 1e3 if choice else None,
+        baseline_time_us=choice["baseline_time_ns"] / 1e3 if choice and choice["baseline_time_ns"] is not None
+        else None)
 
 
 def lower_bound_bytes(kind: str, nbytes: int, group: int, in_network: bool = False) -> float:
@@ -215,7 +218,8 @@ def _format(r: "Report") -> str:
         + (f", endpoint delay {r.endpoint_delay_ns:g} ns per message" if r.endpoint_delay_ns else ""),
         f"runtime         {r.backend}" + (f" {r.switching}" if r.switching is not None else "")
         + f" ({r.execution} execution), scheduler {r.scheduler}"
-        + (f" ({r.optimal_choice} kept; cp-sat {r.cp_sat_time_us:.3f} us, themis {r.themis_time_us:.3f} us)"
+        + (f" ({r.optimal_choice} kept; cp-sat {r.cp_sat_time_us:.3f} us, themis {r.themis_time_us:.3f} us"
+           + (f", baseline {r.baseline_time_us:.3f} us" if r.baseline_time_us is not None else "") + ")"
            if r.optimal_choice is not None else "") + ", "
         f"intra-dimension {r.intra}, {r.active_chunks} active chunk(s) per dimension"
         + (f", reductions at local-mem-bw {r.local_mem_gbps:g} GB/s" if r.local_mem_gbps is not None else ""),

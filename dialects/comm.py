@@ -42,7 +42,12 @@ VALUE_KINDS = {"ints": ("dims", "group_dims", "order", "parent", "step", "link",
                "int": ("bytes", "chunks", "root", "src", "dst", "dim", "stage", "group_bytes", "ports", "npus",
                        "steps", "fused")}
 # module attributes: the topology (set_topology) and the decisions passes record there
-MODULE_ATTRS = ("comm.topology", "comm.balance", "comm.schedule", "comm.cp_sat_time_ns", "comm.themis_time_ns")
+MODULE_ATTRS = ("comm.topology", "comm.scheduler", "comm.balance", "comm.schedule", "comm.cp_sat_time_ns",
+                "comm.themis_time_ns", "comm.baseline_time_ns")
+# comm.scheduler: the scheduler whose per-chunk dimension orders the module holds (written by baseline-order, themis,
+# optimal-balance and choose-schedule); comm.schedule: which candidate's orders choose-schedule kept
+SCHEDULERS = ("baseline", "themis", "optimal")
+SCHEDULE_CANDIDATES = ("cp-sat", "themis", "baseline")
 TOPOLOGY_ATTR = "comm.topology"
 
 
@@ -316,12 +321,19 @@ def get_topology(module: ir.Module) -> dict | None:
 
 
 def schedule_choice(module: ir.Module) -> dict | None:
-    """What choose-schedule recorded: {'schedule': 'cp-sat' | 'themis', 'cp_sat_time_ns', 'themis_time_ns'}."""
+    """What choose-schedule recorded: {'schedule': 'cp-sat' | 'themis' | 'baseline', and each candidate's time
+    '<candidate>_time_ns' (None where the module does not hold it: written before baseline was a candidate)}."""
     a = _attr_dict(module.operation.attributes)
     if "comm.schedule" not in a:
         return None
-    return {"schedule": a["comm.schedule"], "cp_sat_time_ns": a["comm.cp_sat_time_ns"],
-            "themis_time_ns": a["comm.themis_time_ns"]}
+    return {"schedule": a["comm.schedule"],
+            **{f"{c.replace('-', '_')}_time_ns": a.get(f"comm.{c.replace('-', '_')}_time_ns")
+               for c in SCHEDULE_CANDIDATES}}
+
+
+def recorded_scheduler(module: ir.Module) -> str | None:
+    """The scheduler whose orders the module holds (comm.scheduler), or None where no scheduling pass ran."""
+    return _attr_dict(module.operation.attributes).get("comm.scheduler")
 
 
 # ---- value checks IRDL cannot express --------------------------------------------------------------------------
@@ -359,7 +371,22 @@ def _check_module_attrs(module: ir.Module) -> None:
         if name.startswith("comm.") and name not in MODULE_ATTRS + LEGACY_TOPOLOGY and \
                 not name.startswith("comm.graph_"):
             raise IRError(f"module attribute '{name}' is not declared by the comm dialect")
+    _check_decisions(_attr_dict(module.operation.attributes))
 
+
+def _check_decisions(a: dict) -> None:
+    """The scheduling decisions a module records name a scheduler and a candidate the compiler knows, with times."""
+    for name, known in (("comm.scheduler", SCHEDULERS), ("comm.schedule", SCHEDULE_CANDIDATES)):
+        if name in a and a[name] not in known:
+            raise IRError(f"module attribute {name} = {a[name]!r}: expected {', '.join(known[:-1])} or {known[-1]}")
+    times = [f"comm.{c.replace('-', '_')}_time_ns" for c in SCHEDULE_CANDIDATES]
+    for name in times:
+        v = a.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf")):
+            raise IRError(f"module attribute {name} = {v!r}: expected a time in ns (a non-negative number)")
+    if "comm.schedule" in a and any(a.get(t) is None for t in times[:2]):
+        raise IRError("module attribute comm.schedule needs comm.cp_sat_time_ns and comm.themis_time_ns beside it "
+                      "(what choose-schedule timed)")
 
 def _check_declared(kind: str, a: dict, where: str) -> None:
     """Refuse attributes nobody declared (a typo such as `chunk = 4` would otherwise be ignored) and values of the

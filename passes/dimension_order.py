@@ -61,6 +61,10 @@ class BufferGroup:
                                         topology.endpoint_delay_ns if latency else 0.0)
         return out
 
+    def has_orders(self) -> bool:
+        """Whether a scheduling pass wrote this buffer's orders (every phase of it carries `order`)."""
+        return all(comm.view(op).order is not None for _, phases in self.members for op in phases.values())
+
     def write(self, orders: list[list[int]], topology) -> None:
         """Record one order per chunk on every phase (position attribute) and the bytes each phase now sees."""
         shape = [d.size for d in topology.dims]
@@ -75,6 +79,17 @@ class BufferGroup:
             for d, op in phases.items():
                 comm.set_attr(op, "order", positions[d])
                 comm.set_attr(op, "bytes", int(round(total[d])))
+
+
+def record_scheduler(module, name: str, keep: tuple[str, ...] = ()) -> None:
+    """Say in the module whose orders it now holds (comm.scheduler): a re-run keeps them (docs/scheduling.md).
+    What an earlier scheduling recorded about its own orders goes (a module scheduled again as the baseline no
+    longer claims CP-SAT's times), but the attributes in `keep`."""
+    attributes = module.operation.attributes
+    for attr in comm.MODULE_ATTRS:
+        if attr not in (comm.TOPOLOGY_ATTR, "comm.scheduler") + keep and attr in attributes:
+            del attributes[attr]
+    comm.set_attr(module.operation, "comm.scheduler", name)
 
 
 def buffer_groups(module) -> list[BufferGroup]:

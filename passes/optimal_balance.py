@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..dialects import comm
 from .base import PassError, option, register
-from .dimension_order import OrderingPass, buffer_groups
+from .dimension_order import OrderingPass, buffer_groups, record_scheduler
 
 SCALE = 1000  # CP-SAT takes integers: loads in picoseconds
 
@@ -79,4 +79,5 @@ class OptimalBalance(OrderingPass):
                 for d, t in o.items():
                     load[d] += c * t
             group.write(spread(orders, counts), ctx.topology)
+        record_scheduler(module, "optimal")
         comm.set_attr(module.operation, "comm.balance", ",".join(statuses) or "none")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import register
-from .dimension_order import OrderingPass, buffer_groups
+from .dimension_order import OrderingPass, buffer_groups, record_scheduler
 
 
 def themis_orders(group, topology, load: dict[int, float], latency: bool = True, active: int = 1) -> list[list[int]]:
@@ -35,3 +35,4 @@ class Themis(OrderingPass):
         for group in buffer_groups(module):
             group.write(themis_orders(group, ctx.topology, load, self.value("latency"), self.value("active")),
                         ctx.topology)
+        record_scheduler(module, "themis")

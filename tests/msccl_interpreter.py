@@ -7,6 +7,14 @@ step waits for), then executes the steps on data: each thread block runs its ste
 the steps it depends on; a send and the receive it meets (the k-th send on a connection GPU a -> GPU b on channel
 c meets the k-th receive there) execute together, as a rendezvous (stricter than MSCCL's buffered connections, so
 a file that runs here cannot deadlock there). A file that cannot finish is reported with the steps left waiting.
+
+`check` runs a file as MSCCL runs its `coll` and tests the result against NCCL's definition of that collective:
+buffers as NCCL lays them out (C = nchunksperloop chunks in the larger buffer, K = C / ngpus per rank): allreduce
+C in, C out, every rank ends with the sum; allgather K in, C out, rank g's input is output chunks [gK, (g+1)K);
+reducescatter C in, K out, rank r's output is the sum of every rank's input chunks [rK, (r+1)K); alltoall C in,
+C out, output block g of rank r is input block r of rank g. In place (inplace="1"), the buffers alias as MSCCL's
+runtime makes them: an all-gather's input is its slot of the output, a reduce-scatter's output its slot of the
+input, the others' input is the output; out of place they are apart.
 """
 from __future__ import annotations
 
@@ -16,7 +24,7 @@ import numpy as np
 
 SENDS = {"s"}
 RECVS = {"r", "rrc"}
-LOCAL = {"nop"}
+LOCAL = {"nop", "cpy"}
 MAX_COUNT = 72
 
 
@@ -70,7 +78,7 @@ def parse(text: str) -> dict:
                     raise InvalidAlgorithm(f"gpu {gid} tb {tb['id']}: step {st['s']} out of order")
                 kind = st["type"]
                 if kind not in SENDS | RECVS | LOCAL:
-                    raise InvalidAlgorithm(f"step type {kind} (this interpreter knows s, r, rrc, nop)")
+                    raise InvalidAlgorithm(f"step type {kind} (this interpreter knows s, r, rrc, cpy, nop)")
                 if kind in SENDS and tb["send"] < 0 or kind in RECVS and tb["recv"] < 0:
                     raise InvalidAlgorithm(f"gpu {gid} tb {tb['id']} step {st['s']}: {kind} without a peer")
                 if kind != "nop":
@@ -108,15 +116,85 @@ def parse(text: str) -> dict:
         for t, s in waited:
             if g["tbs"][t]["steps"][s]["hasdep"] != 1:
                 raise InvalidAlgorithm(f"gpu {gid} tb {t} step {s}: others wait for it but hasdep is 0")
-    return {"ngpus": ngpus, "nchunks": nchunks, "gpus": gpus, "coll": root.attrib["coll"]}
+    return {"ngpus": ngpus, "nchunks": nchunks, "gpus": gpus, "coll": root.attrib["coll"],
+            "inplace": root.attrib["inplace"] == "1"}
 
 
-def execute(algo: dict, data: np.ndarray, seed: int = 0) -> np.ndarray:
-    """Run the algorithm on data[gpu, chunk] (the input buffer, in place), picking among the steps ready at each
-    moment at random (seeded); returns the final buffers."""
+# NCCL's buffer sizes per collective, in chunks: (input, output) as multiples of (C, K)
+SIZES = {"allreduce": ("C", "C"), "allgather": ("K", "C"), "reducescatter": ("C", "K"), "alltoall": ("C", "C")}
+
+
+def _sizes(algo: dict) -> tuple[int, int]:
+    if algo["coll"] not in SIZES:
+        raise InvalidAlgorithm(f"coll {algo['coll']} (this interpreter checks {', '.join(SIZES)})")
+    c, n = algo["nchunks"], algo["ngpus"]
+    if c % n and "K" in SIZES[algo["coll"]]:
+        raise InvalidAlgorithm(f"nchunksperloop {c} does not split over {n} ranks")
+    return tuple(c if x == "C" else c // n for x in SIZES[algo["coll"]])
+
+
+def address(algo: dict, gpu: int, buf: str, off: int, cnt: int = 1) -> int:
+    """Where chunk `off` of buffer i, o or s lies in the GPU's memory: in place the input and the output alias as
+    MSCCL's runtime passes them (sendbuff/recvbuff), out of place they are apart; the scratch comes after. Chunks
+    [off, off + cnt) must lie inside the buffer NCCL's collective has there, whatever the file declares."""
+    size_in, size_out = _sizes(algo)
+    k = algo["nchunks"] // algo["ngpus"]
+    real = {"i": size_in, "o": size_out, "s": algo["gpus"][gpu]["size"]["s"]}[buf]
+    if not 0 <= off <= real - cnt:
+        raise InvalidAlgorithm(f"gpu {gpu}: {buf}[{off}:+{cnt}] outside the {real} chunks {algo['coll']} has there")
+    if algo["inplace"]:
+        base = {"allgather": {"o": 0, "i": gpu * k}, "reducescatter": {"i": 0, "o": gpu * k}}.get(
+            algo["coll"], {"i": 0, "o": 0})
+        base["s"] = max(size_in, size_out)
+    else:
+        base = {"i": 0, "o": size_in, "s": size_in + size_out}
+    return base[buf] + off
+
+
+def memory_size(algo: dict) -> int:
+    size_in, size_out = _sizes(algo)
+    scratch = max(g["size"]["s"] for g in algo["gpus"].values())
+    return (max(size_in, size_out) if algo["inplace"] else size_in + size_out) + scratch
+
+
+def check(algo: dict, seed: int = 0, orders: int = 3) -> None:
+    """Run the file `orders` times (random step orders) from random inputs; every rank's output must be what
+    NCCL's `coll` defines (AssertionError naming the first rank that differs)."""
+    size_in, size_out = _sizes(algo)
+    n, k = algo["ngpus"], algo["nchunks"] // algo["ngpus"]
     rng = np.random.default_rng(seed)
-    buf = data.copy()
+    inputs = rng.integers(0, 1000, size=(n, size_in))
+    total = inputs.sum(axis=0)
+    want = {"allreduce": lambda r: total,
+            "allgather": lambda r: inputs.reshape(-1),
+            "reducescatter": lambda r: total[r * k:(r + 1) * k],
+            "alltoall": lambda r: inputs[:, r * k:(r + 1) * k].reshape(-1)}[algo["coll"]]
+    what = {"allreduce": "the sum of all inputs", "allgather": "every rank's input in rank order",
+            "reducescatter": "the sum of its slot of all inputs", "alltoall": "its block of every rank's input"}
+    for order in range(orders):
+        mem = -(1 + np.arange(n * memory_size(algo)).reshape(n, -1))   # poison: no two chunks alike
+        for g in range(n):
+            mem[g, [address(algo, g, "i", x) for x in range(size_in)]] = inputs[g]
+        final = execute(algo, mem, seed=seed + order)
+        for r in range(n):
+            out = final[r, [address(algo, r, "o", x) for x in range(size_out)]]
+            assert (out == want(r)).all(), f"rank {r} does not end with {what[algo['coll']]}"
+
+
+def execute(algo: dict, mem: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Run the algorithm on mem[gpu, chunk] (each GPU's memory, buffers placed by `address`), picking among the
+    steps ready at each moment at random (seeded); returns the final memory.
+
+    A send of one chunk may complete before its receive is posted, into the connection (one such send at a time
+    per connection, as MSCCL's FIFO always holds one chunk's transmission: a one-chunk step is at most one NCCL
+    chunk per loop); a send of more meets its receive (a rendezvous, stricter than MSCCL)."""
+    rng = np.random.default_rng(seed)
+    buf = mem.copy()
     gpus = algo["gpus"]
+
+    def at(g, name, off, cnt):
+        start = address(algo, g, name, off, cnt)
+        return slice(start, start + cnt)
     pc = {(g, t["id"]): 0 for g in gpus for t in gpus[g]["tbs"]}
     done = set()
 
@@ -138,27 +216,34 @@ def execute(algo: dict, data: np.ndarray, seed: int = 0) -> np.ndarray:
                 receiver[(t["recv"], g, t["chan"])] = t["id"]
             if t["send"] >= 0:
                 sender[(g, t["send"], t["chan"])] = t["id"]
+    pending: dict = {}   # connection (sender, receiver, channel) -> a one-chunk send's payload not yet received
     waiters: dict = {}   # (gpu, tb, step) -> thread blocks whose head waits for it
-    ready_now: list = []  # (gpu, tb) whose head can run now (a send with its receive), in a list for random picks
+    ready_now: list = []  # (gpu, tb) whose head can run now, in a list for random picks
     where: dict = {}
 
     def check(g, t):
         """Is (g, t)'s head runnable? Keep ready_now up to date."""
         st = head(g, t)
-        ok = st is not None and st["type"] in SENDS | LOCAL
+        ok = st is not None
         if ok and not ready(g, st):
             waiters.setdefault((g, st["depid"], st["deps"]), set()).add((g, t))
             ok = False
+        tb = gpus[g]["tbs"][t]
         if ok and st["type"] in SENDS:
-            tb = gpus[g]["tbs"][t]
-            rt = receiver.get((g, tb["send"], tb["chan"]))
+            conn = (g, tb["send"], tb["chan"])
+            rt = receiver.get(conn)
             if rt is None:
                 raise InvalidAlgorithm(f"gpu {g} sends to {tb['send']} on channel {tb['chan']}, which never "
                                        "receives from it")
-            other = head(tb["send"], rt)
-            ok = other is not None and other["type"] in RECVS and ready(tb["send"], other)
-            if other is not None and not ready(tb["send"], other):
-                waiters.setdefault((tb["send"], other["depid"], other["deps"]), set()).add((g, t))
+            if conn in pending:   # the connection is full until its receive takes what is there
+                ok = False
+            elif st["cnt"] > 1:
+                other = head(tb["send"], rt)
+                ok = other is not None and other["type"] in RECVS and ready(tb["send"], other)
+                if other is not None and not ready(tb["send"], other):
+                    waiters.setdefault((tb["send"], other["depid"], other["deps"]), set()).add((g, t))
+        elif ok and st["type"] in RECVS:
+            ok = (tb["recv"], g, tb["chan"]) in pending
         if ok and (g, t) not in where:
             where[(g, t)] = len(ready_now)
             ready_now.append((g, t))
@@ -180,34 +265,52 @@ def execute(algo: dict, data: np.ndarray, seed: int = 0) -> np.ndarray:
             if st is not None:
                 check(tb["recv"], st)
 
+    def deliver(p, rt, payload, cnt, src):
+        """Receive step of (p, rt) takes `payload` (sent by gpu `src`)."""
+        other = head(p, rt)
+        if other["cnt"] != cnt:
+            raise InvalidAlgorithm(f"gpu {src} sends {cnt} chunks, gpu {p} receives {other['cnt']}")
+        dst = at(p, other["dstbuf"], other["dstoff"], other["cnt"])
+        if other["type"] == "rrc":
+            buf[p, dst] = buf[p, at(p, other["srcbuf"], other["srcoff"], other["cnt"])] + payload
+        else:
+            buf[p, dst] = payload
+        finish(p, rt)
+
     for g in gpus:
         for t in gpus[g]["tbs"]:
             check(g, t["id"])
     while ready_now:   # one ready step (or send-receive pair) at a time, chosen at random: any order MSCCL may take
         g, t = ready_now[int(rng.integers(len(ready_now)))]
         st = head(g, t)
+        tb = gpus[g]["tbs"][t]
         if st["type"] in SENDS:
-            tb = gpus[g]["tbs"][t]
             p = tb["send"]
             rt = receiver[(g, p, tb["chan"])]
-            other = head(p, rt)
-            if other["cnt"] != st["cnt"]:
-                raise InvalidAlgorithm(f"gpu {g} sends {st['cnt']} chunks, gpu {p} receives {other['cnt']}")
-            payload = buf[g, st["srcoff"]:st["srcoff"] + st["cnt"]].copy()
-            dst = slice(other["dstoff"], other["dstoff"] + other["cnt"])
-            if other["type"] == "rrc":
-                buf[p, dst] = buf[p, other["srcoff"]:other["srcoff"] + other["cnt"]] + payload
-            else:
-                buf[p, dst] = payload
+            payload = buf[g, at(g, st["srcbuf"], st["srcoff"], st["cnt"])].copy()
             finish(g, t)
-            finish(p, rt)
+            if st["cnt"] > 1:
+                deliver(p, rt, payload, st["cnt"], g)
+                recheck_after(p, rt)
+            else:
+                pending[(g, p, tb["chan"])] = (payload, g)
+                check(p, rt)
             recheck_after(g, t)
-            recheck_after(p, rt)
+        elif st["type"] in RECVS:
+            payload, src = pending.pop((tb["recv"], g, tb["chan"]))
+            deliver(g, t, payload, len(payload), src)
+            recheck_after(g, t)
         else:
+            if st["type"] == "cpy":
+                buf[g, at(g, st["dstbuf"], st["dstoff"], st["cnt"])] = \
+                    buf[g, at(g, st["srcbuf"], st["srcoff"], st["cnt"])]
             finish(g, t)
             recheck_after(g, t)
     left = [(g, t, pc[(g, t)]) for (g, t) in pc if pc[(g, t)] < len(gpus[g]["tbs"][t]["steps"])]
     if left:
         raise InvalidAlgorithm(f"deadlock: {len(left)} thread blocks wait forever, first gpu {left[0][0]} tb "
                                f"{left[0][1]} at step {left[0][2]}")
+    if pending:
+        (g, p, chan), _ = next(iter(pending.items()))
+        raise InvalidAlgorithm(f"gpu {g} sends to gpu {p} on channel {chan} what gpu {p} never receives")
     return buf

@@ -206,7 +206,8 @@ def test_bundled_examples_compile(capsys, name):
 def test_list_passes_lists_every_pass_alone(capsys):
     code, out, _ = cli(capsys, "--list-passes")
     names = [line.split()[0] for line in out.splitlines()]
-    assert code == 0 and "allocate-trees" in names and "choose-schedule" in names and len(names) == 11
+    assert code == 0 and "allocate-trees" in names and "choose-schedule" in names and len(names) == 12
+    assert "baseline-order" in names
     assert main(["--list-passes", "--chunks", "4"]) == 2  # nothing else goes with it
 
 

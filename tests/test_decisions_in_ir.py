@@ -108,7 +108,7 @@ def test_optimal_records_which_schedule_won():
                          "--emit", "mlir")
     ir = dumps(err)
     assert code == 0 and list(ir)[-2:] == ["optimal-balance", "choose-schedule"]
-    assert "comm.schedule" not in ir["optimal-balance"]
+    assert "comm.schedule =" not in ir["optimal-balance"] and 'comm.scheduler = "optimal"' in ir["optimal-balance"]
     assert 'comm.schedule = "cp-sat"' in ir["choose-schedule"] and "comm.themis_time_ns" in ir["choose-schedule"]
     assert out == ir["choose-schedule"].rstrip("\n") + "\n"  # what is emitted is what the last pass printed
 
