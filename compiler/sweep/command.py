@@ -16,6 +16,7 @@ import sys
 import time
 
 from ..network.errors import UserError, one_line
+from ..runtime.atomic import OutputError
 from . import point as points_mod
 from . import results as results_mod
 from . import spec as spec_mod
@@ -61,7 +62,7 @@ def main(argv: list[str]) -> int:
             return 0
         _only(args, parser, {"sweep", "output", "workers", "ray", "cache", "no_cache", "progress"}, "a sweep run")
         return run(args)
-    except UserError as e:
+    except (UserError, OutputError) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         sys.stderr.write("astra-compile sweep: interrupted; the finished points are in the results file, and the "
