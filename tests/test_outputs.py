@@ -150,3 +150,114 @@ def test_dev_stdout_is_written_in_order_with_the_report(tmp_path):
     trace, end = json.JSONDecoder().raw_decode(text)
     assert trace["traceEvents"]
     assert "total time" in text[end:] and "traceEvents" not in text[end:]
+
+
+# ---- the sweep's results file -----------------------------------------------------------------------------------
+
+SWEEP = {"base": {"collective": "all_reduce", "size": "64MB", "topology": "Switch(4)_Switch(4)", "latency": 1},
+         "axes": {"scheduler": ["baseline", "themis"], "chunks": [4, 8]}}
+
+
+def _sweep_file(tmp_path, data=None):
+    path = tmp_path / "sweep.yml"
+    path.write_text(json.dumps(data or SWEEP))   # JSON is YAML
+    return path
+
+
+def _lines(path):
+    with open(path) as f:
+        return f.read().splitlines()
+
+
+@pytest.mark.parametrize("content", [b"my notes\nsecond line, no newline at the end",
+                                     b"a,b\n1,2",
+                                     b"point,size\n0,1MB",
+                                     b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe binary\n\x00 without an ending newline"])
+@pytest.mark.parametrize("through_link", [False, True])
+def test_a_users_own_file_as_sweep_output_is_refused_untouched(capsys, tmp_path, content, through_link):
+    mine = tmp_path / "data.csv"
+    mine.write_bytes(content)
+    out = mine
+    if through_link:
+        out = tmp_path / "link.csv"
+        out.symlink_to("data.csv")
+    refused(capsys, "sweep", _sweep_file(tmp_path), "-o", out, "--workers", "1")
+    assert mine.read_bytes() == content
+    assert sorted(os.listdir(tmp_path)) == sorted(["data.csv", "sweep.yml"] + ["link.csv"] * through_link)
+
+
+def test_an_empty_file_is_taken_as_a_new_results_file(capsys, tmp_path):
+    """What a sweep killed between making the file and writing its header leaves; an empty file holds nothing to
+    lose."""
+    out = tmp_path / "r.csv"
+    out.write_bytes(b"")
+    code, _, err = cli(capsys, "sweep", _sweep_file(tmp_path), "-o", out, "--workers", "1")
+    assert code == 0, err
+    assert len(_lines(out)) == 5 and _lines(out)[0].startswith("point,scheduler,chunks,status")
+
+
+def test_a_sweep_output_that_is_not_a_regular_file_is_refused_without_waiting(tmp_path):
+    """A FIFO as the results file used to be opened for reading, which waits for a writer that never comes."""
+    fifo = tmp_path / "r.csv"
+    os.mkfifo(fifo)
+    null = tmp_path / "null.csv"
+    null.symlink_to(os.devnull)
+    for out in (fifo, null):
+        done = subprocess.run([sys.executable, "-m", "astra_compile.cli", "sweep", str(_sweep_file(tmp_path)), "-o",
+                               str(out), "--workers", "1"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert "not a regular file" in done.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.readlink(null) == os.devnull
+
+
+def test_a_second_sweep_on_the_same_output_is_refused_while_the_first_runs(capsys, tmp_path):
+    path = _sweep_file(tmp_path, dict(SWEEP, axes={"scheduler": ["baseline", "themis"], "chunks": [4, 8, 16, 32]}))
+    out = tmp_path / "r.csv"
+    first = subprocess.Popen([sys.executable, "-m", "astra_compile.cli", "sweep", str(path), "-o", str(out),
+                              "--workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out.exists() and out.read_text().endswith("\n")):
+        time.sleep(0.02)
+    assert first.poll() is None, "the first sweep ended before the second could try"
+    refused(capsys, "sweep", path, "-o", out, "--workers", "1", match="another sweep is writing to it")
+    _, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err
+    points = [line.split(",")[0] for line in _lines(out)[1:]]
+    assert sorted(points, key=int) == [str(i) for i in range(8)]   # every point once: none twice
+    # once the first has ended, the same command resumes (nothing left to run)
+    code, text, err = cli(capsys, "sweep", path, "-o", out, "--workers", "1")
+    assert code == 0 and "(8 already in" in text, err
+
+
+@pytest.mark.parametrize("error", ["ENOSPC", "EROFS"])
+def test_a_full_or_read_only_disk_ends_the_sweep_in_one_line_keeping_the_points(capsys, tmp_path, monkeypatch, error):
+    import errno
+    out = tmp_path / "r.csv"
+    real_write = os.write
+
+    def failing(fd, data):   # point 1's line: half of it reaches the disk, then the disk fails
+        if bytes(data[:2]) == b"1,":
+            real_write(fd, bytes(data[:len(data) // 2]))
+            raise OSError(getattr(errno, error), os.strerror(getattr(errno, error)))
+        return real_write(fd, data)
+    monkeypatch.setattr(os, "write", failing)
+    data = dict(SWEEP, axes={"chunks": [4, 8, 16]})
+    err = refused(capsys, "sweep", _sweep_file(tmp_path, data), "-o", out, "--workers", "1",
+                  match=os.strerror(getattr(errno, error)))
+    assert "1 point(s) already in it are kept" in err
+    lines = _lines(out)
+    assert len(lines) == 2 and lines[1].startswith("0,") and out.read_text().endswith("\n")   # the cut line gone
+
+
+def test_a_results_file_that_cannot_be_made_is_one_line(capsys, tmp_path, monkeypatch):
+    import errno
+    real_open = os.open
+
+    def read_only(path, flags, *args, **kwargs):
+        if os.path.dirname(os.fspath(path)) == str(tmp_path) and "r.csv" in os.path.basename(os.fspath(path)):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+        return real_open(path, flags, *args, **kwargs)
+    monkeypatch.setattr(os, "open", read_only)
+    refused(capsys, "sweep", _sweep_file(tmp_path), "-o", tmp_path / "r.csv", "--workers", "1",
+            match="Read-only file system")
+    assert sorted(os.listdir(tmp_path)) == ["sweep.yml"]

@@ -82,7 +82,7 @@ def local(tasks: list[tuple], workers: int):
     queue = list(reversed(tasks))
     while queue:
         pool = _pool(workers)
-        flying, suspects = {}, []
+        flying, suspects, finished = {}, [], False
         try:
             while queue or flying:
                 while queue and len(flying) < workers:
@@ -94,12 +94,24 @@ def local(tasks: list[tuple], workers: int):
                     del flying[fut]
                     yield result
             pool.shutdown(wait=True)
+            finished = True
         except BrokenProcessPool:
             suspects = list(flying.values())
         finally:  # also on an interrupt: running points are abandoned, not waited for
+            if not finished and not suspects:
+                _end_workers(pool)
             pool.shutdown(wait=False, cancel_futures=True)
         for task in suspects:  # one at a time, alone: the one that kills its process is the culprit
             yield _alone(task)
+
+
+def _end_workers(pool: ProcessPoolExecutor) -> None:
+    """The sweep stopped early (a results file it cannot write, Ctrl-C sent to it alone): its workers' points can no
+    longer be recorded, so they are ended now; at exit the pool would otherwise wait for each to finish. (The pool
+    has no public way to end its processes before Python 3.14's terminate_workers.)"""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()
 
 
 def _alone(task: tuple) -> tuple:
