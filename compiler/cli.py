@@ -349,7 +349,7 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
         if not args.topology and not _is_step_module(args.input):
             raise UserError("--topology is required")
         chunks = _positive_int(args.chunks, "--chunks") if args.chunks is not None else None
-        with reuse.using(_cache(args.cache) if args.cache else reuse.current()):
+        with reuse.using(reuse.open_dir(args.cache) if args.cache else reuse.current()):
             report = compile_workload(args.input if len(args.input) > 1 else args.input[0], args.topology,
                                       bandwidth=args.bandwidth, latency=args.latency, links=args.links,
                                       endpoint_delay=args.endpoint_delay, mesh=args.mesh, scheduler=args.scheduler,
@@ -406,18 +406,6 @@ def _emit_step_tables(args, report) -> int:
 def _npu(args) -> int:
     """--npu K (an empty value is -1, which the range checks refuse)."""
     return _int_list(args.npu, "--npu")[0] if args.npu.strip() else -1
-
-
-def _cache(path: str):
-    """--cache DIR: a directory that exists or can be made (not a file)."""
-    from . import reuse
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UserError(f"--cache {path}: not a directory")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"--cache {path}: cannot make the directory: {e.strerror}") from None
-    return reuse.Reuse(os.path.abspath(path))
 
 
 def _report(args, obj: dict, text) -> None:

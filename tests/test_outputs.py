@@ -261,3 +261,74 @@ def test_a_results_file_that_cannot_be_made_is_one_line(capsys, tmp_path, monkey
     refused(capsys, "sweep", _sweep_file(tmp_path), "-o", tmp_path / "r.csv", "--workers", "1",
             match="Read-only file system")
     assert sorted(os.listdir(tmp_path)) == ["sweep.yml"]
+
+
+# ---- the --cache directory ----------------------------------------------------------------------------------------
+
+MODEL = """
+import torch
+def build_model():
+    return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+def example_inputs():
+    return torch.randn(8, 64)
+"""
+
+
+@pytest.mark.parametrize("where", ["cache", "cache/workload", "cache/collective"])
+def test_a_file_where_the_cache_wants_a_folder_is_one_line(capsys, tmp_path, where):
+    (tmp_path / "model.py").write_text(MODEL)
+    if where != "cache":
+        (tmp_path / "cache").mkdir()
+    path = tmp_path / where
+    path.write_text("not a folder")
+    refused(capsys, tmp_path / "model.py", "--topology", "4_ring", "--cache", tmp_path / "cache",
+            match="is not a directory" if where != "cache" else "not a directory")
+    refused(capsys, "sweep", _sweep_file(tmp_path), "-o", tmp_path / "r.csv", "--cache", tmp_path / "cache",
+            match="not a directory")   # before any point runs: no results file
+    assert not (tmp_path / "r.csv").exists() and path.read_text() == "not a folder"
+
+
+def _forge(cache, kind, edit):
+    """Edit every cached value of `kind` and give it a matching digest, as someone who read reuse.py could."""
+    import hashlib
+    for name in os.listdir(cache / kind):
+        data = json.loads((cache / kind / name).read_text())
+        edit(data["value"])
+        data["digest"] = hashlib.sha256(json.dumps(data["value"], sort_keys=True).encode()).hexdigest()
+        (cache / kind / name).write_text(json.dumps(data))
+
+
+def _negative_time(v):
+    v["time_ns"] = -5e9
+
+
+def _nan_busy(v):
+    v["dim_busy_ns"] = [float("nan")]
+
+
+def _negative_flops(v):
+    for op in v["programs"][0][1]:
+        op["flops"] = -op["flops"] - 10**12
+
+
+def _later_dependency(v):
+    ops = v["programs"][0][1]
+    ops[0]["deps"] = [len(ops) - 1]
+
+
+@pytest.mark.parametrize("kind,edit", [("collective", _negative_time), ("collective", _nan_busy),
+                                       ("workload", _negative_flops), ("workload", _later_dependency)])
+def test_a_forged_cache_entry_is_made_again_not_used(capsys, tmp_path, kind, edit):
+    (tmp_path / "model.py").write_text(MODEL)
+    argv = [tmp_path / "model.py", "--topology", "4_ring", "--cache", tmp_path / "cache", "--json"]
+    code, out, err = cli(capsys, *argv)
+    assert code == 0, err
+    honest = json.loads(out)
+    _forge(tmp_path / "cache", kind, edit)
+    forged = {n: (tmp_path / "cache" / kind / n).read_text() for n in os.listdir(tmp_path / "cache" / kind)}
+    code, out, err = cli(capsys, *argv)
+    assert code == 0, err
+    assert json.loads(out) == honest   # the forged value ignored, made again
+    assert all((tmp_path / "cache" / kind / n).read_text() != text for n, text in forged.items())   # and replaced
+    code, out, err = cli(capsys, *argv)
+    assert code == 0 and json.loads(out) == honest, err

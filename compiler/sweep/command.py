@@ -86,6 +86,9 @@ def run(args) -> int:
         raise UserError(f"--workers must be 1..1024, got {workers}")
     if args.cache and args.no_cache:
         raise UserError("--cache and --no-cache exclude each other")
+    if args.cache:   # a file where the cache's folder goes: one line now, not a failure at every point
+        from ..reuse import open_dir
+        open_dir(args.cache)
     sweep = spec_mod.load(args.sweep)
     # every point checked before any runs: one wrong value stops the sweep here, naming the point
     kinds = []
