@@ -1,4 +1,4 @@
-"""Ctrl-C: told apart from a KeyboardInterrupt that code raises itself, and never raised inside an import.
+"""Ctrl-C: told apart from a KeyboardInterrupt that code raises itself, and held while a native extension loads.
 
 Both a Ctrl-C and a `raise KeyboardInterrupt` arrive as KeyboardInterrupt. A user's Ctrl-C ends the run as
 interrupted (exit 130, as shells expect); a KeyboardInterrupt raised by a model file's code is that file's error
@@ -8,7 +8,7 @@ a notebook) nothing is noted and every KeyboardInterrupt is taken as the user's.
 
 A Ctrl-C that lands while a native extension initialises is held until the extension is loaded: raised in the
 Python code such an extension runs while it loads (MLIR's bindings build Python enums), it makes the extension
-abort the process (SIGABRT, a C++ terminate message, seen in about one Ctrl-C in ten at 0.25 s). Elsewhere, an
+abort the process (SIGABRT, a C++ terminate message; seen with a Ctrl-C 0.25 s after the command started). Elsewhere, an
 import included, it is raised at once: the run ends, so a module left half made does not matter, and holding a
 Ctrl-C through `import torch` would keep the user waiting seconds.
 """

@@ -110,7 +110,8 @@ def test_a_model_that_raises_keyboard_interrupt_is_its_error(capsys, tmp_path, w
     path = tmp_path / "stops.py"
     body = "    raise KeyboardInterrupt\n" if where == "build_model" else "    return torch.nn.Linear(4, 4)\n"
     top = "raise KeyboardInterrupt('from the model')\n" if where == "import" else ""
-    path.write_text(f"import torch\n{top}def build_model():\n{body}def example_inputs():\n    return torch.randn(2, 4)\n")
+    path.write_text(f"import torch\n{top}def build_model():\n{body}"
+                    "def example_inputs():\n    return torch.randn(2, 4)\n")
     refused(capsys, path, "--topology", "4_ring", match=f"model file {path} raised KeyboardInterrupt itself")
 
 
