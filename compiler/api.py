@@ -37,10 +37,12 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
     if isinstance(source, (ModuleType, ModelFile)):
         from .frontend.capture import capture
         from .frontend.cpu_limit import cpu_limit
+        from .frontend.model_code import guarded
         from .frontend.model_file import model_file_from_module
         from .frontend.torch_state import kept
         spec = source if isinstance(source, ModelFile) else model_file_from_module(source)
-        with kept(), cpu_limit(capture_limit, spec.path):   # the limit ends first: nothing stops the restore
+        # the limit ends first: nothing stops the restores
+        with kept(), guarded(spec.path), cpu_limit(capture_limit, spec.path):
             return capture(spec, world_size, mesh)
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     paths = [os.fspath(p) for p in paths]
@@ -86,9 +88,10 @@ def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_li
         check_before_torch(paths[0], world_size, mesh)   # a mistake costs no torch import (seconds)
         from .frontend.capture import capture
         from .frontend.cpu_limit import cpu_limit
+        from .frontend.model_code import guarded
         from .frontend.model_file import load_model_file
         from .frontend.torch_state import kept
-        with kept(), cpu_limit(capture_limit, f"model file {paths[0]}"):
+        with kept(), guarded(paths[0]), cpu_limit(capture_limit, f"model file {paths[0]}"):
             return capture(load_model_file(paths[0]), world_size, mesh)
     if all(p.endswith(".json") for p in paths):
         from .frontend.et_import import load_traces

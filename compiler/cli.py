@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import dataclasses
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import warnings
 
-from . import cli_rules
-from .passes import ALL_REDUCE_SPLITS
+from . import interrupt
 from .runtime import atomic
 from .network.errors import InputWarning, UserError, one_line
 
@@ -44,6 +47,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> _Parser:
+    from .passes import ALL_REDUCE_SPLITS   # here, not at the top: a Ctrl-C while it loads finds main's handler
     p = _Parser(prog="astra-compile", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Compile collectives to per-accelerator schedule tables and time them.")
     p.add_argument("input", nargs="*",
@@ -226,7 +230,41 @@ def parse(argv: list[str], raising: bool = False) -> tuple[argparse.Namespace, s
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line `argv`; its exit status. Without `argv` this is the process's own command (the console
+    script, `python -m`), and the process ends with it (`_end`). A Ctrl-C anywhere ends the run with one line and
+    status 130, as shells expect."""
+    command = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        with interrupt.watched():
+            code = _main(argv)
+    except KeyboardInterrupt:   # the user's (a model file's own is its error: frontend/model_code.py)
+        sys.stderr.write("astra-compile: interrupted\n")
+        code = 130
+    if command:
+        _end(code)
+    return code
+
+
+def _end(code: int) -> None:
+    """The command is done (its report printed, its outputs written). A Ctrl-C from here on ends the process at
+    once, status 130, where Python's handler would print a traceback from the interpreter's teardown (PyTorch's
+    and MLIR's destructors take a second). The process ends now, with `code`, after the exit handlers, when a
+    thread a model file left running (not a daemon) would keep it alive for ever after the report, or when the run
+    was interrupted: Python then kills itself with SIGINT at exit if the KeyboardInterrupt passed through code that
+    a library ran with PyRun_* (seen once in a few runs: status -2 after the one-line message)."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    stray = any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate())
+    if stray or code == 130:
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["sweep"]:  # `astra-compile sweep ...`: many runs from one file (sweep/command.py)
         from .sweep.command import main as sweep_main
         return sweep_main(argv[1:])
@@ -336,7 +374,7 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
         if not args.topology and not _is_step_module(args.input):
             raise UserError("--topology is required")
         chunks = _positive_int(args.chunks, "--chunks") if args.chunks is not None else None
-        with reuse.using(_cache(args.cache) if args.cache else reuse.current()):
+        with reuse.using(reuse.open_dir(args.cache) if args.cache else reuse.current()):
             report = compile_workload(args.input if len(args.input) > 1 else args.input[0], args.topology,
                                       bandwidth=args.bandwidth, latency=args.latency, links=args.links,
                                       endpoint_delay=args.endpoint_delay, mesh=args.mesh,
@@ -397,18 +435,6 @@ def _npu(args) -> int:
     return _int_list(args.npu, "--npu")[0] if args.npu.strip() else -1
 
 
-def _cache(path: str):
-    """--cache DIR: a directory that exists or can be made (not a file)."""
-    from . import reuse
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UserError(f"--cache {path}: not a directory")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"--cache {path}: cannot make the directory: {e.strerror}") from None
-    return reuse.Reuse(os.path.abspath(path))
-
-
 def _report(args, obj: dict, text) -> None:
     """Print a run's report: its --json object or its text (`text()`). A sweep point (sweep/point.py) sets
     `args.report_sink` to a list and gets the JSON object instead, computed by exactly the command's code path."""
@@ -435,6 +461,7 @@ def _kind(args) -> str:
 
 def run_parsed(args, given: set[str] = frozenset()) -> int:
     """Run a parsed command line (`parse`); the CLI and the sweep points (sweep/point.py) both come here."""
+    from . import cli_rules
     kind = _kind(args)
     cli_rules.check(kind, args, given)
     if not args.system:

@@ -9,7 +9,10 @@ does with `--cache DIR`.
 
 With a directory, values are also kept on disk as small JSON files (one per key, written atomically, with a
 digest of the value), shared by the worker processes of a sweep and by later runs. A file that cannot be read,
-or whose value no longer matches its digest, is a miss, never an error.
+whose value no longer matches its digest, or whose value is out of range (a number that is not finite, a time or
+a count below zero: `from_json` refuses what its kind cannot hold) is a miss, never an error: the value is made
+again and the file replaced. The digest catches damage, not a forged file (anyone can recompute it); the range
+checks are what keep a forged file from yielding a negative or non-finite figure.
 """
 from __future__ import annotations
 
@@ -17,10 +20,12 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
 FORMAT = "astra-compile-reuse"
+KINDS = ("workload", "collective")   # the values kept on disk, one folder each
 VERSION = 4   # 2: a collective's time keeps its per-dimension busy time (link sharing); 3: captures hold
 #                point-to-point ops and pipeline stages; 4: and its per-link-class busy time (congestion)
 
@@ -71,7 +76,7 @@ class Reuse:
             return None
         try:
             with open(self._path(kind, digest), encoding="utf-8") as f:
-                data = json.load(f)
+                data = json.load(f, parse_constant=_not_finite)
             if data.get("format") != FORMAT or data.get("version") != VERSION or \
                     data.get("digest") != _digest(data["value"]):
                 return None  # another version, or edited or damaged since it was written
@@ -83,9 +88,43 @@ class Reuse:
         if self.directory is None:
             return
         from .runtime import atomic
-        os.makedirs(os.path.join(self.directory, kind), exist_ok=True)
+        try:
+            os.makedirs(os.path.join(self.directory, kind), exist_ok=True)
+        except OSError as e:   # made a file since open_dir looked, or a disk that fails
+            raise atomic.OutputError(f"--cache {self.directory}: cannot make {os.path.join(self.directory, kind)}: "
+                                     f"{e.strerror}") from None
         atomic.write_text(self._path(kind, digest), json.dumps({"format": FORMAT, "version": VERSION,
                                                                 "digest": _digest(value), "value": value}))
+
+
+def open_dir(path: str) -> Reuse:
+    """A Reuse keeping its values in the directory `path` (--cache DIR), which must be a directory or one that can
+    be made, as must its folder for each kind of value: refused in one line otherwise (a file where a folder goes),
+    before any work."""
+    from .network.errors import UserError
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"--cache {path}: not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--cache {path}: cannot make the directory: {e.strerror}") from None
+    for kind in KINDS:
+        folder = os.path.join(path, kind)
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            raise UserError(f"--cache {path}: {folder} is not a directory (is {path} a cache of astra-compile?)")
+    return Reuse(os.path.abspath(path))
+
+
+def _not_finite(name: str):
+    raise ValueError(f"{name} in a cache file")   # JSON's NaN and Infinity, which json.load accepts by default
+
+
+def non_negative(value, what: str) -> float:
+    """`value` as a finite number >= 0, else ValueError (a value from a cache file that no run can have made)."""
+    v = float(value)
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"{what} = {value!r}")
+    return v
 
 
 def _key_digest(kind: str, key) -> str:

@@ -253,12 +253,18 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
                                                        reuse.options_key(opts.run)] +
                                         ([dataclasses.asdict(opts.step)] if opts.step.astra else []),
                                         lambda: _time_one(ctx, topology, key, opts)[0], dataclasses.asdict,
-                                        lambda d: CollectiveTime(float(d["time_ns"]), str(d["algorithm"]),
-                                                                 str(d["fallback"]),
-                                                                 tuple(float(b) for b in d["dim_busy_ns"]),
-                                                                 str(d["ir"]),
-                                                                 tuple(float(b) for b in d["class_busy_ns"])))
+                                        lambda d: _cached_time(d, topology))
     return times
+
+
+def _cached_time(d: dict, topology: Topology) -> CollectiveTime:
+    """A collective's time as the cache keeps it (reuse.py), checked: a forged or damaged file is a miss
+    (ValueError), never a negative or non-finite figure."""
+    dims = tuple(reuse.non_negative(b, "dim_busy_ns") for b in d["dim_busy_ns"])
+    if len(dims) != len(topology.dims):
+        raise ValueError(f"dim_busy_ns has {len(dims)} dimensions, the topology {len(topology.dims)}")
+    return CollectiveTime(reuse.non_negative(d["time_ns"], "time_ns"), str(d["algorithm"]), str(d["fallback"]),
+                          dims, str(d["ir"]), tuple(reuse.non_negative(b, "class_busy_ns") for b in d["class_busy_ns"]))
 
 
 def message_time(topology: Topology, key: tuple, physical: bool = False,

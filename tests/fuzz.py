@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import traceback
@@ -437,16 +438,26 @@ def case_model_file(draw, workdir):
 
 
 def case_output(draw, workdir):
-    """-o targets: an existing user file or directory, a file where a directory goes, odd names."""
+    """-o targets: an existing user file or directory, a file where a directory goes, odd names, a named pipe
+    nobody reads, links to a device and to the user's file (special files must keep what they are)."""
     workdir_file = write(os.path.join(workdir, "thesis.txt"), "mine")
-    target = draw(st.sampled_from(["out", "thesis.txt", ".", "..", "out/deeper", "", "x" * 300, "nul\u0000l"]))
-    emit = draw(st.sampled_from(["tables", "mlir"]))
-    run("-o outputs", [*COLLECTIVE, "--topology", "4_ring", "--emit", emit, "-o", target], workdir,
-        outputs=(target,) if target not in ("thesis.txt", ".", "..") else ())
-    named = emit == "mlir" and target == "thesis.txt"  # a file named as -o is replaced, as compilers do
+    os.mkfifo(os.path.join(workdir, "pipe"))
+    os.symlink(os.devnull, os.path.join(workdir, "null"))   # never /dev/null itself: as root a rename replaces it
+    os.symlink("thesis.txt", os.path.join(workdir, "link"))
+    target = draw(st.sampled_from(["out", "thesis.txt", ".", "..", "out/deeper", "", "x" * 300, "nul\u0000l",
+                                   "pipe", "null", "link", "null/x", "pipe/"]))
+    emit = draw(st.sampled_from(["tables", "mlir", "msccl-xml", "chakra", "timeline"]))
+    argv = ["--timeline", target] if emit == "timeline" else ["--emit", emit, "-o", target]
+    run("-o outputs", [*COLLECTIVE, "--topology", "4_ring", *argv], workdir,
+        outputs=(target,) if target not in ("thesis.txt", ".", "..", "link") else ())
+    named = emit not in ("tables", "chakra") and target in ("thesis.txt", "link")  # replaced, as compilers do
     with open(workdir_file, encoding="utf-8") as f:
         if f.read() != "mine" and not named:
             raise ContractBreach(f"-o {target!r} changed the user's file")
+    if not (os.path.islink(os.path.join(workdir, "null")) and os.path.islink(os.path.join(workdir, "link")) and
+            os.path.exists(os.path.join(workdir, "pipe")) and
+            stat.S_ISFIFO(os.lstat(os.path.join(workdir, "pipe")).st_mode)):
+        raise ContractBreach(f"-o {target!r} ({emit}) replaced a link or a named pipe")
 
 
 SWEEP = {"base": {"collective": "all_reduce", "size": "64KB", "topology": "4_ring"},

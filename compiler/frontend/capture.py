@@ -186,6 +186,9 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
         try:
             with fake, skip_cross_rank_checks():
                 model = spec.build_model()
+                if not isinstance(model, torch.nn.Module):   # None would pass on to a parallelize() that ignores it
+                    raise UserError(f"{spec.path}: build_model() returned {type(model).__name__}, not a "
+                                    "torch.nn.Module")
                 what = "example_inputs()"
                 inputs = _as_tuple(spec.example_inputs())
                 if stage is not None:

@@ -7,6 +7,7 @@ an SPMD job) and the execution-trace importer (et_import.py, one program per rec
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from ..network.errors import UserError
@@ -89,8 +90,51 @@ class Workload:
 
     @classmethod
     def from_json(cls, data: dict) -> "Workload":
-        programs = {int(rank): [Op(**{**op, "group": tuple(op["group"])}) for op in ops]
+        """The workload `to_json` wrote, checked: a file that no frontend can have written (a negative count, an
+        op that depends on a later one, a rank outside the world) raises ValueError (the cache then makes it
+        again), never a workload that times to a negative or non-finite figure."""
+        world = _count(data["world_size"], "world_size", 1)
+        programs = {_rank(rank, world): [_checked(Op(**{**op, "group": tuple(op["group"])}), i, world)
+                                         for i, op in enumerate(ops)]
                     for rank, ops in data["programs"]}
-        return cls(int(data["world_size"]), programs, data["source"], bool(data["spmd"]), dict(data["mesh"]),
-                   {int(rank): [int(r) for r in ranks] for rank, ranks in data.get("stands_for", [])},
-                   bool(data.get("host_offload", False)), tuple(data.get("offload", ())), str(data.get("placement", "")))
+        return cls(world, programs, data["source"], bool(data["spmd"]), dict(data["mesh"]),
+                   {_rank(rank, world): [_rank(r, world) for r in ranks] for rank, ranks in data.get("stands_for", [])},
+                   bool(data.get("host_offload", False)), tuple(data.get("offload", ())),
+                   str(data.get("placement", "")))
+
+
+KINDS = (COMPUTE, COLLECTIVE, WAIT, SEND, RECV, LOAD, STORE)
+BIGGEST = 2**63 - 1   # counts are int64, as the workload module holds them
+
+
+def _count(value, what: str, low: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= BIGGEST:
+        raise ValueError(f"{what} = {value!r}")
+    return value
+
+
+def _rank(value, world: int, low: int = 0) -> int:
+    """A rank of the world (`low` -1: or -1, "none")."""
+    if _count(value, "rank", low) >= world:
+        raise ValueError(f"rank {value} outside a world of {world}")
+    return value
+
+
+def _checked(op: Op, index: int, world: int) -> Op:
+    """An op read back from JSON as a frontend makes them, else ValueError."""
+    if op.kind not in KINDS or (op.kind == COLLECTIVE and op.collective not in COLLECTIVES):
+        raise ValueError(f"op {index}: kind {op.kind!r}, collective {op.collective!r}")
+    for what in ("flops", "bytes", "in_switch"):
+        _count(getattr(op, what), f"op {index}: {what}")
+    _count(op.iteration, f"op {index}: iteration", -1)
+    for d in op.deps:
+        if _count(d, f"op {index}: deps") >= index:
+            raise ValueError(f"op {index} depends on op {d}, which is not before it")
+    for r in op.group:
+        _rank(r, world)
+    _rank(op.root, world, -1)
+    _rank(op.peer, world, -1)
+    m = op.measured_ns
+    if not isinstance(m, (int, float)) or isinstance(m, bool) or not math.isfinite(m) or not (m >= 0 or m == -1):
+        raise ValueError(f"op {index}: measured_ns = {m!r}")
+    return op

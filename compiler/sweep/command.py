@@ -16,6 +16,7 @@ import sys
 import time
 
 from ..network.errors import UserError, one_line
+from ..runtime.atomic import OutputError
 from . import point as points_mod
 from . import results as results_mod
 from . import spec as spec_mod
@@ -61,7 +62,7 @@ def main(argv: list[str]) -> int:
             return 0
         _only(args, parser, {"sweep", "output", "workers", "ray", "cache", "no_cache", "progress"}, "a sweep run")
         return run(args)
-    except UserError as e:
+    except (UserError, OutputError) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         sys.stderr.write("astra-compile sweep: interrupted; the finished points are in the results file, and the "
@@ -85,6 +86,9 @@ def run(args) -> int:
         raise UserError(f"--workers must be 1..1024, got {workers}")
     if args.cache and args.no_cache:
         raise UserError("--cache and --no-cache exclude each other")
+    if args.cache:   # a file where the cache's folder goes: one line now, not a failure at every point
+        from ..reuse import open_dir
+        open_dir(args.cache)
     sweep = spec_mod.load(args.sweep)
     # every point checked before any runs: one wrong value stops the sweep here, naming the point
     kinds = []
@@ -96,6 +100,13 @@ def run(args) -> int:
     results = results_mod.ResultsFile(args.output, cols, where_field)
     ray = workers_mod.RayPool(None if args.ray == "local" else args.ray, workers) if args.ray else None
     done = results.open(sweep.points)
+    try:
+        return _run_points(args, sweep, results, done, ray, workers)
+    finally:
+        results.close()
+
+
+def _run_points(args, sweep, results, done: dict, ray, workers: int) -> int:
     todo = [p for p in sweep.points if p.index not in done]
     max_memory = _memory_share(workers)
     cache = False if args.no_cache else (os.path.abspath(args.cache) if args.cache else True)
@@ -105,16 +116,19 @@ def run(args) -> int:
     failed = sum(1 for s in done.values() if s != "ok")
     made, hits, start = {"workload": 0, "collective": 0}, 0, time.perf_counter()
     bar = _progress(args.progress, len(sweep.points), len(done))
-    for index, outcome, made_now, hits_now in stream:
-        results.append(by_index[index], outcome)
-        for k, v in made_now.items():
-            made[k] += v
-        hits += hits_now
-        if outcome["status"] != "ok":
-            failed += 1
-            _say(bar, f"{_label(by_index[index])} failed: {outcome['error']}")
-        if bar is not None:
-            bar.update(1)
+    try:
+        for index, outcome, made_now, hits_now in stream:
+            results.append(by_index[index], outcome)
+            for k, v in made_now.items():
+                made[k] += v
+            hits += hits_now
+            if outcome["status"] != "ok":
+                failed += 1
+                _say(bar, f"{_label(by_index[index])} failed: {outcome['error']}")
+            if bar is not None:
+                bar.update(1)
+    finally:   # stopped early (a full disk, Ctrl-C): the points still running are ended now, not waited for
+        stream.close()
     if bar is not None:
         bar.close()
     took = time.perf_counter() - start

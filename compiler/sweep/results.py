@@ -15,13 +15,15 @@ index; a last line cut short (a crash inside a write) is dropped, and that point
 from __future__ import annotations
 
 import csv
+import errno
+import fcntl
 import io
 import json
 import os
+import stat
 from importlib import resources as importlib_resources
 
 from ..network.errors import UserError, one_line
-from ..runtime import atomic
 
 FIXED = ("point",)
 STATUS = ("status", "error", "elapsed_s")
@@ -69,29 +71,42 @@ def axis_text(value) -> str:
 
 
 class ResultsFile:
+    """The results file, held for the sweep: opened once, locked (flock) so that a second sweep on the same file is
+    refused while this one runs, and appended to through that one descriptor."""
+
     def __init__(self, path: str, cols: list[str], where: dict[str, str]):
         if not path.lower().endswith(".csv"):
             raise UserError(f"-o {path}: results are written as CSV, a line per point as it finishes (see "
                             "docs/sweeps.md); name a .csv file")
         self.path, self.cols, self.where = path, cols, where
+        self.fd: int | None = None
+        self.points = 0   # lines of points in the file
 
     def open(self, points) -> dict[int, str]:
-        """Create the file (header only), or check the existing one and return the points it holds:
-        index -> status."""
-        if not os.path.exists(self.path):
-            atomic.write_text(self.path, self._line(self.cols))
-            return {}
-        if os.path.isdir(self.path):
-            raise UserError(f"-o {self.path} is a directory; name a .csv file")
+        """Take the file (created when absent), check what it holds and return the points it holds: index ->
+        status. A file that is not this sweep's results is refused before anything is written to it."""
+        self.fd = _take(self.path)
         try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise UserError(f"cannot read {self.path}: {e.strerror}") from None
-        if data and not data.endswith(b"\n"):  # the last point's line was cut short: it runs again
-            data = data[:data.rfind(b"\n") + 1]
-            with open(self.path, "r+b") as f:
-                f.truncate(len(data))
+            data = _read_all(self.fd, self.path)
+            if not data:   # new, or made by a sweep killed before its header: ours, and empty
+                self._write(self._line(self.cols))
+                return {}
+            whole = data[:data.rfind(b"\n") + 1]   # a last line cut short (a crash inside a write) runs again
+            done = self._check(whole, points)
+            if len(whole) != len(data):
+                os.ftruncate(self.fd, len(whole))
+        except BaseException:
+            self.close()
+            raise
+        self.points = len(done)
+        return done
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)   # and the lock with it
+            self.fd = None
+
+    def _check(self, data: bytes, points) -> dict[int, str]:
         try:
             rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
         except (UnicodeDecodeError, csv.Error) as e:
@@ -128,16 +143,77 @@ class ResultsFile:
         for name, value in (outcome.get("report") or {}).items():
             if name in self.where:
                 rec[self.where[name]] = value
-        line = self._line([cell(rec.get(c)) for c in self.cols])
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._write(self._line([cell(rec.get(c)) for c in self.cols]))
+        self.points += 1
+
+    def _write(self, line: str) -> None:
+        """Append `line` with write() and fsync; a disk that is full or read-only ends the sweep in one line, the
+        file cut back to its last whole line (the points already in it are kept)."""
+        end = os.lseek(self.fd, 0, os.SEEK_END)
         try:
-            os.write(fd, line.encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            view = memoryview(line.encode("utf-8"))
+            while view:
+                view = view[os.write(self.fd, view):]
+            os.fsync(self.fd)
+        except OSError as e:
+            try:
+                os.ftruncate(self.fd, end)
+            except OSError:
+                pass   # the next run drops a line cut short
+            raise UserError(f"cannot write to {self.path}: {e.strerror}; the {self.points} point(s) already in it "
+                            "are kept, and the same command resumes") from None
 
     @staticmethod
     def _line(values) -> str:
         buf = io.StringIO()
         csv.writer(buf, lineterminator="\n").writerow(values)
         return buf.getvalue()
+
+
+def _take(path: str) -> int:
+    """A descriptor of the results file `path` (created when absent), locked for this sweep. Only a regular file is
+    taken: a device or a pipe cannot be read back to resume (and opening a FIFO would wait for a writer)."""
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        special = False   # absent: made below (or the open names what is wrong)
+    if special and os.path.isdir(path):
+        raise UserError(f"-o {path} is a directory; name a .csv file")
+    if special:   # refused without opening it: opening a device can do things (rewind a tape)
+        raise UserError(f"-o {path}: not a regular file (the results file is read back to resume); name a .csv "
+                        "file")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        if e.errno == errno.EISDIR:
+            raise UserError(f"-o {path} is a directory; name a .csv file") from None
+        if e.errno == errno.ENXIO:   # a FIFO nobody has open (one that somebody has is refused below)
+            raise UserError(f"-o {path}: not a regular file (the results file is read back to resume); name a "
+                            ".csv file") from None
+        raise UserError(f"cannot open {path}: {e.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UserError(f"-o {path}: not a regular file (the results file is read back to resume); name a "
+                            ".csv file")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"-o {path}: another sweep is writing to it now; wait for it to end (the same command "
+                            "then resumes), or name another -o file") from None
+        except OSError:
+            pass   # a file system without locks (some network mounts): taken unlocked
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_all(fd: int, path: str) -> bytes:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        parts = []
+        for block in iter(lambda: os.read(fd, 1 << 20), b""):
+            parts.append(block)
+        return b"".join(parts)
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None

@@ -10,15 +10,15 @@ from __future__ import annotations
 import atexit
 import contextlib
 import multiprocessing
+import multiprocessing.util
 import os
-import signal
 import sys
 import tempfile
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from ..network.errors import UserError
-from .. import reuse
+from .. import interrupt, reuse
 
 DIED = "the worker process died while running this point (a crash in native code, or killed for memory)"
 
@@ -62,13 +62,14 @@ def _worker_start() -> None:
     through the pool's pipe and every cache file is written whole (atomically), so the worker ends at once, after
     the exit handlers registered once it started (which run first).
     Ctrl-C reaches the workers too (one process group): a worker leaves quietly, where Python's default would
-    print a KeyboardInterrupt traceback from an idle worker's wait for work (the sweep says its one line)."""
+    print a KeyboardInterrupt traceback from an idle worker's wait for work (the sweep says its one line).
+    multiprocessing ends a worker by running its finalizers and then joining every thread that is not a daemon
+    (before any exit handler): a thread a point's model file left running would hold the worker, and the sweep
+    waiting for it, for ever. The last finalizer therefore runs the exit handlers itself, `_end_now` last."""
     atexit.register(_end_now)
-    signal.signal(signal.SIGINT, _interrupted)
-
-
-def _interrupted(signum, frame) -> None:
-    raise SystemExit(130)
+    multiprocessing.util.Finalize(None, atexit._run_exitfuncs, exitpriority=-100)
+    # SystemExit, not KeyboardInterrupt: a KeyboardInterrupt in a worker is then a point's model file's own error
+    interrupt.install(interrupt.handler(lambda: SystemExit(130)))
 
 
 def _end_now() -> None:
@@ -82,7 +83,7 @@ def local(tasks: list[tuple], workers: int):
     queue = list(reversed(tasks))
     while queue:
         pool = _pool(workers)
-        flying, suspects = {}, []
+        flying, suspects, finished = {}, [], False
         try:
             while queue or flying:
                 while queue and len(flying) < workers:
@@ -94,12 +95,24 @@ def local(tasks: list[tuple], workers: int):
                     del flying[fut]
                     yield result
             pool.shutdown(wait=True)
+            finished = True
         except BrokenProcessPool:
             suspects = list(flying.values())
         finally:  # also on an interrupt: running points are abandoned, not waited for
+            if not finished and not suspects:
+                _end_workers(pool)
             pool.shutdown(wait=False, cancel_futures=True)
         for task in suspects:  # one at a time, alone: the one that kills its process is the culprit
             yield _alone(task)
+
+
+def _end_workers(pool: ProcessPoolExecutor) -> None:
+    """The sweep stopped early (a results file it cannot write, Ctrl-C sent to it alone): its workers' points can no
+    longer be recorded, so they are ended now; at exit the pool would otherwise wait for each to finish. (The pool
+    has no public way to end its processes before Python 3.14's terminate_workers.)"""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()
 
 
 def _alone(task: tuple) -> tuple:
