@@ -602,6 +602,12 @@ def _run_collective(args, run) -> int:
     defaults = {}
     if args.chunks is not None:
         defaults["chunks"] = _positive_int(args.chunks, "--chunks")
+        if args.input and not any(v.opname in comm.COLLECTIVES and v.chunks is None
+                                  for v in map(comm.view, comm.ops(module))):
+            # the chunk pass fills only collectives without a count: here --chunks would change nothing
+            raise UserError(f"--chunks {args.chunks}: every collective of {args.input} already carries its chunk "
+                            "count (or has been decomposed into phases); drop --chunks, or edit the count in the "
+                            "module")
     if args.algorithm:
         defaults["algorithm"] = args.algorithm
     if args.all_reduce:

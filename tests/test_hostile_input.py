@@ -429,3 +429,20 @@ def test_a_model_file_whose_top_level_never_finishes_is_stopped(capsys, tmp_path
     path = tmp_path / "spin.py"
     path.write_text("while True:\n    pass\n")
     refused(capsys, path, "--topology", "4_ring", "--capture-limit", "1", match="more than 1 s of CPU")
+
+
+def test_chunks_on_a_module_whose_collectives_have_their_counts_is_refused(capsys, tmp_path):
+    """The chunk pass fills only collectives without a count: --chunks on a module that --emit mlir wrote (every
+    collective decomposed, its chunks recorded) changed nothing and exited 0."""
+    module = tmp_path / "m.mlir"
+    assert cli(capsys, *RING4, "--chunks", "4", "--emit", "mlir", "-o", module)[0] == 0
+    refused(capsys, module, "--chunks", "8", match="--chunks 8: every collective of")
+    code, out, err = cli(capsys, module, "--json")
+    assert code == 0 and json.loads(out)["collectives"][0]["chunks"] == 4, err
+    fresh = tmp_path / "fresh.mlir"  # a hand-written collective without a count still takes --chunks
+    fresh.write_text('module attributes {comm.topology = {name = "Ring(4)", dims = [{block = "Ring", size = 4, '
+                     'bandwidth_gbps = 50.0, latency_ns = 500.0, links = 1}]}} {\n'
+                     '  %0 = "comm.all_reduce"() {bytes = 1048576 : i64, dims = array<i64: 0>, name = "g"} : '
+                     '() -> !comm.token\n}\n')
+    code, out, err = cli(capsys, fresh, "--chunks", "8", "--json")
+    assert code == 0 and json.loads(out)["collectives"][0]["chunks"] == 8, err
