@@ -12,7 +12,7 @@ import re
 from fractions import Fraction
 from typing import Sequence
 
-from .errors import UserError
+from .errors import UserError, show
 
 GIB = 2**30
 # The largest collective buffer the compiler takes: 1 TiB per NPU. Table offsets are int64 and the lowering
@@ -44,7 +44,7 @@ def parse_size(text: str) -> int:
     number of bytes ("1.5KB" is 1536, "0.3B" is an error).
     """
     if not isinstance(text, str):
-        raise UserError(f"size must be a string like '64MB', got {text!r}")
+        raise UserError(f"size must be a string like '64MB', got {show(text)}")
     s = text.strip()
     if not s:
         raise UserError("empty size; expected a value like '64MB' or '4096'")
@@ -92,7 +92,7 @@ def gbps_to_bytes_per_ns(gbps: float) -> float:
 def _to_float(item: object, what: str, text: object) -> float:
     # bool is an int subclass; "True" as a bandwidth is surely a mistake.
     if isinstance(item, bool):
-        raise UserError(f"{what}: expected a number, got {item!r} in {text!r}")
+        raise UserError(f"{what}: expected a number, got {show(item)} in {show(text)}")
     try:
         value = float(item) if isinstance(item, (int, float)) else float(str(item).strip())
     except ValueError:

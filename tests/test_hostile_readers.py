@@ -1,0 +1,219 @@
+"""Hostile files given to the readers (network/user_files.py under every one): alias bombs, deep nesting, keys that
+are lists, keys given twice, FIFOs and devices that never end. Each is refused in one line naming the file, at a
+cost that does not grow with what the file expands to, and never hangs."""
+import os
+import re
+import threading
+import time
+
+import pytest
+
+from astra_compile.network import user_files
+from astra_compile.network.errors import UserError, one_line, show
+from astra_compile.sweep import spec
+from helpers import refused
+
+COLLECTIVE = ["--collective", "all_reduce", "--size", "1MB"]
+
+
+def bomb(levels: int) -> str:
+    """A YAML flow list whose last item expands to 9^levels strings in a few hundred bytes (billion laughs)."""
+    names = "abcdefghijk"
+    items = ["&a [" + ",".join(['"lol"'] * 9) + "]"]
+    items += [f"&{names[i]} [" + ",".join([f"*{names[i - 1]}"] * 9) + "]" for i in range(1, levels)]
+    return "[" + ", ".join(items) + "]"
+
+
+def finishes(fn, seconds: float):
+    """fn()'s result or exception, failing the test if it has not returned within `seconds` (a hang)."""
+    box = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as e:   # noqa: BLE001 (handed to the test)
+            box["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+# ---- bounded quotation of a user's value ----------------------------------------------------------------------------
+
+def test_show_quotes_any_value_in_bounded_work():
+    big = ["lol"] * 9
+    for _ in range(9):   # 9^10 strings if walked
+        big = [big] * 9
+    start = time.monotonic()
+    for value in (big, 10 ** 5000, -(10 ** 5000), b"x" * 10 ** 6, "a\nb" * 10 ** 6, {"k" * 999: [1, {2: 3}]}):
+        text = show(value)
+        assert len(text) <= 80 and "\n" not in text
+    assert time.monotonic() - start < 1
+    assert show(10 ** 5000) == "<integer of about 5001 digits>"
+    assert show("x") == "'x'" and show(1.5) == "1.5" and show([1, 2]) == "[1, 2]"
+
+
+def test_one_line_is_bounded():
+    assert len(one_line("x" * 10 ** 7)) == 2000
+    assert one_line("a\nb") == "a\\nb"
+
+
+# ---- alias bombs ----------------------------------------------------------------------------------------------------
+
+def test_an_alias_bomb_in_a_network_file_is_refused_cheaply(capsys, tmp_path):
+    # topology's first entry holds all the anchors: quoting it whole was 4.8 million strings (9^7), 34 MB of repr
+    path = tmp_path / "net.yml"
+    path.write_text(f"topology: [{bomb(7)}]\nnpus_count: 4\n")
+    err = refused(capsys, *COLLECTIVE, "--topology", path, match="alias bomb")
+    assert str(path) in err and len(err) < 300
+
+
+def test_an_alias_bomb_in_a_pool_file_is_refused_cheaply(tmp_path):
+    from astra_compile.network import pool_file
+    path = tmp_path / "pool.yml"
+    path.write_text(f"design: {bomb(7)}\n")
+    with pytest.raises(UserError, match="alias bomb") as e:
+        pool_file.load(str(path))
+    assert str(path) in str(e.value) and len(str(e.value)) < 300
+
+
+def test_an_alias_bomb_in_a_sweep_file_is_refused_cheaply(tmp_path):
+    path = tmp_path / "sweep.yml"
+    path.write_text(f"base: {{collective: all_reduce, topology: 4_ring}}\naxes:\n  size: [{bomb(7)}]\n")
+    with pytest.raises(UserError, match="alias bomb") as e:
+        spec.load(str(path))
+    assert str(path) in str(e.value) and len(str(e.value)) < 300
+
+
+def test_a_billion_laughs_costs_nothing(tmp_path):
+    path = tmp_path / "sweep.yml"
+    path.write_text(f"axes:\n  size: {bomb(9)}\n")   # 9^9 strings, 3 GB to quote
+    start = time.monotonic()
+    with pytest.raises(UserError, match="line 2: this value expands to more than 1000000 values"):
+        spec.load(str(path))
+    assert time.monotonic() - start < 2
+
+
+def test_aliases_that_stay_small_are_read():
+    assert user_files.parse_yaml("a: &x [1, 2]\nb: *x\n", "f.yml") == {"a": [1, 2], "b": [1, 2]}
+
+
+def test_a_value_that_contains_itself_is_refused():
+    with pytest.raises(UserError, match="f.yml line 1: a value that contains itself"):
+        user_files.parse_yaml("a: &x [1, *x]\n", "f.yml")
+
+
+# ---- nesting, keys, values Python cannot build ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,match", [
+    ("axes: " + "[" * 2000 + "]" * 2000, "nests too deeply"),
+    ("axes: " + "[" * 70 + "]" * 70, "line 1: values nest more than 64 levels deep"),
+    ("axes:\n  [size]: [1MB]\n", "line 2: a key must be a plain value (a name or a number), got a list"),
+    ("axes:\n  {size: 1}: [1MB]\n", "line 2: a key must be a plain value (a name or a number), got a dict"),
+    ("axes:\n  size: [1MB]\n  size: [2MB]\n", "line 3: key 'size' is given twice"),
+    ("base: {size: 1MB, size: 2MB}\naxes: {chunks: [1]}\n", "line 1: key 'size' is given twice"),
+    ("axes:\n  chunks: [" + "1" * 5000 + "]\n", "a value cannot be read"),
+    ("axes:\n  when: [2024-13-45]\n", "a value cannot be read (month must be in 1..12)"),
+    ("axes:\n  chunks: {from: 0, to: 1.0e+300, step: 1.0e-300}\n", "the range has more than 100000 values"),
+])
+def test_hostile_sweep_files_are_one_line(tmp_path, text, match):
+    path = tmp_path / "sweep.yml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=re.escape(match)) as e:
+        spec.load(str(path))
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name,text,match", [
+    ("deep.yml", "topology: " + "[" * 3000 + "]" * 3000 + "\n", "nests too deeply"),
+    ("deep.json", '{"topologies-per-dim": ' + "[" * 100000 + "]" * 100000 + "}", "nests too deeply"),
+    ("listkey.yml", "topology: [Ring]\n[npus_count]: [4]\n", "line 2: a key must be a plain value"),
+    ("dictkey.yml", "topology: [Ring]\n? {a: 1}\n: 4\n", "line 2: a key must be a plain value"),
+    ("nan.json", '{"topologies-per-dim": ["Ring"], "units-count": [4], "link-bandwidth": [NaN]}',
+     "NaN is not a JSON number"),
+    ("huge.yml", "topology: [Ring]\nnpus_count: [" + "9" * 5000 + "]\n", "a value cannot be read"),
+])
+def test_hostile_network_files_are_one_line(capsys, tmp_path, name, text, match):
+    path = tmp_path / name
+    path.write_text(text)
+    err = refused(capsys, *COLLECTIVE, "--topology", path, match=match)
+    assert str(path) in err
+
+
+@pytest.mark.parametrize("text,match", [
+    ("[design]: hiermem\n", "line 1: a key must be a plain value"),
+    ("nodes: 4\nnodes: 8\n", "line 2: key 'nodes' is given twice"),
+    ("design: " + "[" * 3000 + "]" * 3000 + "\n", "nests too deeply"),
+])
+def test_hostile_pool_files_are_one_line(tmp_path, text, match):
+    from astra_compile.network import pool_file
+    path = tmp_path / "pool.yml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=match) as e:
+        pool_file.load(str(path))
+    assert str(path) in str(e.value)
+
+
+# ---- files that are not regular files ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def quick(monkeypatch):
+    monkeypatch.setattr(user_files, "NONREGULAR_WAIT_S", 0.3)
+
+
+def test_a_fifo_nobody_writes_is_refused_not_waited_on(tmp_path, quick):
+    fifo = tmp_path / "sweep.yml"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError, match="is not a regular file and gave no data within 0.3 s"):
+        finishes(lambda: spec.load(str(fifo)), 20)
+
+
+def test_a_fifo_as_an_edge_list_is_refused_not_waited_on(tmp_path, quick):
+    fifo = tmp_path / "net.edges"
+    os.mkfifo(fifo)
+    from astra_compile.network.parse import parse_topology
+    with pytest.raises(UserError, match="net.edges is not a regular file"):
+        finishes(lambda: parse_topology(str(fifo)), 20)
+
+
+def test_a_fifo_that_is_written_is_read(tmp_path):
+    fifo = tmp_path / "sweep.yml"
+    os.mkfifo(fifo)
+
+    def writer():
+        with open(fifo, "w") as f:
+            f.write("base: {collective: all_reduce, topology: 4_ring}\naxes: {size: [1MB, 2MB]}\n")
+
+    threading.Thread(target=writer, daemon=True).start()
+    assert len(finishes(lambda: spec.load(str(fifo)), 20).points) == 2
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_a_device_that_never_ends_is_refused_at_the_cap(tmp_path, device):
+    link = tmp_path / "sweep.yml"
+    os.symlink(device, link)
+    with pytest.raises(UserError, match="gave more than 16777216 bytes"):
+        finishes(lambda: spec.load(str(link)), 20)
+
+
+def test_an_endless_device_as_a_network_file_is_refused(capsys, tmp_path):
+    link = tmp_path / "net.edges"
+    os.symlink("/dev/zero", link)
+    refused(capsys, *COLLECTIVE, "--topology", link, match="is not a regular file and gave more than")
+
+
+def test_a_regular_file_past_the_limit_is_refused_before_reading(tmp_path):
+    path = tmp_path / "sweep.yml"
+    with open(path, "wb") as f:
+        f.truncate((16 << 20) + 1)   # sparse: nothing to read, only its size
+    with pytest.raises(UserError, match=f"{(16 << 20) + 1} bytes; a sweep file is read whole, at most"):
+        spec.load(str(path))
+
+
+def test_dev_null_reads_as_empty(tmp_path):
+    assert user_files.read_bytes("/dev/null") == b""
