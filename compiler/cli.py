@@ -464,7 +464,8 @@ def _run_table_dir(args, run) -> int:
     if args.verify:
         from .runtime.verifier import check_size
         check_size(schedule.meta)
-    resources.table_files(args.input, schedule.meta, run.execution != "full", args.verify).check(run.max_memory)
+    resources.table_files(args.input, schedule.meta, run.execution != "full", args.verify,
+                          run.max_memory).check(run.max_memory)
     result = driver.execute(schedule, run)
     out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta.npus, "backend": result.backend,
            "execution": result.mode, "per_dim_bytes": result.per_dim_bytes,

@@ -32,9 +32,10 @@ MAX_DEPTH = 64               # nesting of a YAML document: lists in lists in map
 _CHUNK = 1 << 20
 
 
-def read_bytes(path: str, label: str = "", limit: int | None = DEFAULT_LIMIT) -> bytes:
+def read_bytes(path: str, label: str = "", limit: int | None = DEFAULT_LIMIT, regular: bool = False) -> bytes:
     """A user's file, whole; one UserError naming it when it cannot be read, holds more than `limit` bytes or (not
-    a regular file) does not deliver them in time."""
+    a regular file) does not deliver them in time. `regular`: refuse anything but a regular file outright (a file
+    astra-compile wrote, such as a table directory's, is one)."""
     limit = DEFAULT_LIMIT if limit is None else limit
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -52,6 +53,8 @@ def read_bytes(path: str, label: str = "", limit: int | None = DEFAULT_LIMIT) ->
             data = _read_regular(fd, limit)
         elif stat.S_ISDIR(mode):
             raise UserError(f"cannot read {label}{path}: Is a directory")
+        elif regular:
+            raise UserError(f"{label}{path} is not a regular file (a FIFO or a device?)")
         else:
             data = _read_stream(fd, path, label, limit)
     except OSError as e:
@@ -106,10 +109,11 @@ def _read_stream(fd: int, path: str, label: str, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def read_text(path: str, expected: str, label: str = "", limit: int | None = DEFAULT_LIMIT) -> str:
+def read_text(path: str, expected: str, label: str = "", limit: int | None = DEFAULT_LIMIT,
+              regular: bool = False) -> str:
     """A user's UTF-8 text file (read_bytes' checks); a file that is not text is one UserError naming it (`label`,
     e.g. "sweep file ", says what the file was to be; `expected`, what it should hold)."""
-    data = read_bytes(path, label, limit)
+    data = read_bytes(path, label, limit, regular)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -118,9 +122,10 @@ def read_text(path: str, expected: str, label: str = "", limit: int | None = DEF
 
 # ---- JSON ----------------------------------------------------------------------------------------------------------
 
-def read_json(path: str, expected: str, label: str = "", limit: int | None = DEFAULT_LIMIT):
+def read_json(path: str, expected: str, label: str = "", limit: int | None = DEFAULT_LIMIT,
+              regular: bool = False):
     """The JSON value of a user's file (read_text's checks, then parse_json's)."""
-    return parse_json(read_text(path, expected, label, limit), path)
+    return parse_json(read_text(path, expected, label, limit, regular), path)
 
 
 def parse_json(text: str, where: str):

@@ -217,3 +217,88 @@ def test_a_regular_file_past_the_limit_is_refused_before_reading(tmp_path):
 
 def test_dev_null_reads_as_empty(tmp_path):
     assert user_files.read_bytes("/dev/null") == b""
+
+
+# ---- table and step directories ----------------------------------------------------------------------------------------
+
+from astra_compile.cli import main   # noqa: E402
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+
+
+def _edit_meta(folder, **changes):
+    import json
+    path = os.path.join(folder, "meta.json")
+    with open(path) as f:
+        meta = json.load(f)
+    for key, value in changes.items():
+        meta[key] = value(meta) if callable(value) else value
+    with open(path, "w") as f:
+        json.dump(meta, f)
+    return meta
+
+
+@pytest.fixture
+def tables(capsys, tmp_path):
+    out = tmp_path / "tables"
+    assert main([*COLLECTIVE, "--topology", "4_ring", "--emit", "tables", "-o", str(out)]) == 0
+    capsys.readouterr()
+    return out
+
+
+def test_a_fifo_in_a_table_directory_is_refused_not_waited_on(capsys, tables):
+    os.remove(tables / "npu_1.csv")
+    os.mkfifo(tables / "npu_1.csv")
+    code = finishes(lambda: main([str(tables)]), 30)
+    err = capsys.readouterr().err
+    assert code == 2 and "npu_1.csv is not a regular file" in err and err.count("\n") == 1
+
+
+def test_a_key_given_twice_in_meta_json_is_refused(capsys, tables):
+    text = (tables / "meta.json").read_text()
+    (tables / "meta.json").write_text(text.replace('"npus": 4,', '"npus": 4, "npus": 4,', 1))
+    refused(capsys, tables, match="key 'npus' is given twice")
+
+
+def _huge(meta):
+    meta["topology"]["dims"][0]["size"] = 2 ** 31 - 1
+    return meta["topology"]
+
+
+def test_a_table_directory_of_2_31_npus_is_refused_before_any_allocation(capsys, tables):
+    _edit_meta(tables, npus=2 ** 31 - 1, topology=_huge, representative=True, shards=None)
+    for extra in ([], ["--backend", "congestion"], ["--execution", "full"]):
+        refused(capsys, tables, "--max-memory", "8GB", *extra,
+                match=f"would need about 400GB of memory (2147483647 NPUs in {tables})")
+
+
+@pytest.fixture(scope="module")
+def step_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("step") / "step"
+    assert main([os.path.join(EXAMPLES, "mlp_dp.py"), "--topology", "4_ring", "--emit", "tables", "-o", str(out)]) == 0
+    return out
+
+
+@pytest.fixture
+def step(step_dir, tmp_path):
+    import shutil
+    copy = tmp_path / "step"
+    shutil.copytree(step_dir, copy)
+    return copy
+
+
+def test_a_step_directory_of_2_31_npus_is_refused_before_any_allocation(capsys, step):
+    _edit_meta(step, npus=2 ** 31 - 1, topology=_huge)
+    _edit_meta(step / "collective_0", npus=2 ** 31 - 1, topology=_huge, representative=True, shards=None)
+    for extra in ([], ["--backend", "congestion"]):
+        refused(capsys, step, "--max-memory", "8GB", *extra,
+                match=f"would need about 400GB of memory (a step of 2147483647 NPUs in {step})")
+
+
+def test_a_step_group_that_is_not_its_collectives_is_refused(capsys, step):
+    def halve(meta):
+        meta["programs"][0]["groups"]["dp"] = [0, 1]
+        return meta["programs"]
+    _edit_meta(step, programs=halve)
+    refused(capsys, step, match="group dp lists 2 ranks but collective 0 (all_reduce over dims [0]) runs on groups "
+                                "of 4")
