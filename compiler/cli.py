@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import stat
 import sys
 import warnings
 
@@ -273,9 +274,11 @@ def _is_step_module(inputs: list[str]) -> bool:
     if len(inputs) != 1 or not inputs[0].endswith(".mlir"):
         return False
     try:
+        if not stat.S_ISREG(os.stat(inputs[0]).st_mode):
+            return False  # a FIFO is not opened to peek (no writer: it would wait); read whole as a comm module
         with open(inputs[0], encoding="utf-8", errors="replace") as f:
             head = f.read(1 << 16)
-    except OSError:
+    except (OSError, ValueError):
         return False  # the collective path reads it and names the problem
     from .dialects.workload import is_workload_text
     return is_workload_text(head)

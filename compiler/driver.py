@@ -188,7 +188,7 @@ def run_passes(module, topology: Topology, pipeline: str | None = None, flags: d
 
 
 def lower(module, topology: Topology, max_memory: int | None = None) -> Schedule:
-    plans = plans_from_module(module)
+    plans = plans_from_module(module, list(topology.shape))
     resources.templates(topology, plans).check(max_memory)
     return Schedule(topology, plans)
 

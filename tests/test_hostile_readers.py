@@ -302,3 +302,52 @@ def test_a_step_group_that_is_not_its_collectives_is_refused(capsys, step):
     _edit_meta(step, programs=halve)
     refused(capsys, step, match="group dp lists 2 ranks but collective 0 (all_reduce over dims [0]) runs on groups "
                                 "of 4")
+
+
+# ---- comm modules written by hand -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def phases(capsys, tmp_path):
+    """A baseline all-reduce on Ring(4) as phases (--emit mlir): line 1 the reduce-scatter, line 2 the all-gather."""
+    path = tmp_path / "ar.mlir"
+    assert main([*COLLECTIVE, "--topology", "4_ring", "--scheduler", "baseline", "--emit", "mlir", "-o",
+                 str(path)]) == 0
+    capsys.readouterr()
+    return path
+
+
+def _edit_module(path, edit):
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(edit(lines)) + "\n")
+
+
+@pytest.mark.parametrize("edit,match", [
+    # the lowering times group_bytes: a phase whose own bytes disagree was timed as 1 MB whatever it said
+    (lambda ls: [ls[0], ls[1].replace("bytes = 1048576 : i64, chunks", "bytes = 4 : i64, chunks"), *ls[2:]],
+     "phase 0 of 'all_reduce.rs' (dim 0): bytes 4, but its reduce_scatter of 1048576 B (group_bytes) over dims [0] "
+     "in 1 chunk(s) gives it 1048576"),
+    # an all-reduce missing a half ran as its reduce-scatter alone, exit 0
+    (lambda ls: [ls[0], ls[1], *ls[3:]], "the phases part_of 'all_reduce' are all_reduce.rs (reduce_scatter): an "
+                                         "all-reduce's halves are a reduce_scatter then an all_gather"),
+    (lambda ls: [ls[0], ls[1], ls[2].replace('kind = "all_gather"', 'kind = "reduce_scatter"'), *ls[3:]],
+     "are all_reduce.rs (reduce_scatter), all_reduce.ag (reduce_scatter)"),
+    (lambda ls: [ls[0], ls[1].replace('part_of = "all_reduce"', 'part_of = "other"'), *ls[2:]],
+     "the phases part_of 'other' are all_reduce.rs (reduce_scatter)"),
+    (lambda ls: [ls[0], ls[1], ls[2].replace("group_bytes = 1048576", "group_bytes = 2097152"), *ls[3:]],
+     "the halves of all-reduce 'all_reduce' disagree on group_bytes or chunks"),
+])
+def test_hand_written_phases_that_contradict_their_collective_are_refused(capsys, phases, edit, match):
+    _edit_module(phases, edit)
+    refused(capsys, phases, "--scheduler", "baseline", match=match)
+
+
+def test_emitted_phases_compile_again_to_the_same_time(capsys, phases):
+    for scheduler in ("baseline", "themis", "optimal"):
+        assert main([str(phases), "--scheduler", scheduler, "--json"]) == 0
+        import json
+        assert json.loads(capsys.readouterr().out)["total_time_us"] == pytest.approx(32.296875)
+
+
+def test_a_size_split_to_nothing_says_so(capsys):
+    refused(capsys, "--collective", "all_reduce", "--size", "1", "--topology", "8x8x8_torus",
+            match="all_reduce.rs: 1 bytes are too small for a reduce_scatter over dims 0,1,2 of Ring(8)_Ring(8)_Ring(8)")
