@@ -267,9 +267,8 @@ def _local_mem(gbps) -> float | None:
 
 
 def _check_roofline(peak_tflops, mem_bw_gbps) -> None:
-    for flag, value in (("--peak-tflops", peak_tflops), ("--mem-bw", mem_bw_gbps)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise UserError(f"{flag} must be a finite positive number, got {value!r}")
+    from .network.units import check_roofline
+    check_roofline(peak_tflops, mem_bw_gbps)
 
 
 def _lowered(workload: Workload, topo: Topology) -> Lowered:

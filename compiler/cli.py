@@ -388,11 +388,28 @@ def _cache(path: str):
 def _report(args, obj: dict, text) -> None:
     """Print a run's report: its --json object or its text (`text()`). A sweep point (sweep/point.py) sets
     `args.report_sink` to a list and gets the JSON object instead, computed by exactly the command's code path."""
+    _check_finite(obj)
     sink = getattr(args, "report_sink", None)
     if sink is not None:
         sink.append(obj)
     else:
         print(json.dumps(obj, indent=1) if args.json else text())
+
+
+def _check_finite(obj) -> None:
+    """No report says Infinity or NaN: every input is range-checked where it is read (docs/reliability.md, Numbers
+    at the edges), and should a combination still leave float range, the run is refused naming the figure rather
+    than printing it."""
+    stack = [(obj, "")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"the run's {where} came out as {value}: the inputs' values together leave the range "
+                            "the cost model computes in; bring them nearer the defaults")
 
 
 def _kind(args) -> str:
@@ -550,8 +567,9 @@ def _run_collective(args, run) -> int:
                                                  dataclasses.replace(run, intra=intra)).report
                    for name, intra in (("baseline", "fifo"), ("themis", "scf"), ("optimal", "scf"))}
         from .report import compare_rows
-        print(json.dumps({k: r.to_json() for k, r in reports.items()}, indent=1) if args.json else
-              compare_rows(reports))
+        compared = {k: r.to_json() for k, r in reports.items()}
+        _check_finite(compared)
+        print(json.dumps(compared, indent=1) if args.json else compare_rows(reports))
         return 0
     compiled = driver.compile_schedule(str(module), ctx, topology, args.scheduler, defaults, run,
                                        args.print_ir_after_all, args.pass_pipeline, args.mlir_timing)

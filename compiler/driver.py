@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 
 from . import algorithms, resources
 from .dialects import comm
-from .network.errors import UserError, read_text
+from .network.errors import UserError
+from .network.user_files import read_text
 from .lower import Schedule
 from .plans import plans_from_module
 from .passes import DEFAULT_PIPELINE, PassContext, PassManager, parse_pipeline

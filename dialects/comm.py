@@ -16,6 +16,7 @@ from torch_mlir import ir
 from torch_mlir._mlir_libs._mlir import globals as _mlir_globals
 from torch_mlir.dialects import irdl
 
+from ..network.errors import show
 from ..network.units import MAX_BYTES
 
 # MLIR's Python bindings import a dialect's Python module (<prefix>.<namespace>) when they first wrap one of its
@@ -148,7 +149,7 @@ def to_attr(value: Any) -> ir.Attribute:
             return ir.DenseF64ArrayAttr.get([float(v) for v in vals])
         if all(isinstance(v, str) for v in vals):
             return ir.ArrayAttr.get([ir.StringAttr.get(v) for v in vals])
-    raise TypeError(f"cannot store {value!r} as an attribute")
+    raise TypeError(f"cannot store {show(value)} as an attribute")
 
 
 def from_attr(attr: ir.Attribute) -> Any:
@@ -311,7 +312,7 @@ def get_topology(module: ir.Module) -> dict | None:
         return None
     value = a[TOPOLOGY_ATTR]
     if not isinstance(value, dict) or not isinstance(value.get("dims"), list):
-        raise IRError(f"module attribute {TOPOLOGY_ATTR} must be a dictionary with a dims list, got {value!r}"[:200])
+        raise IRError(f"module attribute {TOPOLOGY_ATTR} must be a dictionary with a dims list, got {show(value)}"[:200])
     return value
 
 
@@ -373,7 +374,7 @@ def _check_declared(kind: str, a: dict, where: str) -> None:
                           f"{', '.join(sorted(allowed)) or 'none'})")
         want = _KIND_OF.get(attr)
         if want is not None and not _IS[want](value):
-            raise IRError(f"{where}: attribute '{attr}' must be {_SPELL[want]}, got {value!r}")
+            raise IRError(f"{where}: attribute '{attr}' must be {_SPELL[want]}, got {show(value)}")
         if want == "int" and not -2 ** 63 <= value < 2 ** 63:
             raise IRError(f"{where}: attribute '{attr}' = {value} does not fit in int64")
 

@@ -84,6 +84,21 @@ def link_range_error(gbps: float, latency_ns: float) -> str | None:
     return None
 
 
+# The compute roofline (--peak-tflops, --mem-bw): from 1 GFLOPS to 10^21 FLOPS per NPU, memory bandwidth in the
+# links' range. Below them an op's time leaves float range (1e-310 TFLOPS made a step take an infinite time).
+MIN_TFLOPS = 1e-3
+MAX_TFLOPS = 1e9
+
+
+def check_roofline(peak_tflops, mem_gbps) -> None:
+    """One UserError naming the option and the range when the roofline is outside the modelled range."""
+    for flag, value, lo, hi, unit in (("--peak-tflops", peak_tflops, MIN_TFLOPS, MAX_TFLOPS, "TFLOPS"),
+                                      ("--mem-bw", mem_gbps, MIN_GBPS, MAX_GBPS, "GB/s")):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not lo <= value <= hi:
+            raise UserError(f"{flag} must be a number of {unit} between {lo:g} and {hi:g}, got {show(value)}")
+
+
 def gbps_to_bytes_per_ns(gbps: float) -> float:
     """Convert GB/s (2**30 bytes per second, as ASTRA-sim) to bytes per nanosecond."""
     return gbps * GIB / 1e9

@@ -45,6 +45,7 @@ PROGRAM_COLUMNS = ("row", "kind", "name", "phase", "iteration", "flops", "bytes"
 META_KEYS = {"format", "version", "npus", "topology", "spmd", "source", "mesh", "scheduler", "table_format",
              "programs", "collectives"}
 MAX_INT = 2 ** 63 - 1
+MAX_MEASURED_NS = 1e18   # as a workload module's wl.measured_ns: a sum of a step's rows stays finite
 _PROGRAM_FILE = re.compile(r"^program_[0-9]+\.csv$")
 _COLLECTIVE_DIR = re.compile(r"^collective_[0-9]+$")
 
@@ -289,8 +290,9 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
             measured = float(v["measured_ns"]) if v["measured_ns"] else math.nan
         except ValueError:
             measured = -1.0
-        if v["measured_ns"] and not (math.isfinite(measured) and measured >= 0):
-            _fail(at, f"measured_ns: {show(v['measured_ns'])} is not empty or a non-negative time")
+        if v["measured_ns"] and not (math.isfinite(measured) and 0 <= measured < MAX_MEASURED_NS):
+            _fail(at, f"measured_ns: {show(v['measured_ns'])} is not empty or a time in ns from 0 to "
+                      f"{MAX_MEASURED_NS:g}")
         try:
             deps = tuple(int(d) for d in v["deps"].split(";")) if v["deps"] else ()
         except ValueError:

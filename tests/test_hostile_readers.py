@@ -351,3 +351,43 @@ def test_emitted_phases_compile_again_to_the_same_time(capsys, phases):
 def test_a_size_split_to_nothing_says_so(capsys):
     refused(capsys, "--collective", "all_reduce", "--size", "1", "--topology", "8x8x8_torus",
             match="all_reduce.rs: 1 bytes are too small for a reduce_scatter over dims 0,1,2 of Ring(8)_Ring(8)_Ring(8)")
+
+
+# ---- numbers that would make a figure non-finite -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag,value,match", [
+    ("--peak-tflops", "1e-310", "--peak-tflops must be a number of TFLOPS between 0.001 and 1e+09, got 1e-310"),
+    ("--peak-tflops", "1e308", "--peak-tflops must be a number of TFLOPS between 0.001 and 1e+09, got 1e+308"),
+    ("--mem-bw", "1e-310", "--mem-bw must be a number of GB/s between 0.001 and 1e+09, got 1e-310"),
+    ("--mem-bw", "1e300", "--mem-bw must be a number of GB/s between 0.001 and 1e+09, got 1e+300"),
+])
+def test_a_roofline_outside_its_range_is_refused(capsys, flag, value, match):
+    # --peak-tflops 1e-310 printed "total_time_us": Infinity with exit 0
+    refused(capsys, os.path.join(EXAMPLES, "mlp_dp.py"), "--topology", "4_ring", flag, value, match=match)
+
+
+def test_the_roofline_range_takes_its_ends(capsys, step_dir):
+    import json
+    for flag, value in (("--peak-tflops", "0.001"), ("--peak-tflops", "1e9"), ("--mem-bw", "0.001"),
+                        ("--mem-bw", "1e9")):
+        assert main([str(step_dir), flag, value, "--json"]) == 0
+        assert 0 < json.loads(capsys.readouterr().out)["total_time_us"] < 1e30
+
+
+def test_a_measured_time_past_its_range_in_a_step_table_is_refused(capsys, step):
+    # three compute rows of 1e308 ns summed to Infinity, exit 0
+    lines = (step / "program_0.csv").read_text().splitlines()
+    head = lines[0].split(",")
+    for i in (1, 2, 3):
+        cells = lines[i].split(",")
+        cells[head.index("measured_ns")] = "1e308"
+        lines[i] = ",".join(cells)
+    (step / "program_0.csv").write_text("\n".join(lines) + "\n")
+    refused(capsys, step, match="row 0: measured_ns: '1e308' is not empty or a time in ns from 0 to 1e+18")
+
+
+def test_no_report_prints_a_figure_that_is_not_finite():
+    from astra_compile import cli
+    with pytest.raises(UserError, match=r"the run's collectives\[1\].us came out as inf"):
+        cli._check_finite({"total_time_us": 1.0, "collectives": [{"us": 2.0}, {"us": float("inf")}]})
+    cli._check_finite({"total_time_us": 1.0, "name": "x", "n": 3, "none": None})

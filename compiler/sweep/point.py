@@ -117,10 +117,9 @@ def _check_values(args) -> None:
             cli._positive_int(text, flag)
     if args.dims:
         cli._int_list(args.dims, "--dims")
-    for flag, value in (("--peak-tflops", args.peak_tflops), ("--mem-bw", args.mem_bw),
-                        ("--capture-limit", args.capture_limit)):
-        if not (value > 0 and value != float("inf")):
-            raise UserError(f"{flag} must be a finite positive number, got {value!r}")
+    from ..network.units import check_roofline
+    check_roofline(args.peak_tflops, args.mem_bw)
+    cli._capture_limit(args.capture_limit)
     if args.topology:
         from ..network.parse import parse_topology
         parse_topology(args.topology, args.bandwidth, args.latency, args.links, args.endpoint_delay)
