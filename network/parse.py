@@ -280,7 +280,10 @@ def _parse(
             dims.append(Dimension(blocks[k], sizes[k], bws[k], lats[k], lnks[k]))
         except UserError as e:
             raise UserError(f"{source}: dimension {k} ({blocks[k]}({show(sizes[k])})): {e}") from None
-    return Topology(tuple(dims))
+    try:
+        return Topology(tuple(dims))
+    except UserError as e:   # the dimensions together: more NPUs than 32 bits number
+        raise UserError(f"{source}: {e}") from None
 
 
 def _parse_graph(spec: str, bandwidth, latency) -> Topology | None:

@@ -391,3 +391,20 @@ def test_no_report_prints_a_figure_that_is_not_finite():
     with pytest.raises(UserError, match=r"the run's collectives\[1\].us came out as inf"):
         cli._check_finite({"total_time_us": 1.0, "collectives": [{"us": 2.0}, {"us": float("inf")}]})
     cli._check_finite({"total_time_us": 1.0, "name": "x", "n": 3, "none": None})
+
+
+def test_a_network_file_of_more_npus_than_32_bits_names_the_file(capsys, tmp_path):
+    # the count was refused without naming the file it came from
+    path = tmp_path / "net.json"
+    path.write_text('{"topologies-per-dim": ["Ring", "Ring", "Ring"], "units-count": [65536, 65536, 65536]}')
+    refused(capsys, *COLLECTIVE, "--topology", path,
+            match=f"topology file '{path}': a topology of 281474976710656 NPUs")
+
+
+def test_a_sweep_size_past_the_largest_collective_is_refused_before_any_point(capsys, tmp_path):
+    # each point past 1 TB failed on its own after the others had run (exit 1)
+    path = tmp_path / "sweep.yml"
+    path.write_text("base: {collective: all_reduce, topology: 4_ring}\naxes: {size: [1MB, 100TB]}\n")
+    refused(capsys, "sweep", path, "-o", tmp_path / "out.csv",
+            match="point 1 (size=100TB): collective size 100TB exceeds the largest collective")
+    assert not (tmp_path / "out.csv").exists()

@@ -109,9 +109,12 @@ def _check_values(args) -> None:
     for flag, text in (("--size", args.size), ("--max-memory", args.max_memory)):
         if text is not None:
             try:
-                parse_size(text)
+                nbytes = parse_size(text)
             except UserError as e:
                 raise UserError(f"{flag}: {e}") from None
+            if flag == "--size":
+                from ..driver import check_size
+                check_size(nbytes)
     for flag, text in (("--chunks", args.chunks), ("--ports", args.ports), ("--active-chunks", args.active_chunks)):
         if text is not None:
             cli._positive_int(text, flag)
