@@ -508,6 +508,7 @@ def _run_collective(args, run) -> int:
     from . import driver
     from .dialects import comm
     from .network.parse import parse_topology, with_endpoint_delay
+    from .passes import PassError
     from .network.units import parse_size
 
     topology = None
@@ -571,8 +572,13 @@ def _run_collective(args, run) -> int:
         _check_finite(compared)
         print(json.dumps(compared, indent=1) if args.json else compare_rows(reports))
         return 0
-    compiled = driver.compile_schedule(str(module), ctx, topology, args.scheduler, defaults, run,
-                                       args.print_ir_after_all, args.pass_pipeline, args.mlir_timing)
+    try:
+        compiled = driver.compile_schedule(str(module), ctx, topology, args.scheduler, defaults, run,
+                                           args.print_ir_after_all, args.pass_pipeline, args.mlir_timing)
+    except (UserError, comm.IRError, PassError) as e:
+        if not args.input:
+            raise
+        raise type(e)(f"{args.input}: {e}") from None   # what the module's ops say names its file
     module, schedule = compiled.module, compiled.schedule
     if args.verify:  # before anything is written: a schedule that fails verification is never emitted
         from . import resources

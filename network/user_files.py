@@ -164,14 +164,19 @@ def parse_yaml(text: str, where: str):
     """The value of one YAML document, read safely (module notes); every problem is one UserError starting with
     `where` and, where known, the line."""
     import yaml
-    loader = _strict_loader()(text)
-    loader.where = where
+    loader = None
     try:
+        loader = _strict_loader()(text)   # refuses a control character at once (yaml.reader.ReaderError)
+        loader.where = where
         node = loader.get_single_node()
         if node is None:
             return None
         _check_nodes(node, where)
         return loader.construct_document(node)
+    except yaml.reader.ReaderError as e:
+        line = text.count("\n", 0, e.position) + 1
+        raise UserError(f"{where}: malformed YAML at line {line}: character {e.character:#x} is not allowed "
+                        "(a binary file?)") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -182,7 +187,8 @@ def parse_yaml(text: str, where: str):
     except (ValueError, OverflowError) as e:   # an integer of more than 4300 digits, a date like 2024-13-45
         raise UserError(f"{where}: a value cannot be read ({one_line(str(e), 200)})") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _strict_loader():

@@ -120,6 +120,7 @@ def test_a_value_that_contains_itself_is_refused():
     ("axes:\n  chunks: [" + "1" * 5000 + "]\n", "a value cannot be read"),
     ("axes:\n  when: [2024-13-45]\n", "a value cannot be read (month must be in 1..12)"),
     ("axes:\n  chunks: {from: 0, to: 1.0e+300, step: 1.0e-300}\n", "the range has more than 100000 values"),
+    ("axes:\n  size: [1MB]\n\x00\x00", "malformed YAML at line 3: character 0x0 is not allowed"),
 ])
 def test_hostile_sweep_files_are_one_line(tmp_path, text, match):
     path = tmp_path / "sweep.yml"
