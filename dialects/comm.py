@@ -99,12 +99,39 @@ def _first_error_line(err: Exception) -> str:
 def parse_module(text: str, ctx: ir.Context, source: str = "<input>") -> ir.Module:
     with ctx, ir.Location.unknown():
         try:
-            return ir.Module.parse(text)
+            module = ir.Module.parse(text)
         except ir.MLIRError as e:
             line = _first_error_line(e)
             # MLIR names the buffer "-"; point at the user's file instead: file:line:col: message
             line = line[len('"-":'):] if line.startswith('"-":') else " " + line
             raise IRError(f"{source}:{line}") from None
+        _check_readable(module.operation, source)
+        return module
+
+
+def _check_readable(top, source: str) -> None:
+    """Every attribute of every op can be read back: MLIR parses attributes the Python bindings cannot cast to a
+    class (a dense array of i0, `array<i0: 0>`, raises TypeError on access), which would otherwise surface as a
+    traceback wherever the attribute is first read."""
+    ops = [top]
+    while ops:
+        op = ops.pop()
+        for item in op.attributes:
+            name = item if isinstance(item, str) else item.name
+            try:
+                values = [op.attributes[name]]
+                while values:   # nested arrays and dictionaries too: their elements are cast one by one
+                    a = values.pop()
+                    if isinstance(a, ir.ArrayAttr):
+                        values.extend(a)
+                    elif isinstance(a, ir.DictAttr):   # by name: NamedAttribute.attr aborts the process instead
+                        values.extend(a[a[i].name] for i in range(len(a)))
+            except TypeError as e:
+                raise IRError(f"{source}: {op.name}: attribute '{name}' is of a kind astra-compile cannot read "
+                              f"({' '.join(str(e).split())[:120]})") from None
+        for region in op.regions:
+            for block in region.blocks:
+                ops.extend(o.operation for o in block.operations)
 
 
 def new_module(ctx: ir.Context) -> ir.Module:

@@ -409,3 +409,14 @@ def test_a_sweep_size_past_the_largest_collective_is_refused_before_any_point(ca
     refused(capsys, "sweep", path, "-o", tmp_path / "out.csv",
             match="point 1 (size=100TB): collective size 100TB exceeds the largest collective")
     assert not (tmp_path / "out.csv").exists()
+
+
+@pytest.mark.parametrize("source", ["ir/step_two_ranks.mlir", "../examples/all_reduce_3d_switch.mlir"])
+def test_an_attribute_the_bindings_cannot_read_is_one_line(capsys, tmp_path, source):
+    # MLIR parses array<i0: 0>; the Python bindings raised TypeError wherever it was first read (found by the fuzz)
+    text = open(os.path.join(os.path.dirname(__file__), source), encoding="utf-8").read()
+    path = tmp_path / "m.mlir"
+    path.write_text(re.sub(r"array<i64: 0[0-9, ]*>", "array<i0: 0>", text, count=1))
+    assert "array<i0: 0>" in path.read_text()
+    err = refused(capsys, path, match=f"{path}: ")
+    assert "is of a kind astra-compile cannot read" in err   # in a mapping (wl.groups) it aborted the process

@@ -10,7 +10,7 @@ import time
 import warnings
 
 from .. import cli, cli_rules
-from ..network.errors import UserError
+from ..network.errors import UserError, show
 
 # options that write files, print other things than the report, or change what the report is
 NOT_IN_SWEEPS = {"emit", "output", "npu", "table_format", "table_view", "json", "compare", "timeline", "plot",
@@ -49,11 +49,11 @@ def argv(options: dict, directory: str) -> list[str]:
         flag, switch = FLAGS[dest]
         if switch:
             if not isinstance(value, bool):
-                raise UserError(f"'{key}' is on or off: give true or false, got {value!r}")
+                raise UserError(f"'{key}' is on or off: give true or false, got {show(value)}")
             out += [flag] if value else []
             continue
         if isinstance(value, bool):
-            raise UserError(f"'{key}' takes a value, got {value!r}")
+            raise UserError(f"'{key}' takes a value, got {show(value)}")
         if (dest == "topology" and isinstance(value, str) and value.lower().endswith(FILE_SUFFIXES)) or \
                 (dest in ("pool", "system") and isinstance(value, str)):   # files beside the sweep file
             value = _near(value, directory)
