@@ -8,7 +8,6 @@ The CLI (`astra-compile model.py --topology ...`) is a thin layer over this func
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 from types import ModuleType

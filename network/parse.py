@@ -7,7 +7,6 @@ MxN_bigraph, dgx1, N_dgx1, .edges files). Block names come from the block regist
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from typing import Any, Sequence
