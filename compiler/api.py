@@ -8,7 +8,6 @@ The CLI (`astra-compile model.py --topology ...`) is a thin layer over this func
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 from types import ModuleType
@@ -17,7 +16,7 @@ from . import driver, reuse
 from .network.errors import UserError
 from .frontend.cpu_limit import DEFAULT_SECONDS as DEFAULT_CAPTURE_LIMIT
 from .frontend.workload import Workload
-from .runtime.workload_engine import SEMANTICS, Roofline, check_peak_tflops
+from .runtime.workload_engine import SEMANTICS, Roofline
 from .network.parse import parse_topology, with_endpoint_delay
 from .network.topology import Topology
 from .workload_driver import (Lowered, StepSemantics, WorkloadOptions, lower, read_lowered, run, runner,
@@ -286,10 +285,8 @@ def _semantics(step) -> StepSemantics:
 
 
 def _check_roofline(peak_tflops, mem_bw_gbps) -> None:
-    check_peak_tflops(peak_tflops)
-    if isinstance(mem_bw_gbps, bool) or not isinstance(mem_bw_gbps, (int, float)) or not math.isfinite(mem_bw_gbps) \
-            or mem_bw_gbps <= 0:
-        raise UserError(f"--mem-bw must be a finite positive number, got {mem_bw_gbps!r}")
+    from .network.units import check_roofline
+    check_roofline(peak_tflops, mem_bw_gbps)
 
 
 def _lowered(workload: Workload, topo: Topology) -> Lowered:

@@ -35,7 +35,7 @@ import re
 from .network.errors import UserError, read_json
 from .network.memory import check_local_mem_gbps
 from .network.units import MAX_LATENCY_NS
-from .runtime.workload_engine import check_peak_tflops
+from .network.units import check_peak_tflops
 
 IMPLEMENTATIONS = {"ring": "ring", "direct": "direct", "halvingDoubling": "halving_doubling",
                    "doubleBinaryTree": "astra_sim_double_binary_tree", "oneRing": "flat_ring",
@@ -221,7 +221,7 @@ def _network_conventions(args, given: set, names: list | None, kind: str) -> lis
 
 
 def _read(path: str) -> dict:
-    data = read_json(path, "an ASTRA-sim system JSON object", "system file ", MAX_FILE_BYTES, unique_keys=True)
+    data = read_json(path, "an ASTRA-sim system JSON object", "system file ", MAX_FILE_BYTES)
     if not isinstance(data, dict):
         raise UserError(f"{path}: an ASTRA-sim system file is a JSON object of keys, got {type(data).__name__}")
     return data

@@ -91,8 +91,8 @@ def run(args) -> int:
         raise UserError("--topology is required: the network whose bandwidth and latency are fitted")
     if args.collective is not None and args.collective not in nccl_tests_log.KINDS:
         raise UserError(f"--collective must be one of {', '.join(nccl_tests_log.KINDS)}, got '{args.collective}'")
-    if args.chunks is not None and args.chunks < 1:
-        raise UserError(f"--chunks must be a positive integer, got {args.chunks}")
+    if args.chunks is not None and not 0 < args.chunks < 2 ** 31:
+        raise UserError(f"--chunks must be a positive integer below 2^31, got {args.chunks}")
     try:
         min_size = parse_size(args.min_size) if args.min_size else 0
     except UserError as e:
@@ -130,11 +130,14 @@ def calibrate(spec: str, links, start, logs, checks, defaults: dict, min_size: i
     gap = np.array([1.0 / float(d.bandwidth_gbps) for d in start.dims])
     timer = _Timer(spec, links, defaults)
     cases = sorted({(log.collective, r.bytes) for log, r in rows})
+    first = {}   # case -> the log row that first asks for it: a size the compiler refuses is named by its line
+    for log, r in rows:
+        first.setdefault((log.collective, r.bytes), (log, r))
     measured = np.array([r.measured_us * 1e3 for _, r in rows])
     determined = [False] * (2 * ndims)
     it = 0
     for it in range(1, ITERATIONS + 1):
-        coef = {case: timer.coefficients(case, lat, gap) for case in cases}
+        coef = {case: _at_row(first[case], lambda: timer.coefficients(case, lat, gap)) for case in cases}
         a = np.array([coef[(log.collective, r.bytes)] for log, r in rows])
         determined = [bool(np.any(a[:, j] > 0)) for j in range(2 * ndims)]
         x = _robust(a, measured, np.concatenate([lat, gap]), determined, ndims)
@@ -152,9 +155,23 @@ def calibrate(spec: str, links, start, logs, checks, defaults: dict, min_size: i
                 "many that match; give logs over one dimension each, or fit a flat topology")
     fitted = parse_topology(spec, [1.0 / g for g in gap], list(lat), links)
     final = _Timer(spec, links, defaults, fitted)
-    predict = lambda pairs: [(log, r, final.time_ns(log.collective, r.bytes) / 1e3) for log, r in pairs]  # noqa: E731
+    predict = lambda pairs: [(log, r, _at_row((log, r), lambda: final.time_ns(log.collective, r.bytes)) / 1e3)  # noqa: E731
+                             for log, r in pairs]
     checked = predict([(log, r) for log in checks for r in log.rows if r.bytes >= min_size])
     return Fit([1.0 / g for g in gap], list(lat), determined, note, predict(rows), checked, it)
+
+
+def _at_row(row, compute):
+    """compute(), a compilation of a logged row's collective and size: a refusal (a size too small to split over
+    the topology, ...) names the log, its line and the size."""
+    from .dialects.comm import IRError
+    from .passes import PassError
+    log, r = row
+    try:
+        return compute()
+    except (UserError, IRError, PassError) as e:
+        raise UserError(f"{log.path} line {r.line}: {log.collective} of {r.bytes} B: {e} (leave such sizes out with "
+                        "--min-size)") from None
 
 
 def _robust(a: np.ndarray, y: np.ndarray, current: np.ndarray, determined: list, ndims: int) -> np.ndarray:
@@ -252,11 +269,18 @@ def _errors(rows) -> list:
     return [(p - r.measured_us) / r.measured_us * 100 for _, r, p in rows]
 
 
+def decimal_gbps(gbps: float) -> float:
+    """GB/s of 2^30 B (ASTRA-sim's and this compiler's unit) in GB/s of 10^9 B (nccl-tests' algbw and busbw)."""
+    return gbps * 2**30 / 1e9
+
+
 def to_json(fit: Fit) -> dict:
     def table(rows):
         return [{"file": log.path, "collective": log.collective, "bytes": r.bytes, "measured_us": r.measured_us,
                  "predicted_us": p, "error_pct": e} for (log, r, p), e in zip(rows, _errors(rows))]
-    return {"bandwidth_gbps": fit.bandwidth_gbps, "latency_ns": fit.latency_ns, "rows": table(fit.rows),
+    return {"bandwidth_gbps": fit.bandwidth_gbps,
+            "bandwidth_decimal_gbps": [decimal_gbps(b) for b in fit.bandwidth_gbps],
+            "latency_ns": fit.latency_ns, "rows": table(fit.rows),
             "checked": table(fit.checked), "note": fit.note}
 
 
@@ -266,7 +290,8 @@ def format_fit(fit: Fit, start, min_size: int) -> str:
              + (f" of at least {min_size} bytes" if min_size else "") + f" ({fit.iterations} iteration(s))"]
     for d in range(ndims):
         bw = "not determined (no row depends on it)" if not fit.determined[ndims + d] else \
-            f"{fit.bandwidth_gbps[d]:.3f} GB/s"
+            f"{fit.bandwidth_gbps[d]:.3f} GB/s of 2^30 B ({decimal_gbps(fit.bandwidth_gbps[d]):.3f} GB/s of 10^9 B, " \
+            "nccl-tests' busbw unit)"
         lat = "not determined" if not fit.determined[d] else f"{fit.latency_ns[d]:.1f} ns"
         lines.append(f"  dim {d} {start.dims[d].block}({start.dims[d].size}): bandwidth {bw}, latency {lat}")
     if fit.note:

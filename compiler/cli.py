@@ -9,6 +9,7 @@ import json
 import math
 import os
 import signal
+import stat
 import sys
 import threading
 import warnings
@@ -336,9 +337,11 @@ def _is_step_module(inputs: list[str]) -> bool:
     if len(inputs) != 1 or not inputs[0].endswith(".mlir"):
         return False
     try:
+        if not stat.S_ISREG(os.stat(inputs[0]).st_mode):
+            return False  # a FIFO is not opened to peek (no writer: it would wait); read whole as a comm module
         with open(inputs[0], encoding="utf-8", errors="replace") as f:
             head = f.read(1 << 16)
-    except OSError:
+    except (OSError, ValueError):
         return False  # the collective path reads it and names the problem
     from .dialects.workload import is_workload_text
     return is_workload_text(head)
@@ -438,11 +441,28 @@ def _npu(args) -> int:
 def _report(args, obj: dict, text) -> None:
     """Print a run's report: its --json object or its text (`text()`). A sweep point (sweep/point.py) sets
     `args.report_sink` to a list and gets the JSON object instead, computed by exactly the command's code path."""
+    _check_finite(obj)
     sink = getattr(args, "report_sink", None)
     if sink is not None:
         sink.append(obj)
     else:
         print(json.dumps(obj, indent=1) if args.json else text())
+
+
+def _check_finite(obj) -> None:
+    """No report says Infinity or NaN: every input is range-checked where it is read (docs/reliability.md, Numbers
+    at the edges), and should a combination still leave float range, the run is refused naming the figure rather
+    than printing it."""
+    stack = [(obj, "")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"the run's {where} came out as {value}: the inputs' values together leave the range "
+                            "the cost model computes in; bring them nearer the defaults")
 
 
 def _kind(args) -> str:
@@ -537,7 +557,8 @@ def _run_table_dir(args, run) -> int:
     if args.verify:
         from .runtime.verifier import check_size
         check_size(schedule.meta)
-    resources.table_files(args.input, schedule.meta, run.execution != "full", args.verify).check(run.max_memory)
+    resources.table_files(args.input, schedule.meta, run.execution != "full", args.verify,
+                          run.max_memory).check(run.max_memory)
     result = driver.execute(schedule, run)
     out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta.npus, "backend": result.backend,
            "execution": result.mode, "per_dim_bytes": result.per_dim_bytes,
@@ -560,6 +581,7 @@ def _run_collective(args, run) -> int:
     from . import driver
     from .dialects import comm
     from .network.parse import parse_topology, with_endpoint_delay
+    from .passes import PassError
     from .network.units import parse_size
 
     topology = None
@@ -625,11 +647,17 @@ def _run_collective(args, run) -> int:
                                                  dataclasses.replace(run, intra=intra)).report
                    for name, intra in (("baseline", "fifo"), ("themis", "scf"), ("optimal", "scf"))}
         from .report import compare_rows
-        print(json.dumps({k: r.to_json() for k, r in reports.items()}, indent=1) if args.json else
-              compare_rows(reports))
+        compared = {k: r.to_json() for k, r in reports.items()}
+        _check_finite(compared)
+        print(json.dumps(compared, indent=1) if args.json else compare_rows(reports))
         return 0
-    compiled = driver.compile_schedule(str(module), ctx, topology, args.scheduler, defaults, run,
-                                       args.print_ir_after_all, args.pass_pipeline, args.mlir_timing)
+    try:
+        compiled = driver.compile_schedule(str(module), ctx, topology, args.scheduler, defaults, run,
+                                           args.print_ir_after_all, args.pass_pipeline, args.mlir_timing)
+    except (UserError, comm.IRError, PassError) as e:
+        if not args.input:
+            raise
+        raise type(e)(f"{args.input}: {e}") from None   # what the module's ops say names its file
     module, schedule = compiled.module, compiled.schedule
     if args.verify:  # before anything is written: a schedule that fails verification is never emitted
         from . import resources

@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 
 from . import algorithms, resources
 from .dialects import comm
-from .network.errors import UserError, read_text
+from .network.errors import UserError
+from .network.user_files import read_text
 from .lower import Schedule
 from .plans import plans_from_module
 from .passes import DEFAULT_PIPELINE, PassContext, PassManager, parse_pipeline
@@ -29,17 +30,23 @@ class Compiled:
     report: Report
 
 
+def check_size(nbytes: int) -> int:
+    """A collective's size in bytes, from 1 B to MAX_BYTES (the lowering's int64 arithmetic), or one UserError."""
+    if nbytes <= 0:
+        raise UserError(f"collective size must be positive, got {nbytes} bytes")
+    if nbytes > MAX_BYTES:
+        raise UserError(f"collective size {format_size(nbytes)} exceeds the largest collective astra-compile takes, "
+                        f"{format_size(MAX_BYTES)}")
+    return nbytes
+
+
 def build_module(ctx, topology: Topology, collective: str, nbytes: int, dims: list[int] | None = None,
                  root: int = 0):
     """A module holding one collective over `dims` (default: every dimension) of `topology`; a broadcast sends
     from NPU `root`, a reduce sums into it (each group at its member with the root's coordinates on `dims`)."""
     if collective not in SUPPORTED:
         raise UserError(f"unknown collective '{collective}'; expected one of {', '.join(SUPPORTED)}")
-    if nbytes <= 0:
-        raise UserError(f"collective size must be positive, got {nbytes} bytes")
-    if nbytes > MAX_BYTES:
-        raise UserError(f"collective size {format_size(nbytes)} exceeds the largest collective astra-compile takes, "
-                        f"{format_size(MAX_BYTES)}")
+    check_size(nbytes)
     dims = list(range(topology.ndims)) if dims is None else dims
     module = comm.new_module(ctx)
     with ctx, comm.ir.Location.unknown():
@@ -224,7 +231,7 @@ def run_passes(module, topology: Topology, pipeline: str | None = None, flags: d
 
 
 def lower(module, topology: Topology, max_memory: int | None = None) -> Schedule:
-    plans = plans_from_module(module)
+    plans = plans_from_module(module, list(topology.shape))
     resources.templates(topology, plans).check(max_memory)
     return Schedule(topology, plans)
 

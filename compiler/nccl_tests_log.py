@@ -20,7 +20,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from .network.errors import UserError, read_text
+from .network.errors import UserError
+from .network.user_files import read_text
 
 # names in benchmark binaries and file names -> the compiler's collective kinds
 _NAMES = (("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("all_gather", "all_gather"),
@@ -73,7 +74,7 @@ def _row(tokens: list[str]) -> tuple[int, float, float] | None:
         return None
     oop, ip = _number(tokens[first]), _number(tokens[first + 4])
     nbytes = int(tokens[0])
-    if oop is None or ip is None or nbytes <= 0 or nbytes > MAX_BYTES:
+    if oop is None or ip is None or nbytes <= 0:   # a 0-byte row times the launch alone: not a network row
         return None
     return nbytes, oop, ip
 
@@ -97,6 +98,9 @@ def read(path: str, collective: str | None = None) -> Log:
         if row is None:
             continue
         nbytes, oop, ip = row
+        if nbytes > MAX_BYTES:
+            raise UserError(f"{path} line {n}: size {nbytes} B is more than {MAX_BYTES} B (1 TB) per rank, past any "
+                            "benchmark's buffer and the largest collective astra-compile takes")
         for t in (oop, ip):
             if not MIN_US <= t <= MAX_US:
                 raise UserError(f"{path} line {n}: time {t:g} us is outside {MIN_US:g}..{MAX_US:g} us")

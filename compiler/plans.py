@@ -64,8 +64,9 @@ class CollectivePlan:
                               self.root)
 
 
-def plans_from_module(module) -> list[CollectivePlan]:
-    """Group the module's phase ops into per-collective chains; reject ops the lowering cannot handle."""
+def plans_from_module(module, shape: list[int] | None = None) -> list[CollectivePlan]:
+    """Group the module's phase ops into per-collective chains; reject ops the lowering cannot handle, and (given
+    the topology's `shape`) phases a module written by hand makes disagree with their collective."""
     plans: dict[str, CollectivePlan] = {}
     positions: dict[str, list] = {}  # per collective, per stage: position of the stage in each chunk's chain
     producer: dict = {}
@@ -105,18 +106,51 @@ def plans_from_module(module) -> list[CollectivePlan]:
     by_buffer: dict[str, list[CollectivePlan]] = {}
     for p in plans.values():
         by_buffer.setdefault(p.buffer, []).append(p)
-    for group in by_buffer.values():
+    for buffer, group in by_buffer.items():
         kinds = [p.kind for p in group]
         if kinds and kinds == ["reduce_scatter", "all_gather"] * (len(kinds) // 2):
             for p in group:
                 p.buffer_kind = "all_reduce"
+        elif any(p.buffer != p.name for p in group):   # part_of names an all-reduce its halves make together
+            raise UserError(f"the phases part_of '{buffer}' are {', '.join(f'{p.name} ({p.kind})' for p in group)}: "
+                            "an all-reduce's halves are a reduce_scatter then an all_gather (one pair per dimension "
+                            "when it runs per dimension)")
+        if len({(p.bytes, p.chunks) for p in group}) > 1:
+            raise UserError(f"the halves of all-reduce '{buffer}' disagree on group_bytes or chunks")
     for p in plans.values():
         p.orders = _orders(p, positions[p.name])
+        if shape is not None:
+            _check_bytes(p, shape)
         if [s.dim for s in p.stages] == [FLAT]:
             continue
         if sorted(s.dim for s in p.stages) != p.group_dims:
             raise UserError(f"phases of '{p.name}' do not cover its dimensions {p.group_dims} exactly once")
     return list(plans.values())
+
+
+def _check_bytes(plan: CollectivePlan, shape: list[int]) -> None:
+    """Each phase's bytes are what its collective gives it: a whole-network phase the full buffer; a per-dimension
+    phase the sum over chunks of the region entering it at its place in each chunk's order (what
+    hierarchical-decompose writes, and the ordering passes rewrite: passes/dimension_order.py). The lowering takes
+    the collective's group_bytes, so a phase written by hand whose bytes say otherwise would be timed as something
+    else than it says."""
+    from .passes.phase_cost import region_sizes
+    dims = [s.dim for s in plan.stages]
+    if dims == [FLAT]:
+        expected = [float(plan.bytes)]
+    elif sorted(dims) == plan.group_dims and all(0 <= d < len(shape) for d in dims):
+        expected = [0.0] * len(dims)
+        for order, chunks in plan.order_groups():
+            regions = region_sizes(plan.kind, [dims[i] for i in order], shape, plan.bytes / plan.chunks)
+            for i, region in zip(order, regions):
+                expected[i] += region * len(chunks)
+    else:
+        return   # the cover check names it
+    for stage, (s, want) in enumerate(zip(plan.stages, expected)):
+        if abs(s.bytes - want) > max(1, plan.chunks):   # each chunk's region rounds on its own
+            raise UserError(f"phase {stage} of '{plan.name}' (dim {s.dim}): bytes {s.bytes}, but its {plan.kind} of "
+                            f"{plan.bytes} B (group_bytes) over dims {plan.group_dims} in {plan.chunks} chunk(s) "
+                            f"gives it {int(round(want))}")
 
 
 def _orders(plan: CollectivePlan, positions: list) -> np.ndarray | None:

@@ -199,17 +199,21 @@ def verification(topology: Topology, plans) -> Estimate:
 PER_TABLE_FILE_BYTE = 10  # a table file's row is 30-60 characters on disk, about ten times that in memory
 
 
-def table_files(path: str, meta, symmetric: bool, verify: bool) -> Estimate:
-    """Before executing a table directory: its tables in memory (NPU 0's alone when it runs symmetric), and with
-    `verify` every table and the data buffers."""
+def table_files(path: str, meta, symmetric: bool, verify: bool, limit: int | None = None) -> Estimate:
+    """Before executing a table directory: its NPUs, its tables in memory (NPU 0's alone when it runs symmetric),
+    and with `verify` every table and the data buffers. The NPUs alone are checked against `limit` (as
+    Estimate.check) before the tables' files are looked at."""
     fmt = meta.table_format or "csv"
+    # per NPU of the network (the runtimes' per-NPU arrays), before a file is looked at: a meta.json declaring
+    # 2^31 NPUs is refused here, not after 2^31 file lookups or a 16 GB array
+    Estimate(BASE + meta.npus * PER_NPU, what=f"{meta.npus} NPUs in {path}").check(limit)
     sizes = []
     for npu in range(meta.npus if (verify or not symmetric or not meta.symmetric) else 1):
         try:
             sizes.append(os.path.getsize(os.path.join(path, f"npu_{npu}.{fmt}")))
         except OSError:
             sizes.append(0)  # the table checks name a missing file
-    total = BASE + sum(sizes) * PER_TABLE_FILE_BYTE
+    total = BASE + meta.npus * PER_NPU + sum(sizes) * PER_TABLE_FILE_BYTE
     if verify:
         total += sum(meta.npus * c.bytes * PER_VERIFIED_BYTE for c in meta.collectives)
     return Estimate(total, what=f"tables of {len(sizes)} NPU(s) in {path}" + (", verified on data" if verify else ""))

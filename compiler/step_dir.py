@@ -11,7 +11,7 @@ import io
 import json
 import math
 
-from . import driver
+from . import driver, resources
 from .dialects import workload as wl
 from .network.errors import UserError
 from .network.topology import Topology
@@ -76,13 +76,16 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
     executing its tables on `run`'s backend, the tables themselves)."""
     step = st.read(path)
     meta = step.meta
+    # estimated before anything is built for its NPUs (each collective's tables too, below, before they run)
+    resources.Estimate(resources.BASE + meta["npus"] * resources.PER_NPU,
+                       what=f"a step of {meta['npus']} NPUs in {path}").check(run.max_memory)
     try:
         topology = Topology.from_dict(meta["topology"])
     except UserError as e:
         raise TableError(f"{path}/meta.json: topology: {e}") from None
     if topology.npus != meta["npus"]:
         raise TableError(f"{path}/meta.json: npus {meta['npus']} but the topology has {topology.npus} NPUs")
-    colls, keys = meta["collectives"], []
+    colls, keys, members = meta["collectives"], [], []   # members: the ranks of each collective's groups
     for c, e in enumerate(colls):
         if max(e["dims"]) >= topology.ndims:
             raise TableError(f"{path}/meta.json: collectives[{c}].dims: {e['dims']} but {topology.name} has "
@@ -99,11 +102,19 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
         if have.topology != seen.to_dict() or have.npus != seen.npus:
             raise TableError(f"{path}/{e['dir']}: its schedule is for {have.topology.get('name')}, the step's "
                              f"group sees {seen.name}")
+        members.append(math.prod(seen.dims[d].size for d in e["dims"]))
         keys.append(key_of(e["kind"], e["bytes"], e["dims"], e["root"], part_key(e["dims"], parts)))
         kinds = {m.buffer_kind for m in have.collectives}
         if kinds != {e["kind"]} or any(sorted(m.group_dims) != sorted(e["dims"]) for m in have.collectives):
             raise TableError(f"{path}/{e['dir']}: its schedule is {', '.join(sorted(kinds))} over dims "
                              f"{sorted(have.collectives[0].group_dims)}, meta.json says {e['kind']} over {e['dims']}")
+    for prog in step.programs:
+        for i, r in enumerate(prog.rows):
+            if r.collective >= 0 and len(prog.groups[r.group]) != members[r.collective]:
+                e = colls[r.collective]
+                raise TableError(f"{path}/{prog.file}: row {i}: group {r.group} lists {len(prog.groups[r.group])} "
+                                 f"ranks but collective {r.collective} ({e['kind']} over dims {e['dims']}) runs on "
+                                 f"groups of {members[r.collective]}")
     programs = []
     several = meta["spmd"] and len(step.programs) > 1
     for prog in step.programs:
@@ -119,7 +130,10 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
     programs.sort(key=lambda p: p.rank)
     times = CollectiveTimes(topology)
     for c, e in enumerate(colls):
-        result = driver.execute(step.collectives[c], run)
+        schedule = step.collectives[c]
+        resources.table_files(schedule.path, schedule.meta, run.execution != "full", False,
+                              run.max_memory).check(run.max_memory)
+        result = driver.execute(schedule, run)
         # a group over part of a dimension ran on another network: it shares per dimension (workload_driver)
         times[keys[c]] = CollectiveTime(result.total_ns, e["algorithm"], e["fallback"], tuple(result.dim_busy_ns),
                                         class_busy_ns=() if _parts(e) else class_busy(result, topology))

@@ -25,7 +25,8 @@ import numpy as np
 
 from . import driver, reuse
 from .dialects import workload as wl
-from .network.errors import UserError, read_text
+from .network.errors import UserError, show
+from .network.user_files import read_text
 from .passes import PassError
 from .frontend.workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, Workload
 from .runtime import workload_engine as engine
@@ -568,15 +569,15 @@ def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topolog
                 raise UserError(f"{path}: rank {prog.rank}: {op.name}: {e}") from None
             if sorted(op.attrs["dims"]) != dims:
                 raise UserError(f"{path}: rank {prog.rank}: {op.name}: dims {op.attrs['dims']} are not those of "
-                                f"group {op.attrs['wl.group']!r} on {topology.name} ({dims})")
+                                f"group {show(op.attrs['wl.group'])} on {topology.name} ({dims})")
             want = wl.part_attrs(op.attrs["dims"], parts)
             for attr in ("wl.part", "wl.stride"):
                 if op.attrs.get(attr) != want.get(attr):
                     raise UserError(f"{path}: rank {prog.rank}: {op.name}: {attr} {op.attrs.get(attr)} but group "
-                                    f"{op.attrs['wl.group']!r} gives {want.get(attr, 'none (whole dimensions)')}")
+                                    f"{show(op.attrs['wl.group'])} gives {want.get(attr, 'none (whole dimensions)')}")
             if op.kind in wl.comm.ROOTED and op.attrs["root"] not in members:
                 raise UserError(f"{path}: rank {prog.rank}: {op.name}: root {op.attrs['root']} is not in group "
-                                f"{op.attrs['wl.group']!r}")
+                                f"{show(op.attrs['wl.group'])}")
     return Lowered(text, programs, bool(a.get("wl.spmd", False))), topology, \
         {"source": a.get("wl.source", path), "mesh": a.get("wl.mesh", "")}
 

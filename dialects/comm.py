@@ -16,6 +16,7 @@ from torch_mlir import ir
 from torch_mlir._mlir_libs._mlir import globals as _mlir_globals
 from torch_mlir.dialects import irdl
 
+from ..network.errors import show
 from ..network.units import MAX_BYTES
 
 # MLIR's Python bindings import a dialect's Python module (<prefix>.<namespace>) when they first wrap one of its
@@ -103,12 +104,39 @@ def _first_error_line(err: Exception) -> str:
 def parse_module(text: str, ctx: ir.Context, source: str = "<input>") -> ir.Module:
     with ctx, ir.Location.unknown():
         try:
-            return ir.Module.parse(text)
+            module = ir.Module.parse(text)
         except ir.MLIRError as e:
             line = _first_error_line(e)
             # MLIR names the buffer "-"; point at the user's file instead: file:line:col: message
             line = line[len('"-":'):] if line.startswith('"-":') else " " + line
             raise IRError(f"{source}:{line}") from None
+        _check_readable(module.operation, source)
+        return module
+
+
+def _check_readable(top, source: str) -> None:
+    """Every attribute of every op can be read back: MLIR parses attributes the Python bindings cannot cast to a
+    class (a dense array of i0, `array<i0: 0>`, raises TypeError on access), which would otherwise surface as a
+    traceback wherever the attribute is first read."""
+    ops = [top]
+    while ops:
+        op = ops.pop()
+        for item in op.attributes:
+            name = item if isinstance(item, str) else item.name
+            try:
+                values = [op.attributes[name]]
+                while values:   # nested arrays and dictionaries too: their elements are cast one by one
+                    a = values.pop()
+                    if isinstance(a, ir.ArrayAttr):
+                        values.extend(a)
+                    elif isinstance(a, ir.DictAttr):   # by name: NamedAttribute.attr aborts the process instead
+                        values.extend(a[a[i].name] for i in range(len(a)))
+            except TypeError as e:
+                raise IRError(f"{source}: {op.name}: attribute '{name}' is of a kind astra-compile cannot read "
+                              f"({' '.join(str(e).split())[:120]})") from None
+        for region in op.regions:
+            for block in region.blocks:
+                ops.extend(o.operation for o in block.operations)
 
 
 def new_module(ctx: ir.Context) -> ir.Module:
@@ -153,7 +181,7 @@ def to_attr(value: Any) -> ir.Attribute:
             return ir.DenseF64ArrayAttr.get([float(v) for v in vals])
         if all(isinstance(v, str) for v in vals):
             return ir.ArrayAttr.get([ir.StringAttr.get(v) for v in vals])
-    raise TypeError(f"cannot store {value!r} as an attribute")
+    raise TypeError(f"cannot store {show(value)} as an attribute")
 
 
 def from_attr(attr: ir.Attribute) -> Any:
@@ -316,7 +344,7 @@ def get_topology(module: ir.Module) -> dict | None:
         return None
     value = a[TOPOLOGY_ATTR]
     if not isinstance(value, dict) or not isinstance(value.get("dims"), list):
-        raise IRError(f"module attribute {TOPOLOGY_ATTR} must be a dictionary with a dims list, got {value!r}"[:200])
+        raise IRError(f"module attribute {TOPOLOGY_ATTR} must be a dictionary with a dims list, got {show(value)}"[:200])
     return value
 
 
@@ -400,7 +428,7 @@ def _check_declared(kind: str, a: dict, where: str) -> None:
                           f"{', '.join(sorted(allowed)) or 'none'})")
         want = _KIND_OF.get(attr)
         if want is not None and not _IS[want](value):
-            raise IRError(f"{where}: attribute '{attr}' must be {_SPELL[want]}, got {value!r}")
+            raise IRError(f"{where}: attribute '{attr}' must be {_SPELL[want]}, got {show(value)}")
         if want == "int" and not -2 ** 63 <= value < 2 ** 63:
             raise IRError(f"{where}: attribute '{attr}' = {value} does not fit in int64")
 

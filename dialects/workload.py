@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from . import comm
+from ..network.errors import show
 from ..network.memory import LOCATIONS
 
 # MLIR's bindings look for the Python module of an op's dialect as <search prefix>.<namespace> and retry, with a
@@ -96,10 +97,10 @@ def check_module(module: ir.Module, where: str, shape: list[int]) -> None:
     a = comm.attrs(module.operation)
     world = a.get("wl.world_size")
     if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world < 2 ** 31:
-        raise comm.IRError(f"{where}: wl.world_size must be a positive integer, got {world!r}")
+        raise comm.IRError(f"{where}: wl.world_size must be a positive integer, got {show(world)}")
     for key, kind in (("wl.spmd", bool), ("wl.source", str), ("wl.mesh", str)):
         if key in a and not isinstance(a[key], kind):
-            raise comm.IRError(f"{where}: {key} must be a {kind.__name__}, got {a[key]!r}")
+            raise comm.IRError(f"{where}: {key} must be a {kind.__name__}, got {show(a[key])}")
     ranks, covered = set(), []
     for outer in module.body.operations:
         op = outer.operation
@@ -111,7 +112,7 @@ def check_module(module: ir.Module, where: str, shape: list[int]) -> None:
         rank = comm.from_attr(op.attributes["wl.rank"]) if "wl.rank" in op.attributes else None
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world or rank in ranks:
             raise comm.IRError(f"{where}: a rank program's wl.rank must be a distinct rank in 0..{world - 1}, "
-                               f"got {rank!r}")
+                               f"got {show(rank)}")
         ranks.add(rank)
         prog = f"{where}: rank {rank}"
         if "wl.groups" not in op.attributes or not isinstance(op.attributes["wl.groups"], ir.DictAttr):
@@ -122,7 +123,7 @@ def check_module(module: ir.Module, where: str, shape: list[int]) -> None:
         for name, members in groups.items():
             if not isinstance(members, list) or not members or \
                     any(isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < world for m in members):
-                raise comm.IRError(f"{prog}: group {name!r} must list ranks in 0..{world - 1}, got {members!r}")
+                raise comm.IRError(f"{prog}: group {show(name)} must list ranks in 0..{world - 1}, got {show(members)}")
         # a rank program is a graph region, where MLIR allows a use before its definition: the engine reads the ops
         # in issue order, each depending on earlier ones through the one token each defines
         earlier = set()
@@ -149,7 +150,7 @@ def _stands_for(ranks, rank: int, world: int, prog: str) -> list[int]:
     if not isinstance(ranks, list) or rank not in ranks or \
             any(isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < world for r in ranks):
         raise comm.IRError(f"{prog}: wl.stands_for must list ranks in 0..{world - 1}, its own among them, got "
-                           f"{ranks!r}")
+                           f"{show(ranks)}")
     return ranks
 
 
@@ -167,25 +168,25 @@ def _check_op(o, groups: dict, prog: str, rank: int, world: int) -> None:
     if o.name == COMPUTE:
         for key in ("flops", "bytes"):
             if isinstance(a[key], bool) or not isinstance(a[key], int) or a[key] < 0:
-                raise comm.IRError(f"{what}: {key} must be a non-negative integer, got {a[key]!r}")
+                raise comm.IRError(f"{what}: {key} must be a non-negative integer, got {show(a[key])}")
         m = a.get("wl.measured_ns", 0.0)
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < 1e18:
-            raise comm.IRError(f"{what}: wl.measured_ns must be a non-negative time in ns, got {m!r}")
+            raise comm.IRError(f"{what}: wl.measured_ns must be a non-negative time in ns, got {show(m)}")
     elif o.name in (LOAD, STORE):
         if isinstance(a["bytes"], bool) or not isinstance(a["bytes"], int) or a["bytes"] < 0:
-            raise comm.IRError(f"{what}: bytes must be a non-negative integer, got {a['bytes']!r}")
+            raise comm.IRError(f"{what}: bytes must be a non-negative integer, got {show(a['bytes'])}")
         if a["location"] not in LOCATIONS:
-            raise comm.IRError(f"{what}: location must be one of {', '.join(LOCATIONS)}, got {a['location']!r}")
+            raise comm.IRError(f"{what}: location must be one of {', '.join(LOCATIONS)}, got {show(a['location'])}")
         g = a.get("wl.in_switch", 1)
         if isinstance(g, bool) or not isinstance(g, int) or not 1 <= g < 2 ** 31 or \
                 (g > 1 and a["location"] != "remote"):
             raise comm.IRError(f"{what}: wl.in_switch is the group of GPUs the pool's switches gather for (an "
-                               f"integer >= 2, on a remote load or store only), got {g!r} at location "
-                               f"{a['location']!r}")
+                               f"integer >= 2, on a remote load or store only), got {show(g)} at location "
+                               f"{show(a['location'])}")
     elif o.name.startswith("comm.") and comm.short_name(o) in P2P:   # comm's checks gave src != dst in range
         own = "src" if comm.short_name(o) == "send" else "dst"
         if a[own] != rank:
-            raise comm.IRError(f"{what}: {own} must be the program's own rank {rank}, got {a[own]!r}")
+            raise comm.IRError(f"{what}: {own} must be the program's own rank {rank}, got {show(a[own])}")
         if not 0 <= max(a["src"], a["dst"]) < world:
             raise comm.IRError(f"{what}: src and dst must be ranks in 0..{world - 1}")
     elif o.name != WAIT:
@@ -193,10 +194,10 @@ def _check_op(o, groups: dict, prog: str, rank: int, world: int) -> None:
             raise comm.IRError(f"{what}: a rank program holds wl.compute, wl.wait, wl.load, wl.store, comm "
                                "collectives and comm.send and comm.recv only")
         if a.get("wl.group") not in groups:
-            raise comm.IRError(f"{what}: wl.group {a.get('wl.group')!r} is not one of the program's wl.groups")
+            raise comm.IRError(f"{what}: wl.group {show(a.get('wl.group'))} is not one of the program's wl.groups")
     for key, kinds in (("wl.phase", str), ("wl.iteration", int)):
         if key in a and (isinstance(a[key], bool) or not isinstance(a[key], kinds)):
-            raise comm.IRError(f"{what}: {key} must be a {kinds.__name__}, got {a[key]!r}")
+            raise comm.IRError(f"{what}: {key} must be a {kinds.__name__}, got {show(a[key])}")
 
 
 def is_schedule_record(op) -> bool:

@@ -1,3 +1,6 @@
+import reprlib
+
+
 class UserError(Exception):
     """Bad user input: the CLI prints str(e) as one line and exits 2."""
 
@@ -7,61 +10,60 @@ class InputWarning(UserWarning):
     prints it as one "astra-compile: warning:" line after the run."""
 
 
-def one_line(text: str) -> str:
+# The longest error line printed or recorded: a message quoting a user's value never grows with the value.
+MAX_LINE = 2000
+# The longest quotation of a user's value inside a message (show()).
+MAX_SHOWN = 80
+
+
+def one_line(text: str, limit: int = MAX_LINE) -> str:
     """`text` as one printable line whatever it quotes: a newline or other control character of a user's value is
-    escaped (error lines, a sweep's messages and results)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    escaped (error lines, a sweep's messages and results), and a text past `limit` characters is cut (only its
+    first `limit` characters are looked at)."""
+    text = str(text)
+    cut = len(text) > limit
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
+    return line[:limit - 3] + "..." if cut or len(line) > limit else line
 
 
-def _within(path: str, label: str, limit: int | None) -> None:
-    """Refuse a file of more than `limit` bytes before it is read whole (OSError left to the reader)."""
-    import os
-    if limit is not None and os.path.getsize(path) > limit:
-        raise UserError(f"{path}: {os.path.getsize(path)} bytes; a {label.strip() or 'file'} is read whole, at most "
-                        f"{limit} bytes")
+class _Bounded(reprlib.Repr):
+    """reprlib's abbreviating repr, with no part of it built whole from a big value: a long integer is named by its
+    digit count (repr() of a 10^5-digit integer is refused by Python and quadratic below that), a bytes value is
+    cut before it is shown."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.maxlevel, self.maxdict, self.maxlist, self.maxtuple, self.maxset = 3, 4, 6, 6, 6
+        self.maxfrozenset, self.maxdeque, self.maxarray = 6, 6, 6
+        self.maxstring = self.maxother = self.maxlong = limit
+
+    def repr_int(self, x, level):
+        if x.bit_length() > 4000:   # about 1200 digits: named, not written out
+            return f"<integer of about {int(x.bit_length() * 0.30103) + 1} digits>"
+        return reprlib.Repr.repr_int(self, x, level)
+
+    def repr_bytes(self, x, level):
+        return repr(x[:self.maxstring]) + ("..." if len(x) > self.maxstring else "")
+
+    def repr_instance(self, x, level):
+        try:
+            text = repr(x)
+        except Exception:  # noqa: BLE001 (a value whose repr fails is still named)
+            return f"<{type(x).__name__}>"
+        return text if len(text) <= self.maxother else text[:self.maxother - 3] + "..."
 
 
-def read_bytes(path: str, label: str = "", limit: int | None = None) -> bytes:
-    """A user's binary file, whole; one UserError naming it when it cannot be read or holds more than `limit`
-    bytes."""
-    try:
-        _within(path, label, limit)
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as e:
-        raise UserError(f"cannot read {label}{path}: {e.strerror}") from None
+def show(value, limit: int = MAX_SHOWN) -> str:
+    """repr(value) as a message quotes a user's value: one line of at most `limit` characters, built from the
+    value's first items only, so a value of any size (a YAML alias bomb's 10^9-element list, a deeply nested one, a
+    huge integer) costs next to nothing to quote."""
+    return one_line(_Bounded(limit).repr(value), limit)
 
 
-def read_text(path: str, expected: str, label: str = "", limit: int | None = None) -> str:
-    """A user's UTF-8 text file; a file that cannot be read, holds more than `limit` bytes or is not text is one
-    UserError naming it (`label`, e.g. "sweep file ", says what the file was to be; `expected`, what it should
-    hold)."""
-    try:
-        _within(path, label, limit)
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as e:
-        raise UserError(f"cannot read {label}{path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not text (a binary file?); expected {expected}") from None
-
-
-def read_json(path: str, expected: str, label: str = "", limit: int | None = None, unique_keys: bool = False):
-    """The JSON value of a user's file (read_text's checks, then one line for JSON that does not parse, including
-    nesting past Python's recursion limit). With `unique_keys` a key given twice in one object is refused: JSON
-    parsers keep the last silently, so one of the user's two values would be ignored without a word."""
-    import json
-
-    def no_twice(pairs):
-        seen = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise UserError(f"{path}: key '{one_line(key)}' is given twice")
-            seen.add(key)
-        return dict(pairs)
-
-    text = read_text(path, expected, label, limit)
-    try:
-        return json.loads(text, object_pairs_hook=no_twice if unique_keys else None)
-    except (ValueError, RecursionError) as e:
-        raise UserError(f"{path} is not JSON ({' '.join(str(e).split())[:100]})") from None
+def __getattr__(name: str):
+    """The readers of a user's file (network/user_files.py) lived here first; `from .errors import read_text`
+    still finds them."""
+    if name in ("read_bytes", "read_text", "read_json", "read_yaml"):
+        from . import user_files
+        return getattr(user_files, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,6 @@ Links are bidirectional: one directed link each way, each with the line's (or --
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from .errors import UserError
 from .units import MAX_GBPS, MAX_LATENCY_NS, MIN_GBPS, link_range_error
+from .user_files import read_text
 
 NPU_ID = re.compile(r"^(0|[1-9][0-9]*)$", re.ASCII)  # an NPU in an edge list; other names are switches
 BIGRAPH_RE = re.compile(r"^(\d+)x(\d+)_bigraph$", re.IGNORECASE)
@@ -173,16 +173,8 @@ def dgx1(boxes: int, gbps: float, latency: float) -> Graph:
 
 def read_edge_list(path: str, gbps: float, latency: float) -> Graph:
     """An edge-list file (see the module docstring); a line's own GB/s and ns win over the defaults given."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            if os.fstat(f.fileno()).st_size > MAX_EDGE_FILE_BYTES:
-                raise UserError(f"topology file '{path}' is larger than {MAX_EDGE_FILE_BYTES >> 20} MB, more links "
-                                f"than a graph of {MAX_GRAPH_NODES} nodes scheduled whole can use")
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise UserError(f"cannot read topology file '{path}': {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"topology file '{path}' is not text (a binary file?)") from None
+    # past MAX_EDGE_FILE_BYTES: more links than a graph of MAX_GRAPH_NODES nodes scheduled whole can use
+    lines = read_text(path, "an edge list: lines 'a b [GB/s] [ns]'", "topology file ", MAX_EDGE_FILE_BYTES).splitlines()
     edges, npu_ids, switch_names = [], set(), []
     for no, line in enumerate(lines, 1):
         words = line.split("#", 1)[0].split()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .errors import UserError
+from .errors import UserError, show
 from .units import MAX_LATENCY_NS, gbps_to_bytes_per_ns, link_range_error
 
 # a reduced packet is written once and read twice (the packet and the buffer it is added into)
@@ -53,14 +53,14 @@ def check_local_mem_gbps(value: float, what: str = "--local-mem-bw") -> float:
     """A reduction bandwidth a run can use, or one UserError naming `what`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not 1e-3 <= value <= 1e12:
-        raise UserError(f"{what}: local memory bandwidth must be a number of GB/s between 0.001 and 1e12, got {value!r}")
+        raise UserError(f"{what}: local memory bandwidth must be a number of GB/s between 0.001 and 1e12, got {show(value)}")
     return float(value)
 
 
 def check_latency_ns(value: float, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not 0 <= value <= MAX_LATENCY_NS:
-        raise UserError(f"{what}: latency must be a number of ns between 0 and {MAX_LATENCY_NS:g}, got {value!r}")
+        raise UserError(f"{what}: latency must be a number of ns between 0 and {MAX_LATENCY_NS:g}, got {show(value)}")
     return float(value)
 
 

@@ -7,21 +7,22 @@ MxN_bigraph, dgx1, N_dgx1, .edges files). Block names come from the block regist
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from typing import Any, Sequence
 
 from . import blocks as registry
 from . import graphs
-from .errors import UserError
+from .errors import UserError, show
 from .graphs import Graph
 from .topology import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_NS, DEFAULT_LINKS, Dimension, Topology
 from .units import parse_number_list
+from .user_files import read_json, read_yaml
 
 _BLOCK_TOKEN_RE = re.compile(r"^([A-Za-z]+)\s*\((.*)\)$")
 _SHORTHAND_RE = re.compile(r"^(\d+(?:x\d+)*)_([A-Za-z]+)$", re.IGNORECASE)
 _SHAPE_NOTATION_RE = re.compile(r"^([A-Za-z_]+)\s*:\s*(\S+)$")
+MAX_FILE_BYTES = 1 << 20   # an ASTRA-sim network file is a few lines
 
 
 def _listed(word: Any) -> str | None:
@@ -98,7 +99,7 @@ def _parse_notation(spec: str) -> tuple[list[str], list[int]]:
 def _file_block(value: Any, source: str) -> str:
     canon = _listed(value)
     if canon is None:
-        raise UserError(f"{source}: unknown topology block {value!r}; {registry.expected(False)}")
+        raise UserError(f"{source}: unknown topology block {show(value)}; {registry.expected(False)}")
     return canon
 
 
@@ -115,30 +116,9 @@ def _file_values(data: dict, key: str, ndims: int, path: str) -> list | None:
     return value
 
 
-def _one_line(err: Exception) -> str:
-    return " ".join(str(err).split())
-
-
-def _read(path: str, fmt: str, load, errors) -> Any:
-    """load(file) of a text file, every failure one line naming the file: a syntax error of the format, a binary
-    file, a nesting deep enough to exhaust the parser's stack."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return load(f)
-    except errors as e:
-        raise UserError(f"topology file '{path}' is not valid {fmt}: {_one_line(e)}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"topology file '{path}' is not text (a binary file?)") from None
-    except RecursionError:
-        raise UserError(f"topology file '{path}' nests too deeply") from None
-
-
 def _load_yaml(path: str) -> dict:
     """ASTRA-sim 2.x network .yml: topology, npus_count, bandwidth (GB/s), latency (ns)."""
-    import yaml
-    from .strict_yaml import loader
-    strict = loader(f"topology file '{path}'")
-    data = _read(path, "YAML", lambda f: yaml.load(f, Loader=strict), yaml.YAMLError)  # noqa: S506 (safe)
+    data = read_yaml(path, "an ASTRA-sim network .yml", "topology file ", MAX_FILE_BYTES)
     if not isinstance(data, dict):
         raise UserError(f"topology file '{path}' must be a YAML mapping with keys topology and npus_count")
     known = ("topology", "npus_count", "bandwidth", "latency", "links_count")
@@ -146,7 +126,7 @@ def _load_yaml(path: str) -> dict:
     # fall back to the default bandwidth.
     for key in data:
         if key not in known:
-            raise UserError(f"topology file '{path}': unknown key '{key}'; expected {', '.join(known)}")
+            raise UserError(f"topology file '{path}': unknown key {show(key)}; expected {', '.join(known)}")
     for key in ("topology", "npus_count"):
         if data.get(key) is None:
             raise UserError(f"topology file '{path}' is missing '{key}'")
@@ -189,14 +169,7 @@ def _load_json(path: str) -> dict:
     Those files carry many fields this compiler does not model (hbm-*, nic-latency,
     ...), so unknown keys are ignored here rather than rejected.
     """
-    def no_duplicates(pairs):
-        keys = [k for k, _ in pairs]
-        twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
-        if twice is not None:
-            raise UserError(f"topology file '{path}': key '{twice}' is given twice")
-        return dict(pairs)
-
-    data = _read(path, "JSON", lambda f: json.load(f, object_pairs_hook=no_duplicates), json.JSONDecodeError)
+    data = read_json(path, "an ASTRA-sim network .json", "topology file ", MAX_FILE_BYTES)
     if not isinstance(data, dict):
         raise UserError(f"topology file '{path}' must be a JSON object with topologies-per-dim and units-count")
     for key in ("topologies-per-dim", "units-count"):
@@ -206,7 +179,7 @@ def _load_json(path: str) -> dict:
     if "dimensions-count" in data:
         declared = data["dimensions-count"]
         if isinstance(declared, bool) or not isinstance(declared, int) or declared != ndims:
-            raise UserError(f"topology file '{path}': dimensions-count is {declared!r} but "
+            raise UserError(f"topology file '{path}': dimensions-count is {show(declared)} but "
                             f"topologies-per-dim lists {ndims} dimensions")
     return {
         "blocks": _file_values(data, "topologies-per-dim", ndims, path),
@@ -218,14 +191,11 @@ def _load_json(path: str) -> dict:
 
 
 def _load_file(path: str) -> dict:
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise UserError(f"topology file '{path}' not found")
-    try:
-        if path.lower().endswith(".json"):
-            return _load_json(path)
-        return _load_yaml(path)
-    except OSError as e:
-        raise UserError(f"cannot read topology file '{path}': {e.strerror}") from None
+    if path.lower().endswith(".json"):
+        return _load_json(path)
+    return _load_yaml(path)
 
 
 def parse_topology(
@@ -308,8 +278,11 @@ def _parse(
         try:
             dims.append(Dimension(blocks[k], sizes[k], bws[k], lats[k], lnks[k]))
         except UserError as e:
-            raise UserError(f"{source}: dimension {k} ({blocks[k]}({sizes[k]})): {e}") from None
-    return Topology(tuple(dims))
+            raise UserError(f"{source}: dimension {k} ({blocks[k]}({show(sizes[k])})): {e}") from None
+    try:
+        return Topology(tuple(dims))
+    except UserError as e:   # the dimensions together: more NPUs than 32 bits number
+        raise UserError(f"{source}: {e}") from None
 
 
 def _parse_graph(spec: str, bandwidth, latency) -> Topology | None:

@@ -28,10 +28,11 @@ from __future__ import annotations
 import math
 import warnings
 
-from .errors import InputWarning, UserError, one_line, read_text
+from .errors import InputWarning, UserError, show
 from .memory import check_latency_ns
 from .memory_pool import ASTRA_SIM_TYPES, AstraSimRemote, HierMem, ZeroInfinity
 from .units import MAX_BYTES, MAX_GBPS, MIN_GBPS, parse_size
+from .user_files import read_yaml
 
 VERSION = 1
 MAX_FILE_BYTES = 1 << 20
@@ -46,18 +47,7 @@ OPTIONAL = ("version", "design", "latency_ns")
 
 def load(path: str):
     """The pool a file describes (HierMem or ZeroInfinity)."""
-    import yaml
-    from .strict_yaml import loader
-    text = read_text(path, "a YAML memory pool description", label="pool file ", limit=MAX_FILE_BYTES)
-    try:
-        data = yaml.load(text, Loader=loader(f"pool file {path}"))  # noqa: S506 (a SafeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"pool file {path}: malformed YAML{where}: {one_line(str(getattr(e, 'problem', None) or e))}") \
-            from None
-    except RecursionError:
-        raise UserError(f"pool file {path}: nests too deeply") from None
+    data = read_yaml(path, "a YAML memory pool description", "pool file ", MAX_FILE_BYTES)
     return parse(data, path)
 
 
@@ -68,14 +58,14 @@ def parse(data, path: str):
         return _astra_sim(data, path)
     version = data.get("version", VERSION)
     if version != VERSION or isinstance(version, bool):
-        raise UserError(f"pool file {path}: field 'version' is {_show(version)}; this reader knows version {VERSION}")
+        raise UserError(f"pool file {path}: field 'version' is {show(version)}; this reader knows version {VERSION}")
     design = data.get("design", "hiermem")
     if design not in COUNTS:
-        raise UserError(f"pool file {path}: field 'design' is {_show(design)}; expected hiermem or zero-infinity")
+        raise UserError(f"pool file {path}: field 'design' is {show(design)}; expected hiermem or zero-infinity")
     known = COUNTS[design] + RATES[design] + OTHERS[design] + OPTIONAL
     for key in data:
         if key not in known:
-            raise UserError(f"pool file {path}: unknown field {_show(key)} for a {design} pool; expected "
+            raise UserError(f"pool file {path}: unknown field {show(key)} for a {design} pool; expected "
                             f"{', '.join(known)}")
     for key in known:
         if key not in OPTIONAL and data.get(key) is None:
@@ -91,25 +81,21 @@ def parse(data, path: str):
                         f"most {MAX_COUNT} GPUs")
     if design == "zero-infinity":
         if data["memory"] not in ("cpu", "nvme"):
-            raise UserError(f"pool file {path}: field 'memory' is {_show(data['memory'])}; expected cpu or nvme")
+            raise UserError(f"pool file {path}: field 'memory' is {show(data['memory'])}; expected cpu or nvme")
         return ZeroInfinity(memory=data["memory"], **values)
     return HierMem(**values)
-
-
-def _show(value) -> str:
-    return one_line(repr(value))[:80]
 
 
 def _field(path: str, key: str, value, check):
     try:
         return check(value)
     except UserError as e:
-        raise UserError(f"pool file {path}: field '{key}' is {_show(value)}: {str(e).split(': ', 1)[-1]}") from None
+        raise UserError(f"pool file {path}: field '{key}' is {show(value)}: {str(e).split(': ', 1)[-1]}") from None
 
 
 def _count(path: str, key: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-        raise UserError(f"pool file {path}: field '{key}' is {_show(value)}; expected a whole number from 1 to "
+        raise UserError(f"pool file {path}: field '{key}' is {show(value)}; expected a whole number from 1 to "
                         f"{MAX_COUNT}")
     return value
 
@@ -117,18 +103,18 @@ def _count(path: str, key: str, value) -> int:
 def _rate(path: str, key: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not MIN_GBPS <= value <= MAX_GBPS:
-        raise UserError(f"pool file {path}: field '{key}' is {_show(value)}; expected GB/s between {MIN_GBPS:g} and "
+        raise UserError(f"pool file {path}: field '{key}' is {show(value)}; expected GB/s between {MIN_GBPS:g} and "
                         f"{MAX_GBPS:g}")
     return float(value)
 
 
 def _size(path: str, key: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise UserError(f"pool file {path}: field '{key}' is {_show(value)}; expected a size such as 2MB or a number "
+        raise UserError(f"pool file {path}: field '{key}' is {show(value)}; expected a size such as 2MB or a number "
                         "of bytes")
     nbytes = value if isinstance(value, int) else _field(path, key, value, parse_size)
     if not 1 <= nbytes <= MAX_BYTES:
-        raise UserError(f"pool file {path}: field '{key}' is {_show(value)}; expected 1 B to {MAX_BYTES} B")
+        raise UserError(f"pool file {path}: field '{key}' is {show(value)}; expected 1 B to {MAX_BYTES} B")
     return nbytes
 
 
@@ -139,12 +125,12 @@ def _astra_sim(data: dict, path: str) -> AstraSimRemote:
     """ASTRA-sim's remote memory JSON (module notes); its bandwidth becomes GB/s of 2^30 B."""
     kind = data["memory-type"]
     if not isinstance(kind, str) or kind not in ASTRA_SIM_TYPES:
-        raise UserError(f"pool file {path}: field 'memory-type' is {_show(kind)}; expected one of "
+        raise UserError(f"pool file {path}: field 'memory-type' is {show(kind)}; expected one of "
                         f"{', '.join(ASTRA_SIM_TYPES)}")
     kind = ASTRA_SIM_TYPES[kind]
     for key in data:
         if key not in ASTRA_SIM_KEYS:
-            warnings.warn(f"pool file {path}: {_show(key)} is not read (ASTRA-sim's analytical remote memory reads "
+            warnings.warn(f"pool file {path}: {show(key)} is not read (ASTRA-sim's analytical remote memory reads "
                           f"{', '.join(ASTRA_SIM_KEYS)})", InputWarning, stacklevel=2)
     latency = _field(path, "remote-mem-latency", data.get("remote-mem-latency", 0),
                      lambda v: check_latency_ns(v, "remote-mem-latency"))

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import blocks
 from .blocks import Block
-from .errors import UserError
+from .errors import UserError, show
 from .graphs import Graph
 from .links import LinkGraph, link_offsets
 from .units import MAX_LATENCY_NS, link_range_error
@@ -39,17 +39,17 @@ MAX_LINKS = 1024
 def _whole(value: Any, what: str) -> int:
     """`value` as an int, accepting integral floats (YAML/JSON may write 8.0)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise UserError(f"{what} must be a whole number, got {value!r}")
+        raise UserError(f"{what} must be a whole number, got {show(value)}")
     if isinstance(value, (float, np.floating)) and not float(value).is_integer():
-        raise UserError(f"{what} must be a whole number, got {value!r}")
+        raise UserError(f"{what} must be a whole number, got {show(value)}")
     return int(value)
 
 
 def _real(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise UserError(f"{what} must be a number, got {value!r}")
+        raise UserError(f"{what} must be a number, got {show(value)}")
     if not math.isfinite(float(value)):
-        raise UserError(f"{what} must be finite, got {value!r}")
+        raise UserError(f"{what} must be finite, got {show(value)}")
     return float(value)
 
 
@@ -151,7 +151,7 @@ class Topology:
         object.__setattr__(self, "dims", dims)
         delay = self.endpoint_delay_ns
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= MAX_LATENCY_NS:
-            raise UserError(f"endpoint delay must be a number of ns between 0 and {MAX_LATENCY_NS:g}, got {delay!r}")
+            raise UserError(f"endpoint delay must be a number of ns between 0 and {MAX_LATENCY_NS:g}, got {show(delay)}")
         object.__setattr__(self, "endpoint_delay_ns", float(delay))
         npus = math.prod(d.size for d in dims)
         if npus > MAX_NPUS:
@@ -185,7 +185,7 @@ class Topology:
         try:
             r = operator.index(rank)
         except TypeError:
-            raise UserError(f"NPU rank must be an integer, got {rank!r}") from None
+            raise UserError(f"NPU rank must be an integer, got {show(rank)}") from None
         if not 0 <= r < self.npus:
             raise UserError(f"NPU rank {r} out of range for {self.name} ({self.npus} NPUs)")
         return r
@@ -203,7 +203,7 @@ class Topology:
         try:
             coords = tuple(operator.index(c) for c in coords)
         except TypeError:
-            raise UserError(f"coordinates must be integers, got {coords!r}") from None
+            raise UserError(f"coordinates must be integers, got {show(coords)}") from None
         if len(coords) != self.ndims:
             raise UserError(f"expected {self.ndims} coordinates for {self.name}, got {coords}")
         for c, d in zip(coords, self.dims):

@@ -12,7 +12,7 @@ import re
 from fractions import Fraction
 from typing import Sequence
 
-from .errors import UserError
+from .errors import UserError, show
 
 GIB = 2**30
 # The largest collective buffer the compiler takes: 1 TiB per NPU. Table offsets are int64 and the lowering
@@ -44,7 +44,7 @@ def parse_size(text: str) -> int:
     number of bytes ("1.5KB" is 1536, "0.3B" is an error).
     """
     if not isinstance(text, str):
-        raise UserError(f"size must be a string like '64MB', got {text!r}")
+        raise UserError(f"size must be a string like '64MB', got {show(text)}")
     s = text.strip()
     if not s:
         raise UserError("empty size; expected a value like '64MB' or '4096'")
@@ -84,6 +84,31 @@ def link_range_error(gbps: float, latency_ns: float) -> str | None:
     return None
 
 
+# The compute roofline (--peak-tflops, --mem-bw): from 1 GFLOPS to 10^21 FLOPS per NPU, memory bandwidth in the
+# links' range. Below them an op's time leaves float range (1e-310 TFLOPS made a step take an infinite time).
+MIN_TFLOPS = 1e-3
+MAX_TFLOPS = 1e9
+
+
+def _in_range(what: str, value, low: float, high: float, unit: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not low <= value <= high:
+        raise UserError(f"{what} must be a number of {unit} between {low:g} and {high:g}, got {show(value)}")
+    return float(value)
+
+
+def check_peak_tflops(value, what: str = "--peak-tflops") -> float:
+    """A peak rate a roofline can use (1 GFLOPS to 1 ZFLOPS, so every op's time is a finite number of ns), or one
+    UserError naming `what` (an option, or a file and its key) and the range."""
+    return _in_range(what, value, MIN_TFLOPS, MAX_TFLOPS, "TFLOPS")
+
+
+def check_roofline(peak_tflops, mem_gbps) -> None:
+    """One UserError naming the option and the range when the roofline is outside the modelled range."""
+    check_peak_tflops(peak_tflops)
+    _in_range("--mem-bw", mem_gbps, MIN_GBPS, MAX_GBPS, "GB/s")
+
+
 def gbps_to_bytes_per_ns(gbps: float) -> float:
     """Convert GB/s (2**30 bytes per second, as ASTRA-sim) to bytes per nanosecond."""
     return gbps * GIB / 1e9
@@ -92,7 +117,7 @@ def gbps_to_bytes_per_ns(gbps: float) -> float:
 def _to_float(item: object, what: str, text: object) -> float:
     # bool is an int subclass; "True" as a bandwidth is surely a mistake.
     if isinstance(item, bool):
-        raise UserError(f"{what}: expected a number, got {item!r} in {text!r}")
+        raise UserError(f"{what}: expected a number, got {show(item)} in {show(text)}")
     try:
         value = float(item) if isinstance(item, (int, float)) else float(str(item).strip())
     except ValueError:

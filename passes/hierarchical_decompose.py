@@ -15,7 +15,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from ..dialects import comm
-from .base import Pass, register
+from .base import Pass, PassError, register
 
 
 def phase_plan(kind: str, dims: list[int], shape: list[int], nbytes: int) -> list[tuple[int, int]]:
@@ -60,7 +60,13 @@ class HierarchicalDecompose(Pass):
             keep = {"part_of": v.part_of} if v.part_of is not None else {}
             if kind in comm.ROOTED:
                 keep["root"] = int(v.root)
-            for stage, (dim, nbytes) in enumerate(phase_plan(kind, v.dims, shape, v.bytes)):
+            plan = phase_plan(kind, v.dims, shape, v.bytes)
+            if any(nbytes <= 0 for _, nbytes in plan):   # a region a dimension splits to nothing
+                dim = next(d for d, nbytes in plan if nbytes <= 0)
+                raise PassError(f"{v.name}: {v.bytes} bytes are too small for a {kind} over dims "
+                                f"{','.join(map(str, sorted(v.dims)))} of {ctx.topology.name}: each NPU's region is "
+                                f"under a byte by dimension {dim}; use a larger size")
+            for stage, (dim, nbytes) in enumerate(plan):
                 last = comm.create("phase", {
                     "collective": v.name, "kind": kind, "dim": dim, "stage": stage,
                     "chunks": int(v.chunks or 1), "bytes": int(nbytes),

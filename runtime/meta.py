@@ -17,9 +17,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..network import blocks
-from ..network.topology import MAX_LINKS
+from ..network.errors import show
+from ..network.topology import MAX_LINKS, MAX_NPUS
 from ..network.units import MAX_LATENCY_NS, link_range_error
-from .errors import TableError
+from .errors import TableError, read_table_json
 
 FORMAT = "astra-compile-tables"
 VERSION = 1
@@ -152,19 +153,12 @@ class Meta:
 
 def read_json(folder: str):
     """The JSON value in folder/meta.json (a table or step directory), or TableError naming why it cannot be read."""
-    path = os.path.join(folder, "meta.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise TableError(f"{folder}: cannot read meta.json ({e.strerror})") from None
-    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError; RecursionError: deep nesting
-        raise TableError(f"{path} is not JSON ({' '.join(str(e).split())[:120]})") from None
+    return read_table_json(os.path.join(folder, "meta.json"), "a table directory's meta.json")
 
 
 def _int(value, where: str, lo: int | None = None, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TableError(f"{where} must be an integer, got {value!r}")
+        raise TableError(f"{where} must be an integer, got {show(value)}")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         bounds = f">= {lo}" if hi is None else f"in {lo}..{hi}"
         raise TableError(f"{where} must be {bounds}, got {value}")
@@ -173,15 +167,15 @@ def _int(value, where: str, lo: int | None = None, hi: int | None = None) -> int
 
 def _real(value, where: str, positive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TableError(f"{where} must be a finite number, got {value!r}")
+        raise TableError(f"{where} must be a finite number, got {show(value)}")
     if value < 0 or (positive and value == 0):
-        raise TableError(f"{where} must be {'positive' if positive else '>= 0'}, got {value!r}")
+        raise TableError(f"{where} must be {'positive' if positive else '>= 0'}, got {show(value)}")
     return float(value)
 
 
 def _str(value, where: str) -> str:
     if not isinstance(value, str) or not value:
-        raise TableError(f"{where} must be a non-empty string, got {value!r}")
+        raise TableError(f"{where} must be a non-empty string, got {show(value)}")
     return value
 
 
@@ -206,23 +200,23 @@ def check(meta, where: str) -> dict:
     """The JSON form of meta.json (`where` names the file in messages), checked key by key; returns it."""
     meta = _dict(meta, where)
     if meta.get("format") != FORMAT:
-        raise TableError(f"{where} is not an {FORMAT} file (format {meta.get('format')!r})")
+        raise TableError(f"{where} is not an {FORMAT} file (format {show(meta.get('format'))})")
     if meta.get("version") != VERSION:
-        raise TableError(f"{where}: tables of version {meta.get('version')!r}; this astra-compile reads version "
+        raise TableError(f"{where}: tables of version {show(meta.get('version'))}; this astra-compile reads version "
                          f"{VERSION} (compile them again)")
     _dict(meta, where, ("npus", "topology", "latency_ns", "collectives"))
     unknown = sorted(set(meta) - KEYS)
     if unknown:
         raise TableError(f"{where}: unknown key '{unknown[0]}'")
-    npus = _int(meta["npus"], f"{where}: npus", 1)
+    npus = _int(meta["npus"], f"{where}: npus", 1, MAX_NPUS)
     if meta.get("table_format", "csv") not in ("csv", "json"):
-        raise TableError(f"{where}: table_format must be csv or json, got {meta['table_format']!r}")
+        raise TableError(f"{where}: table_format must be csv or json, got {show(meta['table_format'])}")
     if not isinstance(meta.get("symmetric", False), bool):
-        raise TableError(f"{where}: symmetric must be true or false, got {meta['symmetric']!r}")
+        raise TableError(f"{where}: symmetric must be true or false, got {show(meta['symmetric'])}")
     rep = meta.get("representative", False)
     if not isinstance(rep, bool) or (rep and meta.get("symmetric") is not True):
         raise TableError(f"{where}: representative must be false, or true with symmetric true (NPU 0's table stands "
-                         f"for the others only in a symmetric schedule), got {meta['representative']!r}")
+                         f"for the others only in a symmetric schedule), got {show(meta['representative'])}")
     topo = _dict(meta["topology"], f"{where}: topology", ("dims",))
     dims = _list(topo["dims"], f"{where}: topology.dims")
     if not dims:
@@ -232,8 +226,8 @@ def check(meta, where: str) -> dict:
         w = f"{where}: topology.dims[{k}]"
         _dict(d, w, ("block", "size", "bandwidth_gbps", "latency_ns"))
         if not isinstance(d["block"], str) or d["block"] not in blocks.BLOCKS:
-            raise TableError(f"{w}.block must be one of {', '.join(blocks.BLOCKS)}, got {d['block']!r}")
-        sizes.append(_int(d["size"], f"{w}.size", 2))
+            raise TableError(f"{w}.block must be one of {', '.join(blocks.BLOCKS)}, got {show(d['block'])}")
+        sizes.append(_int(d["size"], f"{w}.size", 2, MAX_NPUS))
         problem = link_range_error(_real(d["bandwidth_gbps"], f"{w}.bandwidth_gbps", True),
                                    _real(d["latency_ns"], f"{w}.latency_ns", False))
         if problem:
@@ -245,10 +239,10 @@ def check(meta, where: str) -> dict:
         _check_graph(topo["graph"], f"{where}: topology.graph", npus)
     if _real(topo.get("endpoint_delay_ns", 0.0), f"{where}: topology.endpoint_delay_ns", False) > MAX_LATENCY_NS:
         raise TableError(f"{where}: topology.endpoint_delay_ns must be at most {MAX_LATENCY_NS:g} ns, got "
-                         f"{topo['endpoint_delay_ns']!r}")
+                         f"{show(topo['endpoint_delay_ns'])}")
     for k, lat in enumerate(_list(meta["latency_ns"], f"{where}: latency_ns", len(dims))):
         if _real(lat, f"{where}: latency_ns[{k}]", False) > MAX_LATENCY_NS:
-            raise TableError(f"{where}: latency_ns[{k}] must be at most {MAX_LATENCY_NS:g} ns, got {lat!r}")
+            raise TableError(f"{where}: latency_ns[{k}] must be at most {MAX_LATENCY_NS:g} ns, got {show(lat)}")
     colls = _list(meta["collectives"], f"{where}: collectives")
     if not colls:
         raise TableError(f"{where}: collectives is empty")
@@ -259,7 +253,7 @@ def check(meta, where: str) -> dict:
         _dict(shards, f"{where}: shards")
         for key in shards:
             if key not in {str(ci) for ci, c in enumerate(colls) if c["kind"] in SHARDED}:
-                raise TableError(f"{where}: shards has key {key!r}, which names no reduce-scatter or all-gather")
+                raise TableError(f"{where}: shards has key {show(key)}, which names no reduce-scatter or all-gather")
         for ci, c in enumerate(colls):
             if c["kind"] in SHARDED and str(ci) in shards:
                 a = np.asarray(shards[str(ci)], dtype=object)
@@ -289,7 +283,7 @@ def _check_collective(c, ci: int, where: str, ndims: int, npus: int) -> None:
     _dict(c, where, ("name", "kind", "buffer", "buffer_kind", "bytes", "chunks", "group_dims", "deps", "stages",
                      "chunk_dims"))
     if c["kind"] not in PHASE_KINDS:
-        raise TableError(f"{where}.kind must be one of {', '.join(PHASE_KINDS)}, got {c['kind']!r}")
+        raise TableError(f"{where}.kind must be one of {', '.join(PHASE_KINDS)}, got {show(c['kind'])}")
     if c["kind"] in ROOTED:
         _dict(c, where, ("root",))
         _int(c["root"], f"{where}.root", 0, npus - 1)
@@ -323,6 +317,6 @@ def _check_collective(c, ci: int, where: str, ndims: int, npus: int) -> None:
         dims_visited = [_int(d, f"{where}.chunk_dims[{f}][{k}]", -1, ndims - 1)
                         for k, d in enumerate(_list(row, f"{where}.chunk_dims[{f}]", len(stages)))]
         if sorted(dims_visited) != sorted(stage_dims):
-            raise TableError(f"{where}.chunk_dims[{f}] must visit the stages' dimensions {stage_dims}, got {row!r}")
+            raise TableError(f"{where}.chunk_dims[{f}] must visit the stages' dimensions {stage_dims}, got {show(row)}")
 
 

@@ -18,6 +18,7 @@ checked before anything runs, and a fault is one line naming the file, the row o
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -25,9 +26,10 @@ import re
 from dataclasses import dataclass
 
 from . import atomic
-from .errors import TableError
+from .errors import TableError, read_table_text
 from .meta import FORMAT as TABLES_FORMAT, PHASE_KINDS, read_json
 from .tables import DirSchedule, Schedule, fill_dir
+from ..network.errors import show
 from ..network.memory import LOCATIONS
 
 FORMAT = "astra-compile-step"
@@ -43,6 +45,7 @@ PROGRAM_COLUMNS = ("row", "kind", "name", "phase", "iteration", "flops", "bytes"
 META_KEYS = {"format", "version", "npus", "topology", "spmd", "source", "mesh", "scheduler", "table_format",
              "programs", "collectives"}
 MAX_INT = 2 ** 63 - 1
+MAX_MEASURED_NS = 1e18   # as a workload module's wl.measured_ns: a sum of a step's rows stays finite
 _PROGRAM_FILE = re.compile(r"^program_[0-9]+\.csv$")
 _COLLECTIVE_DIR = re.compile(r"^collective_[0-9]+$")
 
@@ -171,26 +174,26 @@ def _check_meta(meta, where: str) -> None:
     if not isinstance(meta, dict):
         _fail(where, "not a JSON object")
     if meta.get("format") != FORMAT:
-        _fail(where, f"format: {meta.get('format')!r} is not {FORMAT!r}"
+        _fail(where, f"format: {show(meta.get('format'))} is not {FORMAT!r}"
               + (" (a collective's table directory: run it alone)" if meta.get("format") == TABLES_FORMAT else ""))
     if meta.get("version") != VERSION:
-        _fail(where, f"version: {meta.get('version')!r}; this astra-compile reads version {VERSION}")
+        _fail(where, f"version: {show(meta.get('version'))}; this astra-compile reads version {VERSION}")
     missing = sorted(META_KEYS - set(meta))
     extra = sorted(set(meta) - META_KEYS)
     if missing or extra:
         _fail(where, f"missing key {missing[0]}" if missing else f"unknown key {extra[0]}")
     if not _is_int(meta["npus"], 1, 2 ** 31 - 1):
-        _fail(where, f"npus: {meta['npus']!r} is not a positive count")
+        _fail(where, f"npus: {show(meta['npus'])} is not a positive count")
     npus = meta["npus"]
     for key in ("source", "mesh", "scheduler"):
         if not isinstance(meta[key], str):
-            _fail(where, f"{key}: {meta[key]!r} is not a string")
+            _fail(where, f"{key}: {show(meta[key])} is not a string")
     if not isinstance(meta["spmd"], bool):
-        _fail(where, f"spmd: {meta['spmd']!r} is not true or false")
+        _fail(where, f"spmd: {show(meta['spmd'])} is not true or false")
     if meta["table_format"] not in ("csv", "json"):
-        _fail(where, f"table_format: {meta['table_format']!r} is not csv or json")
+        _fail(where, f"table_format: {show(meta['table_format'])} is not csv or json")
     if not isinstance(meta["topology"], dict):
-        _fail(where, f"topology: {meta['topology']!r} is not an object")
+        _fail(where, f"topology: {show(meta['topology'])} is not an object")
     colls = meta["collectives"]
     if not isinstance(colls, list):
         _fail(where, "collectives: not a list")
@@ -200,20 +203,20 @@ def _check_meta(meta, where: str) -> None:
                                                   "fallback"}:
             _fail(where, f"{at}: needs exactly dir, kind, bytes, dims, root, part, algorithm, fallback")
         if not isinstance(e["dir"], str) or e["dir"] != f"collective_{c}":
-            _fail(where, f"{at}.dir: {e['dir']!r} is not collective_{c}")
+            _fail(where, f"{at}.dir: {show(e['dir'])} is not collective_{c}")
         if e["kind"] not in KINDS:
-            _fail(where, f"{at}.kind: {e['kind']!r} is not one of {', '.join(KINDS)}")
+            _fail(where, f"{at}.kind: {show(e['kind'])} is not one of {', '.join(KINDS)}")
         if not _is_int(e["bytes"], 1):
-            _fail(where, f"{at}.bytes: {e['bytes']!r} is not a positive byte count")
+            _fail(where, f"{at}.bytes: {show(e['bytes'])} is not a positive byte count")
         if not isinstance(e["dims"], list) or not e["dims"] or not all(_is_int(d, 0, 63) for d in e["dims"]) or \
                 len(set(e["dims"])) != len(e["dims"]):
-            _fail(where, f"{at}.dims: {e['dims']!r} is not a list of distinct dimensions")
+            _fail(where, f"{at}.dims: {show(e['dims'])} is not a list of distinct dimensions")
         if not isinstance(e["part"], list) or not all(
                 isinstance(p, list) and len(p) == 3 and all(_is_int(v, 0, npus) for v in p) and p[1] >= 2 and
                 p[2] >= 1 for p in e["part"]) or len({p[0] for p in e["part"]}) != len(e["part"]):
-            _fail(where, f"{at}.part: {e['part']!r} is not a list of [dimension, members >= 2, stride >= 1]")
+            _fail(where, f"{at}.part: {show(e['part'])} is not a list of [dimension, members >= 2, stride >= 1]")
         if not _is_int(e["root"], -1, npus - 1):
-            _fail(where, f"{at}.root: {e['root']!r} is not -1 or an NPU below {npus}")
+            _fail(where, f"{at}.root: {show(e['root'])} is not -1 or an NPU below {npus}")
         if not isinstance(e["algorithm"], str) or not isinstance(e["fallback"], str):
             _fail(where, f"{at}: algorithm and fallback must be strings")
     progs = meta["programs"]
@@ -226,10 +229,10 @@ def _check_meta(meta, where: str) -> None:
         if not isinstance(e, dict) or set(e) != {"file", "ranks", "groups"}:
             _fail(where, f"{at}: needs exactly file, ranks, groups")
         if not isinstance(e["file"], str) or not _PROGRAM_FILE.match(e["file"]) or e["file"] in files:
-            _fail(where, f"{at}.file: {e['file']!r} is not a new program_<k>.csv name")
+            _fail(where, f"{at}.file: {show(e['file'])} is not a new program_<k>.csv name")
         files.add(e["file"])
         if not isinstance(e["ranks"], list) or not e["ranks"] or not all(_is_int(r, 0, npus - 1) for r in e["ranks"]):
-            _fail(where, f"{at}.ranks: {e['ranks']!r} is not a list of NPUs below {npus}")
+            _fail(where, f"{at}.ranks: {show(e['ranks'])} is not a list of NPUs below {npus}")
         for r in e["ranks"]:
             if r in seen:
                 _fail(where, f"{at}.ranks: rank {r} already runs {seen[r]}")
@@ -239,7 +242,7 @@ def _check_meta(meta, where: str) -> None:
         for name, members in e["groups"].items():
             if not isinstance(members, list) or not members or \
                     not all(_is_int(r, 0, npus - 1) for r in members) or members != sorted(set(members)):
-                _fail(where, f"{at}.groups.{name}: {members!r} is not an ascending list of NPUs below {npus}")
+                _fail(where, f"{at}.groups.{name}: {show(members)} is not an ascending list of NPUs below {npus}")
     several = meta["spmd"] and len(progs) > 1   # pipeline stages: each program lists the ranks that run it
     if meta["spmd"] and not several and progs[0]["ranks"] != [0]:
         _fail(where, "programs: an SPMD step of one program has rank 0's, standing for every rank")
@@ -254,12 +257,12 @@ def _check_meta(meta, where: str) -> None:
 def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program:
     file = os.path.join(path, entry["file"])
     try:
-        with open(file, newline="", encoding="utf-8") as f:
-            lines = list(csv.reader(f))
-    except OSError as e:
-        raise TableError(f"{file}: cannot read ({e.strerror}): {meta_path} names it for rank(s) "
-                         f"{entry['ranks'][:4]}") from None
-    except (csv.Error, UnicodeDecodeError) as e:
+        text = read_table_text(file, "a CSV program table")
+    except TableError as e:
+        raise TableError(f"{e} ({meta_path} names it for rank(s) {entry['ranks'][:4]})") from None
+    try:
+        lines = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as e:
         raise TableError(f"{file}: not a CSV program table: {e}") from None
     if not lines or tuple(lines[0]) != PROGRAM_COLUMNS:
         raise TableError(f"{file}: the header must be {','.join(PROGRAM_COLUMNS)}")
@@ -275,36 +278,37 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
             try:
                 ints[col] = int(v[col])
             except ValueError:
-                _fail(at, f"{col}: {v[col]!r} is not a whole number")
+                _fail(at, f"{col}: {show(v[col])} is not a whole number")
             if not lo <= ints[col] <= MAX_INT:
                 _fail(at, f"{col}: {ints[col]} is out of range")
         if ints["row"] != i:
             _fail(at, f"row: {ints['row']} (rows are numbered in order from 0)")
         kind = v["kind"]
         if kind not in ROW_KINDS:
-            _fail(at, f"kind: {kind!r} is not one of {', '.join(ROW_KINDS)}")
+            _fail(at, f"kind: {show(kind)} is not one of {', '.join(ROW_KINDS)}")
         try:
             measured = float(v["measured_ns"]) if v["measured_ns"] else math.nan
         except ValueError:
             measured = -1.0
-        if v["measured_ns"] and not (math.isfinite(measured) and measured >= 0):
-            _fail(at, f"measured_ns: {v['measured_ns']!r} is not empty or a non-negative time")
+        if v["measured_ns"] and not (math.isfinite(measured) and 0 <= measured < MAX_MEASURED_NS):
+            _fail(at, f"measured_ns: {show(v['measured_ns'])} is not empty or a time in ns from 0 to "
+                      f"{MAX_MEASURED_NS:g}")
         try:
             deps = tuple(int(d) for d in v["deps"].split(";")) if v["deps"] else ()
         except ValueError:
-            _fail(at, f"deps: {v['deps']!r} is not a ;-separated list of rows")
+            _fail(at, f"deps: {show(v['deps'])} is not a ;-separated list of rows")
         for d in deps:
             if not 0 <= d < i:
                 _fail(at, f"deps: row {d} is not an earlier row of this program")
         c, peer, switch = ints["collective"], ints["peer"], ints["in_switch"]
         if (kind in MEMORY) != bool(v["location"]) or (kind in MEMORY) != (switch > 0):
-            _fail(at, f"location {v['location']!r}, in_switch {switch}: a load or store row has a location and "
+            _fail(at, f"location {show(v['location'])}, in_switch {switch}: a load or store row has a location and "
                       "in_switch >= 1, other rows an empty location and in_switch 0")
         if kind in ("compute", "wait") + MEMORY:
             if c != -1 or v["group"] or ints["stream"] != 0 or peer != -1:
                 _fail(at, f"a {kind} row has collective -1, no group, stream 0 and peer -1")
             if kind in MEMORY and (v["location"] not in LOCATIONS or (switch > 1 and v["location"] != "remote")):
-                _fail(at, f"location: {v['location']!r} with in_switch {switch} (local or remote; the switches "
+                _fail(at, f"location: {show(v['location'])} with in_switch {switch} (local or remote; the switches "
                           "gather remote loads and stores only)")
         elif kind in MESSAGES:
             if c != -1 or v["group"]:
@@ -324,10 +328,10 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
             if colls[c]["kind"] != kind:
                 _fail(at, f"kind: {kind} but collective {c} is a {colls[c]['kind']}")
             if v["group"] not in entry["groups"]:
-                _fail(at, f"group: {v['group']!r} is not a group of this program ({', '.join(entry['groups'])})")
+                _fail(at, f"group: {show(v['group'])} is not a group of this program ({', '.join(entry['groups'])})")
             want = streams.setdefault(v["group"], len(streams) + 1)
             if ints["stream"] != want:
-                _fail(at, f"stream: {ints['stream']} but group {v['group']!r} runs on stream {want} (the program's "
+                _fail(at, f"stream: {ints['stream']} but group {show(v['group'])} runs on stream {want} (the program's "
                           "groups and peers take streams 1, 2, ... in the order they first appear)")
         rows.append(ProgramRow(kind, v["name"], v["phase"], ints["iteration"], ints["flops"], ints["bytes"],
                                measured, c, v["group"], ints["stream"], deps, peer, v["location"], switch))

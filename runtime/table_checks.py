@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from ..network import blocks
+from ..network.errors import show
 from ..network.topology import MAX_LINKS, MAX_NPUS
 from ..network.units import MAX_GBPS, MIN_GBPS
 from .tables import COLUMN_NAMES, DTYPES, OP_NAMES, SWITCH, Table, TableError
@@ -59,7 +60,7 @@ def table_from_columns(cols, source: str) -> Table:
             bad = (v != np.floor(v)) | (v < info.min) | (v > info.max)
             if bad.any():
                 raise TableError(f"{source}: column '{name}' row {int(np.flatnonzero(bad)[0])} holds "
-                                 f"{v[bad][0]!r}, not an integer of its width")
+                                 f"{show(v[bad][0])}, not an integer of its width")
         out[name] = v
     if len({len(v) for v in out.values()}) > 1:
         raise TableError(f"{source}: columns differ in length")
@@ -99,7 +100,7 @@ def check_rows(t: Table, meta, npu: int, source: str) -> None:
     for name, bad, what in checks:
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
-            raise TableError(f"{source}: row {row}: {name} {t[name][row]!r} {what}")
+            raise TableError(f"{source}: row {row}: {name} {show(t[name][row])} {what}")
 
 
 def symmetric_claim_holds(npu0: Table, other: Table) -> bool:

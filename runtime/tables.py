@@ -6,6 +6,7 @@ its bytes are not contiguous. See docs/tables.md for the column meanings and the
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -15,7 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from . import atomic
-from .errors import TableError
+from .errors import TableError, read_table_json, read_table_text
 from .meta import FORMAT, VERSION, Meta  # noqa: F401 (FORMAT, VERSION: the table format's name and version)
 
 SEND, RECV_REDUCE, RECV_COPY = 0, 1, 2
@@ -96,15 +97,13 @@ class Table:
     @staticmethod
     def from_csv(path: str) -> "Table":
         from .table_checks import table_from_columns
+        text = read_table_text(path, "a table of numbers")
+        header = text.split("\n", 1)[0].strip().split(",")
+        if tuple(header) != COLUMN_NAMES:
+            raise TableError(f"{path}: header is not {','.join(COLUMN_NAMES)}")
         try:
-            with open(path, encoding="utf-8") as f:
-                header = f.readline().strip().split(",")
-            if tuple(header) != COLUMN_NAMES:
-                raise TableError(f"{path}: header is not {','.join(COLUMN_NAMES)}")
-            data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2, dtype=np.float64)
-        except OSError as e:
-            raise TableError(f"{path}: {e.strerror}") from None
-        except ValueError as e:  # also a binary file (UnicodeDecodeError)
+            data = np.loadtxt(io.StringIO(text), delimiter=",", skiprows=1, ndmin=2, dtype=np.float64)
+        except ValueError as e:
             raise TableError(f"{path}: not a table of numbers ({' '.join(str(e).split())[:120]})") from None
         if data.size == 0:
             return Table.empty()
@@ -178,9 +177,8 @@ def not_a_table_dir(path: str) -> str | None:
     if foreign:
         return f"it holds files astra-compile did not write ({foreign[0]})"
     try:
-        with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
-            meta = json.load(f)
-    except (OSError, ValueError):
+        meta = read_table_json(os.path.join(path, "meta.json"), "a table directory's meta.json")
+    except TableError:
         return "it has no readable meta.json of an astra-compile table directory"
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         return f"its meta.json is not an {FORMAT} file"
@@ -219,13 +217,7 @@ class DirSchedule:
         if self.fmt == "csv":
             table = Table.from_csv(path)
         else:
-            try:
-                with open(path, encoding="utf-8") as f:
-                    cols = json.load(f)
-            except OSError as e:
-                raise TableError(f"{path}: {e.strerror}") from None
-            except (ValueError, RecursionError) as e:
-                raise TableError(f"{path} is not JSON ({' '.join(str(e).split())[:120]})") from None
+            cols = read_table_json(path, "a table: an object of columns")
             table = table_checks.table_from_columns(cols, path)
         table_checks.check_rows(table, self.meta, npu, path)
         return table

@@ -46,7 +46,6 @@ import numpy as np
 
 from .link_sharing import fair_rates
 
-from ..network.errors import UserError
 from ..network.units import gbps_to_bytes_per_ns
 
 COMPUTE, COLLECTIVE, WAIT, P2P, MEMORY = 0, 1, 2, 3, 4
@@ -60,19 +59,6 @@ BREAKDOWN = ("compute", "exposed_local_memory", "exposed_remote_memory", "expose
 
 class WorkloadError(Exception):
     """The programs cannot run: ranks wait on collectives their partners never issue."""
-
-
-# the peak rates a roofline takes (TFLOPS per NPU): 1 GFLOPS to 1 ZFLOPS, so that every op's time is a finite
-# number of ns (a rate of 1e-310 would make a step of FLOPs take forever)
-PEAK_TFLOPS = (1e-3, 1e9)
-
-
-def check_peak_tflops(value, what: str = "--peak-tflops") -> float:
-    """A peak rate a run can use, or one UserError naming `what` and the range."""
-    low, high = PEAK_TFLOPS
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise UserError(f"{what} must be a number of TFLOPS from {low:g} to {high:g}, got {value!r}")
-    return float(value)
 
 
 @dataclass

@@ -31,6 +31,10 @@ from collections import Counter
 from hypothesis import strategies as st
 
 from astra_compile.cli import main
+from astra_compile.network import user_files
+
+# a FIFO nobody writes to is refused after this wait (10 s in a real run): the harness meets hundreds of them
+user_files.NONREGULAR_WAIT_S = 0.5
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "examples")
@@ -205,6 +209,94 @@ def hostile_bytes() -> st.SearchStrategy[bytes]:
     return st.one_of(st.binary(max_size=64), st.just(b"\xff\xfe\x00\x01" * 8), st.just(b"\x00" * 32))
 
 
+# ---- hostile shapes of a whole file: alias bombs, deep nesting, keys that are lists, keys given twice, values
+# Python cannot build, and files that are not files (a FIFO nobody writes, /dev/zero, /dev/null, a directory) ----
+
+def alias_bomb(levels: int) -> str:
+    """A YAML flow list whose last item expands to 9^levels strings (billion laughs at 9)."""
+    names = "abcdefghij"
+    items = ["&a [" + ",".join(['"lol"'] * 9) + "]"]
+    items += [f"&{names[i]} [" + ",".join([f"*{names[i - 1]}"] * 9) + "]" for i in range(1, levels)]
+    return "[" + ", ".join(items) + "]"
+
+
+HOSTILE_YAML_VALUES = st.one_of(
+    st.integers(3, 9).map(alias_bomb),
+    st.sampled_from([63, 64, 65, 400, 5000]).map(lambda n: "[" * n + "]" * n),
+    st.just("&self [1, *self]"), st.just("9" * 5000), st.just("2024-13-45"), st.just("!!binary aGVsbG8="),
+    st.just("!!set {a, b}"), st.just("!!python/object/apply:os.system [true]"), st.just(".nan"), st.just("-.inf"),
+    st.just("{<<: [{a: 1}, {a: 2}]}"), st.just("!!timestamp 2024-01-01"))
+_YAML_KEY = re.compile(r"^(\s*)([A-Za-z_][\w-]*):(.*)$")
+
+
+@st.composite
+def hostile_yaml(draw, text: str) -> str:
+    """`text` (YAML) with one `key: value` line made hostile: its value an alias bomb, a deep nest, a value that
+    holds itself or that Python cannot build; the key given twice; or the key a list or a mapping."""
+    lines = text.splitlines()
+    keyed = [i for i, line in enumerate(lines) if _YAML_KEY.match(line)]
+    if not keyed:
+        return text + "\n" + "x: " + draw(HOSTILE_YAML_VALUES)
+    i = draw(st.sampled_from(keyed))
+    indent, key, value = _YAML_KEY.match(lines[i]).groups()
+    how = draw(st.sampled_from(["value", "value", "twice", "list key", "map key"]))
+    if how == "value":
+        lines[i] = f"{indent}{key}: {draw(HOSTILE_YAML_VALUES)}"
+    elif how == "twice":
+        lines.insert(i, lines[i])
+    elif how == "list key":
+        lines[i] = f"{indent}[{key}]:{value}"
+    else:
+        lines[i] = f"{indent}? {{{key}: 1}}\n{indent}:{value}"
+    return "\n".join(lines) + "\n"
+
+
+HOSTILE_JSON_VALUES = st.one_of(
+    st.sampled_from([100, 990, 5000, 200000]).map(lambda n: "[" * n + "]" * n),
+    st.sampled_from(["NaN", "Infinity", "-Infinity", "9" * 5000, "1e400", '"\\ud800"']))
+
+
+@st.composite
+def hostile_json(draw, obj) -> str:
+    """`obj` as JSON text with one value made hostile (a deep nest, NaN, a 5000-digit number) or one key of an
+    object given twice."""
+    paths = [p for p in _paths(obj) if p and isinstance(p[-1], str)]
+    if not paths:
+        return json.dumps(obj)
+    path = draw(st.sampled_from(paths))
+    marker = "\u0000HOSTILE\u0000"
+    obj = json.loads(json.dumps(obj))
+    parent = obj
+    for k in path[:-1]:
+        parent = parent[k]
+    if draw(st.booleans()):
+        parent[path[-1]] = marker
+        return json.dumps(obj).replace(json.dumps(marker), draw(HOSTILE_JSON_VALUES), 1)
+    text = json.dumps(parent, sort_keys=False)
+    twice = json.dumps({path[-1]: parent[path[-1]]})[1:-1]
+    return json.dumps(obj).replace(text, "{" + twice + ", " + text[1:], 1) if text.startswith("{") else json.dumps(obj)
+
+
+SPECIAL_FILES = ["fifo", "/dev/zero", "/dev/urandom", "/dev/null", "directory"]
+
+
+def hostile_file(draw, path: str, data) -> str:
+    """Write `data` at `path`, or (one time in five) put a file that is not a regular file there: a FIFO nobody
+    writes to, a link to a device that never ends or to /dev/null, a directory."""
+    if draw(st.integers(0, 4)):
+        return write(path, data)
+    kind = draw(st.sampled_from(SPECIAL_FILES))
+    if os.path.lexists(path):
+        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        os.mkdir(path)
+    else:
+        os.symlink(kind, path)
+    return path
+
+
 def write(path: str, data) -> str:
     mode = "wb" if isinstance(data, bytes) else "w"
     with open(path, mode, **({} if mode == "wb" else {"encoding": "utf-8", "errors": "surrogatepass"})) as f:
@@ -344,13 +436,15 @@ def case_network_file(draw, workdir):
     base = {"yml": NETWORK_YML, "json": json.dumps(NETWORK_JSON, indent=1), "edges": EDGES}[kind]
     data = draw(st.one_of(mutated_text(base), hostile_bytes())) if kind != "json" or draw(st.booleans()) else \
         json.dumps(draw(mutated_json(NETWORK_JSON)))
-    path = write(os.path.join(workdir, f"net.{kind}"), data)
+    if kind != "edges" and draw(st.booleans()):
+        data = draw(hostile_yaml(base)) if kind == "yml" else draw(hostile_json(NETWORK_JSON))
+    path = hostile_file(draw, os.path.join(workdir, f"net.{kind}"), data)
     run(f"network .{kind}", [*COLLECTIVE, "--topology", path, "--json"], workdir)
 
 
 def case_mlir(draw, workdir):
     data = draw(st.one_of(mutated_text(draw(st.sampled_from(mlir_sources())), edits=4), hostile_bytes()))
-    path = write(os.path.join(workdir, "m.mlir"), data)
+    path = hostile_file(draw, os.path.join(workdir, "m.mlir"), data)
     extra = draw(st.sampled_from([[], ["--topology", "4x8_torus"], ["--chunks", "4"], ["--verify"]]))
     run(".mlir modules", [path, *extra, "--json"], workdir)
 
@@ -372,11 +466,11 @@ def case_table_dir(draw, workdir, valid_dir: str):
     if target == "meta.json" and draw(st.booleans()):
         with open(path, encoding="utf-8") as f:
             meta = json.load(f)
-        data = json.dumps(draw(mutated_json(meta, edits=2)))
+        data = draw(st.one_of(st.builds(json.dumps, mutated_json(meta, edits=2)), hostile_json(meta)))
     else:
         with open(path, encoding="utf-8") as f:
             data = draw(st.one_of(mutated_text(f.read()), hostile_bytes()))
-    write(path, data)
+    hostile_file(draw, path, data)
     extra = draw(st.sampled_from([[], ["--execution", "full"], ["--verify"], ["--backend", "congestion"]]))
     run("table directories", [d, *extra, "--json"], workdir)
 
@@ -400,10 +494,11 @@ def case_step_dir(draw, workdir):
     with open(path, encoding="utf-8") as f:
         text = f.read()
     if target.endswith("meta.json") and draw(st.booleans()):
-        data = json.dumps(draw(mutated_json(json.loads(text), edits=2)))
+        data = draw(st.one_of(st.builds(json.dumps, mutated_json(json.loads(text), edits=2)),
+                              hostile_json(json.loads(text))))
     else:
         data = draw(st.one_of(mutated_text(text), hostile_bytes()))
-    write(path, data)
+    hostile_file(draw, path, data)
     extra = draw(st.sampled_from([[], ["--backend", "congestion"], ["--emit", "tables", "--npu", "1"]]))
     run("step table directories", [d, *extra, "--json"], workdir)
 
@@ -474,8 +569,8 @@ axes:
 
 def case_sweep_file(draw, workdir):
     data = draw(st.one_of(mutated_text(SWEEP_YML, edits=2), st.builds(json.dumps, mutated_json(SWEEP, edits=2)),
-                          hostile_bytes()))
-    path = write(os.path.join(workdir, "sweep.yml"), data)
+                          hostile_yaml(SWEEP_YML), hostile_json(SWEEP), hostile_bytes()))
+    path = hostile_file(draw, os.path.join(workdir, "sweep.yml"), data)
     code, _, _ = run("sweep files", ["sweep", path, "-o", "r.csv", "--workers", "1"], workdir, outputs=("r.csv",),
                      also_ok=(1,))
     if code in (0, 1) and not os.path.exists(os.path.join(workdir, "r.csv")):
@@ -497,7 +592,7 @@ NCCL_LOG = """# Collective test starting: all_reduce_perf
 
 def case_nccl_log(draw, workdir):
     data = draw(st.one_of(mutated_text(NCCL_LOG, edits=2), hostile_bytes()))
-    path = write(os.path.join(workdir, "all_reduce_perf.log"), data)
+    path = hostile_file(draw, os.path.join(workdir, "all_reduce_perf.log"), data)
     run("nccl-tests logs", ["calibrate", path, "--topology", "Switch(4)", "-o", "net.yml"], workdir,
         outputs=("net.yml",))
 
@@ -537,10 +632,11 @@ def case_pool_file(draw, workdir):
     pool, step = base, MEMORY_STEP
     if draw(st.booleans()):
         pool = draw(st.one_of(mutated_text(base, edits=3), st.builds(json.dumps, mutated_json(json.loads(
-            ASTRA_SIM_REMOTE), edits=2)), hostile_bytes()))
+            ASTRA_SIM_REMOTE), edits=2)), hostile_yaml(POOL_YAML), hostile_json(json.loads(ASTRA_SIM_REMOTE)),
+            hostile_bytes()))
     else:
         step = draw(st.one_of(mutated_text(MEMORY_STEP, edits=3), hostile_bytes()))
-    pool_path = write(os.path.join(workdir, "pool.yaml"), pool)
+    pool_path = hostile_file(draw, os.path.join(workdir, "pool.yaml"), pool)
     step_path = write(os.path.join(workdir, "step.mlir"), step)
     extra = draw(st.sampled_from([[], ["--mem-latency", "50"], ["--backend", "congestion"]]))
     run("pool files", [step_path, "--pool", pool_path, *extra, "--json"], workdir)
@@ -615,9 +711,9 @@ def _batch(job: tuple[str, str, str, int]) -> tuple[Counter, list[str]]:
         return COUNTS, [str(x) for x in found]
 
 
-def main_long(minutes: float) -> None:
-    """Every parser in turn, a batch of inputs at a time (each batch in a fresh process), until `minutes` are up;
-    then the number of inputs tried per parser and the breaches."""
+def main_long(minutes: float, only: list[str] | None = None) -> None:
+    """Every parser in turn (or those named in `only`), a batch of inputs at a time (each batch in a fresh process),
+    until `minutes` are up; then the number of inputs tried per parser and the breaches."""
     import multiprocessing
     import time
     from concurrent.futures import ProcessPoolExecutor
@@ -630,7 +726,7 @@ def main_long(minutes: float) -> None:
     rounds = 0
     while time.monotonic() < deadline:
         rounds += 1
-        for name in CASES:
+        for name in only or CASES:
             if time.monotonic() >= deadline:
                 break
             # a fresh process per batch, and not a daemon: a sweep under test starts worker processes of its own
@@ -644,7 +740,7 @@ def main_long(minutes: float) -> None:
     print(f"{'parser':28s} {'inputs':>8s}")
     for name, n in sorted(counts.items()):
         print(f"{name:28s} {n:8d}")
-    print(f"{'total':28s} {sum(counts.values()):8d}   {rounds} rounds over {len(CASES)} input kinds, "
+    print(f"{'total':28s} {sum(counts.values()):8d}   {rounds} rounds over {len(only or CASES)} input kinds, "
           f"{len(breaches)} contract breach(es)")
     sys.exit(1 if breaches else 0)
 
@@ -653,4 +749,9 @@ if __name__ == "__main__":
     import argparse
     ap = argparse.ArgumentParser(description="run the fuzz harness for a while")
     ap.add_argument("--minutes", type=float, default=30.0)
-    main_long(ap.parse_args().minutes)
+    ap.add_argument("--parsers", help="comma-separated input kinds to fuzz (default: all): " + ", ".join(CASES))
+    a = ap.parse_args()
+    chosen = [n.strip() for n in a.parsers.split(",")] if a.parsers else None
+    if chosen and set(chosen) - set(CASES):
+        ap.error(f"unknown input kind(s): {', '.join(sorted(set(chosen) - set(CASES)))}")
+    main_long(a.minutes, chosen)

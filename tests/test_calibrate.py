@@ -169,3 +169,38 @@ def test_bad_logs_and_options_end_in_one_line(capsys, tmp_path, text, argv, matc
 def test_a_missing_log_is_named(capsys, tmp_path):
     refused(capsys, "calibrate", str(tmp_path / "none.log"), "--topology", "Switch(4)",
             match="cannot read nccl-tests log")
+
+
+def _line_of(text: str, nbytes: int) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if line.split()[:1] == [str(nbytes)])
+
+
+def test_a_size_the_compiler_refuses_names_the_log_and_line(capsys, tmp_path):
+    # was "all_reduce.rs: 2 bytes in 1 chunks are too small ...", naming neither the log nor the row
+    path = tmp_path / "all_reduce_perf.log"
+    text = log_text("all_reduce", 4, [(2, 10.0, 10.0), (1 << 20, 60.0, 61.0)])
+    path.write_text(text)
+    refused(capsys, "calibrate", str(path), *S4,
+            match=f"{path} line {_line_of(text, 2)}: all_reduce of 2 B: all_reduce.rs: 2 bytes in 1 chunks are too "
+                  "small")
+    assert fitted(capsys, str(path), *S4, "--min-size", "1MB")["rows"]
+
+
+def test_a_row_past_a_terabyte_names_its_line(capsys, tmp_path):
+    # was skipped without a word, as if it were not a row
+    path = tmp_path / "all_reduce_perf.log"
+    text = log_text("all_reduce", 4, [(1 << 20, 60.0, 61.0), (2 << 40, 6e7, 6e7)])
+    path.write_text(text)
+    refused(capsys, "calibrate", str(path), *S4,
+            match=f"{path} line {_line_of(text, 2 << 40)}: size {2 << 40} B is more than {1 << 40} B")
+
+
+def test_bandwidth_is_given_in_both_units(capsys):
+    # 2^30-byte GB/s alone read as 7 % below the log's busbw (decimal GB/s) for the same network
+    log = os.path.join(DATA, "mi300x_8gpu_all_reduce_perf.log")
+    fit = fitted(capsys, log, "--topology", "Switch(8)", "--min-size", "1MB")
+    assert fit["bandwidth_decimal_gbps"][0] == pytest.approx(fit["bandwidth_gbps"][0] * 2 ** 30 / 1e9, rel=1e-12)
+    code, out, _ = cli(capsys, "calibrate", log, "--topology", "Switch(8)", "--min-size", "1MB")
+    assert code == 0
+    assert (f"bandwidth {fit['bandwidth_gbps'][0]:.3f} GB/s of 2^30 B ({fit['bandwidth_decimal_gbps'][0]:.3f} GB/s "
+            "of 10^9 B, nccl-tests' busbw unit)") in out

@@ -131,7 +131,7 @@ def edit_meta(d, change):
 
 
 @pytest.mark.parametrize("damage, match", [
-    (lambda d: os.remove(os.path.join(d, "program_1.csv")), "program_1.csv: cannot read"),
+    (lambda d: os.remove(os.path.join(d, "program_1.csv")), "program_1.csv: No such file"),
     (lambda d: edit_meta(d, lambda m: m["programs"].pop()), "rank 1 has no program"),
     (lambda d: edit_csv(os.path.join(d, "program_0.csv"), 3, "deps", "7"),
      "program_0.csv: row 3: deps: row 7 is not an earlier row"),

@@ -217,7 +217,7 @@ def test_existing_file_with_other_extension(tmp_path):
 @pytest.mark.parametrize(
     "text, fragments",
     [
-        ("topology: [Ring, Ring\nnpus_count: [4, 4]\n", ["not valid YAML"]),
+        ("topology: [Ring, Ring\nnpus_count: [4, 4]\n", ["malformed YAML"]),
         ("- Ring\n- Switch\n", ["must be a YAML mapping"]),
         ("npus_count: [4, 4]\n", ["missing 'topology'"]),
         ("topology: [Ring, Ring]\n", ["missing 'npus_count'"]),
@@ -244,7 +244,7 @@ def test_bad_yml(tmp_path, text, fragments):
 @pytest.mark.parametrize(
     "data, fragments",
     [
-        ("{not json", ["not valid JSON"]),
+        ("{not json", ["is not JSON"]),
         ([1, 2], ["must be a JSON object"]),
         (dict(SEED_JSON, **{"dimensions-count": 2}), ["dimensions-count is 2", "3 dimensions"]),
         (dict(SEED_JSON, **{"units-count": [8, 8]}), ["'units-count' has 2 entries"]),

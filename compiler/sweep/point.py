@@ -10,7 +10,7 @@ import time
 import warnings
 
 from .. import cli, cli_rules
-from ..network.errors import UserError
+from ..network.errors import UserError, show
 
 # options that write files, print other things than the report, or change what the report is
 NOT_IN_SWEEPS = {"emit", "output", "npu", "table_format", "table_view", "json", "compare", "timeline", "plot",
@@ -49,11 +49,11 @@ def argv(options: dict, directory: str) -> list[str]:
         flag, switch = FLAGS[dest]
         if switch:
             if not isinstance(value, bool):
-                raise UserError(f"'{key}' is on or off: give true or false, got {value!r}")
+                raise UserError(f"'{key}' is on or off: give true or false, got {show(value)}")
             out += [flag] if value else []
             continue
         if isinstance(value, bool):
-            raise UserError(f"'{key}' takes a value, got {value!r}")
+            raise UserError(f"'{key}' takes a value, got {show(value)}")
         if (dest == "topology" and isinstance(value, str) and value.lower().endswith(FILE_SUFFIXES)) or \
                 (dest in ("pool", "system") and isinstance(value, str)):   # files beside the sweep file
             value = _near(value, directory)
@@ -109,18 +109,20 @@ def _check_values(args) -> None:
     for flag, text in (("--size", args.size), ("--max-memory", args.max_memory)):
         if text is not None:
             try:
-                parse_size(text)
+                nbytes = parse_size(text)
             except UserError as e:
                 raise UserError(f"{flag}: {e}") from None
+            if flag == "--size":
+                from ..driver import check_size
+                check_size(nbytes)
     for flag, text in (("--chunks", args.chunks), ("--ports", args.ports), ("--active-chunks", args.active_chunks)):
         if text is not None:
             cli._positive_int(text, flag)
     if args.dims:
         cli._int_list(args.dims, "--dims")
-    for flag, value in (("--peak-tflops", args.peak_tflops), ("--mem-bw", args.mem_bw),
-                        ("--capture-limit", args.capture_limit)):
-        if not (value > 0 and value != float("inf")):
-            raise UserError(f"{flag} must be a finite positive number, got {value!r}")
+    from ..network.units import check_roofline
+    check_roofline(args.peak_tflops, args.mem_bw)
+    cli._capture_limit(args.capture_limit)
     if args.topology:
         from ..network.parse import parse_topology
         parse_topology(args.topology, args.bandwidth, args.latency, args.links, args.endpoint_delay)

@@ -23,12 +23,12 @@ import math
 import os
 from dataclasses import dataclass
 
-import yaml
-
-from ..network.errors import UserError, read_text
+from ..network.errors import UserError, show
+from ..network.user_files import read_yaml
 
 MAX_POINTS = 100_000   # a sweep that expands past this is almost surely a typo in a range
 TOP_KEYS = ("description", "base", "axes")
+MAX_FILE_BYTES = 16 << 20   # a sweep file is a page of axes; 16 MB lists a million values
 
 
 @dataclass(frozen=True)
@@ -51,14 +51,7 @@ class Sweep:
 
 
 def load(path: str) -> Sweep:
-    text = read_text(path, "a YAML sweep file", label="sweep file ")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise UserError(f"{path}: malformed YAML{where}: {getattr(e, 'problem', None) or e}") from None
-    return parse(data, path)
+    return parse(read_yaml(path, "a YAML sweep file", "sweep file ", MAX_FILE_BYTES), path)
 
 
 def parse(data, path: str) -> Sweep:
@@ -119,7 +112,7 @@ def _values(path: str, key: str, data) -> list:
         values = data
     else:
         raise UserError(f"{path}: axis '{key}' must be a list of values or a range {{from, to, step|times}}, "
-                        f"got {data!r}")
+                        f"got {show(data)}")
     if not values:
         raise UserError(f"{path}: axis '{key}' is empty")
     for v in values:
@@ -134,7 +127,7 @@ def _check_value(path: str, where: str, value) -> None:
         if isinstance(value, float) and not math.isfinite(value):
             raise UserError(f"{path}: {where}: {value} is not a finite number")
         return
-    raise UserError(f"{path}: {where}: expected a number, a string, true/false or a list of numbers, got {value!r}")
+    raise UserError(f"{path}: {where}: expected a number, a string, true/false or a list of numbers, got {show(value)}")
 
 
 def _range(path: str, key: str, spec: dict) -> list:
@@ -142,7 +135,7 @@ def _range(path: str, key: str, spec: dict) -> list:
     known = {"from", "to", "step", "times"}
     if set(spec) - known or not {"from", "to"} <= set(spec) or len({"step", "times"} & set(spec)) != 1:
         raise UserError(f"{path}: axis '{key}': a range is {{from: A, to: B, step: S}} or {{from: A, to: B, "
-                        f"times: K}}, got {spec!r}")
+                        f"times: K}}, got {show(spec)}")
     sized = isinstance(spec["from"], str) or isinstance(spec["to"], str)
     lo, hi = (_number(path, key, spec[k], sized) for k in ("from", "to"))
     if hi < lo:
@@ -151,17 +144,18 @@ def _range(path: str, key: str, spec: dict) -> list:
     if "step" in spec:
         step = _number(path, key, spec["step"], sized)
         if step <= 0:
-            raise UserError(f"{path}: axis '{key}': step must be positive, got {spec['step']!r}")
-        n = math.floor((hi - lo) / step + 1e-9) + 1
+            raise UserError(f"{path}: axis '{key}': step must be positive, got {show(spec['step'])}")
+        span = (hi - lo) / step   # inf for from 0 to 1e300 in steps of 1e-300: refused, not floored
+        n = math.floor(span + 1e-9) + 1 if span < MAX_POINTS else MAX_POINTS + 1
         if n > MAX_POINTS:
-            raise UserError(f"{path}: axis '{key}': the range has {n} values, more than {MAX_POINTS}")
+            raise UserError(f"{path}: axis '{key}': the range has more than {MAX_POINTS} values")
         out = [lo + i * step for i in range(n)]
     else:
         k = spec["times"]
         if isinstance(k, bool) or not isinstance(k, (int, float)) or not k > 1 or not math.isfinite(k):
-            raise UserError(f"{path}: axis '{key}': times must be a number above 1, got {k!r}")
+            raise UserError(f"{path}: axis '{key}': times must be a number above 1, got {show(k)}")
         if lo <= 0:
-            raise UserError(f"{path}: axis '{key}': a geometric range starts above 0, got {spec['from']!r}")
+            raise UserError(f"{path}: axis '{key}': a geometric range starts above 0, got {show(spec['from'])}")
         v = lo
         while v <= hi * (1 + 1e-12):
             out.append(v)
@@ -184,5 +178,5 @@ def _number(path: str, key: str, value, sized: bool):
         except UserError as e:
             raise UserError(f"{path}: axis '{key}': {e}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise UserError(f"{path}: axis '{key}': range bounds must be numbers or sizes, got {value!r}")
+        raise UserError(f"{path}: axis '{key}': range bounds must be numbers or sizes, got {show(value)}")
     return value

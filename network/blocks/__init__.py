@@ -4,7 +4,7 @@ adding its file.
 """
 from __future__ import annotations
 
-from ..errors import UserError
+from ..errors import UserError, show
 from ..registry import discover
 from .base import BACKWARD, FORWARD, SHORTEST, Block  # noqa: F401
 
@@ -29,7 +29,7 @@ def block(name: str) -> Block:
     """The block of a canonical name; an unknown one is bad input (never silently routed as something else)."""
     found = BLOCKS.get(name) if isinstance(name, str) else None   # a hostile file's list or dict: not a name
     if found is None:
-        raise UserError(f"unknown topology block {name!r}; {expected()}")
+        raise UserError(f"unknown topology block {show(name)}; {expected()}")
     return found
 
 
