@@ -187,6 +187,11 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str | None
         pipeline = FLAT_PIPELINE.format(alg.phase_name) + (f",{alg.planned_by}" if alg.planned_by else "")
         return one(pipeline, alg.label, print_ir)
     recorded = comm.recorded_scheduler(given)
+    if recorded is not None and scheduler is not None and all(
+            comm.short_name(op) == "phase" or comm.short_name(op) in comm.STRUCTURES for op in comm.ops(given)):
+        # checked as written before it is scheduled again: the ordering passes rewrite every phase's orders and
+        # bytes, which would hide a phase that contradicts its collective (a hand edit) behind a run that exits 0
+        plans_from_module(given, list(topology.shape))
     if scheduler is None and recorded is not None:  # its orders are decided: the pipeline only completes the rest
         return one(DEFAULT_PIPELINE, recorded, print_ir, recorded=True)
     scheduler = scheduler or DEFAULT_SCHEDULER

@@ -119,9 +119,9 @@ def test_a_step_takes_peak_perf_and_all_reduces_implementation(capsys, tmp_path)
     (json.dumps({**SYSTEM, "all-reduce-implementation": ["ring", "ringo"]}), "unknown implementation 'ringo'"),
     (json.dumps({**SYSTEM, "preferred-dataset-splits": "4"}), "preferred-dataset-splits must be a whole number"),
     (json.dumps({**SYSTEM, "intra-dimension-scheduling": "RG"}), "intra-dimension-scheduling must be one of"),
-    (json.dumps({**SYSTEM, "peak-perf": -1}), "peak-perf must be a number of TFLOPS from 0.001 to 1e+09, got -1"),
+    (json.dumps({**SYSTEM, "peak-perf": -1}), "peak-perf must be a number of TFLOPS between 0.001 and 1e+09, got -1"),
     # a rate so small that compute would take forever (was Infinity us, exit 0)
-    (json.dumps({**SYSTEM, "peak-perf": 1e-310}), "peak-perf must be a number of TFLOPS from 0.001 to 1e+09"),
+    (json.dumps({**SYSTEM, "peak-perf": 1e-310}), "peak-perf must be a number of TFLOPS between 0.001 and 1e+09"),
     (json.dumps({**SYSTEM, "collective-optimization": "fast"}),
      "collective-optimization must be one of baseline, localBWAware, got 'fast'"),
     (json.dumps({**SYSTEM, "endpoint-delay": "10"}), "endpoint-delay must be a number of ns from 0 to 3.6e+12, got '10'"),
