@@ -196,3 +196,55 @@ def test_a_pipeline_capture_is_written_per_rank_and_reads_back_identically(capsy
     again = step_json(capsys, str(tmp_path / "et"), "--topology", "Ring(2)_Ring(4)")
     assert again["total_time_us"] == direct["total_time_us"]
     assert again["exposed_comm_time_us"] == direct["exposed_comm_time_us"]
+
+
+# ---- issue 31: sizes named at their node, ranks that disagree ---------------------------------------------
+
+@pytest.mark.parametrize("nodes, match", [
+    ([node(0, "ar", COLL, comm_type=0, comm_size=float("nan"))], "node 0 (ar): comm_size must be a whole number of "
+                                                                 "at least 0, got nan"),
+    ([node(0, "ar", COLL, comm_type=0, comm_size=float("inf"))], "node 0 (ar): comm_size must be a whole number of "
+                                                                 "at least 0, got inf"),
+    ([node(3, "mm", COMP, num_ops=float("nan"), tensor_size=8)], "node 3 (mm): num_ops must be a whole number"),
+    ([node(3, "mm", COMP, num_ops=8, tensor_size=2.5)], "node 3 (mm): tensor_size must be a whole number"),
+    ([node(4, "", LOAD, tensor_size=-1)], "node 4: tensor_size must be a whole number"),
+    ([node(5, "bc", COLL, comm_type=5, comm_size=MB, comm_root=3)], "node 5 (bc): comm_root 3 is not a member"),
+])
+def test_a_bad_size_names_the_file_the_node_and_the_field(capsys, tmp_path, nodes, match):
+    d = write_traces(tmp_path / "t", "t", {0: nodes, 1: nodes})
+    err = refused(capsys, d, "--topology", "Ring(2)", match=match)
+    assert os.path.join(d, "t.0.et") in err
+
+
+@pytest.mark.parametrize("rank1, match", [
+    ([node(0, "ar", COLL, comm_type=0, comm_size=2 * MB)],
+     "collective 1 of process group 'world' [0,1]: {d}/t.0.et: node 0 (ar) is all_reduce of 1048576 bytes, "
+     "{d}/t.1.et: node 0 (ar) is all_reduce of 2097152 bytes"),
+    ([node(0, "rs", COLL, comm_type=7, comm_size=MB)],
+     "collective 1 of process group 'world' [0,1]: {d}/t.0.et: node 0 (ar) is all_reduce of 1048576 bytes, {d}/t.1.et: node 0 (rs) is reduce_scatter of "
+     "1048576 bytes"),
+    ([node(0, "ar", COLL, comm_type=0, comm_size=MB), node(1, "again", COLL, deps=[0], comm_type=0, comm_size=MB)],
+     "process group 'world' [0,1]: {d}/t.0.et runs 1 collectives on it, {d}/t.1.et 2; {d}/t.1.et: node 1 (again) "
+     "is the first without a partner"),
+    ([node(0, "bc", COLL, comm_type=5, comm_size=MB, comm_root=1)],
+     "collective 1 of process group 'world' [0,1]: {d}/t.0.et: node 0 (ar) is all_reduce of 1048576 bytes, {d}/t.1.et: node 0 (bc) is broadcast of 1048576 "
+     "bytes rooted at rank 1"),
+])
+def test_ranks_that_disagree_on_a_collective_are_refused_naming_both_nodes(capsys, tmp_path, rank1, match):
+    d = write_traces(tmp_path / "t", "t", {0: [node(0, "ar", COLL, comm_type=0, comm_size=MB)], 1: rank1})
+    refused(capsys, d, "--topology", "Ring(2)", match="Chakra ranks disagree on " + match.format(d=d))
+
+
+def test_a_rank_outside_a_group_it_runs_on_and_a_member_that_skips_it_are_refused(capsys, tmp_path):
+    ar = node(0, "ar", COLL, comm_type=0, comm_size=MB, pg_name="g")
+    d = write_traces(tmp_path / "a", "t", {0: [ar], 1: [ar], 2: [ar]}, groups={"g": [0, 1]})
+    refused(capsys, d, "--topology", "Ring(3)", match="t.2.et: node 0 (ar): rank 2 is not a member of process group "
+                                                      "'g' [0,1]")
+    # files alike but for their node ids (numbered by rank, as Chakra's microbenchmark does) are read once; the
+    # error still names the rank's own node
+    d = write_traces(tmp_path / "c", "t", {r: [node(r, "ar", COLL, comm_type=0, comm_size=MB, pg_name="g")]
+                                           for r in range(3)}, groups={"g": [0, 1]})
+    refused(capsys, d, "--topology", "Ring(3)", match="t.2.et: node 2 (ar): rank 2 is not a member")
+    d = write_traces(tmp_path / "b", "t", {0: [ar], 1: []}, groups={"g": [0, 1]})
+    refused(capsys, d, "--topology", "Ring(2)", match="t.0.et: node 0 (ar) is all_reduce of 1048576 bytes on it; "
+                                                      f"{d}/t.1.et (rank 1) runs no collective on it")

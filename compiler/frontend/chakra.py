@@ -20,8 +20,10 @@ Dependencies are ctrl_deps and data_deps together; the nodes run in a dependency
 """
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
+import math
 import os
 import re
 from functools import lru_cache
@@ -140,8 +142,126 @@ def trace_files(directory: str) -> list[str]:
     return [os.path.join(directory, n) for n in names]
 
 
+class _Program:
+    """One distinct trace's ops (ranks whose files are alike share it), with what the checks across ranks need:
+    each op's node (id, name), and per process group its collectives' (kind, bytes, root) in order. Groups are keyed
+    by the identity of their tuple: the reader gives every use of one group the same tuple."""
+
+    def __init__(self, path: str, ops: list, nodes: list):
+        self.path, self.ops, self.nodes = path, ops, nodes
+        self.calls: dict = {}     # id(group) -> indices of its collectives in ops
+        for i, op in enumerate(ops):
+            if op.kind == COLLECTIVE:
+                self.calls.setdefault(id(op.group), []).append(i)
+        self.signature = {g: tuple((ops[i].collective, ops[i].bytes, ops[i].root) for i in idx)
+                          for g, idx in self.calls.items()}
+
+    def group(self, key: int) -> tuple:
+        return self.ops[self.calls[key][0]].group
+
+
+class _Reading:
+    """The traces of one load: each rank's file and (shared) program, and where an op of a rank came from."""
+
+    def __init__(self, ranked: dict, groups: dict):
+        self.ranked, self.groups = ranked, groups
+        self.world = len(ranked)
+        self.everyone = tuple(range(self.world))
+        self.programs: dict = {}   # rank -> _Program
+        self.members: dict = {}    # id(group) -> its ranks as a set
+
+    def read(self) -> None:
+        """Every rank's file; a file whose bytes equal an earlier one's (or do up to its node ids, where no node
+        depends on another) is parsed once."""
+        seen: dict = {}          # digest of a file (or of its nodes without their ids) -> its _Program
+        for rank in range(self.world):
+            path = self.ranked[rank]
+            data = read_bytes(path, "Chakra trace ", MAX_FILE_BYTES)
+            digest = hashlib.blake2b(data, digest_size=20).digest()
+            program = seen.get(digest)
+            if program is None:
+                nodes, raws = _nodes(path, data)
+                alias = None if any(n.data_deps or n.ctrl_deps for n in nodes.values()) else _without_ids(raws)
+                program = seen.get(alias) if alias is not None else None
+                if program is None:
+                    program = _Program(path, *_ops(path, self.world, self.groups, self.everyone, nodes))
+                    if alias is not None:
+                        seen[alias] = program
+                seen[digest] = program
+            self.programs[rank] = program
+            self._check_member(rank)
+
+    def at(self, rank: int, i: int) -> str:
+        """Op `i` of rank `rank` as its file and node. Files alike up to their node ids share a program: such a
+        file's own node (the i-th of its nodes that runs something: none depends on another) is read again."""
+        program, path = self.programs[rank], self.ranked[rank]
+        labels = program.nodes
+        if path != program.path:
+            nodes, _ = _nodes(path, read_bytes(path, "Chakra trace ", MAX_FILE_BYTES))
+            labels = _ops(path, self.world, self.groups, self.everyone, nodes)[1]
+        node_id, name = labels[i]
+        return f"{path}: node {node_id}" + (f" ({name})" if name else "")
+
+    def _check_member(self, rank: int) -> None:
+        """Every process group rank `rank` runs a collective on holds it."""
+        program = self.programs[rank]
+        for key, idx in program.calls.items():
+            ranks = self.members.get(key)
+            if ranks is None:
+                ranks = self.members[key] = frozenset(program.group(key))
+            if rank not in ranks:
+                raise UserError(f"{self.at(rank, idx[0])}: rank {rank} is not a member of process group "
+                                f"{program.ops[idx[0]].group_name!r} {_show(program.group(key))}")
+
+    def check_agreement(self) -> None:
+        """The members of each process group run the same collectives on it, in the same order: kind, bytes,
+        root."""
+        first: dict = {}   # id(group) -> its first member rank
+        for rank in range(self.world):
+            program = self.programs[rank]
+            for key in program.calls:
+                ref = first.setdefault(key, rank)
+                if self.programs[ref] is not program and self.programs[ref].signature[key] != program.signature[key]:
+                    self._disagreement(key, ref, rank)
+        for key, ref_rank in first.items():
+            ref = self.programs[ref_rank]
+            for member in ref.group(key):
+                if key not in self.programs[member].calls:
+                    i = ref.calls[key][0]
+                    raise UserError(f"Chakra ranks disagree on process group {ref.ops[i].group_name!r} "
+                                    f"{_show(ref.group(key))}: {self.at(ref_rank, i)} is {_call(ref.ops[i])} on it; "
+                                    f"{self.ranked[member]} (rank {member}) runs no collective on it")
+
+    def _disagreement(self, key: int, ra: int, rb: int):
+        a, b = self.programs[ra], self.programs[rb]
+        sa, sb = a.signature[key], b.signature[key]
+        k = next((k for k, (x, y) in enumerate(zip(sa, sb)) if x != y), min(len(sa), len(sb)))
+        ia, ib = a.calls[key], b.calls[key]
+        name, group = a.ops[ia[0]].group_name, a.group(key)
+        if k == len(sa) or k == len(sb):
+            extra = self.at(ra, ia[k]) if k < len(sa) else self.at(rb, ib[k])
+            raise UserError(f"Chakra ranks disagree on process group {name!r} {_show(group)}: {self.ranked[ra]} "
+                            f"runs {len(sa)} collectives on it, {self.ranked[rb]} {len(sb)}; {extra} is the first "
+                            "without a partner")
+        raise UserError(f"Chakra ranks disagree on collective {k + 1} of process group {name!r} {_show(group)}: "
+                        f"{self.at(ra, ia[k])} is {_call(a.ops[ia[k]])}, {self.at(rb, ib[k])} is "
+                        f"{_call(b.ops[ib[k]])}")
+
+
 def load(paths: list[str], world_size: int | None = None) -> Workload:
     """One `<prefix>.<rank>.et` per rank, ranks 0..n-1, and an optional comm_group.json beside them."""
+    ranked = _ranked(paths)
+    if world_size is not None and world_size != len(ranked):
+        raise UserError(f"{len(ranked)} Chakra traces, but the topology has {world_size} NPUs")
+    reading = _Reading(ranked, _comm_groups(os.path.dirname(paths[0]), len(ranked)))
+    reading.read()
+    reading.check_agreement()
+    return Workload(reading.world, {rank: p.ops for rank, p in reading.programs.items()},
+                    source=", ".join(paths[:3]) + (" ..." if len(paths) > 3 else ""))
+
+
+def _ranked(paths: list[str]) -> dict:
+    """rank -> its file, every rank 0..n-1 once."""
     ranked = {}
     for p in paths:
         m = _RANK.match(os.path.basename(p))
@@ -156,11 +276,31 @@ def load(paths: list[str], world_size: int | None = None) -> Workload:
         missing = min(set(range(max(ranked) + 1)) - set(ranked))
         raise UserError(f"{os.path.dirname(paths[0]) or '.'}: the trace of rank {missing} is missing "
                         f"({world} .et files, ranks up to {max(ranked)})")
-    if world_size is not None and world_size != world:
-        raise UserError(f"{world} Chakra traces, but the topology has {world_size} NPUs")
-    groups = _comm_groups(os.path.dirname(paths[0]), world)
-    programs = {rank: _program(ranked[rank], rank, world, groups) for rank in range(world)}
-    return Workload(world, programs, source=", ".join(paths[:3]) + (" ..." if len(paths) > 3 else ""))
+    return ranked
+
+
+def _without_ids(raws: list) -> bytes:
+    """A digest of a file's nodes with each one's id left out (an encoder writes field 1 first: tag 0x08 and a
+    varint), for traces alike but for their node ids (Chakra's microbenchmark numbers its one node by rank)."""
+    h = hashlib.blake2b(b"ids left out", digest_size=20)
+    for raw in raws:
+        pos = 0
+        if raw[:1] == b"\x08":
+            pos = 1
+            while pos < len(raw) and raw[pos] & 0x80:
+                pos += 1
+            pos += 1
+        h.update(len(raw).to_bytes(8, "little") + raw[pos:])
+    return h.digest()
+
+
+def _call(op) -> str:
+    root = f" rooted at rank {op.root}" if op.root >= 0 else ""
+    return f"{op.collective} of {op.bytes} bytes{root}"
+
+
+def _show(ranks) -> str:
+    return "[" + ",".join(map(str, ranks[:8])) + (",...]" if len(ranks) > 8 else "]")
 
 
 def _comm_groups(directory: str, world: int) -> dict:
@@ -176,9 +316,14 @@ def _comm_groups(directory: str, world: int) -> dict:
         ranks = value.get("ranks") if isinstance(value, dict) else value
         if not isinstance(ranks, list) or not ranks or not all(
                 isinstance(r, int) and not isinstance(r, bool) and 0 <= r < world for r in ranks):
-            raise UserError(f"{path}: group {key!r} must list ranks 0..{world - 1}, got {ranks!r}")
+            raise UserError(f"{path}: group {key!r} must list ranks 0..{world - 1}, got {_short(ranks)}")
         out[str(key)] = tuple(sorted(set(ranks)))
     return out
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _attrs(node) -> dict:
@@ -191,17 +336,24 @@ def _attrs(node) -> dict:
     return out
 
 
+def _where(path: str, node) -> str:
+    return f"{path}: node {node.id}" + (f" ({node.name})" if node.name else "")
+
+
 def _int(path, node, attrs, key, default=0) -> int:
+    """A whole, non-negative number attribute (a size, a count, a rank), or one line naming the file, the node and
+    the field."""
     value = attrs.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
-        raise UserError(f"{path}: node {node.id}: {key} must be a whole number of at least 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
+            (isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+        raise UserError(f"{_where(path, node)}: {key} must be a whole number of at least 0, got {_short(value)}")
     return int(value)
 
 
-def _program(path: str, rank: int, world: int, groups: dict) -> list[Op]:
+def _nodes(path: str, data: bytes) -> tuple[dict, list]:
+    """({node id: Node} in file order, each node's message bytes) of one file, its metadata checked."""
     GlobalMetadata, Node = schema()
     from google.protobuf.message import DecodeError
-    data = read_bytes(path, "Chakra trace ", MAX_FILE_BYTES)
     parts = messages(path, data)
     first = next(parts, None)
     if first is None:
@@ -211,8 +363,9 @@ def _program(path: str, rank: int, world: int, groups: dict) -> list[Op]:
     except DecodeError:
         raise UserError(f"{path}: its first message is not Chakra's GlobalMetadata") from None
     if not meta.version.startswith("0.0."):
-        raise UserError(f"{path}: Chakra schema version {meta.version!r}; this reads 0.0.x (as ASTRA-sim 2.x)")
-    nodes = {}
+        raise UserError(f"{path}: Chakra schema version {_short(meta.version)}; this reads 0.0.x (as ASTRA-sim "
+                        "2.x)")
+    nodes, raws = {}, []
     for offset, raw in parts:
         try:
             node = Node.FromString(raw)
@@ -221,17 +374,20 @@ def _program(path: str, rank: int, world: int, groups: dict) -> list[Op]:
         if node.id in nodes:
             raise UserError(f"{path}: node id {node.id} appears twice")
         nodes[node.id] = node
-    return _ops(path, rank, world, groups, nodes)
+        raws.append(raw)
+    return nodes, raws
 
 
-def _ops(path, rank, world, groups, nodes: dict) -> list[Op]:
+def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], list]:
+    """The file's ops in a dependency order, and each op's (node id, name)."""
     deps = {i: list(dict.fromkeys(list(n.data_deps) + list(n.ctrl_deps))) for i, n in nodes.items()}
     for i, ds in deps.items():
         for d in ds:
             if d not in nodes:
-                raise UserError(f"{path}: node {i} depends on node {d}, which the trace does not hold")
+                raise UserError(f"{_where(path, nodes[i])} depends on node {d}, which the trace does not hold")
     order = _dependency_order(path, nodes, deps)
     ops: list[Op] = []
+    labels: list = []
     index: dict = {}        # node id -> its op's index, or the op indices a skipped node passes on
     for i in order:
         node, attrs = nodes[i], _attrs(nodes[i])
@@ -244,32 +400,33 @@ def _ops(path, rank, world, groups, nodes: dict) -> list[Op]:
             if "astra_measured_ns" in attrs:   # written by --emit chakra: the profiler's time to the nanosecond
                 measured = attrs["astra_measured_ns"]
                 if not isinstance(measured, float) or not 0 <= measured < 1e18:
-                    raise UserError(f"{path}: node {node.id}: astra_measured_ns {measured!r} is not a time")
+                    raise UserError(f"{_where(path, node)}: astra_measured_ns {_short(measured)} is not a time")
             op = Op(node.name or "compute", COMPUTE, before, flops=flops,
                     bytes=_int(path, node, attrs, "tensor_size"), measured_ns=measured)
         elif kind in ("MEM_LOAD_NODE", "MEM_STORE_NODE"):   # ASTRA-sim's tensor_loc: 1 local, 2 remote memory
             loc = _int(path, node, attrs, "tensor_loc", 1)
             if loc not in TENSOR_LOCATIONS:
-                raise UserError(f"{path}: node {node.id}: tensor_loc {loc} is not 1 (local) or 2 (remote memory); "
+                raise UserError(f"{_where(path, node)}: tensor_loc {loc} is not 1 (local) or 2 (remote memory); "
                                 "CXL and storage memories are not modelled")
             group = _int(path, node, attrs, "astra_in_switch", 1)
             if group > 1 and loc != 2 or group > world:
-                raise UserError(f"{path}: node {node.id}: astra_in_switch {group} needs a remote tensor and at most "
+                raise UserError(f"{_where(path, node)}: astra_in_switch {group} needs a remote tensor and at most "
                                 f"{world} GPUs")
             op = Op(node.name or kind.lower(), LOAD if kind == "MEM_LOAD_NODE" else STORE, before,
                     bytes=_int(path, node, attrs, "tensor_size"), location=TENSOR_LOCATIONS[loc],
                     in_switch=group if group > 1 else 0)
         elif kind == "COMM_COLL_NODE":
-            op = _collective(path, node, attrs, before, rank, world, groups)
+            op = _collective(path, node, attrs, before, world, groups, everyone)
         elif kind in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
             key = "comm_dst" if kind == "COMM_SEND_NODE" else "comm_src"
             peer = _int(path, node, attrs, key, -1) if key in attrs else -1
             if not 0 <= peer < world:
-                raise UserError(f"{path}: node {node.id}: {key} {attrs.get(key)!r} is not a rank 0..{world - 1}")
+                raise UserError(f"{_where(path, node)}: {key} {_short(attrs.get(key))} is not a rank "
+                                f"0..{world - 1}")
             op = Op(node.name or kind.lower(), SEND if kind == "COMM_SEND_NODE" else RECV, before,
                     bytes=_int(path, node, attrs, "comm_size"), peer=peer)
         elif kind == "INVALID_NODE":
-            raise UserError(f"{path}: node {node.id} has node type {node.type}, not one of Chakra's")
+            raise UserError(f"{_where(path, node)} has node type {node.type}, not one of Chakra's")
         if op is not None:
             op.phase = str(attrs.get("astra_phase", ""))
             op.iteration = _int(path, node, attrs, "astra_iteration", -1) if "astra_iteration" in attrs else -1
@@ -278,28 +435,31 @@ def _ops(path, rank, world, groups, nodes: dict) -> list[Op]:
         else:
             index[i] = [len(ops)]
             ops.append(op)
-    return ops
+            labels.append((node.id, node.name))
+    return ops, labels
 
 
-def _collective(path, node, attrs, before, rank, world, groups) -> Op:
+def _collective(path, node, attrs, before, world, groups, everyone) -> Op:
     ctype = _int(path, node, attrs, "comm_type")
     name = COMM_TYPES[ctype] if ctype < len(COMM_TYPES) else str(ctype)
     if name not in KINDS:
         why = "gather and scatter have no schedule here" if name in COMM_TYPES else "not a Chakra collective type"
-        raise UserError(f"{path}: node {node.id}: comm_type {name} is not supported ({why})")
+        raise UserError(f"{_where(path, node)}: comm_type {name} is not supported ({why})")
     pg = str(attrs.get("pg_name", ""))
     if pg and pg not in groups:
-        raise UserError(f"{path}: node {node.id}: process group {pg!r} is not in comm_group.json beside the traces")
-    group = groups[pg] if pg else tuple(range(world))
-    if rank not in group:
-        raise UserError(f"{path}: node {node.id}: rank {rank} is not a member of process group {pg!r} {list(group)}")
+        raise UserError(f"{_where(path, node)}: process group {_short(pg)} is not in comm_group.json beside the "
+                        "traces")
+    group = groups[pg] if pg else everyone
     nbytes = 4 if name == "BARRIER" else _int(path, node, attrs, "comm_size")
     if name == "ALL_GATHER":
         nbytes *= len(group)   # Chakra: each rank's input; here: the gathered buffer
     if nbytes <= 0:
-        raise UserError(f"{path}: node {node.id}: comm_size must be positive, got {attrs.get('comm_size')!r}")
+        raise UserError(f"{_where(path, node)}: comm_size must be positive, got {_short(attrs.get('comm_size'))}")
     kind = KINDS[name]
     root = _int(path, node, attrs, "comm_root", group[0]) if kind in ("broadcast", "reduce") else -1
+    if root >= 0 and root not in group:
+        raise UserError(f"{_where(path, node)}: comm_root {root} is not a member of process group {_short(pg)} "
+                        f"{_show(group)}")
     return Op(node.name or kind, COLLECTIVE, before, bytes=nbytes, collective=kind, group=group,
               group_name=pg or "world", root=root)
 
