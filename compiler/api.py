@@ -105,7 +105,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             endpoint_delay=None,
             mesh: str | dict | None = None, scheduler: str = driver.DEFAULT_SCHEDULER, chunks: int | None = None,
             algorithm: str | None = None, all_reduce: str | None = None, backend: str = "analytical",
-            intra: str = driver.DEFAULT_INTRA,
+            switching: str = "cut-through", intra: str = driver.DEFAULT_INTRA,
             peak_tflops: float = Roofline.peak_tflops, mem_bw_gbps: float = Roofline.mem_gbps,
             rank: int = 0, max_memory: int | None = None,
             capture_limit: float | None = DEFAULT_CAPTURE_LIMIT, example_inputs=None, parallelize=None,
@@ -139,7 +139,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     step_module = isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".mlir")
     if _is_step_dir(source):
         return _compile_step_dir(os.fspath(source), topology, backend, intra, peak_tflops, mem_bw_gbps, max_memory,
-                                 rank, local_mem_gbps, mem_latency_ns, pool)
+                                 rank, local_mem_gbps, mem_latency_ns, pool, switching)
     if topology is None and not step_module:
         raise UserError("a topology is required (a workload .mlir module names its own)")
     if topology is None and any(v is not None for v in (bandwidth, latency, links)):
@@ -176,8 +176,8 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items())}
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm), ("all_reduce", all_reduce))
                 if v is not None}
-    run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory,
-                                 local_mem_gbps=_local_mem(local_mem_gbps))
+    run_opts = driver.RunOptions(backend=backend, intra=intra, switching=_switching(switching, backend),
+                                 max_memory=max_memory, local_mem_gbps=_local_mem(local_mem_gbps))
     opts = WorkloadOptions(scheduler, defaults, run_opts, Roofline(peak_tflops, mem_bw_gbps), keep_tables,
                            *_memory(mem_latency_ns, pool, topo))
     report = _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
@@ -197,6 +197,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
         raise UserError(f"rank {rank} is not among the workload's programs ({sorted(result.ranks)})")
     info = {"source": recorded["source"], "topology": topo.name, "npus": topo.npus, "mesh": recorded["mesh"],
             "backend": opts.run.backend, "scheduler": recorded["scheduler"], "peak_tflops": opts.roofline.peak_tflops,
+            **({"switching": opts.run.switching} if opts.run.backend == "congestion" else {}),
             "mem_bw_gbps": opts.roofline.mem_gbps, "mem_latency_ns": opts.mem_latency_ns, "rank": rank,
             **({"pool": opts.pool.describe()} if opts.pool is not None else {}),
             **({"endpoint_delay_ns": topo.endpoint_delay_ns} if topo.endpoint_delay_ns else {})}
@@ -219,15 +220,15 @@ def _is_step_dir(source) -> bool:
 
 def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops: float, mem_bw_gbps: float,
                       max_memory: int | None, rank: int, local_mem_gbps: float | None = None,
-                      mem_latency_ns: float = 0.0, pool=None) -> WorkloadReport:
+                      mem_latency_ns: float = 0.0, pool=None, switching: str = "cut-through") -> WorkloadReport:
     """A step table directory (--emit tables -o DIR): its collectives' tables executed on `backend`, then the step."""
     from . import step_dir
     if topology is not None:
         raise UserError(f"{path}: a step table directory runs on the topology it was compiled for (meta.json); "
                         "give no topology")
     _check_roofline(peak_tflops, mem_bw_gbps)
-    run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory,
-                                 local_mem_gbps=_local_mem(local_mem_gbps))
+    run_opts = driver.RunOptions(backend=backend, intra=intra, switching=_switching(switching, backend),
+                                 max_memory=max_memory, local_mem_gbps=_local_mem(local_mem_gbps))
     lowered, topo, recorded, times, step = step_dir.load(path, run_opts)
     opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, Roofline(peak_tflops, mem_bw_gbps), False,
                            *_memory(mem_latency_ns, pool, topo))
@@ -259,6 +260,16 @@ def _memory(latency_ns, pool, topo) -> tuple[float, object]:
         raise UserError(f"{where}{sizes} is {pool.nodes} x {pool.gpus_per_node} = {pool.gpus} GPUs but "
                         f"{topo.name} has {topo.npus} NPUs")
     return latency, pool
+
+
+def _switching(switching, backend: str) -> str:
+    """How the congestion backend forwards a message (runtime/congestion.SWITCHING); only it has a choice."""
+    from .runtime.congestion import SWITCHING
+    if switching not in SWITCHING:
+        raise UserError(f"switching must be one of {', '.join(SWITCHING)}, got {switching!r}")
+    if switching != SWITCHING[0] and backend != "congestion":
+        raise UserError(f"switching {switching} applies to the congestion backend, not {backend}")
+    return switching
 
 
 def _local_mem(gbps) -> float | None:

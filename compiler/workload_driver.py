@@ -228,7 +228,8 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
             if key in times:
                 continue
             if key[0] == "p2p":
-                times[key] = message_time(topology, key, opts.run.backend == "congestion")
+                times[key] = message_time(topology, key, opts.run.backend == "congestion",
+                                          opts.run.switching == "store-and-forward")
             elif shared is None or opts.keep_schedules:
                 times[key], schedule = _time_one(ctx, topology, key, opts)
                 if opts.keep_schedules:
@@ -245,11 +246,13 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
     return times
 
 
-def message_time(topology: Topology, key: tuple, physical: bool = False) -> CollectiveTime:
+def message_time(topology: Topology, key: tuple, physical: bool = False,
+                 store_and_forward: bool = False) -> CollectiveTime:
     """A point-to-point message's time: routed over the topology (network/message.py), in both backends; with
-    `physical` (the congestion backend) it shares the links of its route, else the dimensions at its two ends."""
+    `physical` (the congestion backend) it shares the links of its route, else the dimensions at its two ends;
+    `store_and_forward` (that backend's --switching) stores it whole at every hop."""
     _, nbytes, src, dst = key
-    m = message(topology, src, dst, nbytes)
+    m = message(topology, src, dst, nbytes, store_and_forward)
     stream_ns = max(m.dim_busy_ns, default=0.0)
     route = tuple((o, c, stream_ns) for o, c in m.links) if physical else ()
     return CollectiveTime(m.time_ns, f"routed {m.hops} hop{'s' if m.hops != 1 else ''}", dim_busy_ns=m.dim_busy_ns,

@@ -248,3 +248,17 @@ def test_a_rank_outside_a_group_it_runs_on_and_a_member_that_skips_it_are_refuse
     d = write_traces(tmp_path / "b", "t", {0: [ar], 1: []}, groups={"g": [0, 1]})
     refused(capsys, d, "--topology", "Ring(2)", match="t.0.et: node 0 (ar) is all_reduce of 1048576 bytes on it; "
                                                       f"{d}/t.1.et (rank 1) runs no collective on it")
+
+
+def test_a_message_stored_and_forwarded_pays_each_links_time(capsys, tmp_path):
+    """Issue 31 item 8: rank 0 sends 8 MB to rank 3 of a 2x2 torus (two links, 500 ns each): cut through it takes
+    2 x 500 ns + bytes / bandwidth; stored and forwarded at each hop, 2 x (500 ns + bytes / bandwidth)."""
+    programs = {r: [] for r in range(4)}
+    programs[0] = [node(1, "send", SEND_, comm_size=8 * MB, comm_dst=3)]
+    programs[3] = [node(1, "recv", RECV_, comm_size=8 * MB, comm_src=0)]
+    d = write_traces(tmp_path / "t", "t", programs)
+    took = {s: step_json(capsys, d, "--topology", "2x2_torus", "--backend", "congestion", "--switching",
+                         s)["total_time_us"] for s in ("cut-through", "store-and-forward")}
+    one_link = took["cut-through"] - 1.0
+    assert one_link == pytest.approx(8 * MB / (25 * 2 ** 30) * 1e6, rel=1e-9)   # a Ring(2) link: half of 50 GB/s
+    assert took["store-and-forward"] == pytest.approx(2 * (0.5 + one_link), rel=1e-12)
