@@ -20,7 +20,7 @@ from .frontend.workload import Workload
 from .runtime.workload_engine import Roofline
 from .network.parse import parse_topology, with_endpoint_delay
 from .network.topology import Topology
-from .workload_driver import Lowered, WorkloadOptions, lower, read_lowered, run, runner, with_schedules
+from .workload_driver import Lowered, WorkloadOptions, group_key, lower, read_lowered, run, runner, with_schedules
 from .step_timeline import step_trace
 from .workload_report import WorkloadReport, make_report
 
@@ -180,14 +180,21 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
                                  max_memory=max_memory, local_mem_gbps=_local_mem(local_mem_gbps))
     opts = WorkloadOptions(scheduler, defaults, run_opts, Roofline(peak_tflops, mem_bw_gbps), keep_tables,
                            *_memory(mem_latency_ns, pool, topo))
-    report = _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
+    report, times = _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
     if not step_module:
-        from .frontend import chakra
-        report.chakra = lambda out_dir, force=False: chakra.write(workload, topo, out_dir, force)
+        from .frontend import chakra_write
+
+        def collective_ns(op, group) -> float:   # a broadcast's time, which ASTRA-sim replays
+            took = times.get(group_key(topo, op.collective, op.bytes, group, op.root)) if len(group) > 1 else None
+            return took.time_ns if took is not None else 0.0
+        report.chakra = lambda out_dir, force=False: chakra_write.write(workload, topo, out_dir, force,
+                                                                        roofline=opts.roofline,
+                                                                        collective_ns=collective_ns)
     return report
 
 
 def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recorded: dict, rank: int):
+    """The step's report, and each collective's time (workload_driver.CollectiveTimes)."""
     result, times = run(lowered, topo, opts, times)
     program = rank   # the program rank `rank` runs: in an SPMD step, the one that stands for it
     if 0 <= rank < topo.npus:
@@ -208,7 +215,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
         from . import step_dir
         report.step_tables = lambda fmt: step_dir.build(lowered, times, info | {"topology_dict": topo.to_dict()},
                                                         fmt)
-    return report
+    return report, times
 
 
 def _is_step_dir(source) -> bool:
@@ -232,7 +239,7 @@ def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops
     lowered, topo, recorded, times, step = step_dir.load(path, run_opts)
     opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, Roofline(peak_tflops, mem_bw_gbps), False,
                            *_memory(mem_latency_ns, pool, topo))
-    report = _timed(lowered, topo, opts, times, recorded, rank)
+    report, _ = _timed(lowered, topo, opts, times, recorded, rank)
     report.step_tables = lambda fmt: step
     return report
 

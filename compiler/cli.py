@@ -573,8 +573,9 @@ def _run_collective(args, run) -> int:
         return _emit_tables(args, schedule, topology)
 
     if args.emit == "chakra":
-        from .frontend import chakra
-        n = chakra.write(chakra.one_collective(schedule.meta, topology), topology, _chakra_dir(args), args.force)
+        from .frontend import chakra_write
+        n = chakra_write.write(chakra_write.one_collective(schedule.meta, topology), topology, _chakra_dir(args),
+                               args.force)
         print(f"wrote {n} Chakra traces and comm_group.json to {args.output}")
         return 0
 

@@ -126,6 +126,12 @@ def collective_key(op, topology: Topology) -> tuple:
                 part_key(dims, wl.parts(op.attrs)))
 
 
+def group_key(topology: Topology, kind: str, nbytes: int, group, root: int = -1) -> tuple:
+    """The collective_key of a frontend collective (an Op: kind, bytes, its group's ranks, root)."""
+    dims, parts = group_span(topology, group)
+    return _key(kind, nbytes, dims, root, topology, part_key(dims, parts))
+
+
 def part_key(dims, parts: dict) -> tuple:
     """The key element of a group covering part of some dimensions: ("part", (dim, members, stride), ...)."""
     return ("part",) + tuple((d,) + tuple(parts[d]) for d in dims if d in parts) if parts else ()

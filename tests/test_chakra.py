@@ -262,3 +262,70 @@ def test_a_message_stored_and_forwarded_pays_each_links_time(capsys, tmp_path):
     one_link = took["cut-through"] - 1.0
     assert one_link == pytest.approx(8 * MB / (25 * 2 ** 30) * 1e6, rel=1e-9)   # a Ring(2) link: half of 50 GB/s
     assert took["store-and-forward"] == pytest.approx(2 * (0.5 + one_link), rel=1e-12)
+
+
+# ---- issue 31 item 1 and 2: written traces run on ASTRA-sim as written; group names come back ----------------
+
+def _astra_checked(directory, report):
+    """The directory passes ASTRA-sim's rules (tests/astrasim_rules.py) at the report's roofline, and ASTRA-sim's
+    compute time of the report's rank lies within 1 ns per compute node of the report's."""
+    import astrasim_rules
+    times = astrasim_rules.check(str(directory), report["peak_tflops"], report["mem_bw_gbps"])
+    mine = times[report["rank"]]
+    assert abs(sum(mine.values()) - report["compute_time_us"] * 1e3) <= len(mine) + 1e-6 * sum(mine.values())
+    return times
+
+
+def test_the_gpt_step_written_as_chakra_runs_on_astra_sim_and_keeps_its_group_names(capsys, tmp_path):
+    argv = ["examples/gpt_tp_dp.py", "--topology", "4x4_torus", "--mesh", "dp=4,tp=4"]
+    direct = step_json(capsys, *argv)
+    code, _, err = cli(capsys, *argv, "--emit", "chakra", "-o", str(tmp_path / "gpt"))
+    assert code == 0, err
+    _astra_checked(tmp_path / "gpt", direct)
+    again = step_json(capsys, str(tmp_path / "gpt"), "--topology", "4x4_torus")
+    assert [(c["kind"], c["group"]) for c in again["collectives"]] == \
+        [(c["kind"], c["group"]) for c in direct["collectives"]]
+    assert {c["group"] for c in again["collectives"]} == {"tp", "dp"}
+
+
+def test_measured_compute_roots_and_a_reduce_run_on_astra_sim_and_read_back(tmp_path):
+    """Per-rank programs: a measured compute op (ASTRA-sim's roofline gets 1 FLOP and the bytes memory moves in the
+    measured time), a broadcast (ASTRA-sim replays its duration), a reduce (which ASTRA-sim refuses: written as
+    such a broadcast), a wait (no work: 1 ns there), all read back to the identical step."""
+    import dataclasses
+    import astra_compile
+    from test_step_module import two_ranks
+    workload = two_ranks()
+    for rank, ops in workload.programs.items():
+        ops[0].measured_ns = 12345.678 + rank
+        ops.append(dataclasses.replace(ops[1], name="c10d.reduce_", collective="reduce", root=0, deps=[4]))
+    direct = astra_compile.compile(workload, "Ring(2)")
+    direct.chakra(str(tmp_path / "t"))
+    times = _astra_checked(tmp_path / "t", direct)
+    assert times[0][1] == 12345 and times[1][1] == 12346   # the measured ops, truncated to whole ns
+    again = astra_compile.compile(str(tmp_path / "t"), "Ring(2)")
+    assert again.total_time_us == direct.total_time_us
+    assert again["compute_time_us"] == direct["compute_time_us"]
+    assert [(c["kind"], c["group"]) for c in again["collectives"]] == \
+        [(c["kind"], c["group"]) for c in direct["collectives"]]
+    from astra_compile.frontend.chakra import NODE_TYPES, messages, schema
+    _, Node = schema()
+    data = open(tmp_path / "t" / "trace.0.et", "rb").read()
+    nodes = [Node.FromString(raw) for _, raw in list(messages("t", data))[1:]]
+    broadcast, reduce_ = nodes[1], nodes[5]
+    took = {c["kind"]: c["time_us"] for c in direct["collectives"]}
+    assert broadcast.duration_micros == round(took["broadcast"]) and reduce_.duration_micros == round(took["reduce"])
+    assert {a.name: a.string_val for a in reduce_.attr}["astra_comm_type"] == "REDUCE"
+    assert NODE_TYPES[nodes[3].type] == "COMP_NODE" and nodes[3].duration_micros == 0   # the wait
+
+
+def test_a_pipelines_messages_are_tagged_alike_on_both_ends(capsys, tmp_path):
+    import textwrap
+    from test_pipeline import MODEL
+    path = tmp_path / "pp.py"
+    path.write_text(textwrap.dedent(MODEL % ("1F1B", 8, 4)).replace('{"pp": 4}', '{"pp": 4, "dp": 2}'))
+    argv = [str(path), "--topology", "Ring(2)_Ring(4)", "--mesh", "pp=4,dp=2"]
+    direct = step_json(capsys, *argv)
+    code, _, err = cli(capsys, *argv, "--emit", "chakra", "-o", str(tmp_path / "et"))
+    assert code == 0, err
+    _astra_checked(tmp_path / "et", direct)

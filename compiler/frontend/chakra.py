@@ -1,4 +1,5 @@
-"""Chakra execution traces (the protobuf ETs ASTRA-sim 2.x runs), in and out: one `<prefix>.<rank>.et` per rank.
+"""Chakra execution traces (the protobuf ETs ASTRA-sim 2.x runs) in: one `<prefix>.<rank>.et` per rank (the schema
+and framing here are chakra_write.py's too, which writes them).
 
 A file is a sequence of protobuf messages, each preceded by its length as a varint: one GlobalMetadata (the
 schema version), then the Nodes. The schema is written here from the published format (mlcommons/chakra
@@ -7,12 +8,14 @@ et_def.proto: message and field names and numbers) with protobuf's descriptor AP
 Nodes become the workload's ops (frontend/workload.py):
 - COMP_NODE on the GPU: compute with `num_ops` FLOPs and `tensor_size` bytes (the roofline's inputs), or, without
   FLOPs, its `duration_micros` as a measured time; `is_cpu_op` nodes and METADATA / storage nodes run nothing
-  here and pass their dependencies on;
+  here and pass their dependencies on. What --emit chakra wrote for ASTRA-sim alone gives way to its own
+  attributes: `astra_flops` and `astra_bytes` (the op's FLOPs and bytes), `astra_measured_ns`;
 - MEM_LOAD_NODE / MEM_STORE_NODE: a load / store of `tensor_size` bytes in local memory or the remote pool
   (`tensor_loc` 1 or 2, ASTRA-sim's LOCAL_MEMORY / REMOTE_MEMORY; absent: local), docs/memory.md; written back
   with `astra_in_switch` when the pool's switches gather it;
-- COMM_COLL_NODE: the collective of `comm_type` with `comm_size` bytes over the process group `pg_name` (its ranks
-  from comm_group.json beside the traces, ASTRA-sim's comm-group file; without one, every rank). Chakra gives an
+- COMM_COLL_NODE: the collective of `comm_type` (or `astra_comm_type`) with `comm_size` bytes over the process
+  group `pg_name` (its ranks from comm_group.json beside the traces, ASTRA-sim's comm-group file; without one, or 0,
+  every rank), named `pg_desc` where the trace gives one (dp, tp), else by its pg_name. Chakra gives an
   all-gather's size as each rank's input: the gathered buffer is comm_size x the group's size. A barrier is the
   all-reduce of one 4-byte element (what NCCL runs); gather and scatter are refused;
 - COMM_SEND_NODE / COMM_RECV_NODE: a message of `comm_size` bytes to `comm_dst` / from `comm_src`.
@@ -22,13 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import json
 import math
 import os
 import re
 from functools import lru_cache
-
-import numpy as np
 
 from ..network.errors import UserError, read_bytes, read_json
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, Op, Workload
@@ -350,6 +350,12 @@ def _int(path, node, attrs, key, default=0) -> int:
     return int(value)
 
 
+def _bytes(path, node, attrs) -> int:
+    """A compute or memory node's bytes: its own (astra_bytes, where --emit chakra gave ASTRA-sim another
+    tensor_size), else tensor_size."""
+    return _int(path, node, attrs, "astra_bytes" if "astra_bytes" in attrs else "tensor_size")
+
+
 def _nodes(path: str, data: bytes) -> tuple[dict, list]:
     """({node id: Node} in file order, each node's message bytes) of one file, its metadata checked."""
     GlobalMetadata, Node = schema()
@@ -395,14 +401,17 @@ def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], list]:
         kind = NODE_TYPES[node.type] if 0 <= node.type < len(NODE_TYPES) else "INVALID_NODE"
         op = None
         if kind == "COMP_NODE" and not attrs.get("is_cpu_op", False):
-            flops = _int(path, node, attrs, "num_ops")
-            measured = float(node.duration_micros) * 1e3 if not flops and node.duration_micros else -1.0
-            if "astra_measured_ns" in attrs:   # written by --emit chakra: the profiler's time to the nanosecond
+            # written by --emit chakra (chakra_write.py): the op's own FLOPs and bytes where ASTRA-sim's roofline
+            # needed others, and a profiler's time to the nanosecond; its duration is then only for ASTRA-sim
+            ours = "astra_flops" in attrs or "astra_measured_ns" in attrs
+            flops = _int(path, node, attrs, "astra_flops" if "astra_flops" in attrs else "num_ops")
+            measured = float(node.duration_micros) * 1e3 if not flops and node.duration_micros and not ours else -1.0
+            if "astra_measured_ns" in attrs:
                 measured = attrs["astra_measured_ns"]
                 if not isinstance(measured, float) or not 0 <= measured < 1e18:
                     raise UserError(f"{_where(path, node)}: astra_measured_ns {_short(measured)} is not a time")
-            op = Op(node.name or "compute", COMPUTE, before, flops=flops,
-                    bytes=_int(path, node, attrs, "tensor_size"), measured_ns=measured)
+            op = Op(node.name or "compute", COMPUTE, before, flops=flops, bytes=_bytes(path, node, attrs),
+                    measured_ns=measured)
         elif kind in ("MEM_LOAD_NODE", "MEM_STORE_NODE"):   # ASTRA-sim's tensor_loc: 1 local, 2 remote memory
             loc = _int(path, node, attrs, "tensor_loc", 1)
             if loc not in TENSOR_LOCATIONS:
@@ -413,7 +422,7 @@ def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], list]:
                 raise UserError(f"{_where(path, node)}: astra_in_switch {group} needs a remote tensor and at most "
                                 f"{world} GPUs")
             op = Op(node.name or kind.lower(), LOAD if kind == "MEM_LOAD_NODE" else STORE, before,
-                    bytes=_int(path, node, attrs, "tensor_size"), location=TENSOR_LOCATIONS[loc],
+                    bytes=_bytes(path, node, attrs), location=TENSOR_LOCATIONS[loc],
                     in_switch=group if group > 1 else 0)
         elif kind == "COMM_COLL_NODE":
             op = _collective(path, node, attrs, before, world, groups, everyone)
@@ -440,16 +449,21 @@ def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], list]:
 
 
 def _collective(path, node, attrs, before, world, groups, everyone) -> Op:
-    ctype = _int(path, node, attrs, "comm_type")
-    name = COMM_TYPES[ctype] if ctype < len(COMM_TYPES) else str(ctype)
+    if "astra_comm_type" in attrs:   # --emit chakra: a reduce, written as a broadcast ASTRA-sim replays
+        name = str(attrs["astra_comm_type"])
+        if name not in COMM_TYPES:
+            raise UserError(f"{_where(path, node)}: astra_comm_type {_short(name)} is not a Chakra collective type")
+    else:
+        ctype = _int(path, node, attrs, "comm_type")
+        name = COMM_TYPES[ctype] if ctype < len(COMM_TYPES) else str(ctype)
     if name not in KINDS:
         why = "gather and scatter have no schedule here" if name in COMM_TYPES else "not a Chakra collective type"
         raise UserError(f"{_where(path, node)}: comm_type {name} is not supported ({why})")
     pg = str(attrs.get("pg_name", ""))
-    if pg and pg not in groups:
+    if pg and pg not in groups and pg != "0":
         raise UserError(f"{_where(path, node)}: process group {_short(pg)} is not in comm_group.json beside the "
                         "traces")
-    group = groups[pg] if pg else everyone
+    group = groups[pg] if pg in groups else everyone   # as ASTRA-sim: no pg_name, or 0, is every rank
     nbytes = 4 if name == "BARRIER" else _int(path, node, attrs, "comm_size")
     if name == "ALL_GATHER":
         nbytes *= len(group)   # Chakra: each rank's input; here: the gathered buffer
@@ -460,8 +474,9 @@ def _collective(path, node, attrs, before, world, groups, everyone) -> Op:
     if root >= 0 and root not in group:
         raise UserError(f"{_where(path, node)}: comm_root {root} is not a member of process group {_short(pg)} "
                         f"{_show(group)}")
+    desc = str(attrs.get("pg_desc", ""))   # the group's name (--emit chakra writes dp, tp there)
     return Op(node.name or kind, COLLECTIVE, before, bytes=nbytes, collective=kind, group=group,
-              group_name=pg or "world", root=root)
+              group_name=desc or pg or "world", root=root)
 
 
 def _dependency_order(path, nodes: dict, deps: dict) -> list:
@@ -488,175 +503,6 @@ def _dependency_order(path, nodes: dict, deps: dict) -> list:
     return order
 
 
-# ---- writing (--emit chakra) ----------------------------------------------------------------------------------
-
-VERSION = "0.0.4"          # the schema version written (ASTRA-sim 2.x reads 0.0.4)
-COMM_GROUP_FILE = "comm_group.json"
-_TYPE_OF = {"all_reduce": "ALL_REDUCE", "reduce": "REDUCE", "all_gather": "ALL_GATHER", "broadcast": "BROADCAST",
-            "all_to_all": "ALL_TO_ALL", "reduce_scatter": "REDUCE_SCATTER"}
-
-
-def rank_group(topology, group0, rank: int) -> tuple:
-    """The process group rank `rank` runs where an SPMD program's rank runs `group0`: the same dimensions, and
-    on a dimension the group covers in part, the same block (consecutive members) or the same residue (strided)."""
-    from ..workload_driver import group_span
-    if len(group0) <= 1:
-        return (rank,)
-    dims, parts = group_span(topology, group0)
-    coords = topology.coords_array()
-    mine = coords[rank]
-    keep = np.ones(topology.npus, bool)
-    for d in range(topology.ndims):
-        if d not in dims:
-            keep &= coords[:, d] == mine[d]
-        elif d in parts:
-            members, stride = parts[d]
-            keep &= (coords[:, d] // members == mine[d] // members) if stride == 1 else \
-                (coords[:, d] % stride == mine[d] % stride)
-    return tuple(int(r) for r in np.flatnonzero(keep))
-
-
-def write(workload, topology, out_dir: str, force: bool = False, prefix: str = "trace") -> int:
-    """The workload as Chakra ETs, `<prefix>.<rank>.et` per rank, and comm_group.json, into `out_dir` (written
-    whole or not at all). The engine's stream rules become explicit dependencies, so ASTRA-sim (which has no
-    streams) runs the ops in the same order: a compute op after the previous compute op, a collective after the
-    previous op of its process group and the compute issued before it, a message after the previous message to or
-    from the same peer in the same direction; a wait is a compute node of no work after its collective. Returns the
-    number of files."""
-    from ..runtime import atomic
-    programs = _per_rank(workload, topology)
-    ids: dict = {}
-    files = {rank: _encode(ops, ids) for rank, ops in programs.items()}
-
-    def fill(tmp: str) -> None:
-        for rank, data in files.items():
-            with open(os.path.join(tmp, f"{prefix}.{rank}{SUFFIX}"), "wb") as f:
-                f.write(data)
-        with open(os.path.join(tmp, COMM_GROUP_FILE), "w", encoding="utf-8") as f:
-            json.dump({gid: list(ranks) for ranks, gid in ids.items()}, f)
-
-    atomic.write_dir(out_dir, fill, _not_ours, force, "Chakra traces")
-    return len(files)
-
-
-def one_collective(meta, topology):
-    """A compiled collective (runtime Meta) as a one-op workload: every rank runs it on its group."""
-    from .workload import Workload
-    first = meta.collectives[0]
-    coords = topology.coords_array()
-    outside = [d for d in range(topology.ndims) if d not in meta.buffer_dims(first.buffer)]
-    group0 = tuple(int(r) for r in np.flatnonzero(np.all(coords[:, outside] == 0, axis=1)))
-    kind = first.buffer_kind
-    op = Op(kind, COLLECTIVE, [], bytes=first.bytes, collective=kind, group=group0, group_name="g",
-            root=first.root if first.root is not None else -1)
-    return Workload(topology.npus, {0: [op]}, source="collective", spmd=True)
-
-
-def _not_ours(path: str) -> str | None:
-    names = os.listdir(path)
-    foreign = [n for n in names if not (n.endswith(SUFFIX) or n == COMM_GROUP_FILE)]
-    return f"it holds files astra-compile did not write ({sorted(foreign)[0]})" if foreign else None
-
-
-def _per_rank(workload, topology) -> dict:
-    """rank -> its ops, an SPMD capture expanded to every rank: each rank runs its program (the only one, or its
-    pipeline stage's) on its own groups, and a message goes to the rank at the same place in the peer's stage
-    (pipeline.plan lays every stage's ranks out alike)."""
-    import dataclasses
-    if not workload.spmd:
-        return dict(sorted(workload.programs.items()))
-    stands = {p: sorted(r) for p, r in workload.stands_for.items()} or \
-        {p: list(range(workload.world_size)) for p in workload.programs}
-    if len(stands) != len(workload.programs) or set(stands) != set(workload.programs):
-        raise UserError("--emit chakra: an SPMD capture whose programs do not each say which ranks run them")
-    out = {}
-    for p, ranks in stands.items():
-        for place, rank in enumerate(ranks):
-            mine = []
-            for op in workload.programs[p]:
-                if op.kind == COLLECTIVE:
-                    op = dataclasses.replace(op, group=rank_group(topology, op.group, rank))
-                elif op.kind in (SEND, RECV):
-                    peers = stands.get(op.peer)
-                    if peers is None or len(peers) != len(ranks) or len(stands) == 1:
-                        raise UserError(f"--emit chakra: {op.name} of rank {p}'s program {op.kind}s "
-                                        f"{'to' if op.kind == SEND else 'from'} rank {op.peer}, which no stage of "
-                                        "as many ranks runs: its peer on every other rank cannot be told")
-                    op = dataclasses.replace(op, peer=peers[place])
-                mine.append(op)
-            out[rank] = mine
-    if sorted(out) != list(range(workload.world_size)):
-        raise UserError(f"--emit chakra: the capture's programs run ranks {sorted(out)[:8]}..., not each of the "
-                        f"{workload.world_size} ranks once")
-    return dict(sorted(out.items()))
-
-
-def _encode(ops: list, ids: dict) -> bytes:
-    """One rank's file: metadata, then a node per op (node id = op index + 1)."""
-    from .workload import WAIT
-    GlobalMetadata, Node = schema()
-    out = bytearray(delimited(GlobalMetadata(version=VERSION)))
-    last: dict = {}   # stream -> latest node id; the compute stream is "compute"
-    for i, op in enumerate(ops):
-        node = Node(id=i + 1, name=op.name)
-        node.data_deps.extend(d + 1 for d in op.deps)
-        ctrl = []
-        if op.kind in (COMPUTE, WAIT):
-            stream = "compute"
-        elif op.kind in (LOAD, STORE):
-            stream = None   # a copy waits for its data only: its memory serves the first ready (workload_engine)
-        elif op.kind == COLLECTIVE:
-            stream = ("group", op.group)
-        else:
-            stream = (op.kind, op.peer)
-        if stream is not None:
-            if stream in last:
-                ctrl.append(last[stream])
-            if stream != "compute" and "compute" in last:
-                ctrl.append(last["compute"])
-            last[stream] = i + 1
-        node.ctrl_deps.extend(d for d in dict.fromkeys(ctrl) if d - 1 not in op.deps)
-        attrs = {}
-        if op.kind in (COMPUTE, WAIT):
-            node.type = NODE_TYPES.index("COMP_NODE")
-            attrs = {"is_cpu_op": False, "num_ops": op.flops, "tensor_size": op.bytes}
-            if op.kind == COMPUTE and op.measured_ns >= 0:
-                node.duration_micros = int(round(op.measured_ns / 1e3))
-                attrs["astra_measured_ns"] = float(op.measured_ns)
-        elif op.kind in (LOAD, STORE):
-            node.type = NODE_TYPES.index("MEM_LOAD_NODE" if op.kind == LOAD else "MEM_STORE_NODE")
-            attrs = {"is_cpu_op": False, "tensor_size": op.bytes,
-                     "tensor_loc": next(k for k, v in TENSOR_LOCATIONS.items() if v == op.location)}
-            if op.in_switch > 1:
-                attrs["astra_in_switch"] = op.in_switch
-        elif op.kind == COLLECTIVE:
-            node.type = NODE_TYPES.index("COMM_COLL_NODE")
-            group = tuple(op.group)
-            gid = ids.setdefault(group, str(len(ids) + 1))
-            size = op.bytes
-            if op.collective == "all_gather":   # Chakra: each rank's input
-                if size % len(group):
-                    raise UserError(f"--emit chakra: all-gather {op.name} of {size} bytes over {len(group)} ranks: "
-                                    "Chakra's per-rank input size is not a whole number of bytes")
-                size //= len(group)
-            attrs = {"is_cpu_op": False, "comm_type": COMM_TYPES.index(_TYPE_OF[op.collective]), "comm_size": size,
-                     "pg_name": gid}
-            if op.collective in ("broadcast", "reduce"):
-                attrs["comm_root"] = op.root
-        else:
-            node.type = NODE_TYPES.index("COMM_SEND_NODE" if op.kind == SEND else "COMM_RECV_NODE")
-            attrs = {"is_cpu_op": False, "comm_size": op.bytes,
-                     ("comm_dst" if op.kind == SEND else "comm_src"): op.peer}
-        if op.phase:
-            attrs["astra_phase"] = op.phase
-        if op.iteration >= 0:
-            attrs["astra_iteration"] = op.iteration
-        for key, value in attrs.items():
-            add_attr(node, key, value)
-        out += delimited(node)
-    return bytes(out)
-
-
 def add_attr(node, name: str, value) -> None:
     """An attribute on a node, typed by its Python value: bool, str, float (double), a list of bools, else int64."""
     a = node.attr.add(name=name)
@@ -675,10 +521,15 @@ def add_attr(node, name: str, value) -> None:
 def delimited(message) -> bytes:
     """The message preceded by its length as a varint (how a Chakra file frames each message)."""
     raw = message.SerializeToString()
-    n, head = len(raw), bytearray()
+    return varint(len(raw)) + raw
+
+
+def varint(n: int) -> bytes:
+    """A non-negative number as protobuf's base-128 varint."""
+    head = bytearray()
     while True:
         b = n & 0x7F
         n >>= 7
         head.append(b | (0x80 if n else 0))
         if not n:
-            return bytes(head) + raw
+            return bytes(head)
