@@ -329,3 +329,32 @@ def test_a_pipelines_messages_are_tagged_alike_on_both_ends(capsys, tmp_path):
     code, _, err = cli(capsys, *argv, "--emit", "chakra", "-o", str(tmp_path / "et"))
     assert code == 0, err
     _astra_checked(tmp_path / "et", direct)
+
+
+# ---- issue 31 item 5: --emit chakra at scale ---------------------------------------------------------------
+
+def test_each_ranks_group_is_found_once_per_group_shape_not_once_per_rank(capsys, tmp_path, monkeypatch):
+    """Writing 262144 ranks hung: every rank's process group was found by a pass over every NPU (n^2). Now every
+    rank's group of one shape is labelled at once: the group's span is read once per shape, whatever the ranks."""
+    from astra_compile import workload_driver
+    calls = []
+    span = workload_driver.group_span
+    monkeypatch.setattr(workload_driver, "group_span", lambda *a: calls.append(a[1]) or span(*a))
+    code, _, err = cli(capsys, "--collective", "all_gather", "--size", "64MB", "--topology", "8x8_torus", "--dims",
+                       "1", "--emit", "chakra", "-o", str(tmp_path / "ag"))
+    assert code == 0, err
+    assert len(calls) == 1
+    groups = json.load(open(tmp_path / "ag" / "comm_group.json"))
+    assert sorted(groups.values()) == [list(range(c, 64, 8)) for c in range(8)]   # a group per column
+    import astrasim_rules
+    astrasim_rules.check(str(tmp_path / "ag"), 234, 1896)
+
+
+def test_traces_the_disk_has_no_room_for_are_refused_before_writing(capsys, tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 ** 6, 10 ** 6 - 1000, 1000))
+    refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "8x8_torus", "--emit", "chakra",
+            "-o", str(tmp_path / "big"), match="--emit chakra: 64 traces of about")
+    assert not os.path.exists(tmp_path / "big") and os.listdir(tmp_path) == []
