@@ -26,10 +26,13 @@ from .workload_report import WorkloadReport, make_report
 
 
 def load_workload(source, world_size: int, mesh: dict | None = None,
-                  capture_limit: float | None = DEFAULT_CAPTURE_LIMIT) -> Workload:
+                  capture_limit: float | None = DEFAULT_CAPTURE_LIMIT, topology: Topology | None = None,
+                  max_memory: int | None = None) -> Workload:
     """A Workload from a model file path, a loaded Python module following the model-file convention, a list of
     execution-trace files (or one), or a Workload. Loading and capturing a model file may take at most
-    `capture_limit` seconds of CPU (None: no limit)."""
+    `capture_limit` seconds of CPU (None: no limit). Chakra traces read for `topology` may become one SPMD program
+    (frontend/chakra.as_spmd), and are refused when estimated to need more than `max_memory` bytes (None: this
+    machine's available memory)."""
     if isinstance(source, Workload):
         return source
     from .frontend.model_file import ModelFile
@@ -50,13 +53,15 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
     shared = reuse.current()
     if shared is not None:  # a sweep or --cache: the same files (by content), world and mesh are captured once
         try:
-            key = [[os.path.abspath(p), reuse.file_digest(p)] for p in paths], world_size, sorted((mesh or {}).items())
+            key = [[os.path.abspath(p), reuse.file_digest(p)] for p in paths], world_size, \
+                sorted((mesh or {}).items()), list(topology.shape) if topology is not None else None
         except OSError:
             key = None  # the load below names the file it cannot read
         if key is not None:
-            return shared.get("workload", key, lambda: _load_paths(paths, world_size, mesh, capture_limit),
+            return shared.get("workload", key,
+                              lambda: _load_paths(paths, world_size, mesh, capture_limit, topology, max_memory),
                               Workload.to_json, Workload.from_json)
-    return _load_paths(paths, world_size, mesh, capture_limit)
+    return _load_paths(paths, world_size, mesh, capture_limit, topology, max_memory)
 
 
 def _is_module(source) -> bool:
@@ -79,7 +84,8 @@ def _trace_files(directory: str) -> list[str]:
     return [os.path.join(directory, n) for n in names]
 
 
-def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_limit: float | None) -> Workload:
+def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_limit: float | None,
+                topology: Topology | None = None, max_memory: int | None = None) -> Workload:
     if len(paths) == 1 and paths[0].endswith(".py"):
         from .frontend.capture import capture
         from .frontend.cpu_limit import cpu_limit
@@ -96,7 +102,7 @@ def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_li
         if mesh:
             raise UserError("--mesh applies to model files; a trace already records its process groups")
         from .frontend.chakra import load
-        return load(paths, world_size)
+        return load(paths, world_size, topology, max_memory)
     raise UserError(f"cannot compile {', '.join(paths)}: expected one model .py file, execution-trace .json files or "
                     "Chakra .et files")
 
@@ -165,7 +171,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         raise UserError("example_inputs, parallelize, loss and optimizer go with an nn.Module source; a model file "
                         "defines them itself")
     if not step_module:
-        workload = load_workload(source, topo.npus, mesh, capture_limit)
+        workload = load_workload(source, topo.npus, mesh, capture_limit, topo, max_memory)
         if iteration is not None:
             workload = workload.only_iteration(iteration)
         from .frontend.offload import host_states, offload as place, parse_states

@@ -358,3 +358,57 @@ def test_traces_the_disk_has_no_room_for_are_refused_before_writing(capsys, tmp_
     refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "8x8_torus", "--emit", "chakra",
             "-o", str(tmp_path / "big"), match="--emit chakra: 64 traces of about")
     assert not os.path.exists(tmp_path / "big") and os.listdir(tmp_path) == []
+
+
+# ---- issue 31 item 3: ranks alike are read once and run as one program ---------------------------------------
+
+def test_ranks_alike_up_to_their_groups_become_one_spmd_program_with_the_same_step(capsys, tmp_path):
+    """Chakra's microbenchmark shape over 16 ranks (node id = rank), and tp x dp traces whose files differ by their
+    groups' ids: each is one program standing for every rank, and times as the per-rank programs do."""
+    import astra_compile
+    from astra_compile.frontend.chakra import load
+    from astra_compile.network.parse import parse_topology
+    d = write_traces(tmp_path / "ar", "ALL_REDUCE", {r: [node(r, "ALL_REDUCE", COLL, is_cpu_op=False, comm_type=0,
+                                                               comm_size=MB, involved_dim=[True])] for r in range(16)})
+    files = sorted(str(p) for p in (tmp_path / "ar").glob("*.et"))
+    topo = parse_topology("4x4_torus")
+    one = load(files, 16, topo)
+    assert one.spmd and list(one.programs) == [0]
+    per_rank = load(files, 16)
+    assert not per_rank.spmd and len(per_rank.programs) == 16
+    assert astra_compile.compile(one, "4x4_torus").to_dict() == astra_compile.compile(per_rank, "4x4_torus").to_dict()
+    assert step_json(capsys, d, "--topology", "4x4_torus")["total_time_us"] == \
+        step_json(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "4x4_torus")["total_time_us"]
+    # groups by shape: tp along dimension 0, dp along dimension 1 of a 4x4 torus
+    code, _, err = cli(capsys, "examples/gpt_tp_dp.py", "--topology", "4x4_torus", "--mesh", "dp=4,tp=4", "--emit",
+                       "chakra", "-o", str(tmp_path / "gpt"))
+    assert code == 0, err
+    files = sorted(str(p) for p in (tmp_path / "gpt").glob("*.et"))
+    one, per_rank = load(files, 16, topo), load(files, 16)
+    assert one.spmd and list(one.programs) == [0] and not per_rank.spmd
+    a, b = astra_compile.compile(one, "4x4_torus").to_dict(), astra_compile.compile(per_rank, "4x4_torus").to_dict()
+    assert (a["total_time_us"], a["exposed_comm_time_us"], a["collectives"]) == \
+        (b["total_time_us"], b["exposed_comm_time_us"], b["collectives"])
+
+
+def test_ranks_that_differ_stay_programs_of_their_own(tmp_path):
+    from astra_compile.frontend.chakra import load
+    from astra_compile.network.parse import parse_topology
+    ar = node(1, "ar", COLL, comm_type=0, comm_size=MB)
+    mm = node(2, "mm", COMP, deps=[1], num_ops=10 ** 9, tensor_size=MB)
+    d = write_traces(tmp_path / "a", "t", {0: [ar], 1: [ar, mm], 2: [ar], 3: [ar]})
+    assert not load([os.path.join(d, f"t.{r}.et") for r in range(4)], 4, parse_topology("Ring(4)")).spmd
+    # the same ops on groups of one size, each mapping onto Ring(8), but not all of rank 0's shape (a block):
+    # {2,6} and {3,7} take every 4th NPU
+    groups = {"1": [0, 1], "2": [4, 5], "3": [2, 6], "4": [3, 7]}
+    of = {r: g for g, ranks in groups.items() for r in ranks}
+    d = write_traces(tmp_path / "b", "t", {r: [node(1, "ar", COLL, comm_type=0, comm_size=MB, pg_name=of[r])]
+                                           for r in range(8)}, groups=groups)
+    files = [os.path.join(d, f"t.{r}.et") for r in range(8)]
+    w = load(files, 8, parse_topology("Ring(8)"))
+    assert not w.spmd and len(w.programs) == 8
+    groups = {"1": [0, 1], "2": [2, 3], "3": [4, 5], "4": [6, 7]}   # every pair a block: one program
+    of = {r: g for g, ranks in groups.items() for r in ranks}
+    d = write_traces(tmp_path / "c", "t", {r: [node(1, "ar", COLL, comm_type=0, comm_size=MB, pg_name=of[r])]
+                                           for r in range(8)}, groups=groups)
+    assert load([os.path.join(d, f"t.{r}.et") for r in range(8)], 8, parse_topology("Ring(8)")).spmd

@@ -30,6 +30,8 @@ import os
 import re
 from functools import lru_cache
 
+import numpy as np
+
 from ..network.errors import UserError, read_bytes, read_json
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, Op, Workload
 
@@ -248,16 +250,85 @@ class _Reading:
                         f"{_call(b.ops[ib[k]])}")
 
 
-def load(paths: list[str], world_size: int | None = None) -> Workload:
-    """One `<prefix>.<rank>.et` per rank, ranks 0..n-1, and an optional comm_group.json beside them."""
+def load(paths: list[str], world_size: int | None = None, topology=None, max_memory: int | None = None) -> Workload:
+    """One `<prefix>.<rank>.et` per rank, ranks 0..n-1, and an optional comm_group.json beside them. Given the
+    topology, ranks that run the same ops, each on its own group of one shape (as_spmd), become one SPMD program
+    standing for every rank, as a capture is: the step then compiles and runs one program, not one per rank."""
     ranked = _ranked(paths)
     if world_size is not None and world_size != len(ranked):
         raise UserError(f"{len(ranked)} Chakra traces, but the topology has {world_size} NPUs")
     reading = _Reading(ranked, _comm_groups(os.path.dirname(paths[0]), len(ranked)))
     reading.read()
     reading.check_agreement()
-    return Workload(reading.world, {rank: p.ops for rank, p in reading.programs.items()},
-                    source=", ".join(paths[:3]) + (" ..." if len(paths) > 3 else ""))
+    source = ", ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
+    if topology is not None and as_spmd(reading.programs, topology):
+        return Workload(reading.world, {0: reading.programs[0].ops}, source=source, spmd=True)
+    return Workload(reading.world, {rank: p.ops for rank, p in reading.programs.items()}, source=source)
+
+
+def as_spmd(programs: dict, topology) -> bool:
+    """Whether rank 0's program stands for every rank's: every rank runs the same ops (a root at the same place in
+    its group), no messages (an SPMD program has no partner for them), and each collective on the group of rank 0's
+    group's shape through the rank (the same dimensions; on a dimension covered in part the same block or residue:
+    group_labels), which is how an SPMD step runs its groups (workload_driver.group_span)."""
+    first = programs[0]
+    if any(op.kind in (SEND, RECV) for op in first.ops):
+        return False
+    distinct = {id(p): p for p in programs.values()}
+    shape = _shape(first.ops)
+    if any(p is not first and _shape(p.ops) != shape for p in distinct.values()):
+        return False
+    labelled: dict = {}   # id(group0) -> (labels, members by label); None where it does not map onto the topology
+    checked = set()
+    for p in distinct.values():
+        for key, idx in p.calls.items():
+            for i in idx:
+                group0, group = first.ops[i].group, p.ops[i].group
+                if (id(group0), key) in checked:
+                    continue
+                if id(group0) not in labelled:
+                    try:
+                        labelled[id(group0)] = group_labels(topology, group0)
+                    except UserError:   # the step names the group that does not map
+                        labelled[id(group0)] = None
+                if labelled[id(group0)] is None:
+                    return False
+                labels, members = labelled[id(group0)]
+                at = labels[list(group)]
+                if (at != at[0]).any() or len(members[int(at[0])]) != len(group):
+                    return False
+                checked.add((id(group0), key))
+    return True
+
+
+def _shape(ops: list) -> list:
+    """What must agree for one program to stand for another: every field but the group's ranks and name (a root
+    by its place in its group)."""
+    return [(op.name, op.kind, tuple(op.deps), op.flops, op.bytes, op.collective, len(op.group),
+             op.group.index(op.root) if op.root >= 0 else -1, op.peer, op.phase, op.iteration, op.measured_ns,
+             op.location, op.in_switch) for op in ops]
+
+
+def group_labels(topology, group0: tuple):
+    """(a label per NPU, the NPUs of each label): the groups of group0's shape, one through each NPU (the same
+    dimensions; on a dimension group0 covers in part, the same block of consecutive members or the same residue),
+    each NPU labelled by its coordinates outside the group. UserError where group0 does not map onto the topology
+    (workload_driver.group_span)."""
+    from ..workload_driver import group_span
+    n = topology.npus
+    if len(group0) <= 1:
+        return np.arange(n), [np.array([r]) for r in range(n)]
+    dims, parts = group_span(topology, group0)
+    coords = topology.coords_array()
+    columns = [coords[:, d] for d in range(topology.ndims) if d not in dims]
+    for d, (members, stride) in parts.items():
+        columns.append(coords[:, d] // members if stride == 1 else coords[:, d] % stride)
+    if not columns:
+        return np.zeros(n, dtype=np.int64), [np.arange(n)]
+    _, labels = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+    labels = labels.reshape(-1)
+    order = np.argsort(labels, kind="stable")
+    return labels, np.split(order, np.flatnonzero(np.diff(labels[order])) + 1)
 
 
 def _ranked(paths: list[str]) -> dict:

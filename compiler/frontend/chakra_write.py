@@ -32,7 +32,8 @@ import numpy as np
 from ..network.errors import UserError
 from ..network.units import format_size, gbps_to_bytes_per_ns
 from ..runtime.workload_engine import Roofline
-from .chakra import COMM_TYPES, NODE_TYPES, SUFFIX, TENSOR_LOCATIONS, add_attr, delimited, schema, varint
+from .chakra import (COMM_TYPES, NODE_TYPES, SUFFIX, TENSOR_LOCATIONS, add_attr, delimited, group_labels, schema,
+                     varint)
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op, Workload
 
 VERSION = "0.0.4"          # the schema version written (ASTRA-sim 2.x reads 0.0.4)
@@ -127,30 +128,13 @@ class _Groups:
         """The id of the group of group0's shape that holds `rank`."""
         shape = self.shapes.get(id(group0))
         if shape is None:
-            shape = self.shapes[id(group0)] = (group0, *self._label(group0), {})
+            shape = self.shapes[id(group0)] = (group0, *group_labels(self.topology, group0), {})
         _, labels, members, ids = shape
         label = int(labels[rank])
         gid = ids.get(label)
         if gid is None:
             gid = ids[label] = self.of(tuple(int(r) for r in members[label]))
         return gid
-
-    def _label(self, group0: tuple):
-        from ..workload_driver import group_span
-        n = self.topology.npus
-        if len(group0) <= 1:
-            return np.arange(n), [np.array([r]) for r in range(n)]
-        dims, parts = group_span(self.topology, group0)
-        coords = self.topology.coords_array()
-        columns = [coords[:, d] for d in range(self.topology.ndims) if d not in dims]
-        for d, (members, stride) in parts.items():
-            columns.append(coords[:, d] // members if stride == 1 else coords[:, d] % stride)
-        if not columns:
-            return np.zeros(n, dtype=np.int64), [np.arange(n)]
-        _, labels = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
-        labels = labels.reshape(-1)
-        order = np.argsort(labels, kind="stable")
-        return labels, np.split(order, np.flatnonzero(np.diff(labels[order])) + 1)
 
     def table(self) -> dict:
         return {gid: list(group) for group, gid in self.ids.items()}
