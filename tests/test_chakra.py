@@ -412,3 +412,31 @@ def test_ranks_that_differ_stay_programs_of_their_own(tmp_path):
     d = write_traces(tmp_path / "c", "t", {r: [node(1, "ar", COLL, comm_type=0, comm_size=MB, pg_name=of[r])]
                                            for r in range(8)}, groups=groups)
     assert load([os.path.join(d, f"t.{r}.et") for r in range(8)], 8, parse_topology("Ring(8)")).spmd
+
+
+# ---- issue 31 item 4: memory estimated before the nodes are built ---------------------------------------------
+
+def _chain(n, flops=10 ** 9):
+    """n nodes: a chain of compute with an all-reduce every 100th."""
+    return [node(i + 1, "ar", COLL, data_deps=[i] if i else [], comm_type=0, comm_size=MB) if i % 100 == 99 else
+            node(i + 1, "mm", COMP, data_deps=[i] if i else [], num_ops=flops, tensor_size=MB) for i in range(n)]
+
+
+def test_a_trace_too_large_for_memory_is_refused_before_its_nodes_are_built(capsys, tmp_path, monkeypatch):
+    from astra_compile import resources
+    from astra_compile.frontend import chakra
+    d = write_traces(tmp_path / "t", "t", {0: _chain(20000), 1: _chain(20000, 10 ** 9 + 1)})
+    built = []
+    nodes = chakra._nodes
+    monkeypatch.setattr(chakra, "_nodes", lambda *a: built.append(a[0]) or nodes(*a))
+    reading = resources.STEP_BASE + 20001 * resources.PER_TRACE_NODE
+    err = refused(capsys, d, "--topology", "Ring(2)", "--max-memory", str(reading - 1),
+                  match="(reading 2e+04 nodes of")
+    assert f"{d}/t.0.et, 0 ops kept), more than" in err and "give fewer ranks or a shorter trace" in err
+    assert built == []
+    # read, but the step's two programs of 20000 ops would not fit
+    step = resources.STEP_BASE + 40000 * (resources.PER_KEPT_OP + resources.PER_STEP_OP) + 2 * 2 * \
+        resources.PER_GROUP_MEMBER
+    refused(capsys, d, "--topology", "Ring(2)", "--max-memory", str(step - 1), match="(4e+04 ops in 2 program(s))")
+    assert built == [f"{d}/t.0.et", f"{d}/t.1.et"]
+    assert step_json(capsys, d, "--topology", "Ring(2)", "--max-memory", str(step))["total_time_us"] > 0

@@ -28,6 +28,7 @@ import heapq
 import math
 import os
 import re
+from array import array
 from functools import lru_cache
 
 import numpy as np
@@ -110,6 +111,24 @@ def schema():
         get(pool.FindMessageTypeByName("ChakraProtoMsg.Node"))
 
 
+def _count(data: bytes) -> int:
+    """How many length-delimited messages a file holds (a frame that does not fit ends the count: messages()
+    names it), without making them."""
+    pos, n, end = 0, 0, len(data)
+    while pos < end:
+        length, shift = 0, 0
+        while pos < end and data[pos] & 0x80 and shift < 64:
+            length |= (data[pos] & 0x7F) << shift
+            shift += 7
+            pos += 1
+        if pos >= end:
+            break
+        length |= data[pos] << shift
+        pos += 1 + length
+        n += 1
+    return n
+
+
 def messages(path: str, data: bytes):
     """(byte offset, message bytes) of each length-delimited message of a file."""
     pos = 0
@@ -146,7 +165,7 @@ def trace_files(directory: str) -> list[str]:
 
 class _Program:
     """One distinct trace's ops (ranks whose files are alike share it), with what the checks across ranks need:
-    each op's node (id, name), and per process group its collectives' (kind, bytes, root) in order. Groups are keyed
+    each op's node id, and per process group its collectives' (kind, bytes, root) in order. Groups are keyed
     by the identity of their tuple: the reader gives every use of one group the same tuple."""
 
     def __init__(self, path: str, ops: list, nodes: list):
@@ -157,6 +176,7 @@ class _Program:
                 self.calls.setdefault(id(op.group), []).append(i)
         self.signature = {g: tuple((ops[i].collective, ops[i].bytes, ops[i].root) for i in idx)
                           for g, idx in self.calls.items()}
+        self.members = sum(len(self.group(g)) for g in self.calls)   # ranks of the groups it names
 
     def group(self, key: int) -> tuple:
         return self.ops[self.calls[key][0]].group
@@ -165,8 +185,9 @@ class _Program:
 class _Reading:
     """The traces of one load: each rank's file and (shared) program, and where an op of a rank came from."""
 
-    def __init__(self, ranked: dict, groups: dict):
-        self.ranked, self.groups = ranked, groups
+    def __init__(self, ranked: dict, groups: dict, max_memory: int | None = None):
+        self.ranked, self.groups, self.max_memory = ranked, groups, max_memory
+        self.kept = 0              # ops of the distinct programs read so far
         self.world = len(ranked)
         self.everyone = tuple(range(self.world))
         self.programs: dict = {}   # rank -> _Program
@@ -182,27 +203,33 @@ class _Reading:
             digest = hashlib.blake2b(data, digest_size=20).digest()
             program = seen.get(digest)
             if program is None:
-                nodes, raws = _nodes(path, data)
-                alias = None if any(n.data_deps or n.ctrl_deps for n in nodes.values()) else _without_ids(raws)
-                program = seen.get(alias) if alias is not None else None
-                if program is None:
-                    program = _Program(path, *_ops(path, self.world, self.groups, self.everyone, nodes))
-                    if alias is not None:
-                        seen[alias] = program
-                seen[digest] = program
+                program = seen[digest] = self._parse(path, data, seen)
             self.programs[rank] = program
             self._check_member(rank)
+
+    def _parse(self, path: str, data: bytes, seen: dict) -> _Program:
+        """A file's program, or that of an earlier file alike but for its node ids (its Node objects are let go
+        before the next file's are made)."""
+        from .. import resources
+        resources.trace_nodes(_count(data), self.kept, path).check(self.max_memory)
+        nodes, alias = _nodes(path, data)
+        program = seen.get(alias) if alias is not None else None
+        if program is None:
+            program = _Program(path, *_ops(path, self.world, self.groups, self.everyone, nodes))
+            self.kept += len(program.ops)
+            if alias is not None:
+                seen[alias] = program
+        return program
 
     def at(self, rank: int, i: int) -> str:
         """Op `i` of rank `rank` as its file and node. Files alike up to their node ids share a program: such a
         file's own node (the i-th of its nodes that runs something: none depends on another) is read again."""
         program, path = self.programs[rank], self.ranked[rank]
-        labels = program.nodes
+        ids = program.nodes
         if path != program.path:
             nodes, _ = _nodes(path, read_bytes(path, "Chakra trace ", MAX_FILE_BYTES))
-            labels = _ops(path, self.world, self.groups, self.everyone, nodes)[1]
-        node_id, name = labels[i]
-        return f"{path}: node {node_id}" + (f" ({name})" if name else "")
+            ids = _ops(path, self.world, self.groups, self.everyone, nodes)[1]
+        return f"{path}: node {ids[i]} ({program.ops[i].name})"
 
     def _check_member(self, rank: int) -> None:
         """Every process group rank `rank` runs a collective on holds it."""
@@ -257,11 +284,16 @@ def load(paths: list[str], world_size: int | None = None, topology=None, max_mem
     ranked = _ranked(paths)
     if world_size is not None and world_size != len(ranked):
         raise UserError(f"{len(ranked)} Chakra traces, but the topology has {world_size} NPUs")
-    reading = _Reading(ranked, _comm_groups(os.path.dirname(paths[0]), len(ranked)))
+    from .. import resources
+    reading = _Reading(ranked, _comm_groups(os.path.dirname(paths[0]), len(ranked)), max_memory)
     reading.read()
     reading.check_agreement()
     source = ", ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
-    if topology is not None and as_spmd(reading.programs, topology):
+    spmd = topology is not None and as_spmd(reading.programs, topology)
+    lowered = [reading.programs[0]] if spmd else list(reading.programs.values())
+    resources.step_programs(sum(len(p.ops) for p in lowered), sum(p.members for p in lowered),
+                            len(lowered)).check(max_memory)
+    if spmd:
         return Workload(reading.world, {0: reading.programs[0].ops}, source=source, spmd=True)
     return Workload(reading.world, {rank: p.ops for rank, p in reading.programs.items()}, source=source)
 
@@ -350,19 +382,17 @@ def _ranked(paths: list[str]) -> dict:
     return ranked
 
 
-def _without_ids(raws: list) -> bytes:
-    """A digest of a file's nodes with each one's id left out (an encoder writes field 1 first: tag 0x08 and a
-    varint), for traces alike but for their node ids (Chakra's microbenchmark numbers its one node by rank)."""
-    h = hashlib.blake2b(b"ids left out", digest_size=20)
-    for raw in raws:
-        pos = 0
-        if raw[:1] == b"\x08":
-            pos = 1
-            while pos < len(raw) and raw[pos] & 0x80:
-                pos += 1
+def _without_id(raw: bytes) -> bytes:
+    """A node's message with its id left out (an encoder writes field 1 first: tag 0x08 and a varint), prefixed by
+    its length: what a digest of a file's nodes takes, for traces alike but for their node ids (Chakra's
+    microbenchmark numbers its one node by rank)."""
+    pos = 0
+    if raw[:1] == b"\x08":
+        pos = 1
+        while pos < len(raw) and raw[pos] & 0x80:
             pos += 1
-        h.update(len(raw).to_bytes(8, "little") + raw[pos:])
-    return h.digest()
+        pos += 1
+    return len(raw).to_bytes(8, "little") + raw[pos:]
 
 
 def _call(op) -> str:
@@ -427,8 +457,9 @@ def _bytes(path, node, attrs) -> int:
     return _int(path, node, attrs, "astra_bytes" if "astra_bytes" in attrs else "tensor_size")
 
 
-def _nodes(path: str, data: bytes) -> tuple[dict, list]:
-    """({node id: Node} in file order, each node's message bytes) of one file, its metadata checked."""
+def _nodes(path: str, data: bytes) -> tuple[dict, bytes | None]:
+    """({node id: Node} in file order, a digest of its nodes without their ids where no node depends on another,
+    else None) of one file, its metadata checked."""
     GlobalMetadata, Node = schema()
     from google.protobuf.message import DecodeError
     parts = messages(path, data)
@@ -442,7 +473,7 @@ def _nodes(path: str, data: bytes) -> tuple[dict, list]:
     if not meta.version.startswith("0.0."):
         raise UserError(f"{path}: Chakra schema version {_short(meta.version)}; this reads 0.0.x (as ASTRA-sim "
                         "2.x)")
-    nodes, raws = {}, []
+    nodes, alias = {}, hashlib.blake2b(b"ids left out", digest_size=20)
     for offset, raw in parts:
         try:
             node = Node.FromString(raw)
@@ -451,12 +482,15 @@ def _nodes(path: str, data: bytes) -> tuple[dict, list]:
         if node.id in nodes:
             raise UserError(f"{path}: node id {node.id} appears twice")
         nodes[node.id] = node
-        raws.append(raw)
-    return nodes, raws
+        if alias is not None:
+            alias = None if node.data_deps or node.ctrl_deps else alias
+        if alias is not None:
+            alias.update(_without_id(raw))
+    return nodes, alias.digest() if alias is not None else None
 
 
-def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], list]:
-    """The file's ops in a dependency order, and each op's (node id, name)."""
+def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], array]:
+    """The file's ops in a dependency order, and each op's node id."""
     deps = {i: list(dict.fromkeys(list(n.data_deps) + list(n.ctrl_deps))) for i, n in nodes.items()}
     for i, ds in deps.items():
         for d in ds:
@@ -464,7 +498,7 @@ def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], list]:
                 raise UserError(f"{_where(path, nodes[i])} depends on node {d}, which the trace does not hold")
     order = _dependency_order(path, nodes, deps)
     ops: list[Op] = []
-    labels: list = []
+    ids = array("Q")
     index: dict = {}        # node id -> its op's index, or the op indices a skipped node passes on
     for i in order:
         node, attrs = nodes[i], _attrs(nodes[i])
@@ -515,8 +549,8 @@ def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], list]:
         else:
             index[i] = [len(ops)]
             ops.append(op)
-            labels.append((node.id, node.name))
-    return ops, labels
+            ids.append(node.id)
+    return ops, ids
 
 
 def _collective(path, node, attrs, before, world, groups, everyone) -> Op:
