@@ -209,6 +209,9 @@ def test_a_pipeline_capture_is_written_per_rank_and_reads_back_identically(capsy
     ([node(3, "mm", COMP, num_ops=8, tensor_size=2.5)], "node 3 (mm): tensor_size must be a whole number"),
     ([node(4, "", LOAD, tensor_size=-1)], "node 4: tensor_size must be a whole number"),
     ([node(5, "bc", COLL, comm_type=5, comm_size=MB, comm_root=3)], "node 5 (bc): comm_root 3 is not a member"),
+    ([node(6, "ag", COLL, comm_type=2, comm_size=2 ** 61)], "node 6 (ag): comm_size gives 4611686018427387904 bytes, "
+                                                            "more than the largest"),
+    ([node(7, "ld", LOAD, tensor_size=2 ** 62)], "node 7 (ld): tensor_size gives 4611686018427387904 bytes"),
 ])
 def test_a_bad_size_names_the_file_the_node_and_the_field(capsys, tmp_path, nodes, match):
     d = write_traces(tmp_path / "t", "t", {0: nodes, 1: nodes})

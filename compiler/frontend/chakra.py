@@ -34,6 +34,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..network.errors import UserError, read_bytes, read_json
+from ..network.units import MAX_BYTES
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, Op, Workload
 
 SUFFIX = ".et"
@@ -451,6 +452,14 @@ def _int(path, node, attrs, key, default=0) -> int:
     return int(value)
 
 
+def _at_most(path, node, key: str, nbytes: int) -> int:
+    """A message's, collective's or memory move's bytes, at most the largest collective the IR takes."""
+    if nbytes > MAX_BYTES:
+        raise UserError(f"{_where(path, node)}: {key} gives {nbytes} bytes, more than the largest message, "
+                        f"collective or memory move astra-compile takes ({MAX_BYTES} bytes, 1TiB)")
+    return nbytes
+
+
 def _bytes(path, node, attrs) -> int:
     """A compute or memory node's bytes: its own (astra_bytes, where --emit chakra gave ASTRA-sim another
     tensor_size), else tensor_size."""
@@ -527,7 +536,8 @@ def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], array]:
                 raise UserError(f"{_where(path, node)}: astra_in_switch {group} needs a remote tensor and at most "
                                 f"{world} GPUs")
             op = Op(node.name or kind.lower(), LOAD if kind == "MEM_LOAD_NODE" else STORE, before,
-                    bytes=_bytes(path, node, attrs), location=TENSOR_LOCATIONS[loc],
+                    bytes=_at_most(path, node, "tensor_size", _bytes(path, node, attrs)),
+                    location=TENSOR_LOCATIONS[loc],
                     in_switch=group if group > 1 else 0)
         elif kind == "COMM_COLL_NODE":
             op = _collective(path, node, attrs, before, world, groups, everyone)
@@ -538,7 +548,7 @@ def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], array]:
                 raise UserError(f"{_where(path, node)}: {key} {_short(attrs.get(key))} is not a rank "
                                 f"0..{world - 1}")
             op = Op(node.name or kind.lower(), SEND if kind == "COMM_SEND_NODE" else RECV, before,
-                    bytes=_int(path, node, attrs, "comm_size"), peer=peer)
+                    bytes=_at_most(path, node, "comm_size", _int(path, node, attrs, "comm_size")), peer=peer)
         elif kind == "INVALID_NODE":
             raise UserError(f"{_where(path, node)} has node type {node.type}, not one of Chakra's")
         if op is not None:
@@ -574,6 +584,7 @@ def _collective(path, node, attrs, before, world, groups, everyone) -> Op:
         nbytes *= len(group)   # Chakra: each rank's input; here: the gathered buffer
     if nbytes <= 0:
         raise UserError(f"{_where(path, node)}: comm_size must be positive, got {_short(attrs.get('comm_size'))}")
+    _at_most(path, node, "comm_size", nbytes)
     kind = KINDS[name]
     root = _int(path, node, attrs, "comm_root", group[0]) if kind in ("broadcast", "reduce") else -1
     if root >= 0 and root not in group:
