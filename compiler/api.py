@@ -130,8 +130,9 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     `endpoint_delay` (ns per message, --endpoint-delay) applies to any topology, a workload module's own too.
     `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
     apply to every collective as on the collective command line, `all_reduce` ('hierarchical' or
-    'per-dimension', --all-reduce) to every all-reduce; the roofline turns FLOPs and bytes into compute
-    time. `rank` picks whose step the report details (multi-rank traces); `iteration` keeps one iteration of a
+    'per-dimension', --all-reduce) to every all-reduce; `switching` ('cut-through' or 'store-and-forward',
+    --switching) is how the congestion backend forwards the step's collectives and messages; the roofline turns
+    FLOPs and bytes into compute time. `rank` picks whose step the report details (multi-rank traces); `iteration` keeps one iteration of a
     trace that holds several (the report otherwise times them all, and each). `max_memory` (bytes) refuses a
     collective estimated to need more (default: this machine's available memory); `capture_limit` bounds the CPU
     seconds a model file may take to load and capture. `keep_tables`: keep each collective's schedule so that
