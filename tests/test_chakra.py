@@ -224,14 +224,14 @@ def test_a_bad_size_names_the_file_the_node_and_the_field(capsys, tmp_path, node
      "collective 1 of process group 'world' [0,1]: {d}/t.0.et: node 0 (ar) is all_reduce of 1048576 bytes, "
      "{d}/t.1.et: node 0 (ar) is all_reduce of 2097152 bytes"),
     ([node(0, "rs", COLL, comm_type=7, comm_size=MB)],
-     "collective 1 of process group 'world' [0,1]: {d}/t.0.et: node 0 (ar) is all_reduce of 1048576 bytes, {d}/t.1.et: node 0 (rs) is reduce_scatter of "
-     "1048576 bytes"),
+     "collective 1 of process group 'world' [0,1]: {d}/t.0.et: node 0 (ar) is all_reduce of 1048576 bytes, "
+     "{d}/t.1.et: node 0 (rs) is reduce_scatter of 1048576 bytes"),
     ([node(0, "ar", COLL, comm_type=0, comm_size=MB), node(1, "again", COLL, deps=[0], comm_type=0, comm_size=MB)],
      "process group 'world' [0,1]: {d}/t.0.et runs 1 collectives on it, {d}/t.1.et 2; {d}/t.1.et: node 1 (again) "
      "is the first without a partner"),
     ([node(0, "bc", COLL, comm_type=5, comm_size=MB, comm_root=1)],
-     "collective 1 of process group 'world' [0,1]: {d}/t.0.et: node 0 (ar) is all_reduce of 1048576 bytes, {d}/t.1.et: node 0 (bc) is broadcast of 1048576 "
-     "bytes rooted at rank 1"),
+     "collective 1 of process group 'world' [0,1]: {d}/t.0.et: node 0 (ar) is all_reduce of 1048576 bytes, "
+     "{d}/t.1.et: node 0 (bc) is broadcast of 1048576 bytes rooted at rank 1"),
 ])
 def test_ranks_that_disagree_on_a_collective_are_refused_naming_both_nodes(capsys, tmp_path, rank1, match):
     d = write_traces(tmp_path / "t", "t", {0: [node(0, "ar", COLL, comm_type=0, comm_size=MB)], 1: rank1})

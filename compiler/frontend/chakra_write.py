@@ -165,8 +165,8 @@ class _Writer:
         total += sum(len(ranks) for ranks in self.stands.values()) * 8 * 2   # comm_group.json, about
         free = shutil.disk_usage(tmp).free
         if total > free:
-            raise UserError(f"--emit chakra: {self.workload.world_size} traces of about {format_size(total)} in all, more "
-                            f"than the {format_size(free)} free where {out_dir} goes")
+            raise UserError(f"--emit chakra: {self.workload.world_size} traces of about {format_size(total)} in all, "
+                            f"more than the {format_size(free)} free where {out_dir} goes")
 
     def file(self, rank: int) -> bytes:
         p, place = self.runs[rank]
