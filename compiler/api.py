@@ -19,17 +19,20 @@ from .frontend.workload import Workload
 from .runtime.workload_engine import SEMANTICS, Roofline
 from .network.parse import parse_topology, with_endpoint_delay
 from .network.topology import Topology
-from .workload_driver import (Lowered, StepSemantics, WorkloadOptions, lower, read_lowered, run, runner,
+from .workload_driver import (Lowered, StepSemantics, WorkloadOptions, group_key, lower, read_lowered, run, runner,
                               with_schedules)
 from .step_timeline import step_trace
 from .workload_report import WorkloadReport, make_report
 
 
 def load_workload(source, world_size: int, mesh: dict | None = None,
-                  capture_limit: float | None = DEFAULT_CAPTURE_LIMIT) -> Workload:
+                  capture_limit: float | None = DEFAULT_CAPTURE_LIMIT, topology: Topology | None = None,
+                  max_memory: int | None = None) -> Workload:
     """A Workload from a model file path, a loaded Python module following the model-file convention, a list of
     execution-trace files (or one), or a Workload. Loading and capturing a model file may take at most
-    `capture_limit` seconds of CPU (None: no limit)."""
+    `capture_limit` seconds of CPU (None: no limit). Chakra traces read for `topology` may become one SPMD program
+    (frontend/chakra.as_spmd), and are refused when estimated to need more than `max_memory` bytes (None: this
+    machine's available memory)."""
     if isinstance(source, Workload):
         return source
     from .frontend.model_file import ModelFile
@@ -52,13 +55,15 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
     shared = reuse.current()
     if shared is not None:  # a sweep or --cache: the same files (by content), world and mesh are captured once
         try:
-            key = [[os.path.abspath(p), reuse.file_digest(p)] for p in paths], world_size, sorted((mesh or {}).items())
+            key = [[os.path.abspath(p), reuse.file_digest(p)] for p in paths], world_size, \
+                sorted((mesh or {}).items()), list(topology.shape) if topology is not None else None
         except OSError:
             key = None  # the load below names the file it cannot read
         if key is not None:
-            return shared.get("workload", key, lambda: _load_paths(paths, world_size, mesh, capture_limit),
+            return shared.get("workload", key,
+                              lambda: _load_paths(paths, world_size, mesh, capture_limit, topology, max_memory),
                               Workload.to_json, Workload.from_json)
-    return _load_paths(paths, world_size, mesh, capture_limit)
+    return _load_paths(paths, world_size, mesh, capture_limit, topology, max_memory)
 
 
 def _is_module(source) -> bool:
@@ -81,7 +86,8 @@ def _trace_files(directory: str) -> list[str]:
     return [os.path.join(directory, n) for n in names]
 
 
-def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_limit: float | None) -> Workload:
+def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_limit: float | None,
+                topology: Topology | None = None, max_memory: int | None = None) -> Workload:
     if len(paths) == 1 and paths[0].endswith(".py"):
         from .frontend.model_file import check_before_torch
         check_before_torch(paths[0], world_size, mesh)   # a mistake costs no torch import (seconds)
@@ -99,7 +105,7 @@ def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_li
         if mesh:
             raise UserError("--mesh applies to model files; a trace already records its process groups")
         from .frontend.chakra import load
-        return load(paths, world_size)
+        return load(paths, world_size, topology, max_memory)
     raise UserError(f"cannot compile {', '.join(paths)}: expected one model .py file, execution-trace .json files or "
                     "Chakra .et files")
 
@@ -108,14 +114,13 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             endpoint_delay=None,
             mesh: str | dict | None = None, scheduler: str = driver.DEFAULT_SCHEDULER, chunks: int | None = None,
             algorithm: str | None = None, all_reduce: str | None = None, backend: str = "analytical",
-            intra: str = driver.DEFAULT_INTRA,
+            switching: str = "cut-through", intra: str = driver.DEFAULT_INTRA,
             peak_tflops: float = Roofline.peak_tflops, mem_bw_gbps: float = Roofline.mem_gbps,
             rank: int = 0, max_memory: int | None = None,
             capture_limit: float | None = DEFAULT_CAPTURE_LIMIT, example_inputs=None, parallelize=None,
             loss=None, optimizer=None, iteration: int | None = None, keep_tables: bool = False,
             local_mem_gbps: float | None = None, mem_latency_ns: float = 0.0, pool=None, offload=None,
-            in_switch: bool = False, step_semantics: str | StepSemantics = "streams",
-            switching: str = "cut-through") -> WorkloadReport:
+            in_switch: bool = False, step_semantics: str | StepSemantics = "streams") -> WorkloadReport:
     """Capture (or import) one training step, compile its collectives for `topology` and time the step.
 
     `source`: a model file, an imported module following the model-file convention, execution-trace files, a
@@ -128,8 +133,9 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     `endpoint_delay` (ns per message, --endpoint-delay) applies to any topology, a workload module's own too.
     `mesh` ('dp=8,tp=8' or a dict) shapes the device mesh of a model file; `chunks`/`algorithm`/`scheduler`
     apply to every collective as on the collective command line, `all_reduce` ('hierarchical' or
-    'per-dimension', --all-reduce) to every all-reduce; the roofline turns FLOPs and bytes into compute
-    time. `rank` picks whose step the report details (multi-rank traces); `iteration` keeps one iteration of a
+    'per-dimension', --all-reduce) to every all-reduce; `switching` ('cut-through' or 'store-and-forward',
+    --switching) is how the congestion backend forwards the step's collectives and messages; the roofline turns
+    FLOPs and bytes into compute time. `rank` picks whose step the report details (multi-rank traces); `iteration` keeps one iteration of a
     trace that holds several (the report otherwise times them all, and each). `max_memory` (bytes) refuses a
     collective estimated to need more (default: this machine's available memory); `capture_limit` bounds the CPU
     seconds a model file may take to load and capture. `keep_tables`: keep each collective's schedule so that
@@ -141,12 +147,11 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     needs them, and `in_switch` lets the pool's switches do the FSDP all-gathers and reduce-scatters
     (frontend/offload.py). `step_semantics`: "streams" (this tool's: a stream per process group, messages meet
     their receives) or "astra-sim" (ASTRA-sim's workload layer: one collective or send in flight per NPU, eager
-    sends, its network view of messages and sub-world groups; docs/astra-sim.md). `switching`: the congestion
-    backend's (--switching)."""
+    sends, its network view of messages and sub-world groups; docs/astra-sim.md)."""
     step_module = isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".mlir")
     if _is_step_dir(source):
         return _compile_step_dir(os.fspath(source), topology, backend, intra, peak_tflops, mem_bw_gbps, max_memory,
-                                 rank, local_mem_gbps, mem_latency_ns, pool)
+                                 rank, local_mem_gbps, mem_latency_ns, pool, switching)
     if topology is None and not step_module:
         raise UserError("a topology is required (a workload .mlir module names its own)")
     if topology is None and any(v is not None for v in (bandwidth, latency, links)):
@@ -173,7 +178,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         raise UserError("example_inputs, parallelize, loss and optimizer go with an nn.Module source; a model file "
                         "defines them itself")
     if not step_module:
-        workload = load_workload(source, topo.npus, mesh, capture_limit)
+        workload = load_workload(source, topo.npus, mesh, capture_limit, topo, max_memory)
         if iteration is not None:
             workload = workload.only_iteration(iteration)
         from .frontend.offload import host_states, offload as place, parse_states
@@ -185,18 +190,25 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
                     **({"placement": workload.placement} if workload.placement else {})}
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm), ("all_reduce", all_reduce))
                 if v is not None}
-    run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory, switching=switching,
-                                 local_mem_gbps=_local_mem(local_mem_gbps))
+    run_opts = driver.RunOptions(backend=backend, intra=intra, switching=_switching(switching, backend),
+                                 max_memory=max_memory, local_mem_gbps=_local_mem(local_mem_gbps))
     opts = WorkloadOptions(scheduler, defaults, run_opts, Roofline(peak_tflops, mem_bw_gbps), keep_tables,
                            *_memory(mem_latency_ns, pool, topo), step=step)
-    report = _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
+    report, times = _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
     if not step_module:
-        from .frontend import chakra
-        report.chakra = lambda out_dir, force=False: chakra.write(workload, topo, out_dir, force)
+        from .frontend import chakra_write
+
+        def collective_ns(op, group) -> float:   # a broadcast's time, which ASTRA-sim replays
+            took = times.get(group_key(topo, op.collective, op.bytes, group, op.root)) if len(group) > 1 else None
+            return took.time_ns if took is not None else 0.0
+        report.chakra = lambda out_dir, force=False: chakra_write.write(workload, topo, out_dir, force,
+                                                                        roofline=opts.roofline,
+                                                                        collective_ns=collective_ns)
     return report
 
 
 def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recorded: dict, rank: int):
+    """The step's report, and each collective's time (workload_driver.CollectiveTimes)."""
     result, times = run(lowered, topo, opts, times)
     program = rank   # the program rank `rank` runs: in an SPMD step, the one that stands for it
     if 0 <= rank < topo.npus:
@@ -207,6 +219,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
     info = {"source": recorded["source"], "topology": topo.name, "npus": topo.npus, "mesh": recorded["mesh"],
             **({"placement": recorded["placement"]} if recorded.get("placement") else {}),
             "backend": opts.run.backend, "scheduler": recorded["scheduler"], "peak_tflops": opts.roofline.peak_tflops,
+            **({"switching": opts.run.switching} if opts.run.backend == "congestion" else {}),
             "mem_bw_gbps": opts.roofline.mem_gbps, "mem_latency_ns": opts.mem_latency_ns, "rank": rank,
             **({"pool": opts.pool.describe()} if opts.pool is not None else {}),
             **({"endpoint_delay_ns": topo.endpoint_delay_ns} if topo.endpoint_delay_ns else {})}
@@ -217,7 +230,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
         from . import step_dir
         report.step_tables = lambda fmt: step_dir.build(lowered, times, info | {"topology_dict": topo.to_dict()},
                                                         fmt)
-    return report
+    return report, times
 
 
 def _is_step_dir(source) -> bool:
@@ -229,19 +242,19 @@ def _is_step_dir(source) -> bool:
 
 def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops: float, mem_bw_gbps: float,
                       max_memory: int | None, rank: int, local_mem_gbps: float | None = None,
-                      mem_latency_ns: float = 0.0, pool=None) -> WorkloadReport:
+                      mem_latency_ns: float = 0.0, pool=None, switching: str = "cut-through") -> WorkloadReport:
     """A step table directory (--emit tables -o DIR): its collectives' tables executed on `backend`, then the step."""
     from . import step_dir
     if topology is not None:
         raise UserError(f"{path}: a step table directory runs on the topology it was compiled for (meta.json); "
                         "give no topology")
     _check_roofline(peak_tflops, mem_bw_gbps)
-    run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory,
-                                 local_mem_gbps=_local_mem(local_mem_gbps))
+    run_opts = driver.RunOptions(backend=backend, intra=intra, switching=_switching(switching, backend),
+                                 max_memory=max_memory, local_mem_gbps=_local_mem(local_mem_gbps))
     lowered, topo, recorded, times, step = step_dir.load(path, run_opts)
     opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, Roofline(peak_tflops, mem_bw_gbps), False,
                            *_memory(mem_latency_ns, pool, topo))
-    report = _timed(lowered, topo, opts, times, recorded, rank)
+    report, _ = _timed(lowered, topo, opts, times, recorded, rank)
     report.step_tables = lambda fmt: step
     return report
 
@@ -269,6 +282,16 @@ def _memory(latency_ns, pool, topo) -> tuple[float, object]:
         raise UserError(f"{where}{sizes} is {pool.nodes} x {pool.gpus_per_node} = {pool.gpus} GPUs but "
                         f"{topo.name} has {topo.npus} NPUs")
     return latency, pool
+
+
+def _switching(switching, backend: str) -> str:
+    """How the congestion backend forwards a message (runtime/congestion.SWITCHING); only it has a choice."""
+    from .runtime.congestion import SWITCHING
+    if switching not in SWITCHING:
+        raise UserError(f"switching must be one of {', '.join(SWITCHING)}, got {switching!r}")
+    if switching != SWITCHING[0] and backend != "congestion":
+        raise UserError(f"switching {switching} applies to the congestion backend, not {backend}")
+    return switching
 
 
 def _local_mem(gbps) -> float | None:

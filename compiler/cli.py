@@ -370,8 +370,8 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
     if step_dir:
         if args.emit == "mlir":
             raise UserError(f"--emit mlir: {args.input[0]} holds the step's tables, not its workload module")
-        report = compile_workload(args.input[0], None, backend=args.backend, intra=args.intra,
-                                  peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
+        report = compile_workload(args.input[0], None, backend=args.backend, switching=args.switching,
+                                  intra=args.intra, peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
                                   local_mem_gbps=_local_mem(args), mem_latency_ns=args.mem_latency, pool=args.pool)
     else:
         if not args.topology and not _is_step_module(args.input):
@@ -383,7 +383,7 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
                                       endpoint_delay=args.endpoint_delay, mesh=args.mesh,
                                       scheduler=args.scheduler or driver.DEFAULT_SCHEDULER,
                                       chunks=chunks, algorithm=args.algorithm, all_reduce=args.all_reduce,
-                                      backend=args.backend, intra=args.intra,
+                                      backend=args.backend, switching=args.switching, intra=args.intra,
                                       peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
                                       capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration,
                                       keep_tables=args.emit == "tables", local_mem_gbps=_local_mem(args),
@@ -680,8 +680,9 @@ def _run_collective(args, run) -> int:
         return _emit_tables(args, schedule, topology)
 
     if args.emit == "chakra":
-        from .frontend import chakra
-        n = chakra.write(chakra.one_collective(schedule.meta, topology), topology, _chakra_dir(args), args.force)
+        from .frontend import chakra_write
+        n = chakra_write.write(chakra_write.one_collective(schedule.meta, topology), topology, _chakra_dir(args),
+                               args.force)
         print(f"wrote {n} Chakra traces and comm_group.json to {args.output}")
         return 0
 

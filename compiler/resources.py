@@ -55,6 +55,7 @@ class Estimate:
     bytes: int
     rows: int = 0          # table rows the run materialises
     what: str = ""         # what dominates, for the message
+    advice: str = "use fewer chunks or NPUs"
 
     def check(self, limit: int | None) -> None:
         """Refuse (UserError, one line) when the estimate exceeds `limit` bytes (None: this machine's memory)."""
@@ -64,7 +65,7 @@ class Estimate:
             detail = ", ".join(x for x in (self.what, f"{self.rows:.3g} table rows" if self.rows else "") if x)
             raise UserError(f"this run would need about {_size(self.bytes)} of memory" +
                             (f" ({detail})" if detail else "") +
-                            f", more than {_size(cap)} ({source}); use fewer chunks or NPUs")
+                            f", more than {_size(cap)} ({source}); {self.advice}")
 
 
 def _size(n: int) -> str:
@@ -217,3 +218,26 @@ def table_files(path: str, meta, symmetric: bool, verify: bool, limit: int | Non
     if verify:
         total += sum(meta.npus * c.bytes * PER_VERIFIED_BYTE for c in meta.collectives)
     return Estimate(total, what=f"tables of {len(sizes)} NPU(s) in {path}" + (", verified on data" if verify else ""))
+
+
+# A training step read from traces (Chakra ETs), measured on 2-rank chains of 50k and 200k nodes (a compute chain
+# with an all-reduce every 100 nodes) and on 1024 and 4096 per-rank programs of one world all-reduce.
+STEP_BASE = 240 * 2**20      # a step's run with tiny programs (the 4096-rank microbenchmark as one program: 231 MB)
+PER_TRACE_NODE = 2200        # a node of the trace being read: its protobuf message, dependency lists, its op
+PER_KEPT_OP = 600            # an op read and kept (frontend/workload.Op), for the whole run
+PER_STEP_OP = 3000           # an op of a program through the workload module, its lowering and the engine
+PER_GROUP_MEMBER = 64        # a rank of a process group a program names (each program's group attributes)
+TRACE_ADVICE = "give fewer ranks or a shorter trace (a slice of its iterations)"
+
+
+def trace_nodes(reading: int, kept: int, where: str) -> Estimate:
+    """Before a trace file's nodes are built: the `reading` nodes of that file, and the ops already kept."""
+    return Estimate(STEP_BASE + reading * PER_TRACE_NODE + kept * PER_KEPT_OP,
+                    what=f"reading {reading:.3g} nodes of {where}, {kept:.3g} ops kept", advice=TRACE_ADVICE)
+
+
+def step_programs(ops: int, members: int, programs: int) -> Estimate:
+    """Before a step read from traces is lowered: the ops of the programs it will run (one per rank, or one
+    standing for every rank) and the ranks of the groups each program names."""
+    return Estimate(STEP_BASE + ops * (PER_KEPT_OP + PER_STEP_OP) + members * PER_GROUP_MEMBER,
+                    what=f"{ops:.3g} ops in {programs} program(s)", advice=TRACE_ADVICE)

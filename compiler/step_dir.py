@@ -140,7 +140,8 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
     for prog in programs:   # messages are timed on the topology, as when compiled
         for op in prog.ops:
             if op.kind in wl.P2P and times.key(op) not in times:
-                times[times.key(op)] = message_time(topology, times.key(op), run.backend == "congestion")
+                times[times.key(op)] = message_time(topology, times.key(op), run.backend == "congestion",
+                                                    run.switching == "store-and-forward")
     info = {"source": meta["source"], "mesh": meta["mesh"], "scheduler": meta["scheduler"]}
     return Lowered("", programs, meta["spmd"]), topology, info, times, step
 

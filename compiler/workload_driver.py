@@ -128,6 +128,12 @@ def collective_key(op, topology: Topology) -> tuple:
                 part_key(dims, wl.parts(op.attrs)))
 
 
+def group_key(topology: Topology, kind: str, nbytes: int, group, root: int = -1) -> tuple:
+    """The collective_key of a frontend collective (an Op: kind, bytes, its group's ranks, root)."""
+    dims, parts = group_span(topology, group)
+    return _key(kind, nbytes, dims, root, topology, part_key(dims, parts))
+
+
 def part_key(dims, parts: dict) -> tuple:
     """The key element of a group covering part of some dimensions: ("part", (dim, members, stride), ...)."""
     return ("part",) + tuple((d,) + tuple(parts[d]) for d in dims if d in parts) if parts else ()
@@ -244,7 +250,8 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
             if key in times:
                 continue
             if key[0] == "p2p":
-                times[key] = message_time(topology, key, opts.run.backend == "congestion", opts.step)
+                times[key] = message_time(topology, key, opts.run.backend == "congestion",
+                                          opts.run.switching == "store-and-forward", opts.step)
             elif shared is None or opts.keep_schedules:
                 times[key], schedule = _time_one(ctx, topology, key, opts)
                 if opts.keep_schedules:
@@ -268,16 +275,17 @@ def _cached_time(d: dict, topology: Topology) -> CollectiveTime:
                           dims, str(d["ir"]), tuple(reuse.non_negative(b, "class_busy_ns") for b in d["class_busy_ns"]))
 
 
-def message_time(topology: Topology, key: tuple, physical: bool = False,
+def message_time(topology: Topology, key: tuple, physical: bool = False, store_and_forward: bool = False,
                  step: StepSemantics = StepSemantics()) -> CollectiveTime:
     """A point-to-point message's time: routed over the topology (network/message.py), in both backends; with
-    `physical` (the congestion backend) it shares the links of its route, else the dimensions at its two ends.
-    Under the astra-sim semantics the analytical backend times it as ASTRA-sim's (network/astra_network.py)."""
+    `physical` (the congestion backend) it shares the links of its route, else the dimensions at its two ends;
+    `store_and_forward` (that backend's --switching) stores it whole at every hop. Under the astra-sim semantics
+    the analytical backend times it as ASTRA-sim's (network/astra_network.py)."""
     _, nbytes, src, dst = key
     if step.astra and not physical and topology.graph is None:
         m = astra_network.message(topology, src, dst, nbytes, astra_network.link_gbps(topology, step.link_gbps))
         return CollectiveTime(m.time_ns, f"as ASTRA-sim: {m.route}", dim_busy_ns=m.dim_busy_ns)
-    m = message(topology, src, dst, nbytes)
+    m = message(topology, src, dst, nbytes, store_and_forward)
     stream_ns = max(m.dim_busy_ns, default=0.0)
     route = tuple((o, c, stream_ns) for o, c in m.links) if physical else ()
     return CollectiveTime(m.time_ns, f"routed {m.hops} hop{'s' if m.hops != 1 else ''}", dim_busy_ns=m.dim_busy_ns,

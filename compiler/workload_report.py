@@ -197,7 +197,8 @@ def format_report(d: dict) -> str:
         f"topology        {d['topology']} ({d['npus']} NPUs)" + (f", mesh {d['mesh']}" if d.get("mesh") else "")
         + (f", endpoint delay {d['endpoint_delay_ns']:g} ns per message" if d.get("endpoint_delay_ns") else ""),
         *([f"placement       {d['placement']}"] if d.get("placement") else []),
-        f"runtime         {d['backend']} network, scheduler {d['scheduler']}; compute roofline "
+        f"runtime         {d['backend']} network" + (f" ({d['switching']})" if d.get("switching") else "") +
+        f", scheduler {d['scheduler']}; compute roofline "
         f"{d['peak_tflops']:g} TFLOPS, {d['mem_bw_gbps']:g} GB/s",
         "",
         f"step time       {d['total_time_us']:.3f} us",

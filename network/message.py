@@ -29,8 +29,10 @@ class Message:
     links: tuple = ()          # (owning NPU, link class) of each link it takes (LinkMap.owner_class); none on a Graph
 
 
-def message(topology: Topology, src: int, dst: int, nbytes: int) -> Message:
-    """The message's route and time (module docstring); src == dst moves nothing and takes no time."""
+def message(topology: Topology, src: int, dst: int, nbytes: int, store_and_forward: bool = False) -> Message:
+    """The message's route and time (module docstring); src == dst moves nothing and takes no time. Stored and
+    forwarded (ASTRA-sim's congestion-aware backend), each link takes the whole message at its own bandwidth
+    before the next starts: sum(latency + bytes / bandwidth) over the links, plus the endpoint delay."""
     busy = [0.0] * topology.ndims
     if src == dst:
         return Message(0.0, 0, tuple(busy), "")
@@ -41,7 +43,9 @@ def message(topology: Topology, src: int, dst: int, nbytes: int) -> Message:
         busy[d] = stream_ns
     route = " ".join(links.describe(int(i)) for i in ids[:8]) + (" ..." if len(ids) > 8 else "")
     owned = tuple(zip(*(a.tolist() for a in links.owner_class(ids)))) if topology.graph is None else ()
-    return Message(float(links.latency(ids).sum()) + topology.endpoint_delay_ns + stream_ns, int(len(ids)),
+    travel_ns = float((float(nbytes) / gbps_to_bytes_per_ns(bandwidth[ids])).sum()) if store_and_forward else \
+        stream_ns
+    return Message(float(links.latency(ids).sum()) + topology.endpoint_delay_ns + travel_ns, int(len(ids)),
                    tuple(busy), route, owned)
 
 

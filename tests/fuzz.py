@@ -660,6 +660,110 @@ def case_chakra(draw, workdir):
     run("Chakra traces", [workdir, "--topology", "Ring(2)", "--json"], workdir)
 
 
+# Chakra nodes drawn field by field: a valid program per rank (compute, a load, an all-reduce on a group of
+# comm_group.json, a message between ranks 0 and 1), then attributes set to extreme values of any protobuf type,
+# removed, node types and dependencies changed, comm_group.json damaged; read as a step (each run option) or
+# written back with --emit chakra.
+CHAKRA_FIELDS = ["num_ops", "tensor_size", "comm_type", "comm_size", "pg_name", "pg_desc", "comm_src", "comm_dst",
+                 "comm_root", "comm_tag", "tensor_loc", "is_cpu_op", "involved_dim", "astra_flops", "astra_bytes",
+                 "astra_measured_ns", "astra_comm_type", "astra_in_switch", "astra_phase", "astra_iteration"]
+
+
+@st.composite
+def chakra_value(draw):
+    """(AttributeProto field, value) of any type a trace may hold there."""
+    return draw(st.one_of(
+        st.tuples(st.just("int64_val"), st.one_of(st.sampled_from([0, -1, 1, 2 ** 40, 2 ** 62, 2 ** 63 - 1, -2 ** 63]),
+                                                  st.integers(-8, 2 ** 24))),
+        st.tuples(st.just("uint64_val"), st.sampled_from([0, 1, 7, 2 ** 32, 2 ** 63, 2 ** 64 - 1])),
+        st.tuples(st.just("double_val"), st.sampled_from([0.0, -1.0, 0.5, 1e308, 1e-310, math.inf, -math.inf,
+                                                          math.nan, 1048576.0])),
+        st.tuples(st.just("string_val"), st.one_of(st.sampled_from(["", "0", "1", "2", "REDUCE", "GATHER", "x",
+                                                                      "\u0662", "-1", "1e9"]), st.text(max_size=6))),
+        st.tuples(st.just("bool_val"), st.booleans()),
+        st.tuples(st.just("bool_list"), st.lists(st.booleans(), max_size=3))))
+
+
+def chakra_rank(rank: int, world: int) -> list:
+    from test_chakra import COLL, COMP, LOAD, RECV_, SEND_, node
+    out = [node(1, "mm", COMP, num_ops=10 ** 9, tensor_size=1 << 20, is_cpu_op=False),
+           node(2, "ld", LOAD, data_deps=[1], tensor_size=1 << 16),
+           node(3, "ar", COLL, deps=[1], comm_type=0, comm_size=1 << 20, pg_name="1", pg_desc="dp")]
+    if rank == 0:
+        out.append(node(4, "send", SEND_, deps=[3], comm_size=1 << 16, comm_src=0, comm_dst=1, comm_tag=1 << 30))
+    elif rank == 1:
+        out.append(node(4, "recv", RECV_, deps=[3], comm_size=1 << 16, comm_src=0, comm_dst=1, comm_tag=1 << 30))
+    return out
+
+
+def case_chakra_nodes(draw, workdir):
+    from astra_compile.frontend.chakra import delimited, schema
+    world = draw(st.sampled_from([2, 4]))
+    programs = {r: chakra_rank(r, world) for r in range(world)}
+    for _ in range(draw(st.integers(1, 4))):
+        rank = draw(st.integers(0, world - 1))
+        n = draw(st.sampled_from(programs[rank]))
+        op = draw(st.sampled_from(["set", "set", "set", "remove", "type", "dep", "id"]))
+        if op == "set":
+            name = draw(st.sampled_from(CHAKRA_FIELDS))
+            kind, value = draw(chakra_value())
+            for a in [a for a in n.attr if a.name == name]:
+                n.attr.remove(a)
+            a = n.attr.add(name=name)
+            if kind == "bool_list":
+                a.bool_list.values.extend(value)
+            else:
+                setattr(a, kind, value)
+        elif op == "remove" and len(n.attr):
+            del n.attr[draw(st.integers(0, len(n.attr) - 1))]
+        elif op == "type":
+            n.type = draw(st.integers(0, 12))
+        elif op == "dep":
+            n.ctrl_deps.append(draw(st.sampled_from([0, 1, 2, 3, 4, 9, 2 ** 64 - 1])))
+        else:
+            n.id = draw(st.sampled_from([0, 1, 2, 3, 4, 2 ** 64 - 1]))
+    head = delimited(schema()[0](version="0.0.4"))
+    for r, nodes in programs.items():
+        write(os.path.join(workdir, f"t.{r}.et"), head + b"".join(delimited(n) for n in nodes))
+    groups = {"1": list(range(world))}
+    text = json.dumps(groups)
+    if draw(st.integers(0, 3)) == 0:
+        text = draw(st.one_of(mutated_text(text, edits=2), st.builds(json.dumps, mutated_json(groups, edits=2))))
+    write(os.path.join(workdir, "comm_group.json"), text)
+    topology = draw(st.sampled_from([f"Ring({world})", f"{world}_switch"] + (["2x2_torus"] if world == 4 else [])))
+    extra = draw(st.sampled_from([[], ["--backend", "congestion"],
+                                  ["--backend", "congestion", "--switching", "store-and-forward"],
+                                  ["--max-memory", "300MB"], ["--emit", "chakra", "-o", "out"]]))
+    argv = [workdir, "--topology", topology, *extra] + ([] if "--emit" in extra else ["--json"])
+    run("Chakra nodes", argv, workdir, outputs=("out",))
+
+
+def case_chakra_written(draw, workdir):
+    """A directory --emit chakra wrote (a 2x2 torus all-reduce or a per-rank step with a broadcast, a reduce and
+    measured compute), one file or comm_group.json damaged, read back."""
+    import astra_compile
+    from test_step_module import two_ranks
+    src = os.path.join(workdir, "src")
+    if draw(st.booleans()):
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["--collective", "all_reduce", "--size", "1MB", "--topology", "2x2_torus", "--emit", "chakra",
+                         "-o", src]) == 0
+        topology = "2x2_torus"
+    else:
+        w = two_ranks()
+        w.programs[0][0].measured_ns = 1234.5
+        astra_compile.compile(w, "Ring(2)").chakra(src)
+        topology = "Ring(2)"
+    name = draw(st.sampled_from(sorted(os.listdir(src))))
+    path = os.path.join(src, name)
+    good = open(path, "rb").read()
+    data = draw(st.one_of(st.builds(lambda cut, flip: good[:cut] + bytes([good[cut] ^ flip]) + good[cut + 1:]
+                                    if cut < len(good) else good, st.integers(0, len(good)), st.integers(1, 255)),
+                          st.builds(lambda cut: good[:cut], st.integers(0, len(good))), hostile_bytes()))
+    write(path, data)
+    run("Chakra traces written", [src, "--topology", topology, "--json"], workdir)
+
+
 CASES = {"sizes": case_size, "topology notation": case_topology, "command-line numbers": case_options,
          "network files": case_network_file, ".mlir modules": case_mlir, "workload modules": case_step_module,
          "table directories": case_table_dir,
@@ -671,7 +775,9 @@ CASES = {"sizes": case_size, "topology notation": case_topology, "command-line n
          "nccl-tests logs": case_nccl_log,
          "system files": case_system_file,
          "pool files": case_pool_file,
-         "Chakra traces": case_chakra}
+         "Chakra traces": case_chakra,
+         "Chakra nodes": case_chakra_nodes,
+         "Chakra traces written": case_chakra_written}
 
 
 def valid_table_dir(root: str) -> str:

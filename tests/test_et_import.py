@@ -412,3 +412,54 @@ def test_process_group_records_with_numbers_past_range(tmp_path, field, value):
     p = tmp_path / "pg.json"
     p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
     one_line_error([str(p)], "unreadable process-group record")
+
+
+def test_a_trace_runs_on_the_congestion_backend_stored_and_forwarded(tmp_path, capsys):
+    """Issue 31 item 8: --switching store-and-forward (ASTRA-sim's congestion-aware backend) applies to a trace's
+    step as to a collective: a 4 MB all-reduce over every rank, flat_direct on a 2x2 torus, whose messages to the
+    opposite corner cross two links, each stored whole before the next."""
+    from helpers import cli
+    t = [10, 11, 0, 1 << 20, 4, "cpu"]
+    nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1), pg_init(2, 1),
+             node(3, "c10d::allreduce_", 1, [[t]], ["GenericList[Tensor(float)]"], [[t]],
+                  ["GenericList[Tensor(float)]"], "c10d::allreduce_(Tensor[] tensors) -> Tensor[]")]
+    p = tmp_path / "trace_rank0.json"
+    p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
+    net = ["--topology", "2x2_torus", "--algorithm", "flat_direct", "--backend", "congestion"]
+    times = {}
+    for switching in ("cut-through", "store-and-forward"):
+        code, out, err = cli(capsys, p, *net, "--switching", switching, "--json")
+        assert code == 0, err
+        step = json.loads(out)
+        assert step["switching"] == switching
+        code, out, err = cli(capsys, "--collective", "all_reduce", "--size", "4MB", *net, "--switching", switching,
+                             "--json")
+        assert code == 0, err
+        assert step["total_time_us"] == pytest.approx(json.loads(out)["total_time_us"], rel=1e-12)
+        times[switching] = step["total_time_us"]
+    assert times["store-and-forward"] == pytest.approx(236.375, abs=1e-3)
+    assert times["cut-through"] == pytest.approx(158.25, abs=1e-3)
+    code, out, err = cli(capsys, p, "--topology", "2x2_torus", "--switching", "store-and-forward")
+    assert code == 2 and "--switching applies to --backend congestion" in err
+
+
+@pytest.mark.parametrize("numel, shown", [("NaN", "nan"), ("1e400", "inf"), ("-4", "-4"), ('"4"', "'4'"),
+                                          ("2.5", "2.5"), ("true", "True"), (str(2 ** 70), str(2 ** 70))])
+@pytest.mark.parametrize("where", ["collective", "compute"])
+def test_a_bad_tensor_size_names_the_file_the_node_and_the_field(tmp_path, numel, shown, where):
+    """Issue 31 item 7: a tensor's numel that is no whole number (or past 1 TiB of bytes) was dropped as no tensor
+    (0 bytes: 'collective size must be positive'), read as 1 (true) or passed on negative or overflowing."""
+    t, x, y = [10, 11, 0, 8, 4, "cpu"], [12, 13, 0, 8, 4, "cpu"], [14, 15, 0, 8, 4, "cpu"]
+    nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1), pg_init(2, 1),
+             node(3, "c10d::allreduce_", 1, [[t]], ["GenericList[Tensor(float)]"], [[t]],
+                  ["GenericList[Tensor(float)]"], "c10d::allreduce_(Tensor[] tensors) -> Tensor[]"),
+             node(4, "aten::relu", 1, [x], ["Tensor(float)"], [y], ["Tensor(float)"],
+                  "aten::relu(Tensor self) -> Tensor")]
+    bad = 10 if where == "collective" else 14
+    text = json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}).replace(f"[{bad}, {bad + 1}, 0, 8,",
+                                                                                  f"[{bad}, {bad + 1}, 0, {numel},")
+    p = tmp_path / "trace_rank0.json"
+    p.write_text(text)
+    at = "node 3 (c10d::allreduce_): inputs[0]" if where == "collective" else "node 4 (aten::relu): outputs"
+    msg = one_line_error([str(p)], f"{p}: {at}: tensor {bad} has numel {shown} and element size 4", world_size=4)
+    assert "each must be a whole number of at least 0" in msg

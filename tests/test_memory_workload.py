@@ -334,7 +334,7 @@ def test_a_sweep_over_pools_plots_each_points_breakdown(capsys, tmp_path):
 
 def test_loads_and_stores_round_trip_through_chakra(capsys, tmp_path):
     """MEM_LOAD / MEM_STORE nodes with tensor_loc (and astra_in_switch) out and back: the same step, to the digit."""
-    from astra_compile.frontend import chakra
+    from astra_compile.frontend import chakra, chakra_write
     from astra_compile.network.parse import parse_topology
     ops = [Op("mm", COMPUTE, [], flops=int(1000 * TFLOP_PER_MS)),
            Op("store result", STORE, [0], bytes=GIB, location="remote"),
@@ -343,7 +343,7 @@ def test_loads_and_stores_round_trip_through_chakra(capsys, tmp_path):
     w = spmd(ops)
     before = compile_step(w, "Ring(4)", pool=POOL).to_dict()
     out = tmp_path / "et"
-    chakra.write(w, parse_topology("Ring(4)"), str(out))
+    chakra_write.write(w, parse_topology("Ring(4)"), str(out))
     again = compile_step(chakra.load([str(p) for p in sorted(out.glob("*.et"))], 4), "Ring(4)", pool=POOL).to_dict()
     assert again["total_time_us"] == before["total_time_us"]
     assert again["memory_summary"] == before["memory_summary"]

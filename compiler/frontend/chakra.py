@@ -1,4 +1,5 @@
-"""Chakra execution traces (the protobuf ETs ASTRA-sim 2.x runs), in and out: one `<prefix>.<rank>.et` per rank.
+"""Chakra execution traces (the protobuf ETs ASTRA-sim 2.x runs) in: one `<prefix>.<rank>.et` per rank (the schema
+and framing here are chakra_write.py's too, which writes them).
 
 A file is a sequence of protobuf messages, each preceded by its length as a varint: one GlobalMetadata (the
 schema version), then the Nodes. The schema is written here from the published format (mlcommons/chakra
@@ -7,12 +8,14 @@ et_def.proto: message and field names and numbers) with protobuf's descriptor AP
 Nodes become the workload's ops (frontend/workload.py):
 - COMP_NODE on the GPU: compute with `num_ops` FLOPs and `tensor_size` bytes (the roofline's inputs), or, without
   FLOPs, its `duration_micros` as a measured time; `is_cpu_op` nodes and METADATA / storage nodes run nothing
-  here and pass their dependencies on;
+  here and pass their dependencies on. What --emit chakra wrote for ASTRA-sim alone gives way to its own
+  attributes: `astra_flops` and `astra_bytes` (the op's FLOPs and bytes), `astra_measured_ns`;
 - MEM_LOAD_NODE / MEM_STORE_NODE: a load / store of `tensor_size` bytes in local memory or the remote pool
   (`tensor_loc` 1 or 2, ASTRA-sim's LOCAL_MEMORY / REMOTE_MEMORY; absent: local), docs/memory.md; written back
   with `astra_in_switch` when the pool's switches gather it;
-- COMM_COLL_NODE: the collective of `comm_type` with `comm_size` bytes over the process group `pg_name` (its ranks
-  from comm_group.json beside the traces, ASTRA-sim's comm-group file; without one, every rank). Chakra gives an
+- COMM_COLL_NODE: the collective of `comm_type` (or `astra_comm_type`) with `comm_size` bytes over the process
+  group `pg_name` (its ranks from comm_group.json beside the traces, ASTRA-sim's comm-group file; without one, or 0,
+  every rank), named `pg_desc` where the trace gives one (dp, tp), else by its pg_name. Chakra gives an
   all-gather's size as each rank's input: the gathered buffer is comm_size x the group's size. A barrier is the
   all-reduce of one 4-byte element (what NCCL runs); gather and scatter are refused;
 - COMM_SEND_NODE / COMM_RECV_NODE: a message of `comm_size` bytes to `comm_dst` / from `comm_src`.
@@ -20,15 +23,18 @@ Dependencies are ctrl_deps and data_deps together; the nodes run in a dependency
 """
 from __future__ import annotations
 
+import hashlib
 import heapq
-import json
+import math
 import os
 import re
+from array import array
 from functools import lru_cache
 
 import numpy as np
 
 from ..network.errors import UserError, read_bytes, read_json
+from ..network.units import MAX_BYTES
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, Op, Workload
 
 SUFFIX = ".et"
@@ -106,6 +112,24 @@ def schema():
         get(pool.FindMessageTypeByName("ChakraProtoMsg.Node"))
 
 
+def _count(data: bytes) -> int:
+    """How many length-delimited messages a file holds (a frame that does not fit ends the count: messages()
+    names it), without making them."""
+    pos, n, end = 0, 0, len(data)
+    while pos < end:
+        length, shift = 0, 0
+        while pos < end and data[pos] & 0x80 and shift < 64:
+            length |= (data[pos] & 0x7F) << shift
+            shift += 7
+            pos += 1
+        if pos >= end:
+            break
+        length |= data[pos] << shift
+        pos += 1 + length
+        n += 1
+    return n
+
+
 def messages(path: str, data: bytes):
     """(byte offset, message bytes) of each length-delimited message of a file."""
     pos = 0
@@ -140,8 +164,208 @@ def trace_files(directory: str) -> list[str]:
     return [os.path.join(directory, n) for n in names]
 
 
-def load(paths: list[str], world_size: int | None = None) -> Workload:
-    """One `<prefix>.<rank>.et` per rank, ranks 0..n-1, and an optional comm_group.json beside them."""
+class _Program:
+    """One distinct trace's ops (ranks whose files are alike share it), with what the checks across ranks need:
+    each op's node id, and per process group its collectives' (kind, bytes, root) in order. Groups are keyed
+    by the identity of their tuple: the reader gives every use of one group the same tuple."""
+
+    def __init__(self, path: str, ops: list, nodes: list):
+        self.path, self.ops, self.nodes = path, ops, nodes
+        self.calls: dict = {}     # id(group) -> indices of its collectives in ops
+        for i, op in enumerate(ops):
+            if op.kind == COLLECTIVE:
+                self.calls.setdefault(id(op.group), []).append(i)
+        self.signature = {g: tuple((ops[i].collective, ops[i].bytes, ops[i].root) for i in idx)
+                          for g, idx in self.calls.items()}
+        self.members = sum(len(self.group(g)) for g in self.calls)   # ranks of the groups it names
+
+    def group(self, key: int) -> tuple:
+        return self.ops[self.calls[key][0]].group
+
+
+class _Reading:
+    """The traces of one load: each rank's file and (shared) program, and where an op of a rank came from."""
+
+    def __init__(self, ranked: dict, groups: dict, max_memory: int | None = None):
+        self.ranked, self.groups, self.max_memory = ranked, groups, max_memory
+        self.kept = 0              # ops of the distinct programs read so far
+        self.world = len(ranked)
+        self.everyone = tuple(range(self.world))
+        self.programs: dict = {}   # rank -> _Program
+        self.members: dict = {}    # id(group) -> its ranks as a set
+
+    def read(self) -> None:
+        """Every rank's file; a file whose bytes equal an earlier one's (or do up to its node ids, where no node
+        depends on another) is parsed once."""
+        seen: dict = {}          # digest of a file (or of its nodes without their ids) -> its _Program
+        for rank in range(self.world):
+            path = self.ranked[rank]
+            data = read_bytes(path, "Chakra trace ", MAX_FILE_BYTES)
+            digest = hashlib.blake2b(data, digest_size=20).digest()
+            program = seen.get(digest)
+            if program is None:
+                program = seen[digest] = self._parse(path, data, seen)
+            self.programs[rank] = program
+            self._check_member(rank)
+
+    def _parse(self, path: str, data: bytes, seen: dict) -> _Program:
+        """A file's program, or that of an earlier file alike but for its node ids (its Node objects are let go
+        before the next file's are made)."""
+        from .. import resources
+        resources.trace_nodes(_count(data), self.kept, path).check(self.max_memory)
+        nodes, alias = _nodes(path, data)
+        program = seen.get(alias) if alias is not None else None
+        if program is None:
+            program = _Program(path, *_ops(path, self.world, self.groups, self.everyone, nodes))
+            self.kept += len(program.ops)
+            if alias is not None:
+                seen[alias] = program
+        return program
+
+    def at(self, rank: int, i: int) -> str:
+        """Op `i` of rank `rank` as its file and node. Files alike up to their node ids share a program: such a
+        file's own node (the i-th of its nodes that runs something: none depends on another) is read again."""
+        program, path = self.programs[rank], self.ranked[rank]
+        ids = program.nodes
+        if path != program.path:
+            nodes, _ = _nodes(path, read_bytes(path, "Chakra trace ", MAX_FILE_BYTES))
+            ids = _ops(path, self.world, self.groups, self.everyone, nodes)[1]
+        return f"{path}: node {ids[i]} ({program.ops[i].name})"
+
+    def _check_member(self, rank: int) -> None:
+        """Every process group rank `rank` runs a collective on holds it."""
+        program = self.programs[rank]
+        for key, idx in program.calls.items():
+            ranks = self.members.get(key)
+            if ranks is None:
+                ranks = self.members[key] = frozenset(program.group(key))
+            if rank not in ranks:
+                raise UserError(f"{self.at(rank, idx[0])}: rank {rank} is not a member of process group "
+                                f"{program.ops[idx[0]].group_name!r} {_show(program.group(key))}")
+
+    def check_agreement(self) -> None:
+        """The members of each process group run the same collectives on it, in the same order: kind, bytes,
+        root."""
+        first: dict = {}   # id(group) -> its first member rank
+        for rank in range(self.world):
+            program = self.programs[rank]
+            for key in program.calls:
+                ref = first.setdefault(key, rank)
+                if self.programs[ref] is not program and self.programs[ref].signature[key] != program.signature[key]:
+                    self._disagreement(key, ref, rank)
+        for key, ref_rank in first.items():
+            ref = self.programs[ref_rank]
+            for member in ref.group(key):
+                if key not in self.programs[member].calls:
+                    i = ref.calls[key][0]
+                    raise UserError(f"Chakra ranks disagree on process group {ref.ops[i].group_name!r} "
+                                    f"{_show(ref.group(key))}: {self.at(ref_rank, i)} is {_call(ref.ops[i])} on it; "
+                                    f"{self.ranked[member]} (rank {member}) runs no collective on it")
+
+    def _disagreement(self, key: int, ra: int, rb: int):
+        a, b = self.programs[ra], self.programs[rb]
+        sa, sb = a.signature[key], b.signature[key]
+        k = next((k for k, (x, y) in enumerate(zip(sa, sb)) if x != y), min(len(sa), len(sb)))
+        ia, ib = a.calls[key], b.calls[key]
+        name, group = a.ops[ia[0]].group_name, a.group(key)
+        if k == len(sa) or k == len(sb):
+            extra = self.at(ra, ia[k]) if k < len(sa) else self.at(rb, ib[k])
+            raise UserError(f"Chakra ranks disagree on process group {name!r} {_show(group)}: {self.ranked[ra]} "
+                            f"runs {len(sa)} collectives on it, {self.ranked[rb]} {len(sb)}; {extra} is the first "
+                            "without a partner")
+        raise UserError(f"Chakra ranks disagree on collective {k + 1} of process group {name!r} {_show(group)}: "
+                        f"{self.at(ra, ia[k])} is {_call(a.ops[ia[k]])}, {self.at(rb, ib[k])} is "
+                        f"{_call(b.ops[ib[k]])}")
+
+
+def load(paths: list[str], world_size: int | None = None, topology=None, max_memory: int | None = None) -> Workload:
+    """One `<prefix>.<rank>.et` per rank, ranks 0..n-1, and an optional comm_group.json beside them. Given the
+    topology, ranks that run the same ops, each on its own group of one shape (as_spmd), become one SPMD program
+    standing for every rank, as a capture is: the step then compiles and runs one program, not one per rank."""
+    ranked = _ranked(paths)
+    if world_size is not None and world_size != len(ranked):
+        raise UserError(f"{len(ranked)} Chakra traces, but the topology has {world_size} NPUs")
+    from .. import resources
+    reading = _Reading(ranked, _comm_groups(os.path.dirname(paths[0]), len(ranked)), max_memory)
+    reading.read()
+    reading.check_agreement()
+    source = ", ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
+    spmd = topology is not None and as_spmd(reading.programs, topology)
+    lowered = [reading.programs[0]] if spmd else list(reading.programs.values())
+    resources.step_programs(sum(len(p.ops) for p in lowered), sum(p.members for p in lowered),
+                            len(lowered)).check(max_memory)
+    if spmd:
+        return Workload(reading.world, {0: reading.programs[0].ops}, source=source, spmd=True)
+    return Workload(reading.world, {rank: p.ops for rank, p in reading.programs.items()}, source=source)
+
+
+def as_spmd(programs: dict, topology) -> bool:
+    """Whether rank 0's program stands for every rank's: every rank runs the same ops (a root at the same place in
+    its group), no messages (an SPMD program has no partner for them), and each collective on the group of rank 0's
+    group's shape through the rank (the same dimensions; on a dimension covered in part the same block or residue:
+    group_labels), which is how an SPMD step runs its groups (workload_driver.group_span)."""
+    first = programs[0]
+    if any(op.kind in (SEND, RECV) for op in first.ops):
+        return False
+    distinct = {id(p): p for p in programs.values()}
+    shape = _shape(first.ops)
+    if any(p is not first and _shape(p.ops) != shape for p in distinct.values()):
+        return False
+    labelled: dict = {}   # id(group0) -> (labels, members by label); None where it does not map onto the topology
+    checked = set()
+    for p in distinct.values():
+        for key, idx in p.calls.items():
+            for i in idx:
+                group0, group = first.ops[i].group, p.ops[i].group
+                if (id(group0), key) in checked:
+                    continue
+                if id(group0) not in labelled:
+                    try:
+                        labelled[id(group0)] = group_labels(topology, group0)
+                    except UserError:   # the step names the group that does not map
+                        labelled[id(group0)] = None
+                if labelled[id(group0)] is None:
+                    return False
+                labels, members = labelled[id(group0)]
+                at = labels[list(group)]
+                if (at != at[0]).any() or len(members[int(at[0])]) != len(group):
+                    return False
+                checked.add((id(group0), key))
+    return True
+
+
+def _shape(ops: list) -> list:
+    """What must agree for one program to stand for another: every field but the group's ranks and name (a root
+    by its place in its group)."""
+    return [(op.name, op.kind, tuple(op.deps), op.flops, op.bytes, op.collective, len(op.group),
+             op.group.index(op.root) if op.root >= 0 else -1, op.peer, op.phase, op.iteration, op.measured_ns,
+             op.location, op.in_switch) for op in ops]
+
+
+def group_labels(topology, group0: tuple):
+    """(a label per NPU, the NPUs of each label): the groups of group0's shape, one through each NPU (the same
+    dimensions; on a dimension group0 covers in part, the same block of consecutive members or the same residue),
+    each NPU labelled by its coordinates outside the group. UserError where group0 does not map onto the topology
+    (workload_driver.group_span)."""
+    from ..workload_driver import group_span
+    n = topology.npus
+    if len(group0) <= 1:
+        return np.arange(n), [np.array([r]) for r in range(n)]
+    dims, parts = group_span(topology, group0)
+    coords = topology.coords_array()
+    columns = [coords[:, d] for d in range(topology.ndims) if d not in dims]
+    for d, (members, stride) in parts.items():
+        columns.append(coords[:, d] // members if stride == 1 else coords[:, d] % stride)
+    if not columns:
+        return np.zeros(n, dtype=np.int64), [np.arange(n)]
+    _, labels = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+    labels = labels.reshape(-1)
+    order = np.argsort(labels, kind="stable")
+    return labels, np.split(order, np.flatnonzero(np.diff(labels[order])) + 1)
+
+
+def _ranked(paths: list[str]) -> dict:
+    """rank -> its file, every rank 0..n-1 once."""
     ranked = {}
     for p in paths:
         m = _RANK.match(os.path.basename(p))
@@ -156,11 +380,29 @@ def load(paths: list[str], world_size: int | None = None) -> Workload:
         missing = min(set(range(max(ranked) + 1)) - set(ranked))
         raise UserError(f"{os.path.dirname(paths[0]) or '.'}: the trace of rank {missing} is missing "
                         f"({world} .et files, ranks up to {max(ranked)})")
-    if world_size is not None and world_size != world:
-        raise UserError(f"{world} Chakra traces, but the topology has {world_size} NPUs")
-    groups = _comm_groups(os.path.dirname(paths[0]), world)
-    programs = {rank: _program(ranked[rank], rank, world, groups) for rank in range(world)}
-    return Workload(world, programs, source=", ".join(paths[:3]) + (" ..." if len(paths) > 3 else ""))
+    return ranked
+
+
+def _without_id(raw: bytes) -> bytes:
+    """A node's message with its id left out (an encoder writes field 1 first: tag 0x08 and a varint), prefixed by
+    its length: what a digest of a file's nodes takes, for traces alike but for their node ids (Chakra's
+    microbenchmark numbers its one node by rank)."""
+    pos = 0
+    if raw[:1] == b"\x08":
+        pos = 1
+        while pos < len(raw) and raw[pos] & 0x80:
+            pos += 1
+        pos += 1
+    return len(raw).to_bytes(8, "little") + raw[pos:]
+
+
+def _call(op) -> str:
+    root = f" rooted at rank {op.root}" if op.root >= 0 else ""
+    return f"{op.collective} of {op.bytes} bytes{root}"
+
+
+def _show(ranks) -> str:
+    return "[" + ",".join(map(str, ranks[:8])) + (",...]" if len(ranks) > 8 else "]")
 
 
 def _comm_groups(directory: str, world: int) -> dict:
@@ -176,9 +418,14 @@ def _comm_groups(directory: str, world: int) -> dict:
         ranks = value.get("ranks") if isinstance(value, dict) else value
         if not isinstance(ranks, list) or not ranks or not all(
                 isinstance(r, int) and not isinstance(r, bool) and 0 <= r < world for r in ranks):
-            raise UserError(f"{path}: group {key!r} must list ranks 0..{world - 1}, got {ranks!r}")
+            raise UserError(f"{path}: group {key!r} must list ranks 0..{world - 1}, got {_short(ranks)}")
         out[str(key)] = tuple(sorted(set(ranks)))
     return out
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _attrs(node) -> dict:
@@ -191,17 +438,39 @@ def _attrs(node) -> dict:
     return out
 
 
+def _where(path: str, node) -> str:
+    return f"{path}: node {node.id}" + (f" ({node.name})" if node.name else "")
+
+
 def _int(path, node, attrs, key, default=0) -> int:
+    """A whole, non-negative number attribute (a size, a count, a rank), or one line naming the file, the node and
+    the field."""
     value = attrs.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
-        raise UserError(f"{path}: node {node.id}: {key} must be a whole number of at least 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
+            (isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+        raise UserError(f"{_where(path, node)}: {key} must be a whole number of at least 0, got {_short(value)}")
     return int(value)
 
 
-def _program(path: str, rank: int, world: int, groups: dict) -> list[Op]:
+def _at_most(path, node, key: str, nbytes: int) -> int:
+    """A message's, collective's or memory move's bytes, at most the largest collective the IR takes."""
+    if nbytes > MAX_BYTES:
+        raise UserError(f"{_where(path, node)}: {key} gives {nbytes} bytes, more than the largest message, "
+                        f"collective or memory move astra-compile takes ({MAX_BYTES} bytes, 1TiB)")
+    return nbytes
+
+
+def _bytes(path, node, attrs) -> int:
+    """A compute or memory node's bytes: its own (astra_bytes, where --emit chakra gave ASTRA-sim another
+    tensor_size), else tensor_size."""
+    return _int(path, node, attrs, "astra_bytes" if "astra_bytes" in attrs else "tensor_size")
+
+
+def _nodes(path: str, data: bytes) -> tuple[dict, bytes | None]:
+    """({node id: Node} in file order, a digest of its nodes without their ids where no node depends on another,
+    else None) of one file, its metadata checked."""
     GlobalMetadata, Node = schema()
     from google.protobuf.message import DecodeError
-    data = read_bytes(path, "Chakra trace ", MAX_FILE_BYTES)
     parts = messages(path, data)
     first = next(parts, None)
     if first is None:
@@ -211,8 +480,9 @@ def _program(path: str, rank: int, world: int, groups: dict) -> list[Op]:
     except DecodeError:
         raise UserError(f"{path}: its first message is not Chakra's GlobalMetadata") from None
     if not meta.version.startswith("0.0."):
-        raise UserError(f"{path}: Chakra schema version {meta.version!r}; this reads 0.0.x (as ASTRA-sim 2.x)")
-    nodes = {}
+        raise UserError(f"{path}: Chakra schema version {_short(meta.version)}; this reads 0.0.x (as ASTRA-sim "
+                        "2.x)")
+    nodes, alias = {}, hashlib.blake2b(b"ids left out", digest_size=20)
     for offset, raw in parts:
         try:
             node = Node.FromString(raw)
@@ -221,17 +491,23 @@ def _program(path: str, rank: int, world: int, groups: dict) -> list[Op]:
         if node.id in nodes:
             raise UserError(f"{path}: node id {node.id} appears twice")
         nodes[node.id] = node
-    return _ops(path, rank, world, groups, nodes)
+        if alias is not None:
+            alias = None if node.data_deps or node.ctrl_deps else alias
+        if alias is not None:
+            alias.update(_without_id(raw))
+    return nodes, alias.digest() if alias is not None else None
 
 
-def _ops(path, rank, world, groups, nodes: dict) -> list[Op]:
+def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], array]:
+    """The file's ops in a dependency order, and each op's node id."""
     deps = {i: list(dict.fromkeys(list(n.data_deps) + list(n.ctrl_deps))) for i, n in nodes.items()}
     for i, ds in deps.items():
         for d in ds:
             if d not in nodes:
-                raise UserError(f"{path}: node {i} depends on node {d}, which the trace does not hold")
+                raise UserError(f"{_where(path, nodes[i])} depends on node {d}, which the trace does not hold")
     order = _dependency_order(path, nodes, deps)
     ops: list[Op] = []
+    ids = array("Q")
     index: dict = {}        # node id -> its op's index, or the op indices a skipped node passes on
     for i in order:
         node, attrs = nodes[i], _attrs(nodes[i])
@@ -239,37 +515,42 @@ def _ops(path, rank, world, groups, nodes: dict) -> list[Op]:
         kind = NODE_TYPES[node.type] if 0 <= node.type < len(NODE_TYPES) else "INVALID_NODE"
         op = None
         if kind == "COMP_NODE" and not attrs.get("is_cpu_op", False):
-            flops = _int(path, node, attrs, "num_ops")
-            measured = float(node.duration_micros) * 1e3 if not flops and node.duration_micros else -1.0
-            if "astra_measured_ns" in attrs:   # written by --emit chakra: the profiler's time to the nanosecond
+            # written by --emit chakra (chakra_write.py): the op's own FLOPs and bytes where ASTRA-sim's roofline
+            # needed others, and a profiler's time to the nanosecond; its duration is then only for ASTRA-sim
+            ours = "astra_flops" in attrs or "astra_measured_ns" in attrs
+            flops = _int(path, node, attrs, "astra_flops" if "astra_flops" in attrs else "num_ops")
+            measured = float(node.duration_micros) * 1e3 if not flops and node.duration_micros and not ours else -1.0
+            if "astra_measured_ns" in attrs:
                 measured = attrs["astra_measured_ns"]
                 if not isinstance(measured, float) or not 0 <= measured < 1e18:
-                    raise UserError(f"{path}: node {node.id}: astra_measured_ns {measured!r} is not a time")
-            op = Op(node.name or "compute", COMPUTE, before, flops=flops,
-                    bytes=_int(path, node, attrs, "tensor_size"), measured_ns=measured)
+                    raise UserError(f"{_where(path, node)}: astra_measured_ns {_short(measured)} is not a time")
+            op = Op(node.name or "compute", COMPUTE, before, flops=flops, bytes=_bytes(path, node, attrs),
+                    measured_ns=measured)
         elif kind in ("MEM_LOAD_NODE", "MEM_STORE_NODE"):   # ASTRA-sim's tensor_loc: 1 local, 2 remote memory
             loc = _int(path, node, attrs, "tensor_loc", 1)
             if loc not in TENSOR_LOCATIONS:
-                raise UserError(f"{path}: node {node.id}: tensor_loc {loc} is not 1 (local) or 2 (remote memory); "
+                raise UserError(f"{_where(path, node)}: tensor_loc {loc} is not 1 (local) or 2 (remote memory); "
                                 "CXL and storage memories are not modelled")
             group = _int(path, node, attrs, "astra_in_switch", 1)
             if group > 1 and loc != 2 or group > world:
-                raise UserError(f"{path}: node {node.id}: astra_in_switch {group} needs a remote tensor and at most "
+                raise UserError(f"{_where(path, node)}: astra_in_switch {group} needs a remote tensor and at most "
                                 f"{world} GPUs")
             op = Op(node.name or kind.lower(), LOAD if kind == "MEM_LOAD_NODE" else STORE, before,
-                    bytes=_int(path, node, attrs, "tensor_size"), location=TENSOR_LOCATIONS[loc],
+                    bytes=_at_most(path, node, "tensor_size", _bytes(path, node, attrs)),
+                    location=TENSOR_LOCATIONS[loc],
                     in_switch=group if group > 1 else 0)
         elif kind == "COMM_COLL_NODE":
-            op = _collective(path, node, attrs, before, rank, world, groups)
+            op = _collective(path, node, attrs, before, world, groups, everyone)
         elif kind in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
             key = "comm_dst" if kind == "COMM_SEND_NODE" else "comm_src"
             peer = _int(path, node, attrs, key, -1) if key in attrs else -1
             if not 0 <= peer < world:
-                raise UserError(f"{path}: node {node.id}: {key} {attrs.get(key)!r} is not a rank 0..{world - 1}")
+                raise UserError(f"{_where(path, node)}: {key} {_short(attrs.get(key))} is not a rank "
+                                f"0..{world - 1}")
             op = Op(node.name or kind.lower(), SEND if kind == "COMM_SEND_NODE" else RECV, before,
-                    bytes=_int(path, node, attrs, "comm_size"), peer=peer)
+                    bytes=_at_most(path, node, "comm_size", _int(path, node, attrs, "comm_size")), peer=peer)
         elif kind == "INVALID_NODE":
-            raise UserError(f"{path}: node {node.id} has node type {node.type}, not one of Chakra's")
+            raise UserError(f"{_where(path, node)} has node type {node.type}, not one of Chakra's")
         if op is not None:
             op.phase = str(attrs.get("astra_phase", ""))
             op.iteration = _int(path, node, attrs, "astra_iteration", -1) if "astra_iteration" in attrs else -1
@@ -278,30 +559,40 @@ def _ops(path, rank, world, groups, nodes: dict) -> list[Op]:
         else:
             index[i] = [len(ops)]
             ops.append(op)
-    return ops
+            ids.append(node.id)
+    return ops, ids
 
 
-def _collective(path, node, attrs, before, rank, world, groups) -> Op:
-    ctype = _int(path, node, attrs, "comm_type")
-    name = COMM_TYPES[ctype] if ctype < len(COMM_TYPES) else str(ctype)
+def _collective(path, node, attrs, before, world, groups, everyone) -> Op:
+    if "astra_comm_type" in attrs:   # --emit chakra: a reduce, written as a broadcast ASTRA-sim replays
+        name = str(attrs["astra_comm_type"])
+        if name not in COMM_TYPES:
+            raise UserError(f"{_where(path, node)}: astra_comm_type {_short(name)} is not a Chakra collective type")
+    else:
+        ctype = _int(path, node, attrs, "comm_type")
+        name = COMM_TYPES[ctype] if ctype < len(COMM_TYPES) else str(ctype)
     if name not in KINDS:
         why = "gather and scatter have no schedule here" if name in COMM_TYPES else "not a Chakra collective type"
-        raise UserError(f"{path}: node {node.id}: comm_type {name} is not supported ({why})")
+        raise UserError(f"{_where(path, node)}: comm_type {name} is not supported ({why})")
     pg = str(attrs.get("pg_name", ""))
-    if pg and pg not in groups:
-        raise UserError(f"{path}: node {node.id}: process group {pg!r} is not in comm_group.json beside the traces")
-    group = groups[pg] if pg else tuple(range(world))
-    if rank not in group:
-        raise UserError(f"{path}: node {node.id}: rank {rank} is not a member of process group {pg!r} {list(group)}")
+    if pg and pg not in groups and pg != "0":
+        raise UserError(f"{_where(path, node)}: process group {_short(pg)} is not in comm_group.json beside the "
+                        "traces")
+    group = groups[pg] if pg in groups else everyone   # as ASTRA-sim: no pg_name, or 0, is every rank
     nbytes = 4 if name == "BARRIER" else _int(path, node, attrs, "comm_size")
     if name == "ALL_GATHER":
         nbytes *= len(group)   # Chakra: each rank's input; here: the gathered buffer
     if nbytes <= 0:
-        raise UserError(f"{path}: node {node.id}: comm_size must be positive, got {attrs.get('comm_size')!r}")
+        raise UserError(f"{_where(path, node)}: comm_size must be positive, got {_short(attrs.get('comm_size'))}")
+    _at_most(path, node, "comm_size", nbytes)
     kind = KINDS[name]
     root = _int(path, node, attrs, "comm_root", group[0]) if kind in ("broadcast", "reduce") else -1
+    if root >= 0 and root not in group:
+        raise UserError(f"{_where(path, node)}: comm_root {root} is not a member of process group {_short(pg)} "
+                        f"{_show(group)}")
+    desc = str(attrs.get("pg_desc", ""))   # the group's name (--emit chakra writes dp, tp there)
     return Op(node.name or kind, COLLECTIVE, before, bytes=nbytes, collective=kind, group=group,
-              group_name=pg or "world", root=root)
+              group_name=desc or pg or "world", root=root)
 
 
 def _dependency_order(path, nodes: dict, deps: dict) -> list:
@@ -328,175 +619,6 @@ def _dependency_order(path, nodes: dict, deps: dict) -> list:
     return order
 
 
-# ---- writing (--emit chakra) ----------------------------------------------------------------------------------
-
-VERSION = "0.0.4"          # the schema version written (ASTRA-sim 2.x reads 0.0.4)
-COMM_GROUP_FILE = "comm_group.json"
-_TYPE_OF = {"all_reduce": "ALL_REDUCE", "reduce": "REDUCE", "all_gather": "ALL_GATHER", "broadcast": "BROADCAST",
-            "all_to_all": "ALL_TO_ALL", "reduce_scatter": "REDUCE_SCATTER"}
-
-
-def rank_group(topology, group0, rank: int) -> tuple:
-    """The process group rank `rank` runs where an SPMD program's rank runs `group0`: the same dimensions, and
-    on a dimension the group covers in part, the same block (consecutive members) or the same residue (strided)."""
-    from ..workload_driver import group_span
-    if len(group0) <= 1:
-        return (rank,)
-    dims, parts = group_span(topology, group0)
-    coords = topology.coords_array()
-    mine = coords[rank]
-    keep = np.ones(topology.npus, bool)
-    for d in range(topology.ndims):
-        if d not in dims:
-            keep &= coords[:, d] == mine[d]
-        elif d in parts:
-            members, stride = parts[d]
-            keep &= (coords[:, d] // members == mine[d] // members) if stride == 1 else \
-                (coords[:, d] % stride == mine[d] % stride)
-    return tuple(int(r) for r in np.flatnonzero(keep))
-
-
-def write(workload, topology, out_dir: str, force: bool = False, prefix: str = "trace") -> int:
-    """The workload as Chakra ETs, `<prefix>.<rank>.et` per rank, and comm_group.json, into `out_dir` (written
-    whole or not at all). The engine's stream rules become explicit dependencies, so ASTRA-sim (which has no
-    streams) runs the ops in the same order: a compute op after the previous compute op, a collective after the
-    previous op of its process group and the compute issued before it, a message after the previous message to or
-    from the same peer in the same direction; a wait is a compute node of no work after its collective. Returns the
-    number of files."""
-    from ..runtime import atomic
-    programs = _per_rank(workload, topology)
-    ids: dict = {}
-    files = {rank: _encode(ops, ids) for rank, ops in programs.items()}
-
-    def fill(tmp: str) -> None:
-        for rank, data in files.items():
-            with open(os.path.join(tmp, f"{prefix}.{rank}{SUFFIX}"), "wb") as f:
-                f.write(data)
-        with open(os.path.join(tmp, COMM_GROUP_FILE), "w", encoding="utf-8") as f:
-            json.dump({gid: list(ranks) for ranks, gid in ids.items()}, f)
-
-    atomic.write_dir(out_dir, fill, _not_ours, force, "Chakra traces")
-    return len(files)
-
-
-def one_collective(meta, topology):
-    """A compiled collective (runtime Meta) as a one-op workload: every rank runs it on its group."""
-    from .workload import Workload
-    first = meta.collectives[0]
-    coords = topology.coords_array()
-    outside = [d for d in range(topology.ndims) if d not in meta.buffer_dims(first.buffer)]
-    group0 = tuple(int(r) for r in np.flatnonzero(np.all(coords[:, outside] == 0, axis=1)))
-    kind = first.buffer_kind
-    op = Op(kind, COLLECTIVE, [], bytes=first.bytes, collective=kind, group=group0, group_name="g",
-            root=first.root if first.root is not None else -1)
-    return Workload(topology.npus, {0: [op]}, source="collective", spmd=True)
-
-
-def _not_ours(path: str) -> str | None:
-    names = os.listdir(path)
-    foreign = [n for n in names if not (n.endswith(SUFFIX) or n == COMM_GROUP_FILE)]
-    return f"it holds files astra-compile did not write ({sorted(foreign)[0]})" if foreign else None
-
-
-def _per_rank(workload, topology) -> dict:
-    """rank -> its ops, an SPMD capture expanded to every rank: each rank runs its program (the only one, or its
-    pipeline stage's) on its own groups, and a message goes to the rank at the same place in the peer's stage
-    (pipeline.plan lays every stage's ranks out alike)."""
-    import dataclasses
-    if not workload.spmd:
-        return dict(sorted(workload.programs.items()))
-    stands = {p: sorted(r) for p, r in workload.stands_for.items()} or \
-        {p: list(range(workload.world_size)) for p in workload.programs}
-    if len(stands) != len(workload.programs) or set(stands) != set(workload.programs):
-        raise UserError("--emit chakra: an SPMD capture whose programs do not each say which ranks run them")
-    out = {}
-    for p, ranks in stands.items():
-        for place, rank in enumerate(ranks):
-            mine = []
-            for op in workload.programs[p]:
-                if op.kind == COLLECTIVE:
-                    op = dataclasses.replace(op, group=rank_group(topology, op.group, rank))
-                elif op.kind in (SEND, RECV):
-                    peers = stands.get(op.peer)
-                    if peers is None or len(peers) != len(ranks) or len(stands) == 1:
-                        raise UserError(f"--emit chakra: {op.name} of rank {p}'s program {op.kind}s "
-                                        f"{'to' if op.kind == SEND else 'from'} rank {op.peer}, which no stage of "
-                                        "as many ranks runs: its peer on every other rank cannot be told")
-                    op = dataclasses.replace(op, peer=peers[place])
-                mine.append(op)
-            out[rank] = mine
-    if sorted(out) != list(range(workload.world_size)):
-        raise UserError(f"--emit chakra: the capture's programs run ranks {sorted(out)[:8]}..., not each of the "
-                        f"{workload.world_size} ranks once")
-    return dict(sorted(out.items()))
-
-
-def _encode(ops: list, ids: dict) -> bytes:
-    """One rank's file: metadata, then a node per op (node id = op index + 1)."""
-    from .workload import WAIT
-    GlobalMetadata, Node = schema()
-    out = bytearray(delimited(GlobalMetadata(version=VERSION)))
-    last: dict = {}   # stream -> latest node id; the compute stream is "compute"
-    for i, op in enumerate(ops):
-        node = Node(id=i + 1, name=op.name)
-        node.data_deps.extend(d + 1 for d in op.deps)
-        ctrl = []
-        if op.kind in (COMPUTE, WAIT):
-            stream = "compute"
-        elif op.kind in (LOAD, STORE):
-            stream = None   # a copy waits for its data only: its memory serves the first ready (workload_engine)
-        elif op.kind == COLLECTIVE:
-            stream = ("group", op.group)
-        else:
-            stream = (op.kind, op.peer)
-        if stream is not None:
-            if stream in last:
-                ctrl.append(last[stream])
-            if stream != "compute" and "compute" in last:
-                ctrl.append(last["compute"])
-            last[stream] = i + 1
-        node.ctrl_deps.extend(d for d in dict.fromkeys(ctrl) if d - 1 not in op.deps)
-        attrs = {}
-        if op.kind in (COMPUTE, WAIT):
-            node.type = NODE_TYPES.index("COMP_NODE")
-            attrs = {"is_cpu_op": False, "num_ops": op.flops, "tensor_size": op.bytes}
-            if op.kind == COMPUTE and op.measured_ns >= 0:
-                node.duration_micros = int(round(op.measured_ns / 1e3))
-                attrs["astra_measured_ns"] = float(op.measured_ns)
-        elif op.kind in (LOAD, STORE):
-            node.type = NODE_TYPES.index("MEM_LOAD_NODE" if op.kind == LOAD else "MEM_STORE_NODE")
-            attrs = {"is_cpu_op": False, "tensor_size": op.bytes,
-                     "tensor_loc": next(k for k, v in TENSOR_LOCATIONS.items() if v == op.location)}
-            if op.in_switch > 1:
-                attrs["astra_in_switch"] = op.in_switch
-        elif op.kind == COLLECTIVE:
-            node.type = NODE_TYPES.index("COMM_COLL_NODE")
-            group = tuple(op.group)
-            gid = ids.setdefault(group, str(len(ids) + 1))
-            size = op.bytes
-            if op.collective == "all_gather":   # Chakra: each rank's input
-                if size % len(group):
-                    raise UserError(f"--emit chakra: all-gather {op.name} of {size} bytes over {len(group)} ranks: "
-                                    "Chakra's per-rank input size is not a whole number of bytes")
-                size //= len(group)
-            attrs = {"is_cpu_op": False, "comm_type": COMM_TYPES.index(_TYPE_OF[op.collective]), "comm_size": size,
-                     "pg_name": gid}
-            if op.collective in ("broadcast", "reduce"):
-                attrs["comm_root"] = op.root
-        else:
-            node.type = NODE_TYPES.index("COMM_SEND_NODE" if op.kind == SEND else "COMM_RECV_NODE")
-            attrs = {"is_cpu_op": False, "comm_size": op.bytes,
-                     ("comm_dst" if op.kind == SEND else "comm_src"): op.peer}
-        if op.phase:
-            attrs["astra_phase"] = op.phase
-        if op.iteration >= 0:
-            attrs["astra_iteration"] = op.iteration
-        for key, value in attrs.items():
-            add_attr(node, key, value)
-        out += delimited(node)
-    return bytes(out)
-
-
 def add_attr(node, name: str, value) -> None:
     """An attribute on a node, typed by its Python value: bool, str, float (double), a list of bools, else int64."""
     a = node.attr.add(name=name)
@@ -515,10 +637,15 @@ def add_attr(node, name: str, value) -> None:
 def delimited(message) -> bytes:
     """The message preceded by its length as a varint (how a Chakra file frames each message)."""
     raw = message.SerializeToString()
-    n, head = len(raw), bytearray()
+    return varint(len(raw)) + raw
+
+
+def varint(n: int) -> bytes:
+    """A non-negative number as protobuf's base-128 varint."""
+    head = bytearray()
     while True:
         b = n & 0x7F
         n >>= 7
         head.append(b | (0x80 if n else 0))
         if not n:
-            return bytes(head) + raw
+            return bytes(head)

@@ -406,8 +406,31 @@ def host_copy(node: dict) -> tuple | None:
     return None
 
 
-def _nbytes(v) -> int:
-    return sum(t[3] * t[4] for t in _tensors(v))
+MAX_TENSOR_BYTES = 1 << 40   # 1 TiB: past it a recorded tensor is damage, and the IR's sizes would overflow
+
+
+def _tensor_like(v) -> bool:
+    """A recorded value shaped as a tensor tuple [tensor_id, storage_id, offset, numel, elem_bytes, device],
+    whatever its numel and element size hold (_Builder.nbytes checks them)."""
+    return (isinstance(v, list) and len(v) == 6 and isinstance(v[5], str)
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in v[:3]))
+
+
+def _tensor_likes(v):
+    if _tensor_like(v):
+        yield v
+    elif isinstance(v, list):
+        for x in v:
+            yield from _tensor_likes(x)
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _whole(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def _storages(v) -> set:
@@ -609,7 +632,22 @@ class _Builder:
     def memory(self, node: dict, move: str, dst) -> tuple[Op, set]:
         """A copy between the host and the accelerator (host_copy): a load from (store to) the host memory, the
         pool of --pool (docs/memory.md), of the bytes that land in `dst`."""
-        return Op(name=_op_name(node), kind=move, bytes=_nbytes(dst), location="remote"), _storages(dst)
+        return Op(name=_op_name(node), kind=move, bytes=self.nbytes(node, "outputs", dst), location="remote"), \
+            _storages(dst)
+
+    def nbytes(self, node: dict, field: str, value) -> int:
+        """Bytes of the tensors in a recorded value (numel x element size each). A tensor whose numel or element
+        size is not a whole number of at least 0 (NaN, 1e400, -4, "4", true), or of more than MAX_TENSOR_BYTES,
+        ends the run naming the file, the node and the field."""
+        total = 0
+        for t in _tensor_likes(value):
+            numel, size = t[3], t[4]
+            if not (_whole(numel) and _whole(size)) or numel * size > MAX_TENSOR_BYTES:
+                self.trace.fail(f"node {node['id']} ({node['name']}): {field}: tensor {t[0]} has numel "
+                                f"{_shown(numel)} and element size {_shown(size)}; each must be a whole number of at "
+                                f"least 0, their product at most {MAX_TENSOR_BYTES} bytes")
+            total += numel * size
+        return total
 
     # compute ops
     def compute(self, node: dict) -> tuple[Op, set]:
@@ -659,7 +697,8 @@ class _Builder:
         mutated = self.mutated_args(node)
         out_storages, in_storages = _storages(outs), _storages(ins)
         view = only_aliases(bool(mutated), out_storages, in_storages)
-        nbytes = 0 if view else moved_bytes(node["name"], [_nbytes(v) for v in ins], [_nbytes(v) for v in outs])
+        nbytes = 0 if view else moved_bytes(node["name"], [self.nbytes(node, "inputs", v) for v in ins],
+                                            [self.nbytes(node, "outputs", v) for v in outs])
         return view, set() if view else out_storages | mutated, nbytes
 
     def local_calls(self, node: dict) -> list[dict]:
@@ -698,7 +737,8 @@ class _Builder:
                             "all_reduce, reduce_scatter, all_gather, all_to_all, broadcast and reduce, and "
                             "point-to-point send and recv (no rooted gather/scatter or recv from any source)")
         collective, full, part = table[short]
-        pick = lambda where: _nbytes(outs) if where == OUT else _nbytes(ins[where])  # noqa: E731
+        pick = lambda where: self.nbytes(node, "outputs", outs) if where == OUT else \
+            self.nbytes(node, f"inputs[{where}]", ins[where])  # noqa: E731
         nbytes = pick(full)
         op = Op(name=_op_name(node), kind=COLLECTIVE, bytes=nbytes, collective=collective)
         ratio = nbytes // pick(part) if part is not None and pick(part) else None
@@ -727,7 +767,8 @@ class _Builder:
             [self.trace.world_group] + sorted(g for g, ranks in self.trace.groups.items()
                                               if ranks is not None and self.trace.rank in ranks)
         self.trace.messages.append((len(self.trace.ops), local, cands))
-        return Op(name=_op_name(node), kind=kind, bytes=_nbytes(ins[0])), _storages(ins[0]) if kind == RECV else set()
+        return Op(name=_op_name(node), kind=kind, bytes=self.nbytes(node, "inputs[0]", ins[0])), \
+            _storages(ins[0]) if kind == RECV else set()
 
     def candidates(self, node: dict, ratio: int | None) -> list[str]:
         """Names of the process groups this collective may have run on, largest first."""
