@@ -32,7 +32,8 @@ from __future__ import annotations
 import json
 import re
 
-from .network.errors import UserError, read_json
+from .network.errors import UserError
+from .network.user_files import read_json
 from .network.memory import check_local_mem_gbps
 from .network.units import MAX_LATENCY_NS
 from .network.units import check_peak_tflops

@@ -58,12 +58,3 @@ def show(value, limit: int = MAX_SHOWN) -> str:
     value's first items only, so a value of any size (a YAML alias bomb's 10^9-element list, a deeply nested one, a
     huge integer) costs next to nothing to quote."""
     return one_line(_Bounded(limit).repr(value), limit)
-
-
-def __getattr__(name: str):
-    """The readers of a user's file (network/user_files.py) lived here first; `from .errors import read_text`
-    still finds them."""
-    if name in ("read_bytes", "read_text", "read_json", "read_yaml"):
-        from . import user_files
-        return getattr(user_files, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
