@@ -388,8 +388,7 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
                                       capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration,
                                       keep_tables=args.emit == "tables", local_mem_gbps=_local_mem(args),
                                       mem_latency_ns=args.mem_latency, pool=args.pool, offload=args.offload,
-                                      in_switch=args.in_switch, step_semantics=_step_semantics(args),
-                                      switching=args.switching)
+                                      in_switch=args.in_switch, step_semantics=_step_semantics(args))
     if args.emit == "tables":
         return _emit_step_tables(args, report)
     if args.emit == "chakra":
