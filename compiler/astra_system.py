@@ -75,8 +75,10 @@ def apply(args, given: set, step: bool) -> list[str]:
     # ASTRA-sim's own defaults where the file says nothing: baseline dimension order, FIFO within a dimension
     setting("scheduler", "baseline")
     setting("intra", "fifo")
-    # its congestion-aware backend moves a chunk whole from link to link (Link::schedule_chunk_transmission)
-    setting("switching", "store-and-forward")
+    # its congestion-aware backend moves a chunk whole from link to link (Link::schedule_chunk_transmission); the
+    # analytical backend has no switching to set
+    if args.backend == "congestion":
+        setting("switching", "store-and-forward")
     if step:   # a step runs as ASTRA-sim's workload layer runs one (runtime/workload_engine.py)
         setting("step_semantics", "astra-sim")
     for key, value in config.items():
