@@ -61,6 +61,11 @@ CONDITIONAL = (
                                                          "pass that runs; a scheduler names the ordering passes)"),
     ("capture_limit", lambda a: not (a.input and a.input[0].endswith(".py")),
      "model files (the CPU seconds their loading and capture may take)"),
+    ("json", lambda a: a.table_view == "trees", "the rows view of a table (--table-view trees prints seed 003's "
+                                                "commands as text)"),
+    # a congestion timeline records every link's transfers, so every NPU executes whatever --execution says
+    ("execution", lambda a: a.backend == "congestion" and bool(a.timeline or a.plot),
+     "runs without a congestion --timeline or --plot (they record every link, so every NPU executes)"),
 )
 
 # options that act across a collective's dimensions, and what they do there: a whole-network algorithm (one phase

@@ -154,3 +154,23 @@ def test_capture_limit_applies_to_model_files_only(capsys, tmp_path, step_cache)
     refused(capsys, module, "--capture-limit", "100", match="--capture-limit applies to model files")
     refused(capsys, "trace_rank0.json", "trace_rank1.json", "--topology", "Ring(2)", "--capture-limit", "100",
             match="--capture-limit applies to model files")
+
+
+def test_json_with_the_tree_view_is_refused(capsys):
+    """The trees view printed its text and ignored --json."""
+    refused(capsys, *TORUS, "--algorithm", "multitree", "--emit", "tables", "--npu", "0", "--table-view", "trees",
+            "--json", match="--json applies to the rows view of a table")
+
+
+@pytest.mark.parametrize("execution", ["symmetric", "full"])
+@pytest.mark.parametrize("output", ["--timeline", "--plot"])
+def test_execution_beside_a_congestion_timeline_is_refused(capsys, tmp_path, execution, output):
+    """A congestion timeline executes every NPU: --execution symmetric ran full, as the report said, and exit 0."""
+    target = tmp_path / ("t.json" if output == "--timeline" else "t.png")
+    refused(capsys, *TORUS, "--backend", "congestion", "--execution", execution, output, target,
+            match="--execution applies to runs without a congestion --timeline or --plot")
+    assert not target.exists()
+    code, out, err = cli(capsys, *TORUS, "--backend", "congestion", "--timeline", tmp_path / "t.json")
+    assert code == 0 and "(full execution)" in out, err
+    code, out, err = cli(capsys, *TORUS, "--execution", "symmetric", "--timeline", tmp_path / "t.json")
+    assert code == 0 and "analytical (symmetric execution)" in out, err   # the analytical timeline takes it
