@@ -73,6 +73,14 @@ def canonical(word: str) -> str | None:
     return _SPELLINGS.get(key)
 
 
+def whole_network(word) -> Algorithm | None:
+    """The algorithm `word` (one --algorithm name or alias) names when it schedules the whole network at once (one
+    phase over every NPU: network or ranks scope); None for a per-dimension algorithm, a per-dimension list or a
+    name that is no algorithm (select-algorithm names what is wrong with it)."""
+    name = canonical(word)
+    return REGISTRY[name] if name is not None and REGISTRY[name].scope != DIMENSION else None
+
+
 def get(name: str) -> Algorithm:
     """The algorithm of a --algorithm name or alias; an unknown one is bad input."""
     found = canonical(name)

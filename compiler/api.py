@@ -225,6 +225,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
             **({"endpoint_delay_ns": topo.endpoint_delay_ns} if topo.endpoint_delay_ns else {})}
     report = make_report(info, result, times, lowered.programs, program)
     report.mlir = with_schedules(lowered.mlir, lowered.programs, times) if lowered.mlir else ""
+    report.collective_keys = tuple(times)
     report.timeline = lambda: step_trace(result, lowered.programs, times, info)
     if opts.keep_schedules:
         from . import step_dir

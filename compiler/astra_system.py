@@ -130,7 +130,9 @@ def apply(args, given: set, step: bool) -> list[str]:
         if DBT in names and kind != "all_reduce":
             warn(f"doubleBinaryTree for {kind}: ASTRA-sim runs a whole all-reduce there; here it runs as NCCL's "
                  "double binary tree (two trees, each carrying half of every chunk)")
-    if kind == "all_reduce" and not _flat(names):   # ASTRA-sim's One* implementations run one ring over all
+    # the run's algorithm (the command line's, else the file's) may run one phase over all NPUs (ASTRA-sim's One*
+    # implementations, --algorithm multitree): nothing to split then
+    if kind == "all_reduce" and not _flat(str(args.algorithm or "").split(",")):
         setting("all_reduce", OPTIMIZATIONS[config.get("collective-optimization", "baseline")],
                 "collective-optimization" if "collective-optimization" in config else None)
         topology = _topology(args)
@@ -185,10 +187,10 @@ def _topology(args):
     return parse_topology(args.topology, args.bandwidth, args.latency, args.links)
 
 
-def _flat(names: list | None) -> bool:
+def _flat(names: list) -> bool:
     """Does the run use a whole-network algorithm (one phase over every NPU, no dimensions to split over)?"""
-    from . import algorithms
-    return any(algorithms.REGISTRY[algorithms.canonical(n)].scope != algorithms.DIMENSION for n in names or ())
+    from .algorithms import whole_network
+    return any(whole_network(n) is not None for n in names or ())
 
 
 def _network_conventions(args, given: set, names: list | None, kind: str) -> list[str]:

@@ -357,7 +357,7 @@ def _is_trace_dir(inputs: list[str]) -> bool:
         return False
 
 
-def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
+def _run_workload(args, max_memory: int | None, given: set[str], step_dir: bool = False) -> int:
     """model.py, execution traces, a workload module or a step table directory -> the step report (or the workload
     MLIR, or the step's tables)."""
     from . import driver, reuse
@@ -389,6 +389,7 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
                                       keep_tables=args.emit == "tables", local_mem_gbps=_local_mem(args),
                                       mem_latency_ns=args.mem_latency, pool=args.pool, offload=args.offload,
                                       in_switch=args.in_switch, step_semantics=_step_semantics(args))
+    _check_step_options(report, given)
     if args.emit == "tables":
         return _emit_step_tables(args, report)
     if args.emit == "chakra":
@@ -414,6 +415,16 @@ def _run_workload(args, max_memory: int | None, step_dir: bool = False) -> int:
                              f"{report['source']}: step time breakdown")
     _report(args, report.to_dict(), report.format)
     return 0
+
+
+def _check_step_options(report, given: set[str]) -> None:
+    """Refuse what the step turned out not to use, before anything is written: known once its collectives are
+    (every rank's). Options that describe the machine (--pool, --mem-latency, the network's) are not refused where
+    the step leaves part of it unused: an ASTRA-sim run gives its remote memory file with every step."""
+    from . import cli_rules
+    spans = [k[2] for k in report.collective_keys if k[0] == "all_reduce"]
+    cli_rules.check_all_reduce_split(spans, given, "each of the step's all-reduces runs over one dimension"
+                                     if spans else "the step has no all-reduce")
 
 
 def _emit_step_tables(args, report) -> int:
@@ -484,13 +495,14 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
     kind = _kind(args)
     cli_rules.check(kind, args, given)
     if not args.system:
-        return _run_kind(args, kind)
+        return _run_kind(args, kind, given)
     from . import astra_system
     notices = astra_system.apply(args, given, kind == "training step")
     from .dialects.comm import IRError
     from .passes import PassError
     try:
-        code = _run_kind(args, kind)
+        cli_rules.check(kind, args, given)   # again: an option typed may not apply beside what the file set
+        code = _run_kind(args, kind, given)
     except (UserError, IRError, PassError) as e:   # an option the file set is the file's key, not a flag typed
         raise astra_system.blamed(e, args) from None
     for line in notices:   # after the run: a refused run says its one line only
@@ -498,7 +510,7 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
     return code
 
 
-def _run_kind(args, kind: str) -> int:
+def _run_kind(args, kind: str, given: set[str]) -> int:
     if kind == "list-passes":
         from .passes import all_passes
         for name, cls in sorted(all_passes().items()):
@@ -511,7 +523,7 @@ def _run_kind(args, kind: str) -> int:
     except UserError as e:
         raise UserError(f"--max-memory: {e}") from None
     if kind in ("training step", "step tables"):
-        return _run_workload(args, max_memory, kind == "step tables")
+        return _run_workload(args, max_memory, given, kind == "step tables")
     if len(args.input) > 1:
         raise UserError(f"give one .mlir module or table directory, got {len(args.input)} inputs")
     args.input = args.input[0] if args.input else None
@@ -522,7 +534,7 @@ def _run_kind(args, kind: str) -> int:
                             max_memory=max_memory, local_mem_gbps=_local_mem(args))
     if kind == "table directory":
         return _run_table_dir(args, run)
-    return _run_collective(args, run)
+    return _run_collective(args, run, given)
 
 
 def _step_semantics(args):
@@ -575,7 +587,7 @@ def _run_table_dir(args, run) -> int:
     return 0
 
 
-def _run_collective(args, run) -> int:
+def _run_collective(args, run, given: set[str]) -> int:
     """One collective (--collective) or a comm module (.mlir): compile, then report, emit MLIR or emit tables."""
     from . import driver
     from .dialects import comm
@@ -640,6 +652,7 @@ def _run_collective(args, run) -> int:
             takes = " or ".join(n for n, a in algorithms.all_algorithms().items() if a.takes_ports)
             raise UserError(f"--ports applies to --algorithm {takes}")
         defaults["ports"] = _positive_int(args.ports, "--ports")
+    _check_dimension_options(args, module, defaults, given)
     if args.compare:
         source = str(module)
         reports = {name: driver.compile_schedule(source, ctx, topology, name, defaults,
@@ -704,6 +717,26 @@ def _run_collective(args, run) -> int:
     return 0
 
 
+def _check_dimension_options(args, module, defaults: dict, given: set[str]) -> None:
+    """Refuse the options that act across dimensions where the run has none to act across: a whole-network
+    algorithm (--algorithm's, a --system file's or the one a module's phases run), or an all-reduce over one
+    dimension. Known only once the module is read: cli_rules refuses what the command line alone shows."""
+    from . import cli_rules, driver
+    from .dialects import comm
+    flat = driver.whole_network_run(module, defaults)
+    if flat is not None:
+        cli_rules.check_whole_network(given, f"--algorithm {flat.name} runs one phase over the whole network"
+                                      if "algorithm" in defaults else
+                                      f"the phases of {args.input} run {flat.name}, one phase over the whole network")
+        defaults.pop("all_reduce", None)   # a --system file's collective-optimization: nothing to split here
+        return
+    spans = [comm.view(op).dims for op in comm.ops(module) if comm.short_name(op) == "all_reduce"]
+    cli_rules.check_all_reduce_split(spans, given, f"the all-reduce runs over dimension {spans[0][0]} alone"
+                                     if args.collective and spans else
+                                     f"{args.input} holds no all-reduce over several dimensions (one decomposed "
+                                     "into phases keeps the split it was given)")
+
+
 def _chakra_dir(args) -> str:
     if not args.output:
         raise UserError("--emit chakra needs -o DIR (one .et file per rank and comm_group.json go there)")
@@ -723,8 +756,9 @@ def _emit_tables(args, schedule, topology) -> int:
         raise UserError(f"--npu {npu} outside 0..{topology.npus - 1}")
     if args.table_view == "trees":
         from .tree_table import format_tree_table
+        text = format_tree_table(schedule, npu)   # first: a schedule without trees is refused with nothing printed
         print(f"# accelerator {npu} of {topology.npus} on {topology.name}: MultiTree commands")
-        print(format_tree_table(schedule, npu))
+        print(text)
         return 0
     table = schedule.table(npu)
     if args.json:

@@ -57,7 +57,22 @@ CONDITIONAL = (
     ("mlir_timing", lambda a: a.compare, "one pipeline (not --compare)"),
     ("pass_pipeline", lambda a: a.compare, "one pipeline (--compare runs each scheduler's own)"),
     ("emit", lambda a: a.compare, "one schedule (--compare prints a report per scheduler)"),
+    ("scheduler", lambda a: a.pass_pipeline is not None, "runs without --pass-pipeline (the pipeline names every "
+                                                         "pass that runs; a scheduler names the ordering passes)"),
+    ("capture_limit", lambda a: not (a.input and a.input[0].endswith(".py")),
+     "model files (the CPU seconds their loading and capture may take)"),
+    ("json", lambda a: a.table_view == "trees", "the rows view of a table (--table-view trees prints seed 003's "
+                                                "commands as text)"),
+    # a congestion timeline records every link's transfers, so every NPU executes whatever --execution says
+    ("execution", lambda a: a.backend == "congestion" and bool(a.timeline or a.plot),
+     "runs without a congestion --timeline or --plot (they record every link, so every NPU executes)"),
 )
+
+# options that act across a collective's dimensions, and what they do there: a whole-network algorithm (one phase
+# over every NPU, algorithms/ network and ranks scope) has no dimensions for them
+ACROSS_DIMENSIONS = {"scheduler": "it orders chunks across dimensions",
+                     "compare": "it compares the schedulers' orders across dimensions",
+                     "all_reduce": "it splits an all-reduce across dimensions"}
 
 
 def flag(dest: str) -> str:
@@ -72,3 +87,24 @@ def check(kind: str, args, given: set[str]) -> None:
     for dest, off, applies_to in CONDITIONAL:
         if dest in given and dest in ALLOWED[kind] and off(args):
             raise UserError(f"{flag(dest)} applies to {applies_to}")
+    if "algorithm" in ALLOWED[kind] and given & ACROSS_DIMENSIONS.keys():
+        from .algorithms import whole_network
+        alg = whole_network(args.algorithm)
+        if alg is not None:
+            check_whole_network(given, f"--algorithm {alg.name} runs one phase over the whole network")
+
+
+def check_whole_network(given: set[str], runs: str) -> None:
+    """Refuse the first option given that acts across dimensions, in a run whose algorithm has none (`runs` says
+    which algorithm and where it comes from: --algorithm, a --system file, a module's phases)."""
+    for dest, what in ACROSS_DIMENSIONS.items():
+        if dest in given:
+            raise UserError(f"{flag(dest)} applies to per-dimension algorithms ({what}); {runs}")
+
+
+def check_all_reduce_split(spans: list, given: set[str], where: str) -> None:
+    """Refuse --all-reduce where no all-reduce spans several dimensions (`spans`: each all-reduce's dimensions): over
+    one dimension, hierarchical and per-dimension are the same schedule."""
+    if "all_reduce" in given and all(len(dims) < 2 for dims in spans):
+        raise UserError(f"--all-reduce applies to an all-reduce over several dimensions (it says how to split one "
+                        f"across them); {where}")

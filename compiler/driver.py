@@ -177,10 +177,8 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str | None
                       run.timeline).check(run.max_memory)
     if pipeline is not None:
         return one(pipeline, "custom pipeline", print_ir)
-    # None for a per-dimension list; a module whose phases run a whole-network algorithm runs under it again
-    name = algorithms.canonical(str(defaults["algorithm"])) if "algorithm" in defaults else whole_network(given)
-    if name is not None and algorithms.REGISTRY[name].scope != algorithms.DIMENSION:
-        alg = algorithms.REGISTRY[name]
+    alg = whole_network_run(given, defaults)
+    if alg is not None:   # no dimensions: the scheduler has no orders to write (the CLI refuses --scheduler here)
         if defaults.get("all_reduce") == "per-dimension":
             raise UserError(f"--all-reduce per-dimension runs an all-reduce on each dimension in turn; {alg.name} "
                             "runs one phase over the whole network")
@@ -196,6 +194,16 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str | None
         return one(DEFAULT_PIPELINE, recorded, print_ir, recorded=True)
     scheduler = scheduler or DEFAULT_SCHEDULER
     return one(SCHEDULERS[scheduler], scheduler, print_ir)
+
+
+def whole_network_run(module, defaults: dict) -> algorithms.Algorithm | None:
+    """The whole-network algorithm a run compiles `module` with: --algorithm's (None for a per-dimension one or a
+    list), else the one its phases already run (a module printed after flat-decompose runs under it again); None:
+    the run is per dimension."""
+    if "algorithm" in defaults:
+        return algorithms.whole_network(str(defaults["algorithm"]))
+    name = whole_network(module)
+    return None if name is None else algorithms.REGISTRY[name]
 
 
 def whole_network(module) -> str | None:

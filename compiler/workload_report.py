@@ -26,6 +26,9 @@ class WorkloadReport:
     # the step as Chakra execution traces (frontend/chakra.write: out_dir, force): set when the step came from a
     # model file, traces or a Workload (a lowered .mlir module no longer holds one)
     chakra: Callable[[str, bool], int] | None = field(default=None, repr=False, compare=False)
+    # every distinct collective the step's programs run, all ranks': its key (workload_driver.collective_key:
+    # kind, bytes, dims, ...); api.compile sets it
+    collective_keys: tuple = field(default=(), repr=False, compare=False)
 
     def __getitem__(self, key):
         return self.data[key]

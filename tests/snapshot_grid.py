@@ -61,6 +61,13 @@ EXTRA = [
     "--backend congestion",
     "--collective all_reduce --size 1MB --topology Switch(4)_Switch(4) --algorithm in_switch,direct "
     "--all-reduce per-dimension",
+    # options that would change nothing are refused: across dimensions where the run has none, beside a pipeline
+    "--collective all_reduce --size 64MB --topology 4x4_torus --algorithm multitree --scheduler themis",
+    "--collective all_reduce --size 64MB --topology 4x4_torus --algorithm flat_ring --compare",
+    "--collective all_reduce --size 64MB --topology 4x4_torus --algorithm rank_ring --all-reduce hierarchical",
+    "--collective all_reduce --size 1MB --topology 8_ring --chunks 4 --all-reduce per-dimension",
+    "--collective all_reduce --size 64MB --topology 4x4_torus --scheduler baseline --pass-pipeline "
+    "decompose-all-reduce,chunk,hierarchical-decompose,select-algorithm",
 ]
 MLIR_EXAMPLES = ["all_reduce_3d_switch.mlir", "themis_4d.mlir", "torus_two_collectives.mlir"]
 MODEL_EXAMPLES = ["mlp_dp.py", "gpt_tp_dp.py", "resnet_dp.py", "moe_ep.py", "llama_fsdp_tp.py", "llama_pp_tp_dp.py"]
@@ -68,14 +75,18 @@ MODEL_EXAMPLES = ["mlp_dp.py", "gpt_tp_dp.py", "resnet_dp.py", "moe_ep.py", "lla
 
 def grid() -> list[str]:
     """The grid: every topology x kind x algorithm once, with scheduler, backend, size and chunks cycling through
-    their values at co-prime periods so every combination of neighbours appears somewhere."""
+    their values at co-prime periods so every combination of neighbours appears somewhere. A whole-network
+    algorithm takes no scheduler (it has no dimensions to order chunks over: one is refused)."""
+    from astra_compile.algorithms import whole_network
     out = []
     i = 0
     for topo in TOPOLOGIES:
         for kind in KINDS:
             for algo in ALGORITHMS:
-                argv = ["--collective", kind, "--size", SIZES[i % 3], "--topology", topo,
-                        "--scheduler", SCHEDULERS[i % 3 if i % 7 else (i + 1) % 3], "--chunks", str([1, 4][i % 2])]
+                scheduler = [] if algo and whole_network(algo) else \
+                    ["--scheduler", SCHEDULERS[i % 3 if i % 7 else (i + 1) % 3]]
+                argv = ["--collective", kind, "--size", SIZES[i % 3], "--topology", topo, *scheduler,
+                        "--chunks", str([1, 4][i % 2])]
                 argv += BACKENDS[i % 4] + (["--algorithm", algo] if algo else [])
                 out.append(" ".join(argv))
                 i += 1
