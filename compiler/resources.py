@@ -206,8 +206,9 @@ def table_files(path: str, meta, symmetric: bool, verify: bool, limit: int | Non
     Estimate.check) before the tables' files are looked at."""
     fmt = meta.table_format or "csv"
     # per NPU of the network (the runtimes' per-NPU arrays), before a file is looked at: a meta.json declaring
-    # 2^31 NPUs is refused here, not after 2^31 file lookups or a 16 GB array
-    Estimate(BASE + meta.npus * PER_NPU, what=f"{meta.npus} NPUs in {path}").check(limit)
+    # 2^31 NPUs is refused here, not after 2^31 file lookups or a 16 GB array. The arrays alone: the whole run's
+    # estimate below (which adds the process's base) names what a directory of a sane size would need
+    Estimate(meta.npus * PER_NPU, what=f"{meta.npus} NPUs in {path}").check(limit)
     sizes = []
     for npu in range(meta.npus if (verify or not symmetric or not meta.symmetric) else 1):
         try:
