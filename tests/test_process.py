@@ -36,7 +36,14 @@ def _sigint_after(delay: float, argv, cwd) -> tuple[int, str]:
 
 
 def _whole_tables(out) -> bool:
+    """A table directory with every NPU's table, or a step directory (a model file's) with every program and every
+    collective's table directory."""
     meta = json.loads((out / "meta.json").read_text())
+    if meta["format"] == "astra-compile-step":
+        names = [f"program_{i}.csv" for i in range(len(meta["programs"]))]
+        names += [f"collective_{i}" for i in range(len(meta["collectives"]))]
+        return sorted(os.listdir(out)) == sorted(["meta.json"] + names) and \
+            all(_whole_tables(out / f"collective_{i}") for i in range(len(meta["collectives"])))
     return sorted(os.listdir(out)) == sorted(["meta.json"] + [f"npu_{i}.csv" for i in range(meta["npus"])])
 
 
