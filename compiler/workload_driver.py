@@ -535,7 +535,7 @@ def lower(workload: Workload, topology: Topology) -> Lowered:
 
 def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topology, dict]:
     """A workload module written with --emit mlir, as input: (what the engine reads, the topology to time it on,
-    the module's source and mesh). The topology is the module's own, or `override` when its dimensions have the
+    the module's source, mesh and the run options it records, `run`). The topology is the module's own, or `override` when its dimensions have the
     same sizes (the collectives' dims and groups are bound to them)."""
     text = read_text(path, "a workload .mlir module")
     module = wl.parse_module(text, wl.new_context(), source=path)
@@ -578,8 +578,9 @@ def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topolog
             if op.kind in wl.comm.ROOTED and op.attrs["root"] not in members:
                 raise UserError(f"{path}: rank {prog.rank}: {op.name}: root {op.attrs['root']} is not in group "
                                 f"{show(op.attrs['wl.group'])}")
+    from .recorded_run import in_module
     return Lowered(text, programs, bool(a.get("wl.spmd", False))), topology, \
-        {"source": a.get("wl.source", path), "mesh": a.get("wl.mesh", "")}
+        {"source": a.get("wl.source", path), "mesh": a.get("wl.mesh", ""), "run": in_module(module, path)[0]}
 
 
 def with_schedules(mlir: str, programs: list, times: CollectiveTimes) -> str:
@@ -607,6 +608,23 @@ def with_schedules(mlir: str, programs: list, times: CollectiveTimes) -> str:
     end = mlir.rstrip().rfind("}")
     nested = "\n".join("  " + line for text in records.values() for line in text.split("\n"))
     return mlir[:end] + nested + "\n}\n"
+
+
+def with_run_record(mlir: str, record: dict) -> str:
+    """The workload module's text with `wl.run = {...}` among its attributes: the run options its step was
+    compiled and timed with, where not the defaults (recorded_run.of_module), so that `astra-compile step.mlir`
+    runs it as the run that wrote it did. Without any, the text as it was."""
+    if not record:
+        return mlir
+    with wl.ir.Context():
+        attr = str(driver.comm.to_attr(record))
+    first, sep, rest = mlir.partition("\n")
+    if not (first.startswith("module attributes {") and first.endswith("} {")):   # not as printed: set it in MLIR
+        module = wl.parse_module(mlir, wl.new_context())
+        with module.context:
+            driver.comm.set_attr(module, "wl.run", record)
+        return str(module)
+    return f"{first[:-3]}, wl.run = {attr}}} {{{sep}{rest}"
 
 
 def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions, times: CollectiveTimes | None = None):
