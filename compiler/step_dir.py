@@ -120,9 +120,10 @@ def load(path: str, run: driver.RunOptions, semantics: StepSemantics = StepSeman
         members.append(math.prod(seen.dims[d].size for d in on))
         keys.append(key_of(e["kind"], e["bytes"], e["dims"], e["root"], part_key(e["dims"], parts)))
         kinds = {m.buffer_kind for m in have.collectives}
-        if kinds != {e["kind"]} or any(sorted(m.group_dims) != sorted(on) for m in have.collectives):
-            raise TableError(f"{path}/{e['dir']}: its schedule is {', '.join(sorted(kinds))} over dims "
-                             f"{sorted(have.collectives[0].group_dims)}, meta.json says {e['kind']} over {on}")
+        spans = sorted({d for m in have.collectives for d in m.group_dims})   # per-dimension all-reduce: a pair each
+        if kinds != {e["kind"]} or spans != sorted(on):
+            raise TableError(f"{path}/{e['dir']}: its schedule is {', '.join(sorted(kinds))} over dims {spans}, "
+                             f"meta.json says {e['kind']} over {on}")
     for prog in step.programs:
         for i, r in enumerate(prog.rows):
             if r.collective >= 0 and len(prog.groups[r.group]) != members[r.collective]:
