@@ -167,8 +167,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
                 any(v is not None for v in (example_inputs, parallelize, loss, optimizer)):
             raise UserError(f"{os.fspath(source)}: a workload module is already captured and lowered: mesh, "
                             "iteration, offload and the nn.Module options do not apply")
-        lowered, topo, recorded = read_lowered(os.fspath(source), topo)
-        topo = with_endpoint_delay(topo, endpoint_delay)   # on the module's own network too
+        lowered, topo, recorded = read_lowered(os.fspath(source), topo, endpoint_delay)
         if use_recorded and recorded["run"]:
             (backend, intra, switching, local_mem_gbps, peak_tflops, mem_bw_gbps, mem_latency_ns, step_semantics,
              pool, scheduler, chunks, algorithm, all_reduce) = _with_recorded(recorded["run"], dict(
@@ -247,11 +246,10 @@ def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops
     """A step table directory (--emit tables -o DIR): its collectives' tables executed on `backend`, then the step;
     the run options it records stand in for those left at their defaults (`use_recorded`)."""
     from . import step_dir
-    from .runtime import run_record
     if topology is not None:
         raise UserError(f"{path}: a step table directory runs on the topology it was compiled for (meta.json); "
                         "give no topology")
-    record, where = recorded_run.of_dir(path, run_record.STEP)
+    record, where = recorded_run.of_input("step tables", path)
     if use_recorded and record:
         (backend, intra, switching, local_mem_gbps, peak_tflops, mem_bw_gbps, mem_latency_ns, step_semantics,
          pool) = _with_recorded(record, dict(
@@ -259,10 +257,11 @@ def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops
             mem_bw_gbps=mem_bw_gbps, mem_latency_ns=mem_latency_ns, step_semantics=step_semantics,
             pool=pool)).values()
     step, written = _semantics(step_semantics), _recorded_semantics(record)
-    if step != written:   # its collectives' schedules are what they were compiled as under those semantics
-        raise UserError(f"{path}: the step was compiled under step semantics {written.name} ({where}"
-                        f"{'' if 'step_semantics' in record else ' records none: streams'}); it re-runs under them, "
-                        f"not {step.name}" + (" with other link bandwidths" if step.name == written.name else "") +
+    if step != written and where:   # its collectives' schedules are what they were compiled as under them
+        said = "records them" if "step_semantics" in record else "records none: streams"
+        raise UserError(f"{path}: the step was compiled under step semantics {written.name} (its meta.json {said}); "
+                        f"it re-runs under them, not {step.name}" +
+                        (" with other link bandwidths" if step.name == written.name else "") +
                         ": compile the model file, traces or step.mlir again for other semantics")
     _check_roofline(peak_tflops, mem_bw_gbps)
     run_opts = driver.RunOptions(backend=backend, intra=intra, max_memory=max_memory, switching=switching,

@@ -517,21 +517,16 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
 
 
 def _recorded(args, kind: str) -> tuple[dict, str]:
-    """The run options a table directory, step directory or workload module given as input records, checked, and
-    where (recorded_run.py); ({}, "") for other runs."""
+    """The run options a table directory, step directory or module given as input records, checked, and where
+    (recorded_run.py); ({}, "") for other runs."""
     from . import recorded_run
-    from .dialects.comm import IRError
-    from .runtime import run_record
-    from .runtime.errors import TableError
-    try:
-        if kind in ("table directory", "step tables"):
-            keys = run_record.TABLES if kind == "table directory" else run_record.STEP
-            return recorded_run.of_dir(args.input[0], keys)
-        if kind == "training step" and _is_step_module(args.input):
-            return recorded_run.of_module_file(args.input[0])
-    except (UserError, IRError, TableError):
-        pass   # the run's own reader of the directory or module names the fault, after the options' checks
-    return {}, ""
+    if kind == "training step" and _is_step_module(args.input):
+        kind = "workload module"
+    elif kind == "collective" and len(args.input) == 1 and args.input[0].endswith(".mlir"):
+        kind = "comm module"
+    if kind not in recorded_run.INPUTS:
+        return {}, ""
+    return recorded_run.of_input(kind, args.input[0])
 
 
 def _run_kind(args, kind: str) -> int:
@@ -703,7 +698,9 @@ def _run_collective(args, run) -> int:
         if args.emit != "report":
             sys.stderr.write(VERIFIED + "\n")  # stdout carries the MLIR or the table
 
-    if args.emit == "mlir":
+    if args.emit == "mlir":   # with how it was run, so that `astra-compile module.mlir` runs it so again
+        from . import recorded_run
+        recorded_run.with_comm_record(module, run)
         text = str(module)
         if args.output:
             atomic.write_text(args.output, text)

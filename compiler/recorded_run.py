@@ -78,23 +78,48 @@ def check(record, where: str, keys: tuple, ndims: int) -> dict:
     return out
 
 
-def of_dir(path: str, keys: tuple) -> tuple[dict, str]:
-    """The run options a table or step directory records (checked), and where they are, for messages."""
-    data = read_json(path)
-    where = f"{os.path.join(path, 'meta.json')}: run"
-    if not isinstance(data, dict) or "run" not in data:
+# what each kind of input records, under which key (recorded_run.of_input)
+INPUTS = {"table directory": ("run", run_record.TABLES), "step tables": ("run", run_record.STEP),
+          "workload module": ("wl.run", run_record.MODULE), "comm module": ("comm.run", run_record.TABLES)}
+
+
+def of_input(kind: str, path: str) -> tuple[dict, str]:
+    """The run options an input of `kind` (INPUTS) records, checked, and where they are, for messages. An input that
+    cannot be read gives ({}, ""): the run's own reader names the fault, after the options' checks; a damaged
+    record is refused here."""
+    from .dialects.comm import IRError
+    key, keys = INPUTS[kind]
+    try:
+        if kind in ("table directory", "step tables"):
+            data, where = read_json(path), f"{os.path.join(path, 'meta.json')}: run"
+        else:
+            data, where = driver.comm.attrs(_module(kind, path).operation), f"{path}: {key}"
+    except (UserError, IRError, TableError):
+        return {}, ""
+    if not isinstance(data, dict) or key not in data:
         return {}, where
-    topology = data.get("topology")
+    topology = data.get("topology" if key == "run" else "comm.topology")
     dims = topology.get("dims") if isinstance(topology, dict) else None
-    return check(data["run"], where, keys, len(dims) if isinstance(dims, list) else 0), where
+    return check(data[key], where, keys, len(dims) if isinstance(dims, list) else 0), where
 
 
-def of_module_file(path: str) -> tuple[dict, str]:
-    """The run options a workload module records (wl.run), checked."""
+def _module(kind: str, path: str):
     from .dialects import workload as wl
     from .network.user_files import read_text
-    module = wl.parse_module(read_text(path, "a workload .mlir module"), wl.new_context(), source=path)
-    return in_module(module, path)
+    if kind == "workload module":
+        return wl.parse_module(read_text(path, "a workload .mlir module"), wl.new_context(), source=path)
+    return driver.read_module(driver.comm.new_context(), path)
+
+
+def with_comm_record(module, run: driver.RunOptions) -> None:
+    """Set on a compiled comm module the options its run took (of_tables), as comm.run; none: no attribute."""
+    record = of_tables(run)
+    attributes = module.operation.attributes
+    if record:
+        with module.context:
+            driver.comm.set_attr(module.operation, "comm.run", record)
+    elif "comm.run" in attributes:
+        del attributes["comm.run"]
 
 
 def in_module(module, path: str) -> tuple[dict, str]:

@@ -35,6 +35,7 @@ from .network.links import LinkMap
 from .network.memory import LocalMemory, MemorySystem
 from .network import astra_network
 from .network.message import message
+from .network.parse import with_endpoint_delay
 from .network.topology import Topology
 
 KIND_CODE = {"compute": engine.COMPUTE, "wait": engine.WAIT}
@@ -533,10 +534,11 @@ def lower(workload: Workload, topology: Topology) -> Lowered:
     return Lowered(str(module), wl.programs(module), bool(driver.comm.attrs(module).get("wl.spmd", False)))
 
 
-def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topology, dict]:
+def read_lowered(path: str, override: Topology | None, endpoint_delay=None) -> tuple[Lowered, Topology, dict]:
     """A workload module written with --emit mlir, as input: (what the engine reads, the topology to time it on,
-    the module's source, mesh and the run options it records, `run`). The topology is the module's own, or `override` when its dimensions have the
-    same sizes (the collectives' dims and groups are bound to them)."""
+    the module's source, mesh and the run options it records, `run`). The topology is the module's own, or
+    `override` when its dimensions have the same sizes (the collectives' dims and groups are bound to them), with
+    `endpoint_delay` where given; the module's text names it (what --emit mlir of this run writes)."""
     text = read_text(path, "a workload .mlir module")
     module = wl.parse_module(text, wl.new_context(), source=path)
     recorded = driver.comm.get_topology(module)
@@ -551,6 +553,10 @@ def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topolog
             raise UserError(f"{path} was lowered for {topology.name} ({'x'.join(map(str, topology.shape))} NPUs); "
                             f"--topology {override.name} has dimensions {'x'.join(map(str, override.shape))}")
         topology = override
+    topology = with_endpoint_delay(topology, endpoint_delay)   # on the module's own network too
+    if topology.to_dict() != recorded:
+        with module.context:
+            driver.comm.set_topology(module, topology.to_dict())
     wl.check_module(module, path, topology.shape)
     a = driver.comm.attrs(module)
     if a["wl.world_size"] != topology.npus:

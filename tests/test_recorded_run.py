@@ -36,11 +36,9 @@ def written(capsys, *argv) -> str:
     return err
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("options", TABLE_OPTIONS)
+@pytest.mark.parametrize("options, backend", [(o, b) for o in TABLE_OPTIONS for b in BACKENDS
+                                               if b or "--switching" not in o])   # it goes with congestion
 def test_a_table_directory_runs_again_with_the_options_it_was_written_with(capsys, tmp_path, options, backend):
-    if "--switching" in options and not backend:
-        pytest.skip("--switching goes with --backend congestion")
     run = options + backend
     want = figure(capsys, *COLLECTIVE_RUN, *run)
     assert want != figure(capsys, *COLLECTIVE_RUN, *backend)   # the option shapes the figure
@@ -305,3 +303,35 @@ def test_a_damaged_module_record_is_refused_in_one_line(capsys, tmp_path, step_m
     first, rest = open(step_module).read().split("\n", 1)
     (tmp_path / "m.mlir").write_text(first[:-3] + f", wl.run = {attr}}} {{\n" + rest)
     refused(capsys, tmp_path / "m.mlir", match=match)
+
+
+def test_a_comm_module_records_how_it_was_run(capsys, tmp_path):
+    run = ["--intra", "fifo", "--local-mem-bw", "1600", "--backend", "congestion", "--switching", "store-and-forward"]
+    want = figure(capsys, *COLLECTIVE_RUN, *run)
+    written(capsys, *COLLECTIVE_RUN, *run, "--emit", "mlir", "-o", tmp_path / "c.mlir")
+    head = (tmp_path / "c.mlir").read_text().split("\n", 1)[0]
+    assert 'comm.run = {backend = "congestion", intra = "fifo", local_mem_gbps = 1.600000e+03 : f64, ' \
+           'switching = "store-and-forward"}' in head
+    assert figure(capsys, tmp_path / "c.mlir") == want
+    written(capsys, tmp_path / "c.mlir", "--emit", "tables", "-o", tmp_path / "t")   # and on into a directory
+    assert figure(capsys, tmp_path / "t") == want
+    # named again: taken, said, and the module written from this run records what it took (scf: no intra)
+    code, out, err = cli(capsys, tmp_path / "c.mlir", "--intra", "scf", "--emit", "mlir")
+    assert "intra" not in out.split("\n", 1)[0] and err.endswith("comm.run records --intra fifo; this run takes scf\n")
+    written(capsys, *COLLECTIVE_RUN, "--emit", "mlir", "-o", tmp_path / "plain.mlir")
+    assert "comm.run" not in (tmp_path / "plain.mlir").read_text()
+    first, rest = (tmp_path / "plain.mlir").read_text().split("\n", 1)
+    (tmp_path / "bad.mlir").write_text(first.replace("module attributes {", "module attributes {comm.run = "
+                                                     "{active_chunks = -2 : i64}, ") + "\n" + rest)
+    refused(capsys, tmp_path / "bad.mlir", match="bad.mlir: comm.run.active_chunks must be a whole number")
+
+
+@pytest.mark.parametrize("network", [["--endpoint-delay", "5000"],
+                                     ["--topology", TOPOLOGY, "--bandwidth", "100", "--latency", "50"]])
+def test_a_module_written_from_a_module_names_the_network_it_ran_on(capsys, tmp_path, step_module, network):
+    want = figure(capsys, step_module, *network)
+    assert want != figure(capsys, step_module)
+    written(capsys, step_module, *network, "--emit", "mlir", "-o", tmp_path / "m.mlir")
+    assert figure(capsys, tmp_path / "m.mlir") == want   # it kept the module's own network before
+    written(capsys, step_module, "--emit", "mlir", "-o", tmp_path / "same.mlir")
+    assert (tmp_path / "same.mlir").read_text() == open(step_module).read()
