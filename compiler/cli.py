@@ -500,7 +500,8 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
     notices = []
     if args.system:
         from . import astra_system
-        notices = astra_system.apply(args, given, kind == "training step")
+        # an option typed wins over the file even at its default (`--intra scf` over its FIFO): args.named
+        notices = astra_system.apply(args, getattr(args, "named", given), kind == "training step")
     from .dialects.comm import IRError
     from .passes import PassError
     try:

@@ -335,3 +335,16 @@ def test_a_module_written_from_a_module_names_the_network_it_ran_on(capsys, tmp_
     assert figure(capsys, tmp_path / "m.mlir") == want   # it kept the module's own network before
     written(capsys, step_module, "--emit", "mlir", "-o", tmp_path / "same.mlir")
     assert (tmp_path / "same.mlir").read_text() == open(step_module).read()
+
+
+def test_an_option_typed_at_its_default_wins_over_a_system_file_too(capsys, tmp_path):
+    system = tmp_path / "sys.json"
+    system.write_text(json.dumps({"intra-dimension-scheduling": "FIFO", "inter-dimension-scheduling": "baseline"}))
+    code, out, err = cli(capsys, *COLLECTIVE_RUN, "--system", system, "--intra", "scf", "--json")
+    # (the file's collective-optimization default, baseline, runs the all-reduce per dimension)
+    assert (json.loads(out)["intra"], json.loads(out)["total_time_us"]) == \
+        ("scf", figure(capsys, *COLLECTIVE_RUN, "--all-reduce", "per-dimension"))
+    # --scheduler optimal (the default) typed: not the file's baseline (nor ASTRA-sim's default, baseline)
+    run = [a for a in COLLECTIVE_RUN if a not in ("--scheduler", "themis")]
+    code, out, err = cli(capsys, *run, "--system", system, "--scheduler", "optimal", "--json")
+    assert json.loads(out)["scheduler"] == "optimal"
