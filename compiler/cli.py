@@ -493,9 +493,10 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
     from . import cli_rules
     kind = _kind(args)
     record, where = _recorded(args, kind)
+    filled = {}
     if record:   # what the directory or module records stands in for the options not typed (recorded_run.py)
         from . import recorded_run
-        recorded_run.fill(args, getattr(args, "named", given), record)
+        filled = recorded_run.fill(args, getattr(args, "named", given), record)
     cli_rules.check(kind, args, given)
     notices = []
     if args.system:
@@ -507,9 +508,10 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
     try:
         code = _run_kind(args, kind)
     except (UserError, IRError, PassError) as e:   # an option the file set is the file's key, not a flag typed
-        if not args.system:
+        if not args.system and not filled:
             raise
-        raise astra_system.blamed(e, args) from None
+        e = recorded_run.blamed(e, filled, where) if filled else e
+        raise (astra_system.blamed(e, args) if args.system else e) from None
     if record:
         notices += recorded_run.notes(args, record, where)
     for line in notices:   # after the run: a refused run says its one line only

@@ -1,8 +1,11 @@
 """Run options recorded in what a run writes, and applied when it runs again (runtime/run_record.py: the keys and
 the reader's checks; docs/tables.md, "Recorded run options").
 
-Writing: `of_tables` (a collective's table directory), `of_step` (a step directory) and `of_module` (a workload
-module) keep the options whose values differ from their defaults, taken from the options the run really used.
+Writing: `of_tables` (a collective's table directory, and as comm.run a comm module: `with_comm_record`),
+`of_step` (a step directory) and `of_module` (a workload module) keep the options whose values differ from their
+defaults, taken from the options the run really used.
+
+Reading: `of_input` (the command line's input), `in_module` (a workload module parsed already).
 
 Running again (the command line, and sweep points, which take its path): `fill` gives every recorded option the
 command line does not name its recorded value, before the options are checked (cli_rules) and a system file fills
@@ -13,6 +16,7 @@ also refuses the one option a step directory cannot re-run under another value o
 from __future__ import annotations
 
 import os
+import re
 
 from . import algorithms, driver
 from .network.errors import UserError, show
@@ -96,11 +100,17 @@ def of_input(kind: str, path: str) -> tuple[dict, str]:
             data, where = driver.comm.attrs(_module(kind, path).operation), f"{path}: {key}"
     except (UserError, IRError, TableError):
         return {}, ""
+    return _held(data, key, keys, where), where
+
+
+def _held(data, key: str, keys: tuple, where: str) -> dict:
+    """The record under `key` of a meta.json object or a module's attributes, checked (an astra_link_gbps list has
+    one bandwidth per dimension of the topology beside it); {} where it holds none."""
     if not isinstance(data, dict) or key not in data:
-        return {}, where
+        return {}
     topology = data.get("topology" if key == "run" else "comm.topology")
     dims = topology.get("dims") if isinstance(topology, dict) else None
-    return check(data[key], where, keys, len(dims) if isinstance(dims, list) else 0), where
+    return check(data[key], where, keys, len(dims) if isinstance(dims, list) else 0)
 
 
 def _module(kind: str, path: str):
@@ -122,23 +132,29 @@ def with_comm_record(module, run: driver.RunOptions) -> None:
         del attributes["comm.run"]
 
 
-def in_module(module, path: str) -> tuple[dict, str]:
-    """The wl.run record of a parsed workload module, checked (its dimensions are comm.topology's)."""
-    attrs = driver.comm.attrs(module.operation)
-    where = f"{path}: wl.run"
-    if "wl.run" not in attrs:
-        return {}, where
-    topology = attrs.get("comm.topology")
-    dims = topology.get("dims") if isinstance(topology, dict) else None
-    return check(attrs["wl.run"], where, run_record.MODULE, len(dims) if isinstance(dims, list) else 0), where
+def in_module(module, path: str) -> dict:
+    """The wl.run record of a parsed workload module (workload_driver.read_lowered), checked."""
+    return _held(driver.comm.attrs(module.operation), "wl.run", run_record.MODULE, f"{path}: wl.run")
 
 
-def fill(args, named: set, record: dict) -> None:
+def fill(args, named: set, record: dict) -> dict:
     """The recorded value of every option the command line does not name (`named`: the options typed, even at
-    their defaults), set on the parsed arguments."""
-    for key, value in record.items():
-        if DEST[key] not in named:
-            setattr(args, DEST[key], _cli_value(key, value))
+    their defaults), set on the parsed arguments; returns those it set (blamed)."""
+    filled = {k: v for k, v in record.items() if DEST[k] not in named}
+    for key, value in filled.items():
+        setattr(args, DEST[key], _cli_value(key, value))
+    return filled
+
+
+def blamed(error: Exception, filled: dict, where: str) -> Exception:
+    """`error` (a refusal of the run) with the record in front where it names an option the record set (its flag,
+    or for --algorithm an algorithm it names): the user never typed that option."""
+    text = str(error)
+    for key, value in filled.items():
+        named = [_flag(key)] + (str(value).split(",") if key == "algorithm" else [])
+        if any(re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text) for n in named):
+            return type(error)(f"{where} records {_flag(key)} {_shown(key, value)}: {text}")
+    return error
 
 
 def notes(args, record: dict, where: str) -> list[str]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import driver, reuse
+from .recorded_run import in_module
 from .dialects import workload as wl
 from .network.errors import UserError, show
 from .network.user_files import read_text
@@ -584,9 +585,8 @@ def read_lowered(path: str, override: Topology | None, endpoint_delay=None) -> t
             if op.kind in wl.comm.ROOTED and op.attrs["root"] not in members:
                 raise UserError(f"{path}: rank {prog.rank}: {op.name}: root {op.attrs['root']} is not in group "
                                 f"{show(op.attrs['wl.group'])}")
-    from .recorded_run import in_module
     return Lowered(text, programs, bool(a.get("wl.spmd", False))), topology, \
-        {"source": a.get("wl.source", path), "mesh": a.get("wl.mesh", ""), "run": in_module(module, path)[0]}
+        {"source": a.get("wl.source", path), "mesh": a.get("wl.mesh", ""), "run": in_module(module, path)}
 
 
 def with_schedules(mlir: str, programs: list, times: CollectiveTimes) -> str:

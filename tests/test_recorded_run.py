@@ -348,3 +348,9 @@ def test_an_option_typed_at_its_default_wins_over_a_system_file_too(capsys, tmp_
     run = [a for a in COLLECTIVE_RUN if a not in ("--scheduler", "themis")]
     code, out, err = cli(capsys, *run, "--system", system, "--scheduler", "optimal", "--json")
     assert json.loads(out)["scheduler"] == "optimal"
+
+
+def test_a_refusal_caused_by_a_recorded_option_names_the_record(capsys, tmp_path, step_module):
+    written(capsys, step_module, "--algorithm", "ring,direct,in_switch", "--emit", "mlir", "-o", tmp_path / "m.mlir")
+    refused(capsys, tmp_path / "m.mlir", "--topology", "Ring(4)_FC(2)_Ring(4)",
+            match="m.mlir: wl.run records --algorithm ring,direct,in_switch: in_switch runs on Switch dimensions")
