@@ -354,3 +354,17 @@ def test_a_refusal_caused_by_a_recorded_option_names_the_record(capsys, tmp_path
     written(capsys, step_module, "--algorithm", "ring,direct,in_switch", "--emit", "mlir", "-o", tmp_path / "m.mlir")
     refused(capsys, tmp_path / "m.mlir", "--topology", "Ring(4)_FC(2)_Ring(4)",
             match="m.mlir: wl.run records --algorithm ring,direct,in_switch: in_switch runs on Switch dimensions")
+
+
+@pytest.mark.parametrize("in_switch", [False, True])
+def test_offloaded_states_run_again_from_their_programs_and_the_recorded_pool(tmp_path, in_switch):
+    from test_memory_workload import POOL, fsdp_step
+    direct = astra_compile.compile(fsdp_step(), "Ring(4)", pool=POOL, offload="params,grads", in_switch=in_switch,
+                                   mem_latency_ns=100.0, keep_tables=True)
+    step_tables.write(str(tmp_path / "s"), direct.step_tables("csv"))   # what --emit tables -o writes
+    (tmp_path / "m.mlir").write_text(direct.mlir)
+    # the loads and stores are the programs' rows; the pool and the latency are recorded
+    assert astra_compile.compile(str(tmp_path / "s"), None).total_time_us == direct.total_time_us
+    assert astra_compile.compile(str(tmp_path / "m.mlir"), None).total_time_us == direct.total_time_us
+    with pytest.raises(Exception, match="has no memory pool"):
+        astra_compile.compile(str(tmp_path / "s"), None, use_recorded=False)
