@@ -8,11 +8,12 @@ The CLI (`astra-compile model.py --topology ...`) is a thin layer over this func
 """
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from types import ModuleType
 
-from . import driver, reuse
+from . import driver, recorded_run, reuse
 from .network.errors import UserError
 from .frontend.cpu_limit import DEFAULT_SECONDS as DEFAULT_CAPTURE_LIMIT
 from .frontend.workload import Workload
@@ -20,7 +21,7 @@ from .runtime.workload_engine import SEMANTICS, Roofline
 from .network.parse import parse_topology, with_endpoint_delay
 from .network.topology import Topology
 from .workload_driver import (Lowered, StepSemantics, WorkloadOptions, group_key, lower, read_lowered, run, runner,
-                              with_schedules)
+                              with_run_record, with_schedules)
 from .step_timeline import step_trace
 from .workload_report import WorkloadReport, make_report
 
@@ -120,7 +121,8 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
             capture_limit: float | None = DEFAULT_CAPTURE_LIMIT, example_inputs=None, parallelize=None,
             loss=None, optimizer=None, iteration: int | None = None, keep_tables: bool = False,
             local_mem_gbps: float | None = None, mem_latency_ns: float = 0.0, pool=None, offload=None,
-            in_switch: bool = False, step_semantics: str | StepSemantics = "streams") -> WorkloadReport:
+            in_switch: bool = False, step_semantics: str | StepSemantics = "streams",
+            use_recorded: bool = True) -> WorkloadReport:
     """Capture (or import) one training step, compile its collectives for `topology` and time the step.
 
     `source`: a model file, an imported module following the model-file convention, execution-trace files, a
@@ -147,11 +149,13 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     needs them, and `in_switch` lets the pool's switches do the FSDP all-gathers and reduce-scatters
     (frontend/offload.py). `step_semantics`: "streams" (this tool's: a stream per process group, messages meet
     their receives) or "astra-sim" (ASTRA-sim's workload layer: one collective or send in flight per NPU, eager
-    sends, its network view of messages and sub-world groups; docs/astra-sim.md)."""
+    sends, its network view of messages and sub-world groups; docs/astra-sim.md). A step table directory or workload module records the run options that shaped the
+    figure of the run that wrote it (docs/tables.md, "Recorded run options"): with `use_recorded` (the default)
+    each of these parameters left at its default takes the recorded value; False takes every parameter as given."""
     step_module = isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".mlir")
     if _is_step_dir(source):
         return _compile_step_dir(os.fspath(source), topology, backend, intra, peak_tflops, mem_bw_gbps, max_memory,
-                                 rank, local_mem_gbps, mem_latency_ns, pool, switching)
+                                 rank, local_mem_gbps, mem_latency_ns, pool, switching, step_semantics, use_recorded)
     if topology is None and not step_module:
         raise UserError("a topology is required (a workload .mlir module names its own)")
     if topology is None and any(v is not None for v in (bandwidth, latency, links)):
@@ -169,8 +173,15 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
                 any(v is not None for v in (example_inputs, parallelize, loss, optimizer)):
             raise UserError(f"{os.fspath(source)}: a workload module is already captured and lowered: mesh, "
                             "iteration, offload and the nn.Module options do not apply")
-        lowered, topo, recorded = read_lowered(os.fspath(source), topo)
-        topo = with_endpoint_delay(topo, endpoint_delay)   # on the module's own network too
+        lowered, topo, recorded = read_lowered(os.fspath(source), topo, endpoint_delay)
+        if use_recorded and recorded["run"]:
+            (backend, intra, switching, local_mem_gbps, peak_tflops, mem_bw_gbps, mem_latency_ns, step_semantics,
+             pool, scheduler, chunks, algorithm, all_reduce) = _with_recorded(recorded["run"], dict(
+                backend=backend, intra=intra, switching=switching, local_mem_gbps=local_mem_gbps,
+                peak_tflops=peak_tflops, mem_bw_gbps=mem_bw_gbps, mem_latency_ns=mem_latency_ns,
+                step_semantics=step_semantics, pool=pool, scheduler=scheduler, chunks=chunks, algorithm=algorithm,
+                all_reduce=all_reduce)).values()
+            step = _semantics(step_semantics)
     elif _is_module(source):
         from .frontend.module_object import model_file_from_object
         source = model_file_from_object(source, example_inputs, parallelize, loss, optimizer)
@@ -227,10 +238,12 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
     report.mlir = with_schedules(lowered.mlir, lowered.programs, times) if lowered.mlir else ""
     report.collective_keys = tuple(times)
     report.timeline = lambda: step_trace(result, lowered.programs, times, info)
+    if report.mlir:   # with the options its collectives are compiled and the step is timed with again
+        report.mlir = with_run_record(report.mlir, recorded_run.of_module(opts))
     if opts.keep_schedules:
         from . import step_dir
-        report.step_tables = lambda fmt: step_dir.build(lowered, times, info | {"topology_dict": topo.to_dict()},
-                                                        fmt)
+        report.step_tables = lambda fmt: step_dir.build(lowered, times, info | {"topology_dict": topo.to_dict(),
+                                                                                "run": recorded_run.of_step(opts)}, fmt)
     return report, times
 
 
@@ -243,21 +256,57 @@ def _is_step_dir(source) -> bool:
 
 def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops: float, mem_bw_gbps: float,
                       max_memory: int | None, rank: int, local_mem_gbps: float | None = None,
-                      mem_latency_ns: float = 0.0, pool=None, switching: str = "cut-through") -> WorkloadReport:
-    """A step table directory (--emit tables -o DIR): its collectives' tables executed on `backend`, then the step."""
+                      mem_latency_ns: float = 0.0, pool=None, switching: str = "cut-through",
+                      step_semantics="streams", use_recorded: bool = True) -> WorkloadReport:
+    """A step table directory (--emit tables -o DIR): its collectives' tables executed on `backend`, then the step;
+    the run options it records stand in for those left at their defaults (`use_recorded`)."""
     from . import step_dir
     if topology is not None:
         raise UserError(f"{path}: a step table directory runs on the topology it was compiled for (meta.json); "
                         "give no topology")
+    record, where = recorded_run.of_input("step tables", path)
+    if use_recorded and record:
+        (backend, intra, switching, local_mem_gbps, peak_tflops, mem_bw_gbps, mem_latency_ns, step_semantics,
+         pool) = _with_recorded(record, dict(
+            backend=backend, intra=intra, switching=switching, local_mem_gbps=local_mem_gbps, peak_tflops=peak_tflops,
+            mem_bw_gbps=mem_bw_gbps, mem_latency_ns=mem_latency_ns, step_semantics=step_semantics,
+            pool=pool)).values()
+    step, written = _semantics(step_semantics), _recorded_semantics(record)
+    if step != written and where:   # its collectives' schedules are what they were compiled as under them
+        said = "records them" if "step_semantics" in record else "records none: streams"
+        raise UserError(f"{path}: the step was compiled under step semantics {written.name} (its meta.json {said}); "
+                        f"it re-runs under them, not {step.name}" +
+                        (" with other link bandwidths" if step.name == written.name else "") +
+                        ": compile the model file, traces or step.mlir again for other semantics")
     _check_roofline(peak_tflops, mem_bw_gbps)
     run_opts = driver.RunOptions(backend=backend, intra=intra, switching=_switching(switching, backend),
                                  max_memory=max_memory, local_mem_gbps=_local_mem(local_mem_gbps))
-    lowered, topo, recorded, times, step = step_dir.load(path, run_opts)
+    lowered, topo, recorded, times, step_tables = step_dir.load(path, run_opts, step)
     opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, Roofline(peak_tflops, mem_bw_gbps), False,
-                           *_memory(mem_latency_ns, pool, topo))
+                           *_memory(mem_latency_ns, pool, topo), step=step)
     report, _ = _timed(lowered, topo, opts, times, recorded, rank)
-    report.step_tables = lambda fmt: step
+    report.step_tables = lambda fmt: step_tables
     return report
+
+
+def _with_recorded(record: dict, values: dict) -> dict:
+    """`values` (compile()'s parameters by name, in order) with each one left at its default taking the value the
+    step directory or workload module records (recorded_run.py; a record's astra_link_gbps goes with its
+    step_semantics)."""
+    defaults = inspect.signature(compile).parameters
+    out = dict(values)
+    for name, value in values.items():
+        if name == "step_semantics":
+            if "step_semantics" in record and _semantics(value) == StepSemantics():
+                out[name] = _recorded_semantics(record)
+        elif name in record and value == defaults[name].default:
+            out[name] = record[name]
+    return out
+
+
+def _recorded_semantics(record: dict) -> StepSemantics:
+    link = record.get("astra_link_gbps")
+    return StepSemantics(record.get("step_semantics", StepSemantics().name), tuple(link) if link else None)
 
 
 def _memory(latency_ns, pool, topo) -> tuple[float, object]:

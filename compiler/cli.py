@@ -223,11 +223,18 @@ def _fail(message: str) -> int:
 
 
 def parse(argv: list[str], raising: bool = False) -> tuple[argparse.Namespace, set[str]]:
-    """The parsed command line and the options given (those that differ from their defaults)."""
+    """The parsed command line and the options given (those that differ from their defaults). `args.named` holds
+    the options typed, at their defaults too: a value recorded in a table directory or module gives way to those
+    only (recorded_run.py), so `--intra scf` on tables written with --intra fifo is taken as typed."""
     parser = build_parser()
     parser.raising = raising
-    args = parser.parse_args(_join_dashed_values(parser, argv))
-    return args, {k for k, v in vars(args).items() if v != parser.get_default(k)}
+    argv = _join_dashed_values(parser, argv)
+    args = parser.parse_args(argv)
+    given = {k for k, v in vars(args).items() if v != parser.get_default(k)}
+    for action in parser._actions:   # parsed again with no defaults: what is left was typed
+        action.default = argparse.SUPPRESS
+    args.named = frozenset(vars(parser.parse_args(argv))) | given
+    return args, given
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -370,9 +377,11 @@ def _run_workload(args, max_memory: int | None, given: set[str], step_dir: bool 
     if step_dir:
         if args.emit == "mlir":
             raise UserError(f"--emit mlir: {args.input[0]} holds the step's tables, not its workload module")
-        report = compile_workload(args.input[0], None, backend=args.backend, switching=args.switching,
-                                  intra=args.intra, peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
-                                  local_mem_gbps=_local_mem(args), mem_latency_ns=args.mem_latency, pool=args.pool)
+        # the options the directory records are in args already (run_parsed): each as given or as recorded
+        report = compile_workload(args.input[0], None, backend=args.backend, intra=args.intra,
+                                  peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
+                                  local_mem_gbps=_local_mem(args), mem_latency_ns=args.mem_latency, pool=args.pool,
+                                  switching=args.switching, step_semantics=_step_semantics(args), use_recorded=False)
     else:
         if not args.topology and not _is_step_module(args.input):
             raise UserError("--topology is required")
@@ -388,7 +397,8 @@ def _run_workload(args, max_memory: int | None, given: set[str], step_dir: bool 
                                       capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration,
                                       keep_tables=args.emit == "tables", local_mem_gbps=_local_mem(args),
                                       mem_latency_ns=args.mem_latency, pool=args.pool, offload=args.offload,
-                                      in_switch=args.in_switch, step_semantics=_step_semantics(args))
+                                      in_switch=args.in_switch, step_semantics=_step_semantics(args),
+                                      use_recorded=False)
     _check_step_options(report, given)
     if args.emit == "tables":
         return _emit_step_tables(args, report)
@@ -493,21 +503,46 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
     """Run a parsed command line (`parse`); the CLI and the sweep points (sweep/point.py) both come here."""
     from . import cli_rules
     kind = _kind(args)
+    record, where = _recorded(args, kind)
+    filled = {}
+    if record:   # what the directory or module records stands in for the options not typed (recorded_run.py)
+        from . import recorded_run
+        filled = recorded_run.fill(args, getattr(args, "named", given), record)
     cli_rules.check(kind, args, given)
-    if not args.system:
-        return _run_kind(args, kind, given)
-    from . import astra_system
-    notices = astra_system.apply(args, given, kind == "training step")
+    notices = []
+    if args.system:
+        from . import astra_system
+        # an option typed wins over the file even at its default (`--intra scf` over its FIFO): args.named
+        notices = astra_system.apply(args, getattr(args, "named", given), kind == "training step")
     from .dialects.comm import IRError
     from .passes import PassError
     try:
-        cli_rules.check(kind, args, given)   # again: an option typed may not apply beside what the file set
+        if args.system:
+            cli_rules.check(kind, args, given)   # again: an option typed may not apply beside what the file set
         code = _run_kind(args, kind, given)
     except (UserError, IRError, PassError) as e:   # an option the file set is the file's key, not a flag typed
-        raise astra_system.blamed(e, args) from None
+        if not args.system and not filled:
+            raise
+        e = recorded_run.blamed(e, filled, where) if filled else e
+        raise (astra_system.blamed(e, args) if args.system else e) from None
+    if record:
+        notices += recorded_run.notes(args, record, where)
     for line in notices:   # after the run: a refused run says its one line only
         sys.stderr.write(line + "\n")
     return code
+
+
+def _recorded(args, kind: str) -> tuple[dict, str]:
+    """The run options a table directory, step directory or module given as input records, checked, and where
+    (recorded_run.py); ({}, "") for other runs."""
+    from . import recorded_run
+    if kind == "training step" and _is_step_module(args.input):
+        kind = "workload module"
+    elif kind == "collective" and len(args.input) == 1 and args.input[0].endswith(".mlir"):
+        kind = "comm module"
+    if kind not in recorded_run.INPUTS:
+        return {}, ""
+    return recorded_run.of_input(kind, args.input[0])
 
 
 def _run_kind(args, kind: str, given: set[str]) -> int:
@@ -680,7 +715,9 @@ def _run_collective(args, run, given: set[str]) -> int:
         if args.emit != "report":
             sys.stderr.write(VERIFIED + "\n")  # stdout carries the MLIR or the table
 
-    if args.emit == "mlir":
+    if args.emit == "mlir":   # with how it was run, so that `astra-compile module.mlir` runs it so again
+        from . import recorded_run
+        recorded_run.with_comm_record(module, run)
         text = str(module)
         if args.output:
             atomic.write_text(args.output, text)
@@ -689,7 +726,7 @@ def _run_collective(args, run, given: set[str]) -> int:
         return 0
 
     if args.emit == "tables":
-        return _emit_tables(args, schedule, topology)
+        return _emit_tables(args, schedule, topology, run)
 
     if args.emit == "chakra":
         from .frontend import chakra_write
@@ -743,10 +780,11 @@ def _chakra_dir(args) -> str:
     return args.output
 
 
-def _emit_tables(args, schedule, topology) -> int:
+def _emit_tables(args, schedule, topology, run) -> int:
+    from . import recorded_run
     from .runtime.tables import write_dir
-    if args.output:
-        write_dir(schedule, args.output, args.table_format, force=args.force)
+    if args.output:   # with how they execute, so that `astra-compile DIR` runs them as this run would
+        write_dir(schedule, args.output, args.table_format, force=args.force, run=recorded_run.of_tables(run))
         print(f"wrote {schedule.meta.npus} tables and meta.json to {args.output}")
         return 0
     if args.npu is None:

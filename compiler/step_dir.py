@@ -17,8 +17,9 @@ from .network.errors import UserError
 from .network.topology import Topology
 from .runtime import step_tables as st
 from .runtime.errors import TableError
-from .workload_driver import (CollectiveTime, CollectiveTimes, Lowered, class_busy, group_place, key_of, key_parts,
-                              key_root, message_time, p2p_stream, part_key)
+from .network import astra_network
+from .workload_driver import (CollectiveTime, CollectiveTimes, Lowered, StepSemantics, class_busy, group_place,
+                              key_of, key_parts, key_root, message_time, p2p_stream, part_key)
 
 
 def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.StepTables:
@@ -68,12 +69,18 @@ def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.
             "table_format": fmt, "programs": [{"file": p.file, "ranks": p.ranks, "groups": p.groups}
                                               for p in programs],
             "collectives": collectives}
+    if info.get("run"):   # the run options that shaped its figure, where not the defaults (recorded.of_step)
+        meta["run"] = info["run"]
     return st.StepTables(meta, programs, [times.schedules[k] for k in keys])
 
 
-def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, CollectiveTimes, st.StepTables]:
+def load(path: str, run: driver.RunOptions, semantics: StepSemantics = StepSemantics()
+         ) -> tuple[Lowered, Topology, dict, CollectiveTimes, st.StepTables]:
     """Read a step directory: (the programs, the topology, its source/mesh/scheduler, each collective timed by
-    executing its tables on `run`'s backend, the tables themselves)."""
+    executing its tables on `run`'s backend, the tables themselves). `run` and `semantics` are the caller's: the
+    options the directory records (meta.json's `run`) are applied before (api.compile, cli.py); under the
+    astra-sim semantics a collective of a group smaller than the world was compiled as ASTRA-sim runs it, one ring
+    over its members (workload_driver._astra_group_time)."""
     step = st.read(path)
     meta = step.meta
     # estimated before anything is built for its NPUs (each collective's tables too, below, before they run)
@@ -86,6 +93,7 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
     if topology.npus != meta["npus"]:
         raise TableError(f"{path}/meta.json: npus {meta['npus']} but the topology has {topology.npus} NPUs")
     colls, keys, members = meta["collectives"], [], []   # members: the ranks of each collective's groups
+    rings = []   # per collective: the dimension its ASTRA-sim group ring runs in, None where it has none
     for c, e in enumerate(colls):
         if max(e["dims"]) >= topology.ndims:
             raise TableError(f"{path}/meta.json: collectives[{c}].dims: {e['dims']} but {topology.name} has "
@@ -95,19 +103,27 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
             raise TableError(f"{path}/meta.json: collectives[{c}].part: {e['part']} names a dimension outside dims "
                              f"{e['dims']}")
         try:
-            seen = topology.within(parts) if parts else topology
+            seen, on = _network(topology, e, semantics), list(e["dims"])
         except UserError as e2:
             raise TableError(f"{path}/meta.json: collectives[{c}].part: {e2}") from None
+        if seen[1] is not None:   # ASTRA-sim's ring over the group: its one dimension
+            on = [0]
+        rings.append(seen[1])
+        seen = seen[0]
         have = step.collectives[c].meta
+        if have.run:   # one record for the whole step: its collectives execute as the step's meta.json says
+            raise TableError(f"{path}/{e['dir']}/meta.json: run: a step directory's collective executes with the "
+                             f"step's run options ({path}/meta.json), it records none of its own")
         if have.topology != seen.to_dict() or have.npus != seen.npus:
             raise TableError(f"{path}/{e['dir']}: its schedule is for {have.topology.get('name')}, the step's "
                              f"group sees {seen.name}")
-        members.append(math.prod(seen.dims[d].size for d in e["dims"]))
+        members.append(math.prod(seen.dims[d].size for d in on))
         keys.append(key_of(e["kind"], e["bytes"], e["dims"], e["root"], part_key(e["dims"], parts)))
         kinds = {m.buffer_kind for m in have.collectives}
-        if kinds != {e["kind"]} or any(sorted(m.group_dims) != sorted(e["dims"]) for m in have.collectives):
-            raise TableError(f"{path}/{e['dir']}: its schedule is {', '.join(sorted(kinds))} over dims "
-                             f"{sorted(have.collectives[0].group_dims)}, meta.json says {e['kind']} over {e['dims']}")
+        spans = sorted({d for m in have.collectives for d in m.group_dims})   # per-dimension all-reduce: a pair each
+        if kinds != {e["kind"]} or spans != sorted(on):
+            raise TableError(f"{path}/{e['dir']}: its schedule is {', '.join(sorted(kinds))} over dims {spans}, "
+                             f"meta.json says {e['kind']} over {on}")
     for prog in step.programs:
         for i, r in enumerate(prog.rows):
             if r.collective >= 0 and len(prog.groups[r.group]) != members[r.collective]:
@@ -134,6 +150,11 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
         resources.table_files(schedule.path, schedule.meta, run.execution != "full", False,
                               run.max_memory).check(run.max_memory)
         result = driver.execute(schedule, run)
+        if rings[c] is not None:   # as _astra_group_time: the ring's busy time goes to the dimension it runs in
+            busy = [0.0] * topology.ndims
+            busy[rings[c]] = max(result.dim_busy_ns, default=0.0)
+            times[keys[c]] = CollectiveTime(result.total_ns, e["algorithm"], e["fallback"], tuple(busy))
+            continue
         # a group over part of a dimension ran on another network: it shares per dimension (workload_driver)
         times[keys[c]] = CollectiveTime(result.total_ns, e["algorithm"], e["fallback"], tuple(result.dim_busy_ns),
                                         class_busy_ns=() if _parts(e) else class_busy(result, topology))
@@ -141,7 +162,7 @@ def load(path: str, run: driver.RunOptions) -> tuple[Lowered, Topology, dict, Co
         for op in prog.ops:
             if op.kind in wl.P2P and times.key(op) not in times:
                 times[times.key(op)] = message_time(topology, times.key(op), run.backend == "congestion",
-                                                    run.switching == "store-and-forward")
+                                                    run.switching == "store-and-forward", semantics)
     info = {"source": meta["source"], "mesh": meta["mesh"], "scheduler": meta["scheduler"]}
     return Lowered("", programs, meta["spmd"]), topology, info, times, step
 
@@ -172,10 +193,31 @@ def _program_op(r: st.ProgramRow, colls: list, rank: int = -1) -> wl.ProgramOp:
     return wl.ProgramOp(r.kind, r.name, attrs, list(r.deps), rank)
 
 
-def _in_group(topology: Topology, entry: dict, npu: int) -> int:
-    """NPU `npu` in the network its collective's schedule runs on: itself, or where the group covers part of a
-    dimension, its place in the smaller network the group sees (Topology.within)."""
+def _network(topology: Topology, entry: dict, semantics: StepSemantics) -> tuple[Topology, int | None]:
+    """(the network a meta.json collective's schedule runs on, the dimension of its ASTRA-sim group ring or None):
+    the topology, the part of it a group covering part of a dimension sees (Topology.within), or under the
+    astra-sim semantics, for a group smaller than the world, the ring ASTRA-sim runs its collective on."""
     parts = _parts(entry)
+    group = math.prod(parts.get(d, (topology.shape[d], 1))[0] for d in entry["dims"])
+    if semantics.astra and topology.graph is None and entry["kind"] not in wl.comm.ROOTED and group < topology.npus:
+        return astra_network.group_ring(topology, list(entry["dims"]), parts,
+                                        astra_network.link_gbps(topology, semantics.link_gbps))
+    return (topology.within(parts) if parts else topology), None
+
+
+def _in_group(topology: Topology, entry: dict, npu: int, semantics: StepSemantics) -> int:
+    """NPU `npu` in the network its collective's schedule runs on: itself, or where the group covers part of a
+    dimension, its place in the smaller network the group sees (Topology.within), or on an ASTRA-sim group ring
+    its place in the group (its coordinates on the group's dimensions, the lowest fastest)."""
+    parts = _parts(entry)
+    if _network(topology, entry, semantics)[1] is not None:
+        place, scale = 0, 1
+        for d in sorted(entry["dims"]):
+            members, stride = parts.get(d, (topology.shape[d], 1))
+            c = topology.coords(npu)[d]
+            place += (c % members if stride == 1 else c // stride) * scale
+            scale *= members
+        return place
     return group_place(topology, parts, npu) if parts else npu
 
 
@@ -187,6 +229,9 @@ def _parts(entry: dict) -> dict[int, tuple[int, int]]:
 def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
     """`--emit tables --npu K` of a step: accelerator K's program rows, then its rows of each collective it runs."""
     meta = step.meta
+    run = meta.get("run", {})
+    semantics = StepSemantics(run.get("step_semantics", StepSemantics().name),
+                              tuple(run["astra_link_gbps"]) if run.get("astra_link_gbps") else None)
     if not 0 <= npu < meta["npus"]:
         raise UserError(f"--npu {npu} outside 0..{meta['npus'] - 1}")
     prog = step.programs[0] if len(step.programs) == 1 else next(p for p in step.programs if npu in p.ranks)
@@ -198,7 +243,7 @@ def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
                                     for r in prog.rows],
                            "collectives": {str(c): {k: v.tolist() for k, v in step.collectives[c].table(
                                                _in_group(Topology.from_dict(meta["topology"]), meta["collectives"][c],
-                                                         npu)).cols.items()}
+                                                         npu, semantics)).cols.items()}
                                            for c in used}})
     who = "every rank" if len(step.programs) == 1 else "its ranks"
     whose = f" (SPMD: rank {prog.ranks[0]}'s program, which {who} runs on its own groups)" if meta["spmd"] else ""
@@ -209,7 +254,7 @@ def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
     topology = Topology.from_dict(meta["topology"])
     for c in used:
         e, schedule = meta["collectives"][c], step.collectives[c]
-        local = _in_group(topology, e, npu)
+        local = _in_group(topology, e, npu, semantics)
         table = schedule.table(local)
         also = f" (NPU {local} of the {schedule.meta.npus}-NPU network its group sees)" if local != npu else ""
         lines += ["", f"# collective {c}: {e['kind']} of {e['bytes']} B over dims {e['dims']} ({e['algorithm']}): "

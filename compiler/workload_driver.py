@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import driver, reuse
+from .recorded_run import in_module
 from .dialects import workload as wl
 from .network.errors import UserError, show
 from .network.user_files import read_text
@@ -35,6 +36,7 @@ from .network.links import LinkMap
 from .network.memory import LocalMemory, MemorySystem
 from .network import astra_network
 from .network.message import message
+from .network.parse import with_endpoint_delay
 from .network.topology import Topology
 
 KIND_CODE = {"compute": engine.COMPUTE, "wait": engine.WAIT}
@@ -541,10 +543,11 @@ def lower(workload: Workload, topology: Topology) -> Lowered:
     return Lowered(str(module), wl.programs(module), bool(driver.comm.attrs(module).get("wl.spmd", False)))
 
 
-def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topology, dict]:
+def read_lowered(path: str, override: Topology | None, endpoint_delay=None) -> tuple[Lowered, Topology, dict]:
     """A workload module written with --emit mlir, as input: (what the engine reads, the topology to time it on,
-    the module's source and mesh). The topology is the module's own, or `override` when its dimensions have the
-    same sizes (the collectives' dims and groups are bound to them)."""
+    the module's source, mesh and the run options it records, `run`). The topology is the module's own, or
+    `override` when its dimensions have the same sizes (the collectives' dims and groups are bound to them), with
+    `endpoint_delay` where given; the module's text names it (what --emit mlir of this run writes)."""
     text = read_text(path, "a workload .mlir module")
     module = wl.parse_module(text, wl.new_context(), source=path)
     recorded = driver.comm.get_topology(module)
@@ -559,6 +562,10 @@ def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topolog
             raise UserError(f"{path} was lowered for {topology.name} ({'x'.join(map(str, topology.shape))} NPUs); "
                             f"--topology {override.name} has dimensions {'x'.join(map(str, override.shape))}")
         topology = override
+    topology = with_endpoint_delay(topology, endpoint_delay)   # on the module's own network too
+    if topology.to_dict() != recorded:
+        with module.context:
+            driver.comm.set_topology(module, topology.to_dict())
     wl.check_module(module, path, topology.shape)
     a = driver.comm.attrs(module)
     if a["wl.world_size"] != topology.npus:
@@ -587,7 +594,7 @@ def read_lowered(path: str, override: Topology | None) -> tuple[Lowered, Topolog
                 raise UserError(f"{path}: rank {prog.rank}: {op.name}: root {op.attrs['root']} is not in group "
                                 f"{show(op.attrs['wl.group'])}")
     return Lowered(text, programs, bool(a.get("wl.spmd", False))), topology, \
-        {"source": a.get("wl.source", path), "mesh": a.get("wl.mesh", "")}
+        {"source": a.get("wl.source", path), "mesh": a.get("wl.mesh", ""), "run": in_module(module, path)}
 
 
 def with_schedules(mlir: str, programs: list, times: CollectiveTimes) -> str:
@@ -615,6 +622,23 @@ def with_schedules(mlir: str, programs: list, times: CollectiveTimes) -> str:
     end = mlir.rstrip().rfind("}")
     nested = "\n".join("  " + line for text in records.values() for line in text.split("\n"))
     return mlir[:end] + nested + "\n}\n"
+
+
+def with_run_record(mlir: str, record: dict) -> str:
+    """The workload module's text with `wl.run = {...}` among its attributes: the run options its step was
+    compiled and timed with, where not the defaults (recorded_run.of_module), so that `astra-compile step.mlir`
+    runs it as the run that wrote it did. Without any, the text as it was."""
+    if not record:
+        return mlir
+    with wl.ir.Context():
+        attr = str(driver.comm.to_attr(record))
+    first, sep, rest = mlir.partition("\n")
+    if not (first.startswith("module attributes {") and first.endswith("} {")):   # not as printed: set it in MLIR
+        module = wl.parse_module(mlir, wl.new_context())
+        with module.context:
+            driver.comm.set_attr(module, "wl.run", record)
+        return str(module)
+    return f"{first[:-3]}, wl.run = {attr}}} {{{sep}{rest}"
 
 
 def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions, times: CollectiveTimes | None = None):

@@ -44,9 +44,11 @@ VALUE_KINDS = {"ints": ("dims", "group_dims", "order", "parent", "step", "link",
                        "steps", "fused")}
 # module attributes: the topology (set_topology) and the decisions passes record there
 MODULE_ATTRS = ("comm.topology", "comm.scheduler", "comm.balance", "comm.schedule", "comm.cp_sat_time_ns",
-                "comm.themis_time_ns", "comm.baseline_time_ns")
+                "comm.themis_time_ns", "comm.baseline_time_ns", "comm.run")
 # comm.scheduler: the scheduler whose per-chunk dimension orders the module holds (written by baseline-order, themis,
-# optimal-balance and choose-schedule); comm.schedule: which candidate's orders choose-schedule kept
+# optimal-balance and choose-schedule); comm.schedule: which candidate's orders choose-schedule kept; comm.run: the
+# run options other than the defaults of the run that printed it (runtime/run_record.py, checked where it is read:
+# compiler/recorded_run.py)
 SCHEDULERS = ("baseline", "themis", "optimal")
 SCHEDULE_CANDIDATES = ("cp-sat", "themis", "baseline")
 TOPOLOGY_ATTR = "comm.topology"

@@ -152,3 +152,34 @@ def _astra_sim(data: dict, path: str) -> AstraSimRemote:
             raise UserError(f"pool file {path}: num-nodes x num-npus-per-node is {nodes * per_node}; at most "
                             f"{MAX_COUNT} NPUs")
     return AstraSimRemote(kind, nodes, per_node, gbps, latency, f"pool file {path}")
+
+
+def to_data(pool) -> dict:
+    """A pool as the mapping of its file (the inverse of `parse`: parse(to_data(p), ...) == p, exactly), so that a
+    step directory or workload module records the pool its run used (runtime/run_record.py) and reads it back with
+    this one reader."""
+    if isinstance(pool, AstraSimRemote):
+        kind = next(k for k, v in ASTRA_SIM_TYPES.items() if v == pool.memory_type)
+        data = {"memory-type": kind, "remote-mem-latency": pool.latency_ns}
+        if pool.memory_type != "none":
+            data["remote-mem-bw"] = _decimal_gbps(pool.gbps)
+        if pool.memory_type == "per_node":
+            data.update({"num-nodes": pool.nodes, "num-npus-per-node": pool.gpus_per_node})
+        return data
+    design = "zero-infinity" if isinstance(pool, ZeroInfinity) else "hiermem"
+    data = {"version": VERSION, "design": design}
+    data.update({k: getattr(pool, k) for k in COUNTS[design] + RATES[design]})
+    if design == "zero-infinity":
+        data["memory"] = pool.memory
+    data.update({"chunk": pool.chunk_bytes, "latency_ns": pool.latency_ns})
+    return data
+
+
+def _decimal_gbps(gbps: float) -> float:
+    """The decimal GB/s an ASTRA-sim file gives for `gbps` (GB/s of 2^30 B): the value `_astra_sim` converts back to
+    exactly `gbps` (the nearest decimal figure, or a neighbour where rounding moved it by a unit in the last place)."""
+    near = gbps * 2 ** 30 / 1e9
+    for value in (near, math.nextafter(near, math.inf), math.nextafter(near, -math.inf)):
+        if value * 1e9 / 2 ** 30 == gbps:
+            return value
+    return near

@@ -20,6 +20,7 @@ from ..network import blocks
 from ..network.errors import show
 from ..network.topology import MAX_LINKS, MAX_NPUS
 from ..network.units import MAX_LATENCY_NS, link_range_error
+from . import run_record
 from .errors import TableError, read_table_json
 
 FORMAT = "astra-compile-tables"
@@ -29,7 +30,7 @@ ROOTED = ("broadcast", "reduce")  # the kinds that name a root NPU
 SHARDED = ("reduce_scatter", "all_gather")  # the kinds whose NPUs end (or start) with a shard of the buffer
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "meta.schema.json")
 KEYS = {"format", "version", "npus", "topology", "latency_ns", "symmetric", "collectives", "shards", "table_format",
-        "representative"}
+        "representative", "run"}
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,9 @@ class Meta:
     # only NPU 0's table is stored, standing for every NPU (a symmetric schedule in a step directory: 4096 NPUs in
     # one file instead of 4096); such a directory runs in symmetric execution only
     representative: bool = False
+    # how the tables executed when they were written, where not the defaults (runtime/run_record.py, TABLES): a
+    # re-run takes them unless its command line names others
+    run: dict = field(default_factory=dict, compare=False)
 
     @property
     def ndims(self) -> int:
@@ -127,6 +131,8 @@ class Meta:
             out["table_format"] = self.table_format
         if self.representative:
             out["representative"] = True
+        if self.run:   # written only where a run option was not the default: every other meta.json reads as before
+            out["run"] = dict(self.run)
         return out
 
     def write(self, path: str) -> None:
@@ -143,7 +149,9 @@ class Meta:
             shards = {int(k): np.asarray(v, np.int64) for k, v in d["shards"].items()}
         return Meta(d["npus"], d["topology"], tuple(float(x) for x in d["latency_ns"]), d.get("symmetric", False),
                     tuple(CollectiveMeta.from_json(c) for c in d["collectives"]), shards,
-                    d.get("table_format", "csv"), d.get("representative", False))
+                    d.get("table_format", "csv"), d.get("representative", False),
+                    run_record.check(d["run"], f"{where}: run", run_record.TABLES, len(d["latency_ns"]))
+                    if "run" in d else {})
 
     @staticmethod
     def read(folder: str) -> "Meta":

@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from . import atomic
+from . import atomic, run_record
 from .errors import TableError, read_table_text
 from .meta import FORMAT as TABLES_FORMAT, PHASE_KINDS, read_json
 from .tables import DirSchedule, Schedule, fill_dir
@@ -44,6 +44,7 @@ PROGRAM_COLUMNS = ("row", "kind", "name", "phase", "iteration", "flops", "bytes"
                    "group", "stream", "peer", "location", "in_switch", "deps")
 META_KEYS = {"format", "version", "npus", "topology", "spmd", "source", "mesh", "scheduler", "table_format",
              "programs", "collectives"}
+OPTIONAL_KEYS = {"run"}   # the run options that shaped the step's figure, where not the defaults (run_record.py)
 MAX_INT = 2 ** 63 - 1
 MAX_MEASURED_NS = 1e18   # as a workload module's wl.measured_ns: a sum of a step's rows stays finite
 _PROGRAM_FILE = re.compile(r"^program_[0-9]+\.csv$")
@@ -179,7 +180,7 @@ def _check_meta(meta, where: str) -> None:
     if meta.get("version") != VERSION:
         _fail(where, f"version: {show(meta.get('version'))}; this astra-compile reads version {VERSION}")
     missing = sorted(META_KEYS - set(meta))
-    extra = sorted(set(meta) - META_KEYS)
+    extra = sorted(set(meta) - META_KEYS - OPTIONAL_KEYS)
     if missing or extra:
         _fail(where, f"missing key {missing[0]}" if missing else f"unknown key {extra[0]}")
     if not _is_int(meta["npus"], 1, 2 ** 31 - 1):
@@ -194,6 +195,9 @@ def _check_meta(meta, where: str) -> None:
         _fail(where, f"table_format: {show(meta['table_format'])} is not csv or json")
     if not isinstance(meta["topology"], dict):
         _fail(where, f"topology: {show(meta['topology'])} is not an object")
+    if "run" in meta:
+        dims = meta["topology"].get("dims")
+        run_record.check(meta["run"], f"{where}: run", run_record.STEP, len(dims) if isinstance(dims, list) else 0)
     colls = meta["collectives"]
     if not isinstance(colls, list):
         _fail(where, "collectives: not a list")

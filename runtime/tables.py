@@ -142,19 +142,20 @@ class Schedule(Protocol):
         ...
 
 
-def write_dir(schedule: Schedule, out_dir: str, fmt: str = "csv", force: bool = False) -> None:
+def write_dir(schedule: Schedule, out_dir: str, fmt: str = "csv", force: bool = False, run: dict | None = None) -> None:
     """Write meta.json and one table per NPU; the directory appears complete or not at all (runtime/atomic.py).
-    An existing directory is replaced only when it is empty, or is an earlier table directory and `force` is set."""
+    An existing directory is replaced only when it is empty, or is an earlier table directory and `force` is set.
+    `run`: the run options the tables executed with, where not the defaults (Meta.run)."""
     if fmt not in ("csv", "json"):
         raise TableError(f"unknown table format '{fmt}' (csv or json)")
 
-    atomic.write_dir(out_dir, lambda tmp: fill_dir(schedule, tmp, fmt), not_a_table_dir, force, "tables")
+    atomic.write_dir(out_dir, lambda tmp: fill_dir(schedule, tmp, fmt, run=run), not_a_table_dir, force, "tables")
 
 
-def fill_dir(schedule: Schedule, folder: str, fmt: str, representative: bool = False) -> None:
+def fill_dir(schedule: Schedule, folder: str, fmt: str, representative: bool = False, run: dict | None = None) -> None:
     """meta.json and one table per NPU into an empty folder (write_dir's, or a step directory's collective_<c>);
     `representative`: NPU 0's table only, standing for all (a symmetric schedule, Meta.representative)."""
-    meta = schedule.export_meta().with_(table_format=fmt, representative=representative)
+    meta = schedule.export_meta().with_(table_format=fmt, representative=representative, run=dict(run or {}))
     meta.write(os.path.join(folder, "meta.json"))
     for npu in range(1 if representative else meta.npus):
         t = schedule.table(npu)

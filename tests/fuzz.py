@@ -480,7 +480,8 @@ def valid_step_dir(root: str) -> str:
     d = os.path.join(root, "valid_step")
     if not os.path.isdir(d):
         with contextlib.redirect_stdout(io.StringIO()):
-            code = main([os.path.join(HERE, "ir", "step_two_ranks.mlir"), "--emit", "tables", "-o", d])
+            code = main([os.path.join(HERE, "ir", "step_two_ranks.mlir"), "--peak-tflops", "300", "--intra", "fifo",
+                         "--emit", "tables", "-o", d])   # with a `run` record to mutate
         assert code == 0
     return d
 
@@ -784,7 +785,9 @@ def valid_table_dir(root: str) -> str:
     d = os.path.join(root, "valid_tables")
     if not os.path.isdir(d):
         with contextlib.redirect_stdout(io.StringIO()):
-            code = main([*COLLECTIVE, "--topology", "4x4_torus", "--chunks", "2", "--emit", "tables", "-o", d])
+            # with run options, so that its meta.json's `run` record is mutated too
+            code = main([*COLLECTIVE, "--topology", "4x4_torus", "--chunks", "2", "--intra", "fifo", "--local-mem-bw",
+                         "1600", "--emit", "tables", "-o", d])
         assert code == 0
     return d
 
