@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..network.errors import UserError
+from . import cp_sat
 from .base import NETWORK, Algorithm
 from .multitree import Trees, allocate, routed, step_lower_bound
 
@@ -49,10 +50,7 @@ def feasible(npus: int, src, dst, steps: int, ports: int | None = None, time_lim
         for u in range(npus):
             for t in range(1, steps + 1):
                 model.add(sum(x[r, lid, t] for r in range(npus) for lid in out[u] if (r, lid, t) in x) <= ports)
-    solver = cp_model.CpSolver()
-    # deterministic time, not the wall clock: the same trees whatever the machine's load
-    solver.parameters.max_deterministic_time = time_limit_s
-    solver.parameters.num_workers = 1  # deterministic: several workers race to different optimal trees
+    solver = cp_sat.solver(time_limit_s)
     status = solver.solve(model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         chosen = [(r, lid, t) for (r, lid, t), var in x.items() if solver.value(var)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from ..algorithms import cp_sat
 from ..dialects import comm
 from .base import PassError, option, register
 from .dimension_order import OrderingPass, buffer_groups, record_scheduler
@@ -34,11 +35,7 @@ def balanced_counts(orders, loads, base, chunks, time_limit_s):
     for d in dims:
         model.add(top >= int(scale * base[d]) + sum(int(round(scale * l[d])) * xi for l, xi in zip(loads, x)))
     model.minimize(top)
-    solver = cp_model.CpSolver()
-    # a budget in CP-SAT's deterministic time, not the wall clock: on a loaded machine a wall-clock limit cut the
-    # search short and the same collective got another schedule (a sweep's resumed points disagreed)
-    solver.parameters.max_deterministic_time = time_limit_s
-    solver.parameters.num_workers = 1  # deterministic
+    solver = cp_sat.solver(time_limit_s)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise PassError(f"optimal-balance: CP-SAT found no assignment ({solver.status_name(status)})")

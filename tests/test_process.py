@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -193,3 +194,28 @@ def test_a_model_that_changes_directory_does_not_move_the_users_paths(capsys, tm
     code, out, err = cli(capsys, "model.py", "--topology", "4_ring", "--emit", "mlir", "-o", "step.mlir")
     assert code == 0, err
     assert (work / "step.mlir").read_text().startswith("module") and os.listdir(elsewhere) == []
+
+
+def test_a_ctrl_c_after_cp_sat_reaches_our_handler():
+    """CP-SAT installs its own SIGINT handler for a solve and puts the default one back after it, not the one it
+    found: every Ctrl-C after the optimal scheduler (or multitree_optimal) had run killed the process outright,
+    status -2, no message, an output half-renamed. Its solves now leave SIGINT alone."""
+    code = textwrap.dedent("""
+        import os, signal, sys, time
+        from astra_compile import driver
+        from astra_compile.dialects import comm
+        from astra_compile.network.parse import parse_topology
+        seen = []
+        signal.signal(signal.SIGINT, lambda *a: seen.append(1))
+        topology = parse_topology("4x4_torus")
+        ctx = comm.new_context()
+        source = str(driver.build_module(ctx, topology, "all_reduce", 2 ** 26, None))
+        # the optimal-balance pass's solve, then multitree_optimal's
+        for defaults in ({"chunks": 8}, {"chunks": 8, "algorithm": "multitree_optimal"}):
+            driver.compile_schedule(source, ctx, topology, None, defaults)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+        sys.stdout.write(f"handled {len(seen)}\\n")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.endswith("handled 2\n"), (done.returncode, done.stderr[-500:])
