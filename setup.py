@@ -1,21 +1,21 @@
 """astra-compile: PyTorch programs and collectives -> per-accelerator collective schedules.
 
-The repository keeps the folders compiler/, dialects/, passes/ and runtime/ at the top level; installed, they
-all live under the one import package `astra_compile` so nothing squats on generic names such as `compiler`:
+The checkout is the import tree: the repository folder is the package `astra_compile` (its __init__.py is the
+public API), and each top-level folder the subpackage of the same name:
 
-    compiler/  -> astra_compile            (driver, CLI, lowering, report)
-    network/   -> astra_compile.network    (the one network model: topology, blocks, links, parsers; numpy only)
+    compiler/   -> astra_compile.compiler   (frontends, lowering, driver, reports, CLI, API, sweeps)
+    network/    -> astra_compile.network    (the one network model: topology, blocks, links, parsers; numpy only)
     algorithms/ -> astra_compile.algorithms (one file per collective algorithm, a registry; imports only network/)
-    dialects/  -> astra_compile.dialects   (the comm dialect, IRDL)
-    passes/    -> astra_compile.passes     (one pass per file)
-    runtime/   -> astra_compile.runtime    (table formats, cost models, verifier; imports only network/)
+    dialects/   -> astra_compile.dialects   (the comm and workload dialects, IRDL)
+    passes/     -> astra_compile.passes     (one pass per file)
+    runtime/    -> astra_compile.runtime    (table formats, cost models, verifier; imports only network/)
 """
 import hashlib
 import re
 
 from setuptools import Extension, setup
 
-# The version is written once, in the package (astra_compile.__version__, printed by --version).
+# The version is written once, in compiler/__init__.py (astra_compile.__version__, printed by --version).
 with open("compiler/__init__.py", encoding="utf-8") as f:
     VERSION = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
 
@@ -37,26 +37,18 @@ setup(
     packages=[
         "astra_compile",
         "astra_compile.algorithms",
+        "astra_compile.compiler",
+        "astra_compile.compiler.frontend",
+        "astra_compile.compiler.sweep",
         "astra_compile.dialects",
-        "astra_compile.frontend",
         "astra_compile.network",
         "astra_compile.network.blocks",
         "astra_compile.passes",
         "astra_compile.runtime",
-        "astra_compile.sweep",
     ],
-    package_dir={
-        "astra_compile": "compiler",
-        "astra_compile.algorithms": "algorithms",
-        "astra_compile.dialects": "dialects",
-        "astra_compile.frontend": "compiler/frontend",
-        "astra_compile.network": "network",
-        "astra_compile.network.blocks": "network/blocks",
-        "astra_compile.passes": "passes",
-        "astra_compile.runtime": "runtime",
-        "astra_compile.sweep": "compiler/sweep",
-    },
-    package_data={"astra_compile": ["*.json"], "astra_compile.dialects": ["*.mlir"],
+    # the root package is the repository folder; every subpackage is the folder of its name below it
+    package_dir={"astra_compile": "."},
+    package_data={"astra_compile.compiler": ["*.json"], "astra_compile.dialects": ["*.mlir"],
                   "astra_compile.runtime": ["*.json"]},
     ext_modules=[LINKCORE],
     install_requires=[
@@ -77,5 +69,5 @@ setup(
         "plot": ["matplotlib>=3.8"],
         "ray": ["ray==2.60.0"],
     },
-    entry_points={"console_scripts": ["astra-compile=astra_compile.cli:main"]},
+    entry_points={"console_scripts": ["astra-compile=astra_compile.compiler.cli:main"]},
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from astra_compile.frontend.chakra import COMM_TYPES, add_attr, delimited, schema
+from astra_compile.compiler.frontend.chakra import COMM_TYPES, add_attr, delimited, schema
 from astra_compile.network.units import parse_size
 
 

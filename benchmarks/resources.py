@@ -14,11 +14,13 @@ import shutil
 import subprocess
 import time
 
-from astra_compile import algorithms, driver, resources
+from astra_compile import algorithms
+
+from astra_compile.compiler import driver, resources
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
 from astra_compile.network.units import parse_size
-from astra_compile.plans import plans_from_module
+from astra_compile.compiler.plans import plans_from_module
 
 CASES = [  # topology, size, chunks, algorithm, scheduler, execution, backend
     ("4x4_torus", "1GB", 1000, None, "baseline", "auto", "analytical"),

@@ -1,19 +1,6 @@
-"""astra-compile: collectives (and, through the frontends, PyTorch programs) -> per-accelerator schedule tables.
-
-Layout once installed: astra_compile (this folder, compiler/: driver, CLI, topology, lowering),
-astra_compile.dialects, astra_compile.passes, astra_compile.runtime. See README.md and docs/.
+"""The compiler's upper floor (astra_compile.compiler): frontends that capture or import a training step, the
+lowering of the comm IR to schedule tables, the driver, reports, the ecosystem's file formats, the CLI, the Python
+API and sweeps. It imports every layer below it (network, algorithms, dialects, passes, runtime); nothing below
+imports it. The public API is the root package's (astra_compile.compile, astra_compile.record).
 """
-__version__ = "0.1.0"
-
-
-def compile(source, topology="8x8_torus", **options):
-    """Capture or import a training step and time it on `topology`; see astra_compile.api.compile."""
-    from .api import compile as _compile  # torch and MLIR load on first use, not on import
-    return _compile(source, topology, **options)
-
-
-def record(source: str = "recorded step"):
-    """`with astra_compile.record() as rec: train_step()`, then `rec.report(topology=...)`: the step the script
-    really ran, compiled for a topology; see astra_compile.frontend.record."""
-    from .frontend.record import record as _record
-    return _record(source)
+__version__ = "0.1.0"   # the package's version, written here once (setup.py reads it; --version prints it)

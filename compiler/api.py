@@ -14,12 +14,12 @@ import sys
 from types import ModuleType
 
 from . import driver, recorded_run, reuse
-from .network.errors import UserError
+from ..network.errors import UserError
 from .frontend.cpu_limit import DEFAULT_SECONDS as DEFAULT_CAPTURE_LIMIT
 from .frontend.workload import Workload
-from .runtime.workload_engine import SEMANTICS, Roofline
-from .network.parse import parse_topology, with_endpoint_delay
-from .network.topology import Topology
+from ..runtime.workload_engine import SEMANTICS, Roofline
+from ..network.parse import parse_topology, with_endpoint_delay
+from ..network.topology import Topology
 from .workload_driver import (Lowered, StepSemantics, WorkloadOptions, group_key, lower, read_lowered, run, runner,
                               with_run_record, with_schedules)
 from .step_timeline import step_trace
@@ -250,7 +250,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
 def _is_step_dir(source) -> bool:
     if not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source):
         return False
-    from .runtime.step_tables import is_step_dir
+    from ..runtime.step_tables import is_step_dir
     return is_step_dir(os.fspath(source))
 
 
@@ -312,12 +312,12 @@ def _recorded_semantics(record: dict) -> StepSemantics:
 def _memory(latency_ns, pool, topo) -> tuple[float, object]:
     """The local memory latency and the pool of a run on `topo`, checked (a pool file is read here): the pool's
     GPUs are the topology's NPUs."""
-    from .network.memory import check_latency_ns
-    from .network.memory_pool import AstraSimRemote, HierMem, ZeroInfinity
+    from ..network.memory import check_latency_ns
+    from ..network.memory_pool import AstraSimRemote, HierMem, ZeroInfinity
     latency = check_latency_ns(latency_ns, "mem_latency_ns (--mem-latency)")
     pool_path = pool if isinstance(pool, (str, os.PathLike)) else None
     if pool_path is not None:
-        from .network import pool_file
+        from ..network import pool_file
         pool = pool_file.load(os.fspath(pool))
     elif pool is not None and not isinstance(pool, (HierMem, ZeroInfinity, AstraSimRemote)):
         raise UserError(f"pool must be a pool file's path, a HierMem, a ZeroInfinity or an AstraSimRemote, got "
@@ -336,7 +336,7 @@ def _memory(latency_ns, pool, topo) -> tuple[float, object]:
 
 def _switching(switching, backend: str) -> str:
     """How the congestion backend forwards a message (runtime/congestion.SWITCHING); only it has a choice."""
-    from .runtime.congestion import SWITCHING
+    from ..runtime.congestion import SWITCHING
     if switching not in SWITCHING:
         raise UserError(f"switching must be one of {', '.join(SWITCHING)}, got {switching!r}")
     if switching != SWITCHING[0] and backend != "congestion":
@@ -345,7 +345,7 @@ def _switching(switching, backend: str) -> str:
 
 
 def _local_mem(gbps) -> float | None:
-    from .network.memory import check_local_mem_gbps
+    from ..network.memory import check_local_mem_gbps
     return None if gbps is None else check_local_mem_gbps(gbps, "local_mem_gbps (--local-mem-bw)")
 
 
@@ -358,7 +358,7 @@ def _semantics(step) -> StepSemantics:
 
 
 def _check_roofline(peak_tflops, mem_bw_gbps) -> None:
-    from .network.units import check_roofline
+    from ..network.units import check_roofline
     check_roofline(peak_tflops, mem_bw_gbps)
 
 

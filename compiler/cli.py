@@ -15,8 +15,8 @@ import threading
 import warnings
 
 from . import interrupt
-from .runtime import atomic
-from .network.errors import InputWarning, UserError, one_line
+from ..runtime import atomic
+from ..network.errors import InputWarning, UserError, one_line
 
 VERIFIED = "verified: every NPU's buffer matches the collective's definition"
 EPILOG = """examples:
@@ -48,7 +48,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> _Parser:
-    from .passes import ALL_REDUCE_SPLITS   # here, not at the top: a Ctrl-C while it loads finds main's handler
+    from ..passes import ALL_REDUCE_SPLITS   # here, not at the top: a Ctrl-C while it loads finds main's handler
     p = _Parser(prog="astra-compile", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Compile collectives to per-accelerator schedule tables and time them.")
     p.add_argument("input", nargs="*",
@@ -281,11 +281,11 @@ def _main(argv: list[str]) -> int:
         return calibrate_main(argv[1:])
     args, given = parse(argv)
     # imported here so --help stays instant and argument errors need no MLIR
-    from .dialects.comm import IRError
-    from .passes import PassError
-    from .runtime.atomic import OutputError
-    from .runtime.tables import TableError
-    from .runtime.verifier import VerificationError
+    from ..dialects.comm import IRError
+    from ..passes import PassError
+    from ..runtime.atomic import OutputError
+    from ..runtime.tables import TableError
+    from ..runtime.verifier import VerificationError
     # warnings (a model file's, torch's) are shown after a run that ends; a refused run says its one line only
     with warnings.catch_warnings(record=True) as caught:
         try:
@@ -350,7 +350,7 @@ def _is_step_module(inputs: list[str]) -> bool:
             head = f.read(1 << 16)
     except (OSError, ValueError):
         return False  # the collective path reads it and names the problem
-    from .dialects.workload import is_workload_text
+    from ..dialects.workload import is_workload_text
     return is_workload_text(head)
 
 
@@ -417,7 +417,7 @@ def _run_workload(args, max_memory: int | None, given: set[str], step_dir: bool 
             sys.stdout.write(report.mlir)
         return 0
     if args.timeline:
-        from .runtime.trace import write_chrome
+        from ..runtime.trace import write_chrome
         write_chrome(args.timeline, report.timeline())
     if args.plot:
         from . import breakdown_plot
@@ -439,7 +439,7 @@ def _check_step_options(report, given: set[str]) -> None:
 
 def _emit_step_tables(args, report) -> int:
     from . import step_dir
-    from .runtime import step_tables
+    from ..runtime import step_tables
     step = report.step_tables(args.table_format)
     if args.output:
         step_tables.write(args.output, step, force=args.force)
@@ -491,7 +491,7 @@ def _kind(args) -> str:
     if _is_workload(args.input):
         return "training step"
     if len(args.input) == 1 and os.path.isdir(args.input[0]):
-        from .runtime.step_tables import is_step_dir
+        from ..runtime.step_tables import is_step_dir
         if is_step_dir(args.input[0]):
             return "step tables"
     if len(args.input) == 1 and os.path.isdir(args.input[0]):
@@ -514,8 +514,8 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
         from . import astra_system
         # an option typed wins over the file even at its default (`--intra scf` over its FIFO): args.named
         notices = astra_system.apply(args, getattr(args, "named", given), kind == "training step")
-    from .dialects.comm import IRError
-    from .passes import PassError
+    from ..dialects.comm import IRError
+    from ..passes import PassError
     try:
         if args.system:
             cli_rules.check(kind, args, given)   # again: an option typed may not apply beside what the file set
@@ -547,12 +547,12 @@ def _recorded(args, kind: str) -> tuple[dict, str]:
 
 def _run_kind(args, kind: str, given: set[str]) -> int:
     if kind == "list-passes":
-        from .passes import all_passes
+        from ..passes import all_passes
         for name, cls in sorted(all_passes().items()):
             opts = " ".join(f"{k}=<{f.metadata['help']}>" for k, f in cls.options().items())
             print(f"{name:24s} {cls.summary}" + (f"  [{opts}]" if opts else ""))
         return 0
-    from .network.units import parse_size
+    from ..network.units import parse_size
     try:
         max_memory = parse_size(args.max_memory) if args.max_memory is not None else None
     except UserError as e:
@@ -581,27 +581,27 @@ def _step_semantics(args):
 def _local_mem(args) -> float | None:
     if args.local_mem_bw is None:
         return None
-    from .network.memory import check_local_mem_gbps
+    from ..network.memory import check_local_mem_gbps
     return check_local_mem_gbps(args.local_mem_bw)
 
 
 def _write_timeline(args, result, meta: dict, title: str) -> None:
     if args.timeline:
-        from .runtime.trace import write_trace
+        from ..runtime.trace import write_trace
         write_trace(args.timeline, result, meta)
     if args.plot:
-        from .runtime.trace import write_plot
+        from ..runtime.trace import write_plot
         write_plot(args.plot, result, meta.ndims, title)
 
 
 def _run_table_dir(args, run) -> int:
     """Execute tables written earlier with -o."""
     from . import driver
-    from .runtime.tables import DirSchedule
+    from ..runtime.tables import DirSchedule
     from . import resources
     schedule = DirSchedule(args.input)
     if args.verify:
-        from .runtime.verifier import check_size
+        from ..runtime.verifier import check_size
         check_size(schedule.meta)
     resources.table_files(args.input, schedule.meta, run.execution != "full", args.verify,
                           run.max_memory).check(run.max_memory)
@@ -611,7 +611,7 @@ def _run_table_dir(args, run) -> int:
            "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
     _write_timeline(args, result, schedule.meta, f"{args.input}: {result.backend} runtime")
     if args.verify:  # the written tables on their own: their meta carries every shard layout
-        from .runtime.verifier import VerificationError, verify
+        from ..runtime.verifier import VerificationError, verify
         try:
             verify(schedule)
         except VerificationError as e:  # tables given as input are the user's: wrong ones are bad input
@@ -625,10 +625,10 @@ def _run_table_dir(args, run) -> int:
 def _run_collective(args, run, given: set[str]) -> int:
     """One collective (--collective) or a comm module (.mlir): compile, then report, emit MLIR or emit tables."""
     from . import driver
-    from .dialects import comm
-    from .network.parse import parse_topology, with_endpoint_delay
-    from .passes import PassError
-    from .network.units import parse_size
+    from ..dialects import comm
+    from ..network.parse import parse_topology, with_endpoint_delay
+    from ..passes import PassError
+    from ..network.units import parse_size
 
     topology = None
     if args.topology:
@@ -681,7 +681,7 @@ def _run_collective(args, run, given: set[str]) -> int:
     if args.all_reduce:
         defaults["all_reduce"] = args.all_reduce
     if args.ports is not None:
-        from . import algorithms
+        from .. import algorithms
         name = algorithms.canonical(args.algorithm or "")
         if name is None or not algorithms.REGISTRY[name].takes_ports:
             takes = " or ".join(n for n, a in algorithms.all_algorithms().items() if a.takes_ports)
@@ -708,7 +708,7 @@ def _run_collective(args, run, given: set[str]) -> int:
     module, schedule = compiled.module, compiled.schedule
     if args.verify:  # before anything is written: a schedule that fails verification is never emitted
         from . import resources
-        from .runtime.verifier import check_size, verify
+        from ..runtime.verifier import check_size, verify
         check_size(schedule.meta)  # the verifier's own limit first: its message says what to do
         resources.verification(topology, schedule.plans).check(run.max_memory)
         verify(schedule)
@@ -759,7 +759,7 @@ def _check_dimension_options(args, module, defaults: dict, given: set[str]) -> N
     algorithm (--algorithm's, a --system file's or the one a module's phases run), or an all-reduce over one
     dimension. Known only once the module is read: cli_rules refuses what the command line alone shows."""
     from . import cli_rules, driver
-    from .dialects import comm
+    from ..dialects import comm
     flat = driver.whole_network_run(module, defaults)
     if flat is not None:
         cli_rules.check_whole_network(given, f"--algorithm {flat.name} runs one phase over the whole network"
@@ -782,7 +782,7 @@ def _chakra_dir(args) -> str:
 
 def _emit_tables(args, schedule, topology, run) -> int:
     from . import recorded_run
-    from .runtime.tables import write_dir
+    from ..runtime.tables import write_dir
     if args.output:   # with how they execute, so that `astra-compile DIR` runs them as this run would
         write_dir(schedule, args.output, args.table_format, force=args.force, run=recorded_run.of_tables(run))
         print(f"wrote {schedule.meta.npus} tables and meta.json to {args.output}")

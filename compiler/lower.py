@@ -22,19 +22,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import algorithms
-from .algorithms import RANKS, Transfers, flat_ring
+from .. import algorithms
+from ..algorithms import RANKS, Transfers, flat_ring
 from .dependencies import dependencies
-from .network.errors import UserError
+from ..network.errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
-from .network.links import LANE_SHORTEST, ROUTED, LinkMap
-from .runtime.meta import ROOTED, SHARDED, Meta
-from .runtime.tables import COLUMN_NAMES, DTYPES, RECV_COPY, RECV_REDUCE, SEND, SWITCH, Table
-from .network.blocks import SHORTEST
-from .network.topology import Topology
+from ..network.links import LANE_SHORTEST, ROUTED, LinkMap
+from ..runtime.meta import ROOTED, SHARDED, Meta
+from ..runtime.tables import COLUMN_NAMES, DTYPES, RECV_COPY, RECV_REDUCE, SEND, SWITCH, Table
+from ..network.blocks import SHORTEST
+from ..network.topology import Topology
 
 if TYPE_CHECKING:   # the trees' type, for the annotation only (the module imports lazily: it is large)
-    from .algorithms import multitree
+    from ..algorithms import multitree
 
 READ_AHEAD_ROWS = 1 << 18   # table()'s read-ahead batch: at most this many rows (about 20 MB) held at once
 
@@ -171,8 +171,8 @@ class Schedule:
         """Trees on a torus that are all one tree translated to every root: every NPU runs NPU 0's steps, moved,
         so NPU 0 stands for all (the analytical runtime's symmetric execution; lazy tables: only NPU 0's)."""
         if getattr(self, "_translated", None) is None:  # asked per tree phase; an n x n check, made once
-            from .algorithms import multitree
-            from .algorithms.translated_trees import is_translated
+            from ..algorithms import multitree
+            from ..algorithms.translated_trees import is_translated
             self._translated = not multitree.routed(self.topology) and \
                 is_translated(self.topology, self._graph_links(), self.trees())
         return self._translated
@@ -226,7 +226,7 @@ class Schedule:
         if name == "flat_ring":
             links = self._graph_links()
             return flat_ring.template(kind, self.cycle(), links.src, links.dst)
-        from .algorithms import multitree  # imported when a run has trees: the others start faster
+        from ..algorithms import multitree  # imported when a run has trees: the others start faster
         return multitree.template(kind, self.trees())
 
     def _structure(self, kind: str) -> dict:
@@ -259,7 +259,7 @@ class Schedule:
         """The spanning trees allocate-trees recorded (comm.trees). Their links are ids of the network's numbering;
         the templates index Topology.links(), so each id is mapped back, and must join the node to its parent."""
         if getattr(self, "_trees", None) is None:
-            from .algorithms import multitree
+            from ..algorithms import multitree
             a = self._structure("trees")
             n = self.topology.npus
             parent = np.asarray(a["parent"], np.int64).reshape(n, n)
@@ -445,7 +445,7 @@ class Schedule:
     def _expand_graph(self, npu, plan, si, step, op, peer, link, off, end, flows) -> dict:
         """Rows of a flat (graph) phase: peers are ranks and each transfer names its physical link. The
         reduce-scatter runs the trees' links backwards: the same dimension, the other lane of a ring."""
-        from .algorithms import multitree
+        from ..algorithms import multitree
         if multitree.routed(self.topology):  # tree edges are routed paths between NPUs
             dim, lane = multitree.route_of_pairs(self.topology, len(step))
             return self._routed_rows(npu, plan, si, flows, step, op, peer, dim, lane, off, end)

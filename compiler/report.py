@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import algorithms
-from .dialects.comm import ROOTED
-from .network.topology import Topology
-from .network.units import format_size, gbps_to_bytes_per_ns
+from .. import algorithms
+from ..dialects.comm import ROOTED
+from ..network.topology import Topology
+from ..network.units import format_size, gbps_to_bytes_per_ns
 
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "report.schema.json")
 # keys --json leaves out when they do not apply (congestion backend only, optimal scheduler only, --verify only)

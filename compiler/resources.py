@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from . import algorithms
-from .network.errors import UserError
-from .network.topology import Topology
+from .. import algorithms
+from ..network.errors import UserError
+from ..network.topology import Topology
 from .lower import phase_symmetric
 
 BASE = 160 * 2**20           # interpreter, numpy, the MLIR bindings, OR-Tools and a small run (measured RSS)
@@ -38,7 +38,7 @@ def _rows_bytes(rows: int, backend: str, timeline: bool = False) -> int:
     """Memory of executing `rows` table rows on a backend."""
     if backend != "congestion":
         return rows * PER_ROW.get(backend, max(PER_ROW.values()))
-    from .runtime.phases import ROWS_PER_BATCH
+    from ..runtime.phases import ROWS_PER_BATCH
     return rows * (PER_ROW["congestion"] + (PER_TIMELINE_ROW if timeline else 0)) + \
         min(rows, ROWS_PER_BATCH) * PER_BATCH_ROW
 
@@ -96,8 +96,8 @@ def request(topology: Topology, module, algorithm: str | None, chunks: int | Non
     """Before the passes, from the module's collectives and the command line's algorithm and chunks: the planning
     search, the templates and the rows the run will need at the least (NPU 0's alone, unless the request already
     rules symmetry out: a size that does not split into equal chunks, or an algorithm whose NPUs differ)."""
-    from .dialects import comm
-    from .passes.select_algorithm import algorithm_for
+    from ..dialects import comm
+    from ..passes.select_algorithm import algorithm_for
     name = algorithms.canonical(algorithm or (topology.dims[0].default_algorithm if topology.graph else ""))
     whole = algorithms.REGISTRY[name] if name and algorithms.REGISTRY[name].scope != algorithms.DIMENSION else None
     per_dim = [algorithms.canonical(a) for a in algorithm.split(",")] if algorithm and not whole else None

@@ -12,12 +12,12 @@ import json
 import math
 
 from . import driver, resources
-from .dialects import workload as wl
-from .network.errors import UserError
-from .network.topology import Topology
-from .runtime import step_tables as st
-from .runtime.errors import TableError
-from .network import astra_network
+from ..dialects import workload as wl
+from ..network.errors import UserError
+from ..network.topology import Topology
+from ..runtime import step_tables as st
+from ..runtime.errors import TableError
+from ..network import astra_network
 from .workload_driver import (CollectiveTime, CollectiveTimes, Lowered, StepSemantics, class_busy, group_place,
                               key_of, key_parts, key_root, message_time, p2p_stream, part_key)
 

@@ -9,7 +9,7 @@ microseconds, as the trace format expects.
 """
 from __future__ import annotations
 
-from .dialects.workload import MEMORY, P2P, peer as wl_peer
+from ..dialects.workload import MEMORY, P2P, peer as wl_peer
 from .workload_driver import p2p_stream
 
 COMPUTE_TRACK = 0

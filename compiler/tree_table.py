@@ -8,7 +8,7 @@ chunk 0 of the buffer. This is a different rendering of the same rows `--emit ta
 """
 from __future__ import annotations
 
-from .network.errors import UserError
+from ..network.errors import UserError
 from .lower import Schedule
 from .plans import FLAT
 

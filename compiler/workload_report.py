@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .network.units import format_size
+from ..network.units import format_size
 from .frontend.workload import PHASES
-from .dialects.workload import MEMORY, P2P, peer
-from .runtime.workload_engine import BREAKDOWN
+from ..dialects.workload import MEMORY, P2P, peer
+from ..runtime.workload_engine import BREAKDOWN
 from .workload_driver import key_parts
 
 

@@ -10,7 +10,7 @@ import json
 import os
 import re
 
-from astra_compile.frontend.chakra import COMM_TYPES, NODE_TYPES, messages, schema
+from astra_compile.compiler.frontend.chakra import COMM_TYPES, NODE_TYPES, messages, schema
 
 # Workload::issue_coll_comm: every other collective type throws "Unsupported collective comm type"
 SUPPORTED = {"ALL_REDUCE", "ALL_TO_ALL", "ALL_GATHER", "REDUCE_SCATTER", "BROADCAST"}

@@ -30,7 +30,7 @@ from collections import Counter
 
 from hypothesis import strategies as st
 
-from astra_compile.cli import main
+from astra_compile.compiler.cli import main
 from astra_compile.network import user_files
 
 # a FIFO nobody writes to is refused after this wait (10 s in a real run): the harness meets hundreds of them
@@ -646,7 +646,7 @@ def case_pool_file(draw, workdir):
 def chakra_trace() -> bytes:
     """One rank's Chakra trace: the metadata, a compute node and an all-reduce depending on it."""
     from test_chakra import COLL, COMP, node
-    from astra_compile.frontend.chakra import delimited, schema
+    from astra_compile.compiler.frontend.chakra import delimited, schema
     return (delimited(schema()[0](version="0.0.4")) + delimited(node(1, "mm", COMP, num_ops=10 ** 9)) +
             delimited(node(2, "ar", COLL, deps=[1], comm_type=0, comm_size=1 << 20)))
 
@@ -698,7 +698,7 @@ def chakra_rank(rank: int, world: int) -> list:
 
 
 def case_chakra_nodes(draw, workdir):
-    from astra_compile.frontend.chakra import delimited, schema
+    from astra_compile.compiler.frontend.chakra import delimited, schema
     world = draw(st.sampled_from([2, 4]))
     programs = {r: chakra_rank(r, world) for r in range(world)}
     for _ in range(draw(st.integers(1, 4))):

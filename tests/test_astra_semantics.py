@@ -8,11 +8,11 @@ import pytest
 
 import astra_compile
 from astra_compile.dialects.comm import new_context
-from astra_compile.frontend.workload import COLLECTIVE, COMPUTE, RECV, SEND, WAIT, Op, Workload
+from astra_compile.compiler.frontend.workload import COLLECTIVE, COMPUTE, RECV, SEND, WAIT, Op, Workload
 from astra_compile.network.errors import UserError
 from astra_compile.network.parse import parse_topology
 from astra_compile.network.units import gbps_to_bytes_per_ns
-from astra_compile.workload_driver import StepSemantics, WorkloadOptions, _time_one, message_time
+from astra_compile.compiler.workload_driver import StepSemantics, WorkloadOptions, _time_one, message_time
 
 from helpers import cli
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from astra_compile.frontend.chakra import add_attr, delimited, schema
+from astra_compile.compiler.frontend.chakra import add_attr, delimited, schema
 
 from helpers import cli, refused
 
@@ -180,7 +180,7 @@ def test_a_pipeline_capture_is_written_per_rank_and_reads_back_identically(capsy
     """A 1F1B pipeline of 4 stages x dp 2 (one program per stage, standing for its 2 ranks): every rank gets its
     stage's program on its own dp group, its messages paired with the rank at the same place in the next stage."""
     import textwrap
-    from astra_compile.frontend.chakra import load
+    from astra_compile.compiler.frontend.chakra import load
     from test_pipeline import MODEL
     path = tmp_path / "pp.py"
     path.write_text(textwrap.dedent(MODEL % ("1F1B", 8, 4)).replace('{"pp": 4}', '{"pp": 4, "dp": 2}'))
@@ -313,7 +313,7 @@ def test_measured_compute_roots_and_a_reduce_run_on_astra_sim_and_read_back(tmp_
     assert again["compute_time_us"] == direct["compute_time_us"]
     assert [(c["kind"], c["group"]) for c in again["collectives"]] == \
         [(c["kind"], c["group"]) for c in direct["collectives"]]
-    from astra_compile.frontend.chakra import NODE_TYPES, messages, schema
+    from astra_compile.compiler.frontend.chakra import NODE_TYPES, messages, schema
     _, Node = schema()
     data = open(tmp_path / "t" / "trace.0.et", "rb").read()
     nodes = [Node.FromString(raw) for _, raw in list(messages("t", data))[1:]]
@@ -341,7 +341,7 @@ def test_a_pipelines_messages_are_tagged_alike_on_both_ends(capsys, tmp_path):
 def test_each_ranks_group_is_found_once_per_group_shape_not_once_per_rank(capsys, tmp_path, monkeypatch):
     """Writing 262144 ranks hung: every rank's process group was found by a pass over every NPU (n^2). Now every
     rank's group of one shape is labelled at once: the group's span is read once per shape, whatever the ranks."""
-    from astra_compile import workload_driver
+    from astra_compile.compiler import workload_driver
     calls = []
     span = workload_driver.group_span
     monkeypatch.setattr(workload_driver, "group_span", lambda *a: calls.append(a[1]) or span(*a))
@@ -371,7 +371,7 @@ def test_ranks_alike_up_to_their_groups_become_one_spmd_program_with_the_same_st
     """Chakra's microbenchmark shape over 16 ranks (node id = rank), and tp x dp traces whose files differ by their
     groups' ids: each is one program standing for every rank, and times as the per-rank programs do."""
     import astra_compile
-    from astra_compile.frontend.chakra import load
+    from astra_compile.compiler.frontend.chakra import load
     from astra_compile.network.parse import parse_topology
     d = write_traces(tmp_path / "ar", "ALL_REDUCE", {r: [node(r, "ALL_REDUCE", COLL, is_cpu_op=False, comm_type=0,
                                                                comm_size=MB, involved_dim=[True])] for r in range(16)})
@@ -397,7 +397,7 @@ def test_ranks_alike_up_to_their_groups_become_one_spmd_program_with_the_same_st
 
 
 def test_ranks_that_differ_stay_programs_of_their_own(tmp_path):
-    from astra_compile.frontend.chakra import load
+    from astra_compile.compiler.frontend.chakra import load
     from astra_compile.network.parse import parse_topology
     ar = node(1, "ar", COLL, comm_type=0, comm_size=MB)
     mm = node(2, "mm", COMP, deps=[1], num_ops=10 ** 9, tensor_size=MB)
@@ -428,8 +428,8 @@ def _chain(n, flops=10 ** 9):
 
 
 def test_a_trace_too_large_for_memory_is_refused_before_its_nodes_are_built(capsys, tmp_path, monkeypatch):
-    from astra_compile import resources
-    from astra_compile.frontend import chakra
+    from astra_compile.compiler import resources
+    from astra_compile.compiler.frontend import chakra
     d = write_traces(tmp_path / "t", "t", {0: _chain(20000), 1: _chain(20000, 10 ** 9 + 1)})
     built = []
     nodes = chakra._nodes

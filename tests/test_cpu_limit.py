@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from astra_compile.api import load_workload
-from astra_compile.frontend import cpu_limit as limit
+from astra_compile.compiler.api import load_workload
+from astra_compile.compiler.frontend import cpu_limit as limit
 from astra_compile.network.errors import UserError
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")

@@ -8,8 +8,8 @@ real on 4 gloo ranks under ExecutionTraceObserver and the trace imported: the sa
 import textwrap
 
 from astra_compile import compile as compile_step
-from astra_compile.api import load_workload
-from astra_compile.frontend.et_import import load_traces
+from astra_compile.compiler.api import load_workload
+from astra_compile.compiler.frontend.et_import import load_traces
 
 from helpers import run_gloo_job
 from test_moe_routing import WORKER

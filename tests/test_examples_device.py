@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from astra_compile.frontend.capture import fake_world
+from astra_compile.compiler.frontend.capture import fake_world
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 MODEL_FILES = sorted(n for n in os.listdir(EXAMPLES) if n.endswith(".py"))

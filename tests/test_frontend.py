@@ -8,10 +8,10 @@ import textwrap
 
 import pytest
 
-from astra_compile.api import load_workload
+from astra_compile.compiler.api import load_workload
 from astra_compile.network.errors import UserError
-from astra_compile.frontend.capture import capture
-from astra_compile.frontend.model_file import load_model_file
+from astra_compile.compiler.frontend.capture import capture
+from astra_compile.compiler.frontend.model_file import load_model_file
 
 DIM, HIDDEN, LAYERS, BATCH, SEQ = 64, 256, 3, 2, 16
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from astra_compile.cli import main
+from astra_compile.compiler.cli import main
 from helpers import cli, refused
 
 RING4 = ["--collective", "all_reduce", "--size", "1MB", "--topology", "4_ring"]
@@ -96,7 +96,7 @@ def test_killed_output_leaves_the_old_tables_or_none(tmp_path):
     """SIGKILL at several moments of a `-o --force` over an earlier output: every time, the directory is either the
     old output, complete, or the new one, complete (or, between the two renames, absent)."""
     out = tmp_path / "tables"
-    base = [sys.executable, "-m", "astra_compile.cli", "--collective", "all_reduce", "--size", "64MB",
+    base = [sys.executable, "-m", "astra_compile.compiler.cli", "--collective", "all_reduce", "--size", "64MB",
             "--chunks", "4", "--emit", "tables", "-o", str(out), "--scheduler", "baseline"]
     subprocess.run(base + ["--topology", "4_ring"], check=True, capture_output=True)
     seen = set()
@@ -414,7 +414,7 @@ def test_the_cpu_limit_never_stops_a_module_half_imported(tmp_path, monkeypatch)
     """The limit's handler defers while an import runs (a module stopped midway stays half made in sys.modules
     and breaks every later capture in the process); elsewhere it stops the code."""
     import sys
-    from astra_compile.frontend.cpu_limit import inside_import
+    from astra_compile.compiler.frontend.cpu_limit import inside_import
     (tmp_path / "importing_probe.py").write_text("import sys\nFRAME = sys._getframe()\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import importing_probe

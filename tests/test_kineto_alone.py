@@ -9,8 +9,8 @@ import warnings
 import pytest
 
 import astra_compile
-from astra_compile.frontend.et_import import load_traces
-from astra_compile.frontend.kineto import read_kineto
+from astra_compile.compiler.frontend.et_import import load_traces
+from astra_compile.compiler.frontend.kineto import read_kineto
 from astra_compile.network.errors import InputWarning, UserError
 
 from helpers import cli, gloo_worker, run_gloo_job, traced

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import astra_compile
-from astra_compile.frontend.workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
+from astra_compile.compiler.frontend.workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
 from astra_compile.runtime.link_sharing import fair_rates
 from astra_compile.runtime.workload_engine import ProgramTable, Roofline, run_workload
 
@@ -112,7 +112,7 @@ COLLECTIVE_CODE = 1
 
 def exchange(pairs, backend, world=8):
     """Each (src, dst): src sends 64 MB to dst, every message posted at time 0 (per-rank programs on Ring(8))."""
-    from astra_compile.frontend.workload import RECV, SEND
+    from astra_compile.compiler.frontend.workload import RECV, SEND
     programs = {r: [Op("aten.add.default", COMPUTE, flops=0, bytes=0)] for r in range(world)}
     for s, d in pairs:
         programs[s].append(Op("send", SEND, [0], bytes=64 * MB, peer=d))
@@ -140,7 +140,7 @@ def test_over_real_links_messages_share_the_links_of_their_routes_and_nothing_el
 def test_a_message_on_a_collectives_links_shares_them(backend):
     """A 64 MB message 0 -> 1 during a 64 MB all-reduce on rank 0's dimension-0 ring of 4x4_torus: both are slowed,
     on either backend (the ring uses both directions of every link of its row)."""
-    from astra_compile.frontend.workload import RECV, SEND
+    from astra_compile.compiler.frontend.workload import RECV, SEND
 
     def program(rank):
         ops = [Op("aten.add.default", COMPUTE, flops=0, bytes=0), all_reduce(ROW0, "a", [0])]

@@ -3,7 +3,7 @@ step time shows. Refused where the file's parallelize() never reads the axis, wa
 built-in parallelism applied it (frontend/capture.py check_axes_used)."""
 import textwrap
 
-from astra_compile.frontend.mesh import silent_axes
+from astra_compile.compiler.frontend.mesh import silent_axes
 
 from helpers import cli, refused
 

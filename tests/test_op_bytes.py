@@ -2,9 +2,9 @@
 tensor twice (read + write), an embedding lookup touches the rows it gathers, not its whole table."""
 import textwrap
 
-from astra_compile.frontend.capture import capture
-from astra_compile.frontend.model_file import load_model_file
-from astra_compile.frontend.op_bytes import moved_bytes, only_aliases
+from astra_compile.compiler.frontend.capture import capture
+from astra_compile.compiler.frontend.model_file import load_model_file
+from astra_compile.compiler.frontend.op_bytes import moved_bytes, only_aliases
 
 VOCAB, DIM, BATCH, SEQ = 50000, 256, 4, 128
 MODEL = f"""

@@ -10,8 +10,8 @@ import json
 import pytest
 
 import astra_compile
-from astra_compile.frontend.et_import import load_traces
-from astra_compile.frontend.workload import COMPUTE, RECV, SEND, Op, Workload
+from astra_compile.compiler.frontend.et_import import load_traces
+from astra_compile.compiler.frontend.workload import COMPUTE, RECV, SEND, Op, Workload
 from astra_compile.network.errors import UserError
 from astra_compile.network.parse import parse_topology
 
@@ -181,9 +181,9 @@ def example_inputs():
 
 def test_gather_and_scatter_are_messages_between_the_root_and_each_member(tmp_path):
     """As NCCL runs them (grouped send/recv): the root receives (sends) one chunk from (to) every other member."""
-    from astra_compile.frontend.capture import capture
-    from astra_compile.frontend.model_file import load_model_file
-    from astra_compile.frontend.workload import WAIT
+    from astra_compile.compiler.frontend.capture import capture
+    from astra_compile.compiler.frontend.model_file import load_model_file
+    from astra_compile.compiler.frontend.workload import WAIT
     path = tmp_path / "gs.py"
     path.write_text(GATHER_SCATTER)
     ops = capture(load_model_file(str(path)), 4).programs[0]

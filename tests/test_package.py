@@ -8,9 +8,11 @@ import pytest
 
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-# repository folder -> installed subpackage (setup.py's package_dir)
-FOLDERS = {"compiler": "astra_compile", "dialects": "astra_compile.dialects", "passes": "astra_compile.passes",
-           "runtime": "astra_compile.runtime"}
+# repository folder -> installed subpackage: the checkout is the import tree ("" is the repository folder itself)
+FOLDERS = {"": "astra_compile", "compiler": "astra_compile.compiler", "network": "astra_compile.network",
+           "algorithms": "astra_compile.algorithms", "dialects": "astra_compile.dialects",
+           "passes": "astra_compile.passes", "runtime": "astra_compile.runtime",
+           "compiler/frontend": "astra_compile.compiler.frontend", "compiler/sweep": "astra_compile.compiler.sweep"}
 
 
 def _dist():
@@ -30,7 +32,7 @@ def test_one_import_package_serves_every_folder():
         module = importlib.import_module(package)
         where = os.path.dirname(os.path.abspath(module.__file__))
         if _editable():  # an editable install maps each subpackage onto its repository folder
-            assert where == os.path.join(REPO, folder), (package, where)
+            assert where == os.path.join(REPO, folder).rstrip(os.sep), (package, where)
         else:  # a regular install copies them into site-packages, outside the checkout
             assert not where.startswith(REPO + os.sep), (package, where)
 
@@ -43,7 +45,8 @@ def test_installed_files_live_under_one_package():
     files = [str(f) for f in _dist().files]
     code = [f for f in files if f.endswith((".py", ".mlir"))]
     assert code and all(f.startswith("astra_compile/") for f in code)
-    for sub in ("dialects/comm.py", "dialects/comm.irdl.mlir", "passes/base.py", "runtime/analytical.py", "cli.py"):
+    for sub in ("__init__.py", "dialects/comm.py", "dialects/comm.irdl.mlir", "passes/base.py", "runtime/analytical.py",
+                "compiler/cli.py", "compiler/report.schema.json"):
         assert f"astra_compile/{sub}" in files
 
 
@@ -54,6 +57,7 @@ LAYERS = {
     "runtime": {"network"},
     "dialects": {"network"},
     "passes": {"dialects", "algorithms", "network"},
+    "compiler": {"passes", "dialects", "algorithms", "runtime", "network"},
 }
 
 
@@ -87,3 +91,37 @@ def test_each_layer_imports_only_the_layers_below_it(layer):
                 if level > depth + 1:  # reaches above its own layer
                     target = module.split(".")[0]
                     assert target in LAYERS[layer], f"{where} imports ..{module} (allowed: {LAYERS[layer]})"
+
+
+def test_a_relative_import_names_a_folder_beside_it():
+    """The checkout is the import tree: every relative import of every package file resolves to a file or folder
+    that exists in the checkout at the place its dots say (compiler/cli.py's `..runtime` is runtime/ beside
+    compiler/), and nothing imports the root package, which is the public API above every layer."""
+    for folder in [f for f in FOLDERS if f]:
+        root = os.path.join(REPO, folder)
+        for name in os.listdir(root):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(root, name)
+            for level, module in _imports(path):
+                if level == 0:
+                    continue
+                base = root
+                for _ in range(level - 1):
+                    base = os.path.dirname(base)
+                assert base.startswith(REPO + os.sep) and base != REPO or module.split(".")[0] in LAYERS, \
+                    f"{folder}/{name} imports {'.' * level}{module}: above the layers"
+                target = os.path.join(base, *module.split("."))
+                # a folder, a module, a C extension by its source (runtime/_linkcore) or a name its package defines
+                assert os.path.isdir(target) or os.path.exists(target + ".py") or \
+                    os.path.exists(os.path.join(base, module.split(".")[0] + ".py")) or \
+                    os.path.exists(target + ".c") or \
+                    _defines(os.path.join(base, "__init__.py"), module), \
+                    f"{folder}/{name}: {'.' * level}{module} names nothing at {os.path.relpath(target, REPO)}"
+
+
+def _defines(init: str, name: str) -> bool:
+    """Does the package's __init__.py define `name` (`from . import __version__`)?"""
+    import re
+    with open(init) as f:
+        return re.search(rf"^(def |class )?{re.escape(name)}\b", f.read(), re.M) is not None

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from astra_compile import driver
+from astra_compile.compiler import driver
 from astra_compile.dialects import comm
 from astra_compile.passes import PassError, all_passes, parse_pipeline
 from astra_compile.network.topology import Topology

@@ -14,9 +14,9 @@ import textwrap
 import pytest
 
 import astra_compile
-from astra_compile.frontend.capture import capture
-from astra_compile.frontend.model_file import load_model_file
-from astra_compile.frontend.workload import COMPUTE, RECV, SEND
+from astra_compile.compiler.frontend.capture import capture
+from astra_compile.compiler.frontend.model_file import load_model_file
+from astra_compile.compiler.frontend.workload import COMPUTE, RECV, SEND
 from astra_compile.network.errors import UserError
 
 from helpers import refused

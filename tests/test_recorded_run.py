@@ -8,7 +8,7 @@ import os
 import pytest
 
 import astra_compile
-from astra_compile.frontend.workload import COLLECTIVE, COMPUTE, LOAD, Op, Workload
+from astra_compile.compiler.frontend.workload import COLLECTIVE, COMPUTE, LOAD, Op, Workload
 from astra_compile.runtime import meta as meta_module
 from astra_compile.runtime import step_tables
 from helpers import cli, refused

@@ -2,10 +2,12 @@
 --max-memory; the estimate's counts (each algorithm's `footprint`) are exact against the templates it stands for."""
 import pytest
 
-from astra_compile import algorithms, driver, resources
+from astra_compile import algorithms
+
+from astra_compile.compiler import driver, resources
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
-from astra_compile.plans import FLAT
+from astra_compile.compiler.plans import FLAT
 from helpers import cli, refused
 
 ALL = algorithms.all_algorithms()

@@ -8,7 +8,7 @@ import re
 import pytest
 
 import astra_compile
-from astra_compile.frontend.workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
+from astra_compile.compiler.frontend.workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
 from astra_compile.network.errors import UserError
 from astra_compile.runtime import step_tables
 

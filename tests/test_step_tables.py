@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 import astra_compile
-from astra_compile.frontend.workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
+from astra_compile.compiler.frontend.workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
 from astra_compile.runtime import step_tables
 from astra_compile.runtime.tables import DirSchedule
 
@@ -72,7 +72,7 @@ def test_what_the_directory_holds(written):
 def cli_json(path: str) -> str:
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-m", "astra_compile.cli", path, "--json"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", path, "--json"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

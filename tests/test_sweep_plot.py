@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from astra_compile.sweep import plot as sweep_plot
+from astra_compile.compiler.sweep import plot as sweep_plot
 from helpers import cli, refused
 
 COLS = ["point", "topology", "size", "scheduler", "intra", "status", "error", "elapsed_s", "total_time_us",

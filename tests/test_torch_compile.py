@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from astra_compile.api import load_workload
-from astra_compile.frontend.et_import import load_traces
-from astra_compile.frontend.workload import COLLECTIVE
+from astra_compile.compiler.api import load_workload
+from astra_compile.compiler.frontend.et_import import load_traces
+from astra_compile.compiler.frontend.workload import COLLECTIVE
 
 from helpers import gloo_worker, run_gloo_job
 

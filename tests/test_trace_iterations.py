@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from astra_compile.frontend.et_import import load_traces
+from astra_compile.compiler.frontend.et_import import load_traces
 
 from helpers import gloo_worker, run_gloo_job, traced
 
@@ -33,7 +33,7 @@ def traces(tmp_path_factory):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "astra_compile.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", *args], capture_output=True, text=True)
 
 
 def test_two_steps_split_at_the_optimizer_step(traces):
@@ -131,7 +131,7 @@ def test_kineto_input_mistakes_are_one_line(traces, tmp_path):
 
 
 def test_a_gpu_profile_measures_the_device_work_each_call_launched():
-    from astra_compile.frontend.kineto import read_kineto
+    from astra_compile.compiler.frontend.kineto import read_kineto
 
     def op(name, ts, dur, rf, ext, tid=1):
         return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
@@ -152,7 +152,7 @@ def test_a_gpu_profile_measures_the_device_work_each_call_launched():
 
 def test_a_device_event_with_an_unhashable_external_id_matches_no_call():
     """Found by the fuzzer (a list as External id crashed the lookup): such a kernel is nobody's work."""
-    from astra_compile.frontend.kineto import read_kineto
+    from astra_compile.compiler.frontend.kineto import read_kineto
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 10,
                "args": {"Record function id": 1, "External id": 10}},
               {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2, "dur": 4,

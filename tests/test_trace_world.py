@@ -7,9 +7,9 @@ import os
 import pytest
 
 import astra_compile
-from astra_compile.frontend.et_import import load_traces
-from astra_compile.frontend.workload import COLLECTIVE, Op, Workload
-from astra_compile.frontend.trace_world import on_topology
+from astra_compile.compiler.frontend.et_import import load_traces
+from astra_compile.compiler.frontend.workload import COLLECTIVE, Op, Workload
+from astra_compile.compiler.frontend.trace_world import on_topology
 from astra_compile.network.errors import UserError
 
 from helpers import cli, refused

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import warnings
 
-from ..network.errors import InputWarning, UserError
+from ...network.errors import InputWarning, UserError
 from .model_file import ModelFile, one_line
 from . import pipeline
 from .mesh import check_axes, check_mesh, silent_axes

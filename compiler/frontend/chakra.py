@@ -33,9 +33,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..network.errors import UserError
-from ..network.user_files import read_bytes, read_json
-from ..network.units import MAX_BYTES
+from ...network.errors import UserError
+from ...network.user_files import read_bytes, read_json
+from ...network.units import MAX_BYTES
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, Op, Workload
 
 SUFFIX = ".et"

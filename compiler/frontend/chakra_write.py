@@ -29,9 +29,9 @@ import shutil
 
 import numpy as np
 
-from ..network.errors import UserError
-from ..network.units import format_size, gbps_to_bytes_per_ns
-from ..runtime.workload_engine import Roofline
+from ...network.errors import UserError
+from ...network.units import format_size, gbps_to_bytes_per_ns
+from ...runtime.workload_engine import Roofline
 from .chakra import (COMM_TYPES, NODE_TYPES, SUFFIX, TENSOR_LOCATIONS, add_attr, delimited, group_labels, schema,
                      varint)
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op, Workload
@@ -52,7 +52,7 @@ def write(workload: Workload, topology, out_dir: str, force: bool = False, prefi
     Each rank's file is built and written in turn from its program's nodes encoded once; the directory's size is
     estimated from the first rank of each program and refused when the disk has less room. Returns the number of
     trace files."""
-    from ..runtime import atomic
+    from ...runtime import atomic
     writer = _Writer(workload, topology, roofline or Roofline(), collective_ns)
 
     def fill(tmp: str) -> None:

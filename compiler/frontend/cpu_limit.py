@@ -21,7 +21,7 @@ import sysconfig
 import threading
 import time
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 
 DEFAULT_SECONDS = 600.0
 # CPU seconds the limit waits for the model's own code to run again before stopping wherever it is (a call into a

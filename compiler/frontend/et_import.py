@@ -74,8 +74,8 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
-from ..dialects.comm import ROOTED
-from ..network.errors import InputWarning, UserError
+from ...dialects.comm import ROOTED
+from ...network.errors import InputWarning, UserError
 from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
 from .op_bytes import moved_bytes, only_aliases
 from .trace_world import on_topology

@@ -20,7 +20,7 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 
 BUILTIN_AXES = ("dp", "fsdp", "tp")
 

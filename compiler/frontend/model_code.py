@@ -15,7 +15,7 @@ import contextlib
 import os
 
 from .. import interrupt
-from ..network.errors import UserError
+from ...network.errors import UserError
 
 
 @contextlib.contextmanager

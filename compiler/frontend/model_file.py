@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 
 
 @dataclass

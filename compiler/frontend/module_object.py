@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 from .model_file import ModelFile, one_line
 
 

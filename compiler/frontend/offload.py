@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 from .workload import COLLECTIVE, COMPUTE, LOAD, STORE, Op, Workload
 
 STATES = ("params", "grads", "optimizer")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import contextlib
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 
 # the module globals that together are torch.distributed's world (distributed_c10d._World reads them)
 _STATE = ("_world", "_pg_map", "_pg_names", "_pg_group_ranks", "_pg_backend_config", "_group_count",

@@ -11,7 +11,7 @@ import re
 
 import torch.distributed as dist
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 from .mesh import builtin_refusal
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 
 SCHEDULES = ("gpipe", "1f1b")
 

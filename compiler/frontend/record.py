@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 from .workload import Workload
 
 

@@ -24,7 +24,7 @@ from torch._subclasses.fake_tensor import (DataDependentOutputException, Dynamic
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 
 SHADOW_MAX = 1 << 16        # elements: counts and offsets, never activations
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 from .mesh import mesh_text
 from .workload import COLLECTIVE, RECV, SEND, Workload
 

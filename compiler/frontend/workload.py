@@ -10,7 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 
 COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
 SEND, RECV = "send", "recv"    # point-to-point: a message to (from) one peer rank, matched in order per pair

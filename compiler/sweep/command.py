@@ -15,8 +15,8 @@ import os
 import sys
 import time
 
-from ..network.errors import UserError, one_line
-from ..runtime.atomic import OutputError
+from ...network.errors import UserError, one_line
+from ...runtime.atomic import OutputError
 from . import point as points_mod
 from . import results as results_mod
 from . import spec as spec_mod

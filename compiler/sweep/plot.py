@@ -16,7 +16,7 @@ import csv
 import math
 import os
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 from ..plotting import check_suffix, pyplot, save
 from .results import STATUS
 
@@ -120,7 +120,7 @@ def _number(text: str) -> float | None:
 
 
 def _size(text: str) -> int | None:
-    from ..network.units import parse_size
+    from ...network.units import parse_size
     try:
         return parse_size(text)
     except UserError:

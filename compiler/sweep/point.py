@@ -10,7 +10,7 @@ import time
 import warnings
 
 from .. import cli, cli_rules
-from ..network.errors import UserError, show
+from ...network.errors import UserError, show
 
 # options that write files, print other things than the report, or change what the report is
 NOT_IN_SWEEPS = {"emit", "output", "npu", "table_format", "table_view", "json", "compare", "timeline", "plot",
@@ -105,7 +105,7 @@ def _check_complete(kind: str, args) -> None:
 
 def _check_values(args) -> None:
     """The values the command checks before it starts work, checked here for every point before any runs."""
-    from ..network.units import parse_size
+    from ...network.units import parse_size
     for flag, text in (("--size", args.size), ("--max-memory", args.max_memory)):
         if text is not None:
             try:
@@ -120,22 +120,22 @@ def _check_values(args) -> None:
             cli._positive_int(text, flag)
     if args.dims:
         cli._int_list(args.dims, "--dims")
-    from ..network.units import check_roofline
+    from ...network.units import check_roofline
     check_roofline(args.peak_tflops, args.mem_bw)
     cli._capture_limit(args.capture_limit)
     if args.topology:
-        from ..network.parse import parse_topology
+        from ...network.parse import parse_topology
         parse_topology(args.topology, args.bandwidth, args.latency, args.links, args.endpoint_delay)
 
 
 def run(options: dict, directory: str, max_memory: int | None = None) -> dict:
     """Run one point: {"status": "ok", "error": "", "report": {...}} or {"status": "error", "error": line}.
     `max_memory` (bytes) applies when the point gives no max-memory of its own."""
-    from ..dialects.comm import IRError
-    from ..passes import PassError
-    from ..runtime.atomic import OutputError
-    from ..runtime.tables import TableError
-    from ..runtime.verifier import VerificationError
+    from ...dialects.comm import IRError
+    from ...passes import PassError
+    from ...runtime.atomic import OutputError
+    from ...runtime.tables import TableError
+    from ...runtime.verifier import VerificationError
     start = time.perf_counter()
     try:
         args, given = _parse(options, directory, "")

@@ -23,7 +23,7 @@ import os
 import stat
 from importlib import resources as importlib_resources
 
-from ..network.errors import UserError, one_line
+from ...network.errors import UserError, one_line
 
 FIXED = ("point",)
 STATUS = ("status", "error", "elapsed_s")
@@ -35,7 +35,7 @@ def report_fields(kind: str) -> tuple[str, ...]:
     if kind == "table directory":
         return TABLE_DIR_FIELDS
     name = "report.schema.json" if kind == "collective" else "workload_report.schema.json"
-    schema = json.loads(importlib_resources.files("astra_compile").joinpath(name).read_text(encoding="utf-8"))
+    schema = json.loads(importlib_resources.files("astra_compile.compiler").joinpath(name).read_text(encoding="utf-8"))
     return tuple(schema["properties"])
 
 

@@ -23,8 +23,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from ..network.errors import UserError, show
-from ..network.user_files import read_yaml
+from ...network.errors import UserError, show
+from ...network.user_files import read_yaml
 
 MAX_POINTS = 100_000   # a sweep that expands past this is almost surely a typo in a range
 TOP_KEYS = ("description", "base", "axes")
@@ -163,7 +163,7 @@ def _range(path: str, key: str, spec: dict) -> list:
             if len(out) > MAX_POINTS:
                 raise UserError(f"{path}: axis '{key}': the range has more than {MAX_POINTS} values")
     if sized:
-        from ..network.units import format_size
+        from ...network.units import format_size
         return [format_size(int(v)) if float(v).is_integer() else f"{int(v)}B" for v in out]
     if all(float(v).is_integer() for v in out) and all(isinstance(spec[k], int) for k in spec if k != "times"):
         return [int(v) for v in out]
@@ -172,7 +172,7 @@ def _range(path: str, key: str, spec: dict) -> list:
 
 def _number(path: str, key: str, value, sized: bool):
     if sized:
-        from ..network.units import parse_size
+        from ...network.units import parse_size
         try:
             return parse_size(str(value))
         except UserError as e:
