@@ -23,6 +23,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..network.blocks import Symmetry
 from ..network.errors import UserError
 
 DIMENSION, RANKS, NETWORK = "dimension", "ranks", "network"
@@ -131,7 +132,9 @@ class Algorithm:
     scope: str = DIMENSION
     kinds: tuple[str, ...] = (REDUCE_SCATTER, ALL_GATHER)
     blocks: tuple[str, ...] | None = None   # dimension scope: the blocks it runs on (None: any)
-    symmetric: bool = False                 # on a transitive block every member runs a relabelling of member 0's steps
+    # how member m runs member 0's part of a phase on one dimension (network/blocks/base.py: ROTATION, XOR, ANY);
+    # None: members run different parts (trees), NPU 0 stands for no other
+    relabelling: str | None = None
     label: str = ""                         # reports: how a whole-network pipeline with this algorithm is named
     takes_ports: bool = False               # honours --ports (new tree edges an NPU may start per step)
     power_of_two: bool = False              # needs a group of 2^n members
@@ -157,6 +160,14 @@ class Algorithm:
             raise UserError(f"{self.name} has no {kind} schedule")
         if self.power_of_two and k & (k - 1):
             raise UserError(f"{self.phase_name} needs a power-of-two group, {where} has {k} NPUs")
+
+    def symmetry(self, kind: str, block, k: int) -> Symmetry:
+        """How far member 0 stands for every member of a `kind` phase on k members of `block` (a dimension's
+        building block): the block says what this algorithm's relabelling keeps of its links. A broadcast's root
+        sends what the others receive, a reduce's receives what they send: no member stands for another."""
+        if self.relabelling is None or kind in (BROADCAST, REDUCE):
+            return Symmetry.NONE
+        return block.symmetry(self.relabelling, k)
 
     # ---- dimension and ranks scope ----------------------------------------------------------------------
 
@@ -188,9 +199,10 @@ class Algorithm:
         """Transfers of a `kind` phase on k members (its template's rows, or an all-to-all's exchanges), counted
         without building them: the resource estimate (compiler/resources.py) asks before any work is done.
         An algorithm whose transfers grow with k gives its closed form (tests/test_resources.py holds each to its
-        template). This default counts a template small enough to build, and beyond that assumes every member
-        sends to every other in each of k-1 steps, more than any algorithm here sends."""
-        if k <= 64:
+        template). This default counts a template small enough to build (a network-scope template needs its
+        plan: none is built), and beyond that assumes every member sends to every other in each of k-1 steps, more
+        than any algorithm here sends."""
+        if k <= 64 and self.scope != NETWORK:
             if kind == ALL_TO_ALL:
                 return len(self.exchanges(k, bidirectional))
             return len(self.template(kind, k, bidirectional).step)
@@ -206,6 +218,39 @@ class Algorithm:
         ordering passes: `link` is one link's bandwidth in bytes per ns, `hop(distance)` the latency to a partner
         that many members away (the block's hops times the latency). Trees may return one entry for all steps."""
         raise ValueError(f"no cost model for {self.name}")
+
+    # ---- over the whole network: what the planning pass recorded (planned_by) ---------------------------
+    # The lowering reads a phase's structure op (comm.trees, comm.cycle, comm.placement: its attributes) through
+    # these, once per schedule, and never asks which algorithm it holds.
+
+    def read_plan(self, topology, attributes: dict, links):
+        """The decision `planned_by` recorded (the attributes of its structure op), checked against the network:
+        trees, a cycle, a placement. `links`: Topology.links(), the order the searches used."""
+        return attributes
+
+    def network_template(self, kind: str, topology, plan, links) -> Transfers:
+        """Network scope: the transfers of a reduce-scatter or all-gather over every NPU (members are ranks) along
+        the `plan` read_plan gave; each transfer's `link` indexes `links`, or is -1 where routes() routes it."""
+        raise NotImplementedError(f"{self.name} has no template over the network")
+
+    def network_symmetry(self, topology, plan, links) -> Symmetry:
+        """Network scope: how far NPU 0 stands for every NPU of a phase run along `plan` (translated trees: NPU 0's
+        steps, moved, are every NPU's)."""
+        return Symmetry.NONE
+
+    def routes(self, topology, n: int):
+        """Network scope: (dim, lane) of the n transfers of a template the runtime routes NPU to NPU (tree edges
+        through switches), or None where each transfer names its physical link."""
+        return None
+
+    # network scope: a reduce-scatter crosses each template link against its direction (trees reduce up the edges
+    # the all-gather runs down: the same dimension, the other lane of a ring)
+    reduce_scatter_reverses_links: bool = False
+
+    def rank_map(self, plan) -> np.ndarray | None:
+        """Ranks scope: the NPU of each virtual rank the template runs over (HDRM's placement), or None: ranks
+        are NPUs."""
+        return None
 
 
 class OverRanks(Algorithm):

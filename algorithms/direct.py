@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from ..network.blocks import ANY
 from .base import (ALL_GATHER, ALL_TO_ALL, BROADCAST, DIMENSION, REDUCE, REDUCE_SCATTER, Algorithm, Transfers,
                    same_units)
 
@@ -32,7 +33,7 @@ class Direct(Algorithm):
     name = "direct"
     scope = DIMENSION
     kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, REDUCE)
-    symmetric = True
+    relabelling = ANY
 
     def template(self, kind, k, bidirectional=False):
         return template(kind, k)

@@ -97,6 +97,13 @@ class FlatRing(Algorithm):
     def footprint(self, kind, k, bidirectional=False):
         return 2 * k * (k - 1)  # a ring both ways round the cycle
 
+    def read_plan(self, topology, attributes, links) -> list[int]:
+        return attributes["order"]   # the cycle find-cycle recorded (comm.cycle)
+
+    def network_template(self, kind, topology, plan, links):
+        graph = links()
+        return template(kind, plan, graph.src, graph.dst)
+
     def plan(self, topology) -> list[int]:
         """Ranks along a Hamiltonian cycle of the NPU-to-NPU links (the find-cycle pass records it)."""
         if topology.graph is not None:

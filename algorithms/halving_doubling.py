@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from ..network.blocks import XOR
 from .base import ALL_GATHER, ALL_TO_ALL, DIMENSION, REDUCE_SCATTER, Algorithm, Transfers, same_units
 
 
@@ -53,7 +54,7 @@ class HalvingDoubling(Algorithm):
     aliases = ("hd", "halvingdoubling", "rhd")
     scope = DIMENSION
     kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL)
-    symmetric = True
+    relabelling = XOR
     power_of_two = True
 
     def template(self, kind, k, bidirectional=False):

@@ -57,6 +57,9 @@ class Hdrm(OverRanks):
     planned_by = "place-ranks"
     label = "hdrm over the whole network (routed)"
 
+    def rank_map(self, plan):
+        return np.asarray(plan["ranks"], np.int64)   # the placement place-ranks recorded (comm.placement)
+
     def plan(self, topology, buffer_kind: str) -> np.ndarray:
         """pi: virtual rank -> NPU. Only an all-reduce may run over virtual ranks: its result is the same on every
         NPU, while a reduce-scatter's or all-gather's blocks would land on the wrong NPUs."""

@@ -16,6 +16,7 @@ sum for its (collective, chunk, phase, step) and group, a receive copies the fin
 """
 from __future__ import annotations
 
+from ..network.blocks import ANY
 from .base import ALL_GATHER, BROADCAST, DIMENSION, REDUCE, REDUCE_SCATTER, Algorithm, Transfers
 
 
@@ -26,7 +27,7 @@ class InSwitch(Algorithm):
     scope = DIMENSION
     kinds = (REDUCE_SCATTER, ALL_GATHER, BROADCAST, REDUCE)
     blocks = ("Switch",)
-    symmetric = True
+    relabelling = ANY
     fuses_all_reduce = True
     in_network = True
 

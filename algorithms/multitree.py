@@ -19,6 +19,7 @@ from itertools import islice
 
 import numpy as np
 
+from ..network.blocks import Symmetry
 from ..network.errors import UserError
 from ..network.graphs import reachable
 from ..network.links import LANE_SHORTEST, ROUTED, LinkMap
@@ -281,6 +282,8 @@ class Multitree(Algorithm):
     planned_by = "allocate-trees"
     label = "multitree (graph)"
 
+    reduce_scatter_reverses_links = True   # the reduce-scatter runs each tree edge child to parent
+
     def plan(self, topology, ports: int | None) -> tuple[Trees, str]:
         return allocate(topology, ports)
 
@@ -289,3 +292,39 @@ class Multitree(Algorithm):
 
     def plan_size(self, npus):
         return npus * npus  # a parent, step and link per (tree, node), and the candidate edges while growing them
+
+    def read_plan(self, topology, attributes, links) -> Trees:
+        """The spanning trees allocate-trees recorded (comm.trees). Their links are ids of the network's numbering;
+        the templates index Topology.links(), so each id is mapped back, and must join the node to its parent."""
+        n = topology.npus
+        parent = np.asarray(attributes["parent"], np.int64).reshape(n, n)
+        step = np.asarray(attributes["step"], np.int64).reshape(n, n)
+        link = np.asarray(attributes["link"], np.int64).reshape(n, n)
+        if not routed(topology):
+            lg = links()
+            index = np.full(int(lg.id.max()) + 1, -1, np.int64)
+            index[lg.id] = np.arange(len(lg))
+            edge = parent >= 0
+            ok = (link >= 0) & (link < len(index))
+            link = np.where(ok, index[np.clip(link, 0, len(index) - 1)], -1)
+            nodes = np.broadcast_to(np.arange(n), (n, n))
+            bad = edge & ((link < 0) | (lg.src[np.maximum(link, 0)] != parent) |
+                          (lg.dst[np.maximum(link, 0)] != nodes))
+            if bad.any():
+                r, v = (int(x[0]) for x in np.nonzero(bad))
+                raise UserError(f"comm.trees: the link of node {v} in tree {r} does not join it to its parent")
+        return Trees(parent, step, link, int(attributes["steps"]))
+
+    def network_template(self, kind, topology, plan, links):
+        return template(kind, plan)
+
+    def network_symmetry(self, topology, plan, links):
+        """Trees on a torus that are all one tree translated to every root: every NPU runs NPU 0's steps, moved
+        (STEPS; the congestion runtime's representative links are not claimed for trees)."""
+        from .translated_trees import is_translated
+        if not routed(topology) and is_translated(topology, links(), plan):
+            return Symmetry.STEPS
+        return Symmetry.NONE
+
+    def routes(self, topology, n):
+        return route_of_pairs(topology, n) if routed(topology) else None   # tree edges are routed paths

@@ -12,8 +12,7 @@ import numpy as np
 
 from ..network.errors import UserError
 from . import cp_sat
-from .base import NETWORK, Algorithm
-from .multitree import Trees, allocate, routed, step_lower_bound
+from .multitree import Multitree, Trees, allocate, routed, step_lower_bound
 
 
 def feasible(npus: int, src, dst, steps: int, ports: int | None = None, time_limit_s: float = 30.0):
@@ -82,20 +81,12 @@ def fewest_steps(npus: int, src, dst, upper: int, ports: int | None = None, time
     return None, None
 
 
-class MultitreeOptimal(Algorithm):
+class MultitreeOptimal(Multitree):
+    """MultiTree's trees (read, expanded and checked for symmetry as multitree's), allocated by CP-SAT."""
     order = 11
     name = "multitree_optimal"
-    scope = NETWORK
-    takes_ports = True
-    planned_by = "allocate-trees"
     label = "multitree_optimal (graph)"
     max_npus = 16  # CP-SAT's model grows with roots x links x steps
-
-    def footprint(self, kind, k, bidirectional=False):
-        return k * (k - 1)  # k trees of k-1 edges
-
-    def plan_size(self, npus):
-        return npus * npus  # a parent, step and link per (tree, node), and the candidate edges while growing them
 
     def plan(self, topology, ports: int | None) -> tuple[Trees, str]:
         """MultiTree's trees, replaced by the fewest-step allocation CP-SAT proves when that takes fewer steps."""

@@ -19,6 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..network.blocks import ROTATION, Symmetry
 from .base import ALL_GATHER, ALL_TO_ALL, BROADCAST, DIMENSION, REDUCE, REDUCE_SCATTER, Algorithm, Transfers
 
 
@@ -77,7 +78,14 @@ class Ring(Algorithm):
     name = "ring"
     scope = DIMENSION
     kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, REDUCE)
-    symmetric = True
+    relabelling = ROTATION
+
+    def symmetry(self, kind, block, k):
+        """Off neighbour links an all-to-all pairs one partner per round, and each member sits out a different
+        round: no member stands for another."""
+        if kind == ALL_TO_ALL and not block.neighbour_links:
+            return Symmetry.NONE
+        return super().symmetry(kind, block, k)
 
     def template(self, kind, k, bidirectional=False):
         return template(kind, k, bidirectional)

@@ -51,7 +51,11 @@ INTRA = {"FIFO": "fifo", "SCF": "scf"}
 # hierarchical decomposition)
 OPTIMIZATIONS = {"baseline": "per-dimension", "localBWAware": "hierarchical"}
 MAX_FILE_BYTES = 1 << 20
+# what ASTRA-sim's implementations run as here: the warnings and notes below concern ASTRA-sim's own behaviour for
+# them (named by the file's words, not by this compiler's algorithms)
 DBT = IMPLEMENTATIONS["doubleBinaryTree"]   # its chunks as ASTRA-sim runs them (algorithms/astra_sim_*.py)
+RING = IMPLEMENTATIONS["ring"]
+HALVING_DOUBLING = (IMPLEMENTATIONS["halvingDoubling"], IMPLEMENTATIONS["oneHalvingDoubling"])
 
 
 def apply(args, given: set, step: bool) -> list[str]:
@@ -124,7 +128,7 @@ def apply(args, given: set, step: bool) -> list[str]:
     names = _implementation(path, config, KIND_KEYS.get(kind, KIND_KEYS["all_reduce"]))
     if names is not None:   # one name for every dimension stays one (a flat algorithm takes one name)
         setting("algorithm", names[0] if len(set(names)) == 1 else ",".join(names), KIND_KEYS[kind])
-        if kind == "all_to_all" and any(n in ("halving_doubling", "flat_halving_doubling") for n in names):
+        if kind == "all_to_all" and any(n in HALVING_DOUBLING for n in names):
             warn("halvingDoubling all-to-all runs here; ASTRA-sim refuses it (its all-to-all implementations are "
                  "direct and ring), so the run has no ASTRA-sim figure to compare with")
         if DBT in names and kind != "all_reduce":
@@ -142,7 +146,7 @@ def apply(args, given: set, step: bool) -> list[str]:
             warn("doubleBinaryTree under localBWAware: ASTRA-sim runs a whole all-reduce on a doubleBinaryTree "
                  "dimension even where it reduce-scatters or all-gathers; here those phases of an all-reduce over "
                  "several dimensions run as NCCL's double binary tree (two trees, each carrying half)")
-    if kind == "all_to_all" and "ring" in (names or ()):
+    if kind == "all_to_all" and RING in (names or ()):
         # Ring.cc, All_to_All: (k-1)k/2 messages of 1/k of the data, each to the next member, one after another
         warn("ring all-to-all: ASTRA-sim's is another algorithm (k(k-1)/2 messages of 1/k of the chunk, each to the "
              "next member of one direction's ring, one after another: about (k-1)/2 x the chunk / bandwidth); here "
@@ -215,7 +219,7 @@ def _network_conventions(args, given: set, names: list | None, kind: str) -> lis
             notes.append(f"dimension {d} FullyConnected({dim.size}): {bw:g} GB/s per link x {dim.size - 1} links = "
                          f"{bw * (dim.size - 1):g} GB/s per NPU")
             bw *= dim.size - 1
-        elif dim.kind.name == "Ring" and algorithm != "ring":
+        elif dim.kind.name == "Ring" and algorithm != RING:
             notes.append(f"dimension {d} Ring({dim.size}) with {algorithm}: every message at the full {bw:g} GB/s "
                          f"(as ASTRA-sim): {2 * bw:g} GB/s per NPU over the two directions")
             bw *= 2

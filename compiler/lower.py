@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import algorithms
-from ..algorithms import RANKS, Transfers, flat_ring
+from ..algorithms import NETWORK, RANKS, Algorithm, Transfers
 from .dependencies import dependencies
 from ..network.errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
 from ..network.links import LANE_SHORTEST, ROUTED, LinkMap
 from ..runtime.meta import ROOTED, SHARDED, Meta
 from ..runtime.tables import COLUMN_NAMES, DTYPES, RECV_COPY, RECV_REDUCE, SEND, SWITCH, Table
-from ..network.blocks import SHORTEST
+from ..network.blocks import SHORTEST, Symmetry
 from ..network.topology import Topology
 
 if TYPE_CHECKING:   # the trees' type, for the annotation only (the module imports lazily: it is large)
@@ -39,20 +39,12 @@ if TYPE_CHECKING:   # the trees' type, for the annotation only (the module impor
 READ_AHEAD_ROWS = 1 << 18   # table()'s read-ahead batch: at most this many rows (about 20 MB) held at once
 
 
-def phase_symmetric(topology: Topology, kind: str, dim: int, algorithm: str) -> bool:
-    """Does every member of a `kind` phase's groups on `dim` run the same steps under `algorithm` (a phase name)?
-    Trees do not; neither does the one-partner all-to-all off a Ring, where each member sits out a different
-    round. The lowering asks it to let NPU 0 stand for all; the resource estimate, to count NPU 0's rows alone."""
-    if dim == FLAT or kind in ROOTED:  # graph algorithms: NPUs sit at different places of trees or of the ring's
-        return False                   # cycle; a broadcast's root sends what others receive, a reduce's receives
-    block = topology.dims[dim].kind
-    # a line's ends have one neighbour, the rest two; a graph's NPUs sit anywhere; on a hypercube a ring's
-    # neighbour is one link away from some NPUs and several from others
-    if not block.symmetric_for(algorithm):
-        return False
-    if kind == "all_to_all" and algorithm == "ring":  # one partner per round: members sit out
-        return block.neighbour_links                   # different rounds off a ring
-    return algorithms.for_phase(algorithm, flat=False).symmetric
+def phase_symmetry(topology: Topology, kind: str, dim: int, algorithm: Algorithm) -> Symmetry:
+    """How far NPU 0 stands for every NPU in a `kind` phase on dimension `dim` (not FLAT) under `algorithm`: the
+    algorithm answers for the dimension's block. The lowering asks it to let NPU 0 stand for all; the resource
+    estimate, to count NPU 0's rows alone."""
+    dimension = topology.dims[dim]
+    return algorithm.symmetry(kind, dimension.kind, dimension.size)
 
 
 def _split(base: np.ndarray, length: np.ndarray, parts: int, index) -> tuple[np.ndarray, np.ndarray]:
@@ -69,15 +61,19 @@ class Schedule:
         self.topology = topology
         self.plans = plans
         self._network_templates: dict = {}  # (kind, algorithm) -> its whole-network template, built once
+        # (algorithm, structure kind) -> what the planning pass recorded, read once; and the symmetry of its phases
+        self._recorded: dict = {}
+        self._network_symmetry: dict = {}
         # table()'s read-ahead: NPU -> its table, built with the one asked for; how many, rows per NPU, last asked
         self._ahead: dict = {}
         self._ahead_count, self._rows_per_npu, self._last_npu = 0, 1, -2
         self.shape = topology.shape
         self.strides = topology.strides()
         self._check_sizes()
+        symmetry = self.symmetry()
         self.meta = Meta(topology.npus, topology.to_dict(), tuple(d.latency_ns for d in topology.dims),
-                         self._splits_evenly() and all(self._symmetric(p, s) for p in plans for s in p.stages),
-                         tuple(p.to_meta() for p in plans))
+                         symmetry >= Symmetry.STEPS, tuple(p.to_meta() for p in plans),
+                         symmetric_links=symmetry == Symmetry.LINKS)
 
     # ---- regions ------------------------------------------------------------------------------------------
 
@@ -162,24 +158,41 @@ class Schedule:
                             f"{stage.algorithm} {stage.kind} on dimension {stage.dim}: a chunk's region of {region} "
                             f"bytes must split into {units} parts; use fewer chunks or a larger size")
 
-    def _symmetric(self, plan: CollectivePlan, stage: Stage) -> bool:
-        if stage.dim == FLAT and stage.structure is not None and stage.structure[0] == "trees":
-            return self._translated_trees()
-        return phase_symmetric(self.topology, plan.kind, stage.dim, stage.algorithm)
+    def symmetry(self) -> Symmetry:
+        """The one answer to "may NPU 0 stand for every NPU" (meta.json's `symmetric`, and Meta.symmetric_links
+        for the congestion runtime): every phase's algorithm answers for its block (a dimension) or for the
+        structure it runs on (the whole network), the weakest answer holds, and only where every chunk, block and
+        unit has the same bytes on every NPU (uneven floor splits differ by a byte here and there)."""
+        level = Symmetry.LINKS if self._splits_evenly() else Symmetry.NONE
+        for plan in self.plans:
+            for stage in plan.stages:
+                if level == Symmetry.NONE:
+                    return level
+                level = min(level, self._stage_symmetry(plan, stage))
+        return level
 
-    def _translated_trees(self) -> bool:
-        """Trees on a torus that are all one tree translated to every root: every NPU runs NPU 0's steps, moved,
-        so NPU 0 stands for all (the analytical runtime's symmetric execution; lazy tables: only NPU 0's)."""
-        if getattr(self, "_translated", None) is None:  # asked per tree phase; an n x n check, made once
-            from ..algorithms import multitree
-            from ..algorithms.translated_trees import is_translated
-            self._translated = not multitree.routed(self.topology) and \
-                is_translated(self.topology, self._graph_links(), self.trees())
-        return self._translated
+    def _stage_symmetry(self, plan: CollectivePlan, stage: Stage) -> Symmetry:
+        alg = algorithms.for_phase(stage.algorithm, flat=stage.dim == FLAT)
+        if stage.dim != FLAT:
+            return phase_symmetry(self.topology, plan.kind, stage.dim, alg)
+        if stage.structure is None:   # over ranks as they are: NPUs sit at different places of the template
+            return Symmetry.NONE
+        key = alg.name, stage.structure[0]
+        if key not in self._network_symmetry:   # asked per phase; an n x n check (translated trees), made once
+            self._network_symmetry[key] = alg.network_symmetry(self.topology, self._plan(stage), self._graph_links)
+        return self._network_symmetry[key]
+
+    def _plan(self, stage: Stage):
+        """What the planning pass recorded for a whole-network phase (trees, a cycle, a placement), as its
+        algorithm reads it: once per schedule."""
+        alg = algorithms.for_phase(stage.algorithm, flat=True)
+        key = alg.name, stage.structure[0]
+        if key not in self._recorded:
+            self._recorded[key] = alg.read_plan(self.topology, self._structure(stage.structure[0]), self._graph_links)
+        return self._recorded[key]
 
     def _splits_evenly(self) -> bool:
-        """True when every chunk, block and unit has the same byte count on every NPU. Only then is every NPU's
-        table an exact relabelling of NPU 0's (uneven floor splits differ by a byte here and there)."""
+        """True when every chunk, block and unit has the same byte count on every NPU."""
         for plan in self.plans:
             if plan.bytes % plan.chunks:
                 return False
@@ -212,29 +225,27 @@ class Schedule:
             return self._template(kind, stage).reflected(self._size(stage.dim))
         if alg.scope == RANKS:  # over ranks, routed across dimensions
             return alg.template(kind, self.topology.npus, bidirectional=True)
-        if stage.dim == FLAT or alg.name == "flat_ring":
+        if alg.scope == NETWORK:
             # a whole-network template is built once per schedule, not once per NPU's table (n^2 rows each time)
             if (kind, alg.name) not in self._network_templates:
-                self._network_templates[kind, alg.name] = self._network_template(kind, alg.name)
+                self._network_templates[kind, alg.name] = alg.network_template(kind, self.topology, self._plan(stage),
+                                                                              self._graph_links)
             return self._network_templates[kind, alg.name]
         dim = self.topology.dims[stage.dim]
         if stage.fused:  # an all-reduce's halves run as one pass (select-algorithm decided, the phases say so)
             return alg.fused_template(kind, dim.size, dim.kind.neighbour_links)
         return alg.template(kind, dim.size, bidirectional=dim.kind.neighbour_links)
 
-    def _network_template(self, kind: str, name: str) -> Transfers:
-        if name == "flat_ring":
-            links = self._graph_links()
-            return flat_ring.template(kind, self.cycle(), links.src, links.dst)
-        from ..algorithms import multitree  # imported when a run has trees: the others start faster
-        return multitree.template(kind, self.trees())
-
     def _structure(self, kind: str) -> dict:
         """Attributes of the comm.<kind> op the whole-network phases run on (recorded by a pass; one per module)."""
+        return self._structure_stage(kind).structure[1]
+
+    def _structure_stage(self, kind: str) -> Stage:
+        """The first phase that runs on a comm.<kind> op."""
         for plan in self.plans:
             for stage in plan.stages:
                 if stage.structure is not None and stage.structure[0] == kind:
-                    return stage.structure[1]
+                    return stage
         raise UserError(f"the module has no comm.{kind} for its whole-network phases")
 
     def _graph_links(self):
@@ -243,43 +254,26 @@ class Schedule:
             self._links = self.topology.links()
         return self._links
 
-    def _hdrm_map(self, inverse: bool = False) -> np.ndarray:
-        """HDRM's placement of virtual ranks on NPUs as recorded by place-ranks (comm.placement), or with
-        `inverse` each NPU's virtual rank."""
-        if getattr(self, "_hdrm", None) is None:
-            pi = np.asarray(self._structure("placement")["ranks"], np.int64)
-            self._hdrm = (pi, np.argsort(pi))
-        return self._hdrm[1 if inverse else 0]
+    def _rank_map(self, stage: Stage, inverse: bool = False) -> np.ndarray | None:
+        """The NPU of each virtual rank a phase over ranks runs on (HDRM's placement), or with `inverse` each NPU's
+        virtual rank; None where ranks are NPUs."""
+        if stage.structure is None:
+            return None
+        key = "rank map", stage.algorithm, stage.structure[0]
+        if key not in self._recorded:
+            pi = algorithms.for_phase(stage.algorithm, flat=True).rank_map(self._plan(stage))
+            self._recorded[key] = None if pi is None else (pi, np.argsort(pi))
+        found = self._recorded[key]
+        return None if found is None else found[1 if inverse else 0]
 
     def cycle(self) -> list[int]:
         """The Hamiltonian cycle find-cycle recorded (comm.cycle), for the flat ring."""
         return self._structure("cycle")["order"]
 
     def trees(self) -> "multitree.Trees":
-        """The spanning trees allocate-trees recorded (comm.trees). Their links are ids of the network's numbering;
-        the templates index Topology.links(), so each id is mapped back, and must join the node to its parent."""
-        if getattr(self, "_trees", None) is None:
-            from ..algorithms import multitree
-            a = self._structure("trees")
-            n = self.topology.npus
-            parent = np.asarray(a["parent"], np.int64).reshape(n, n)
-            step = np.asarray(a["step"], np.int64).reshape(n, n)
-            link = np.asarray(a["link"], np.int64).reshape(n, n)
-            if not multitree.routed(self.topology):
-                lg = self._graph_links()
-                index = np.full(int(lg.id.max()) + 1, -1, np.int64)
-                index[lg.id] = np.arange(len(lg))
-                edge = parent >= 0
-                ok = (link >= 0) & (link < len(index))
-                link = np.where(ok, index[np.clip(link, 0, len(index) - 1)], -1)
-                nodes = np.broadcast_to(np.arange(n), (n, n))
-                bad = edge & ((link < 0) | (lg.src[np.maximum(link, 0)] != parent) |
-                              (lg.dst[np.maximum(link, 0)] != nodes))
-                if bad.any():
-                    r, v = (int(x[0]) for x in np.nonzero(bad))
-                    raise UserError(f"comm.trees: the link of node {v} in tree {r} does not join it to its parent")
-            self._trees = multitree.Trees(parent, step, link, int(a["steps"]))
-        return self._trees
+        """The spanning trees allocate-trees recorded (comm.trees), as their algorithm reads them (the tree view,
+        tests)."""
+        return self._plan(self._structure_stage("trees"))
 
     # ---- tables -------------------------------------------------------------------------------------------
 
@@ -420,8 +414,8 @@ class Schedule:
 
     def _expand_ranks(self, npus, plan, si, stage, member, region, flows, odd: bool = False) -> dict:
         """Rows of a phase whose peers are ranks for every NPU in `npus` at once (member: each one's position)."""
-        if stage.structure and stage.structure[0] == "placement":  # over virtual ranks: pi^-1
-            member = self._hdrm_map(inverse=True)[member]
+        if self._rank_map(stage) is not None:  # over virtual ranks: pi^-1
+            member = self._rank_map(stage, inverse=True)[member]
         owner, (step, op, peer_m, lo, hi, direction, units, link) = _members_rows(
             self._template(plan.kind, stage, odd), np.asarray(member))
         base, length = (_of_npus(a, owner) for a in region)
@@ -433,8 +427,8 @@ class Schedule:
         """Rows of a phase whose peers are ranks: over the whole network, or a graph's one dimension. `npu`: the
         NPU, or each row's NPU."""
         if stage.dim == FLAT and algorithms.for_phase(stage.algorithm, flat=True).scope == RANKS:
-            if stage.structure and stage.structure[0] == "placement":  # peers are virtual ranks: place them
-                peer_m = self._hdrm_map()[peer_m]
+            if self._rank_map(stage) is not None:  # peers are virtual ranks: place them
+                peer_m = self._rank_map(stage)[peer_m]
             return self._expand_routed(npu, plan, si, step, op, peer_m, direction, off, end, flows)
         if stage.dim == FLAT:
             return self._expand_graph(npu, plan, si, step, op, peer_m, link, off, end, flows)
@@ -443,16 +437,17 @@ class Schedule:
                                  np.zeros(len(step), np.int64), off, end)
 
     def _expand_graph(self, npu, plan, si, step, op, peer, link, off, end, flows) -> dict:
-        """Rows of a flat (graph) phase: peers are ranks and each transfer names its physical link. The
-        reduce-scatter runs the trees' links backwards: the same dimension, the other lane of a ring."""
-        from ..algorithms import multitree
-        if multitree.routed(self.topology):  # tree edges are routed paths between NPUs
-            dim, lane = multitree.route_of_pairs(self.topology, len(step))
-            return self._routed_rows(npu, plan, si, flows, step, op, peer, dim, lane, off, end)
+        """Rows of a flat (graph) phase: peers are ranks and each transfer names its physical link, or the
+        algorithm says how the runtime routes them. A reduce-scatter that runs its links backwards (trees) takes
+        the same dimension, the other lane of a ring."""
+        alg = algorithms.for_phase(plan.stages[si].algorithm, flat=True)
+        routes = alg.routes(self.topology, len(step))
+        if routes is not None:  # e.g. tree edges as routed paths between NPUs
+            return self._routed_rows(npu, plan, si, flows, step, op, peer, *routes, off, end)
         lg = self._graph_links()
         dims = lg.dim[link]
         lane = lg.lane[link]
-        if plan.kind == "reduce_scatter" and plan.stages[si].algorithm != "ring":  # trees run their links backwards
+        if plan.kind == "reduce_scatter" and alg.reduce_scatter_reverses_links:
             ring = np.array([self.topology.dims[d].kind.neighbour_links for d in dims.tolist()], dtype=bool)
             lane = np.where(ring, 1 - lane, lane)
         return _rows(npu, plan.index, si, flows, step, op, peer, dims, lane, np.ones(len(step)), lg.gbps[link],

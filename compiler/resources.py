@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from .. import algorithms
 from ..network.errors import UserError
 from ..network.topology import Topology
-from .lower import phase_symmetric
+from ..network.blocks import Symmetry
+from .lower import phase_symmetry
 
 BASE = 160 * 2**20           # interpreter, numpy, the MLIR bindings, OR-Tools and a small run (measured RSS)
 PER_TEMPLATE_TRANSFER = 300  # a template transfer: built from a Python tuple, sorted, kept as 11 int64 columns
@@ -128,7 +129,7 @@ def request(topology: Topology, module, algorithm: str | None, chunks: int | Non
                     continue  # select-algorithm names what is wrong with it, or plans a whole-network one
                 dim = topology.dims[d]
                 groups.append((alg, half, dim.size, dim.kind.neighbour_links))
-                symmetric &= phase_symmetric(topology, half, d, alg.phase_name)
+                symmetric &= phase_symmetry(topology, half, d, alg) >= Symmetry.STEPS
         for alg, half, k, bid in groups:
             distinct[alg.name, half, k, bid] = alg.footprint(half, k, bid)
             per_npu += _member_rows(alg, half, k, bid, c)

@@ -29,12 +29,12 @@ in the Python reference engine below. They give identical results (tests/test_li
 Executions:
 - `full`: every NPU, every message, every link.
 - `symmetric`: for schedules whose every NPU runs a relabelling of NPU 0's table under a symmetry of the network
-  that maps links to links (meta.symmetric, no halving-doubling across a Ring of more than two NPUs, whose XOR
-  partners are not a rotation of the ring, and no whole-network trees), every link of a class carries the same
-  traffic up to relabelling. Only NPU 0's messages run, over one representative link per class: its uplink and
-  downlink of each switch dimension, its own link to each FC peer, one link per direction of each ring. A message
-  NPU 0 receives is the mirror image of one it sends and arrives when that one is delivered. Tests check it
-  against `full`.
+  that maps links to links (Meta.symmetric_links, as the lowering's algorithms answer: not halving-doubling across
+  a Ring of more than two NPUs, whose XOR partners are not a rotation of the ring, nor whole-network trees), every
+  link of a class carries the same traffic up to relabelling. Only NPU 0's messages run, over one representative
+  link per class: its uplink and downlink of each switch dimension, its own link to each FC peer, one link per
+  direction of each ring. A message NPU 0 receives is the mirror image of one it sends and arrives when that one is
+  delivered. Tests check it against `full`.
 """
 from __future__ import annotations
 
@@ -45,7 +45,6 @@ import warnings
 
 import numpy as np
 
-from ..network import blocks
 from ..network.errors import InputWarning
 from .congestion_plan import Plan
 from .phases import (INTRA_POLICIES, OptionError, PhaseEngine, Result, make_result, never_starts,
@@ -79,16 +78,9 @@ I64, F64 = np.int64, np.float64
 
 
 def symmetric_ok(meta) -> bool:
-    """Can NPU 0 over representative links stand for the whole network (see the module docstring)?"""
-    if not meta.symmetric or meta.topology.get("graph") is not None:
-        return False
-    if any(st.dim == -1 for c in meta.collectives for st in c.stages):  # whole-network trees: NPU 0's links
-        return False                                                     # carry other trees' edges than others'
-    dims = meta.topology["dims"]
-    # halving-doubling across neighbour links (k > 2) sends each NPU's partner the shorter way round, forwards
-    # from some NPUs and backwards from others: no relabelling maps one NPU's links onto another's
-    return not any(st.algorithm == "halving_doubling" and blocks.block(dims[st.dim]["block"]).neighbour_links
-                   and dims[st.dim]["size"] > 2 for c in meta.collectives for st in c.stages)
+    """Can NPU 0 over representative links stand for the whole network (see the module docstring)? The lowering
+    answers (Meta.symmetric_links)."""
+    return meta.symmetric and meta.symmetric_links
 
 
 ENGINES = ("auto", "compiled", "python")

@@ -98,6 +98,11 @@ class Meta:
     # how the tables executed when they were written, where not the defaults (runtime/run_record.py, TABLES): a
     # re-run takes them unless its command line names others
     run: dict = field(default_factory=dict, compare=False)
+    # symmetric, and the relabelling maps the network's links onto links, so NPU 0's links stand for every link of
+    # their class (the congestion runtime's symmetric execution). The lowering sets it from the algorithms' answers
+    # (compiler/lower.py: Schedule.symmetry); meta.json does not hold it (the bytes of every written directory stay
+    # as they were), so read back it is derived (from_json)
+    symmetric_links: bool = False
 
     @property
     def ndims(self) -> int:
@@ -147,16 +152,29 @@ class Meta:
         shards = None
         if d.get("shards") is not None:
             shards = {int(k): np.asarray(v, np.int64) for k, v in d["shards"].items()}
-        return Meta(d["npus"], d["topology"], tuple(float(x) for x in d["latency_ns"]), d.get("symmetric", False),
-                    tuple(CollectiveMeta.from_json(c) for c in d["collectives"]), shards,
+        collectives = tuple(CollectiveMeta.from_json(c) for c in d["collectives"])
+        symmetric = d.get("symmetric", False)
+        return Meta(d["npus"], d["topology"], tuple(float(x) for x in d["latency_ns"]), symmetric, collectives, shards,
                     d.get("table_format", "csv"), d.get("representative", False),
                     run_record.check(d["run"], f"{where}: run", run_record.TABLES, len(d["latency_ns"]))
-                    if "run" in d else {})
+                    if "run" in d else {}, symmetric_links=symmetric and _links_symmetric_read_back(d, collectives))
+
+    def without_symmetry(self) -> "Meta":
+        """This meta with NPU 0 standing for no other (a claim the tables refute)."""
+        return replace(self, symmetric=False, symmetric_links=False)
 
     @staticmethod
     def read(folder: str) -> "Meta":
         path = os.path.join(folder, "meta.json")
         return Meta.from_json(read_json(folder), path)
+
+
+def _links_symmetric_read_back(d: dict, collectives) -> bool:
+    """Symmetric links of a schedule read back whose `symmetric` holds: the tables that claim it are checked against
+    every NPU's (runtime/tables.py, lanes included, which refutes halving-doubling's XOR partners on a ring), and
+    the lowering claims no more than NPU 0's steps for a phase over the whole network (translated trees) and
+    nothing on a graph (whose links form no classes)."""
+    return d["topology"].get("graph") is None and not any(st.dim == -1 for c in collectives for st in c.stages)
 
 
 def read_json(folder: str):

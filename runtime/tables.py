@@ -202,7 +202,7 @@ class DirSchedule:
             for npu in range(1, self.meta.npus):
                 if not table_checks.symmetric_claim_holds(first, self.table(npu)):
                     # an edited table: still runnable, but only in full execution
-                    self.meta = self.meta.with_(symmetric=False)
+                    self.meta = self.meta.without_symmetry()
                     break
 
     def export_meta(self) -> Meta:

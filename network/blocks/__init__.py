@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..errors import UserError, show
 from ..registry import discover
-from .base import BACKWARD, FORWARD, SHORTEST, Block  # noqa: F401
+from .base import ANY, BACKWARD, FORWARD, ROTATION, SHORTEST, XOR, Block, Symmetry  # noqa: F401
 
 BLOCKS: dict[str, Block] = {}
 _SPELLINGS: dict[str, str] = {}  # lower-case spelling -> canonical name

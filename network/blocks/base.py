@@ -9,10 +9,27 @@ dimension, id = offset[dim] + npu * slots + slot; the block says what each slot 
 """
 from __future__ import annotations
 
+from enum import IntEnum
+
 import numpy as np
 
 # a message's lane: 0 forward (to the next member), 1 backward, 2 the shorter way round (ties forward)
 FORWARD, BACKWARD, SHORTEST = 0, 1, 2
+
+# How member m of a group runs member 0's part of a phase (an algorithm's `relabelling`, algorithms/base.py): with
+# every member c moved to c + m (mod k), to c XOR m, or (ANY) member 0 treats every other member alike, so any
+# relabelling will do (every member sends to every other, or to the switch). The block says what it keeps.
+ROTATION, XOR, ANY = "rotation", "xor", "any"
+
+
+class Symmetry(IntEnum):
+    """How far NPU 0 stands for every NPU of a phase (the weakest phase decides for a schedule): NONE, not at
+    all; STEPS, every NPU runs a relabelling of NPU 0's steps with the same sizes and link counts (the analytical
+    runtime may run NPU 0 alone); LINKS, the relabelling also maps the network's links onto links, so NPU 0's
+    links stand for every link of their class (the congestion runtime may too)."""
+    NONE = 0
+    STEPS = 1
+    LINKS = 2
 
 
 class Block:
@@ -37,10 +54,11 @@ class Block:
     def check_size(self, k: int) -> None:
         """Refuse (UserError) a size this block cannot have."""
 
-    def symmetric_for(self, algorithm: str) -> bool:
-        """Do all members run relabelled copies of member 0's steps under this per-dimension algorithm (its
-        messages cross the same numbers of links from every member)? Only then may NPU 0 stand for all."""
-        return self.transitive
+    def symmetry(self, relabelling: str, k: int) -> Symmetry:
+        """What a phase whose members run member 0's part under `relabelling` (ROTATION, XOR or ANY) keeps on k
+        members of this block: the links crossed from every member (STEPS), and the links themselves (LINKS). A
+        transitive block's members all see the same links, whichever relabelling (FullyConnected, Switch)."""
+        return Symmetry.LINKS if self.transitive else Symmetry.NONE
 
     # ---- bandwidth and distance -----------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UserError
-from .base import Block
+from .base import ROTATION, Block, Symmetry
 
 
 def _popcount(x: np.ndarray) -> np.ndarray:
@@ -35,8 +35,10 @@ class Hypercube(Block):
         if k & (k - 1):
             raise UserError(f"a Hypercube has 2^n members, got {k}")
 
-    def symmetric_for(self, algorithm: str) -> bool:
-        return algorithm in ("halving_doubling", "direct")  # XOR partners: the same link counts from every member
+    def symmetry(self, relabelling, k):
+        """XOR with a fixed coordinate maps links onto links; a rotation does not (c -> c+1 is one link away from
+        even c, up to n from odd c)."""
+        return Symmetry.NONE if relabelling == ROTATION else Symmetry.LINKS
 
     def link_share(self, k: int) -> int:
         return k.bit_length() - 1

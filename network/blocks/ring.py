@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import BACKWARD, FORWARD, SHORTEST, Block
+from .base import BACKWARD, FORWARD, SHORTEST, XOR, Block, Symmetry
 
 
 class Ring(Block):
@@ -32,6 +32,12 @@ class Ring(Block):
         if stride > 1:
             return gbps / stride, latency_ns * stride
         return gbps / 2, latency_ns * (size - 1)
+
+    def symmetry(self, relabelling, k):
+        """A rotation maps the ring onto itself. Partners one bit apart (halving-doubling's XOR) are as many links
+        away from every member, but the shorter way round is forward from some members and backward from others:
+        no relabelling maps one member's links onto another's (on two members, one neighbour either way)."""
+        return Symmetry.STEPS if relabelling == XOR and k > 2 else Symmetry.LINKS
 
     def default_algorithm(self, k: int) -> str:
         return "ring"
