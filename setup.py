@@ -63,9 +63,10 @@ setup(
         "protobuf>=5,<8",  # Chakra execution traces (frontend/chakra.py builds the schema with its descriptor API)
     ],
     extras_require={
-        # the tests start a real local Ray instance (tests/test_sweep.py) and open results with pandas
+        # the tests start a real local Ray instance (tests/test_sweep.py) and open results with pandas; the passes'
+        # FileCheck tests (tests/filecheck/) run the Python FileCheck that xDSL uses
         "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8", "jsonschema>=4", "ray==2.60.0",
-                 "pandas>=2"],
+                 "pandas>=2", "filecheck==1.0.6"],
         "plot": ["matplotlib>=3.8"],
         "ray": ["ray==2.60.0"],
     },

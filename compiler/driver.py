@@ -164,12 +164,12 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str | None
 
     def one(pipe, label, print_ir=False, recorded=False):
         module = comm.parse_module(source, ctx)
-        run_passes(module, topology, pipe, defaults, print_ir, evaluate, timing)
+        spec = run_passes(module, topology, pipe, defaults, print_ir, evaluate, timing)
         if recorded:
             check_recorded_orders(module, label)
         evaluate(module, final=True)
         schedule, result, _ = timed[last[0]]
-        report = make_report(schedule, result, label, run, comm.schedule_choice(module))
+        report = make_report(schedule, result, label, run, comm.schedule_choice(module), spec)
         return Compiled(module, schedule, result, report)
 
     chunks = defaults.get("chunks")
@@ -236,13 +236,16 @@ def _body(module) -> str:
 
 
 def run_passes(module, topology: Topology, pipeline: str | None = None, flags: dict | None = None,
-               print_ir: bool = False, evaluate=None, timing: bool = False) -> None:
-    """Run a pipeline on the module. `flags` (command-line values: chunks, algorithm, ports, active) fill the options
-    the pipeline's passes have and leave unset, so --pass-pipeline 'chunk' --chunks 8 chunks in 8."""
+               print_ir: bool = False, evaluate=None, timing: bool = False) -> str:
+    """Run a pipeline on the module; return what ran, every option resolved (passes.pipeline_spec). `flags`
+    (command-line values: chunks, algorithm, ports, active) fill the options the pipeline's passes have and leave
+    unset, so --pass-pipeline 'chunk' --chunks 8 chunks in 8."""
     comm.verify_module(module, list(topology.shape))
     passes = [p.with_unset(flags or {}) for p in parse_pipeline(pipeline if pipeline is not None else
                                                                 DEFAULT_PIPELINE)]
-    PassManager(passes).run(module, PassContext(topology, evaluate), print_ir, timing)
+    manager = PassManager(passes)
+    manager.run(module, PassContext(topology, evaluate), print_ir, timing)
+    return manager.spec()
 
 
 def lower(module, topology: Topology, max_memory: int | None = None) -> Schedule:

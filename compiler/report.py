@@ -23,7 +23,7 @@ from ..network.units import format_size, gbps_to_bytes_per_ns
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "report.schema.json")
 # keys --json leaves out when they do not apply (congestion backend only, optimal scheduler only, --verify only)
 OPTIONAL = ("switching", "link_utilization", "optimal_choice", "themis_time_us", "cp_sat_time_us", "baseline_time_us",
-            "verified", "local_mem_gbps", "endpoint_delay_ns")
+            "verified", "local_mem_gbps", "endpoint_delay_ns", "pass_pipeline")
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,7 @@ class Report:
     verified: bool | None = None           # --verify
     local_mem_gbps: float | None = None    # --local-mem-bw: reductions cost local memory time
     endpoint_delay_ns: float | None = None  # --endpoint-delay: what every message spends at its endpoints
+    pass_pipeline: str | None = None       # the passes that ran, every option resolved (None: no pass ran here)
 
     def with_(self, **changes) -> "Report":
         return dataclasses.replace(self, **changes)
@@ -111,9 +112,11 @@ class Report:
         return _format(self)
 
 
-def make_report(schedule, result, scheduler: str, run, choice: dict | None = None) -> Report:
+def make_report(schedule, result, scheduler: str, run, choice: dict | None = None,
+                pass_pipeline: str | None = None) -> Report:
     """The report of a lowered schedule (compiler/lower.py) run on `run`'s backend; `choice` is what
-    choose-schedule recorded in the module (comm.schedule_choice), if it ran."""
+    choose-schedule recorded in the module (comm.schedule_choice), if it ran; `pass_pipeline` the passes that
+    made the schedule (passes.pipeline_spec)."""
     topo = schedule.topology
     ideal_ns, ideal_bytes, bw = ideal_time_ns(schedule)
     # no schedule can beat either bound: the ideal (the fewest bytes over all links) or its own traffic per link
@@ -139,6 +142,7 @@ def make_report(schedule, result, scheduler: str, run, choice: dict | None = Non
         link_utilization=link_summary(result) if congestion else None,
         local_mem_gbps=run.local_mem_gbps,
         endpoint_delay_ns=topo.endpoint_delay_ns or None,
+        pass_pipeline=pass_pipeline,
         optimal_choice=choice["schedule"] if choice else None,
         themis_time_us=choice["themis_time_ns"] / 1e3 if choice else None,
         cp_sat_time_us=choice["cp_sat_time_ns"] / 1e3 if choice else None,

@@ -6,7 +6,7 @@ Each pass is a frozen dataclass with a `name`, typed option fields, a declared o
 runs a pipeline in MLIR's PassManager, as mlir-opt's --pass-pipeline.
 """
 from .base import (REGISTRY, Pass, PassContext, PassError, PassManager, all_passes, lookup,  # noqa: F401
-                   parse_pipeline)
+                   parse_pipeline, pipeline_spec)
 
 DEFAULT_PIPELINE = "decompose-all-reduce,chunk,hierarchical-decompose,select-algorithm"
 # how decompose-all-reduce splits an all_reduce over several dimensions (its option, the CLI's --all-reduce)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from ..dialects import comm
+from ..network.errors import UserError
 
 
 class PassError(Exception):
@@ -81,11 +82,20 @@ class Pass:
                     raise PassError(f"pass '{self.name}': bad value '{v}' for option '{key}' ({e})") from None
         return dataclasses.replace(self, **fill) if fill else self
 
-    def text(self) -> str:
-        """The pass as pipeline text, with the options that are set."""
-        set_ = [f"{k}={_show(getattr(self, f.name))}" for k, f in self.options().items()
-                if getattr(self, f.name) is not None]
-        return self.name + (f"{{{' '.join(set_)}}}" if set_ else "")
+    def resolved(self) -> "Pass":
+        """This pass with every unset option at its default, so what runs is what its spec says. An option whose
+        default is None (select-algorithm's `algorithm`: each block's own) stays unset: the pass decides it per
+        phase, and no single value would say so."""
+        fill = {f.name: f.metadata["default"] for f in self.options().values()
+                if getattr(self, f.name) is None and f.metadata["default"] is not None}
+        return dataclasses.replace(self, **fill) if fill else self
+
+    def spec(self) -> str:
+        """The pass as pipeline text with every option resolved (xDSL's pipeline_pass_spec): `chunk{chunks=1}`
+        for a bare `chunk`; parse_pipeline(p.spec()) gives back [p.resolved()]."""
+        p = self.resolved()
+        given = [f"{k}={_show(getattr(p, f.name))}" for k, f in p.options().items() if getattr(p, f.name) is not None]
+        return self.name + (f"{{{' '.join(given)}}}" if given else "")
 
     def requires(self, module, ctx: PassContext) -> None:
         """Precondition; raise PassError when the module is not what this pass expects."""
@@ -205,21 +215,32 @@ def check_order(passes: list[Pass]) -> None:
                 raise PassError(f"pipeline order: {p.name} must come before {later}")
 
 
+def pipeline_spec(passes: list[Pass]) -> str:
+    """A pipeline as text with every option resolved: the passes' specs, comma-joined (what --json reports as
+    `pass_pipeline` and parse_pipeline reads back)."""
+    return ",".join(p.spec() for p in passes)
+
+
 class PassManager:
     """Runs passes in upstream MLIR's PassManager, one Python pass each (the pinned bindings' PassManager.add of a
-    callable): `print_ir` is mlir-opt's --mlir-print-ir-after-all, `timing` its --mlir-timing (both print to
-    stderr from MLIR)."""
+    callable): `print_ir` is mlir-opt's --mlir-print-ir-after-all, its header naming each pass with its spec
+    (ir_dump_header), `timing` its --mlir-timing (both print to stderr from MLIR). The passes run resolved: every
+    option at the value their spec shows."""
 
     def __init__(self, passes: list[Pass]):
         check_order(passes)
-        self.passes = passes
+        self.passes = [p.resolved() for p in passes]
+
+    def spec(self) -> str:
+        return pipeline_spec(self.passes)
 
     def run(self, module, ctx: PassContext, print_ir: bool = False, timing: bool = False) -> None:
         from torch_mlir import passmanager
         with module.context:
             pm = passmanager.PassManager("builtin.module")
-            for p in self.passes:
-                pm.add(_runner(p, module, ctx), name=p.name, argument=p.name, description=p.summary)
+            for i, p in enumerate(self.passes):
+                pm.add(_runner(p, [q.name for q in self.passes[:i]], module, ctx), name=p.name,
+                       argument=p.spec(), description=p.summary)
             if print_ir:
                 pm.enable_ir_printing()
             if timing:
@@ -227,12 +248,26 @@ class PassManager:
             pm.run(module.operation)
 
 
-def _runner(p: Pass, module, ctx: PassContext):
+# what a pass raises on input it cannot take; anything else is a defect and keeps its traceback
+_REFUSALS = (PassError, UserError, comm.IRError)
+
+
+def _runner(p: Pass, earlier: list[str], module, ctx: PassContext):
     def run(op, _external_pass) -> None:  # MLIR hands the module operation; the passes work on the module
-        p(module, ctx)
+        try:
+            p(module, ctx)
+        except _REFUSALS as e:  # the same kind of error, in one line that says how far the pipeline got
+            raise type(e)(failed_after(p.name, earlier, str(e))) from None
     return run
 
 
-def ir_dump_header(pass_name: str) -> str:
-    """The banner MLIR prints before the module with --mlir-print-ir-after-all (for a Python pass)."""
-    return f"// -----// IR Dump After {pass_name}: {pass_name} //----- //"
+def failed_after(name: str, earlier: list[str], message: str) -> str:
+    """The line of a pass that fails: which pass, after which passes (those that ran, in order), and why."""
+    ran = f"after {', '.join(earlier)}" if earlier else "as the first pass"
+    return f"pass {name} failed {ran}: {message}"
+
+
+def ir_dump_header(p: Pass) -> str:
+    """The banner MLIR prints before the module with --mlir-print-ir-after-all: the Python pass's name, then its
+    argument, which PassManager makes its spec."""
+    return f"// -----// IR Dump After {p.name}: {p.spec()} //----- //"

@@ -25,7 +25,7 @@ class FlatDecompose(Pass):
             kind = comm.short_name(op)
             if kind not in ("reduce_scatter", "all_gather"):
                 if kind in comm.PHASE_KINDS:
-                    raise PassError(f"flat-decompose: no graph algorithm for {kind}")
+                    raise PassError(f"no graph algorithm for {kind}")
                 continue
             v = comm.view(op)
             if sorted(v.dims) != list(range(ndims)):

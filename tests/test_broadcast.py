@@ -178,8 +178,10 @@ def test_meta_refuses_a_missing_or_misplaced_root(tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["--root", "16"], "--root must be an NPU of 4x4_torus (0..15), got '16'"),
     (["--root", "x"], "--root must be an NPU of 4x4_torus (0..15), got 'x'"),
-    (["--algorithm", "halving_doubling"], "halving_doubling has no broadcast schedule"),
-    (["--algorithm", "multitree"], "flat-decompose: no graph algorithm for broadcast"),
+    (["--algorithm", "halving_doubling"], "pass select-algorithm failed after decompose-all-reduce, chunk, "
+                                          "hierarchical-decompose: halving_doubling has no broadcast schedule"),
+    (["--algorithm", "multitree"], "pass flat-decompose failed after decompose-all-reduce, chunk: no graph "
+                                   "algorithm for broadcast"),
 ])
 def test_bad_broadcast_options_fail_in_one_line(args, message):
     r = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", "--collective", "broadcast", "--size", "1KB",

@@ -59,9 +59,15 @@ def test_print_ir_after_all(capfd):
     err = capfd.readouterr().err  # MLIR's pass manager prints (from C++, to the process's stderr)
     assert code == 0
     headers = [l for l in err.splitlines() if l.startswith("// -----// IR Dump After")]
-    assert headers == [f"// -----// IR Dump After {p}: {p} //----- //" for p in
-                       ("decompose-all-reduce", "chunk", "hierarchical-decompose", "select-algorithm",
-                        "optimal-balance", "choose-schedule")]
+    # each pass named with its spec: every option resolved, defaults included
+    assert headers == [f"// -----// IR Dump After {p.split('{')[0]}: {p} //----- //" for p in
+                       ("decompose-all-reduce{all-reduce=hierarchical}", "chunk{chunks=1}", "hierarchical-decompose",
+                        "select-algorithm", "optimal-balance{latency=true active=1 time-limit=5.0}",
+                        "choose-schedule{latency=true active=1}")]
+    from astra_compile.compiler.driver import SCHEDULERS
+    from astra_compile.passes import PassManager, parse_pipeline
+    from astra_compile.passes.base import ir_dump_header
+    assert headers == [ir_dump_header(p) for p in PassManager(parse_pipeline(SCHEDULERS["optimal"])).passes]
 
 
 def test_tables_for_one_npu(capsys):

@@ -31,7 +31,7 @@ def cli(*argv):
 
 def dumps(err: str) -> dict:
     """--print-ir-after-all output: pass name -> the module printed after it."""
-    parts = re.split(r"// -----// IR Dump After (\S+): \S+ //----- //\n", err)
+    parts = re.split(r"// -----// IR Dump After (\S+): .*? //----- //\n", err)   # name: spec (options, spaces)
     return dict(zip(parts[1::2], parts[2::2]))
 
 

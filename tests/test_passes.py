@@ -1,11 +1,18 @@
 """Passes: IR text in, IR text out (expected files reviewed by hand), plus the pass infrastructure."""
+import json
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from astra_compile.compiler import driver
 from astra_compile.dialects import comm
-from astra_compile.passes import PassError, all_passes, parse_pipeline
+from astra_compile import algorithms
+from astra_compile.compiler.cli import main
+from astra_compile.passes import (ALL_REDUCE_SPLITS, PassError, PassManager, all_passes, parse_pipeline,
+                                  pipeline_spec)
+from astra_compile.passes.base import check_order
 from astra_compile.network.topology import Topology
 
 IR = os.path.join(os.path.dirname(__file__), "ir")
@@ -85,7 +92,9 @@ def test_pipeline_parsing():
     assert [p.name for p in ps] == ["decompose-all-reduce", "chunk", "select-algorithm"]
     # options are typed fields, parsed from the text
     assert ps[1].chunks == 8 and ps[2].algorithm == ("ring", "direct") and ps[2].ports is None
-    assert [p.text() for p in ps] == ["decompose-all-reduce", "chunk{chunks=8}", "select-algorithm{algorithm=ring,direct}"]
+    # each pass prints itself with every option resolved; an option the pass decides per phase stays out
+    assert [p.spec() for p in ps] == ["decompose-all-reduce{all-reduce=hierarchical}", "chunk{chunks=8}",
+                                      "select-algorithm{algorithm=ring,direct}"]
     for bad, needle in [("chunk{chunks=8", "unbalanced"), ("chunk{size=8}", "no option 'size'"),
                         ("frobnicate", "unknown pass"), ("chunk{chunks}", "key=value"),
                         ("chunk{chunks=0}", "bad value '0'"),
@@ -133,3 +142,104 @@ def test_switch_of_non_power_of_two_size_defaults_to_ring():
     assert 'algorithm = "ring"' in phases(compile_text(src, "hierarchical-decompose,select-algorithm"))[0]
     with pytest.raises(PassError, match="power-of-two"):
         compile_text(src, "hierarchical-decompose,select-algorithm{algorithm=halving_doubling}")
+
+
+def test_spec_resolves_every_option():
+    ps = parse_pipeline("decompose-all-reduce,chunk,hierarchical-decompose,select-algorithm{ports=2},"
+                        "optimal-balance{latency=false},choose-schedule")
+    assert pipeline_spec(ps) == ("decompose-all-reduce{all-reduce=hierarchical},chunk{chunks=1},hierarchical-decompose,"
+                                 "select-algorithm{ports=2},optimal-balance{latency=false active=1 time-limit=5.0},"
+                                 "choose-schedule{latency=true active=1}")
+    # command-line flags fill what the text left unset, and the spec shows them
+    filled = [p.with_unset({"chunks": 8, "algorithm": "dbt", "active": 4}) for p in ps]
+    assert pipeline_spec(filled).split(",")[1:5] == ["chunk{chunks=8}", "hierarchical-decompose",
+                                                      "select-algorithm{algorithm=double_binary_tree ports=2}",
+                                                      "optimal-balance{latency=false active=4 time-limit=5.0}"]
+    # the manager runs the resolved passes: what runs is what the spec says
+    assert PassManager(ps).passes == [p.resolved() for p in ps] and PassManager(ps).spec() == pipeline_spec(ps)
+
+
+# option text per option type, for the round trip below (a new option type needs its strategy here)
+OPTION_TEXT = {
+    "int | None": st.integers(-10**6, 10**6).map(str),
+    "float | None": st.floats(allow_nan=False, allow_infinity=False, width=64).map(repr),
+    "bool | None": st.sampled_from(["true", "false", "1", "0", "yes", "no", "on", "off", "True"]),
+    "tuple[str, ...] | None": st.lists(st.sampled_from(sorted({*algorithms.all_algorithms(), "dbt", "hd"})),
+                                       min_size=1, max_size=4).map(",".join),
+}
+# options whose type admits values the option does not (a str of a few choices)
+OPTION_CHOICES = {("decompose-all-reduce", "all-reduce"): st.sampled_from(ALL_REDUCE_SPLITS)}
+
+
+def option_text(cls, key, f):
+    strategy = OPTION_CHOICES.get((cls.name, key), OPTION_TEXT.get(f.type))
+    assert strategy is not None, f"no strategy for option {key} of {cls.name} ({f.type}): add one to OPTION_TEXT"
+    return strategy
+
+
+@st.composite
+def passes_with_options(draw):
+    cls = draw(st.sampled_from(sorted(all_passes().values(), key=lambda c: c.name)))
+    given = {k: draw(option_text(cls, k, f)) for k, f in cls.options().items() if draw(st.booleans())}
+    try:
+        return cls.from_text(given)
+    except PassError:  # a value the option refuses (chunks=0): refused the same way whatever the spec says
+        return None
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(passes_with_options(), min_size=1, max_size=5))
+def test_spec_round_trip(drawn):
+    """Every registered pass, every option, any value it accepts: the spec parses back to the same pipeline (every
+    option resolved), and printing that gives the same text."""
+    passes = [p for p in drawn if p is not None]
+    try:
+        check_order(passes)
+    except PassError:
+        return
+    spec = pipeline_spec(passes)
+    again = parse_pipeline(spec)
+    assert again == [p.resolved() for p in passes]
+    assert pipeline_spec(again) == spec
+    for p, q in zip(passes, again):  # and the values the pass acts on are the same
+        assert all(p.value(f.name) == q.value(f.name) for f in p.options().values())
+
+
+def test_every_option_has_a_strategy():
+    for cls in all_passes().values():
+        for key, f in cls.options().items():
+            option_text(cls, key, f)
+
+
+def test_a_failing_pass_says_after_which_passes():
+    src = (HEADER + '  %0 = "comm.all_gather"() {bytes = 48 : i64, dims = array<i64: 0>, name = "a"} : () -> '
+           '!comm.token\n}')
+    with pytest.raises(PassError) as e:
+        compile_text(src, "chunk,hierarchical-decompose,select-algorithm{algorithm=halving_doubling}")
+    assert str(e.value) == ("pass select-algorithm failed after chunk, hierarchical-decompose: halving_doubling "
+                            "needs a power-of-two group, dimension 0 has 6 NPUs")
+    with pytest.raises(PassError) as e:
+        compile_text(src, "chunk{chunks=100}")
+    assert str(e.value) == "pass chunk failed as the first pass: comm.all_gather 'a': 100 chunks do not fit in 48 bytes"
+
+
+def test_a_failing_pass_on_the_command_line(capsys):
+    code = main(["--collective", "all_gather", "--size", "600", "--topology", "Switch(6)", "--algorithm",
+                 "halving_doubling"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == ("astra-compile: error: pass select-algorithm failed after decompose-all-reduce, "
+                                 "chunk, hierarchical-decompose: halving_doubling needs a power-of-two group, "
+                                 "dimension 0 has 6 NPUs\n")
+
+
+@pytest.mark.parametrize("flags", [["--chunks", "4"], ["--scheduler", "themis", "--algorithm", "ring,direct"],
+                                   ["--algorithm", "multitree", "--ports", "2"]])
+def test_json_reports_the_pipeline_that_ran(capsys, flags):
+    """--json's pass_pipeline is the resolved spec actually run: given back as --pass-pipeline, the same figures."""
+    base = ["--collective", "all_reduce", "--size", "1MB", "--topology", "4x4_torus", "--json"]
+    assert main(base + flags) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(base + ["--pass-pipeline", first["pass_pipeline"]]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["pass_pipeline"] == first["pass_pipeline"] and again["total_time_us"] == first["total_time_us"]
+    assert again["collectives"] == first["collectives"]

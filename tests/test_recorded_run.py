@@ -353,7 +353,8 @@ def test_an_option_typed_at_its_default_wins_over_a_system_file_too(capsys, tmp_
 def test_a_refusal_caused_by_a_recorded_option_names_the_record(capsys, tmp_path, step_module):
     written(capsys, step_module, "--algorithm", "ring,direct,in_switch", "--emit", "mlir", "-o", tmp_path / "m.mlir")
     refused(capsys, tmp_path / "m.mlir", "--topology", "Ring(4)_FC(2)_Ring(4)",
-            match="m.mlir: wl.run records --algorithm ring,direct,in_switch: in_switch runs on Switch dimensions")
+            match="m.mlir: wl.run records --algorithm ring,direct,in_switch: pass select-algorithm failed after "
+                  "decompose-all-reduce, chunk, hierarchical-decompose: in_switch runs on Switch dimensions")
 
 
 @pytest.mark.parametrize("in_switch", [False, True])

@@ -46,8 +46,15 @@ def test_an_emitted_module_reruns_to_the_identical_report(tmp_path, scheduler, t
     path = emitted(tmp_path, *args)
     with open(path) as f:
         assert f'comm.scheduler = "{scheduler}"' in f.read()
-    assert report(path) == first                       # no flag: the recorded scheduler and its orders
-    assert report(path, "--scheduler", scheduler) == first   # scheduled again the same way: the same answer
+    # no flag: the recorded scheduler and its orders, run by the pipeline without a scheduling pass; the module's
+    # collectives carry their 64 chunks, which the chunk pass (1 where none is given) keeps
+    pipeline = "decompose-all-reduce{all-reduce=hierarchical},chunk{chunks=1},hierarchical-decompose,select-algorithm"
+    again = report(path)
+    assert again["pass_pipeline"] == pipeline
+    assert {**again, "pass_pipeline": first["pass_pipeline"]} == first
+    again = report(path, "--scheduler", scheduler)   # scheduled again the same way: the same answer
+    assert again["pass_pipeline"] == pipeline + first["pass_pipeline"].split("select-algorithm")[1]
+    assert {**again, "pass_pipeline": first["pass_pipeline"]} == first
 
 
 def test_naming_another_scheduler_schedules_the_module_again(tmp_path):
