@@ -16,8 +16,9 @@ This module is the public API: `compile` (a training step, timed), `record` (the
 from .compiler import __version__  # noqa: F401 (written once, in compiler/__init__.py)
 
 
-def compile(source, topology="8x8_torus", **options):
-    """Capture or import a training step and time it on `topology`; see astra_compile.compiler.api.compile."""
+def compile(source, topology=..., **options):
+    """Capture or import a training step and time it on `topology` (... : the `job=`'s, else 8x8_torus); see
+    astra_compile.compiler.api.compile."""
     from .compiler.api import compile as _compile  # torch and MLIR load on first use, not on import
     return _compile(source, topology, **options)
 

@@ -8,7 +8,6 @@ The CLI (`astra-compile model.py --topology ...`) is a thin layer over this func
 """
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 from types import ModuleType
@@ -24,6 +23,7 @@ from .workload_driver import (Lowered, StepSemantics, WorkloadOptions, group_key
                               with_run_record, with_schedules)
 from .step_timeline import step_trace
 from .workload_report import WorkloadReport, make_report
+from .job import Job, Network, RunOptions, StepOptions
 
 
 def load_workload(source, world_size: int, mesh: dict | None = None,
@@ -111,19 +111,51 @@ def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_li
                     "Chakra .et files")
 
 
-def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, latency=None, links=None,
-            endpoint_delay=None,
-            mesh: str | dict | None = None, scheduler: str = driver.DEFAULT_SCHEDULER, chunks: int | None = None,
-            algorithm: str | None = None, all_reduce: str | None = None, backend: str = "analytical",
-            switching: str = "cut-through", intra: str = driver.DEFAULT_INTRA,
-            peak_tflops: float = Roofline.peak_tflops, mem_bw_gbps: float = Roofline.mem_gbps,
-            rank: int = 0, max_memory: int | None = None,
-            capture_limit: float | None = DEFAULT_CAPTURE_LIMIT, example_inputs=None, parallelize=None,
-            loss=None, optimizer=None, iteration: int | None = None, keep_tables: bool = False,
-            local_mem_gbps: float | None = None, mem_latency_ns: float = 0.0, pool=None, offload=None,
-            in_switch: bool = False, step_semantics: str | StepSemantics = "streams",
-            use_recorded: bool = True) -> WorkloadReport:
-    """Capture (or import) one training step, compile its collectives for `topology` and time the step.
+DEFAULT_TOPOLOGY = "8x8_torus"   # compile()'s network when neither `topology` nor a job gives one
+# compile()'s keyword overrides -> (group, field) of the Job (job.py); step_semantics sets two fields
+OVERRIDES = {
+    **{k: ("network", k) for k in ("topology", "bandwidth", "latency", "links", "endpoint_delay")},
+    **{k: ("compile", k) for k in ("scheduler", "chunks", "algorithm", "all_reduce")},
+    **{k: ("run", k) for k in ("backend", "switching", "intra", "max_memory", "local_mem_gbps")},
+    **{k: ("step", k) for k in ("mesh", "peak_tflops", "mem_bw_gbps", "rank", "capture_limit", "example_inputs",
+                                "parallelize", "loss", "optimizer", "iteration", "keep_tables", "mem_latency_ns",
+                                "pool", "offload", "in_switch", "cache")},
+    "step_semantics": ("step", "semantics"),
+}
+
+
+def job_of(job: Job | None = None, topology=..., **overrides) -> Job:
+    """The Job compile() runs: `job` (None: the defaults on DEFAULT_TOPOLOGY) with `topology` (... : the job's)
+    and each keyword override (OVERRIDES) set."""
+    job = Job(network=Network(topology=DEFAULT_TOPOLOGY)) if job is None else job
+    if not isinstance(job, Job):
+        raise TypeError(f"job must be an astra_compile.compiler.job.Job, got {type(job).__name__}")
+    if topology is not ...:
+        overrides = {"topology": topology, **overrides}
+    changes: dict = {}
+    for name, value in overrides.items():
+        if name not in OVERRIDES:
+            raise TypeError(f"compile() got an unexpected keyword argument '{name}'")
+        group, key = OVERRIDES[name]
+        if name == "step_semantics":   # a name, or a StepSemantics with an ASTRA-sim file's link bandwidths
+            changes.setdefault(group, {}).update(
+                semantics=value.name, astra_link_gbps=value.link_gbps) if isinstance(value, StepSemantics) else \
+                changes.setdefault(group, {}).update(semantics=value, astra_link_gbps=None)
+            continue
+        changes.setdefault(group, {})[key] = value
+    for group, fields in changes.items():
+        job = job.replace(group, **fields)
+    return job
+
+
+def compile(source, topology=..., *, job: Job | None = None, use_recorded: bool = True,
+            **overrides) -> WorkloadReport:
+    """Capture (or import) one training step, compile its collectives for the job's topology and time the step.
+
+    `job` (compiler/job.py: one frozen configuration, as the command line builds it) says how; `topology` and
+    each keyword override (OVERRIDES: the names below) replace a field of it (without a job: the defaults, on
+    DEFAULT_TOPOLOGY), so `compile(src, "Ring(8)", chunks=4)` is `compile(src, job=Job(network=Network("Ring(8)"),
+    compile=CompileOptions(chunks=4)))`.
 
     `source`: a model file, an imported module following the model-file convention, execution-trace files, a
     workload .mlir module written by --emit mlir (timed on its own topology unless `topology` gives one of the
@@ -149,77 +181,88 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     needs them, and `in_switch` lets the pool's switches do the FSDP all-gathers and reduce-scatters
     (frontend/offload.py). `step_semantics`: "streams" (this tool's: a stream per process group, messages meet
     their receives) or "astra-sim" (ASTRA-sim's workload layer: one collective or send in flight per NPU, eager
-    sends, its network view of messages and sub-world groups; docs/astra-sim.md). A step table directory or workload module records the run options that shaped the
+    sends, its network view of messages and sub-world groups; docs/astra-sim.md). `cache`: a directory that keeps
+    the captured step and each compiled collective for later runs (--cache). A step's collectives run with the
+    job's backend, intra, switching, max_memory and local_mem_gbps (its other run options are the collective
+    command line's). A step table directory or workload module records the run options that shaped the
     figure of the run that wrote it (docs/tables.md, "Recorded run options"): with `use_recorded` (the default)
-    each of these parameters left at its default takes the recorded value; False takes every parameter as given."""
+    each of these options left at its default takes the recorded value; False takes every option as given."""
+    job = job_of(job, topology, **overrides)
+    cache = job.step.cache
+    shared = reuse.current()
+    if cache and (shared is None or shared.directory != os.path.abspath(cache)):
+        with reuse.using(reuse.open_dir(cache)):
+            return _compile(source, job, use_recorded)
+    return _compile(source, job, use_recorded)
+
+
+def _compile(source, job: Job, use_recorded: bool) -> WorkloadReport:
     step_module = isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".mlir")
     if _is_step_dir(source):
-        return _compile_step_dir(os.fspath(source), topology, backend, intra, peak_tflops, mem_bw_gbps, max_memory,
-                                 rank, local_mem_gbps, mem_latency_ns, pool, switching, step_semantics, use_recorded)
+        return _compile_step_dir(os.fspath(source), job, use_recorded)
+    net, step = job.network, job.step
+    topology = net.topology
     if topology is None and not step_module:
         raise UserError("a topology is required (a workload .mlir module names its own)")
-    if topology is None and any(v is not None for v in (bandwidth, latency, links)):
+    if topology is None and any(v is not None for v in (net.bandwidth, net.latency, net.links)):
         raise UserError("--bandwidth/--latency/--links need --topology")
     topo = topology if isinstance(topology, Topology) or topology is None else \
-        parse_topology(topology, bandwidth, latency, links)
-    topo = topo and with_endpoint_delay(topo, endpoint_delay)
+        parse_topology(topology, net.bandwidth, net.latency, net.links)
+    topo = topo and with_endpoint_delay(topo, net.endpoint_delay)
+    mesh = step.mesh
     if mesh is not None:
         from .frontend.mesh import check_axes, parse_mesh
         mesh = parse_mesh(mesh) if isinstance(mesh, str) else check_axes(mesh)
-    _check_roofline(peak_tflops, mem_bw_gbps)
-    step = _semantics(step_semantics)
+    _check_roofline(step.peak_tflops, step.mem_bw_gbps)
+    semantics = _semantics(step)
+    module_options = any(v is not None for v in (step.example_inputs, step.parallelize, step.loss, step.optimizer))
     if step_module:  # written by --emit mlir: already lowered, with its topology, source and mesh
-        if mesh or iteration is not None or offload or in_switch or \
-                any(v is not None for v in (example_inputs, parallelize, loss, optimizer)):
+        if mesh or step.iteration is not None or step.offload or step.in_switch or module_options:
             raise UserError(f"{os.fspath(source)}: a workload module is already captured and lowered: mesh, "
                             "iteration, offload and the nn.Module options do not apply")
-        lowered, topo, recorded = read_lowered(os.fspath(source), topo, endpoint_delay)
+        lowered, topo, recorded = read_lowered(os.fspath(source), topo, net.endpoint_delay)
         if use_recorded and recorded["run"]:
-            (backend, intra, switching, local_mem_gbps, peak_tflops, mem_bw_gbps, mem_latency_ns, step_semantics,
-             pool, scheduler, chunks, algorithm, all_reduce) = _with_recorded(recorded["run"], dict(
-                backend=backend, intra=intra, switching=switching, local_mem_gbps=local_mem_gbps,
-                peak_tflops=peak_tflops, mem_bw_gbps=mem_bw_gbps, mem_latency_ns=mem_latency_ns,
-                step_semantics=step_semantics, pool=pool, scheduler=scheduler, chunks=chunks, algorithm=algorithm,
-                all_reduce=all_reduce)).values()
-            step = _semantics(step_semantics)
+            job = _with_recorded(recorded["run"], job, RECORDED_BY_MODULE)
+            step = job.step
+            semantics = _semantics(step)
     elif _is_module(source):
         from .frontend.module_object import model_file_from_object
-        source = model_file_from_object(source, example_inputs, parallelize, loss, optimizer)
-    elif any(v is not None for v in (example_inputs, parallelize, loss, optimizer)):
+        source = model_file_from_object(source, step.example_inputs, step.parallelize, step.loss, step.optimizer)
+    elif module_options:
         raise UserError("example_inputs, parallelize, loss and optimizer go with an nn.Module source; a model file "
                         "defines them itself")
     if not step_module:
-        workload = load_workload(source, topo.npus, mesh, capture_limit, topo, max_memory)
-        if iteration is not None:
-            workload = workload.only_iteration(iteration)
+        workload = load_workload(source, topo.npus, mesh, step.capture_limit, topo, job.run.max_memory)
+        if step.iteration is not None:
+            workload = workload.only_iteration(step.iteration)
         from .frontend.offload import host_states, offload as place, parse_states
+        offload = step.offload
         states = parse_states(",".join(offload) if isinstance(offload, (tuple, list)) else offload)
-        states, at_states = host_states(workload, states, pool)
-        workload = place(workload, states, in_switch, at_states)
+        states, at_states = host_states(workload, states, step.pool)
+        workload = place(workload, states, step.in_switch, at_states)
         lowered = _lowered(workload, topo)
         recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items()),
                     **({"placement": workload.placement} if workload.placement else {})}
-    defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", algorithm), ("all_reduce", all_reduce))
-                if v is not None}
-    run_opts = driver.RunOptions(backend=backend, intra=intra, switching=_switching(switching, backend),
-                                 max_memory=max_memory, local_mem_gbps=_local_mem(local_mem_gbps))
-    opts = WorkloadOptions(scheduler, defaults, run_opts, Roofline(peak_tflops, mem_bw_gbps), keep_tables,
-                           *_memory(mem_latency_ns, pool, topo), step=step)
-    report, times = _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
-    if not step_module:
-        from .frontend import chakra_write
-
-        def collective_ns(op, group) -> float:   # a broadcast's time, which ASTRA-sim replays
-            took = times.get(group_key(topo, op.collective, op.bytes, group, op.root)) if len(group) > 1 else None
-            return took.time_ns if took is not None else 0.0
-        report.chakra = lambda out_dir, force=False: chakra_write.write(workload, topo, out_dir, force,
-                                                                        roofline=opts.roofline,
-                                                                        collective_ns=collective_ns)
-    return report
+    scheduler = job.compile.scheduler or driver.DEFAULT_SCHEDULER
+    defaults = {k: v for k, v in (("chunks", job.compile.chunks), ("algorithm", job.compile.algorithm),
+                                  ("all_reduce", job.compile.all_reduce)) if v is not None}
+    opts = WorkloadOptions(scheduler, defaults, _run_options(job.run), Roofline(step.peak_tflops, step.mem_bw_gbps),
+                           step.keep_tables, *_memory(step.mem_latency_ns, step.pool, topo), step=semantics)
+    return _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, step.rank,
+                  None if step_module else workload)
 
 
-def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recorded: dict, rank: int):
-    """The step's report, and each collective's time (workload_driver.CollectiveTimes)."""
+def _run_options(run: RunOptions) -> RunOptions:
+    """The options a step's collectives run with: the job's backend, intra, switching, memory limit and
+    local-mem-bw, checked; the rest (execution, active chunks) are the collective command line's defaults."""
+    return RunOptions(backend=run.backend, intra=run.intra, switching=_switching(run.switching, run.backend),
+                      max_memory=run.max_memory, local_mem_gbps=_local_mem(run.local_mem_gbps))
+
+
+def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recorded: dict, rank: int,
+           workload: Workload | None = None, step_tables=None) -> WorkloadReport:
+    """The step's report; `workload`: the step it was lowered from (its Chakra traces can be written), None for a
+    lowered module or step directory; `step_tables`: the tables of a step directory (else built when asked)."""
     result, times = run(lowered, topo, opts, times)
     program = rank   # the program rank `rank` runs: in an SPMD step, the one that stands for it
     if 0 <= rank < topo.npus:
@@ -234,17 +277,33 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
             "mem_bw_gbps": opts.roofline.mem_gbps, "mem_latency_ns": opts.mem_latency_ns, "rank": rank,
             **({"pool": opts.pool.describe()} if opts.pool is not None else {}),
             **({"endpoint_delay_ns": topo.endpoint_delay_ns} if topo.endpoint_delay_ns else {})}
-    report = make_report(info, result, times, lowered.programs, program)
-    report.mlir = with_schedules(lowered.mlir, lowered.programs, times) if lowered.mlir else ""
-    report.collective_keys = tuple(times)
-    report.timeline = lambda: step_trace(result, lowered.programs, times, info)
-    if report.mlir:   # with the options its collectives are compiled and the step is timed with again
-        report.mlir = with_run_record(report.mlir, recorded_run.of_module(opts))
-    if opts.keep_schedules:
+    mlir = with_schedules(lowered.mlir, lowered.programs, times) if lowered.mlir else ""
+    if mlir:   # with the options its collectives are compiled and the step is timed with again
+        mlir = with_run_record(mlir, recorded_run.of_module(opts))
+    if step_tables is not None:
+        step_tables_of = lambda fmt: step_tables   # noqa: E731 (the directory's own, whatever the format)
+    elif opts.keep_schedules:
         from . import step_dir
-        report.step_tables = lambda fmt: step_dir.build(lowered, times, info | {"topology_dict": topo.to_dict(),
-                                                                                "run": recorded_run.of_step(opts)}, fmt)
-    return report, times
+        step_tables_of = lambda fmt: step_dir.build(   # noqa: E731
+            lowered, times, info | {"topology_dict": topo.to_dict(), "run": recorded_run.of_step(opts)}, fmt)
+    else:
+        step_tables_of = None
+    return make_report(info, result, times, lowered.programs, program, mlir=mlir, collective_keys=tuple(times),
+                       timeline_of=lambda: step_trace(result, lowered.programs, times, info),
+                       step_tables_of=step_tables_of,
+                       chakra_of=_chakra_writer(workload, topo, opts, times) if workload is not None else None)
+
+
+def _chakra_writer(workload: Workload, topo: Topology, opts: WorkloadOptions, times):
+    """report.chakra: the step as Chakra traces, each collective's time as this run's (a broadcast's, which
+    ASTRA-sim replays)."""
+    from .frontend import chakra_write
+
+    def collective_ns(op, group) -> float:
+        took = times.get(group_key(topo, op.collective, op.bytes, group, op.root)) if len(group) > 1 else None
+        return took.time_ns if took is not None else 0.0
+    return lambda out_dir, force=False: chakra_write.write(workload, topo, out_dir, force, roofline=opts.roofline,
+                                                           collective_ns=collective_ns)
 
 
 def _is_step_dir(source) -> bool:
@@ -254,54 +313,59 @@ def _is_step_dir(source) -> bool:
     return is_step_dir(os.fspath(source))
 
 
-def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops: float, mem_bw_gbps: float,
-                      max_memory: int | None, rank: int, local_mem_gbps: float | None = None,
-                      mem_latency_ns: float = 0.0, pool=None, switching: str = "cut-through",
-                      step_semantics="streams", use_recorded: bool = True) -> WorkloadReport:
-    """A step table directory (--emit tables -o DIR): its collectives' tables executed on `backend`, then the step;
-    the run options it records stand in for those left at their defaults (`use_recorded`)."""
+def _compile_step_dir(path: str, job: Job, use_recorded: bool = True) -> WorkloadReport:
+    """A step table directory (--emit tables -o DIR): its collectives' tables executed on the job's backend, then
+    the step; the run options it records stand in for those left at their defaults (`use_recorded`)."""
     from . import step_dir
-    if topology is not None:
+    if job.network.topology is not None:
         raise UserError(f"{path}: a step table directory runs on the topology it was compiled for (meta.json); "
                         "give no topology")
     record, where = recorded_run.of_input("step tables", path)
     if use_recorded and record:
-        (backend, intra, switching, local_mem_gbps, peak_tflops, mem_bw_gbps, mem_latency_ns, step_semantics,
-         pool) = _with_recorded(record, dict(
-            backend=backend, intra=intra, switching=switching, local_mem_gbps=local_mem_gbps, peak_tflops=peak_tflops,
-            mem_bw_gbps=mem_bw_gbps, mem_latency_ns=mem_latency_ns, step_semantics=step_semantics,
-            pool=pool)).values()
-    step, written = _semantics(step_semantics), _recorded_semantics(record)
+        job = _with_recorded(record, job, RECORDED_BY_STEP)
+    step, written = _semantics(job.step), _recorded_semantics(record)
     if step != written and where:   # its collectives' schedules are what they were compiled as under them
         said = "records them" if "step_semantics" in record else "records none: streams"
         raise UserError(f"{path}: the step was compiled under step semantics {written.name} (its meta.json {said}); "
                         f"it re-runs under them, not {step.name}" +
                         (" with other link bandwidths" if step.name == written.name else "") +
                         ": compile the model file, traces or step.mlir again for other semantics")
-    _check_roofline(peak_tflops, mem_bw_gbps)
-    run_opts = driver.RunOptions(backend=backend, intra=intra, switching=_switching(switching, backend),
-                                 max_memory=max_memory, local_mem_gbps=_local_mem(local_mem_gbps))
+    _check_roofline(job.step.peak_tflops, job.step.mem_bw_gbps)
+    run_opts = _run_options(job.run)
     lowered, topo, recorded, times, step_tables = step_dir.load(path, run_opts, step)
-    opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, Roofline(peak_tflops, mem_bw_gbps), False,
-                           *_memory(mem_latency_ns, pool, topo), step=step)
-    report, _ = _timed(lowered, topo, opts, times, recorded, rank)
-    report.step_tables = lambda fmt: step_tables
-    return report
+    opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, Roofline(job.step.peak_tflops, job.step.mem_bw_gbps),
+                           False, *_memory(job.step.mem_latency_ns, job.step.pool, topo), step=step)
+    return _timed(lowered, topo, opts, times, recorded, job.step.rank, step_tables=step_tables)
 
 
-def _with_recorded(record: dict, values: dict) -> dict:
-    """`values` (compile()'s parameters by name, in order) with each one left at its default taking the value the
-    step directory or workload module records (recorded_run.py; a record's astra_link_gbps goes with its
+# the options a step directory and a workload module record (recorded_run.py), by compile()'s names
+RECORDED_BY_STEP = ("backend", "intra", "switching", "local_mem_gbps", "peak_tflops", "mem_bw_gbps", "mem_latency_ns",
+                    "step_semantics", "pool")
+RECORDED_BY_MODULE = RECORDED_BY_STEP + ("scheduler", "chunks", "algorithm", "all_reduce")
+
+
+def _with_recorded(record: dict, job: Job, names: tuple) -> Job:
+    """`job` with each of `names` (compile()'s overrides) left at its default taking the value the step
+    directory or workload module records (recorded_run.py; a record's astra_link_gbps goes with its
     step_semantics)."""
-    defaults = inspect.signature(compile).parameters
-    out = dict(values)
-    for name, value in values.items():
+    default = Job()
+    changes = {}
+    for name in names:
+        group, key = OVERRIDES[name]
         if name == "step_semantics":
-            if "step_semantics" in record and _semantics(value) == StepSemantics():
-                out[name] = _recorded_semantics(record)
-        elif name in record and value == defaults[name].default:
-            out[name] = record[name]
-    return out
+            if "step_semantics" in record and _semantics(job.step) == StepSemantics():
+                changes["step_semantics"] = _recorded_semantics(record)
+        elif name in record and _at_default(name, getattr(getattr(job, group), key),
+                                            getattr(getattr(default, group), key)):
+            changes[name] = record[name]
+    return job_of(job, **changes)
+
+
+def _at_default(name: str, value, default) -> bool:
+    """Is a Job's value its default? (a scheduler named as the default is the default.)"""
+    if name == "scheduler":
+        return value in (None, driver.DEFAULT_SCHEDULER)
+    return value == default
 
 
 def _recorded_semantics(record: dict) -> StepSemantics:
@@ -349,12 +413,11 @@ def _local_mem(gbps) -> float | None:
     return None if gbps is None else check_local_mem_gbps(gbps, "local_mem_gbps (--local-mem-bw)")
 
 
-def _semantics(step) -> StepSemantics:
-    if isinstance(step, StepSemantics):
-        return step
-    if step not in SEMANTICS:
-        raise UserError(f"--step-semantics must be one of {', '.join(SEMANTICS)}, got {step!r}")
-    return StepSemantics(step)
+def _semantics(step: StepOptions) -> StepSemantics:
+    """A step's semantics (its name checked), with an ASTRA-sim network file's link bandwidths."""
+    if step.semantics not in SEMANTICS:
+        raise UserError(f"--step-semantics must be one of {', '.join(SEMANTICS)}, got {step.semantics!r}")
+    return StepSemantics(step.semantics, step.astra_link_gbps)
 
 
 def _check_roofline(peak_tflops, mem_bw_gbps) -> None:

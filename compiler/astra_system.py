@@ -58,30 +58,35 @@ RING = IMPLEMENTATIONS["ring"]
 HALVING_DOUBLING = (IMPLEMENTATIONS["halvingDoubling"], IMPLEMENTATIONS["oneHalvingDoubling"])
 
 
-def apply(args, given: set, step: bool) -> list[str]:
-    """Fill args from the file named by args.system where the command line left an option at its default, and
-    record in args.system_origin which key set each option (blamed). Returns the warning and note lines, which
-    the caller shows once the run has gone through (a refused run says its one line only)."""
-    path = args.system
+def read(job, given: set, step: bool) -> tuple[dict, dict, list[str]]:
+    """What the file named by job.system (a Job, job.py) sets: the command-line options (dest -> value) the
+    command line left at their defaults (`given`: those it names) take the file's values. Returns (those values,
+    for Job.with_options; which key set each option, {dest: (key, value)}, for `blamed`; the warning and note
+    lines, which the caller shows once the run has gone through: a refused run says its one line only)."""
+    path = job.system
     config = _read(path)
     warnings: list[str] = []
-    args.system_origin = {}
+    values: dict = {}
+    origin: dict = {}
+
+    def option(dest: str):   # the run's value of an option: the file's where it set one, else the job's
+        return values[dest] if dest in values else job.option(dest)
 
     def warn(message: str) -> None:
         warnings.append(f"astra-compile: warning: {path}: {message}")
 
     def setting(dest: str, value, key: str | None = None) -> None:
         if dest not in given:
-            setattr(args, dest, value)
+            values[dest] = value
             if key is not None:
-                args.system_origin[dest] = (key, config[key])
+                origin[dest] = (key, config[key])
 
     # ASTRA-sim's own defaults where the file says nothing: baseline dimension order, FIFO within a dimension
     setting("scheduler", "baseline")
     setting("intra", "fifo")
     # its congestion-aware backend moves a chunk whole from link to link (Link::schedule_chunk_transmission); the
     # analytical backend has no switching to set
-    if args.backend == "congestion":
+    if option("backend") == "congestion":
         setting("switching", "store-and-forward")
     if step:   # a step runs as ASTRA-sim's workload layer runs one (runtime/workload_engine.py)
         setting("step_semantics", "astra-sim")
@@ -124,7 +129,7 @@ def apply(args, given: set, step: bool) -> list[str]:
             setting("endpoint_delay", str(_number(path, key, value, 0.0, MAX_LATENCY_NS, "ns")), key)
         else:
             warn(f"{key} {json.dumps(value)[:60]} is not modelled by astra-compile")
-    kind = "all_reduce" if step or not getattr(args, "collective", None) else args.collective
+    kind = "all_reduce" if step or not option("collective") else option("collective")
     names = _implementation(path, config, KIND_KEYS.get(kind, KIND_KEYS["all_reduce"]))
     if names is not None:   # one name for every dimension stays one (a flat algorithm takes one name)
         setting("algorithm", names[0] if len(set(names)) == 1 else ",".join(names), KIND_KEYS[kind])
@@ -136,12 +141,12 @@ def apply(args, given: set, step: bool) -> list[str]:
                  "double binary tree (two trees, each carrying half of every chunk)")
     # the run's algorithm (the command line's, else the file's) may run one phase over all NPUs (ASTRA-sim's One*
     # implementations, --algorithm multitree): nothing to split then
-    if kind == "all_reduce" and not _flat(str(args.algorithm or "").split(",")):
+    if kind == "all_reduce" and not _flat(str(option("algorithm") or "").split(",")):
         setting("all_reduce", OPTIMIZATIONS[config.get("collective-optimization", "baseline")],
                 "collective-optimization" if "collective-optimization" in config else None)
-        topology = _topology(args)
+        topology = _topology(option)
         several = topology is None or topology.ndims > 1
-        if DBT in (names or ()) and getattr(args, "all_reduce", None) == "hierarchical" \
+        if DBT in (names or ()) and option("all_reduce") == "hierarchical" \
                 and several:
             warn("doubleBinaryTree under localBWAware: ASTRA-sim runs a whole all-reduce on a doubleBinaryTree "
                  "dimension even where it reduce-scatters or all-gathers; here those phases of an all-reduce over "
@@ -151,8 +156,8 @@ def apply(args, given: set, step: bool) -> list[str]:
         warn("ring all-to-all: ASTRA-sim's is another algorithm (k(k-1)/2 messages of 1/k of the chunk, each to the "
              "next member of one direction's ring, one after another: about (k-1)/2 x the chunk / bandwidth); here "
              "the pairwise exchange with the members at each distance, about 3.5x faster on Ring(8)")
-    if getattr(args, "scheduler", None) == "themis" and "scheduler" in args.system_origin:
-        topology = _topology(args)
+    if option("scheduler") == "themis" and "scheduler" in origin:
+        topology = _topology(option)
         fc = [d for d, dim in enumerate(topology.dims) if dim.block == "FullyConnected"] \
             if topology is not None and topology.ndims > 1 else []
         if fc:
@@ -161,34 +166,36 @@ def apply(args, given: set, step: bool) -> list[str]:
                  "FC dimension by one link's bandwidth, not the k-1 links its direct algorithm uses at once, and "
                  "orders the chunks by that; here by the NPU's whole bandwidth in it, so this run can be well "
                  "below ASTRA-sim's time")
-    notes = _network_conventions(args, given, names, kind)
+    notes = _network_conventions(option, setting, given, names, kind)
     if step:
         others = {k: _implementation(path, config, key) for k, key in KIND_KEYS.items() if key in config}
         if any(v != names for v in others.values()):
             warn("a training step runs every collective with all-reduce-implementation's algorithms; the other "
                  "kinds' implementations differ and are not honoured")
-    return warnings + [f"astra-compile: note: {path}: {n}" for n in notes]
+    return values, origin, warnings + [f"astra-compile: note: {path}: {n}" for n in notes]
 
 
-def blamed(error: Exception, args) -> Exception:
-    """`error` (a refusal of the run) with the system file's key in front where an option the file set is what
-    the message names (its flag, or for --algorithm an algorithm it chose): the user never typed that option."""
+def blamed(error: Exception, job, origin: dict) -> Exception:
+    """`error` (a refusal of the run) with the system file's key in front where an option the file set (`origin`,
+    from `read`) is what the message names (its flag, or for --algorithm an algorithm it chose; `job`: the run's,
+    the file's values in it): the user never typed that option."""
     text = str(error)
-    for dest, (key, value) in getattr(args, "system_origin", {}).items():
+    for dest, (key, value) in origin.items():
         named = [f"--{dest.replace('_', '-')}"]
         if dest == "algorithm":
-            named += str(getattr(args, dest)).split(",")
+            named += str(job.option(dest)).split(",")
         if any(re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text) for n in named):
-            return type(error)(f"{args.system}: {key} {json.dumps(value)}: {text}")
+            return type(error)(f"{job.system}: {key} {json.dumps(value)}: {text}")
     return error
 
 
-def _topology(args):
-    """The run's topology as given (--topology: notation or network file), None without one."""
-    if not getattr(args, "topology", None):
+def _topology(option):
+    """The run's topology as given (--topology: notation or network file; `option`: the run's option values by
+    dest), None without one."""
+    if not option("topology"):
         return None
     from ..network.parse import parse_topology
-    return parse_topology(args.topology, args.bandwidth, args.latency, args.links)
+    return parse_topology(option("topology"), option("bandwidth"), option("latency"), option("links"))
 
 
 def _flat(names: list) -> bool:
@@ -197,20 +204,22 @@ def _flat(names: list) -> bool:
     return any(whole_network(n) is not None for n in names or ())
 
 
-def _network_conventions(args, given: set, names: list | None, kind: str) -> list[str]:
+def _network_conventions(option, setting, given: set, names: list | None, kind: str) -> list[str]:
     """A run from ASTRA-sim files (a network .yml or .json with --system) reads the network as ASTRA-sim does:
     a FullyConnected(k) dimension's bandwidth is per link, k-1 links per NPU all in use at once; a Ring gives every
     message the full bandwidth, which this compiler's two-way ring gives only to the ring algorithm. Both become
-    --bandwidth per NPU per dimension here (unless --bandwidth is given). Returns what was converted."""
-    spec = args.topology or ""
+    --bandwidth per NPU per dimension here (unless --bandwidth is given): set with `setting`, as every value the
+    file gives (`option`: the run's option values by dest). Returns what was converted."""
+    spec = option("topology") or ""
     if "bandwidth" in given or not spec.lower().endswith((".yml", ".yaml", ".json")):
         return []
     from ..network.parse import parse_topology
-    topology = parse_topology(spec, None, args.latency, args.links)
+    topology = parse_topology(spec, None, option("latency"), option("links"))
     if topology.graph is not None:
         return []
     algorithms = names if names is None or len(names) == len(topology.dims) else [names[0]] * len(topology.dims)
-    args.astra_link_gbps = tuple(float(dim.bandwidth_gbps) for dim in topology.dims)   # what a message gets there
+    # what a message gets there (no option: the step semantics take it)
+    setting("astra_link_gbps", tuple(float(dim.bandwidth_gbps) for dim in topology.dims))
     out, notes = [], []
     for d, dim in enumerate(topology.dims):
         bw = float(dim.bandwidth_gbps)
@@ -225,7 +234,7 @@ def _network_conventions(args, given: set, names: list | None, kind: str) -> lis
             bw *= 2
         out.append(bw)
     if notes:
-        args.bandwidth = ",".join(repr(b) for b in out)
+        setting("bandwidth", ",".join(repr(b) for b in out))
     return notes
 
 

@@ -17,6 +17,7 @@ import warnings
 from . import interrupt
 from ..runtime import atomic
 from ..network.errors import InputWarning, UserError, one_line
+from .job import Job
 
 VERIFIED = "verified: every NPU's buffer matches the collective's definition"
 EPILOG = """examples:
@@ -38,12 +39,8 @@ sizes: B, KB/MB/GB (powers of 2, as ASTRA-sim), KiB/MiB/GiB; bandwidth in GB/s (
 class _Parser(argparse.ArgumentParser):
     """Usage errors in one line naming the option and what it accepts, not the whole usage block."""
 
-    raising = False  # a sweep point's options (sweep/point.py) raise UserError instead of ending the process
-
     def error(self, message: str):
         hint = " (astra-compile --help lists them)" if message.startswith("unrecognized arguments") else ""
-        if self.raising:
-            raise UserError(message + hint)
         sys.exit(_fail(message + hint))
 
 
@@ -222,19 +219,19 @@ def _fail(message: str) -> int:
     return 2
 
 
-def parse(argv: list[str], raising: bool = False) -> tuple[argparse.Namespace, set[str]]:
-    """The parsed command line and the options given (those that differ from their defaults). `args.named` holds
-    the options typed, at their defaults too: a value recorded in a table directory or module gives way to those
-    only (recorded_run.py), so `--intra scf` on tables written with --intra fifo is taken as typed."""
+def parse(argv: list[str]) -> tuple[dict, set[str], frozenset[str]]:
+    """The parsed command line (argparse dest -> value), the options given (those that differ from their
+    defaults), and the options named: those typed, at their defaults too (a value recorded in a table directory or
+    module gives way to those only, recorded_run.py, so `--intra scf` on tables written with --intra fifo is taken
+    as typed). The command line's options are read here alone: job.from_options makes them the run's Job."""
     parser = build_parser()
-    parser.raising = raising
     argv = _join_dashed_values(parser, argv)
-    args = parser.parse_args(argv)
-    given = {k for k, v in vars(args).items() if v != parser.get_default(k)}
+    values = vars(parser.parse_args(argv))
+    given = {k for k, v in values.items() if v != parser.get_default(k)}
     for action in parser._actions:   # parsed again with no defaults: what is left was typed
         action.default = argparse.SUPPRESS
-    args.named = frozenset(vars(parser.parse_args(argv))) | given
-    return args, given
+    named = frozenset(vars(parser.parse_args(argv))) | given
+    return values, given, named
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,7 +276,9 @@ def _main(argv: list[str]) -> int:
     if argv[:1] == ["calibrate"]:  # `astra-compile calibrate LOG...`: the network fitted to nccl-tests logs
         from .calibrate import main as calibrate_main
         return calibrate_main(argv[1:])
-    args, given = parse(argv)
+    values, given, named = parse(argv)
+    from .job import from_options
+    job = from_options(values)
     # imported here so --help stays instant and argument errors need no MLIR
     from ..dialects.comm import IRError
     from ..passes import PassError
@@ -289,7 +288,7 @@ def _main(argv: list[str]) -> int:
     # warnings (a model file's, torch's) are shown after a run that ends; a refused run says its one line only
     with warnings.catch_warnings(record=True) as caught:
         try:
-            code = run_parsed(args, given)
+            code = run_job(job, given, named)
         except (UserError, IRError, PassError, TableError, OutputError) as e:
             return _fail(str(e))
         except VerificationError as e:  # a wrong schedule is the compiler's fault, not the input's
@@ -364,66 +363,58 @@ def _is_trace_dir(inputs: list[str]) -> bool:
         return False
 
 
-def _run_workload(args, max_memory: int | None, given: set[str], step_dir: bool = False) -> int:
+def _run_workload(job: Job, given: set[str], step_dir: bool, sink: list | None) -> int:
     """model.py, execution traces, a workload module or a step table directory -> the step report (or the workload
     MLIR, or the step's tables)."""
-    from . import driver, reuse
+    from . import reuse
     from .api import compile as compile_workload
-    if args.emit == "tables" and args.output is None and args.npu is None:
+    out, inputs = job.outputs, job.inputs
+    if out.emit == "tables" and out.output is None and out.npu is None:
         raise UserError("--emit tables needs --npu K (print one accelerator's step table) or -o DIR (write them all)")
-    if args.emit == "msccl-xml":
+    if out.emit == "msccl-xml":
         raise UserError("--emit msccl-xml writes one collective's schedule (--collective, or a comm .mlir module), "
                         "not a training step")
     if step_dir:
-        if args.emit == "mlir":
-            raise UserError(f"--emit mlir: {args.input[0]} holds the step's tables, not its workload module")
-        # the options the directory records are in args already (run_parsed): each as given or as recorded
-        report = compile_workload(args.input[0], None, backend=args.backend, intra=args.intra,
-                                  peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
-                                  local_mem_gbps=_local_mem(args), mem_latency_ns=args.mem_latency, pool=args.pool,
-                                  switching=args.switching, step_semantics=_step_semantics(args), use_recorded=False)
+        if out.emit == "mlir":
+            raise UserError(f"--emit mlir: {inputs[0]} holds the step's tables, not its workload module")
+        # the options the directory records are in the job already (run_job): each as given or as recorded
+        report = compile_workload(inputs[0], job=job.replace("run", local_mem_gbps=_local_mem(job)),
+                                  use_recorded=False)
     else:
-        if not args.topology and not _is_step_module(args.input):
+        if not job.network.topology and not _is_step_module(inputs):
             raise UserError("--topology is required")
-        chunks = _positive_int(args.chunks, "--chunks") if args.chunks is not None else None
-        with reuse.using(reuse.open_dir(args.cache) if args.cache else reuse.current()):
-            report = compile_workload(args.input if len(args.input) > 1 else args.input[0], args.topology,
-                                      bandwidth=args.bandwidth, latency=args.latency, links=args.links,
-                                      endpoint_delay=args.endpoint_delay, mesh=args.mesh,
-                                      scheduler=args.scheduler or driver.DEFAULT_SCHEDULER,
-                                      chunks=chunks, algorithm=args.algorithm, all_reduce=args.all_reduce,
-                                      backend=args.backend, switching=args.switching, intra=args.intra,
-                                      peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
-                                      capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration,
-                                      keep_tables=args.emit == "tables", local_mem_gbps=_local_mem(args),
-                                      mem_latency_ns=args.mem_latency, pool=args.pool, offload=args.offload,
-                                      in_switch=args.in_switch, step_semantics=_step_semantics(args),
-                                      use_recorded=False)
+        chunks = _positive_int(job.compile.chunks, "--chunks") if job.compile.chunks is not None else None
+        with reuse.using(reuse.open_dir(job.step.cache) if job.step.cache else reuse.current()):
+            job = job.replace("compile", chunks=chunks)
+            job = job.replace("step", capture_limit=_capture_limit(job.step.capture_limit),
+                              keep_tables=out.emit == "tables")
+            job = job.replace("run", local_mem_gbps=_local_mem(job))
+            report = compile_workload(inputs if len(inputs) > 1 else inputs[0], job=job, use_recorded=False)
     _check_step_options(report, given)
-    if args.emit == "tables":
-        return _emit_step_tables(args, report)
-    if args.emit == "chakra":
-        if report.chakra is None:
-            raise UserError(f"--emit chakra: {args.input[0]} holds a lowered step, not its workload: give the model "
+    if out.emit == "tables":
+        return _emit_step_tables(job, report)
+    if out.emit == "chakra":
+        if not report.writes_chakra:
+            raise UserError(f"--emit chakra: {inputs[0]} holds a lowered step, not its workload: give the model "
                             "file or traces it came from")
-        n = report.chakra(_chakra_dir(args), args.force)
-        print(f"wrote {n} Chakra traces and comm_group.json to {args.output}; step time "
+        n = report.chakra(_chakra_dir(job), out.force)
+        print(f"wrote {n} Chakra traces and comm_group.json to {out.output}; step time "
               f"{report.total_time_us:.3f} us")
         return 0
-    if args.emit == "mlir":
-        if args.output:
-            atomic.write_text(args.output, report.mlir)
+    if out.emit == "mlir":
+        if out.output:
+            atomic.write_text(out.output, report.mlir)
         else:
             sys.stdout.write(report.mlir)
         return 0
-    if args.timeline:
+    if out.timeline:
         from ..runtime.trace import write_chrome
-        write_chrome(args.timeline, report.timeline())
-    if args.plot:
+        write_chrome(out.timeline, report.timeline())
+    if out.plot:
         from . import breakdown_plot
-        breakdown_plot.write(args.plot, [(report["topology"], report["breakdown_us"])],
-                             f"{report['source']}: step time breakdown")
-    _report(args, report.to_dict(), report.format)
+        breakdown_plot.write(out.plot, [(report.topology, report.breakdown_us)],
+                             f"{report.source}: step time breakdown")
+    _report(job, report.to_dict(), report.format, sink)
     return 0
 
 
@@ -437,36 +428,37 @@ def _check_step_options(report, given: set[str]) -> None:
                                      if spans else "the step has no all-reduce")
 
 
-def _emit_step_tables(args, report) -> int:
+def _emit_step_tables(job: Job, report) -> int:
     from . import step_dir
     from ..runtime import step_tables
-    step = report.step_tables(args.table_format)
-    if args.output:
-        step_tables.write(args.output, step, force=args.force)
+    out = job.outputs
+    step = report.step_tables(out.table_format)
+    if out.output:
+        step_tables.write(out.output, step, force=out.force)
         ranks = step.meta["npus"]
-        print(f"wrote the step of {ranks} accelerators to {args.output}: {len(step.programs)} program table(s), "
+        print(f"wrote the step of {ranks} accelerators to {out.output}: {len(step.programs)} program table(s), "
               f"{len(step.collectives)} collective schedule(s), meta.json; step time "
               f"{report.total_time_us:.3f} us")
         return 0
-    npu = _npu(args)
-    print(step_dir.format_npu(step, npu, args.json))
+    npu = _npu(job)
+    print(step_dir.format_npu(step, npu, out.json))
     return 0
 
 
-def _npu(args) -> int:
+def _npu(job: Job) -> int:
     """--npu K (an empty value is -1, which the range checks refuse)."""
-    return _int_list(args.npu, "--npu")[0] if args.npu.strip() else -1
+    text = job.outputs.npu
+    return _int_list(text, "--npu")[0] if text.strip() else -1
 
 
-def _report(args, obj: dict, text) -> None:
-    """Print a run's report: its --json object or its text (`text()`). A sweep point (sweep/point.py) sets
-    `args.report_sink` to a list and gets the JSON object instead, computed by exactly the command's code path."""
+def _report(job: Job, obj: dict, text, sink: list | None) -> None:
+    """Print a run's report: its --json object or its text (`text()`); with a `sink` (a sweep point's:
+    sweep/point.py) append the JSON object to it instead, computed by exactly the command's code path."""
     _check_finite(obj)
-    sink = getattr(args, "report_sink", None)
     if sink is not None:
         sink.append(obj)
     else:
-        print(json.dumps(obj, indent=1) if args.json else text())
+        print(json.dumps(obj, indent=1) if job.outputs.json else text())
 
 
 def _check_finite(obj) -> None:
@@ -485,144 +477,150 @@ def _check_finite(obj) -> None:
                             "the cost model computes in; bring them nearer the defaults")
 
 
-def _kind(args) -> str:
-    if args.list_passes:
+def kind_of(job: Job) -> str:
+    """Which kind of run the job is (cli_rules.ALLOWED's keys): what its inputs are."""
+    inputs = list(job.inputs)
+    if job.outputs.list_passes:
         return "list-passes"
-    if _is_workload(args.input):
+    if _is_workload(inputs):
         return "training step"
-    if len(args.input) == 1 and os.path.isdir(args.input[0]):
+    if len(inputs) == 1 and os.path.isdir(inputs[0]):
         from ..runtime.step_tables import is_step_dir
-        if is_step_dir(args.input[0]):
+        if is_step_dir(inputs[0]):
             return "step tables"
-    if len(args.input) == 1 and os.path.isdir(args.input[0]):
+    if len(inputs) == 1 and os.path.isdir(inputs[0]):
         return "table directory"
     return "collective"
 
 
-def run_parsed(args, given: set[str] = frozenset()) -> int:
-    """Run a parsed command line (`parse`); the CLI and the sweep points (sweep/point.py) both come here."""
+def run_job(job: Job, given: set[str] = frozenset(), named: set[str] | None = None,
+            sink: list | None = None) -> int:
+    """Run the Job of a command line (`given`: the options that differ from their defaults, `named`: those typed,
+    at their defaults too; parse); the CLI and the sweep points (sweep/point.py, with a `sink` for the report)
+    both come here. The options a table directory, step directory or module records, and those an ASTRA-sim
+    system file sets, fill the job first."""
     from . import cli_rules
-    kind = _kind(args)
-    record, where = _recorded(args, kind)
+    named = given if named is None else named
+    kind = kind_of(job)
+    record, where = _recorded(job, kind)
     filled = {}
     if record:   # what the directory or module records stands in for the options not typed (recorded_run.py)
         from . import recorded_run
-        filled = recorded_run.fill(args, getattr(args, "named", given), record)
-    cli_rules.check(kind, args, given)
-    notices = []
-    if args.system:
+        filled = recorded_run.filled(named, record)
+        job = job.with_options(recorded_run.as_options(filled))
+    cli_rules.check(kind, job, given)
+    notices, origin = [], {}
+    if job.system:
         from . import astra_system
-        # an option typed wins over the file even at its default (`--intra scf` over its FIFO): args.named
-        notices = astra_system.apply(args, getattr(args, "named", given), kind == "training step")
+        # an option typed wins over the file even at its default (`--intra scf` over its FIFO): named
+        values, origin, notices = astra_system.read(job, named, kind == "training step")
+        job = job.with_options(values)
     from ..dialects.comm import IRError
     from ..passes import PassError
     try:
-        if args.system:
-            cli_rules.check(kind, args, given)   # again: an option typed may not apply beside what the file set
-        code = _run_kind(args, kind, given)
+        if job.system:
+            cli_rules.check(kind, job, given)   # again: an option typed may not apply beside what the file set
+        code = _run_kind(job, kind, given, sink)
     except (UserError, IRError, PassError) as e:   # an option the file set is the file's key, not a flag typed
-        if not args.system and not filled:
+        if not job.system and not filled:
             raise
         e = recorded_run.blamed(e, filled, where) if filled else e
-        raise (astra_system.blamed(e, args) if args.system else e) from None
+        raise (astra_system.blamed(e, job, origin) if job.system else e) from None
     if record:
-        notices += recorded_run.notes(args, record, where)
+        notices += recorded_run.notes(job, record, where)
     for line in notices:   # after the run: a refused run says its one line only
         sys.stderr.write(line + "\n")
     return code
 
 
-def _recorded(args, kind: str) -> tuple[dict, str]:
+def _recorded(job: Job, kind: str) -> tuple[dict, str]:
     """The run options a table directory, step directory or module given as input records, checked, and where
     (recorded_run.py); ({}, "") for other runs."""
     from . import recorded_run
-    if kind == "training step" and _is_step_module(args.input):
+    inputs = list(job.inputs)
+    if kind == "training step" and _is_step_module(inputs):
         kind = "workload module"
-    elif kind == "collective" and len(args.input) == 1 and args.input[0].endswith(".mlir"):
+    elif kind == "collective" and len(inputs) == 1 and inputs[0].endswith(".mlir"):
         kind = "comm module"
     if kind not in recorded_run.INPUTS:
         return {}, ""
-    return recorded_run.of_input(kind, args.input[0])
+    return recorded_run.of_input(kind, inputs[0])
 
 
-def _run_kind(args, kind: str, given: set[str]) -> int:
+def _run_kind(job: Job, kind: str, given: set[str], sink: list | None) -> int:
     if kind == "list-passes":
         from ..passes import all_passes
         for name, cls in sorted(all_passes().items()):
             opts = " ".join(f"{k}=<{f.metadata['help']}>" for k, f in cls.options().items())
             print(f"{name:24s} {cls.summary}" + (f"  [{opts}]" if opts else ""))
         return 0
-    from ..network.units import parse_size
-    try:
-        max_memory = parse_size(args.max_memory) if args.max_memory is not None else None
-    except UserError as e:
-        raise UserError(f"--max-memory: {e}") from None
+    max_memory = job.run.max_memory
+    if isinstance(max_memory, str):   # as typed: it does not read as a size (job.from_options)
+        from ..network.units import parse_size
+        try:
+            parse_size(max_memory)
+        except UserError as e:
+            raise UserError(f"--max-memory: {e}") from None
     if kind in ("training step", "step tables"):
-        return _run_workload(args, max_memory, given, kind == "step tables")
-    if len(args.input) > 1:
-        raise UserError(f"give one .mlir module or table directory, got {len(args.input)} inputs")
-    args.input = args.input[0] if args.input else None
-    from . import driver
-    active = _positive_int(args.active_chunks, "--active-chunks")
-    run = driver.RunOptions(args.backend, args.execution, args.intra, active, args.switching,
-                            timeline=bool(args.timeline or args.plot) and args.backend == "congestion",
-                            max_memory=max_memory, local_mem_gbps=_local_mem(args))
+        return _run_workload(job, given, kind == "step tables", sink)
+    if len(job.inputs) > 1:
+        raise UserError(f"give one .mlir module or table directory, got {len(job.inputs)} inputs")
+    active = _positive_int(job.run.active_chunks, "--active-chunks")
+    out = job.outputs
+    run = dataclasses.replace(job.run, active_chunks=active, local_mem_gbps=_local_mem(job),
+                              timeline=bool(out.timeline or out.plot) and job.run.backend == "congestion")
+    job = dataclasses.replace(job, run=run)
     if kind == "table directory":
-        return _run_table_dir(args, run)
-    return _run_collective(args, run, given)
+        return _run_table_dir(job, sink)
+    return _run_collective(job, given, sink)
 
 
-def _step_semantics(args):
-    """--step-semantics, with the per-link bandwidths of an ASTRA-sim network file the system reader converted."""
-    from .workload_driver import StepSemantics
-    return StepSemantics(args.step_semantics or "streams", getattr(args, "astra_link_gbps", None))
-
-
-def _local_mem(args) -> float | None:
-    if args.local_mem_bw is None:
+def _local_mem(job: Job) -> float | None:
+    if job.run.local_mem_gbps is None:
         return None
     from ..network.memory import check_local_mem_gbps
-    return check_local_mem_gbps(args.local_mem_bw)
+    return check_local_mem_gbps(job.run.local_mem_gbps)
 
 
-def _write_timeline(args, result, meta: dict, title: str) -> None:
-    if args.timeline:
+def _write_timeline(job: Job, result, meta: dict, title: str) -> None:
+    if job.outputs.timeline:
         from ..runtime.trace import write_trace
-        write_trace(args.timeline, result, meta)
-    if args.plot:
+        write_trace(job.outputs.timeline, result, meta)
+    if job.outputs.plot:
         from ..runtime.trace import write_plot
-        write_plot(args.plot, result, meta.ndims, title)
+        write_plot(job.outputs.plot, result, meta.ndims, title)
 
 
-def _run_table_dir(args, run) -> int:
+def _run_table_dir(job: Job, sink: list | None) -> int:
     """Execute tables written earlier with -o."""
     from . import driver
     from ..runtime.tables import DirSchedule
     from . import resources
-    schedule = DirSchedule(args.input)
-    if args.verify:
+    path, run = job.inputs[0], job.run
+    schedule = DirSchedule(path)
+    if run.verify:
         from ..runtime.verifier import check_size
         check_size(schedule.meta)
-    resources.table_files(args.input, schedule.meta, run.execution != "full", args.verify,
+    resources.table_files(path, schedule.meta, run.execution != "full", run.verify,
                           run.max_memory).check(run.max_memory)
     result = driver.execute(schedule, run)
     out = {"total_time_us": result.total_ns / 1e3, "npus": schedule.meta.npus, "backend": result.backend,
            "execution": result.mode, "per_dim_bytes": result.per_dim_bytes,
            "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
-    _write_timeline(args, result, schedule.meta, f"{args.input}: {result.backend} runtime")
-    if args.verify:  # the written tables on their own: their meta carries every shard layout
+    _write_timeline(job, result, schedule.meta, f"{path}: {result.backend} runtime")
+    if run.verify:  # the written tables on their own: their meta carries every shard layout
         from ..runtime.verifier import VerificationError, verify
         try:
             verify(schedule)
         except VerificationError as e:  # tables given as input are the user's: wrong ones are bad input
-            raise UserError(f"{args.input}: the tables do not implement their collectives: {e}") from None
+            raise UserError(f"{path}: the tables do not implement their collectives: {e}") from None
         out["verified"] = True
-    _report(args, out, lambda: f"total time {out['total_time_us']:.3f} us on {out['npus']} NPUs ({result.backend}, "
-                               f"{result.mode} execution)" + (f"\n{VERIFIED}" if args.verify else ""))
+    _report(job, out, lambda: f"total time {out['total_time_us']:.3f} us on {out['npus']} NPUs ({result.backend}, "
+                              f"{result.mode} execution)" + (f"\n{VERIFIED}" if run.verify else ""), sink)
     return 0
 
 
-def _run_collective(args, run, given: set[str]) -> int:
+def _run_collective(job: Job, given: set[str], sink: list | None) -> int:
     """One collective (--collective) or a comm module (.mlir): compile, then report, emit MLIR or emit tables."""
     from . import driver
     from ..dialects import comm
@@ -630,176 +628,180 @@ def _run_collective(args, run, given: set[str]) -> int:
     from ..passes import PassError
     from ..network.units import parse_size
 
+    net, coll, opts, run, out = job.network, job.collective, job.compile, job.run, job.outputs
+    source = job.inputs[0] if job.inputs else None
     topology = None
-    if args.topology:
-        topology = parse_topology(args.topology, args.bandwidth, args.latency, args.links, args.endpoint_delay)
-    elif any((args.bandwidth, args.latency, args.links)):
+    if net.topology:
+        topology = parse_topology(net.topology, net.bandwidth, net.latency, net.links, net.endpoint_delay)
+    elif any((net.bandwidth, net.latency, net.links)):
         raise UserError("--bandwidth/--latency/--links need --topology")
 
     ctx = comm.new_context()
-    if args.input:
-        if not args.input.endswith(".mlir"):
-            raise UserError(f"cannot compile '{args.input}': expected a .mlir comm module or a table directory")
-        if args.collective or args.size or args.dims or args.root is not None:
+    if source:
+        if not source.endswith(".mlir"):
+            raise UserError(f"cannot compile '{source}': expected a .mlir comm module or a table directory")
+        if coll.kind or coll.size or coll.dims or coll.root is not None:
             raise UserError("give either an input module or --collective/--size/--dims/--root, not both")
-        module = driver.read_module(ctx, args.input)
+        module = driver.read_module(ctx, source)
         try:  # the module's own mistakes name its file
-            topology = with_endpoint_delay(driver.module_topology(module, topology), args.endpoint_delay)
+            topology = with_endpoint_delay(driver.module_topology(module, topology), net.endpoint_delay)
             comm.verify_module(module, list(topology.shape))
         except (UserError, comm.IRError) as e:
-            raise type(e)(f"{args.input}: {e}") from None
+            raise type(e)(f"{source}: {e}") from None
     else:
-        if not args.collective:
+        if not coll.kind:
             raise UserError("nothing to compile: give --collective and --size, or an input .mlir module")
         if topology is None:
             raise UserError("--topology is required")
-        if not args.size:
+        if not coll.size:
             raise UserError("--size is required with --collective")
-        dims = _int_list(args.dims, "--dims") if args.dims else None
+        dims = _int_list(coll.dims, "--dims") if coll.dims else None
         root = 0
-        if args.root is not None:
+        if coll.root is not None:
             try:
-                root = int(args.root)
+                root = int(coll.root)
             except ValueError:
                 root = -1
             if not 0 <= root < topology.npus:
-                raise UserError(f"--root must be an NPU of {args.topology} (0..{topology.npus - 1}), got "
-                                f"'{args.root}'")
-        module = driver.build_module(ctx, topology, args.collective, parse_size(args.size), dims, root)
+                raise UserError(f"--root must be an NPU of {net.topology} (0..{topology.npus - 1}), got "
+                                f"'{coll.root}'")
+        module = driver.build_module(ctx, topology, coll.kind, parse_size(coll.size), dims, root)
 
     defaults = {}
-    if args.chunks is not None:
-        defaults["chunks"] = _positive_int(args.chunks, "--chunks")
-        if args.input and not any(v.opname in comm.COLLECTIVES and v.chunks is None
-                                  for v in map(comm.view, comm.ops(module))):
+    if opts.chunks is not None:
+        defaults["chunks"] = _positive_int(opts.chunks, "--chunks")
+        if source and not any(v.opname in comm.COLLECTIVES and v.chunks is None
+                              for v in map(comm.view, comm.ops(module))):
             # the chunk pass fills only collectives without a count: here --chunks would change nothing
-            raise UserError(f"--chunks {args.chunks}: every collective of {args.input} already carries its chunk "
+            raise UserError(f"--chunks {opts.chunks}: every collective of {source} already carries its chunk "
                             "count (or has been decomposed into phases); drop --chunks, or edit the count in the "
                             "module")
-    if args.algorithm:
-        defaults["algorithm"] = args.algorithm
-    if args.all_reduce:
-        defaults["all_reduce"] = args.all_reduce
-    if args.ports is not None:
+    if opts.algorithm:
+        defaults["algorithm"] = opts.algorithm
+    if opts.all_reduce:
+        defaults["all_reduce"] = opts.all_reduce
+    if opts.ports is not None:
         from .. import algorithms
-        name = algorithms.canonical(args.algorithm or "")
+        name = algorithms.canonical(opts.algorithm or "")
         if name is None or not algorithms.REGISTRY[name].takes_ports:
             takes = " or ".join(n for n, a in algorithms.all_algorithms().items() if a.takes_ports)
             raise UserError(f"--ports applies to --algorithm {takes}")
-        defaults["ports"] = _positive_int(args.ports, "--ports")
-    _check_dimension_options(args, module, defaults, given)
-    if args.compare:
-        source = str(module)
-        reports = {name: driver.compile_schedule(source, ctx, topology, name, defaults,
+        defaults["ports"] = _positive_int(opts.ports, "--ports")
+    _check_dimension_options(job, module, defaults, given)
+    if opts.compare:
+        text = str(module)
+        reports = {name: driver.compile_schedule(text, ctx, topology, name, defaults,
                                                  dataclasses.replace(run, intra=intra)).report
                    for name, intra in (("baseline", "fifo"), ("themis", "scf"), ("optimal", "scf"))}
         from .report import compare_rows
         compared = {k: r.to_json() for k, r in reports.items()}
         _check_finite(compared)
-        print(json.dumps(compared, indent=1) if args.json else compare_rows(reports))
+        print(json.dumps(compared, indent=1) if out.json else compare_rows(reports))
         return 0
     try:
-        compiled = driver.compile_schedule(str(module), ctx, topology, args.scheduler, defaults, run,
-                                           args.print_ir_after_all, args.pass_pipeline, args.mlir_timing)
+        compiled = driver.compile_schedule(str(module), ctx, topology, opts.scheduler, defaults, run,
+                                           opts.print_ir_after_all, opts.pass_pipeline, opts.mlir_timing)
     except (UserError, comm.IRError, PassError) as e:
-        if not args.input:
+        if not source:
             raise
-        raise type(e)(f"{args.input}: {e}") from None   # what the module's ops say names its file
+        raise type(e)(f"{source}: {e}") from None   # what the module's ops say names its file
     module, schedule = compiled.module, compiled.schedule
-    if args.verify:  # before anything is written: a schedule that fails verification is never emitted
+    if run.verify:  # before anything is written: a schedule that fails verification is never emitted
         from . import resources
         from ..runtime.verifier import check_size, verify
         check_size(schedule.meta)  # the verifier's own limit first: its message says what to do
         resources.verification(topology, schedule.plans).check(run.max_memory)
         verify(schedule)
-        if args.emit != "report":
+        if out.emit != "report":
             sys.stderr.write(VERIFIED + "\n")  # stdout carries the MLIR or the table
 
-    if args.emit == "mlir":   # with how it was run, so that `astra-compile module.mlir` runs it so again
+    if out.emit == "mlir":   # with how it was run, so that `astra-compile module.mlir` runs it so again
         from . import recorded_run
         recorded_run.with_comm_record(module, run)
         text = str(module)
-        if args.output:
-            atomic.write_text(args.output, text)
+        if out.output:
+            atomic.write_text(out.output, text)
         else:
             sys.stdout.write(text)
         return 0
 
-    if args.emit == "tables":
-        return _emit_tables(args, schedule, topology, run)
+    if out.emit == "tables":
+        return _emit_tables(job, schedule, topology)
 
-    if args.emit == "chakra":
+    if out.emit == "chakra":
         from .frontend import chakra_write
-        n = chakra_write.write(chakra_write.one_collective(schedule.meta, topology), topology, _chakra_dir(args),
-                               args.force)
-        print(f"wrote {n} Chakra traces and comm_group.json to {args.output}")
+        n = chakra_write.write(chakra_write.one_collective(schedule.meta, topology), topology, _chakra_dir(job),
+                               out.force)
+        print(f"wrote {n} Chakra traces and comm_group.json to {out.output}")
         return 0
 
-    if args.emit == "msccl-xml":
+    if out.emit == "msccl-xml":
         from .msccl_xml import to_xml
         text = to_xml(schedule, f"astra-compile {compiled.report.collectives[0].buffer_kind} on {topology.name} "
                                 f"({compiled.report.scheduler})")
-        if args.output:
-            atomic.write_text(args.output, text)
+        if out.output:
+            atomic.write_text(out.output, text)
         else:
             sys.stdout.write(text)
         return 0
 
     report = compiled.report
-    _write_timeline(args, compiled.result, schedule.meta,
+    _write_timeline(job, compiled.result, schedule.meta,
                     f"{topology.name}: {report.backend} runtime, {report.scheduler} scheduler")
-    if args.verify:
+    if run.verify:
         report = report.with_(verified=True)
-    _report(args, report.to_json(), lambda: report.format() + (f"\n{VERIFIED}" if args.verify else ""))
+    _report(job, report.to_json(), lambda: report.format() + (f"\n{VERIFIED}" if run.verify else ""), sink)
     return 0
 
 
-def _check_dimension_options(args, module, defaults: dict, given: set[str]) -> None:
+def _check_dimension_options(job: Job, module, defaults: dict, given: set[str]) -> None:
     """Refuse the options that act across dimensions where the run has none to act across: a whole-network
     algorithm (--algorithm's, a --system file's or the one a module's phases run), or an all-reduce over one
     dimension. Known only once the module is read: cli_rules refuses what the command line alone shows."""
     from . import cli_rules, driver
     from ..dialects import comm
+    source = job.inputs[0] if job.inputs else None
     flat = driver.whole_network_run(module, defaults)
     if flat is not None:
         cli_rules.check_whole_network(given, f"--algorithm {flat.name} runs one phase over the whole network"
                                       if "algorithm" in defaults else
-                                      f"the phases of {args.input} run {flat.name}, one phase over the whole network")
+                                      f"the phases of {source} run {flat.name}, one phase over the whole network")
         defaults.pop("all_reduce", None)   # a --system file's collective-optimization: nothing to split here
         return
     spans = [comm.view(op).dims for op in comm.ops(module) if comm.short_name(op) == "all_reduce"]
     cli_rules.check_all_reduce_split(spans, given, f"the all-reduce runs over dimension {spans[0][0]} alone"
-                                     if args.collective and spans else
-                                     f"{args.input} holds no all-reduce over several dimensions (one decomposed "
+                                     if job.collective.kind and spans else
+                                     f"{source} holds no all-reduce over several dimensions (one decomposed "
                                      "into phases keeps the split it was given)")
 
 
-def _chakra_dir(args) -> str:
-    if not args.output:
+def _chakra_dir(job: Job) -> str:
+    if not job.outputs.output:
         raise UserError("--emit chakra needs -o DIR (one .et file per rank and comm_group.json go there)")
-    return args.output
+    return job.outputs.output
 
 
-def _emit_tables(args, schedule, topology, run) -> int:
+def _emit_tables(job: Job, schedule, topology) -> int:
     from . import recorded_run
     from ..runtime.tables import write_dir
-    if args.output:   # with how they execute, so that `astra-compile DIR` runs them as this run would
-        write_dir(schedule, args.output, args.table_format, force=args.force, run=recorded_run.of_tables(run))
-        print(f"wrote {schedule.meta.npus} tables and meta.json to {args.output}")
+    out = job.outputs
+    if out.output:   # with how they execute, so that `astra-compile DIR` runs them as this run would
+        write_dir(schedule, out.output, out.table_format, force=out.force, run=recorded_run.of_tables(job.run))
+        print(f"wrote {schedule.meta.npus} tables and meta.json to {out.output}")
         return 0
-    if args.npu is None:
+    if out.npu is None:
         raise UserError("--emit tables needs --npu K (print one table) or -o DIR (write them all)")
-    npu = _npu(args)
+    npu = _npu(job)
     if not 0 <= npu < topology.npus:
         raise UserError(f"--npu {npu} outside 0..{topology.npus - 1}")
-    if args.table_view == "trees":
+    if out.table_view == "trees":
         from .tree_table import format_tree_table
         text = format_tree_table(schedule, npu)   # first: a schedule without trees is refused with nothing printed
         print(f"# accelerator {npu} of {topology.npus} on {topology.name}: MultiTree commands")
         print(text)
         return 0
     table = schedule.table(npu)
-    if args.json:
+    if out.json:
         print(json.dumps({c: table[c].tolist() for c in table.cols}))
     else:
         print(f"# accelerator {npu} of {topology.npus} on {topology.name}: {len(table)} rows")

@@ -32,40 +32,45 @@ ALLOWED = {
                                              "timeline", "plot", "verify", "force"},
 }
 
-# (option, condition on the parsed arguments under which it does NOT apply, what it applies to)
+# (option, condition on the run's Job under which it does NOT apply, what it applies to)
 CONDITIONAL = (
-    ("switching", lambda a: a.backend != "congestion", "--backend congestion"),
-    ("offload", lambda a: a.pool is None, "runs with --pool (the pool the states are kept in)"),
-    ("in_switch", lambda a: a.pool is None, "runs with --pool (a hiermem pool, whose switches act on the offloaded "
-                                            "states)"),
-    ("root", lambda a: a.collective not in ROOTED, "--collective broadcast or reduce"),
-    ("all_reduce", lambda a: a.collective not in (None, "all_reduce"), "all-reduces (--collective all_reduce, "
-                                                                        "a module's or a training step's)"),
-    ("output", lambda a: a.emit == "report", "--emit mlir or msccl-xml (a file) or --emit tables (a directory)"),
-    ("npu", lambda a: a.emit != "tables", "--emit tables"),
-    ("npu", lambda a: a.output is not None, "--emit tables without -o (it prints one table; -o writes all)"),
-    ("table_format", lambda a: a.emit != "tables" or a.output is None, "--emit tables -o DIR"),
-    ("table_view", lambda a: a.emit != "tables" or a.npu is None, "--emit tables --npu K"),
-    ("force", lambda a: a.emit not in ("tables", "chakra") or a.output is None, "--emit tables or chakra -o DIR"),
-    ("json", lambda a: a.emit in ("mlir", "msccl-xml", "chakra"), "reports and tables (--emit mlir, msccl-xml and "
-                                                                   "chakra write files)"),
-    ("json", lambda a: a.emit == "tables" and a.output is not None, "--emit tables --npu K or reports"),
-    ("timeline", lambda a: a.emit != "report" or a.compare, "one timed schedule (not --emit mlir/tables, "
-                                                            "not --compare)"),
-    ("plot", lambda a: a.emit != "report" or a.compare, "one timed schedule (not --emit mlir/tables, not --compare)"),
-    ("verify", lambda a: a.compare, "one schedule (not --compare)"),
-    ("print_ir_after_all", lambda a: a.compare, "one pipeline (not --compare)"),
-    ("mlir_timing", lambda a: a.compare, "one pipeline (not --compare)"),
-    ("pass_pipeline", lambda a: a.compare, "one pipeline (--compare runs each scheduler's own)"),
-    ("emit", lambda a: a.compare, "one schedule (--compare prints a report per scheduler)"),
-    ("scheduler", lambda a: a.pass_pipeline is not None, "runs without --pass-pipeline (the pipeline names every "
-                                                         "pass that runs; a scheduler names the ordering passes)"),
-    ("capture_limit", lambda a: not (a.input and a.input[0].endswith(".py")),
+    ("switching", lambda j: j.run.backend != "congestion", "--backend congestion"),
+    ("offload", lambda j: j.step.pool is None, "runs with --pool (the pool the states are kept in)"),
+    ("in_switch", lambda j: j.step.pool is None, "runs with --pool (a hiermem pool, whose switches act on the "
+                                                 "offloaded states)"),
+    ("root", lambda j: j.collective.kind not in ROOTED, "--collective broadcast or reduce"),
+    ("all_reduce", lambda j: j.collective.kind not in (None, "all_reduce"), "all-reduces (--collective all_reduce, "
+                                                                            "a module's or a training step's)"),
+    ("output", lambda j: j.outputs.emit == "report", "--emit mlir or msccl-xml (a file) or --emit tables (a "
+                                                     "directory)"),
+    ("npu", lambda j: j.outputs.emit != "tables", "--emit tables"),
+    ("npu", lambda j: j.outputs.output is not None, "--emit tables without -o (it prints one table; -o writes all)"),
+    ("table_format", lambda j: j.outputs.emit != "tables" or j.outputs.output is None, "--emit tables -o DIR"),
+    ("table_view", lambda j: j.outputs.emit != "tables" or j.outputs.npu is None, "--emit tables --npu K"),
+    ("force", lambda j: j.outputs.emit not in ("tables", "chakra") or j.outputs.output is None,
+     "--emit tables or chakra -o DIR"),
+    ("json", lambda j: j.outputs.emit in ("mlir", "msccl-xml", "chakra"), "reports and tables (--emit mlir, "
+                                                                          "msccl-xml and chakra write files)"),
+    ("json", lambda j: j.outputs.emit == "tables" and j.outputs.output is not None,
+     "--emit tables --npu K or reports"),
+    ("timeline", lambda j: j.outputs.emit != "report" or j.compile.compare, "one timed schedule (not --emit "
+                                                                            "mlir/tables, not --compare)"),
+    ("plot", lambda j: j.outputs.emit != "report" or j.compile.compare, "one timed schedule (not --emit "
+                                                                        "mlir/tables, not --compare)"),
+    ("verify", lambda j: j.compile.compare, "one schedule (not --compare)"),
+    ("print_ir_after_all", lambda j: j.compile.compare, "one pipeline (not --compare)"),
+    ("mlir_timing", lambda j: j.compile.compare, "one pipeline (not --compare)"),
+    ("pass_pipeline", lambda j: j.compile.compare, "one pipeline (--compare runs each scheduler's own)"),
+    ("emit", lambda j: j.compile.compare, "one schedule (--compare prints a report per scheduler)"),
+    ("scheduler", lambda j: j.compile.pass_pipeline is not None, "runs without --pass-pipeline (the pipeline "
+                                                                 "names every pass that runs; a scheduler names "
+                                                                 "the ordering passes)"),
+    ("capture_limit", lambda j: not (j.inputs and j.inputs[0].endswith(".py")),
      "model files (the CPU seconds their loading and capture may take)"),
-    ("json", lambda a: a.table_view == "trees", "the rows view of a table (--table-view trees prints seed 003's "
-                                                "commands as text)"),
+    ("json", lambda j: j.outputs.table_view == "trees", "the rows view of a table (--table-view trees prints seed "
+                                                        "003's commands as text)"),
     # a congestion timeline records every link's transfers, so every NPU executes whatever --execution says
-    ("execution", lambda a: a.backend == "congestion" and bool(a.timeline or a.plot),
+    ("execution", lambda j: j.run.backend == "congestion" and bool(j.outputs.timeline or j.outputs.plot),
      "runs without a congestion --timeline or --plot (they record every link, so every NPU executes)"),
 )
 
@@ -80,17 +85,18 @@ def flag(dest: str) -> str:
     return "-o/--output" if dest == "output" else "--" + dest.replace("_", "-")
 
 
-def check(kind: str, args, given: set[str]) -> None:
-    """Refuse, in one line, the first option given that does not apply to this kind of run."""
+def check(kind: str, job, given: set[str]) -> None:
+    """Refuse, in one line, the first option given (`given`: command-line option names) that does not apply to
+    this kind of run, its Job (job.py) as it stands."""
     for dest in sorted(given - ALLOWED[kind] - {"input"}):
         raise UserError(f"{flag(dest)} does not apply to a {kind} run" +
                         (": nothing else goes with --list-passes" if kind == "list-passes" else ""))
     for dest, off, applies_to in CONDITIONAL:
-        if dest in given and dest in ALLOWED[kind] and off(args):
+        if dest in given and dest in ALLOWED[kind] and off(job):
             raise UserError(f"{flag(dest)} applies to {applies_to}")
     if "algorithm" in ALLOWED[kind] and given & ACROSS_DIMENSIONS.keys():
         from ..algorithms import whole_network
-        alg = whole_network(args.algorithm)
+        alg = whole_network(job.compile.algorithm)
         if alg is not None:
             check_whole_network(given, f"--algorithm {alg.name} runs one phase over the whole network")
 

@@ -18,6 +18,7 @@ from ..passes import DEFAULT_PIPELINE, PassContext, PassManager, parse_pipeline
 from ..passes.dimension_order import buffer_groups
 from ..network.topology import Topology
 from ..network.units import MAX_BYTES, format_size
+from .job import RunOptions   # how the tables execute: the Job's run options, taken as they are
 from .report import Report, make_report
 
 
@@ -89,19 +90,6 @@ DEFAULT_SCHEDULER, DEFAULT_INTRA = "optimal", "scf"
 # whole-network algorithms (network and ranks scope, algorithms/) schedule one phase over every dimension: no
 # per-dimension phases, no dimension orders
 FLAT_PIPELINE = "decompose-all-reduce,chunk,flat-decompose,select-algorithm{{algorithm={}}}"
-
-
-@dataclass
-class RunOptions:
-    """How the runtime executes the tables (one interface for both backends)."""
-    backend: str = "analytical"      # analytical | congestion
-    execution: str = "auto"          # auto | symmetric | full
-    intra: str = "scf"               # fifo | scf
-    active_chunks: int = 1
-    switching: str = "cut-through"   # congestion backend: cut-through | store-and-forward
-    timeline: bool = False           # keep every link transfer (congestion backend, full execution)
-    max_memory: int | None = None    # refuse a run estimated to need more bytes (None: this machine's memory)
-    local_mem_gbps: float | None = None  # ASTRA-sim's local-mem-bw: reductions cost local memory time (None: off)
 
 
 def execute(schedule: Schedule, run: RunOptions):

@@ -7,9 +7,9 @@ defaults, taken from the options the run really used.
 
 Reading: `of_input` (the command line's input), `in_module` (a workload module parsed already).
 
-Running again (the command line, and sweep points, which take its path): `fill` gives every recorded option the
-command line does not name its recorded value, before the options are checked (cli_rules) and a system file fills
-what is left; `notes` then names each recorded option the run took another value of (one line each, after the
+Running again (the command line, and sweep points, which take its path): `filled` gives every recorded option the
+command line does not name its recorded value, set on the run's Job before its options are checked (cli_rules) and
+a system file fills what is left; `notes` then names each recorded option the run took another value of (one line each, after the
 report). From Python, api.compile does the same for the parameters left at their defaults (api._with_recorded); it
 also refuses the one option a step directory cannot re-run under another value of, its step semantics.
 """
@@ -139,13 +139,15 @@ def in_module(module, path: str) -> dict:
     return _held(driver.comm.attrs(module.operation), "wl.run", run_record.MODULE, f"{path}: wl.run")
 
 
-def fill(args, named: set, record: dict) -> dict:
+def filled(named: set, record: dict) -> dict:
     """The recorded value of every option the command line does not name (`named`: the options typed, even at
-    their defaults), set on the parsed arguments; returns those it set (blamed)."""
-    filled = {k: v for k, v in record.items() if DEST[k] not in named}
-    for key, value in filled.items():
-        setattr(args, DEST[key], _cli_value(key, value))
-    return filled
+    their defaults): what the run takes from the record (blamed)."""
+    return {k: v for k, v in record.items() if DEST[k] not in named}
+
+
+def as_options(values: dict) -> dict:
+    """Record keys -> the command-line options they stand for (Job.with_options takes them)."""
+    return {DEST[k]: v for k, v in values.items()}
 
 
 def blamed(error: Exception, filled: dict, where: str) -> Exception:
@@ -159,28 +161,21 @@ def blamed(error: Exception, filled: dict, where: str) -> Exception:
     return error
 
 
-def notes(args, record: dict, where: str) -> list[str]:
-    """One line for each recorded option this run took another value of (the command line's or a system file's)."""
+def notes(job, record: dict, where: str) -> list[str]:
+    """One line for each recorded option this run (its Job) took another value of (the command line's or a system
+    file's)."""
     out = []
     for key, value in record.items():
-        now = _effective(args, key)
+        now = _effective(job, key)
         if not _same(key, now, value):
             out.append(f"astra-compile: note: {where} records {_flag(key)} {_shown(key, value)}; this run takes "
                        f"{_shown(key, now)}")
     return out
 
 
-def _cli_value(key: str, value):
-    if key in ("active_chunks", "chunks"):   # the command line's form: a count as text, checked where it is used
-        return str(value)
-    if key == "astra_link_gbps":
-        return tuple(value)
-    return value
-
-
-def _effective(args, key: str):
+def _effective(job, key: str):
     """The value the run takes for `key`, in the record's form (None: not set)."""
-    value = getattr(args, DEST[key], None)
+    value = job.option(DEST[key])
     if key in ("active_chunks", "chunks") and value is not None:
         try:
             return int(value)
@@ -191,8 +186,6 @@ def _effective(args, key: str):
     if key == "pool" and value is not None:
         from ..network import pool_file
         return pool_file.load(value) if isinstance(value, (str, os.PathLike)) else value
-    if key == "step_semantics" and value is None:
-        return "streams"
     if key == "scheduler" and value is None:
         return driver.DEFAULT_SCHEDULER
     return value

@@ -164,4 +164,4 @@ def file_digest(path: str) -> str:
 
 def options_key(obj) -> dict:
     """A dataclass of options as a key: every field except those that cannot change a result."""
-    return {k: v for k, v in dataclasses.asdict(obj).items() if k not in ("max_memory", "timeline")}
+    return {k: v for k, v in dataclasses.asdict(obj).items() if k not in ("max_memory", "timeline", "verify")}

@@ -4,9 +4,12 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+import dataclasses
+from dataclasses import dataclass, field, fields
 from typing import Callable
 
+from ..network.errors import UserError
 from ..network.units import format_size
 from .frontend.workload import PHASES
 from ..dialects.workload import MEMORY, P2P, peer
@@ -14,50 +17,109 @@ from ..runtime.workload_engine import BREAKDOWN
 from .workload_driver import key_parts
 
 
-@dataclass
+# keys --json leaves out where they do not apply (a placement, the congestion backend, a pool, an endpoint delay)
+OPTIONAL = ("placement", "switching", "pool", "endpoint_delay_ns")
+NOT_JSON = {"json": False}
+
+
+@dataclass(frozen=True)
 class WorkloadReport:
-    data: dict
-    mlir: str = ""          # the workload module as compiled (wl + comm dialects)
-    # the step as a Chrome trace (compiler/step_timeline.py), built when asked: api.compile sets it
-    timeline: Callable[[], dict] | None = field(default=None, repr=False, compare=False)
-    # the step's per-accelerator tables (runtime/step_tables.StepTables) in a table format: compile(...,
-    # keep_tables=True) or a step table directory sets it
-    step_tables: Callable[[str], object] | None = field(default=None, repr=False, compare=False)
-    # the step as Chakra execution traces (frontend/chakra.write: out_dir, force): set when the step came from a
-    # model file, traces or a Workload (a lowered .mlir module no longer holds one)
-    chakra: Callable[[str, bool], int] | None = field(default=None, repr=False, compare=False)
+    """One training step's report: a field per key of what `--json` prints (`to_dict`, schema in
+    workload_report.schema.json beside this file, keys in this order), the compiled module, and what can be made
+    from the run when asked (`timeline`, `step_tables`, `chakra`), each given when the report is made."""
+    source: str
+    topology: str
+    npus: int
+    mesh: str
+    placement: str | None
+    backend: str
+    scheduler: str
+    peak_tflops: float
+    switching: str | None                  # congestion backend
+    mem_bw_gbps: float
+    mem_latency_ns: float
+    rank: int
+    pool: str | None                       # the remote memory pool, described
+    endpoint_delay_ns: float | None
+    total_time_us: float
+    compute_time_us: float
+    measured_compute_us: float
+    measured_ops: int
+    exposed_comm_time_us: float
+    comm_time_us: float
+    local_memory_time_us: float
+    remote_memory_time_us: float
+    breakdown_us: dict
+    memory_summary: list
+    ops: int
+    flops: int
+    phases: list
+    iterations: list
+    collectives: list
+    collective_summary: list
+    # not in --json: the workload module as compiled (wl + comm dialects)
+    mlir: str = field(default="", compare=False, metadata=NOT_JSON)
     # every distinct collective the step's programs run, all ranks': its key (workload_driver.collective_key:
-    # kind, bytes, dims, ...); api.compile sets it
-    collective_keys: tuple = field(default=(), repr=False, compare=False)
+    # kind, bytes, dims, ...)
+    collective_keys: tuple = field(default=(), repr=False, compare=False, metadata=NOT_JSON)
+    # what `timeline`, `step_tables` and `chakra` call (None: this report cannot make it)
+    timeline_of: Callable[[], dict] | None = field(default=None, repr=False, compare=False, metadata=NOT_JSON)
+    step_tables_of: Callable[[str], object] | None = field(default=None, repr=False, compare=False,
+                                                           metadata=NOT_JSON)
+    chakra_of: Callable[[str, bool], int] | None = field(default=None, repr=False, compare=False, metadata=NOT_JSON)
 
     def __getitem__(self, key):
-        return self.data[key]
+        return self.to_dict()[key]
 
     @property
-    def total_time_us(self) -> float:
-        return self.data["total_time_us"]
-
-    @property
-    def compute_time_us(self) -> float:
-        return self.data["compute_time_us"]
-
-    @property
-    def exposed_comm_time_us(self) -> float:
-        return self.data["exposed_comm_time_us"]
-
-    @property
-    def collectives(self) -> list[dict]:
-        return self.data["collectives"]
+    def data(self) -> dict:
+        """The --json object (to_dict)."""
+        return self.to_dict()
 
     def to_dict(self) -> dict:
-        return self.data
+        """What --json prints: every figure, in the schema's order, without the keys that do not apply."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.metadata.get("json", True)}
+        for key in OPTIONAL:
+            if out[key] is None:
+                del out[key]
+        return out
 
     def format(self) -> str:
-        return format_report(self.data)
+        return format_report(self.to_dict())
+
+    def timeline(self) -> dict:
+        """The step as a Chrome trace (compiler/step_timeline.py)."""
+        return self._made(self.timeline_of, "a timeline")()
+
+    def step_tables(self, table_format: str):
+        """The step's per-accelerator tables (runtime/step_tables.StepTables) in a table format: a report of
+        compile(..., keep_tables=True) or of a step table directory."""
+        return self._made(self.step_tables_of, "the step's tables (compile it with keep_tables=True)")(table_format)
+
+    @property
+    def writes_chakra(self) -> bool:
+        """Can `chakra` write this step? Only a step compiled from a model file, traces or a Workload (a lowered
+        .mlir module or step directory no longer holds one)."""
+        return self.chakra_of is not None
+
+    def chakra(self, out_dir: str, force: bool = False) -> int:
+        """Write the step as Chakra execution traces, one per rank (frontend/chakra.write); the traces written."""
+        return self._made(self.chakra_of, "Chakra traces (from a lowered step)")(out_dir, force)
+
+    def with_(self, **changes) -> "WorkloadReport":
+        return dataclasses.replace(self, **changes)
+
+    @staticmethod
+    def _made(make, what: str):
+        if make is None:
+            raise UserError(f"this report cannot give {what}")
+        return make
 
 
-def make_report(module_info: dict, result, times, progs, rank: int = 0) -> WorkloadReport:
-    """Report rank `rank`'s step (any rank of an SPMD workload); the step time is the slowest rank's."""
+def make_report(module_info: dict, result, times, progs, rank: int = 0, **made) -> WorkloadReport:
+    """Report rank `rank`'s step (any rank of an SPMD workload); the step time is the slowest rank's. `module_info`:
+    the run's description (its keys leave out those that do not apply); `made`: WorkloadReport's other fields
+    (mlir, collective_keys, timeline_of, step_tables_of, chakra_of)."""
     prog = next(p for p in progs if p.rank == rank)
     r = result.ranks[rank]
     calls = []
@@ -89,7 +151,10 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0) -> Workl
                                                       else {}),
                       **({"part": [[d, *p] for d, p in key_parts(key).items()]} if key_parts(key) else {})})
     flops = sum(int(op.attrs.get("flops", 0)) for op in prog.ops if op.kind == "compute")
-    data = {**module_info,
+    info = {key: module_info.get(key) for key in ("source", "topology", "npus", "mesh", "placement", "backend",
+                                                   "scheduler", "peak_tflops", "switching", "mem_bw_gbps",
+                                                   "mem_latency_ns", "rank", "pool", "endpoint_delay_ns")}
+    data = {**info,
             "total_time_us": result.total_ns / 1e3, "compute_time_us": r.compute_ns / 1e3,
             "measured_compute_us": r.measured_ns / 1e3, "measured_ops": r.measured_ops,
             "exposed_comm_time_us": (result.total_ns - r.compute_ns) / 1e3, "comm_time_us": r.comm_ns / 1e3,
@@ -99,7 +164,7 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0) -> Workl
             "ops": len(prog.ops), "flops": flops, "phases": phases(prog, r, times),
             "iterations": iterations(prog, r, times),
             "collectives": calls, "collective_summary": summarize(calls)}
-    return WorkloadReport(data)
+    return WorkloadReport(**data, **made)
 
 
 def parts(prog, r, times, attr: str) -> list[dict]:

@@ -26,8 +26,9 @@ class Recording:
         self.workload: Workload | None = None
         self.unsupported = ""
 
-    def report(self, topology="8x8_torus", **options):
-        """astra_compile.compile on the recorded step (same options; topology with the job's rank count)."""
+    def report(self, topology=..., **options):
+        """astra_compile.compile on the recorded step (same options, `job=` too; a topology with the recorded
+        run's rank count)."""
         if self.workload is None:
             raise UserError("nothing recorded yet: call report() after the `with astra_compile.record()` block")
         if self.unsupported:

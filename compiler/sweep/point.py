@@ -1,28 +1,34 @@
-"""One sweep point: its options as a command line, checked like one, and run in this process.
+"""One sweep point: its options read as the command line reads them, into the run's Job, checked like one, and
+run in this process.
 
-A point goes through exactly the command's code path (cli.parse, cli_rules, cli.run_parsed) with its report
-collected instead of printed, so a sweep's row is the `--json` report `astra-compile <options> --json` prints.
+A point's options are astra-compile's long option names with values: each value is read by the command line's own
+parser action (its type and choices: the same refusal lines), and the Job (job.from_options) goes through exactly
+the command's code path (cli_rules, cli.run_job) with its report collected instead of printed, so a sweep's row is
+the `--json` report `astra-compile <options> --json` prints.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import time
 import warnings
 
 from .. import cli, cli_rules
+from ..job import from_options
 from ...network.errors import UserError, show
 
 # options that write files, print other things than the report, or change what the report is
 NOT_IN_SWEEPS = {"emit", "output", "npu", "table_format", "table_view", "json", "compare", "timeline", "plot",
-                 "print_ir_after_all", "mlir_timing", "list_passes", "force", "help",
+                 "print_ir_after_all", "mlir_timing", "list_passes", "force", "help", "version",
                  "cache"}  # the sweep's own --cache applies to every point
 FILE_SUFFIXES = (".yml", ".yaml", ".json", ".edges")   # a topology given as a file, found beside the sweep file
+PARSER = cli.build_parser()
 
 
 def _flags() -> dict[str, tuple[str, bool]]:
     """dest -> (its long option, whether it is an on/off switch)."""
     out = {}
-    for action in cli.build_parser()._actions:
+    for action in PARSER._actions:
         longs = [o for o in action.option_strings if o.startswith("--")]
         if longs:
             out[action.dest] = (longs[0], action.nargs == 0)
@@ -30,12 +36,14 @@ def _flags() -> dict[str, tuple[str, bool]]:
 
 
 FLAGS = _flags()
+ACTIONS = {a.dest: a for a in PARSER._actions}
 
 
-def argv(options: dict, directory: str) -> list[str]:
-    """The command line of a point (`directory`: the sweep file's, for relative input, topology, pool and system
-    files)."""
-    out, inputs = [], []
+def options_of(options: dict, directory: str) -> tuple[dict, set[str], frozenset[str]]:
+    """A point's options as cli.parse gives a command line's (`directory`: the sweep file's, for relative input,
+    topology, pool and system files): every option's value (dest -> value), those given (differing from their
+    defaults) and those named."""
+    typed, inputs = {}, []
     for key, value in options.items():
         dest = str(key).replace("-", "_")
         if dest == "input":
@@ -46,11 +54,12 @@ def argv(options: dict, directory: str) -> list[str]:
         if dest not in FLAGS:
             raise UserError(f"unknown option '{key}' (keys are astra-compile's long option names, "
                             "or input)")
-        flag, switch = FLAGS[dest]
+        switch = FLAGS[dest][1]
         if switch:
             if not isinstance(value, bool):
                 raise UserError(f"'{key}' is on or off: give true or false, got {show(value)}")
-            out += [flag] if value else []
+            if value:
+                typed[dest] = ACTIONS[dest].const
             continue
         if isinstance(value, bool):
             raise UserError(f"'{key}' takes a value, got {show(value)}")
@@ -58,8 +67,17 @@ def argv(options: dict, directory: str) -> list[str]:
                 (dest in ("pool", "system") and isinstance(value, str)):   # files beside the sweep file
             value = _near(value, directory)
         text = ",".join(_text(v) for v in value) if isinstance(value, list) else _text(value)
-        out.append(f"{flag}={text}")
-    return out + (["--"] + inputs if inputs else [])
+        try:   # the parser's own reading: its type and choices, its message
+            typed[dest] = PARSER._get_values(ACTIONS[dest], [text])
+        except argparse.ArgumentError as e:
+            raise UserError(str(e)) from None
+    if inputs:
+        typed["input"] = inputs
+    values = {a.dest: PARSER.get_default(a.dest) for a in PARSER._actions if a.dest != "help"}
+    values["input"] = []   # as the parser gives a positional list without items
+    values.update(typed)
+    given = {k for k, v in values.items() if v != PARSER.get_default(k)}
+    return values, given, frozenset(typed) | given
 
 
 def _text(v) -> str:
@@ -72,42 +90,44 @@ def _near(path: str, directory: str) -> str:
 
 def check(options: dict, directory: str, where: str = "") -> str:
     """Refuse what the command line itself would refuse, without running anything; returns the run's kind
-    (cli._kind: "collective", "training step" or "table directory")."""
-    args, given = _parse(options, directory, where)
-    kind = cli._kind(args)
+    (cli.kind_of: "collective", "training step" or "table directory")."""
+    job, given, _ = _job(options, directory, where)
+    kind = cli.kind_of(job)
     if kind == "list-passes":
         raise UserError(f"{where}nothing to run: give input or collective")
     try:
-        cli_rules.check(kind, args, given)
-        _check_values(args)
-        _check_complete(kind, args)
+        cli_rules.check(kind, job, given)
+        _check_values(job)
+        _check_complete(kind, job)
     except UserError as e:
         raise UserError(f"{where}{e}") from None
     return kind
 
 
-def _parse(options: dict, directory: str, where: str):
+def _job(options: dict, directory: str, where: str):
+    """(the point's Job, the options given, the options named)."""
     try:
-        return cli.parse(argv(options, directory), raising=True)
+        values, given, named = options_of(options, directory)
     except UserError as e:
         raise UserError(f"{where}{e}") from None
+    return from_options(values), given, named
 
 
-def _check_complete(kind: str, args) -> None:
+def _check_complete(kind: str, job) -> None:
     """What every point of a kind needs, so that a sweep missing it stops before running, not at every point."""
-    if kind == "training step" and not args.topology and not cli._is_step_module(args.input):
+    if kind == "training step" and not job.network.topology and not cli._is_step_module(list(job.inputs)):
         raise UserError("--topology is required (in base, or as an axis)")
-    if kind == "collective" and not args.input:
+    if kind == "collective" and not job.inputs:
         for option in ("collective", "size", "topology"):
-            if not getattr(args, option):
+            if not job.option(option):
                 raise UserError(f"--{option} is required with a collective (in base, or as an axis)")
 
 
-def _check_values(args) -> None:
+def _check_values(job) -> None:
     """The values the command checks before it starts work, checked here for every point before any runs."""
     from ...network.units import parse_size
-    for flag, text in (("--size", args.size), ("--max-memory", args.max_memory)):
-        if text is not None:
+    for flag, text in (("--size", job.collective.size), ("--max-memory", job.run.max_memory)):
+        if isinstance(text, str):   # a --max-memory that reads is in bytes already (job.from_options)
             try:
                 nbytes = parse_size(text)
             except UserError as e:
@@ -115,17 +135,19 @@ def _check_values(args) -> None:
             if flag == "--size":
                 from ..driver import check_size
                 check_size(nbytes)
-    for flag, text in (("--chunks", args.chunks), ("--ports", args.ports), ("--active-chunks", args.active_chunks)):
-        if text is not None:
-            cli._positive_int(text, flag)
-    if args.dims:
-        cli._int_list(args.dims, "--dims")
+    for flag, value in (("--chunks", job.compile.chunks), ("--ports", job.compile.ports),
+                        ("--active-chunks", job.run.active_chunks)):
+        if value is not None:
+            cli._positive_int(value, flag)
+    if job.collective.dims:
+        cli._int_list(job.collective.dims, "--dims")
     from ...network.units import check_roofline
-    check_roofline(args.peak_tflops, args.mem_bw)
-    cli._capture_limit(args.capture_limit)
-    if args.topology:
+    check_roofline(job.step.peak_tflops, job.step.mem_bw_gbps)
+    cli._capture_limit(job.step.capture_limit)
+    net = job.network
+    if net.topology:
         from ...network.parse import parse_topology
-        parse_topology(args.topology, args.bandwidth, args.latency, args.links, args.endpoint_delay)
+        parse_topology(net.topology, net.bandwidth, net.latency, net.links, net.endpoint_delay)
 
 
 def run(options: dict, directory: str, max_memory: int | None = None) -> dict:
@@ -138,13 +160,13 @@ def run(options: dict, directory: str, max_memory: int | None = None) -> dict:
     from ...runtime.verifier import VerificationError
     start = time.perf_counter()
     try:
-        args, given = _parse(options, directory, "")
-        if max_memory is not None and args.max_memory is None:
-            args.max_memory, given = f"{int(max_memory)}B", given | {"max_memory"}
-        args.report_sink = sink = []
+        job, given, named = _job(options, directory, "")
+        if max_memory is not None and job.run.max_memory is None:
+            job, given = job.replace("run", max_memory=int(max_memory)), given | {"max_memory"}
+        sink = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # a model file's warnings would repeat once per point
-            cli.run_parsed(args, given)
+            cli.run_job(job, given, named, sink)
         out = {"status": "ok", "error": "", "report": sink[0]}
     except (UserError, IRError, PassError, TableError, OutputError) as e:
         out = {"status": "error", "error": str(e)}
