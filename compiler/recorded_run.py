@@ -9,8 +9,9 @@ Reading: `of_input` (the command line's input), `in_module` (a workload module p
 
 Running again (the command line, and sweep points, which take its path): `filled` gives every recorded option the
 command line does not name its recorded value, set on the run's Job before its options are checked (cli_rules) and
-a system file fills what is left; `notes` then names each recorded option the run took another value of (one line each, after the
-report). From Python, api.compile does the same for the parameters left at their defaults (api._with_recorded); it
+a system file fills what is left; `notes` then names each recorded option the run took another value of (one line
+each, after the report). From Python, api.compile does the same for the Job's options left at their defaults
+(api._with_recorded); it
 also refuses the one option a step directory cannot re-run under another value of, its step semantics.
 """
 from __future__ import annotations
