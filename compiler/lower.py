@@ -454,14 +454,14 @@ class Schedule:
                      off, end)
 
     def _expand_routed(self, npu, plan, si, step, op, peer, direction, off, end, flows) -> dict:
-        """Rows of a phase over ranks: each message is routed dimension by dimension (runtime/links.py); its lane
+        """Rows of a phase over ranks: each message is routed dimension by dimension (network/links.py); its lane
         says which way round the Ring legs go (the template's direction, or the shorter way), `hops` counts its
         links and `gbps` is its slowest link's bandwidth (cut-through: the message streams at that rate)."""
         lane = np.where(direction == 1, 0, np.where(direction == -1, 1, LANE_SHORTEST))
         return self._routed_rows(npu, plan, si, flows, step, op, peer, np.full(len(step), ROUTED), lane, off, end)
 
     def _routed_rows(self, npu, plan, si, flows, step, op, peer, dim, lane, off, end) -> dict:
-        """Rows of messages the runtime routes (runtime/links.py): `hops` counts the links of each route and `gbps`
+        """Rows of messages the runtime routes (network/links.py): `hops` counts the links of each route and `gbps`
         is the slowest of them."""
         sender = np.where(op == SEND, npu, peer)
         receiver = np.where(op == SEND, peer, npu)

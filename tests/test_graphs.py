@@ -1,4 +1,4 @@
-"""Graph topologies (compiler/graphs.py): BiGraph, DGX-1 boxes and edge-list files; every algorithm routed over
+"""Graph topologies (network/graphs.py): BiGraph, DGX-1 boxes and edge-list files; every algorithm routed over
 their shortest paths, verified on data, MultiTree contention-free through switches, timings by hand."""
 import re
 
