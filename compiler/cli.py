@@ -81,7 +81,7 @@ def build_parser() -> _Parser:
                         "or astra-sim (ASTRA-sim's: one collective or send in flight per NPU, eager sends, its view of "
                         "messages and sub-world groups; a --system file selects it; docs/astra-sim.md)")
     g.add_argument("--peak-tflops", type=float, default=234.0,
-                   help="compute roofline: peak TFLOPS per NPU (default 234, seed 002's A100 figure)")
+                   help="compute roofline: peak TFLOPS per NPU (default 234, ASTRA-sim 2.0's A100 figure)")
     g.add_argument("--mem-bw", type=float, default=1896.0,
                    help="compute roofline: memory bandwidth per NPU in GB/s of 2^30 B (default 1896 = A100-80GB's "
                         "2039 decimal GB/s)")
@@ -89,7 +89,7 @@ def build_parser() -> _Parser:
                    help="local memory access latency in ns (default 0): a local load or store of S bytes takes it "
                         "plus S / --mem-bw (docs/memory.md)")
     g.add_argument("--pool", metavar="POOL.yaml",
-                   help="the remote memory pool remote loads and stores use: seed 002's HierMem or ZeRO-Infinity "
+                   help="the remote memory pool remote loads and stores use: ASTRA-sim 2.0's HierMem or ZeRO-Infinity "
                         "(docs/memory.md)")
     g.add_argument("--offload", metavar="STATES",
                    help="keep these training states in the remote pool and move them as the step needs them "
@@ -97,7 +97,7 @@ def build_parser() -> _Parser:
     g.add_argument("--in-switch", action="store_true",
                    help="with offloaded states (--offload, or the model file's OFFLOAD) on a hiermem pool: the pool's "
                         "switches all-gather parameters while they are loaded and reduce-scatter gradients while "
-                        "they are stored (seed 002's in-switch collectives), in place of those collectives")
+                        "they are stored (ASTRA-sim 2.0's in-switch collectives), in place of those collectives")
     g = p.add_argument_group("network")
     g.add_argument("--topology", help='e.g. "Ring(4)_FC(2)_Switch(8)", 8x8_torus, 64_switch, an ASTRA-sim .yml/.json, '
                                          'or a graph: 4x8_bigraph, dgx1, 2_dgx1, a .edges file')
@@ -140,7 +140,7 @@ def build_parser() -> _Parser:
                                           "msccl-xml: file")
     g.add_argument("--table-format", choices=("csv", "json"), default="csv")
     g.add_argument("--table-view", choices=("rows", "trees"), default="rows",
-                   help="with --emit tables --npu: every row, or (multitree) seed 003's Reduce/Gather commands")
+                   help="with --emit tables --npu: every row, or (multitree) MultiTree's Reduce/Gather commands")
     g.add_argument("--json", action="store_true", help="print the report as one JSON object")
     g.add_argument("--scheduler", choices=("baseline", "themis", "optimal"),
                    help="inter-dimension chunk scheduling: baseline (every chunk RS ascending, AG descending), "
@@ -172,7 +172,7 @@ def build_parser() -> _Parser:
                         "transfers per link; for a training step, compute and each process group's stream per "
                         "accelerator")
     g.add_argument("--plot", metavar="FILE.png", help="a collective: link utilisation over time; a training step: its "
-                                                      "time broken down as seed 002's Fig. 4 (needs matplotlib)")
+                                                      "time broken down as ASTRA-sim 2.0's Fig. 4 (needs matplotlib)")
     g.add_argument("--verify", action="store_true",
                    help="also execute the schedule on data and check the collective's result on every NPU")
     g.add_argument("--version", action=_Version, nargs=0,

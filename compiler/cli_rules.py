@@ -62,7 +62,7 @@ CONDITIONAL = (
                                                          "pass that runs; a scheduler names the ordering passes)"),
     ("capture_limit", lambda a: not (a.input and a.input[0].endswith(".py")),
      "model files (the CPU seconds their loading and capture may take)"),
-    ("json", lambda a: a.table_view == "trees", "the rows view of a table (--table-view trees prints seed 003's "
+    ("json", lambda a: a.table_view == "trees", "the rows view of a table (--table-view trees prints MultiTree's "
                                                 "commands as text)"),
     # a congestion timeline records every link's transfers, so every NPU executes whatever --execution says
     ("execution", lambda a: a.backend == "congestion" and bool(a.timeline or a.plot),
