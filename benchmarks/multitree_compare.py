@@ -10,8 +10,8 @@ analytical one.
 On a graph topology (4x8_bigraph) the algorithms run over ranks along shortest paths: the per-dimension ring is
 "ring (rank order, one way)", `rank_ring` the same ring both ways round; the Hamiltonian ring does not apply.
 
-"ring (Hamiltonian)" is one bidirectional ring over all NPUs along a Hamiltonian cycle of the torus (the seed's
-"ring" baseline); "2D-ring" runs a ring per dimension.
+"ring (Hamiltonian)" is one bidirectional ring over all NPUs along a Hamiltonian cycle of the torus (the MultiTree
+paper's "ring" baseline); "2D-ring" runs a ring per dimension.
 """
 from __future__ import annotations
 

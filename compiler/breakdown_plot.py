@@ -1,4 +1,4 @@
-"""Seed 002's Fig. 4 as a picture: the step time of one or more runs as stacked bars of compute, exposed local
+"""ASTRA-sim 2.0's Fig. 4 as a picture: the step time of one or more runs as stacked bars of compute, exposed local
 memory, exposed remote memory, exposed communication and idle (the report's `breakdown_us`), side by side."""
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ schema in report.schema.json beside this file) and the text report (`format`), b
 runtime's result and the decisions recorded in the module.
 
 Figures: the total time; the ideal time (the fewest bytes each NPU must send over the sum of its link bandwidths,
-seed 000's definition) and the bandwidth utilisation ideal / total; the link-capacity bound (the larger of the
+ASTRA-sim's definition) and the bandwidth utilisation ideal / total; the link-capacity bound (the larger of the
 ideal and the busiest NPU's own traffic per dimension over that dimension's bandwidth): a time below it is
 impossible on real links and the report says so (`exceeds_link_capacity`, `physics_note`).
 """
@@ -151,7 +151,7 @@ def make_report(schedule, result, scheduler: str, run, choice: dict | None = Non
 
 
 def lower_bound_bytes(kind: str, nbytes: int, group: int, in_network: bool = False) -> float:
-    """Bytes each NPU must send (or receive) at least: the numerator of the ideal time in seed 000. Where switches
+    """Bytes each NPU must send (or receive) at least: the numerator of ASTRA-sim's ideal time. Where switches
     reduce in the network (in_switch) an all-reduce needs each NPU's buffer to cross its link only once each way.
     A broadcast's every NPU but the root must receive the whole buffer, and a reduce's root as much."""
     if kind in ROOTED:

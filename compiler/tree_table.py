@@ -1,4 +1,4 @@
-"""Seed 003's view of a MultiTree schedule: one accelerator's table of Reduce / Gather commands.
+"""The MultiTree paper's view of a schedule: one accelerator's table of Reduce / Gather commands.
 
 Columns as in the MultiTree paper: Op, FlowID (the tree's root), Parent, Children, Step, Start Addr, Size.
 Reduce: at Step the accelerator sends its partial sum of the flow's block (its own data plus what its Children

@@ -46,7 +46,7 @@ def test_llama7b_rewrites_its_example_with_the_7b_sizes(tmp_path, pipeline):
 
 
 def test_hiermem_study_reproduces_seed_002s_findings(tmp_path):
-    """Seed 002, IV-B: ZeRO-Infinity and HierMem baseline within 1 % (published: 0.1 %), the swept optimum is
+    """ASTRA-sim 2.0, IV-B: ZeRO-Infinity and HierMem baseline within 1 % (published: 0.1 %), the swept optimum is
     Table IV's HierMem (opt) and beats the baseline (published 4.6x; here 3.87x, docs/memory.md says why)."""
     import hiermem_study as h
     from astra_compile.compiler import reuse

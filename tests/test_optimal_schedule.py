@@ -32,7 +32,7 @@ def run(*argv) -> dict:
 
 
 def test_the_sweep_point_where_optimal_lost_now_keeps_the_baseline():
-    """examples/sweeps/themis_topologies.yml, 256MB on seed 001's 4D network: optimal ran 1400.043 us (Themis's
+    """examples/sweeps/themis_topologies.yml, 256MB on the Themis paper's 4D network: optimal ran 1400.043 us (Themis's
     orders; CP-SAT's took 1434.925 us) against the baseline's 1372.111 us. Latency makes dimension 3 the bottleneck
     under every order (64 chunks x 2 halves x 3 steps x 2 hops x 1700 ns = 1306 us of its 1340 us), so the
     estimate ties and CP-SAT's choice loads the other dimensions up to it."""

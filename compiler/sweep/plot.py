@@ -6,7 +6,7 @@ names its value in the line's label): a line never silently mixes points that di
 --pareto: every point as a dot and the front of the points no other point beats in both x and y (smaller is
 better in both: time against a cost such as bandwidth or NPUs), labelled by --hue when given.
 --y breakdown_us (training-step sweeps): one stacked bar per point of compute, exposed local and remote memory,
-exposed communication and idle (seed 002's Fig. 4), labelled by --x (and --hue), side by side in x order.
+exposed communication and idle (ASTRA-sim 2.0's Fig. 4), labelled by --x (and --hue), side by side in x order.
 Failed points are left out. Sizes (64MB) and numbers sort by value; other x values keep the sweep's order (its
 point numbers), not the order in which the points finished.
 """
