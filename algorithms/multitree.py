@@ -158,7 +158,8 @@ def template(kind: str, trees: Trees) -> Transfers:
                                   reduce=(kind == "reduce_scatter"))
 
 
-PATH_TREES_MAX_NPUS = 256  # trees through switches weigh every NPU pair: 128 NPUs take 5-25 s
+# trees through switches weigh every NPU pair: seconds at 128 NPUs (benchmarks/tree_construction.py prints the times)
+PATH_TREES_MAX_NPUS = 256
 
 
 def routed(topology) -> bool:

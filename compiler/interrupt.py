@@ -8,7 +8,7 @@ a notebook) nothing is noted and every KeyboardInterrupt is taken as the user's.
 
 A Ctrl-C that lands while a native extension initialises is held until the extension is loaded: raised in the
 Python code such an extension runs while it loads (MLIR's bindings build Python enums), it makes the extension
-abort the process (SIGABRT, a C++ terminate message; seen with a Ctrl-C 0.25 s after the command started). Elsewhere, an
+abort the process (SIGABRT, a C++ terminate message; a Ctrl-C early in start-up can land there). Elsewhere, an
 import included, it is raised at once: the run ends, so a module left half made does not matter, and holding a
 Ctrl-C through `import torch` would keep the user waiting seconds.
 """

@@ -352,7 +352,7 @@ def get_topology(module: ir.Module) -> dict | None:
 
 def schedule_choice(module: ir.Module) -> dict | None:
     """What choose-schedule recorded: {'schedule': 'cp-sat' | 'themis' | 'baseline', and each candidate's time
-    '<candidate>_time_ns' (None where the module does not hold it: written before baseline was a candidate)}."""
+    '<candidate>_time_ns' (None where the module does not hold it: one written without the baseline as a candidate)}."""
     a = _attr_dict(module.operation.attributes)
     if "comm.schedule" not in a:
         return None

@@ -1,4 +1,4 @@
-"""The astra-sim step semantics end to end (issue 31 item 2): a --system file, or --step-semantics astra-sim, runs
+"""The astra-sim step semantics end to end: a --system file, or --step-semantics astra-sim, runs
 a step as ASTRA-sim's workload layer does (one collective or send in flight per NPU, eager sends), its messages and
 sub-world groups as ASTRA-sim's network sees them (network/astra_network.py); without it nothing changes."""
 import json

@@ -219,7 +219,7 @@ def test_list_passes_lists_every_pass_alone(capsys):
 
 def test_an_all_to_all_on_a_switch_runs_direct_by_default(capsys):
     """As ASTRA-sim: every member's part goes once over the uplink, where halving-doubling forwards half the buffer
-    log2(k) times (issue 19)."""
+    log2(k) times."""
     code, out, _ = cli(capsys, "--collective", "all_to_all", "--size", "64MB", "--topology", "Switch(8)", "--json")
     direct = json.loads(out)
     code, out, _ = cli(capsys, "--collective", "all_to_all", "--size", "64MB", "--topology", "Switch(8)",

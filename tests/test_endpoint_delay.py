@@ -1,4 +1,4 @@
-"""--endpoint-delay (ASTRA-sim's endpoint-delay, issue 19): every message spends that many ns at its endpoints
+"""--endpoint-delay (ASTRA-sim's endpoint-delay): every message spends that many ns at its endpoints
 besides its links' latency, once per message however many hops it takes, in every engine and execution mode,
 in the scheduler's cost model, in a step's point-to-point messages, and through table directories."""
 import json

@@ -415,7 +415,7 @@ def test_process_group_records_with_numbers_past_range(tmp_path, field, value):
 
 
 def test_a_trace_runs_on_the_congestion_backend_stored_and_forwarded(tmp_path, capsys):
-    """Issue 31 item 8: --switching store-and-forward (ASTRA-sim's congestion-aware backend) applies to a trace's
+    """--switching store-and-forward (ASTRA-sim's congestion-aware backend) applies to a trace's
     step as to a collective: a 4 MB all-reduce over every rank, flat_direct on a 2x2 torus, whose messages to the
     opposite corner cross two links, each stored whole before the next."""
     from helpers import cli
@@ -447,8 +447,9 @@ def test_a_trace_runs_on_the_congestion_backend_stored_and_forwarded(tmp_path, c
                                           ("2.5", "2.5"), ("true", "True"), (str(2 ** 70), str(2 ** 70))])
 @pytest.mark.parametrize("where", ["collective", "compute"])
 def test_a_bad_tensor_size_names_the_file_the_node_and_the_field(tmp_path, numel, shown, where):
-    """Issue 31 item 7: a tensor's numel that is no whole number (or past 1 TiB of bytes) was dropped as no tensor
-    (0 bytes: 'collective size must be positive'), read as 1 (true) or passed on negative or overflowing."""
+    """A tensor's numel that is no whole number (or past 1 TiB of bytes) is refused naming the file, the node and
+    the field: never dropped as no tensor (0 bytes: 'collective size must be positive'), read as 1 (true) or passed
+    on negative or overflowing."""
     t, x, y = [10, 11, 0, 8, 4, "cpu"], [12, 13, 0, 8, 4, "cpu"], [14, 15, 0, 8, 4, "cpu"]
     nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1), pg_init(2, 1),
              node(3, "c10d::allreduce_", 1, [[t]], ["GenericList[Tensor(float)]"], [[t]],

@@ -13,7 +13,7 @@ from helpers import cli, refused
 
 RING = ["--collective", "all_reduce", "--size", "1GiB", "--topology", "Ring(8)_Ring(8)", "--bandwidth", "100",
         "--latency", "500", "--chunks", "4", "--algorithm", "ring", "--scheduler", "baseline", "--json"]
-ASTRA_SIM_US = 19290.2   # ASTRA-sim HEAD, this run with local-mem-bw 1600 (issue 17)
+ASTRA_SIM_US = 19290.2   # ASTRA-sim HEAD, this run with local-mem-bw 1600
 
 
 def total_us(capsys, *extra) -> float:

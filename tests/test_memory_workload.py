@@ -1,4 +1,4 @@
-"""Loads and stores in a training step (issue 17): the wl.load / wl.store ops, their streams in the workload
+"""Loads and stores in a training step: the wl.load / wl.store ops, their streams in the workload
 engine, ASTRA-sim 2.0's step-time breakdown, ZeRO-Infinity offload of FSDP states (and in-switch collectives), the
 step-table and Chakra round trips, and the refusals."""
 import json

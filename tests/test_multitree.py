@@ -247,7 +247,7 @@ def _time(topology, kind, size, chunks, ports, execution):
        "reduce_scatter", "all_gather"]), chunks=st.integers(1, 3), ports=st.sampled_from([None, 1, 2]))
 def test_translated_trees_run_symmetric_with_the_full_executions_figures(shape, kind, chunks, ports):
     """Translated trees: NPU 0's table alone gives exactly what every NPU's tables give (time, bytes per
-    dimension), so the runtime may stand NPU 0 for all (a 32x32 torus: 8 s instead of 26 s)."""
+    dimension), so the runtime may stand NPU 0 for all (benchmarks/scale.py times the 32x32 torus)."""
     topology = "x".join(map(str, shape)) + "_torus" if len(shape) > 1 else f"{shape[0]}_ring"
     n = math.prod(shape)
     size = n * chunks * 96 * 7   # splits evenly into every tree's part of every chunk

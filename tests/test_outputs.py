@@ -1,4 +1,4 @@
-"""Outputs that are not plain files (issue 31): a device, a named pipe or a descriptor is written into and never
+"""Outputs that are not plain files: a device, a named pipe or a descriptor is written into and never
 renamed over, a symbolic link keeps pointing where it pointed, and a named pipe nobody reads is refused in one
 line rather than waited on. Every output option is tried: -o FILE of each --emit, --timeline, --plot,
 calibrate -o, sweep --plot -o, and the directory outputs (--emit tables / chakra -o).
@@ -197,7 +197,7 @@ def test_an_empty_file_is_taken_as_a_new_results_file(capsys, tmp_path):
 
 
 def test_a_sweep_output_that_is_not_a_regular_file_is_refused_without_waiting(tmp_path):
-    """A FIFO as the results file used to be opened for reading, which waits for a writer that never comes."""
+    """A FIFO as the results file is refused, never opened for reading (which waits for a writer that never comes)."""
     fifo = tmp_path / "r.csv"
     os.mkfifo(fifo)
     null = tmp_path / "null.csv"

@@ -73,7 +73,8 @@ def test_naming_another_scheduler_schedules_the_module_again(tmp_path):
 
 
 def test_a_whole_network_module_reruns_under_its_algorithm(tmp_path):
-    """A MultiTree module re-ran through the default optimal pipeline and was reported as 'optimal (cp-sat kept)'."""
+    """A MultiTree module re-runs under MultiTree, not through the default optimal pipeline (which would report it
+    as 'optimal (cp-sat kept)')."""
     args = ["--collective", "all_reduce", "--size", "64MB", "--topology", "4x4_torus", "--algorithm", "multitree"]
     first = report(*args)
     path = emitted(tmp_path, *args)

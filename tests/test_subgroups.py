@@ -1,4 +1,4 @@
-"""Process groups inside a dimension (issue 16): tp=4 or dp=2 on a Switch(8) or FC(8) dimension.
+"""Process groups inside a dimension: tp=4 or dp=2 on a Switch(8) or FC(8) dimension.
 
 A mesh axis that splits a dimension gives groups of consecutive members (tp=4: 0-3, 4-7) or of every stride-th
 one (dp=2: 0 and 4). Their collectives run on the network the group sees (Topology.within): a Switch's members

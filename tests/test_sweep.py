@@ -201,7 +201,7 @@ def test_ctrl_c_keeps_the_finished_points_and_says_how_to_resume(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)   # as Ctrl-C does: the sweep and its workers
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    # one line, never a traceback (an idle worker used to print KeyboardInterrupt's now and then)
+    # one line, never a traceback (not even an idle worker's KeyboardInterrupt)
     assert err.count("\n") == 1 and err.endswith("the same command resumes\n"), err
     kept = rows(out)
     assert 2 <= len(kept) < 22 and len({r["point"] for r in kept}) == len(kept)
