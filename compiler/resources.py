@@ -24,7 +24,7 @@ from ..network.topology import Topology
 from ..network.blocks import Symmetry
 from .lower import phase_symmetry
 
-BASE = 160 * 2**20           # interpreter, numpy, the MLIR bindings, OR-Tools and a small run (measured RSS)
+BASE = 160 * 2**20           # interpreter, numpy, the MLIR bindings, OR-Tools and a small run (resident)
 PER_TEMPLATE_TRANSFER = 300  # a template transfer: built from a Python tuple, sorted, kept as 11 int64 columns
 # an executed table row: the analytical engine keeps its columns and a Python record per message; the congestion
 # runtime reads the tables in batches (runtime/congestion_plan.py) and keeps int32 arrays per message and per step
@@ -222,9 +222,10 @@ def table_files(path: str, meta, symmetric: bool, verify: bool, limit: int | Non
     return Estimate(total, what=f"tables of {len(sizes)} NPU(s) in {path}" + (", verified on data" if verify else ""))
 
 
-# A training step read from traces (Chakra ETs), measured on 2-rank chains of 50k and 200k nodes (a compute chain
-# with an all-reduce every 100 nodes) and on 1024 and 4096 per-rank programs of one world all-reduce.
-STEP_BASE = 240 * 2**20      # a step's run with tiny programs (the 4096-rank microbenchmark as one program: 231 MB)
+# A training step read from traces (Chakra ETs), sized on 2-rank chains of 50k and 200k nodes (a compute chain
+# with an all-reduce every 100 nodes) and on 1024 and 4096 per-rank programs of one world all-reduce:
+# benchmarks/resources.py prints the estimates of those runs against their measured peaks.
+STEP_BASE = 240 * 2**20      # a step's run with tiny programs (the 4096-rank microbenchmark, read as one program)
 PER_TRACE_NODE = 2200        # a node of the trace being read: its protobuf message, dependency lists, its op
 PER_KEPT_OP = 600            # an op read and kept (frontend/workload.Op), for the whole run
 PER_STEP_OP = 3000           # an op of a program through the workload module, its lowering and the engine
