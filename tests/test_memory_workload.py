@@ -204,7 +204,7 @@ def test_a_pool_that_is_not_the_topologys_size_is_refused(capsys, tmp_path):
 
 
 def test_host_device_copies_of_an_execution_trace_become_loads_and_stores(tmp_path):
-    """A hand-made trace (this machine has no GPU to record cudaMemcpy): a .to("cuda") of 4 MB before a matmul and a
+    """A hand-made trace (a CPU-only recording has no cudaMemcpy): a .to("cuda") of 4 MB before a matmul and a
     copy_ of its result back to the host become a remote load and store; a copy on the host stays compute."""
     from astra_compile.compiler.api import load_workload
     from test_et_import import node
