@@ -19,6 +19,8 @@ SKIP = {os.path.join("tests", "snapshots"), os.path.join("tests", "data"), "astr
 PATH = re.compile(r"(?<![\w./-])(?:%s)/[\w./<>*{}-]*[\w/>*}]" % "|".join(re.escape(f) for f in FOLDERS))
 # a relative Markdown link target
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+# a page by its bare name (README.md, SOURCES.md): one of the repository's own
+PAGE = re.compile(r"(?<![\w./-])[A-Z][A-Z_-]*\.md\b")
 
 
 def _files(ext: tuple[str, ...]) -> list[str]:
@@ -67,10 +69,13 @@ def _missing(path: str) -> list[str]:
             if not any(c in name for c in "<*{") and not os.path.exists(os.path.join(REPO, name)) \
                     and not any(os.path.exists(stem + ext) for ext in (".py", ".c")):
                 bad.append(f"{rel}:{line}: {name}")
+        bad += [f"{rel}:{line}: {name}" for name in PAGE.findall(text) if name not in PAGE_NAMES]
     return sorted(bad, key=lambda b: int(b.split(":")[1]))
 
 
 PAGES = _files((".md",))
+PAGE_NAMES = {os.path.basename(p) for p in PAGES} | {n for _, _, names in os.walk(os.path.join(REPO, "tests", "data"))
+                                                  for n in names if n.endswith(".md")}
 CODE = _files((".py", ".mlir", ".yml", ".yaml", ".toml", ".cfg"))
 
 
@@ -94,7 +99,8 @@ def test_a_missing_file_is_found(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("See [x](missing.md), docs/architecture.md, benchmarks/gone.py and docs/<name>.md.\n")
     code = tmp_path / "code.py"
-    code.write_text('"""Runs examples/gpt_tp_dp.py and tests/nowhere.py."""\nX = "tests/ignored.py"  # network/no.py\n')
+    code.write_text('"""Runs examples/gpt_tp_dp.py and tests/nowhere.py (README.md)."""\n'
+                    'X = "tests/ignored.py"  # network/no.py, DESIGN.md\n')
     assert [m.split(": ", 1)[1] for m in _missing(str(page))] == ["benchmarks/gone.py",
                                                                   os.path.relpath(str(tmp_path / "missing.md"), REPO)]
-    assert [m.split(": ", 1)[1] for m in _missing(str(code))] == ["tests/nowhere.py", "network/no.py"]
+    assert [m.split(": ", 1)[1] for m in _missing(str(code))] == ["tests/nowhere.py", "network/no.py", "DESIGN.md"]
