@@ -1,6 +1,6 @@
-"""`python -m astra_compile ...`: the astra-compile command line (compiler/cli.py)."""
+"""`python -m astra_compile ...`: the astra-compile command line (compiler/cli/cli.py)."""
 import sys
 
-from .compiler.cli import main
+from .compiler.cli.cli import main
 
 sys.exit(main())

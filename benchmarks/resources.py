@@ -1,4 +1,4 @@
-"""The resource estimate (compiler/resources.py) against the measured peak memory of the same runs.
+"""The resource estimate (compiler/driver/resources.py) against the measured peak memory of the same runs.
 
 For each case: the estimate the CLI makes before the passes, the largest of the estimates it makes before the
 lowering and the runtime, and the peak resident memory of the run (a fresh process, its rusage). The estimate is
@@ -16,11 +16,11 @@ import time
 
 from astra_compile import algorithms
 
-from astra_compile.compiler import driver, resources
+from astra_compile.compiler.driver import driver, resources
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
 from astra_compile.network.units import parse_size
-from astra_compile.compiler.plans import plans_from_module
+from astra_compile.compiler.lowering.plans import plans_from_module
 
 CASES = [  # topology, size, chunks, algorithm, scheduler, execution, backend
     ("4x4_torus", "1GB", 1000, None, "baseline", "auto", "analytical"),

@@ -341,7 +341,7 @@ def test_a_pipelines_messages_are_tagged_alike_on_both_ends(capsys, tmp_path):
 def test_each_ranks_group_is_found_once_per_group_shape_not_once_per_rank(capsys, tmp_path, monkeypatch):
     """Writing 262144 ranks hung: every rank's process group was found by a pass over every NPU (n^2). Now every
     rank's group of one shape is labelled at once: the group's span is read once per shape, whatever the ranks."""
-    from astra_compile.compiler import workload_driver
+    from astra_compile.compiler.driver import workload_driver
     calls = []
     span = workload_driver.group_span
     monkeypatch.setattr(workload_driver, "group_span", lambda *a: calls.append(a[1]) or span(*a))
@@ -428,7 +428,7 @@ def _chain(n, flops=10 ** 9):
 
 
 def test_a_trace_too_large_for_memory_is_refused_before_its_nodes_are_built(capsys, tmp_path, monkeypatch):
-    from astra_compile.compiler import resources
+    from astra_compile.compiler.driver import resources
     from astra_compile.compiler.frontend import chakra
     d = write_traces(tmp_path / "t", "t", {0: _chain(20000), 1: _chain(20000, 10 ** 9 + 1)})
     built = []

@@ -212,7 +212,7 @@ class _Reading:
     def _parse(self, path: str, data: bytes, seen: dict) -> _Program:
         """A file's program, or that of an earlier file alike but for its node ids (its Node objects are let go
         before the next file's are made)."""
-        from .. import resources
+        from ..driver import resources
         resources.trace_nodes(_count(data), self.kept, path).check(self.max_memory)
         nodes, alias = _nodes(path, data)
         program = seen.get(alias) if alias is not None else None
@@ -286,7 +286,7 @@ def load(paths: list[str], world_size: int | None = None, topology=None, max_mem
     ranked = _ranked(paths)
     if world_size is not None and world_size != len(ranked):
         raise UserError(f"{len(ranked)} Chakra traces, but the topology has {world_size} NPUs")
-    from .. import resources
+    from ..driver import resources
     reading = _Reading(ranked, _comm_groups(os.path.dirname(paths[0]), len(ranked)), max_memory)
     reading.read()
     reading.check_agreement()
@@ -348,7 +348,7 @@ def group_labels(topology, group0: tuple):
     dimensions; on a dimension group0 covers in part, the same block of consecutive members or the same residue),
     each NPU labelled by its coordinates outside the group. UserError where group0 does not map onto the topology
     (workload_driver.group_span)."""
-    from ..workload_driver import group_span
+    from ..driver.workload_driver import group_span
     n = topology.npus
     if len(group0) <= 1:
         return np.arange(n), [np.array([r]) for r in range(n)]

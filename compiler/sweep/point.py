@@ -9,7 +9,7 @@ import os
 import time
 import warnings
 
-from .. import cli, cli_rules
+from ..cli import cli, cli_rules
 from ...network.errors import UserError, show
 
 # options that write files, print other things than the report, or change what the report is
@@ -113,7 +113,7 @@ def _check_values(args) -> None:
             except UserError as e:
                 raise UserError(f"{flag}: {e}") from None
             if flag == "--size":
-                from ..driver import check_size
+                from ..driver.driver import check_size
                 check_size(nbytes)
     for flag, text in (("--chunks", args.chunks), ("--ports", args.ports), ("--active-chunks", args.active_chunks)):
         if text is not None:

@@ -32,11 +32,11 @@ from __future__ import annotations
 import json
 import re
 
-from ..network.errors import UserError
-from ..network.user_files import read_json
-from ..network.memory import check_local_mem_gbps
-from ..network.units import MAX_LATENCY_NS
-from ..network.units import check_peak_tflops
+from ...network.errors import UserError
+from ...network.user_files import read_json
+from ...network.memory import check_local_mem_gbps
+from ...network.units import MAX_LATENCY_NS
+from ...network.units import check_peak_tflops
 
 IMPLEMENTATIONS = {"ring": "ring", "direct": "direct", "halvingDoubling": "halving_doubling",
                    "doubleBinaryTree": "astra_sim_double_binary_tree", "oneRing": "flat_ring",
@@ -187,13 +187,13 @@ def _topology(args):
     """The run's topology as given (--topology: notation or network file), None without one."""
     if not getattr(args, "topology", None):
         return None
-    from ..network.parse import parse_topology
+    from ...network.parse import parse_topology
     return parse_topology(args.topology, args.bandwidth, args.latency, args.links)
 
 
 def _flat(names: list) -> bool:
     """Does the run use a whole-network algorithm (one phase over every NPU, no dimensions to split over)?"""
-    from ..algorithms import whole_network
+    from ...algorithms import whole_network
     return any(whole_network(n) is not None for n in names or ())
 
 
@@ -205,7 +205,7 @@ def _network_conventions(args, given: set, names: list | None, kind: str) -> lis
     spec = args.topology or ""
     if "bandwidth" in given or not spec.lower().endswith((".yml", ".yaml", ".json")):
         return []
-    from ..network.parse import parse_topology
+    from ...network.parse import parse_topology
     topology = parse_topology(spec, None, args.latency, args.links)
     if topology.graph is not None:
         return []

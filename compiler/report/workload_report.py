@@ -7,18 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..network.units import format_size
-from .frontend.workload import PHASES
-from ..dialects.workload import MEMORY, P2P, peer
-from ..runtime.workload_engine import BREAKDOWN
-from .workload_driver import key_parts
+from ...network.units import format_size
+from ..frontend.workload import PHASES
+from ...dialects.workload import MEMORY, P2P, peer
+from ...runtime.workload_engine import BREAKDOWN
+from ..driver.workload_driver import key_parts
 
 
 @dataclass
 class WorkloadReport:
     data: dict
     mlir: str = ""          # the workload module as compiled (wl + comm dialects)
-    # the step as a Chrome trace (compiler/step_timeline.py), built when asked: api.compile sets it
+    # the step as a Chrome trace (compiler/report/step_timeline.py), built when asked: api.compile sets it
     timeline: Callable[[], dict] | None = field(default=None, repr=False, compare=False)
     # the step's per-accelerator tables (runtime/step_tables.StepTables) in a table format: compile(...,
     # keep_tables=True) or a step table directory sets it

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..network.errors import UserError
-from ..network.units import MAX_GBPS, MIN_GBPS, parse_size
+from ...network.errors import UserError
+from ...network.units import MAX_GBPS, MIN_GBPS, parse_size
 
 STEP = 0.01          # relative perturbation of a parameter for its coefficient
 ITERATIONS = 8
@@ -72,9 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     from .cli import _fail
-    from ..dialects.comm import IRError
-    from ..passes import PassError
-    from ..runtime.atomic import OutputError
+    from ...dialects.comm import IRError
+    from ...passes import PassError
+    from ...runtime.atomic import OutputError
     args = build_parser().parse_args(argv)
     try:
         return run(args)
@@ -83,8 +83,8 @@ def main(argv: list[str]) -> int:
 
 
 def run(args) -> int:
-    from . import nccl_tests_log
-    from ..network.parse import parse_topology
+    from ..interop import nccl_tests_log
+    from ...network.parse import parse_topology
     if not args.logs:
         raise UserError("give one or more nccl-tests logs: astra-compile calibrate LOG... --topology T")
     if not args.topology:
@@ -109,8 +109,8 @@ def run(args) -> int:
     defaults = {k: v for k, v in (("algorithm", args.algorithm), ("chunks", args.chunks)) if v is not None}
     fit = calibrate(args.topology, args.links, start, logs, checks, defaults, min_size)
     if args.output:
-        from ..network.parse import network_yml
-        from ..runtime import atomic
+        from ...network.parse import network_yml
+        from ...runtime import atomic
         fitted = parse_topology(args.topology, fit.bandwidth_gbps, fit.latency_ns, args.links)
         atomic.write_text(args.output, network_yml(fitted, "fitted by astra-compile calibrate to " +
                                                    ", ".join(args.logs)))
@@ -119,7 +119,7 @@ def run(args) -> int:
 
 
 def calibrate(spec: str, links, start, logs, checks, defaults: dict, min_size: int) -> Fit:
-    from ..network.parse import parse_topology
+    from ...network.parse import parse_topology
     rows = [(log, r) for log in logs for r in log.rows if r.bytes >= min_size]
     if not rows:
         raise UserError(f"no row of the logs is at least --min-size {min_size} bytes")
@@ -164,8 +164,8 @@ def calibrate(spec: str, links, start, logs, checks, defaults: dict, min_size: i
 def _at_row(row, compute):
     """compute(), a compilation of a logged row's collective and size: a refusal (a size too small to split over
     the topology, ...) names the log, its line and the size."""
-    from ..dialects.comm import IRError
-    from ..passes import PassError
+    from ...dialects.comm import IRError
+    from ...passes import PassError
     log, r = row
     try:
         return compute()
@@ -227,13 +227,13 @@ class _Timer:
     """A collective's time on the topology with given per-dimension latencies and inverse bandwidths."""
 
     def __init__(self, spec: str, links, defaults: dict, topology=None):
-        from . import driver
+        from ..driver import driver
         self.spec, self.links, self.defaults, self.topology = spec, links, defaults, topology
         self.ctx = driver.comm.new_context()
         self.memo: dict = {}
 
     def time_ns(self, kind: str, nbytes: int, topology=None) -> float:
-        from . import driver
+        from ..driver import driver
         topology = topology or self.topology
         key = (kind, nbytes, json.dumps(topology.to_dict(), sort_keys=True))
         if key not in self.memo:
@@ -244,7 +244,7 @@ class _Timer:
         return self.memo[key]
 
     def _at(self, lat, gap):
-        from ..network.parse import parse_topology
+        from ...network.parse import parse_topology
         return parse_topology(self.spec, [1.0 / g for g in gap], list(lat), self.links)
 
     def coefficients(self, case, lat: np.ndarray, gap: np.ndarray) -> list:

@@ -32,9 +32,9 @@ import numpy as np
 from ...network.errors import UserError
 from ...network.units import format_size, gbps_to_bytes_per_ns
 from ...runtime.workload_engine import Roofline
-from .chakra import (COMM_TYPES, NODE_TYPES, SUFFIX, TENSOR_LOCATIONS, add_attr, delimited, group_labels, schema,
-                     varint)
-from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op, Workload
+from ..frontend.chakra import (COMM_TYPES, NODE_TYPES, SUFFIX, TENSOR_LOCATIONS, add_attr, delimited, group_labels,
+                               schema, varint)
+from ..frontend.workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op, Workload
 
 VERSION = "0.0.4"          # the schema version written (ASTRA-sim 2.x reads 0.0.4)
 COMM_GROUP_FILE = "comm_group.json"

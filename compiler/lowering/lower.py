@@ -22,19 +22,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import algorithms
-from ..algorithms import NETWORK, RANKS, Algorithm, Transfers
+from ... import algorithms
+from ...algorithms import NETWORK, RANKS, Algorithm, Transfers
 from .dependencies import dependencies
-from ..network.errors import UserError
+from ...network.errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
-from ..network.links import LANE_SHORTEST, ROUTED, LinkMap
-from ..runtime.meta import ROOTED, SHARDED, Meta
-from ..runtime.tables import COLUMN_NAMES, DTYPES, RECV_COPY, RECV_REDUCE, SEND, SWITCH, Table
-from ..network.blocks import SHORTEST, Symmetry
-from ..network.topology import Topology
+from ...network.links import LANE_SHORTEST, ROUTED, LinkMap
+from ...runtime.meta import ROOTED, SHARDED, Meta
+from ...runtime.tables import COLUMN_NAMES, DTYPES, RECV_COPY, RECV_REDUCE, SEND, SWITCH, Table
+from ...network.blocks import SHORTEST, Symmetry
+from ...network.topology import Topology
 
 if TYPE_CHECKING:   # the trees' type, for the annotation only (the module imports lazily: it is large)
-    from ..algorithms import multitree
+    from ...algorithms import multitree
 
 READ_AHEAD_ROWS = 1 << 18   # table()'s read-ahead batch: at most this many rows (about 20 MB) held at once
 

@@ -13,17 +13,18 @@ import os
 import sys
 from types import ModuleType
 
-from . import driver, recorded_run, reuse
-from ..network.errors import UserError
-from .frontend.cpu_limit import DEFAULT_SECONDS as DEFAULT_CAPTURE_LIMIT
-from .frontend.workload import Workload
-from ..runtime.workload_engine import SEMANTICS, Roofline
-from ..network.parse import parse_topology, with_endpoint_delay
-from ..network.topology import Topology
-from .workload_driver import (Lowered, StepSemantics, WorkloadOptions, group_key, lower, read_lowered, run, runner,
-                              with_run_record, with_schedules)
-from .step_timeline import step_trace
-from .workload_report import WorkloadReport, make_report
+from ..driver import driver, recorded_run
+from ..core import reuse
+from ...network.errors import UserError
+from ..frontend.cpu_limit import DEFAULT_SECONDS as DEFAULT_CAPTURE_LIMIT
+from ..frontend.workload import Workload
+from ...runtime.workload_engine import SEMANTICS, Roofline
+from ...network.parse import parse_topology, with_endpoint_delay
+from ...network.topology import Topology
+from ..driver.workload_driver import (Lowered, StepSemantics, WorkloadOptions, group_key, lower, read_lowered, run,
+                                      runner, with_run_record, with_schedules)
+from ..report.step_timeline import step_trace
+from ..report.workload_report import WorkloadReport, make_report
 
 
 def load_workload(source, world_size: int, mesh: dict | None = None,
@@ -36,13 +37,13 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
     machine's available memory)."""
     if isinstance(source, Workload):
         return source
-    from .frontend.model_file import ModelFile
+    from ..frontend.model_file import ModelFile
     if isinstance(source, (ModuleType, ModelFile)):
-        from .frontend.capture import capture
-        from .frontend.cpu_limit import cpu_limit
-        from .frontend.model_code import guarded
-        from .frontend.model_file import model_file_from_module
-        from .frontend.torch_state import kept
+        from ..frontend.capture import capture
+        from ..frontend.cpu_limit import cpu_limit
+        from ..frontend.model_code import guarded
+        from ..frontend.model_file import model_file_from_module
+        from ..frontend.torch_state import kept
         spec = source if isinstance(source, ModelFile) else model_file_from_module(source)
         # the limit ends first: nothing stops the restores
         with kept(), guarded(spec.path), cpu_limit(capture_limit, spec.path):
@@ -90,22 +91,22 @@ def _trace_files(directory: str) -> list[str]:
 def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_limit: float | None,
                 topology: Topology | None = None, max_memory: int | None = None) -> Workload:
     if len(paths) == 1 and paths[0].endswith(".py"):
-        from .frontend.model_file import check_before_torch
+        from ..frontend.model_file import check_before_torch
         check_before_torch(paths[0], world_size, mesh)   # a mistake costs no torch import (seconds)
-        from .frontend.capture import capture
-        from .frontend.cpu_limit import cpu_limit
-        from .frontend.model_code import guarded
-        from .frontend.model_file import load_model_file
-        from .frontend.torch_state import kept
+        from ..frontend.capture import capture
+        from ..frontend.cpu_limit import cpu_limit
+        from ..frontend.model_code import guarded
+        from ..frontend.model_file import load_model_file
+        from ..frontend.torch_state import kept
         with kept(), guarded(paths[0]), cpu_limit(capture_limit, f"model file {paths[0]}"):
             return capture(load_model_file(paths[0]), world_size, mesh)
     if all(p.endswith(".json") for p in paths):
-        from .frontend.et_import import load_traces
+        from ..frontend.et_import import load_traces
         return load_traces(paths, world_size, mesh)
     if all(p.endswith(".et") for p in paths):
         if mesh:
             raise UserError("--mesh applies to model files; a trace already records its process groups")
-        from .frontend.chakra import load
+        from ..frontend.chakra import load
         return load(paths, world_size, topology, max_memory)
     raise UserError(f"cannot compile {', '.join(paths)}: expected one model .py file, execution-trace .json files or "
                     "Chakra .et files")
@@ -164,7 +165,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         parse_topology(topology, bandwidth, latency, links)
     topo = topo and with_endpoint_delay(topo, endpoint_delay)
     if mesh is not None:
-        from .frontend.mesh import check_axes, parse_mesh
+        from ..frontend.mesh import check_axes, parse_mesh
         mesh = parse_mesh(mesh) if isinstance(mesh, str) else check_axes(mesh)
     _check_roofline(peak_tflops, mem_bw_gbps)
     step = _semantics(step_semantics)
@@ -183,7 +184,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
                 all_reduce=all_reduce)).values()
             step = _semantics(step_semantics)
     elif _is_module(source):
-        from .frontend.module_object import model_file_from_object
+        from ..frontend.module_object import model_file_from_object
         source = model_file_from_object(source, example_inputs, parallelize, loss, optimizer)
     elif any(v is not None for v in (example_inputs, parallelize, loss, optimizer)):
         raise UserError("example_inputs, parallelize, loss and optimizer go with an nn.Module source; a model file "
@@ -192,7 +193,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
         workload = load_workload(source, topo.npus, mesh, capture_limit, topo, max_memory)
         if iteration is not None:
             workload = workload.only_iteration(iteration)
-        from .frontend.offload import host_states, offload as place, parse_states
+        from ..frontend.offload import host_states, offload as place, parse_states
         states = parse_states(",".join(offload) if isinstance(offload, (tuple, list)) else offload)
         states, at_states = host_states(workload, states, pool)
         workload = place(workload, states, in_switch, at_states)
@@ -207,7 +208,7 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
                            *_memory(mem_latency_ns, pool, topo), step=step)
     report, times = _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, rank)
     if not step_module:
-        from .frontend import chakra_write
+        from ..interop import chakra_write
 
         def collective_ns(op, group) -> float:   # a broadcast's time, which ASTRA-sim replays
             took = times.get(group_key(topo, op.collective, op.bytes, group, op.root)) if len(group) > 1 else None
@@ -241,7 +242,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
     if report.mlir:   # with the options its collectives are compiled and the step is timed with again
         report.mlir = with_run_record(report.mlir, recorded_run.of_module(opts))
     if opts.keep_schedules:
-        from . import step_dir
+        from ..interop import step_dir
         report.step_tables = lambda fmt: step_dir.build(lowered, times, info | {"topology_dict": topo.to_dict(),
                                                                                 "run": recorded_run.of_step(opts)}, fmt)
     return report, times
@@ -250,7 +251,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
 def _is_step_dir(source) -> bool:
     if not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source):
         return False
-    from ..runtime.step_tables import is_step_dir
+    from ...runtime.step_tables import is_step_dir
     return is_step_dir(os.fspath(source))
 
 
@@ -260,7 +261,7 @@ def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops
                       step_semantics="streams", use_recorded: bool = True) -> WorkloadReport:
     """A step table directory (--emit tables -o DIR): its collectives' tables executed on `backend`, then the step;
     the run options it records stand in for those left at their defaults (`use_recorded`)."""
-    from . import step_dir
+    from ..interop import step_dir
     if topology is not None:
         raise UserError(f"{path}: a step table directory runs on the topology it was compiled for (meta.json); "
                         "give no topology")
@@ -312,12 +313,12 @@ def _recorded_semantics(record: dict) -> StepSemantics:
 def _memory(latency_ns, pool, topo) -> tuple[float, object]:
     """The local memory latency and the pool of a run on `topo`, checked (a pool file is read here): the pool's
     GPUs are the topology's NPUs."""
-    from ..network.memory import check_latency_ns
-    from ..network.memory_pool import AstraSimRemote, HierMem, ZeroInfinity
+    from ...network.memory import check_latency_ns
+    from ...network.memory_pool import AstraSimRemote, HierMem, ZeroInfinity
     latency = check_latency_ns(latency_ns, "mem_latency_ns (--mem-latency)")
     pool_path = pool if isinstance(pool, (str, os.PathLike)) else None
     if pool_path is not None:
-        from ..network import pool_file
+        from ...network import pool_file
         pool = pool_file.load(os.fspath(pool))
     elif pool is not None and not isinstance(pool, (HierMem, ZeroInfinity, AstraSimRemote)):
         raise UserError(f"pool must be a pool file's path, a HierMem, a ZeroInfinity or an AstraSimRemote, got "
@@ -336,7 +337,7 @@ def _memory(latency_ns, pool, topo) -> tuple[float, object]:
 
 def _switching(switching, backend: str) -> str:
     """How the congestion backend forwards a message (runtime/congestion.SWITCHING); only it has a choice."""
-    from ..runtime.congestion import SWITCHING
+    from ...runtime.congestion import SWITCHING
     if switching not in SWITCHING:
         raise UserError(f"switching must be one of {', '.join(SWITCHING)}, got {switching!r}")
     if switching != SWITCHING[0] and backend != "congestion":
@@ -345,7 +346,7 @@ def _switching(switching, backend: str) -> str:
 
 
 def _local_mem(gbps) -> float | None:
-    from ..network.memory import check_local_mem_gbps
+    from ...network.memory import check_local_mem_gbps
     return None if gbps is None else check_local_mem_gbps(gbps, "local_mem_gbps (--local-mem-bw)")
 
 
@@ -358,7 +359,7 @@ def _semantics(step) -> StepSemantics:
 
 
 def _check_roofline(peak_tflops, mem_bw_gbps) -> None:
-    from ..network.units import check_roofline
+    from ...network.units import check_roofline
     check_roofline(peak_tflops, mem_bw_gbps)
 
 

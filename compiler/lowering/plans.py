@@ -5,10 +5,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import algorithms
-from ..dialects import comm
-from ..network.errors import UserError
-from ..runtime.meta import CollectiveMeta, StageMeta
+from ... import algorithms
+from ...dialects import comm
+from ...network.errors import UserError
+from ...runtime.meta import CollectiveMeta, StageMeta
 
 FLAT = -1  # a phase over every dimension of its group (graph algorithms)
 
@@ -134,7 +134,7 @@ def _check_bytes(plan: CollectivePlan, shape: list[int]) -> None:
     hierarchical-decompose writes, and the ordering passes rewrite: passes/dimension_order.py). The lowering takes
     the collective's group_bytes, so a phase written by hand whose bytes say otherwise would be timed as something
     else than it says."""
-    from ..passes.phase_cost import region_sizes
+    from ...passes.phase_cost import region_sizes
     dims = [s.dim for s in plan.stages]
     if dims == [FLAT]:
         expected = [float(plan.bytes)]

@@ -20,8 +20,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..network.errors import UserError
-from ..network.user_files import read_text
+from ...network.errors import UserError
+from ...network.user_files import read_text
 
 # names in benchmark binaries and file names -> the compiler's collective kinds
 _NAMES = (("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("all_gather", "all_gather"),

@@ -8,9 +8,9 @@ chunk 0 of the buffer. This is a different rendering of the same rows `--emit ta
 """
 from __future__ import annotations
 
-from ..network.errors import UserError
-from .lower import Schedule
-from .plans import FLAT
+from ...network.errors import UserError
+from ..lowering.lower import Schedule
+from ..lowering.plans import FLAT
 
 
 def tree_entries(schedule: Schedule, npu: int) -> list[dict]:

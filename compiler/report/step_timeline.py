@@ -9,8 +9,8 @@ microseconds, as the trace format expects.
 """
 from __future__ import annotations
 
-from ..dialects.workload import MEMORY, P2P, peer as wl_peer
-from .workload_driver import p2p_stream
+from ...dialects.workload import MEMORY, P2P, peer as wl_peer
+from ..driver.workload_driver import p2p_stream
 
 COMPUTE_TRACK = 0
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 
 from ...network.errors import UserError
-from .workload import Workload
+from ..frontend.workload import Workload
 
 
 class Recording:
@@ -32,7 +32,7 @@ class Recording:
             raise UserError("nothing recorded yet: call report() after the `with astra_compile.record()` block")
         if self.unsupported:
             raise UserError(self.unsupported)
-        from ..api import compile
+        from .api import compile
         return compile(self.workload, topology, **options)
 
 
@@ -40,7 +40,7 @@ class Recording:
 def record(source: str = "recorded step"):
     import torch.distributed as dist
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-    from .recorder import StepRecorder
+    from ..frontend.recorder import StepRecorder
 
     recording = Recording()
     recorder = StepRecorder(live=True)

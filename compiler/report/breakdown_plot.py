@@ -2,8 +2,8 @@
 memory, exposed remote memory, exposed communication and idle (the report's `breakdown_us`), side by side."""
 from __future__ import annotations
 
-from .plotting import check_suffix, pyplot, save
-from ..runtime.workload_engine import BREAKDOWN
+from ..core.plotting import check_suffix, pyplot, save
+from ...runtime.workload_engine import BREAKDOWN
 
 COLOURS = {"compute": "#4c72b0", "exposed_local_memory": "#dd8452", "exposed_remote_memory": "#c44e52",
            "exposed_comm": "#55a868", "idle": "#bbbbbb"}

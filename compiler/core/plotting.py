@@ -2,7 +2,7 @@
 file types a plot is written as, and the atomic write (runtime/atomic.py) by the file's suffix."""
 from __future__ import annotations
 
-from ..network.errors import UserError
+from ...network.errors import UserError
 
 SUFFIXES = (".png", ".pdf", ".svg")
 
@@ -25,7 +25,7 @@ def pyplot():
 
 def save(fig, path: str, dpi: int) -> None:
     """The figure to `path` (complete or not at all), in the format its suffix names; the figure is closed."""
-    from ..runtime import atomic
+    from ...runtime import atomic
     fmt = path.rsplit(".", 1)[-1].lower()
     try:
         atomic.write_file(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=dpi))

@@ -18,15 +18,15 @@ from __future__ import annotations
 import os
 import re
 
-from .. import algorithms
+from ... import algorithms
 
 from . import driver
-from ..network.errors import UserError, show
-from ..passes import ALL_REDUCE_SPLITS
-from ..runtime import run_record
-from ..runtime.errors import TableError
-from ..runtime.meta import read_json
-from ..runtime.workload_engine import Roofline
+from ...network.errors import UserError, show
+from ...passes import ALL_REDUCE_SPLITS
+from ...runtime import run_record
+from ...runtime.errors import TableError
+from ...runtime.meta import read_json
+from ...runtime.workload_engine import Roofline
 
 # record key -> the command line's option (its argparse dest); astra_link_gbps is no option: a system file's
 # network conventions set it (astra_system._network_conventions)
@@ -46,7 +46,7 @@ def of_tables(run: driver.RunOptions) -> dict:
 def of_step(opts) -> dict:
     """A step directory: how its collectives executed, its roofline, memories and step semantics
     (workload_driver.WorkloadOptions), where not the default."""
-    from ..network import pool_file
+    from ...network import pool_file
     out = {k: v for k, v in of_tables(opts.run).items() if k in run_record.STEP}
     roof = Roofline()
     values = {"peak_tflops": (opts.roofline.peak_tflops, roof.peak_tflops),
@@ -93,7 +93,7 @@ def of_input(kind: str, path: str) -> tuple[dict, str]:
     """The run options an input of `kind` (INPUTS) records, checked, and where they are, for messages. An input that
     cannot be read gives ({}, ""): the run's own reader names the fault, after the options' checks; a damaged
     record is refused here."""
-    from ..dialects.comm import IRError
+    from ...dialects.comm import IRError
     key, keys = INPUTS[kind]
     try:
         if kind in ("table directory", "step tables"):
@@ -116,8 +116,8 @@ def _held(data, key: str, keys: tuple, where: str) -> dict:
 
 
 def _module(kind: str, path: str):
-    from ..dialects import workload as wl
-    from ..network.user_files import read_text
+    from ...dialects import workload as wl
+    from ...network.user_files import read_text
     if kind == "workload module":
         return wl.parse_module(read_text(path, "a workload .mlir module"), wl.new_context(), source=path)
     return driver.read_module(driver.comm.new_context(), path)
@@ -189,7 +189,7 @@ def _effective(args, key: str):
     if key == "astra_link_gbps" and value is not None:
         return [float(v) for v in value]
     if key == "pool" and value is not None:
-        from ..network import pool_file
+        from ...network import pool_file
         return pool_file.load(value) if isinstance(value, (str, os.PathLike)) else value
     if key == "step_semantics" and value is None:
         return "streams"
@@ -220,6 +220,6 @@ def _number(value: float) -> str:
 
 def _same(key: str, a, b) -> bool:
     if key == "pool":   # the same memory whatever file or object described it: their file forms agree
-        from ..network import pool_file
+        from ...network import pool_file
         return (a is None) == (b is None) and (a is None or pool_file.to_data(a) == pool_file.to_data(b))
     return a == b

@@ -6,8 +6,8 @@ runs it applies to ends the command with one line naming it and what it applies 
 """
 from __future__ import annotations
 
-from ..network.errors import UserError
-from ..runtime.meta import ROOTED
+from ...network.errors import UserError
+from ...runtime.meta import ROOTED
 
 # runtime options: how tables execute
 RUN = {"backend", "execution", "intra", "active_chunks", "switching", "max_memory", "local_mem_bw"}
@@ -89,7 +89,7 @@ def check(kind: str, args, given: set[str]) -> None:
         if dest in given and dest in ALLOWED[kind] and off(args):
             raise UserError(f"{flag(dest)} applies to {applies_to}")
     if "algorithm" in ALLOWED[kind] and given & ACROSS_DIMENSIONS.keys():
-        from ..algorithms import whole_network
+        from ...algorithms import whole_network
         alg = whole_network(args.algorithm)
         if alg is not None:
             check_whole_network(given, f"--algorithm {alg.name} runs one phase over the whole network")

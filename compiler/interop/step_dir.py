@@ -11,15 +11,15 @@ import io
 import json
 import math
 
-from . import driver, resources
-from ..dialects import workload as wl
-from ..network.errors import UserError
-from ..network.topology import Topology
-from ..runtime import step_tables as st
-from ..runtime.errors import TableError
-from ..network import astra_network
-from .workload_driver import (CollectiveTime, CollectiveTimes, Lowered, StepSemantics, class_busy, group_place,
-                              key_of, key_parts, key_root, message_time, p2p_stream, part_key)
+from ..driver import driver, resources
+from ...dialects import workload as wl
+from ...network.errors import UserError
+from ...network.topology import Topology
+from ...runtime import step_tables as st
+from ...runtime.errors import TableError
+from ...network import astra_network
+from ..driver.workload_driver import (CollectiveTime, CollectiveTimes, Lowered, StepSemantics, class_busy, group_place,
+                                      key_of, key_parts, key_root, message_time, p2p_stream, part_key)
 
 
 def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.StepTables:

@@ -34,8 +34,8 @@ from xml.sax.saxutils import quoteattr
 
 import numpy as np
 
-from ..network.errors import UserError
-from ..runtime.tables import RECV_REDUCE, SEND, SWITCH
+from ...network.errors import UserError
+from ...runtime.tables import RECV_REDUCE, SEND, SWITCH
 
 MAX_COUNT = 64         # chunks per step (MSCCL refuses a count of 72 or more)
 MAX_STEPS = 256        # steps per thread block (MSCCL_MAX_NUM_STEPS)

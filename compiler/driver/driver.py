@@ -6,19 +6,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .. import algorithms
+from ... import algorithms
 
 from . import resources
-from ..dialects import comm
-from ..network.errors import UserError
-from ..network.user_files import read_text
-from .lower import Schedule
-from .plans import plans_from_module
-from ..passes import DEFAULT_PIPELINE, PassContext, PassManager, parse_pipeline
-from ..passes.dimension_order import buffer_groups
-from ..network.topology import Topology
-from ..network.units import MAX_BYTES, format_size
-from .report import Report, make_report
+from ...dialects import comm
+from ...network.errors import UserError
+from ...network.user_files import read_text
+from ..lowering.lower import Schedule
+from ..lowering.plans import plans_from_module
+from ...passes import DEFAULT_PIPELINE, PassContext, PassManager, parse_pipeline
+from ...passes.dimension_order import buffer_groups
+from ...network.topology import Topology
+from ...network.units import MAX_BYTES, format_size
+from ..report.report import Report, make_report
 
 
 SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
@@ -106,15 +106,15 @@ class RunOptions:
 
 def execute(schedule: Schedule, run: RunOptions):
     """Run the tables on the chosen backend; both return a runtime.phases.Result."""
-    from ..runtime.phases import OptionError
+    from ...runtime.phases import OptionError
     if run.backend == "analytical":
-        from ..runtime import analytical
+        from ...runtime import analytical
         try:
             return analytical.run(schedule, run.execution, run.intra, run.active_chunks, run.local_mem_gbps)
         except OptionError as e:
             raise UserError(str(e)) from None
     if run.backend == "congestion":
-        from ..runtime import congestion
+        from ...runtime import congestion
         mode = "full" if run.timeline else run.execution
         try:
             return congestion.run(schedule, run.intra, run.active_chunks, run.timeline, run.switching, mode,
@@ -127,7 +127,7 @@ def execute(schedule: Schedule, run: RunOptions):
 def symmetric_valid(schedule: Schedule, run: RunOptions) -> bool:
     """Can the backend run NPU 0 alone for every NPU of this schedule, with full execution's figures?"""
     if run.backend == "congestion":
-        from ..runtime import congestion
+        from ...runtime import congestion
         return congestion.symmetric_ok(schedule.meta)
     return schedule.meta.symmetric
 

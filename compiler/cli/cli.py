@@ -14,9 +14,9 @@ import sys
 import threading
 import warnings
 
-from . import interrupt
-from ..runtime import atomic
-from ..network.errors import InputWarning, UserError, one_line
+from ..core import interrupt
+from ...runtime import atomic
+from ...network.errors import InputWarning, UserError, one_line
 
 VERIFIED = "verified: every NPU's buffer matches the collective's definition"
 EPILOG = """examples:
@@ -48,7 +48,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> _Parser:
-    from ..passes import ALL_REDUCE_SPLITS   # here, not at the top: a Ctrl-C while it loads finds main's handler
+    from ...passes import ALL_REDUCE_SPLITS   # here, not at the top: a Ctrl-C while it loads finds main's handler
     p = _Parser(prog="astra-compile", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Compile collectives to per-accelerator schedule tables and time them.")
     p.add_argument("input", nargs="*",
@@ -189,7 +189,7 @@ class _Version(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         from importlib import metadata
-        from . import __version__
+        from .. import __version__
         libs = []
         for name in ("torch", "torch-mlir", "ortools"):
             try:
@@ -274,18 +274,18 @@ def _end(code: int) -> None:
 
 def _main(argv: list[str]) -> int:
     if argv[:1] == ["sweep"]:  # `astra-compile sweep ...`: many runs from one file (sweep/command.py)
-        from .sweep.command import main as sweep_main
+        from ..sweep.command import main as sweep_main
         return sweep_main(argv[1:])
     if argv[:1] == ["calibrate"]:  # `astra-compile calibrate LOG...`: the network fitted to nccl-tests logs
         from .calibrate import main as calibrate_main
         return calibrate_main(argv[1:])
     args, given = parse(argv)
     # imported here so --help stays instant and argument errors need no MLIR
-    from ..dialects.comm import IRError
-    from ..passes import PassError
-    from ..runtime.atomic import OutputError
-    from ..runtime.tables import TableError
-    from ..runtime.verifier import VerificationError
+    from ...dialects.comm import IRError
+    from ...passes import PassError
+    from ...runtime.atomic import OutputError
+    from ...runtime.tables import TableError
+    from ...runtime.verifier import VerificationError
     # warnings (a model file's, torch's) are shown after a run that ends; a refused run says its one line only
     with warnings.catch_warnings(record=True) as caught:
         try:
@@ -350,7 +350,7 @@ def _is_step_module(inputs: list[str]) -> bool:
             head = f.read(1 << 16)
     except (OSError, ValueError):
         return False  # the collective path reads it and names the problem
-    from ..dialects.workload import is_workload_text
+    from ...dialects.workload import is_workload_text
     return is_workload_text(head)
 
 
@@ -367,8 +367,9 @@ def _is_trace_dir(inputs: list[str]) -> bool:
 def _run_workload(args, max_memory: int | None, given: set[str], step_dir: bool = False) -> int:
     """model.py, execution traces, a workload module or a step table directory -> the step report (or the workload
     MLIR, or the step's tables)."""
-    from . import driver, reuse
-    from .api import compile as compile_workload
+    from ..driver import driver
+    from ..core import reuse
+    from ..api.api import compile as compile_workload
     if args.emit == "tables" and args.output is None and args.npu is None:
         raise UserError("--emit tables needs --npu K (print one accelerator's step table) or -o DIR (write them all)")
     if args.emit == "msccl-xml":
@@ -417,10 +418,10 @@ def _run_workload(args, max_memory: int | None, given: set[str], step_dir: bool 
             sys.stdout.write(report.mlir)
         return 0
     if args.timeline:
-        from ..runtime.trace import write_chrome
+        from ...runtime.trace import write_chrome
         write_chrome(args.timeline, report.timeline())
     if args.plot:
-        from . import breakdown_plot
+        from ..report import breakdown_plot
         breakdown_plot.write(args.plot, [(report["topology"], report["breakdown_us"])],
                              f"{report['source']}: step time breakdown")
     _report(args, report.to_dict(), report.format)
@@ -438,8 +439,8 @@ def _check_step_options(report, given: set[str]) -> None:
 
 
 def _emit_step_tables(args, report) -> int:
-    from . import step_dir
-    from ..runtime import step_tables
+    from ..interop import step_dir
+    from ...runtime import step_tables
     step = report.step_tables(args.table_format)
     if args.output:
         step_tables.write(args.output, step, force=args.force)
@@ -491,7 +492,7 @@ def _kind(args) -> str:
     if _is_workload(args.input):
         return "training step"
     if len(args.input) == 1 and os.path.isdir(args.input[0]):
-        from ..runtime.step_tables import is_step_dir
+        from ...runtime.step_tables import is_step_dir
         if is_step_dir(args.input[0]):
             return "step tables"
     if len(args.input) == 1 and os.path.isdir(args.input[0]):
@@ -506,16 +507,16 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
     record, where = _recorded(args, kind)
     filled = {}
     if record:   # what the directory or module records stands in for the options not typed (recorded_run.py)
-        from . import recorded_run
+        from ..driver import recorded_run
         filled = recorded_run.fill(args, getattr(args, "named", given), record)
     cli_rules.check(kind, args, given)
     notices = []
     if args.system:
-        from . import astra_system
+        from ..interop import astra_system
         # an option typed wins over the file even at its default (`--intra scf` over its FIFO): args.named
         notices = astra_system.apply(args, getattr(args, "named", given), kind == "training step")
-    from ..dialects.comm import IRError
-    from ..passes import PassError
+    from ...dialects.comm import IRError
+    from ...passes import PassError
     try:
         if args.system:
             cli_rules.check(kind, args, given)   # again: an option typed may not apply beside what the file set
@@ -535,7 +536,7 @@ def run_parsed(args, given: set[str] = frozenset()) -> int:
 def _recorded(args, kind: str) -> tuple[dict, str]:
     """The run options a table directory, step directory or module given as input records, checked, and where
     (recorded_run.py); ({}, "") for other runs."""
-    from . import recorded_run
+    from ..driver import recorded_run
     if kind == "training step" and _is_step_module(args.input):
         kind = "workload module"
     elif kind == "collective" and len(args.input) == 1 and args.input[0].endswith(".mlir"):
@@ -547,12 +548,12 @@ def _recorded(args, kind: str) -> tuple[dict, str]:
 
 def _run_kind(args, kind: str, given: set[str]) -> int:
     if kind == "list-passes":
-        from ..passes import all_passes
+        from ...passes import all_passes
         for name, cls in sorted(all_passes().items()):
             opts = " ".join(f"{k}=<{f.metadata['help']}>" for k, f in cls.options().items())
             print(f"{name:24s} {cls.summary}" + (f"  [{opts}]" if opts else ""))
         return 0
-    from ..network.units import parse_size
+    from ...network.units import parse_size
     try:
         max_memory = parse_size(args.max_memory) if args.max_memory is not None else None
     except UserError as e:
@@ -562,7 +563,7 @@ def _run_kind(args, kind: str, given: set[str]) -> int:
     if len(args.input) > 1:
         raise UserError(f"give one .mlir module or table directory, got {len(args.input)} inputs")
     args.input = args.input[0] if args.input else None
-    from . import driver
+    from ..driver import driver
     active = _positive_int(args.active_chunks, "--active-chunks")
     run = driver.RunOptions(args.backend, args.execution, args.intra, active, args.switching,
                             timeline=bool(args.timeline or args.plot) and args.backend == "congestion",
@@ -574,34 +575,34 @@ def _run_kind(args, kind: str, given: set[str]) -> int:
 
 def _step_semantics(args):
     """--step-semantics, with the per-link bandwidths of an ASTRA-sim network file the system reader converted."""
-    from .workload_driver import StepSemantics
+    from ..driver.workload_driver import StepSemantics
     return StepSemantics(args.step_semantics or "streams", getattr(args, "astra_link_gbps", None))
 
 
 def _local_mem(args) -> float | None:
     if args.local_mem_bw is None:
         return None
-    from ..network.memory import check_local_mem_gbps
+    from ...network.memory import check_local_mem_gbps
     return check_local_mem_gbps(args.local_mem_bw)
 
 
 def _write_timeline(args, result, meta: dict, title: str) -> None:
     if args.timeline:
-        from ..runtime.trace import write_trace
+        from ...runtime.trace import write_trace
         write_trace(args.timeline, result, meta)
     if args.plot:
-        from ..runtime.trace import write_plot
+        from ...runtime.trace import write_plot
         write_plot(args.plot, result, meta.ndims, title)
 
 
 def _run_table_dir(args, run) -> int:
     """Execute tables written earlier with -o."""
-    from . import driver
-    from ..runtime.tables import DirSchedule
-    from . import resources
+    from ..driver import driver
+    from ...runtime.tables import DirSchedule
+    from ..driver import resources
     schedule = DirSchedule(args.input)
     if args.verify:
-        from ..runtime.verifier import check_size
+        from ...runtime.verifier import check_size
         check_size(schedule.meta)
     resources.table_files(args.input, schedule.meta, run.execution != "full", args.verify,
                           run.max_memory).check(run.max_memory)
@@ -611,7 +612,7 @@ def _run_table_dir(args, run) -> int:
            "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
     _write_timeline(args, result, schedule.meta, f"{args.input}: {result.backend} runtime")
     if args.verify:  # the written tables on their own: their meta carries every shard layout
-        from ..runtime.verifier import VerificationError, verify
+        from ...runtime.verifier import VerificationError, verify
         try:
             verify(schedule)
         except VerificationError as e:  # tables given as input are the user's: wrong ones are bad input
@@ -624,11 +625,11 @@ def _run_table_dir(args, run) -> int:
 
 def _run_collective(args, run, given: set[str]) -> int:
     """One collective (--collective) or a comm module (.mlir): compile, then report, emit MLIR or emit tables."""
-    from . import driver
-    from ..dialects import comm
-    from ..network.parse import parse_topology, with_endpoint_delay
-    from ..passes import PassError
-    from ..network.units import parse_size
+    from ..driver import driver
+    from ...dialects import comm
+    from ...network.parse import parse_topology, with_endpoint_delay
+    from ...passes import PassError
+    from ...network.units import parse_size
 
     topology = None
     if args.topology:
@@ -681,7 +682,7 @@ def _run_collective(args, run, given: set[str]) -> int:
     if args.all_reduce:
         defaults["all_reduce"] = args.all_reduce
     if args.ports is not None:
-        from .. import algorithms
+        from ... import algorithms
         name = algorithms.canonical(args.algorithm or "")
         if name is None or not algorithms.REGISTRY[name].takes_ports:
             takes = " or ".join(n for n, a in algorithms.all_algorithms().items() if a.takes_ports)
@@ -693,7 +694,7 @@ def _run_collective(args, run, given: set[str]) -> int:
         reports = {name: driver.compile_schedule(source, ctx, topology, name, defaults,
                                                  dataclasses.replace(run, intra=intra)).report
                    for name, intra in (("baseline", "fifo"), ("themis", "scf"), ("optimal", "scf"))}
-        from .report import compare_rows
+        from ..report.report import compare_rows
         compared = {k: r.to_json() for k, r in reports.items()}
         _check_finite(compared)
         print(json.dumps(compared, indent=1) if args.json else compare_rows(reports))
@@ -707,8 +708,8 @@ def _run_collective(args, run, given: set[str]) -> int:
         raise type(e)(f"{args.input}: {e}") from None   # what the module's ops say names its file
     module, schedule = compiled.module, compiled.schedule
     if args.verify:  # before anything is written: a schedule that fails verification is never emitted
-        from . import resources
-        from ..runtime.verifier import check_size, verify
+        from ..driver import resources
+        from ...runtime.verifier import check_size, verify
         check_size(schedule.meta)  # the verifier's own limit first: its message says what to do
         resources.verification(topology, schedule.plans).check(run.max_memory)
         verify(schedule)
@@ -716,7 +717,7 @@ def _run_collective(args, run, given: set[str]) -> int:
             sys.stderr.write(VERIFIED + "\n")  # stdout carries the MLIR or the table
 
     if args.emit == "mlir":   # with how it was run, so that `astra-compile module.mlir` runs it so again
-        from . import recorded_run
+        from ..driver import recorded_run
         recorded_run.with_comm_record(module, run)
         text = str(module)
         if args.output:
@@ -729,14 +730,14 @@ def _run_collective(args, run, given: set[str]) -> int:
         return _emit_tables(args, schedule, topology, run)
 
     if args.emit == "chakra":
-        from .frontend import chakra_write
+        from ..interop import chakra_write
         n = chakra_write.write(chakra_write.one_collective(schedule.meta, topology), topology, _chakra_dir(args),
                                args.force)
         print(f"wrote {n} Chakra traces and comm_group.json to {args.output}")
         return 0
 
     if args.emit == "msccl-xml":
-        from .msccl_xml import to_xml
+        from ..interop.msccl_xml import to_xml
         text = to_xml(schedule, f"astra-compile {compiled.report.collectives[0].buffer_kind} on {topology.name} "
                                 f"({compiled.report.scheduler})")
         if args.output:
@@ -758,8 +759,9 @@ def _check_dimension_options(args, module, defaults: dict, given: set[str]) -> N
     """Refuse the options that act across dimensions where the run has none to act across: a whole-network
     algorithm (--algorithm's, a --system file's or the one a module's phases run), or an all-reduce over one
     dimension. Known only once the module is read: cli_rules refuses what the command line alone shows."""
-    from . import cli_rules, driver
-    from ..dialects import comm
+    from . import cli_rules
+    from ..driver import driver
+    from ...dialects import comm
     flat = driver.whole_network_run(module, defaults)
     if flat is not None:
         cli_rules.check_whole_network(given, f"--algorithm {flat.name} runs one phase over the whole network"
@@ -781,8 +783,8 @@ def _chakra_dir(args) -> str:
 
 
 def _emit_tables(args, schedule, topology, run) -> int:
-    from . import recorded_run
-    from ..runtime.tables import write_dir
+    from ..driver import recorded_run
+    from ...runtime.tables import write_dir
     if args.output:   # with how they execute, so that `astra-compile DIR` runs them as this run would
         write_dir(schedule, args.output, args.table_format, force=args.force, run=recorded_run.of_tables(run))
         print(f"wrote {schedule.meta.npus} tables and meta.json to {args.output}")
@@ -793,7 +795,7 @@ def _emit_tables(args, schedule, topology, run) -> int:
     if not 0 <= npu < topology.npus:
         raise UserError(f"--npu {npu} outside 0..{topology.npus - 1}")
     if args.table_view == "trees":
-        from .tree_table import format_tree_table
+        from ..report.tree_table import format_tree_table
         text = format_tree_table(schedule, npu)   # first: a schedule without trees is refused with nothing printed
         print(f"# accelerator {npu} of {topology.npus} on {topology.name}: MultiTree commands")
         print(text)

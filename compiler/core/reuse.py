@@ -87,7 +87,7 @@ class Reuse:
     def _store(self, kind, digest, value) -> None:
         if self.directory is None:
             return
-        from ..runtime import atomic
+        from ...runtime import atomic
         try:
             os.makedirs(os.path.join(self.directory, kind), exist_ok=True)
         except OSError as e:   # made a file since open_dir looked, or a disk that fails
@@ -101,7 +101,7 @@ def open_dir(path: str) -> Reuse:
     """A Reuse keeping its values in the directory `path` (--cache DIR), which must be a directory or one that can
     be made, as must its folder for each kind of value: refused in one line otherwise (a file where a folder goes),
     before any work."""
-    from ..network.errors import UserError
+    from ...network.errors import UserError
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"--cache {path}: not a directory")
     try:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .. import algorithms
-from ..network.errors import UserError
-from ..network.topology import Topology
-from ..network.blocks import Symmetry
-from .lower import phase_symmetry
+from ... import algorithms
+from ...network.errors import UserError
+from ...network.topology import Topology
+from ...network.blocks import Symmetry
+from ..lowering.lower import phase_symmetry
 
 BASE = 160 * 2**20           # interpreter, numpy, the MLIR bindings, OR-Tools and a small run (measured RSS)
 PER_TEMPLATE_TRANSFER = 300  # a template transfer: built from a Python tuple, sorted, kept as 11 int64 columns
@@ -39,7 +39,7 @@ def _rows_bytes(rows: int, backend: str, timeline: bool = False) -> int:
     """Memory of executing `rows` table rows on a backend."""
     if backend != "congestion":
         return rows * PER_ROW.get(backend, max(PER_ROW.values()))
-    from ..runtime.phases import ROWS_PER_BATCH
+    from ...runtime.phases import ROWS_PER_BATCH
     return rows * (PER_ROW["congestion"] + (PER_TIMELINE_ROW if timeline else 0)) + \
         min(rows, ROWS_PER_BATCH) * PER_BATCH_ROW
 
@@ -97,8 +97,8 @@ def request(topology: Topology, module, algorithm: str | None, chunks: int | Non
     """Before the passes, from the module's collectives and the command line's algorithm and chunks: the planning
     search, the templates and the rows the run will need at the least (NPU 0's alone, unless the request already
     rules symmetry out: a size that does not split into equal chunks, or an algorithm whose NPUs differ)."""
-    from ..dialects import comm
-    from ..passes.select_algorithm import algorithm_for
+    from ...dialects import comm
+    from ...passes.select_algorithm import algorithm_for
     name = algorithms.canonical(algorithm or (topology.dims[0].default_algorithm if topology.graph else ""))
     whole = algorithms.REGISTRY[name] if name and algorithms.REGISTRY[name].scope != algorithms.DIMENSION else None
     per_dim = [algorithms.canonical(a) for a in algorithm.split(",")] if algorithm and not whole else None
@@ -147,7 +147,7 @@ def request(topology: Topology, module, algorithm: str | None, chunks: int | Non
 
 def _group(topology: Topology, plan, stage) -> tuple[object, int, bool]:
     """(algorithm, members, bidirectional) of a stage's template, as the lowering builds it."""
-    from .plans import FLAT
+    from ..lowering.plans import FLAT
     alg = algorithms.for_phase(stage.algorithm, flat=stage.dim == FLAT)
     if stage.dim == FLAT or alg.scope != algorithms.DIMENSION:
         return alg, topology.npus, True

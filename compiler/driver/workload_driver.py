@@ -23,21 +23,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import driver, reuse
+from . import driver
+from ..core import reuse
 from .recorded_run import in_module
-from ..dialects import workload as wl
-from ..network.errors import UserError, show
-from ..network.user_files import read_text
-from ..passes import PassError
-from .frontend.workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, Workload
-from ..runtime import workload_engine as engine
-from ..runtime.workload_engine import ProgramTable, Roofline, run_workload, WorkloadError
-from ..network.links import LinkMap
-from ..network.memory import LocalMemory, MemorySystem
-from ..network import astra_network
-from ..network.message import message
-from ..network.parse import with_endpoint_delay
-from ..network.topology import Topology
+from ...dialects import workload as wl
+from ...network.errors import UserError, show
+from ...network.user_files import read_text
+from ...passes import PassError
+from ..frontend.workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, Workload
+from ...runtime import workload_engine as engine
+from ...runtime.workload_engine import ProgramTable, Roofline, run_workload, WorkloadError
+from ...network.links import LinkMap
+from ...network.memory import LocalMemory, MemorySystem
+from ...network import astra_network
+from ...network.message import message
+from ...network.parse import with_endpoint_delay
+from ...network.topology import Topology
 
 KIND_CODE = {"compute": engine.COMPUTE, "wait": engine.WAIT}
 

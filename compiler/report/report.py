@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import algorithms
-from ..dialects.comm import ROOTED
-from ..network.topology import Topology
-from ..network.units import format_size, gbps_to_bytes_per_ns
+from ... import algorithms
+from ...dialects.comm import ROOTED
+from ...network.topology import Topology
+from ...network.units import format_size, gbps_to_bytes_per_ns
 
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "report.schema.json")
 # keys --json leaves out when they do not apply (congestion backend only, optimal scheduler only, --verify only)
@@ -114,7 +114,7 @@ class Report:
 
 def make_report(schedule, result, scheduler: str, run, choice: dict | None = None,
                 pass_pipeline: str | None = None) -> Report:
-    """The report of a lowered schedule (compiler/lower.py) run on `run`'s backend; `choice` is what
+    """The report of a lowered schedule (compiler/lowering/lower.py) run on `run`'s backend; `choice` is what
     choose-schedule recorded in the module (comm.schedule_choice), if it ran; `pass_pipeline` the passes that
     made the schedule (passes.pipeline_spec)."""
     topo = schedule.topology

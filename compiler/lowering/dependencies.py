@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime.tables import SEND, Table
+from ...runtime.tables import SEND, Table
 
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
