@@ -23,7 +23,7 @@ from astra_compile.network.parse import parse_topology
 from astra_compile.network.units import gbps_to_bytes_per_ns
 from astra_compile.runtime import step_tables
 from astra_compile.runtime.verifier import MAX_ELEMENTS, verify
-from astra_compile.compiler.driver.workload_driver import group_span
+from astra_compile.compiler.core.step_keys import group_span
 
 from helpers import cli, refused
 

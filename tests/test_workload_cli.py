@@ -11,7 +11,7 @@ from astra_compile.compiler.core import reuse
 from astra_compile.dialects import workload as wl
 from astra_compile.network.errors import UserError
 from astra_compile.network.parse import parse_topology
-from astra_compile.compiler.driver.workload_driver import group_dims
+from astra_compile.compiler.core.step_keys import group_dims
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 

@@ -21,8 +21,9 @@ from ..frontend.workload import Workload
 from ...runtime.workload_engine import SEMANTICS, Roofline
 from ...network.parse import parse_topology, with_endpoint_delay
 from ...network.topology import Topology
-from ..driver.workload_driver import (Lowered, StepSemantics, WorkloadOptions, group_key, lower, read_lowered, run,
-                                      runner, with_run_record, with_schedules)
+from ..driver.workload_driver import (Lowered, StepSemantics, WorkloadOptions, lower, read_lowered, run, runner,
+                                      with_run_record, with_schedules)
+from ..core.step_keys import group_key
 from ..report.step_timeline import step_trace
 from ..report.workload_report import WorkloadReport, make_report
 

@@ -16,12 +16,11 @@ two, and errs on the high side.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from ... import algorithms
-from ...network.errors import UserError
 from ...network.topology import Topology
 from ...network.blocks import Symmetry
+from ..core.estimate import Estimate
 from ..lowering.lower import phase_symmetry
 
 BASE = 160 * 2**20           # interpreter, numpy, the MLIR bindings, OR-Tools and a small run (measured RSS)
@@ -49,47 +48,6 @@ PER_SHARD = 16               # an NPU's reduce-scatter shard of one chunk: offse
 PER_NPU = 200                # per NPU of the network: coordinates, ranks, link numbering
 PER_VERIFIED_BYTE = 48       # the verifier's int64 buffers per byte of a collective on every NPU (data, initial,
                              # expected, sums)
-
-
-@dataclass(frozen=True)
-class Estimate:
-    bytes: int
-    rows: int = 0          # table rows the run materialises
-    what: str = ""         # what dominates, for the message
-    advice: str = "use fewer chunks or NPUs"
-
-    def check(self, limit: int | None) -> None:
-        """Refuse (UserError, one line) when the estimate exceeds `limit` bytes (None: this machine's memory)."""
-        cap, source = (limit, "--max-memory") if limit is not None else (machine_memory(), "this machine's "
-                                                                         "available memory; raise it with --max-memory")
-        if self.bytes > cap:
-            detail = ", ".join(x for x in (self.what, f"{self.rows:.3g} table rows" if self.rows else "") if x)
-            raise UserError(f"this run would need about {_size(self.bytes)} of memory" +
-                            (f" ({detail})" if detail else "") +
-                            f", more than {_size(cap)} ({source}); {self.advice}")
-
-
-def _size(n: int) -> str:
-    """Three significant figures in the largest power-of-two unit: an estimate is not exact to the byte."""
-    for unit, mult in (("TB", 2**40), ("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
-        if n >= mult:
-            return f"{n / mult:.3g}{unit}"
-    return f"{n}B"
-
-
-def machine_memory() -> int:
-    """Memory this process may use: MemAvailable of /proc/meminfo (Linux), else the physical memory."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
-        return 8 * 2**30
 
 
 def request(topology: Topology, module, algorithm: str | None, chunks: int | None, execution: str = "auto",
@@ -220,26 +178,3 @@ def table_files(path: str, meta, symmetric: bool, verify: bool, limit: int | Non
     if verify:
         total += sum(meta.npus * c.bytes * PER_VERIFIED_BYTE for c in meta.collectives)
     return Estimate(total, what=f"tables of {len(sizes)} NPU(s) in {path}" + (", verified on data" if verify else ""))
-
-
-# A training step read from traces (Chakra ETs), measured on 2-rank chains of 50k and 200k nodes (a compute chain
-# with an all-reduce every 100 nodes) and on 1024 and 4096 per-rank programs of one world all-reduce.
-STEP_BASE = 240 * 2**20      # a step's run with tiny programs (the 4096-rank microbenchmark as one program: 231 MB)
-PER_TRACE_NODE = 2200        # a node of the trace being read: its protobuf message, dependency lists, its op
-PER_KEPT_OP = 600            # an op read and kept (frontend/workload.Op), for the whole run
-PER_STEP_OP = 3000           # an op of a program through the workload module, its lowering and the engine
-PER_GROUP_MEMBER = 64        # a rank of a process group a program names (each program's group attributes)
-TRACE_ADVICE = "give fewer ranks or a shorter trace (a slice of its iterations)"
-
-
-def trace_nodes(reading: int, kept: int, where: str) -> Estimate:
-    """Before a trace file's nodes are built: the `reading` nodes of that file, and the ops already kept."""
-    return Estimate(STEP_BASE + reading * PER_TRACE_NODE + kept * PER_KEPT_OP,
-                    what=f"reading {reading:.3g} nodes of {where}, {kept:.3g} ops kept", advice=TRACE_ADVICE)
-
-
-def step_programs(ops: int, members: int, programs: int) -> Estimate:
-    """Before a step read from traces is lowered: the ops of the programs it will run (one per rank, or one
-    standing for every rank) and the ranks of the groups each program names."""
-    return Estimate(STEP_BASE + ops * (PER_KEPT_OP + PER_STEP_OP) + members * PER_GROUP_MEMBER,
-                    what=f"{ops:.3g} ops in {programs} program(s)", advice=TRACE_ADVICE)

@@ -18,8 +18,9 @@ from ...network.topology import Topology
 from ...runtime import step_tables as st
 from ...runtime.errors import TableError
 from ...network import astra_network
-from ..driver.workload_driver import (CollectiveTime, CollectiveTimes, Lowered, StepSemantics, class_busy, group_place,
-                                      key_of, key_parts, key_root, message_time, p2p_stream, part_key)
+from ..driver.workload_driver import CollectiveTime, CollectiveTimes, Lowered, StepSemantics, class_busy, message_time
+from ..core.estimate import Estimate
+from ..core.step_keys import group_place, key_of, key_parts, key_root, p2p_stream, part_key
 
 
 def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.StepTables:
@@ -84,8 +85,8 @@ def load(path: str, run: driver.RunOptions, semantics: StepSemantics = StepSeman
     step = st.read(path)
     meta = step.meta
     # estimated before anything is built for its NPUs (each collective's tables too, below, before they run)
-    resources.Estimate(resources.BASE + meta["npus"] * resources.PER_NPU,
-                       what=f"a step of {meta['npus']} NPUs in {path}").check(run.max_memory)
+    Estimate(resources.BASE + meta["npus"] * resources.PER_NPU,
+             what=f"a step of {meta['npus']} NPUs in {path}").check(run.max_memory)
     try:
         topology = Topology.from_dict(meta["topology"])
     except UserError as e:

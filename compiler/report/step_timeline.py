@@ -10,7 +10,7 @@ microseconds, as the trace format expects.
 from __future__ import annotations
 
 from ...dialects.workload import MEMORY, P2P, peer as wl_peer
-from ..driver.workload_driver import p2p_stream
+from ..core.step_keys import p2p_stream
 
 COMPUTE_TRACK = 0
 
@@ -49,7 +49,7 @@ def step_trace(result, programs, times, info: dict) -> dict:
                                         "in_switch": int(op.attrs.get("wl.in_switch", 1)), **part}})
                 continue
             done = times.of(op)
-            if op.kind in P2P:   # messages to (from) one peer share a stream (workload_driver.p2p_stream)
+            if op.kind in P2P:   # messages to (from) one peer share a stream (core/step_keys.p2p_stream)
                 peer = wl_peer(op)
                 tid = _track(events, streams, pid, p2p_stream(op),
                              f"send to rank {peer}" if op.kind == "send" else f"recv from rank {peer}")

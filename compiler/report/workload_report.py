@@ -11,7 +11,7 @@ from ...network.units import format_size
 from ..frontend.workload import PHASES
 from ...dialects.workload import MEMORY, P2P, peer
 from ...runtime.workload_engine import BREAKDOWN
-from ..driver.workload_driver import key_parts
+from ..core.step_keys import key_parts
 
 
 @dataclass

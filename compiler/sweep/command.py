@@ -149,7 +149,7 @@ def _label(p) -> str:
 def _memory_share(workers: int) -> int:
     """Each worker's share of the memory available now: the default --max-memory of a point, so that points
     running side by side cannot together exceed the machine (a point's own max-memory wins)."""
-    from ..driver.resources import machine_memory
+    from ..core.estimate import machine_memory
     return max(1, math.floor(machine_memory() / workers))
 
 
