@@ -77,5 +77,5 @@ setup(
         "plot": ["matplotlib>=3.8"],
         "ray": ["ray==2.60.0"],
     },
-    entry_points={"console_scripts": ["astra-compile=astra_compile.compiler.cli.cli:main"]},
+    entry_points={"console_scripts": ["astra-compile=astra_compile.compiler.main:main"]},
 )

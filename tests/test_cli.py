@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from astra_compile.compiler.cli.cli import main
+from astra_compile.compiler.main import main
 from helpers import cli, refused
 
 SWITCH3 = ["--topology", "Switch(8)_Switch(8)_Switch(8)", "--bandwidth", "50,50,50", "--latency", "1,1,1"]

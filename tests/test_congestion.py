@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from astra_compile.compiler.cli.cli import main
+from astra_compile.compiler.main import main
 from astra_compile.runtime import analytical, congestion
 from helpers import compile_collective
 

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from astra_compile.compiler.cli.cli import main
+from astra_compile.compiler.main import main
 from astra_compile.dialects import comm
 from astra_compile.network.errors import UserError
 from astra_compile.runtime import analytical, congestion

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from astra_compile.compiler.cli.cli import main
+from astra_compile.compiler.main import main
 from helpers import cli, refused
 
 RING4 = ["--collective", "all_reduce", "--size", "1MB", "--topology", "4_ring"]

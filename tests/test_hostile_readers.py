@@ -222,7 +222,7 @@ def test_dev_null_reads_as_empty(tmp_path):
 
 # ---- table and step directories ----------------------------------------------------------------------------------------
 
-from astra_compile.compiler.cli.cli import main   # noqa: E402
+from astra_compile.compiler.main import main   # noqa: E402
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 

@@ -7,7 +7,7 @@ import os
 import jsonschema
 import pytest
 
-from astra_compile.compiler.cli.cli import main
+from astra_compile.compiler.main import main
 from astra_compile.runtime.meta import SCHEMA_FILE, Meta
 from astra_compile.runtime.tables import TableError
 

@@ -202,7 +202,7 @@ def test_a_ctrl_c_after_cp_sat_reaches_our_handler():
     status -2, no message, an output half-renamed. Its solves now leave SIGINT alone."""
     code = textwrap.dedent("""
         import os, signal, sys, time
-        from astra_compile.compiler import driver
+        from astra_compile.compiler.driver import driver
         from astra_compile.dialects import comm
         from astra_compile.network.parse import parse_topology
         seen = []

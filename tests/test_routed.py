@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from astra_compile.compiler.driver import driver
-from astra_compile.compiler.cli.cli import main
+from astra_compile.compiler.main import main
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical, congestion
 from astra_compile.network.links import LANE_SHORTEST, ROUTED, LinkMap

@@ -274,7 +274,7 @@ def test_a_ray_cluster_that_cannot_be_reached_stops_the_sweep_before_any_output(
 
 def test_ray_missing_names_the_extra(tmp_path):
     path = write_sweep(tmp_path, SMALL)
-    code = ("import sys; sys.modules['ray'] = None\nfrom astra_compile.compiler.cli.cli import main\n"
+    code = ("import sys; sys.modules['ray'] = None\nfrom astra_compile.compiler.main import main\n"
             f"sys.exit(main(['sweep', {str(path)!r}, '-o', {str(tmp_path / 'r.csv')!r}, '--ray']))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr

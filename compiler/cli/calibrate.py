@@ -48,10 +48,10 @@ class Fit:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cli import _Parser
-    p = _Parser(prog="astra-compile calibrate",
-                description="Fit the network's bandwidth and latency per dimension to nccl-tests / rccl-tests "
-                            "logs (docs/calibrate.md).")
+    from .parser import Parser
+    p = Parser(prog="astra-compile calibrate",
+               description="Fit the network's bandwidth and latency per dimension to nccl-tests / rccl-tests "
+                           "logs (docs/calibrate.md).")
     p.add_argument("logs", nargs="*", help="all_reduce_perf / all_gather_perf / reduce_scatter_perf / "
                                            "alltoall_perf output")
     p.add_argument("--topology", help="the machine's network (every rank of the logs is one of its NPUs)")
@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from .cli import _fail
+    from .parser import fail
     from ...dialects.comm import IRError
     from ...passes import PassError
     from ...runtime.atomic import OutputError
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     try:
         return run(args)
     except (UserError, IRError, PassError, OutputError) as e:   # a bad --algorithm is refused by the passes
-        return _fail(str(e))
+        return fail(str(e))
 
 
 def run(args) -> int:

@@ -1,284 +1,24 @@
-"""astra-compile command line. Bad input ends with one `astra-compile: error: ...` line and exit status 2."""
+"""astra-compile's run command: a collective, a comm module, a table directory or a training step, compiled, timed
+and reported. Bad input ends with one `astra-compile: error: ...` line and exit status 2."""
 from __future__ import annotations
 
-import argparse
-import atexit
-import contextlib
 import dataclasses
 import json
 import math
 import os
-import signal
 import stat
 import sys
-import threading
 import warnings
 
-from ..core import interrupt
 from ...runtime import atomic
 from ...network.errors import InputWarning, UserError, one_line
+from .parser import capture_limit, fail, int_list, parse, positive_int
 
 VERIFIED = "verified: every NPU's buffer matches the collective's definition"
-EPILOG = """examples:
-  astra-compile --collective all_reduce --size 1GB --topology "Switch(8)_Switch(8)_Switch(8)" \\
-      --bandwidth 50,50,50 --latency 1,1,1 --algorithm halving_doubling --chunks 64
-  astra-compile --collective all_reduce --size 1GB --topology 4x4x4_torus --emit mlir --print-ir-after-all
-  astra-compile examples/all_reduce_3d_switch.mlir --emit tables --npu 0
-  astra-compile --collective all_to_all --size 64MB --topology "Ring(4)_FC(2)_Switch(8)" --emit tables -o out/
-  astra-compile out/            (execute tables written earlier)
-  astra-compile examples/gpt_tp_dp.py --topology 8x8_torus          (a PyTorch training step)
-  astra-compile trace_rank*.json --topology "Switch(4)" --json       (PyTorch execution traces)
-  astra-compile sweep sweep.yml -o results.csv      (many runs from one file: docs/sweeps.md)
-  astra-compile calibrate LOG... --topology T       (bandwidth and latency fitted to nccl-tests logs:
-                                                    docs/calibrate.md)
-
-sizes: B, KB/MB/GB (powers of 2, as ASTRA-sim), KiB/MiB/GiB; bandwidth in GB/s (2^30 B/s); latency in ns."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors in one line naming the option and what it accepts, not the whole usage block."""
-
-    raising = False  # a sweep point's options (sweep/point.py) raise UserError instead of ending the process
-
-    def error(self, message: str):
-        hint = " (astra-compile --help lists them)" if message.startswith("unrecognized arguments") else ""
-        if self.raising:
-            raise UserError(message + hint)
-        sys.exit(_fail(message + hint))
-
-
-def build_parser() -> _Parser:
-    from ...passes import ALL_REDUCE_SPLITS   # here, not at the top: a Ctrl-C while it loads finds main's handler
-    p = _Parser(prog="astra-compile", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-                description="Compile collectives to per-accelerator schedule tables and time them.")
-    p.add_argument("input", nargs="*",
-                   help="a model .py file, PyTorch execution-trace .json files (one per rank), a .mlir comm module, "
-                        "or a directory of tables written with -o")
-    g = p.add_argument_group("workload")
-    g.add_argument("--collective", choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
-                                            "reduce"),
-                   help="one collective over the whole topology (or --dims)")
-    g.add_argument("--size", help="collective size (full buffer, as nccl-tests count it), e.g. 1GB")
-    g.add_argument("--dims", help="topology dimensions of the collective's groups, e.g. 0,1 (default: all)")
-    g.add_argument("--root", help="a broadcast's or reduce's root NPU (default 0); every group sends from (reduces "
-                                  "to) its member at the root's coordinates on --dims")
-    g = p.add_argument_group("training step (model .py files and execution traces)")
-    g.add_argument("--mesh", help="device mesh of a model file, outermost axis first, e.g. dp=8,tp=8 (the last axis "
-                                  "takes topology dimension 0); axes dp, fsdp and tp apply DDP, FSDP2 and the "
-                                  "file's TP_PLAN; default: the file's mesh_axes(), else dp over every NPU")
-    g.add_argument("--capture-limit", type=float, default=600.0, metavar="SECONDS",
-                   help="CPU seconds a model file may take to load and capture (default 600); a model that takes "
-                        "longer ends with an error, not a hang")
-    g.add_argument("--cache", metavar="DIR",
-                   help="keep the captured step (by the file's content, world size and mesh) and each compiled "
-                        "collective in DIR, and reuse them on later runs: a second run of the same model skips "
-                        "capture (docs/workloads.md)")
-    g.add_argument("--iteration", type=int, metavar="N",
-                   help="an execution trace of several training iterations: time iteration N alone (the report "
-                        "otherwise times them all and lists each)")
-    g.add_argument("--step-semantics", choices=("streams", "astra-sim"),
-                   help="how a step runs: streams (default: a stream per process group, a message meets its receive) "
-                        "or astra-sim (ASTRA-sim's: one collective or send in flight per NPU, eager sends, its view of "
-                        "messages and sub-world groups; a --system file selects it; docs/astra-sim.md)")
-    g.add_argument("--peak-tflops", type=float, default=234.0,
-                   help="compute roofline: peak TFLOPS per NPU (default 234, seed 002's A100 figure)")
-    g.add_argument("--mem-bw", type=float, default=1896.0,
-                   help="compute roofline: memory bandwidth per NPU in GB/s of 2^30 B (default 1896 = A100-80GB's "
-                        "2039 decimal GB/s)")
-    g.add_argument("--mem-latency", type=float, default=0.0, metavar="NS",
-                   help="local memory access latency in ns (default 0): a local load or store of S bytes takes it "
-                        "plus S / --mem-bw (docs/memory.md)")
-    g.add_argument("--pool", metavar="POOL.yaml",
-                   help="the remote memory pool remote loads and stores use: seed 002's HierMem or ZeRO-Infinity "
-                        "(docs/memory.md)")
-    g.add_argument("--offload", metavar="STATES",
-                   help="keep these training states in the remote pool and move them as the step needs them "
-                        "(ZeRO-Infinity style): params, grads, optimizer, comma-separated; needs --pool")
-    g.add_argument("--in-switch", action="store_true",
-                   help="with offloaded states (--offload, or the model file's OFFLOAD) on a hiermem pool: the pool's "
-                        "switches all-gather parameters while they are loaded and reduce-scatter gradients while "
-                        "they are stored (seed 002's in-switch collectives), in place of those collectives")
-    g = p.add_argument_group("network")
-    g.add_argument("--topology", help='e.g. "Ring(4)_FC(2)_Switch(8)", 8x8_torus, 64_switch, an ASTRA-sim .yml/.json, '
-                                         'or a graph: 4x8_bigraph, dgx1, 2_dgx1, a .edges file')
-    g.add_argument("--bandwidth", help="GB/s per dimension, e.g. 50,50,50 (one value: every dimension)")
-    g.add_argument("--latency", help="ns per hop per dimension, e.g. 500,500,500")
-    g.add_argument("--links", help="links-count per dimension (multiplies bandwidth)")
-    g.add_argument("--endpoint-delay", help="ns every message spends at its endpoints besides the links' latency, "
-                                            "once per message (ASTRA-sim's endpoint-delay; default 0)")
-    g = p.add_argument_group("compilation")
-    g.add_argument("--algorithm", help="per dimension: ring, direct, halving_doubling, double_binary_tree, "
-                                       "tree_reduce_broadcast (one, or one per dimension, comma-separated; "
-                                       "default: the building block's own); "
-                                       "over the whole network: multitree, multitree_optimal (<= 16 NPUs), "
-                                       "flat_ring (Hamiltonian cycle); routed over ranks: rank_ring, flat_direct, "
-                                       "flat_halving_doubling, flat_double_binary_tree; hdrm (all-reduce on a "
-                                       "BiGraph: halving-doubling with EFLOPS's rank mapping)")
-    g.add_argument("--system", metavar="SYS.json",
-                   help="an ASTRA-sim system configuration: scheduling, chunks, implementations, peak-perf mapped to "
-                        "these options (options given here win); keys not modelled are named (docs/astra-sim.md)")
-    g.add_argument("--chunks", help="chunks per collective (ASTRA-sim preferred-dataset-splits; default 1)")
-    g.add_argument("--all-reduce", choices=ALL_REDUCE_SPLITS,
-                   help="an all-reduce over several dimensions: hierarchical (default: reduce-scatter up the "
-                        "dimensions, all-gather back; ASTRA-sim's localBWAware) or per-dimension (a whole "
-                        "all-reduce on each dimension in turn on the full buffer; ASTRA-sim's baseline)")
-    g.add_argument("--ports", help="multitree: new tree edges an NPU may start per step (injection ports; default: "
-                                   "one per link)")
-    g.add_argument("--pass-pipeline", help="passes to run, e.g. 'decompose-all-reduce,chunk{chunks=8},"
-                                           "hierarchical-decompose,select-algorithm'")
-    g.add_argument("--print-ir-after-all", action="store_true",
-                   help="print the module after every pass (stderr, from MLIR's pass manager)")
-    g.add_argument("--mlir-timing", action="store_true", help="print MLIR's pass timing report (stderr)")
-    g.add_argument("--list-passes", action="store_true", help="list the registered passes and exit")
-    g = p.add_argument_group("output")
-    g.add_argument("--emit", choices=("report", "mlir", "tables", "msccl-xml", "chakra"), default="report",
-                   help="msccl-xml: an all-reduce, reduce-scatter, all-gather or all-to-all schedule as an MSCCL "
-                        "algorithm file (docs/msccl.md); chakra: the "
-                        "step (or collective) as Chakra execution traces, one per rank, into -o DIR")
-    g.add_argument("--npu", help="with --emit tables: print this accelerator's table")
-    g.add_argument("-o", "--output", help="with --emit tables: directory for every table; with --emit mlir or "
-                                          "msccl-xml: file")
-    g.add_argument("--table-format", choices=("csv", "json"), default="csv")
-    g.add_argument("--table-view", choices=("rows", "trees"), default="rows",
-                   help="with --emit tables --npu: every row, or (multitree) seed 003's Reduce/Gather commands")
-    g.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    g.add_argument("--scheduler", choices=("baseline", "themis", "optimal"),
-                   help="inter-dimension chunk scheduling: baseline (every chunk RS ascending, AG descending), "
-                        "themis (per chunk, least-loaded dimension first) or optimal (default: CP-SAT split of the "
-                        "chunks over dimension orders, never slower than themis or baseline); a .mlir module that "
-                        "records its scheduler keeps its orders unless this is given")
-    g.add_argument("--intra", choices=("fifo", "scf"), default="scf",
-                   help="intra-dimension queue policy: first-in first-out or smallest chunk first (default)")
-    g.add_argument("--compare", action="store_true",
-                   help="run every scheduler (baseline with fifo, themis and optimal with scf) side by side")
-    g.add_argument("--active-chunks", default="1",
-                   help="phases a dimension works on at once (ASTRA-sim active-chunks-per-dimension; default 1); "
-                        "themis and optimal weigh step latency by it")
-    g.add_argument("--local-mem-bw", type=float, metavar="GB/S",
-                   help="ASTRA-sim's local-mem-bw: every received chunk a reduction adds into the buffer costs 3 x "
-                        "its bytes / this (decimal GB/s) of local memory time before it moves on (default: off; "
-                        "docs/memory.md)")
-    g.add_argument("--backend", choices=("analytical", "congestion"), default="analytical",
-                   help="cost model: analytical (no contention) or congestion (every link a FIFO resource)")
-    g.add_argument("--max-memory", metavar="SIZE",
-                   help="refuse a run estimated to need more memory than this, e.g. 8GB (default: this machine's "
-                        "available memory; docs/reliability.md)")
-    g.add_argument("--switching", choices=("cut-through", "store-and-forward"), default="cut-through",
-                   help="congestion backend: how a node forwards a message (store-and-forward: as ASTRA-sim)")
-    g.add_argument("--execution", choices=("auto", "symmetric", "full"), default="auto",
-                   help="NPU 0 stands for all when the schedule's symmetry allows (symmetric), or every NPU (full)")
-    g.add_argument("--timeline", metavar="FILE.json",
-                   help="write a Chrome trace (chrome://tracing, Perfetto): for a collective, phases per NPU and "
-                        "transfers per link; for a training step, compute and each process group's stream per "
-                        "accelerator")
-    g.add_argument("--plot", metavar="FILE.png", help="a collective: link utilisation over time; a training step: its "
-                                                      "time broken down as seed 002's Fig. 4 (needs matplotlib)")
-    g.add_argument("--verify", action="store_true",
-                   help="also execute the schedule on data and check the collective's result on every NPU")
-    g.add_argument("--version", action=_Version, nargs=0,
-                   help="print astra-compile's version and those of the libraries that shape its answers")
-    g.add_argument("--force", action="store_true",
-                   help="with --emit tables -o DIR: replace DIR when it holds an earlier table directory (a "
-                        "directory holding anything else is never replaced)")
-    return p
-
-
-class _Version(argparse.Action):
-    """`--version`: this package's version and the pinned libraries' that shape its answers, read from their
-    metadata when asked (importing them takes seconds; reading it on every parse would slow each sweep point)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        from importlib import metadata
-        from .. import __version__
-        libs = []
-        for name in ("torch", "torch-mlir", "ortools"):
-            try:
-                libs.append(f"{name} {metadata.version(name)}")
-            except metadata.PackageNotFoundError:
-                libs.append(f"{name} not installed")
-        sys.stdout.write(f"astra-compile {__version__} ({', '.join(libs)})\n")
-        parser.exit(0)
-
-
-def _join_dashed_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
-    """`--size -1MB` -> `--size=-1MB`: a value that starts with '-' would otherwise be read as a missing argument,
-    and the size's own check names the real problem."""
-    takes_value = {o for a in parser._actions for o in a.option_strings if a.nargs is None and a.const is None}
-    out, i = [], 0
-    while i < len(argv):
-        a = argv[i]
-        if a in takes_value and i + 1 < len(argv) and argv[i + 1].startswith("-") and argv[i + 1] != "--" \
-                and argv[i + 1] not in parser._option_string_actions:
-            out.append(f"{a}={argv[i + 1]}")
-            i += 2
-        else:
-            out.append(a)
-            i += 1
-    return out
-
-
-def _fail(message: str) -> int:
-    sys.stderr.write(f"astra-compile: error: {one_line(message)}\n")
-    return 2
-
-
-def parse(argv: list[str], raising: bool = False) -> tuple[argparse.Namespace, set[str]]:
-    """The parsed command line and the options given (those that differ from their defaults). `args.named` holds
-    the options typed, at their defaults too: a value recorded in a table directory or module gives way to those
-    only (recorded_run.py), so `--intra scf` on tables written with --intra fifo is taken as typed."""
-    parser = build_parser()
-    parser.raising = raising
-    argv = _join_dashed_values(parser, argv)
-    args = parser.parse_args(argv)
-    given = {k for k, v in vars(args).items() if v != parser.get_default(k)}
-    for action in parser._actions:   # parsed again with no defaults: what is left was typed
-        action.default = argparse.SUPPRESS
-    args.named = frozenset(vars(parser.parse_args(argv))) | given
-    return args, given
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line `argv`; its exit status. Without `argv` this is the process's own command (the console
-    script, `python -m`), and the process ends with it (`_end`). A Ctrl-C anywhere ends the run with one line and
-    status 130, as shells expect."""
-    command = argv is None
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        with interrupt.watched():
-            code = _main(argv)
-    except KeyboardInterrupt:   # the user's (a model file's own is its error: frontend/model_code.py)
-        sys.stderr.write("astra-compile: interrupted\n")
-        code = 130
-    if command:
-        _end(code)
-    return code
-
-
-def _end(code: int) -> None:
-    """The command is done (its report printed, its outputs written). A Ctrl-C from here on ends the process at
-    once, status 130, where Python's handler would print a traceback from the interpreter's teardown (PyTorch's
-    and MLIR's destructors take a second). The process ends now, with `code`, after the exit handlers, when a
-    thread a model file left running (not a daemon) would keep it alive for ever after the report, or when the run
-    was interrupted: Python then kills itself with SIGINT at exit if the KeyboardInterrupt passed through code that
-    a library ran with PyRun_* (seen once in a few runs: status -2 after the one-line message)."""
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-    stray = any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate())
-    if stray or code == 130:
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-        os._exit(code)
-
-
-def _main(argv: list[str]) -> int:
-    if argv[:1] == ["sweep"]:  # `astra-compile sweep ...`: many runs from one file (sweep/command.py)
-        from ..sweep.command import main as sweep_main
-        return sweep_main(argv[1:])
-    if argv[:1] == ["calibrate"]:  # `astra-compile calibrate LOG...`: the network fitted to nccl-tests logs
-        from .calibrate import main as calibrate_main
-        return calibrate_main(argv[1:])
+def run_command(argv: list[str]) -> int:
+    """Run the command line `argv` of a run (no subcommand): its exit status; a refusal is one line."""
     args, given = parse(argv)
     # imported here so --help stays instant and argument errors need no MLIR
     from ...dialects.comm import IRError
@@ -291,7 +31,7 @@ def _main(argv: list[str]) -> int:
         try:
             code = run_parsed(args, given)
         except (UserError, IRError, PassError, TableError, OutputError) as e:
-            return _fail(str(e))
+            return fail(str(e))
         except VerificationError as e:  # a wrong schedule is the compiler's fault, not the input's
             sys.stderr.write(f"astra-compile: verification failed: {e}\n")
             return 1
@@ -303,34 +43,6 @@ def _main(argv: list[str]) -> int:
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return code
-
-
-def _int_list(text: str, what: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UserError(f"{what} must be comma-separated integers, got '{text}'") from None
-    for v in values:
-        if not 0 <= v < 2**31:
-            raise UserError(f"{what}: {v} is not a dimension (0, 1, ...)")
-    return values
-
-
-def _positive_int(text: str, what: str) -> int:
-    """A count given on the command line: 1 .. 2^31-1 (tables number chunks, steps and NPUs in 32 bits)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise UserError(f"{what} must be a positive integer, got '{text}'") from None
-    if not 0 < v < 2**31:
-        raise UserError(f"{what} must be a positive integer below 2^31, got {v}")
-    return v
-
-
-def _capture_limit(seconds: float) -> float:
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise UserError(f"--capture-limit must be a positive number of seconds, got {seconds!r}")
-    return seconds
 
 
 def _is_workload(inputs: list[str]) -> bool:
@@ -386,7 +98,7 @@ def _run_workload(args, max_memory: int | None, given: set[str], step_dir: bool 
     else:
         if not args.topology and not _is_step_module(args.input):
             raise UserError("--topology is required")
-        chunks = _positive_int(args.chunks, "--chunks") if args.chunks is not None else None
+        chunks = positive_int(args.chunks, "--chunks") if args.chunks is not None else None
         with reuse.using(reuse.open_dir(args.cache) if args.cache else reuse.current()):
             report = compile_workload(args.input if len(args.input) > 1 else args.input[0], args.topology,
                                       bandwidth=args.bandwidth, latency=args.latency, links=args.links,
@@ -395,7 +107,7 @@ def _run_workload(args, max_memory: int | None, given: set[str], step_dir: bool 
                                       chunks=chunks, algorithm=args.algorithm, all_reduce=args.all_reduce,
                                       backend=args.backend, switching=args.switching, intra=args.intra,
                                       peak_tflops=args.peak_tflops, mem_bw_gbps=args.mem_bw, max_memory=max_memory,
-                                      capture_limit=_capture_limit(args.capture_limit), iteration=args.iteration,
+                                      capture_limit=capture_limit(args.capture_limit), iteration=args.iteration,
                                       keep_tables=args.emit == "tables", local_mem_gbps=_local_mem(args),
                                       mem_latency_ns=args.mem_latency, pool=args.pool, offload=args.offload,
                                       in_switch=args.in_switch, step_semantics=_step_semantics(args),
@@ -456,7 +168,7 @@ def _emit_step_tables(args, report) -> int:
 
 def _npu(args) -> int:
     """--npu K (an empty value is -1, which the range checks refuse)."""
-    return _int_list(args.npu, "--npu")[0] if args.npu.strip() else -1
+    return int_list(args.npu, "--npu")[0] if args.npu.strip() else -1
 
 
 def _report(args, obj: dict, text) -> None:
@@ -564,7 +276,7 @@ def _run_kind(args, kind: str, given: set[str]) -> int:
         raise UserError(f"give one .mlir module or table directory, got {len(args.input)} inputs")
     args.input = args.input[0] if args.input else None
     from ..driver import driver
-    active = _positive_int(args.active_chunks, "--active-chunks")
+    active = positive_int(args.active_chunks, "--active-chunks")
     run = driver.RunOptions(args.backend, args.execution, args.intra, active, args.switching,
                             timeline=bool(args.timeline or args.plot) and args.backend == "congestion",
                             max_memory=max_memory, local_mem_gbps=_local_mem(args))
@@ -656,7 +368,7 @@ def _run_collective(args, run, given: set[str]) -> int:
             raise UserError("--topology is required")
         if not args.size:
             raise UserError("--size is required with --collective")
-        dims = _int_list(args.dims, "--dims") if args.dims else None
+        dims = int_list(args.dims, "--dims") if args.dims else None
         root = 0
         if args.root is not None:
             try:
@@ -670,7 +382,7 @@ def _run_collective(args, run, given: set[str]) -> int:
 
     defaults = {}
     if args.chunks is not None:
-        defaults["chunks"] = _positive_int(args.chunks, "--chunks")
+        defaults["chunks"] = positive_int(args.chunks, "--chunks")
         if args.input and not any(v.opname in comm.COLLECTIVES and v.chunks is None
                                   for v in map(comm.view, comm.ops(module))):
             # the chunk pass fills only collectives without a count: here --chunks would change nothing
@@ -687,7 +399,7 @@ def _run_collective(args, run, given: set[str]) -> int:
         if name is None or not algorithms.REGISTRY[name].takes_ports:
             takes = " or ".join(n for n, a in algorithms.all_algorithms().items() if a.takes_ports)
             raise UserError(f"--ports applies to --algorithm {takes}")
-        defaults["ports"] = _positive_int(args.ports, "--ports")
+        defaults["ports"] = positive_int(args.ports, "--ports")
     _check_dimension_options(args, module, defaults, given)
     if args.compare:
         source = str(module)
@@ -807,7 +519,3 @@ def _emit_tables(args, schedule, topology, run) -> int:
         print(f"# accelerator {npu} of {topology.npus} on {topology.name}: {len(table)} rows")
         print(table.to_text(schedule.meta))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

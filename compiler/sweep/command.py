@@ -24,8 +24,8 @@ from . import workers as workers_mod
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..cli.cli import _Parser
-    p = _Parser(prog="astra-compile sweep", description="Run every point of a sweep file (docs/sweeps.md).")
+    from ..cli.parser import Parser
+    p = Parser(prog="astra-compile sweep", description="Run every point of a sweep file (docs/sweeps.md).")
     p.add_argument("sweep", nargs="?", help="the sweep file (YAML: base, axes)")
     p.add_argument("-o", "--output", help="results file (.csv): created, or resumed when it holds this sweep's "
                                           "points; with --plot: the image (.png, .pdf, .svg)")
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from ..cli.cli import _fail
+    from ..cli.parser import fail
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
         _only(args, parser, {"sweep", "output", "workers", "ray", "cache", "no_cache", "progress"}, "a sweep run")
         return run(args)
     except (UserError, OutputError) as e:
-        return _fail(str(e))
+        return fail(str(e))
     except KeyboardInterrupt:
         sys.stderr.write("astra-compile sweep: interrupted; the finished points are in the results file, and the "
                          "same command resumes\n")
