@@ -119,7 +119,7 @@ def zero_infinity():
 
 
 def run(workload, pool) -> dict:
-    from astra_compile.compiler.api import compile as compile_step
+    from astra_compile.compiler.api.api import compile as compile_step
     return compile_step(workload, TOPOLOGY, bandwidth=BANDWIDTH, latency=LATENCY, peak_tflops=PEAK_TFLOPS,
                         mem_bw_gbps=HBM_GBPS, pool=pool).to_dict()
 
@@ -144,7 +144,7 @@ def main() -> None:
     ap.add_argument("--plot", help="write the breakdown of the three systems (ASTRA-sim 2.0's Fig. 4) to this PNG")
     ap.add_argument("--no-sweep", action="store_true", help="the three systems only")
     args = ap.parse_args()
-    from astra_compile.compiler import reuse
+    from astra_compile.compiler.core import reuse
     workload = moe_step()
     with reuse.using(reuse.Reuse()):        # the step's collectives are compiled once for every configuration
         t0 = time.perf_counter()
@@ -170,7 +170,7 @@ def main() -> None:
     print(f"ZeRO-Infinity vs HierMem baseline: {100 * (base / zi - 1):+.2f} %; HierMem opt speedup over baseline: "
           f"{base / systems[2][1]['total_time_us']:.2f}x (ASTRA-sim 2.0: 0.1 % and 4.6x); {elapsed:.1f} s")
     if args.plot:
-        from astra_compile.compiler import breakdown_plot
+        from astra_compile.compiler.report import breakdown_plot
         breakdown_plot.write(args.plot, [(name, rep["breakdown_us"]) for name, rep in systems],
                              "1T MoE on 256 GPUs: step time breakdown (ASTRA-sim 2.0, Fig. 4)")
         print(f"wrote {args.plot}")

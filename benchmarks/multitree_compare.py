@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-from astra_compile.compiler import driver
+from astra_compile.compiler.driver import driver
 from astra_compile.dialects import comm
 from astra_compile.network.errors import UserError
 from astra_compile.passes.base import PassError

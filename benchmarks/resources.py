@@ -1,4 +1,4 @@
-"""The resource estimate (compiler/resources.py) against the measured peak memory of the same runs.
+"""The resource estimate (compiler/driver/resources.py) against the measured peak memory of the same runs.
 
 For each collective: the estimate the CLI makes before the passes, the largest of the estimates it makes before the
 lowering and the runtime, and the peak resident memory of the run (a fresh process, its rusage). For each training
@@ -20,11 +20,11 @@ import time
 
 from astra_compile import algorithms
 
-from astra_compile.compiler import driver, resources
+from astra_compile.compiler.driver import driver, resources
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
 from astra_compile.network.units import parse_size
-from astra_compile.compiler.plans import plans_from_module
+from astra_compile.compiler.lowering.plans import plans_from_module
 from astra_compile.compiler.frontend import chakra
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -79,7 +79,7 @@ def trace_estimates(directory: str, topo_text: str) -> tuple[int, int]:
     """(the largest estimate made while the files are read, the one before the step is lowered), as the CLI makes
     them: the reader run here with the estimates noted as they are asked for."""
     noted = {"trace_nodes": [], "step_programs": []}
-    originals = {name: getattr(resources, name) for name in noted}
+    originals = {name: getattr(chakra, name) for name in noted}  # the reader's own names (frontend/trace_memory.py)
 
     def noting(name):
         def estimate(*args, **kwargs):
@@ -90,11 +90,11 @@ def trace_estimates(directory: str, topo_text: str) -> tuple[int, int]:
     topology = parse_topology(topo_text)
     try:
         for name in noted:
-            setattr(resources, name, noting(name))
+            setattr(chakra, name, noting(name))
         chakra.load(chakra.trace_files(directory), topology.npus, topology, max_memory=2**50)
     finally:
         for name, fn in originals.items():
-            setattr(resources, name, fn)
+            setattr(chakra, name, fn)
     return max(noted["trace_nodes"]), max(noted["step_programs"])
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from astra_compile.compiler import driver
+from astra_compile.compiler.driver import driver
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
 

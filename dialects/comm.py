@@ -48,7 +48,7 @@ MODULE_ATTRS = ("comm.topology", "comm.scheduler", "comm.balance", "comm.schedul
 # comm.scheduler: the scheduler whose per-chunk dimension orders the module holds (written by baseline-order, themis,
 # optimal-balance and choose-schedule); comm.schedule: which candidate's orders choose-schedule kept; comm.run: the
 # run options other than the defaults of the run that printed it (runtime/run_record.py, checked where it is read:
-# compiler/recorded_run.py)
+# compiler/driver/recorded_run.py)
 SCHEDULERS = ("baseline", "themis", "optimal")
 SCHEDULE_CANDIDATES = ("cp-sat", "themis", "baseline")
 TOPOLOGY_ATTR = "comm.topology"

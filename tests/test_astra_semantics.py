@@ -12,7 +12,7 @@ from astra_compile.compiler.frontend.workload import COLLECTIVE, COMPUTE, RECV, 
 from astra_compile.network.errors import UserError
 from astra_compile.network.parse import parse_topology
 from astra_compile.network.units import gbps_to_bytes_per_ns
-from astra_compile.compiler.workload_driver import StepSemantics, WorkloadOptions, _time_one, message_time
+from astra_compile.compiler.driver.workload_driver import StepSemantics, WorkloadOptions, _time_one, message_time
 
 from helpers import cli
 

@@ -176,7 +176,7 @@ def test_a_run_from_astra_sim_files_reads_the_network_as_astra_sim(capsys, tmp_p
 
 
 def sys_algorithm(name):
-    from astra_compile.compiler.astra_system import IMPLEMENTATIONS
+    from astra_compile.compiler.interop.astra_system import IMPLEMENTATIONS
     return IMPLEMENTATIONS[name]
 
 

@@ -341,10 +341,10 @@ def test_a_pipelines_messages_are_tagged_alike_on_both_ends(capsys, tmp_path):
 def test_each_ranks_group_is_found_once_per_group_shape_not_once_per_rank(capsys, tmp_path, monkeypatch):
     """Every rank's group of one shape is labelled at once: the group's span is read once per shape, whatever the
     ranks (a pass over every NPU per rank, n^2, would hang on 262144 ranks)."""
-    from astra_compile.compiler import workload_driver
+    from astra_compile.compiler.core import step_keys
     calls = []
-    span = workload_driver.group_span
-    monkeypatch.setattr(workload_driver, "group_span", lambda *a: calls.append(a[1]) or span(*a))
+    span = step_keys.group_span
+    monkeypatch.setattr(step_keys, "group_span", lambda *a: calls.append(a[1]) or span(*a))
     code, _, err = cli(capsys, "--collective", "all_gather", "--size", "64MB", "--topology", "8x8_torus", "--dims",
                        "1", "--emit", "chakra", "-o", str(tmp_path / "ag"))
     assert code == 0, err
@@ -428,20 +428,19 @@ def _chain(n, flops=10 ** 9):
 
 
 def test_a_trace_too_large_for_memory_is_refused_before_its_nodes_are_built(capsys, tmp_path, monkeypatch):
-    from astra_compile.compiler import resources
-    from astra_compile.compiler.frontend import chakra
+    from astra_compile.compiler.frontend import chakra, trace_memory
     d = write_traces(tmp_path / "t", "t", {0: _chain(20000), 1: _chain(20000, 10 ** 9 + 1)})
     built = []
     nodes = chakra._nodes
     monkeypatch.setattr(chakra, "_nodes", lambda *a: built.append(a[0]) or nodes(*a))
-    reading = resources.STEP_BASE + 20001 * resources.PER_TRACE_NODE
+    reading = trace_memory.STEP_BASE + 20001 * trace_memory.PER_TRACE_NODE
     err = refused(capsys, d, "--topology", "Ring(2)", "--max-memory", str(reading - 1),
                   match="(reading 2e+04 nodes of")
     assert f"{d}/t.0.et, 0 ops kept), more than" in err and "give fewer ranks or a shorter trace" in err
     assert built == []
     # read, but the step's two programs of 20000 ops would not fit
-    step = resources.STEP_BASE + 40000 * (resources.PER_KEPT_OP + resources.PER_STEP_OP) + 2 * 2 * \
-        resources.PER_GROUP_MEMBER
+    step = trace_memory.STEP_BASE + 40000 * (trace_memory.PER_KEPT_OP + trace_memory.PER_STEP_OP) + 2 * 2 * \
+        trace_memory.PER_GROUP_MEMBER
     refused(capsys, d, "--topology", "Ring(2)", "--max-memory", str(step - 1), match="(4e+04 ops in 2 program(s))")
     assert built == [f"{d}/t.0.et", f"{d}/t.1.et"]
     assert step_json(capsys, d, "--topology", "Ring(2)", "--max-memory", str(step))["total_time_us"] > 0

@@ -78,8 +78,8 @@ def test_table_directories_and_ir_keep_it(capsys, tmp_path):
 
 def test_reports_say_it(capsys):
     import jsonschema
-    import astra_compile.compiler
-    here = os.path.dirname(astra_compile.compiler.__file__)
+    import astra_compile.compiler.report
+    here = os.path.dirname(astra_compile.compiler.report.__file__)
     args = ["--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--endpoint-delay", "25"]
     code, out, _ = cli(capsys, *args, "--json")
     report = json.loads(out)

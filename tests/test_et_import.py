@@ -250,9 +250,9 @@ def test_a_directory_of_traces_is_read_as_traces(traces, tmp_path):
     d = tmp_path / "run"
     d.mkdir()
     _copies(traces, d, [f"trace_rank{r}.json" for r in range(WORLD)])
-    direct = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", *traces, "--topology", "Ring(2)_Ring(2)",
+    direct = subprocess.run([sys.executable, "-m", "astra_compile", *traces, "--topology", "Ring(2)_Ring(2)",
                              "--json"], capture_output=True, text=True)
-    from_dir = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", str(d), "--topology", "Ring(2)_Ring(2)",
+    from_dir = subprocess.run([sys.executable, "-m", "astra_compile", str(d), "--topology", "Ring(2)_Ring(2)",
                                "--json"], capture_output=True, text=True)
     assert from_dir.returncode == 0, from_dir.stderr
     strip = lambda r: {k: v for k, v in json.loads(r.stdout).items() if k != "source"}   # noqa: E731
@@ -260,7 +260,7 @@ def test_a_directory_of_traces_is_read_as_traces(traces, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "notes.txt").write_text("x")
-    bad = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", str(empty), "--topology", "Ring(4)"],
+    bad = subprocess.run([sys.executable, "-m", "astra_compile", str(empty), "--topology", "Ring(4)"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
 
@@ -379,7 +379,7 @@ def test_all_gather_group_from_size_ratio(tmp_path):
 
 def test_cli_times_the_recorded_ranks_on_a_topology(traces, workload):
     # 4 ranks on Ring(2)_Ring(2): the world group spans both dimensions, the subgroup {0,1} dimension 0
-    out = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", *traces, "--topology", "Ring(2)_Ring(2)",
+    out = subprocess.run([sys.executable, "-m", "astra_compile", *traces, "--topology", "Ring(2)_Ring(2)",
                           "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
@@ -387,11 +387,11 @@ def test_cli_times_the_recorded_ranks_on_a_topology(traces, workload):
     assert [(c["kind"], c["bytes"]) for c in calls] == [(op.collective, op.bytes) for op in workload.collectives(0)]
     assert {tuple(c["dims"]) for c in calls if c["group_size"] == 2} == {(0,)}
     assert report["exposed_comm_time_us"] == pytest.approx(report["total_time_us"] - report["compute_time_us"])
-    bad = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", *traces, "--topology", "Ring(2)"],
+    bad = subprocess.run([sys.executable, "-m", "astra_compile", *traces, "--topology", "Ring(2)"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "world size 4: it runs on a topology of 4 NPUs or more, not 2" in bad.stderr
     # on more NPUs than the job had ranks: its ranks are the first NPUs, its groups as recorded
-    wider = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", *traces, "--topology", "Ring(4)_Ring(2)",
+    wider = subprocess.run([sys.executable, "-m", "astra_compile", *traces, "--topology", "Ring(4)_Ring(2)",
                             "--json"], capture_output=True, text=True)
     assert wider.returncode == 0, wider.stderr
     wide = json.loads(wider.stdout)

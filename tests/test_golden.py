@@ -4,8 +4,8 @@ Tolerances: 1% for the tutorial's figures, 2% for ASTRA-sim 2.0's Table III time
 """
 import pytest
 
-from astra_compile.compiler import driver
-from astra_compile.compiler.report import ideal_time_ns, make_report
+from astra_compile.compiler.driver import driver
+from astra_compile.compiler.report.report import ideal_time_ns, make_report
 from astra_compile.runtime import analytical
 from helpers import compile_collective
 

@@ -222,7 +222,7 @@ def test_dev_null_reads_as_empty(tmp_path):
 
 # ---- table and step directories ----------------------------------------------------------------------------------------
 
-from astra_compile.compiler.cli import main   # noqa: E402
+from astra_compile.compiler.main import main   # noqa: E402
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 
@@ -388,7 +388,7 @@ def test_a_measured_time_past_its_range_in_a_step_table_is_refused(capsys, step)
 
 
 def test_no_report_prints_a_figure_that_is_not_finite():
-    from astra_compile.compiler import cli
+    from astra_compile.compiler.cli import cli
     with pytest.raises(UserError, match=r"the run's collectives\[1\].us came out as inf"):
         cli._check_finite({"total_time_us": 1.0, "collectives": [{"us": 2.0}, {"us": float("inf")}]})
     cli._check_finite({"total_time_us": 1.0, "name": "x", "n": 3, "none": None})

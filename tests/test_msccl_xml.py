@@ -9,7 +9,7 @@ import pytest
 
 from astra_compile import algorithms
 
-from astra_compile.compiler import msccl_xml
+from astra_compile.compiler.interop import msccl_xml
 
 from helpers import cli, refused
 from msccl_interpreter import InvalidAlgorithm, check, parse
@@ -178,7 +178,7 @@ def test_output_file_is_written_whole(capsys, tmp_path):
 
 
 def test_a_file_too_large_is_refused_before_it_is_built(capsys, monkeypatch):
-    from astra_compile.compiler import msccl_xml
+    from astra_compile.compiler.interop import msccl_xml
     monkeypatch.setattr(msccl_xml, "MAX_ROWS", 10)
     refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--emit", "msccl-xml",
             match="transfers over 4 GPUs")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from astra_compile.compiler import driver
+from astra_compile.compiler.driver import driver
 from astra_compile.algorithms.multitree import build_trees
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical, congestion
@@ -117,7 +117,7 @@ def test_graph_algorithms_reject_sub_groups():
 def test_seed003_style_table_for_accelerator_0(capsys):
     # the MultiTree paper's 4-node example: accelerator 0 reduces for three trees (a leaf in one of them at step 1, the
     # others at step 2 after a child), gathers its own tree to both neighbours at step T+1 and forwards one tree
-    from astra_compile.compiler.cli import main
+    from astra_compile.compiler.main import main
     assert main(["--collective", "all_reduce", "--size", "4KB", "--topology", "Ring(4)", "--algorithm", "multitree",
                  "--emit", "tables", "--npu", "0", "--table-view", "trees"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from astra_compile.compiler import driver
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.driver import driver
+from astra_compile.compiler.main import main
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
 

@@ -25,7 +25,7 @@ INTERRUPTED = "astra-compile: interrupted\n"
 
 
 def _command(*argv):
-    return [sys.executable, "-m", "astra_compile.compiler.cli", *map(str, argv)]
+    return [sys.executable, "-m", "astra_compile", *map(str, argv)]
 
 
 def _sigint_after(delay: float, argv, cwd) -> tuple[int, str]:
@@ -84,7 +84,7 @@ def test_ctrl_c_at_any_moment_ends_in_one_line_with_status_130(tmp_path, kind):
 def test_ctrl_c_inside_a_native_extensions_initialisation_waits_until_it_is_loaded(monkeypatch):
     """Raised inside the Python code a native extension runs while it loads, a KeyboardInterrupt made MLIR's
     bindings abort the process (SIGABRT); it is raised at the first line after the extension's loader returns."""
-    from astra_compile.compiler import interrupt
+    from astra_compile.compiler.core import interrupt
     steps = []
 
     def native_init():   # stands for the loader's exec_module, which runs the extension's initialisation
@@ -102,7 +102,7 @@ def test_ctrl_c_inside_a_native_extensions_initialisation_waits_until_it_is_load
 
 def test_an_interrupted_run_in_process_returns_130(capsys, monkeypatch):
     """main() called in a process (a test, a notebook): the interrupt is one line and status 130 there too."""
-    from astra_compile.compiler import driver
+    from astra_compile.compiler.driver import driver
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -202,7 +202,7 @@ def test_a_ctrl_c_after_cp_sat_reaches_our_handler():
     status -2, no message, an output half-renamed. Its solves now leave SIGINT alone."""
     code = textwrap.dedent("""
         import os, signal, sys, time
-        from astra_compile.compiler import driver
+        from astra_compile.compiler.driver import driver
         from astra_compile.dialects import comm
         from astra_compile.network.parse import parse_topology
         seen = []

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from astra_compile import algorithms
 
-from astra_compile.compiler import driver
-from astra_compile.compiler.report import ideal_time_ns
+from astra_compile.compiler.driver import driver
+from astra_compile.compiler.report.report import ideal_time_ns
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical, verifier
 from astra_compile.runtime.tables import RECV_COPY, RECV_REDUCE, SEND, SWITCH, DirSchedule, write_dir

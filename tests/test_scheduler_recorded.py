@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.main import main
 
 SEED000 = ["--topology", "Switch(8)_Switch(8)_Switch(8)", "--bandwidth", "50", "--latency", "1", "--chunks", "64"]
 

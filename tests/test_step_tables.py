@@ -72,7 +72,7 @@ def test_what_the_directory_holds(written):
 def cli_json(path: str) -> str:
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", path, "--json"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "astra_compile", path, "--json"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

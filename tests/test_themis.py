@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from astra_compile.compiler import driver
-from astra_compile.compiler.report import ideal_time_ns, make_report
+from astra_compile.compiler.driver import driver
+from astra_compile.compiler.report.report import ideal_time_ns, make_report
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical
 from astra_compile.runtime.verifier import verify

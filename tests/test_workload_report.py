@@ -6,7 +6,7 @@ import pytest
 
 import astra_compile
 from astra_compile.compiler.frontend.workload import COLLECTIVE, COMPUTE, RECV, SEND, Op, Workload
-from astra_compile.compiler.workload_report import format_flops, format_report, size_labels
+from astra_compile.compiler.report.workload_report import format_flops, format_report, size_labels
 
 STAGE_FLOPS = int(234e12 * 1e-3)   # 1 ms at the default 234 TFLOPS
 

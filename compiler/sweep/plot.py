@@ -17,7 +17,7 @@ import math
 import os
 
 from ...network.errors import UserError
-from ..plotting import check_suffix, pyplot, save
+from ..core.plotting import check_suffix, pyplot, save
 from .results import STATUS
 
 NOT_PINNED = set(STATUS) | {"point"}
@@ -80,7 +80,7 @@ def plot(path: str, out: str | None, x: str | None, y: str | None, hue: str | No
 
 def _breakdown(rows, out: str, x: str, hue: str | None, tied: list[str], path: str, where: list[str]) -> None:
     import json
-    from .. import breakdown_plot
+    from ..report import breakdown_plot
     xkey, _ = _x_order([r[x] for r in rows])
     bars = []
     for r in sorted(rows, key=lambda r: (xkey[r[x]], r[hue] if hue else "")):

@@ -1,6 +1,6 @@
 """One sweep point: its options as a command line, checked like one, and run in this process.
 
-A point goes through exactly the command's code path (cli.parse, cli_rules, cli.run_parsed) with its report
+A point goes through exactly the command's code path (parser.parse, cli_rules, cli.run_parsed) with its report
 collected instead of printed, so a sweep's row is the `--json` report `astra-compile <options> --json` prints.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import time
 import warnings
 
-from .. import cli, cli_rules
+from ..cli import cli, cli_rules, parser
 from ...network.errors import UserError, show
 
 # options that write files, print other things than the report, or change what the report is
@@ -22,7 +22,7 @@ FILE_SUFFIXES = (".yml", ".yaml", ".json", ".edges")   # a topology given as a f
 def _flags() -> dict[str, tuple[str, bool]]:
     """dest -> (its long option, whether it is an on/off switch)."""
     out = {}
-    for action in cli.build_parser()._actions:
+    for action in parser.build_parser()._actions:
         longs = [o for o in action.option_strings if o.startswith("--")]
         if longs:
             out[action.dest] = (longs[0], action.nargs == 0)
@@ -88,7 +88,7 @@ def check(options: dict, directory: str, where: str = "") -> str:
 
 def _parse(options: dict, directory: str, where: str):
     try:
-        return cli.parse(argv(options, directory), raising=True)
+        return parser.parse(argv(options, directory), raising=True)
     except UserError as e:
         raise UserError(f"{where}{e}") from None
 
@@ -113,16 +113,16 @@ def _check_values(args) -> None:
             except UserError as e:
                 raise UserError(f"{flag}: {e}") from None
             if flag == "--size":
-                from ..driver import check_size
+                from ..driver.driver import check_size
                 check_size(nbytes)
     for flag, text in (("--chunks", args.chunks), ("--ports", args.ports), ("--active-chunks", args.active_chunks)):
         if text is not None:
-            cli._positive_int(text, flag)
+            parser.positive_int(text, flag)
     if args.dims:
-        cli._int_list(args.dims, "--dims")
+        parser.int_list(args.dims, "--dims")
     from ...network.units import check_roofline
     check_roofline(args.peak_tflops, args.mem_bw)
-    cli._capture_limit(args.capture_limit)
+    parser.capture_limit(args.capture_limit)
     if args.topology:
         from ...network.parse import parse_topology
         parse_topology(args.topology, args.bandwidth, args.latency, args.links, args.endpoint_delay)
