@@ -18,13 +18,13 @@ from .compiler import __version__  # noqa: F401 (written once, in compiler/__ini
 
 def compile(source, topology=..., **options):
     """Capture or import a training step and time it on `topology` (... : the `job=`'s, else 8x8_torus); see
-    astra_compile.compiler.api.compile."""
-    from .compiler.api import compile as _compile  # torch and MLIR load on first use, not on import
+    astra_compile.compiler.api.api.compile."""
+    from .compiler.api.api import compile as _compile  # torch and MLIR load on first use, not on import
     return _compile(source, topology, **options)
 
 
 def record(source: str = "recorded step"):
     """`with astra_compile.record() as rec: train_step()`, then `rec.report(topology=...)`: the step the script
-    really ran, compiled for a topology; see astra_compile.compiler.frontend.record."""
-    from .compiler.frontend.record import record as _record
+    really ran, compiled for a topology; see astra_compile.compiler.api.record."""
+    from .compiler.api.record import record as _record
     return _record(source)

@@ -1,6 +1,6 @@
-"""`python -m astra_compile ...`: the astra-compile command line (compiler/cli.py)."""
+"""`python -m astra_compile ...`: the astra-compile command line (compiler/main.py)."""
 import sys
 
-from .compiler.cli import main
+from .compiler.main import main
 
 sys.exit(main())

@@ -38,7 +38,14 @@ setup(
         "astra_compile",
         "astra_compile.algorithms",
         "astra_compile.compiler",
+        "astra_compile.compiler.api",
+        "astra_compile.compiler.cli",
+        "astra_compile.compiler.core",
+        "astra_compile.compiler.driver",
         "astra_compile.compiler.frontend",
+        "astra_compile.compiler.interop",
+        "astra_compile.compiler.lowering",
+        "astra_compile.compiler.report",
         "astra_compile.compiler.sweep",
         "astra_compile.dialects",
         "astra_compile.network",
@@ -48,7 +55,7 @@ setup(
     ],
     # the root package is the repository folder; every subpackage is the folder of its name below it
     package_dir={"astra_compile": "."},
-    package_data={"astra_compile.compiler": ["*.json"], "astra_compile.dialects": ["*.mlir"],
+    package_data={"astra_compile.compiler.report": ["*.json"], "astra_compile.dialects": ["*.mlir"],
                   "astra_compile.runtime": ["*.json"]},
     ext_modules=[LINKCORE],
     install_requires=[
@@ -70,5 +77,5 @@ setup(
         "plot": ["matplotlib>=3.8"],
         "ray": ["ray==2.60.0"],
     },
-    entry_points={"console_scripts": ["astra-compile=astra_compile.compiler.cli:main"]},
+    entry_points={"console_scripts": ["astra-compile=astra_compile.compiler.main:main"]},
 )

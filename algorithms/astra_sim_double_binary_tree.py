@@ -1,6 +1,6 @@
 """ASTRA-sim's doubleBinaryTree all-reduce on one dimension, chunk by chunk as ASTRA-sim runs it.
 
-What a system file's doubleBinaryTree runs (compiler/astra_system.py). Each chunk goes whole up a binary tree and
+What a system file's doubleBinaryTree runs (compiler/interop/astra_system.py). Each chunk goes whole up a binary tree and
 back down as in tree_reduce_broadcast (DoubleBinaryTreeAllReduce), with ASTRA-sim's two conventions for several
 chunks, read in its source:
 - the chunks take its two trees in turn (DoubleBinaryTreeTopology::get_topology): chunk 0 the tree rooted at member

@@ -197,7 +197,7 @@ class Algorithm:
 
     def footprint(self, kind: str, k: int, bidirectional: bool = False) -> int:
         """Transfers of a `kind` phase on k members (its template's rows, or an all-to-all's exchanges), counted
-        without building them: the resource estimate (compiler/resources.py) asks before any work is done.
+        without building them: the resource estimate (compiler/driver/resources.py) asks before any work is done.
         An algorithm whose transfers grow with k gives its closed form (tests/test_resources.py holds each to its
         template). This default counts a template small enough to build (a network-scope template needs its
         plan: none is built), and beyond that assumes every member sends to every other in each of k-1 steps, more

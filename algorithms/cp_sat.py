@@ -6,7 +6,7 @@ pass's chunk split).
   worker (several race to different optima).
 - SIGINT left alone: by default CP-SAT installs its own SIGINT handler for a solve and puts the default one back
   afterwards, not the handler it found, so every later Ctrl-C killed the process outright (status -2, no message,
-  a temporary output file left behind) instead of reaching astra-compile's handler (compiler/interrupt.py).
+  a temporary output file left behind) instead of reaching astra-compile's handler (compiler/core/interrupt.py).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """flat_ring: a ring over the whole network along a Hamiltonian cycle of the link graph, run bidirectionally (the
-seed-003 "ring").
+MultiTree paper's "ring").
 
 The cycle follows a reflected (boustrophedon) walk of the coordinates, in which consecutive NPUs differ by one
 step in one dimension; it closes when the last NPU is a neighbour of the first, as on tori of even size. Meshes

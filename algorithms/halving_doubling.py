@@ -3,7 +3,7 @@
 Reduce-scatter step s pairs member m with m XOR k/2^(s+1) and sends the half of its current range that does not
 contain block m; after log2(k) steps m owns block m. All-gather runs the same pairs in reverse order, doubling.
 All-to-all: the hypercube exchange; step s swaps, with partner m XOR 2^s, the slot groups whose bit s differs from
-m's (algorithms/all_to_all.py).
+m's (the exchanges' convention: algorithms/base.py, Algorithm.exchanges).
 """
 from __future__ import annotations
 

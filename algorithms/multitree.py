@@ -1,4 +1,4 @@
-"""MultiTree (ISCA'21, seed 003): one spanning tree per root, built top-down as link allocation per time step.
+"""MultiTree (ISCA'21): one spanning tree per root, built top-down as link allocation per time step.
 
 In time step t every tree may grow by edges from nodes it already held before t, each directed link carries at
 most one new edge per step, and each node starts at most `ports` new edges per step (None: one per link). Trees
@@ -158,7 +158,8 @@ def template(kind: str, trees: Trees) -> Transfers:
                                   reduce=(kind == "reduce_scatter"))
 
 
-PATH_TREES_MAX_NPUS = 256  # trees through switches weigh every NPU pair: 128 NPUs take 5-25 s
+# trees through switches weigh every NPU pair: seconds at 128 NPUs (benchmarks/tree_construction.py prints the times)
+PATH_TREES_MAX_NPUS = 256
 
 
 def routed(topology) -> bool:

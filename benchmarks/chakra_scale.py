@@ -1,7 +1,7 @@
 """Wall time and peak memory of running Chakra trace directories as steps.
 
-Issue 31: Chakra's microbenchmark shape over 4096 ranks (a 1 MiB all-reduce on a 16x16x16 torus, where ASTRA-sim
-518bd51's analytical backend takes about 31 s of wall time on the same traces) and ASTRA-sim's own et/ar_512_1G on
+Chakra's microbenchmark shape over 4096 ranks (a 1 MiB all-reduce on a 16x16x16 torus; docs/workloads.md compares
+ASTRA-sim's wall time on the same traces) and ASTRA-sim's own et/ar_512_1G on
 its network file, with its system file's settings as options (halvingDoubling, 64 splits, FIFO, baseline,
 localBWAware, endpoint-delay 10; the file's local-mem-bw of 1e9 GB/s is left out: it is no local-memory term).
 
@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import os
 import sys
+import tarfile
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chakra_traces import microbenchmark  # noqa: E402
 from cli_scale import arguments, table  # noqa: E402
 
-REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "astrasim-reference")
+# ASTRA-sim's reference runs: their network files, and their ETs as one archive (tests/test_astra_reference.py)
+REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "astrasim_reference")
 
 
 def cases(workdir: str) -> list:
@@ -30,11 +32,14 @@ def cases(workdir: str) -> list:
     out = [("Chakra microbenchmark: 1 MiB all-reduce, 4096 ranks, 16x16x16_torus",
             [ar4096, "--topology", "16x16x16_torus"])]
     ref = os.path.abspath(REFERENCE)
-    if os.path.isdir(os.path.join(ref, "et", "ar_512_1G")):
-        out.append(("ASTRA-sim's et/ar_512_1G, 3D switch 8x8x8, halvingDoubling, 64 chunks, baseline",
-                    [os.path.join(ref, "et", "ar_512_1G"), "--topology", os.path.join(ref, "net_3dswitch_8x8x8.yml"),
-                     "--algorithm", "halving_doubling", "--chunks", "64", "--scheduler", "baseline", "--intra", "fifo",
-                     "--all-reduce", "hierarchical", "--endpoint-delay", "10"]))
+    ar512 = os.path.join(workdir, "et", "ar_512_1G")
+    if not os.path.isdir(ar512):
+        with tarfile.open(os.path.join(ref, "et.tar.gz")) as tar:
+            tar.extractall(workdir, filter="data")
+    out.append(("ASTRA-sim's et/ar_512_1G, 3D switch 8x8x8, halvingDoubling, 64 chunks, baseline",
+                [ar512, "--topology", os.path.join(ref, "net_3dswitch_8x8x8.yml"),
+                 "--algorithm", "halving_doubling", "--chunks", "64", "--scheduler", "baseline", "--intra", "fifo",
+                 "--all-reduce", "hierarchical", "--endpoint-delay", "10"]))
     return out
 
 

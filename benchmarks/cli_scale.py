@@ -1,4 +1,4 @@
-"""Wall time and peak memory of the astra-compile CLI, start-up included (issue: each case under 1 s).
+"""Wall time and peak memory of the astra-compile CLI, start-up included (target: each case under 1 s).
 
 Runs every case several times as a fresh process and prints the median wall time and the peak resident memory
 (from the child's rusage). The machine is shared: compare medians, not single runs. With several `--exe` (e.g. an

@@ -1,4 +1,4 @@
-"""Speed of the congestion-aware runtime (issue: at least 1 million link transfers per second).
+"""Speed of the congestion-aware runtime (target: at least 1 million link transfers per second).
 
 Part 1, the runtime alone, full execution (every NPU, every message, every link): link transfers per second of wall
 time for `congestion.run`, which builds the plan from the tables (messages, routes, injection order) and executes

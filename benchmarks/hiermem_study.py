@@ -1,11 +1,11 @@
-"""Seed 002's disaggregated-memory study (section IV-B, Table IV, Fig. 4): a 1-trillion-parameter mixture-of-experts
+"""ASTRA-sim 2.0's disaggregated-memory study (IV-B, Table IV, Fig. 4): a 1-trillion-parameter mixture-of-experts
 model trained on 256 GPUs whose states live in a remote memory pool: ZeRO-Infinity, HierMem baseline and HierMem
 with the swept optimum, then the sweep of in-node pooled fabric bandwidth (256-2048 GB/s, step 256) against remote
 memory group bandwidth (100-500 GB/s, step 100) and its cheapest best configuration.
 
     python benchmarks/hiermem_study.py [--plot docs/hiermem_breakdown.png] [--no-sweep]
 
-The model (seed 002 cites DeepSpeed-MoE [18] without its shape; this one is chosen to make 1 T parameters on 256
+The model (ASTRA-sim 2.0 cites DeepSpeed-MoE [18] without its shape; this one is chosen to make 1 T parameters on 256
 GPUs with one expert per GPU, as expert parallelism places them): 32 transformer layers, d_model 4096, 32 heads,
 every layer's FFN a mixture of 256 experts (FFN 4 x d_model, top-1 routing, capacity 1), sequence 2048, 4
 sequences per GPU. Parameters: 32 x 256 experts x 8 d^2 = 1.10 T in the experts, 32 x 4 d^2 = 2.1 B in attention
@@ -19,7 +19,7 @@ under the rest of the backward (30 B per parameter move per step). fp16 paramete
 
 Systems (Table IV; the GPU network is not in the table: NVSwitch-like 16-GPU nodes, 300 GB/s, joined by a
 50 GB/s switch). The HierMem out-node fabric bandwidths are not in Table IV either: they are set so they never
-limit (GPU side 1024 GB/s per node link, memory side 100 GB/s per group link), as the seed sweeps only the other
+limit (GPU side 1024 GB/s per node link, memory side 100 GB/s per group link), as the paper sweeps only the other
 two. ZeRO-Infinity: each node's CPU memory serves its 16 GPUs as 16 remote memory groups of 100 GB/s (Table IV:
 256 groups), each GPU on its own 128 GB/s PCIe link.
 """
@@ -119,7 +119,7 @@ def zero_infinity():
 
 
 def run(workload, pool) -> dict:
-    from astra_compile.compiler.api import compile as compile_step
+    from astra_compile.compiler.api.api import compile as compile_step
     return compile_step(workload, TOPOLOGY, bandwidth=BANDWIDTH, latency=LATENCY, peak_tflops=PEAK_TFLOPS,
                         mem_bw_gbps=HBM_GBPS, pool=pool).to_dict()
 
@@ -141,10 +141,10 @@ def cheapest_best(points, within: float = 0.005):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--plot", help="write the breakdown of the three systems (seed 002's Fig. 4) to this PNG")
+    ap.add_argument("--plot", help="write the breakdown of the three systems (ASTRA-sim 2.0's Fig. 4) to this PNG")
     ap.add_argument("--no-sweep", action="store_true", help="the three systems only")
     args = ap.parse_args()
-    from astra_compile.compiler import reuse
+    from astra_compile.compiler.core import reuse
     workload = moe_step()
     with reuse.using(reuse.Reuse()):        # the step's collectives are compiled once for every configuration
         t0 = time.perf_counter()
@@ -168,11 +168,11 @@ def main() -> None:
                                                          "exposed_comm", "idle")))
     zi = systems[0][1]["total_time_us"]
     print(f"ZeRO-Infinity vs HierMem baseline: {100 * (base / zi - 1):+.2f} %; HierMem opt speedup over baseline: "
-          f"{base / systems[2][1]['total_time_us']:.2f}x (seed 002: 0.1 % and 4.6x); {elapsed:.1f} s")
+          f"{base / systems[2][1]['total_time_us']:.2f}x (ASTRA-sim 2.0: 0.1 % and 4.6x); {elapsed:.1f} s")
     if args.plot:
-        from astra_compile.compiler import breakdown_plot
+        from astra_compile.compiler.report import breakdown_plot
         breakdown_plot.write(args.plot, [(name, rep["breakdown_us"]) for name, rep in systems],
-                             "1T MoE on 256 GPUs: step time breakdown (seed 002, Fig. 4)")
+                             "1T MoE on 256 GPUs: step time breakdown (ASTRA-sim 2.0, Fig. 4)")
         print(f"wrote {args.plot}")
 
 

@@ -10,14 +10,14 @@ analytical one.
 On a graph topology (4x8_bigraph) the algorithms run over ranks along shortest paths: the per-dimension ring is
 "ring (rank order, one way)", `rank_ring` the same ring both ways round; the Hamiltonian ring does not apply.
 
-"ring (Hamiltonian)" is one bidirectional ring over all NPUs along a Hamiltonian cycle of the torus (the seed's
-"ring" baseline); "2D-ring" runs a ring per dimension.
+"ring (Hamiltonian)" is one bidirectional ring over all NPUs along a Hamiltonian cycle of the torus (the MultiTree
+paper's "ring" baseline); "2D-ring" runs a ring per dimension.
 """
 from __future__ import annotations
 
 import argparse
 
-from astra_compile.compiler import driver
+from astra_compile.compiler.driver import driver
 from astra_compile.dialects import comm
 from astra_compile.network.errors import UserError
 from astra_compile.passes.base import PassError

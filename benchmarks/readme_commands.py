@@ -47,7 +47,7 @@ def run_once(argv: list[str]) -> tuple[float, float, float]:
         argv = [a.replace("{tmp}", tmp) for a in argv]
         start = time.perf_counter()
         with open(os.path.join(tmp, "stderr"), "w+") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "astra_compile.compiler.cli", *argv], stdout=subprocess.DEVNULL,
+            proc = subprocess.Popen([sys.executable, "-m", "astra_compile", *argv], stdout=subprocess.DEVNULL,
                                     stderr=err, cwd=tmp)
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)

@@ -1,5 +1,5 @@
-"""Speed at scale (the issue on whole-network algorithms, the congestion model and the optimal scheduler): wall time
-and peak memory of each case the issue names, as fresh CLI processes, medians of several runs.
+"""Speed at scale of whole-network algorithms, the congestion model and the optimal scheduler: wall time
+and peak memory of each case below, as fresh CLI processes, medians of several runs.
 
 With several `--exe` (an install of an earlier commit beside this one) the runs interleave and the ratio is
 measured in one run. Cases slower than `--timeout` show as inf.

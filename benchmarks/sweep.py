@@ -30,7 +30,7 @@ def run(sweep: str, out: str, extra: list[str]) -> float:
     if os.path.exists(out):
         os.unlink(out)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", "sweep", sweep, "-o", out, *extra],
+    done = subprocess.run([sys.executable, "-m", "astra_compile", "sweep", sweep, "-o", out, *extra],
                           capture_output=True, text=True)
     took = time.perf_counter() - start
     if done.returncode != 0:

@@ -48,7 +48,7 @@ MODULE_ATTRS = ("comm.topology", "comm.scheduler", "comm.balance", "comm.schedul
 # comm.scheduler: the scheduler whose per-chunk dimension orders the module holds (written by baseline-order, themis,
 # optimal-balance and choose-schedule); comm.schedule: which candidate's orders choose-schedule kept; comm.run: the
 # run options other than the defaults of the run that printed it (runtime/run_record.py, checked where it is read:
-# compiler/recorded_run.py)
+# compiler/driver/recorded_run.py)
 SCHEDULERS = ("baseline", "themis", "optimal")
 SCHEDULE_CANDIDATES = ("cp-sat", "themis", "baseline")
 TOPOLOGY_ATTR = "comm.topology"
@@ -352,7 +352,7 @@ def get_topology(module: ir.Module) -> dict | None:
 
 def schedule_choice(module: ir.Module) -> dict | None:
     """What choose-schedule recorded: {'schedule': 'cp-sat' | 'themis' | 'baseline', and each candidate's time
-    '<candidate>_time_ns' (None where the module does not hold it: written before baseline was a candidate)}."""
+    '<candidate>_time_ns' (None where the module does not hold it: one written without the baseline as a candidate)}."""
     a = _attr_dict(module.operation.attributes)
     if "comm.schedule" not in a:
         return None

@@ -1,4 +1,4 @@
-// Seed 001's 4D-Ring_FC_Ring_SW network (375/175/150/100 GB/s, 20/700/700/1700 ns, 1024 NPUs): a 1GB gradient
+// The Themis paper's 4D-Ring_FC_Ring_SW network (375/175/150/100 GB/s, 20/700/700/1700 ns, 1024 NPUs): a 1GB gradient
 // all-reduce in 16 chunks. Compare the schedulers with:
 //   astra-compile examples/themis_4d.mlir --compare
 module attributes {

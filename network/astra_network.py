@@ -46,7 +46,7 @@ def message(topology: Topology, src: int, dst: int, nbytes: int, links: tuple) -
 
 def group_ring(topology: Topology, dims: list, parts: dict, links: tuple) -> tuple[Topology, int]:
     """(the one-dimensional Ring a group's ring runs on, the topology dimension it runs in): `dims` the group
-    spans, `parts` {dimension: (members, stride)} where it covers part of one (workload_driver.group_span)."""
+    spans, `parts` {dimension: (members, stride)} where it covers part of one (core/step_keys.group_span)."""
     d = min(dims)
     dim = topology.dims[d]
     members, stride = parts.get(d, (dim.size, 1))

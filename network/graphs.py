@@ -1,7 +1,7 @@
 """Graph topologies: NPUs and switches joined by explicit links, for networks that are not a stack of dimensions.
 
 A graph topology is one dimension of block `Graph` over its NPUs, carrying the link graph. Every collective on it is
-routed: a message takes a shortest path (fewest links; runtime/links.py picks the same path everywhere), so the
+routed: a message takes a shortest path (fewest links; network/links.py picks the same path everywhere), so the
 per-dimension algorithms become algorithms over ranks (ring in rank order, direct, halving-doubling, double binary
 tree) and MultiTree allocates its tree edges (NPU to NPU, through switches) so that no link carries two in a step.
 

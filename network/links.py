@@ -151,7 +151,7 @@ class LinkMap:
         """Routes of messages along one dimension each: each dimension's block lists the links."""
         n = len(src)
         length = np.zeros(n, np.int64)
-        dims = sorted(set(dim.tolist()))  # not np.unique: its first 1-D call imports numpy.ma (10 ms)
+        dims = sorted(set(dim.tolist()))  # not np.unique: its first 1-D call imports numpy.ma (start-up time)
         for d in dims:
             i = np.flatnonzero(dim == d)
             length[i] = self.kinds[d].lengths(hops[i])

@@ -1,6 +1,6 @@
-"""Local memory of an accelerator (seed 002, "Memory Models", local memory model) and ASTRA-sim's reduction term.
+"""Local memory of an accelerator (ASTRA-sim 2.0, "Memory Models", local memory model) and ASTRA-sim's reduction term.
 
-A load or store of S bytes in local memory (HBM) takes access latency + S / bandwidth, the seed's equation. The
+A load or store of S bytes in local memory (HBM) takes access latency + S / bandwidth, the paper's equation. The
 bandwidth is the one the compute roofline uses (`--mem-bw`, GB/s of 2^30 B), so one figure describes the HBM.
 
 ASTRA-sim also charges a collective's reductions to local memory: every received packet that is reduced into the
@@ -73,7 +73,7 @@ class MemorySystem:
 
     def time_ns(self, location: str, nbytes: float, sharers: int = 1) -> float:
         """A load's or store's time. A remote one is timed as the pool serves it when every GPU of the pool moves
-        the same bytes at once (seed 002's model: SPMD training steps do); sharers > 1: the pool's switches gather
+        the same bytes at once (ASTRA-sim 2.0's model: SPMD training steps do); sharers > 1: the pool's switches gather
         (reduce) the tensor for groups of that many GPUs (in-switch collectives)."""
         if location == "local":
             return self.local.access_ns(nbytes)

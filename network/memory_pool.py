@@ -1,31 +1,31 @@
-"""Remote (pooled) memory: seed 002's hierarchical memory pool (HierMem) and ZeRO-Infinity's per-node CPU memory or
-NVMe, with the seed's pipelined transfer model.
+"""Remote (pooled) memory: ASTRA-sim 2.0's hierarchical memory pool (HierMem) and ZeRO-Infinity's per-node CPU memory or
+NVMe, with the paper's pipelined transfer model.
 
-HierMem (seed 002, "Remote Memory Model", Fig. "remote memory model illustration"): `nodes` nodes of
+HierMem (ASTRA-sim 2.0, "Remote Memory Model", Fig. "remote memory model illustration"): `nodes` nodes of
 `gpus_per_node` GPUs; each node's GPUs hang off an in-node switch (in-node pooled fabric, per GPU link); every
 node links to each of `out_node_switches` out-node switches (GPU-side out-node fabric, per link); every one of
 `remote_groups` remote memory groups links to each out-node switch (memory-side out-node fabric, per link) and
 reads its memory at `remote_group_gbps`. Data is sharded evenly over the groups and spread evenly over the
-switches. When every GPU loads W bytes (the seed's example: 256 GPUs in 16 nodes, 4 switches, 8 groups):
+switches. When every GPU loads W bytes (the paper's example: 256 GPUs in 16 nodes, 4 switches, 8 groups):
 - a group holds 256 W / 8 = 32 W and sends 32 W / 4 = 8 W on each of its switch links;
 - each node needs 16 W, so each switch-to-node link carries 16 W / 4 = 4 W;
 - each GPU's in-node link carries W.
-With in-switch collectives (seed 002, "In-switch Collective Communication") a load gathers the GPUs' shards as it
+With in-switch collectives (ASTRA-sim 2.0, "In-switch Collective Communication") a load gathers the GPUs' shards as it
 goes (all-gather while loading): the tensor every GPU ends with is T = 256 W, a group link still carries
 T / (8 x 4) = 8 W, a switch-to-node link T / 4 = 64 W (the switch has gathered every group's part) and each GPU
 link T = 256 W (the in-node switch broadcasts). A store is the mirror image (reduce-scatter while storing).
-Generally the tensor is shared by `sharers` GPUs (an FSDP group; the seed's example: all 256): the pool serves
+Generally the tensor is shared by `sharers` GPUs (an FSDP group; the paper's example: all 256): the pool serves
 T x GPUs / sharers (one copy per group), and a node needs min(gpus_per_node, GPUs / sharers) of the distinct
 tensors (the groups' members spread over the nodes, as a mesh's outer axis is); sharers = 1 is a plain load.
 
 Pipelined transfer (Fig. "pipelined data transfer"): the bytes move in chunks of `chunk_bytes` through the stages
 memory read -> group link -> switch-to-node link -> GPU link. The number of pipeline steps is the group link's
-bytes over the chunk size (the seed's "Number of Pipeline Stages"), each stage moves 1/steps of its link's bytes
-per step (the seed's TX_rem2outSW, TX_outSW2inSW, TX_inSW2GPU; a group's memory read serves its S switch links),
+bytes over the chunk size (the paper's "Number of Pipeline Stages"), each stage moves 1/steps of its link's bytes
+per step (the paper's TX_rem2outSW, TX_outSW2inSW, TX_inSW2GPU; a group's memory read serves its S switch links),
 and the transfer takes the sum of the stage times (the first chunk's way through) plus steps - 1 times the
 longest stage (the critical path), plus the pool's access latency.
 
-ZeRO-Infinity (seed 002, Fig. 3): each node keeps the offloaded tensors in its CPU memory or on its NVMe drives,
+ZeRO-Infinity (ASTRA-sim 2.0, Fig. 3): each node keeps the offloaded tensors in its CPU memory or on its NVMe drives,
 and each GPU reaches its node's memory over its own PCIe link: the stages are the node memory (shared by the
 node's GPUs) and the GPU's PCIe link. It has no switches, so no in-switch collectives.
 

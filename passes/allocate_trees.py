@@ -1,4 +1,4 @@
-"""allocate-trees: MultiTree's spanning-tree link allocation (seed 003), recorded in the IR.
+"""allocate-trees: MultiTree's spanning-tree link allocation (ISCA'21), recorded in the IR.
 
 For the phases over the whole network that run multitree or multitree_optimal, build one spanning tree per root
 by allocating links per time step (algorithms/multitree.py: translated trees on tori, greedy turns elsewhere,

@@ -1,6 +1,6 @@
 """hierarchical-decompose: a collective over several topology dimensions -> one phase per dimension (multi-rail).
 
-As in ASTRA-sim 2.0 (seed 002, Sec. II-B): reduce-scatter runs over the dimensions in ascending order, all-gather
+As in ASTRA-sim 2.0 (Sec. II-B): reduce-scatter runs over the dimensions in ascending order, all-gather
 in descending order, so an all_reduce (already decomposed) becomes RS dim 0, RS dim 1, ..., AG dim N-1, ...,
 AG dim 0. All-to-all exchanges along one dimension at a time, ascending (dimension-ordered store and forward).
 A broadcast spreads from its root one dimension at a time, ascending: along the first dimension from the root,

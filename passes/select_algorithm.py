@@ -1,6 +1,6 @@
 """select-algorithm: choose the algorithm of every phase from its dimension's building block.
 
-Defaults follow ASTRA-sim 2.0 (seed 002, Table "topology-aware collectives"): Ring -> ring, FullyConnected ->
+Defaults follow ASTRA-sim 2.0 (Table "topology-aware collectives"): Ring -> ring, FullyConnected ->
 direct, Switch -> halving_doubling (ring when the switch's size is not a power of two; direct for an all-to-all,
 as ASTRA-sim); a Mesh (a line, not in ASTRA-sim) -> ring, whose wrap-around transfer walks the line back. The
 `algorithm` option overrides them: one name for every dimension, or a comma-separated list with one name per

@@ -1,4 +1,4 @@
-"""themis: per-chunk dimension order by current dimension load (Themis, ISCA'22; seeds 000 and 001).
+"""themis: per-chunk dimension order by current dimension load (Themis, ISCA'22).
 
 Hierarchical collectives walk every chunk through the dimensions in one fixed order, so on networks whose
 dimensions differ in bandwidth the fast dimension idles while the slow one works. Themis tracks the estimated

@@ -20,7 +20,7 @@ Model (documented in docs/cost-model.md):
   in; each NPU admits `active_chunks` phases per dimension in an order shared by the dimension's group.
 
 - Ties: events of one instant run in the order they were created; then waiting phases are admitted in (NPU,
-  dimension) order; then idle links start their next transfer in link-number order (runtime/links.py).
+  dimension) order; then idle links start their next transfer in link-number order (network/links.py).
 
 Engines: the plan (congestion_plan.py: messages, routes, injection order, service groups, as flat numpy arrays)
 runs in the compiled event core (_linkcore.c, built by `pip install .`) or, without a C compiler at install time,

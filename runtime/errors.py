@@ -2,7 +2,7 @@
 one reader of a table directory's files."""
 
 # A table directory's file (meta.json, a table, a program) is read whole; the memory estimate
-# (compiler/resources.py) sizes the run from the files before they are read.
+# (compiler/driver/resources.py) sizes the run from the files before they are read.
 MAX_TABLE_FILE_BYTES = 1 << 30
 
 

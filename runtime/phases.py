@@ -51,7 +51,7 @@ def messages(t: Table, meta, rotated: bool = False):
     """Aggregate rows into messages: returns dict of arrays keyed like the table plus `cost` (ns): latency per hop
     plus bytes / bandwidth plus the topology's endpoint delay, and `reduced`: the bytes of a receive that are added
     into the buffer (RECV_REDUCE). A routed message (dim -1), and every message on a graph topology, pays the
-    latency of each link on its route (runtime/links.py). Messages come sorted by NPU, collective, chunk, phase,
+    latency of each link on its route (network/links.py). Messages come sorted by NPU, collective, chunk, phase,
     step, receives before sends, then peer, then lane; `rotated`: by the peer's distance after the NPU instead of
     the peer (the injection order of the congestion runtime; no transfer may then be with the switch)."""
     if not len(t):

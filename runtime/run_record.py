@@ -7,7 +7,7 @@ defaults. Each of them records the options of that kind whose values differed fr
 an artefact written without any is byte for byte what it was before this record existed.
 
 This module is the record's one list of keys per artefact and its one reader check (every key's type and range, a
-fault one TableError naming the file, the key and the value); compiler/recorded_run.py builds a record from a run's
+fault one TableError naming the file, the key and the value); compiler/driver/recorded_run.py builds a record from a run's
 options and applies one to a re-run (docs/tables.md, "Recorded run options").
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ TABLES = ("backend", "execution", "intra", "active_chunks", "switching", "local_
 # how a step's collectives execute, its roofline, memories and step semantics: what a step directory records
 STEP = ("backend", "intra", "switching", "local_mem_gbps", "peak_tflops", "mem_bw_gbps", "mem_latency_ns",
         "step_semantics", "astra_link_gbps", "pool")
-# a workload module is compiled again when it runs: the compile options too (checked by compiler/recorded_run.py)
+# a workload module is compiled again when it runs: the compile options too (checked by compiler/driver/recorded_run.py)
 COMPILE = ("scheduler", "chunks", "algorithm", "all_reduce")
 MODULE = STEP + COMPILE
 

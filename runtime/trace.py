@@ -1,7 +1,7 @@
 """Timelines users can open: a Chrome trace (chrome://tracing, Perfetto) and a link-utilisation plot.
 
 `write_chrome` is the one writer of the Chrome trace format (a training step's trace is built in
-compiler/step_timeline.py); `chrome_trace` builds a schedule's.
+compiler/report/step_timeline.py); `chrome_trace` builds a schedule's.
 
 Trace layout: process "NPUs" has a track per NPU with a span per phase (collective, chunk, stage, dimension);
 process "links" has a track per link that carried traffic, with a span per transfer (congestion backend, full

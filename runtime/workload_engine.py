@@ -53,7 +53,7 @@ COMMUNICATION = (COLLECTIVE, P2P)
 STREAMS, ASTRA_SIM = "streams", "astra-sim"   # the step semantics (module docstring)
 SEMANTICS = (STREAMS, ASTRA_SIM)
 LOCAL_STREAM, REMOTE_STREAM = -2, -3   # a memory row's stream: its memory, one transfer at a time (compute: -1)
-# the step-time breakdown of seed 002 (Fig. 4): each instant goes to the first of these that is busy, else idle
+# the step-time breakdown of ASTRA-sim 2.0 (Fig. 4): each instant goes to the first of these that is busy, else idle
 BREAKDOWN = ("compute", "exposed_local_memory", "exposed_remote_memory", "exposed_comm", "idle")
 
 
@@ -64,7 +64,7 @@ class WorkloadError(Exception):
 @dataclass
 class Roofline:
     """Compute time of an op: the larger of its FLOPs at peak rate and its bytes at memory bandwidth."""
-    peak_tflops: float = 234.0   # seed 002's A100 figure
+    peak_tflops: float = 234.0   # ASTRA-sim 2.0's A100 figure
     mem_gbps: float = 1896.0     # A100-80GB HBM2e, 2039 GB/s decimal = 1896 GB/s in 2^30 units
 
     def time_ns(self, flops: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
@@ -383,7 +383,7 @@ def run_workload(tables: list[ProgramTable], roofline: Roofline, spmd: bool = Fa
 
 
 def breakdown(start: np.ndarray, end: np.ndarray, masks: list, total: float) -> dict:
-    """Seed 002's step-time breakdown of one rank over [0, total] (the step's time): each instant goes to the first
+    """ASTRA-sim 2.0's step-time breakdown of one rank over [0, total] (the step's time): each instant goes to the first
     of compute, local memory, remote memory, communication whose rows (masks, in BREAKDOWN order) are running
     then; what no row covers is idle. The parts add up to `total`."""
     bounds = np.unique(np.concatenate([[0.0, total]] + [np.concatenate([start[m], end[m]]) for m in masks]))

@@ -30,7 +30,7 @@ from collections import Counter
 
 from hypothesis import strategies as st
 
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.main import main
 from astra_compile.network import user_files
 
 # a FIFO nobody writes to is refused after this wait (10 s in a real run): the harness meets hundreds of them

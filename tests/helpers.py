@@ -2,8 +2,8 @@
 process and check a refusal's contract (exit 2, one line); build and run the worker of a real gloo job."""
 import textwrap
 
-from astra_compile.compiler import driver
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.driver import driver
+from astra_compile.compiler.main import main
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
 

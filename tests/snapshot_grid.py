@@ -94,7 +94,7 @@ def grid() -> list[str]:
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    from astra_compile.compiler.cli import main
+    from astra_compile.compiler.main import main
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:

@@ -71,7 +71,7 @@ def test_module_api_mistakes_are_one_line_errors():
     with pytest.raises(UserError, match="cannot copy the module.*before DDP"):
         astra_compile.compile(Locked(), "4_ring", example_inputs=torch.randn(2, 4))
     with pytest.raises(UserError, match="nothing recorded yet"):
-        from astra_compile.compiler.frontend.record import Recording
+        from astra_compile.compiler.api.record import Recording
         Recording().report("4_ring")
 
 

@@ -1,5 +1,5 @@
-"""ASTRA-sim's own reference runs (issue 31): every row of tests/data/astrasim_reference/README.md (copied from
-shared/astrasim-reference: ASTRA-sim 518bd51's config files, the Chakra ETs it ran and the times it reported) run
+"""ASTRA-sim's own reference runs: every row of tests/data/astrasim_reference/README.md
+(ASTRA-sim 518bd51's config files, the Chakra ETs it ran and the times it reported) run
 here as given, `astra-compile ET_DIR --topology net.yml --system sys.json`, must agree with ASTRA-sim's time
 within 1 %. The ETs are kept as one tar.gz (616 small files) and unpacked, byte for byte, for the test."""
 import json
@@ -58,8 +58,8 @@ def test_double_binary_tree_in_chunks_runs_as_astra_sim_does(capsys, traces, ext
     member takes up the next chunk once it has sent the last one down, so the slowest member receives 37 whole
     chunks one after another (2 x 500 ns + 64 MB / 50 GB/s each, plus 10 ns of endpoint delay), not the 40 of
     one tree: 37 x 1251.010 us = 46287.370 us, here 7 ns more (the local-mem-bw reductions), ASTRA-sim 40 ns more
-    (its leaves' last endpoint delay). Before the issue-31 change this was 50040.407 and 125040.407 us (+8.1 %,
-    +3.1 %) and warned; now no line speaks of it."""
+    (its leaves' last endpoint delay). The 40 of one tree would give 50040.407 and 125040.407 us
+    (+8.1 %, +3.1 %). Nothing is warned of doubleBinaryTree: it runs as the file asks."""
     code, out, err = cli(capsys, traces / "ar_32_256M", "--topology", os.path.join(DATA, "net_sw32.yml"), "--system",
                          os.path.join(DATA, "sys_1d_dbt_4split_fastmem.json"), *extra, "--json")
     assert code == 0, err

@@ -1,4 +1,4 @@
-"""The astra-sim step semantics end to end (issue 31 item 2): a --system file, or --step-semantics astra-sim, runs
+"""The astra-sim step semantics end to end: a --system file, or --step-semantics astra-sim, runs
 a step as ASTRA-sim's workload layer does (one collective or send in flight per NPU, eager sends), its messages and
 sub-world groups as ASTRA-sim's network sees them (network/astra_network.py); without it nothing changes."""
 import json
@@ -12,7 +12,7 @@ from astra_compile.compiler.frontend.workload import COLLECTIVE, COMPUTE, RECV, 
 from astra_compile.network.errors import UserError
 from astra_compile.network.parse import parse_topology
 from astra_compile.network.units import gbps_to_bytes_per_ns
-from astra_compile.compiler.workload_driver import StepSemantics, WorkloadOptions, _time_one, message_time
+from astra_compile.compiler.driver.workload_driver import StepSemantics, WorkloadOptions, _time_one, message_time
 
 from helpers import cli
 

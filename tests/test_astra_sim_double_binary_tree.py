@@ -1,4 +1,4 @@
-"""astra_sim_double_binary_tree: ASTRA-sim's doubleBinaryTree all-reduce as ASTRA-sim runs several chunks (issue 31).
+"""astra_sim_double_binary_tree: ASTRA-sim's doubleBinaryTree all-reduce as ASTRA-sim runs several chunks.
 
 Read in its source: DoubleBinaryTreeTopology::get_topology hands its two trees out chunk by chunk (RootMax, rooted at
 member k-1, first; then RootMin, rooted at 0), and DoubleBinaryTreeAllReduce exits as soon as a member has sent the

@@ -1,4 +1,4 @@
-"""--system sys.json (issue 19 item 1, first part): ASTRA-sim 2.x system configuration files read, each key mapped to
+"""--system sys.json: ASTRA-sim 2.x system configuration files read, each key mapped to
 the option that means the same here, every key that cannot be honoured named in a warning line, bad files refused
 in one line."""
 import json
@@ -120,7 +120,7 @@ def test_a_step_takes_peak_perf_and_all_reduces_implementation(capsys, tmp_path)
     (json.dumps({**SYSTEM, "preferred-dataset-splits": "4"}), "preferred-dataset-splits must be a whole number"),
     (json.dumps({**SYSTEM, "intra-dimension-scheduling": "RG"}), "intra-dimension-scheduling must be one of"),
     (json.dumps({**SYSTEM, "peak-perf": -1}), "peak-perf must be a number of TFLOPS between 0.001 and 1e+09, got -1"),
-    # a rate so small that compute would take forever (was Infinity us, exit 0)
+    # a rate so small that compute would take forever (never Infinity us with exit 0)
     (json.dumps({**SYSTEM, "peak-perf": 1e-310}), "peak-perf must be a number of TFLOPS between 0.001 and 1e+09"),
     (json.dumps({**SYSTEM, "collective-optimization": "fast"}),
      "collective-optimization must be one of baseline, localBWAware, got 'fast'"),
@@ -176,7 +176,7 @@ def test_a_run_from_astra_sim_files_reads_the_network_as_astra_sim(capsys, tmp_p
 
 
 def sys_algorithm(name):
-    from astra_compile.compiler.astra_system import IMPLEMENTATIONS
+    from astra_compile.compiler.interop.astra_system import IMPLEMENTATIONS
     return IMPLEMENTATIONS[name]
 
 
@@ -191,8 +191,8 @@ def test_a_notation_topology_keeps_this_compilers_conventions(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("changes", [
-    {"local-mem-bw": 1000000000},   # ASTRA-sim's "fast memory": no local-memory term (was refused)
-    {"endpoint-delay": 0},          # ASTRA-sim's own default, as --endpoint-delay 0 (was refused)
+    {"local-mem-bw": 1000000000},   # ASTRA-sim's "fast memory": no local-memory term, not refused
+    {"endpoint-delay": 0},          # ASTRA-sim's own default, as --endpoint-delay 0, not refused
 ])
 def test_the_values_astra_sims_own_files_use_are_valid(capsys, tmp_path, changes):
     r, _ = report(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "4x4_torus", "--system",

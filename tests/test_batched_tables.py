@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from astra_compile.compiler import driver
+from astra_compile.compiler.driver import driver
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
 from astra_compile.runtime import phases
@@ -97,7 +97,7 @@ def test_plan_read_in_batches_equals_the_plan_read_at_once(monkeypatch, topology
 def test_table_reads_ahead_and_gives_each_npu_its_own_table_in_any_order(case, data):
     """table(npu) builds the NPUs after it in growing batches while the requests come in order; whatever the
     order (in order, backwards, random, repeated), each table is the NPU's own with its dep column."""
-    from astra_compile.compiler.dependencies import dependencies
+    from astra_compile.compiler.lowering.dependencies import dependencies
     sched = compile_case(case)
     order = data.draw(st.sampled_from(["in order", "backwards", "random"]))
     npus = list(range(case.npus)) if order == "in order" else list(range(case.npus))[::-1] if order == "backwards" \
@@ -111,7 +111,7 @@ def test_table_reads_ahead_and_gives_each_npu_its_own_table_in_any_order(case, d
 
 
 def test_read_ahead_batches_grow_in_order_and_stay_bounded(monkeypatch):
-    from astra_compile.compiler import lower
+    from astra_compile.compiler.lowering import lower
     monkeypatch.setattr(lower, "READ_AHEAD_ROWS", 4000)
     sched = compiled("all_reduce", 1 << 22, "4x4x4_torus", chunks=2)
     built = []

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from astra_compile.compiler import driver
+from astra_compile.compiler.driver import driver
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
 from astra_compile.network.units import gbps_to_bytes_per_ns
-from astra_compile.compiler.report import ideal_time_ns
+from astra_compile.compiler.report.report import ideal_time_ns
 from astra_compile.runtime import analytical, congestion, verifier
 from astra_compile.runtime.meta import Meta
 from astra_compile.runtime.errors import TableError
@@ -147,13 +147,13 @@ def test_the_verifier_catches_a_reduce_that_drops_contributions(monkeypatch):
 
 def test_written_tables_keep_the_root(tmp_path):
     out = tmp_path / "t"
-    r = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", "--collective", "broadcast", "--size", "6KB",
+    r = subprocess.run([sys.executable, "-m", "astra_compile", "--collective", "broadcast", "--size", "6KB",
                         "--topology", "Ring(4)_Switch(2)", "--root", "6", "--emit", "tables", "-o", str(out)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     meta = json.loads((out / "meta.json").read_text())
     assert meta["collectives"][0]["root"] == 6 and meta["collectives"][0]["kind"] == "broadcast"
-    r = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", str(out), "--verify"],
+    r = subprocess.run([sys.executable, "-m", "astra_compile", str(out), "--verify"],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "verified" in r.stdout, r.stderr
 
@@ -184,14 +184,14 @@ def test_meta_refuses_a_missing_or_misplaced_root(tmp_path):
                                    "algorithm for broadcast"),
 ])
 def test_bad_broadcast_options_fail_in_one_line(args, message):
-    r = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", "--collective", "broadcast", "--size", "1KB",
+    r = subprocess.run([sys.executable, "-m", "astra_compile", "--collective", "broadcast", "--size", "1KB",
                         "--topology", "4x4_torus", *args], capture_output=True, text=True)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [f"astra-compile: error: {message}"]
 
 
 def test_root_applies_to_broadcast_and_reduce_only():
-    r = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", "--collective", "all_reduce", "--size", "1KB",
+    r = subprocess.run([sys.executable, "-m", "astra_compile", "--collective", "all_reduce", "--size", "1KB",
                         "--topology", "4x4_torus", "--root", "1"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.strip() == \
         "astra-compile: error: --root applies to --collective broadcast or reduce"
@@ -207,10 +207,10 @@ def test_phase_ir_needs_its_root():
 @pytest.mark.parametrize("kind", ["broadcast", "reduce"])
 def test_the_json_reports_of_a_rooted_collective_and_of_a_step_holding_one_follow_their_schemas(kind):
     import jsonschema
-    import astra_compile.compiler
+    import astra_compile.compiler.report
     from astra_compile.compiler.frontend.workload import COLLECTIVE, Op, Workload
-    here = os.path.dirname(astra_compile.compiler.__file__)
-    done = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", "--collective", kind, "--size", "1MB",
+    here = os.path.dirname(astra_compile.compiler.report.__file__)
+    done = subprocess.run([sys.executable, "-m", "astra_compile", "--collective", kind, "--size", "1MB",
                            "--root", "5", "--topology", "4x4_torus", "--json"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     with open(os.path.join(here, "report.schema.json")) as f:

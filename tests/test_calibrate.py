@@ -1,4 +1,4 @@
-"""astra-compile calibrate (issue 19 item 5): nccl-tests / rccl-tests logs in, the network's bandwidth and latency
+"""astra-compile calibrate: nccl-tests / rccl-tests logs in, the network's bandwidth and latency
 per dimension fitted, every logged size's measured and predicted time out.
 
 A synthetic log made from a known network (3 % noise) must give that network back within 5 %; real published
@@ -176,7 +176,8 @@ def _line_of(text: str, nbytes: int) -> int:
 
 
 def test_a_size_the_compiler_refuses_names_the_log_and_line(capsys, tmp_path):
-    # was "all_reduce.rs: 2 bytes in 1 chunks are too small ...", naming neither the log nor the row
+    # the compiler's refusal alone ("all_reduce.rs: 2 bytes in 1 chunks are too small ...") names neither the log nor
+    # the row
     path = tmp_path / "all_reduce_perf.log"
     text = log_text("all_reduce", 4, [(2, 10.0, 10.0), (1 << 20, 60.0, 61.0)])
     path.write_text(text)
@@ -187,7 +188,7 @@ def test_a_size_the_compiler_refuses_names_the_log_and_line(capsys, tmp_path):
 
 
 def test_a_row_past_a_terabyte_names_its_line(capsys, tmp_path):
-    # was skipped without a word, as if it were not a row
+    # never skipped without a word, as if it were not a row
     path = tmp_path / "all_reduce_perf.log"
     text = log_text("all_reduce", 4, [(1 << 20, 60.0, 61.0), (2 << 40, 6e7, 6e7)])
     path.write_text(text)

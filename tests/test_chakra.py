@@ -1,4 +1,4 @@
-"""Chakra execution traces in (issue 19 item 2): per-rank protobuf ETs as ASTRA-sim 2.x runs them, written here
+"""Chakra execution traces in: per-rank protobuf ETs as ASTRA-sim 2.x runs them, written here
 with the schema the reader builds (message and field numbers from the published format)."""
 import json
 import os
@@ -115,7 +115,7 @@ def test_bad_nodes_are_refused_in_one_line(capsys, tmp_path, nodes, version, gro
     refused(capsys, d, "--topology", "Ring(2)", match=match)
 
 
-# ---- out (issue 19 item 3): --emit chakra, and reading it back ----------------------------------------------
+# ---- out: --emit chakra, and reading it back ---------------------------------------------------------------------
 
 def test_a_collective_written_as_chakra_reads_back_to_its_time(capsys, tmp_path):
     out = tmp_path / "ar"
@@ -200,7 +200,7 @@ def test_a_pipeline_capture_is_written_per_rank_and_reads_back_identically(capsy
     assert again["exposed_comm_time_us"] == direct["exposed_comm_time_us"]
 
 
-# ---- issue 31: sizes named at their node, ranks that disagree ---------------------------------------------
+# ---- sizes named at their node, ranks that disagree --------------------------------------------------------------
 
 @pytest.mark.parametrize("nodes, match", [
     ([node(0, "ar", COLL, comm_type=0, comm_size=float("nan"))], "node 0 (ar): comm_size must be a whole number of "
@@ -256,7 +256,7 @@ def test_a_rank_outside_a_group_it_runs_on_and_a_member_that_skips_it_are_refuse
 
 
 def test_a_message_stored_and_forwarded_pays_each_links_time(capsys, tmp_path):
-    """Issue 31 item 8: rank 0 sends 8 MB to rank 3 of a 2x2 torus (two links, 500 ns each): cut through it takes
+    """Rank 0 sends 8 MB to rank 3 of a 2x2 torus (two links, 500 ns each): cut through it takes
     2 x 500 ns + bytes / bandwidth; stored and forwarded at each hop, 2 x (500 ns + bytes / bandwidth)."""
     programs = {r: [] for r in range(4)}
     programs[0] = [node(1, "send", SEND_, comm_size=8 * MB, comm_dst=3)]
@@ -269,7 +269,7 @@ def test_a_message_stored_and_forwarded_pays_each_links_time(capsys, tmp_path):
     assert took["store-and-forward"] == pytest.approx(2 * (0.5 + one_link), rel=1e-12)
 
 
-# ---- issue 31 item 1 and 2: written traces run on ASTRA-sim as written; group names come back ----------------
+# ---- written traces run on ASTRA-sim as written; group names come back -------------------------------------------
 
 def _astra_checked(directory, report):
     """The directory passes ASTRA-sim's rules (tests/astrasim_rules.py) at the report's roofline, and ASTRA-sim's
@@ -336,15 +336,15 @@ def test_a_pipelines_messages_are_tagged_alike_on_both_ends(capsys, tmp_path):
     _astra_checked(tmp_path / "et", direct)
 
 
-# ---- issue 31 item 5: --emit chakra at scale ---------------------------------------------------------------
+# ---- --emit chakra at scale --------------------------------------------------------------------------------------
 
 def test_each_ranks_group_is_found_once_per_group_shape_not_once_per_rank(capsys, tmp_path, monkeypatch):
-    """Writing 262144 ranks hung: every rank's process group was found by a pass over every NPU (n^2). Now every
-    rank's group of one shape is labelled at once: the group's span is read once per shape, whatever the ranks."""
-    from astra_compile.compiler import workload_driver
+    """Every rank's group of one shape is labelled at once: the group's span is read once per shape, whatever the
+    ranks (a pass over every NPU per rank, n^2, would hang on 262144 ranks)."""
+    from astra_compile.compiler.core import step_keys
     calls = []
-    span = workload_driver.group_span
-    monkeypatch.setattr(workload_driver, "group_span", lambda *a: calls.append(a[1]) or span(*a))
+    span = step_keys.group_span
+    monkeypatch.setattr(step_keys, "group_span", lambda *a: calls.append(a[1]) or span(*a))
     code, _, err = cli(capsys, "--collective", "all_gather", "--size", "64MB", "--topology", "8x8_torus", "--dims",
                        "1", "--emit", "chakra", "-o", str(tmp_path / "ag"))
     assert code == 0, err
@@ -365,7 +365,7 @@ def test_traces_the_disk_has_no_room_for_are_refused_before_writing(capsys, tmp_
     assert not os.path.exists(tmp_path / "big") and os.listdir(tmp_path) == []
 
 
-# ---- issue 31 item 3: ranks alike are read once and run as one program ---------------------------------------
+# ---- ranks alike are read once and run as one program ------------------------------------------------------------
 
 def test_ranks_alike_up_to_their_groups_become_one_spmd_program_with_the_same_step(capsys, tmp_path):
     """Chakra's microbenchmark shape over 16 ranks (node id = rank), and tp x dp traces whose files differ by their
@@ -419,7 +419,7 @@ def test_ranks_that_differ_stay_programs_of_their_own(tmp_path):
     assert load([os.path.join(d, f"t.{r}.et") for r in range(8)], 8, parse_topology("Ring(8)")).spmd
 
 
-# ---- issue 31 item 4: memory estimated before the nodes are built ---------------------------------------------
+# ---- memory estimated before the nodes are built -----------------------------------------------------------------
 
 def _chain(n, flops=10 ** 9):
     """n nodes: a chain of compute with an all-reduce every 100th."""
@@ -428,20 +428,19 @@ def _chain(n, flops=10 ** 9):
 
 
 def test_a_trace_too_large_for_memory_is_refused_before_its_nodes_are_built(capsys, tmp_path, monkeypatch):
-    from astra_compile.compiler import resources
-    from astra_compile.compiler.frontend import chakra
+    from astra_compile.compiler.frontend import chakra, trace_memory
     d = write_traces(tmp_path / "t", "t", {0: _chain(20000), 1: _chain(20000, 10 ** 9 + 1)})
     built = []
     nodes = chakra._nodes
     monkeypatch.setattr(chakra, "_nodes", lambda *a: built.append(a[0]) or nodes(*a))
-    reading = resources.STEP_BASE + 20001 * resources.PER_TRACE_NODE
+    reading = trace_memory.STEP_BASE + 20001 * trace_memory.PER_TRACE_NODE
     err = refused(capsys, d, "--topology", "Ring(2)", "--max-memory", str(reading - 1),
                   match="(reading 2e+04 nodes of")
     assert f"{d}/t.0.et, 0 ops kept), more than" in err and "give fewer ranks or a shorter trace" in err
     assert built == []
     # read, but the step's two programs of 20000 ops would not fit
-    step = resources.STEP_BASE + 40000 * (resources.PER_KEPT_OP + resources.PER_STEP_OP) + 2 * 2 * \
-        resources.PER_GROUP_MEMBER
+    step = trace_memory.STEP_BASE + 40000 * (trace_memory.PER_KEPT_OP + trace_memory.PER_STEP_OP) + 2 * 2 * \
+        trace_memory.PER_GROUP_MEMBER
     refused(capsys, d, "--topology", "Ring(2)", "--max-memory", str(step - 1), match="(4e+04 ops in 2 program(s))")
     assert built == [f"{d}/t.0.et", f"{d}/t.1.et"]
     assert step_json(capsys, d, "--topology", "Ring(2)", "--max-memory", str(step))["total_time_us"] > 0

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.main import main
 from helpers import cli, refused
 
 SWITCH3 = ["--topology", "Switch(8)_Switch(8)_Switch(8)", "--bandwidth", "50,50,50", "--latency", "1,1,1"]
@@ -64,7 +64,7 @@ def test_print_ir_after_all(capfd):
                        ("decompose-all-reduce{all-reduce=hierarchical}", "chunk{chunks=1}", "hierarchical-decompose",
                         "select-algorithm", "optimal-balance{latency=true active=1 time-limit=5.0}",
                         "choose-schedule{latency=true active=1}")]
-    from astra_compile.compiler.driver import SCHEDULERS
+    from astra_compile.compiler.driver.driver import SCHEDULERS
     from astra_compile.passes import PassManager, parse_pipeline
     from astra_compile.passes.base import ir_dump_header
     assert headers == [ir_dump_header(p) for p in PassManager(parse_pipeline(SCHEDULERS["optimal"])).passes]
@@ -219,7 +219,7 @@ def test_list_passes_lists_every_pass_alone(capsys):
 
 def test_an_all_to_all_on_a_switch_runs_direct_by_default(capsys):
     """As ASTRA-sim: every member's part goes once over the uplink, where halving-doubling forwards half the buffer
-    log2(k) times (issue 19)."""
+    log2(k) times."""
     code, out, _ = cli(capsys, "--collective", "all_to_all", "--size", "64MB", "--topology", "Switch(8)", "--json")
     direct = json.loads(out)
     code, out, _ = cli(capsys, "--collective", "all_to_all", "--size", "64MB", "--topology", "Switch(8)",

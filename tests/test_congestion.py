@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.main import main
 from astra_compile.runtime import analytical, congestion
 from helpers import compile_collective
 
@@ -145,7 +145,7 @@ def test_representative_links_stand_for_every_link(case):
 def test_optimal_times_its_candidates_symmetric_and_runs_the_kept_one_in_full(backend, monkeypatch):
     """With --execution full, choose-schedule's two candidates are timed on NPU 0 alone where that provably stands
     for every NPU; the kept schedule alone runs in full, and its recorded time is full execution's."""
-    from astra_compile.compiler import driver
+    from astra_compile.compiler.driver import driver
     from astra_compile.dialects import comm
     from astra_compile.network.parse import parse_topology
     modes = []

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from astra_compile.compiler.api import load_workload
+from astra_compile.compiler.api.api import load_workload
 from astra_compile.compiler.frontend import cpu_limit as limit
 from astra_compile.network.errors import UserError
 

@@ -8,7 +8,7 @@ real on 4 gloo ranks under ExecutionTraceObserver and the trace imported: the sa
 import textwrap
 
 from astra_compile import compile as compile_step
-from astra_compile.compiler.api import load_workload
+from astra_compile.compiler.api.api import load_workload
 from astra_compile.compiler.frontend.et_import import load_traces
 
 from helpers import run_gloo_job

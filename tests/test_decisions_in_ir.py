@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from astra_compile.compiler import driver
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.driver import driver
+from astra_compile.compiler.main import main
 from astra_compile.dialects import comm
 from astra_compile.network import graphs
 from astra_compile.network.parse import parse_topology

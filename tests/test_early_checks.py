@@ -11,7 +11,7 @@ import pytest
 from astra_compile.compiler.frontend.model_file import _top_level_names
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
-NO_TORCH = ("import sys; from astra_compile.compiler.cli import main; code = main(sys.argv[1:]); "
+NO_TORCH = ("import sys; from astra_compile.compiler.main import main; code = main(sys.argv[1:]); "
             "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(code)")
 
 

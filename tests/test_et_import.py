@@ -250,9 +250,9 @@ def test_a_directory_of_traces_is_read_as_traces(traces, tmp_path):
     d = tmp_path / "run"
     d.mkdir()
     _copies(traces, d, [f"trace_rank{r}.json" for r in range(WORLD)])
-    direct = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", *traces, "--topology", "Ring(2)_Ring(2)",
+    direct = subprocess.run([sys.executable, "-m", "astra_compile", *traces, "--topology", "Ring(2)_Ring(2)",
                              "--json"], capture_output=True, text=True)
-    from_dir = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", str(d), "--topology", "Ring(2)_Ring(2)",
+    from_dir = subprocess.run([sys.executable, "-m", "astra_compile", str(d), "--topology", "Ring(2)_Ring(2)",
                                "--json"], capture_output=True, text=True)
     assert from_dir.returncode == 0, from_dir.stderr
     strip = lambda r: {k: v for k, v in json.loads(r.stdout).items() if k != "source"}   # noqa: E731
@@ -260,7 +260,7 @@ def test_a_directory_of_traces_is_read_as_traces(traces, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "notes.txt").write_text("x")
-    bad = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", str(empty), "--topology", "Ring(4)"],
+    bad = subprocess.run([sys.executable, "-m", "astra_compile", str(empty), "--topology", "Ring(4)"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
 
@@ -379,7 +379,7 @@ def test_all_gather_group_from_size_ratio(tmp_path):
 
 def test_cli_times_the_recorded_ranks_on_a_topology(traces, workload):
     # 4 ranks on Ring(2)_Ring(2): the world group spans both dimensions, the subgroup {0,1} dimension 0
-    out = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", *traces, "--topology", "Ring(2)_Ring(2)",
+    out = subprocess.run([sys.executable, "-m", "astra_compile", *traces, "--topology", "Ring(2)_Ring(2)",
                           "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
@@ -387,11 +387,11 @@ def test_cli_times_the_recorded_ranks_on_a_topology(traces, workload):
     assert [(c["kind"], c["bytes"]) for c in calls] == [(op.collective, op.bytes) for op in workload.collectives(0)]
     assert {tuple(c["dims"]) for c in calls if c["group_size"] == 2} == {(0,)}
     assert report["exposed_comm_time_us"] == pytest.approx(report["total_time_us"] - report["compute_time_us"])
-    bad = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", *traces, "--topology", "Ring(2)"],
+    bad = subprocess.run([sys.executable, "-m", "astra_compile", *traces, "--topology", "Ring(2)"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "world size 4: it runs on a topology of 4 NPUs or more, not 2" in bad.stderr
     # on more NPUs than the job had ranks: its ranks are the first NPUs, its groups as recorded
-    wider = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", *traces, "--topology", "Ring(4)_Ring(2)",
+    wider = subprocess.run([sys.executable, "-m", "astra_compile", *traces, "--topology", "Ring(4)_Ring(2)",
                             "--json"], capture_output=True, text=True)
     assert wider.returncode == 0, wider.stderr
     wide = json.loads(wider.stdout)
@@ -415,7 +415,7 @@ def test_process_group_records_with_numbers_past_range(tmp_path, field, value):
 
 
 def test_a_trace_runs_on_the_congestion_backend_stored_and_forwarded(tmp_path, capsys):
-    """Issue 31 item 8: --switching store-and-forward (ASTRA-sim's congestion-aware backend) applies to a trace's
+    """--switching store-and-forward (ASTRA-sim's congestion-aware backend) applies to a trace's
     step as to a collective: a 4 MB all-reduce over every rank, flat_direct on a 2x2 torus, whose messages to the
     opposite corner cross two links, each stored whole before the next."""
     from helpers import cli
@@ -447,8 +447,9 @@ def test_a_trace_runs_on_the_congestion_backend_stored_and_forwarded(tmp_path, c
                                           ("2.5", "2.5"), ("true", "True"), (str(2 ** 70), str(2 ** 70))])
 @pytest.mark.parametrize("where", ["collective", "compute"])
 def test_a_bad_tensor_size_names_the_file_the_node_and_the_field(tmp_path, numel, shown, where):
-    """Issue 31 item 7: a tensor's numel that is no whole number (or past 1 TiB of bytes) was dropped as no tensor
-    (0 bytes: 'collective size must be positive'), read as 1 (true) or passed on negative or overflowing."""
+    """A tensor's numel that is no whole number (or past 1 TiB of bytes) is refused naming the file, the node and
+    the field: never dropped as no tensor (0 bytes: 'collective size must be positive'), read as 1 (true) or passed
+    on negative or overflowing."""
     t, x, y = [10, 11, 0, 8, 4, "cpu"], [12, 13, 0, 8, 4, "cpu"], [14, 15, 0, 8, 4, "cpu"]
     nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1), pg_init(2, 1),
              node(3, "c10d::allreduce_", 1, [[t]], ["GenericList[Tensor(float)]"], [[t]],

@@ -81,7 +81,7 @@ RUN = '''
 import contextlib, io, json, sys
 import astra_compile.algorithms as algorithms
 algorithms.__path__.append(sys.argv[1])   # searched as algorithms/ itself: its files register by discovery
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.main import main
 out = []
 for argv in json.loads(sys.argv[2]):
     stdout, stderr = io.StringIO(), io.StringIO()

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from astra_compile.compiler.api import load_workload
+from astra_compile.compiler.api.api import load_workload
 from astra_compile.network.errors import UserError
 from astra_compile.compiler.frontend.capture import capture
 from astra_compile.compiler.frontend.model_file import load_model_file

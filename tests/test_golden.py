@@ -1,11 +1,11 @@
-"""Published reference figures (seeds 000 and 002) reproduced by the analytical runtime.
+"""Published reference figures (the ASTRA-sim tutorial's and ASTRA-sim 2.0's) reproduced by the analytical runtime.
 
-Tolerances: 1% for seed 000's figures, 2% for seed 002's Table III times; Table III message sizes exactly.
+Tolerances: 1% for the tutorial's figures, 2% for ASTRA-sim 2.0's Table III times; Table III message sizes exactly.
 """
 import pytest
 
-from astra_compile.compiler import driver
-from astra_compile.compiler.report import ideal_time_ns, make_report
+from astra_compile.compiler.driver import driver
+from astra_compile.compiler.report.report import ideal_time_ns, make_report
 from astra_compile.runtime import analytical
 from helpers import compile_collective
 
@@ -26,7 +26,7 @@ def test_seed000_baseline_3d_switch():
     assert report["total_time_us"] == pytest.approx(35008.129, rel=0.01)
     assert report["ideal_time_us"] == pytest.approx(13307.292, rel=1e-6)   # 2044 MB / 150 GB/s
     assert report["bw_utilization"] == pytest.approx(0.3801, abs=0.004)
-    assert sum(report["per_dim_bytes"]) == 2044 * MB                     # seed 000's "Total Message Size"
+    assert sum(report["per_dim_bytes"]) == 2044 * MB                     # the tutorial's "Total Message Size"
     assert report["npus"] == 512
 
 
@@ -37,7 +37,7 @@ def test_seed000_direct_switch64_analytical():
     assert report["total_time_us"] == pytest.approx(633.217, rel=0.01)
 
 
-# seed 002 Table III: Ring_FC_Ring_Switch, 1000/200/100/50 GB/s, 1GB all-reduce
+# ASTRA-sim 2.0 Table III: Ring_FC_Ring_Switch, 1000/200/100/50 GB/s, 1GB all-reduce
 TABLE_III = [
     ("2x8x8x4", 512, (1024, 896, 112, 12), 4392.85),
     ("2x8x8x8", 1024, (1024, 896, 112, 14), 4392.85),
@@ -51,7 +51,7 @@ TABLE_III = [
 
 @pytest.mark.parametrize("shape,npus,sizes_mb,time_us", TABLE_III)
 def test_seed002_table3(shape, npus, sizes_mb, time_us):
-    # latency is not published for Table III; 1 ns per hop (as in seed 000's demo) is assumed, 64 chunks
+    # latency is not published for Table III; 1 ns per hop (as in the tutorial's demo) is assumed, 64 chunks
     sched = compile_collective(f"Ring_FC_Ring_Switch:{shape}", "all_reduce", GB, chunks=64,
                                bandwidth="1000,200,100,50", latency="1")
     result, report = run(sched)

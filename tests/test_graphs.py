@@ -1,11 +1,11 @@
-"""Graph topologies (compiler/graphs.py): BiGraph, DGX-1 boxes and edge-list files; every algorithm routed over
+"""Graph topologies (network/graphs.py): BiGraph, DGX-1 boxes and edge-list files; every algorithm routed over
 their shortest paths, verified on data, MultiTree contention-free through switches, timings by hand."""
 import re
 
 import numpy as np
 import pytest
 
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.main import main
 from astra_compile.dialects import comm
 from astra_compile.network.errors import UserError
 from astra_compile.runtime import analytical, congestion
@@ -86,7 +86,7 @@ def test_links_count_does_not_apply_to_graphs():
 def test_module_keeps_the_graph():
     topo = parse_topology("2x4_bigraph", "100", "300")
     ctx = comm.new_context()
-    from astra_compile.compiler import driver
+    from astra_compile.compiler.driver import driver
     module = driver.build_module(ctx, topo, "all_reduce", 4096)
     again = comm.parse_module(str(module), ctx)
     assert Topology.from_dict(comm.get_topology(again)).graph.to_dict() == topo.graph.to_dict()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.main import main
 from helpers import cli, refused
 
 RING4 = ["--collective", "all_reduce", "--size", "1MB", "--topology", "4_ring"]
@@ -96,7 +96,7 @@ def test_killed_output_leaves_the_old_tables_or_none(tmp_path):
     """SIGKILL at several moments of a `-o --force` over an earlier output: every time, the directory is either the
     old output, complete, or the new one, complete (or, between the two renames, absent)."""
     out = tmp_path / "tables"
-    base = [sys.executable, "-m", "astra_compile.compiler.cli", "--collective", "all_reduce", "--size", "64MB",
+    base = [sys.executable, "-m", "astra_compile", "--collective", "all_reduce", "--size", "64MB",
             "--chunks", "4", "--emit", "tables", "-o", str(out), "--scheduler", "baseline"]
     subprocess.run(base + ["--topology", "4_ring"], check=True, capture_output=True)
     seen = set()

@@ -66,7 +66,7 @@ def test_one_line_is_bounded():
 # ---- alias bombs ----------------------------------------------------------------------------------------------------
 
 def test_an_alias_bomb_in_a_network_file_is_refused_cheaply(capsys, tmp_path):
-    # topology's first entry holds all the anchors: quoting it whole was 4.8 million strings (9^7), 34 MB of repr
+    # topology's first entry holds all the anchors: quoting it whole would be 4.8 million strings (9^7), 34 MB of repr
     path = tmp_path / "net.yml"
     path.write_text(f"topology: [{bomb(7)}]\nnpus_count: 4\n")
     err = refused(capsys, *COLLECTIVE, "--topology", path, match="alias bomb")
@@ -222,7 +222,7 @@ def test_dev_null_reads_as_empty(tmp_path):
 
 # ---- table and step directories ----------------------------------------------------------------------------------------
 
-from astra_compile.compiler.cli import main   # noqa: E402
+from astra_compile.compiler.main import main   # noqa: E402
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 
@@ -323,7 +323,7 @@ def _edit_module(path, edit):
 
 
 @pytest.mark.parametrize("edit,match", [
-    # the lowering times group_bytes: a phase whose own bytes disagree was timed as 1 MB whatever it said
+    # the lowering times group_bytes: a phase whose own bytes disagree would be timed as 1 MB whatever it said
     (lambda ls: [ls[0], ls[1].replace("bytes = 1048576 : i64, chunks", "bytes = 4 : i64, chunks"), *ls[2:]],
      "phase 0 of 'all_reduce.rs' (dim 0): bytes 4, but its reduce_scatter of 1048576 B (group_bytes) over dims [0] "
      "in 1 chunk(s) gives it 1048576"),
@@ -388,14 +388,14 @@ def test_a_measured_time_past_its_range_in_a_step_table_is_refused(capsys, step)
 
 
 def test_no_report_prints_a_figure_that_is_not_finite():
-    from astra_compile.compiler import cli
+    from astra_compile.compiler.cli import cli
     with pytest.raises(UserError, match=r"the run's collectives\[1\].us came out as inf"):
         cli._check_finite({"total_time_us": 1.0, "collectives": [{"us": 2.0}, {"us": float("inf")}]})
     cli._check_finite({"total_time_us": 1.0, "name": "x", "n": 3, "none": None})
 
 
 def test_a_network_file_of_more_npus_than_32_bits_names_the_file(capsys, tmp_path):
-    # the count was refused without naming the file it came from
+    # the refusal of the count names the file it came from
     path = tmp_path / "net.json"
     path.write_text('{"topologies-per-dim": ["Ring", "Ring", "Ring"], "units-count": [65536, 65536, 65536]}')
     refused(capsys, *COLLECTIVE, "--topology", path,

@@ -6,7 +6,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.main import main
 from astra_compile.network.links import LinkMap
 from astra_compile.network.parse import parse_topology
 from helpers import compile_collective

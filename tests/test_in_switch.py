@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.main import main
 from astra_compile.runtime import analytical, verifier
 from astra_compile.runtime.tables import SEND, SWITCH, Table
 from astra_compile.runtime.verifier import VerificationError

@@ -1,4 +1,4 @@
-"""The one configuration object (compiler/job.py): frozen, replaced group by group, the same Job from the command
+"""The one configuration object (compiler/core/job.py): frozen, replaced group by group, the same Job from the command
 line and from api.compile's keywords, the only configuration past the command line (no module past it reads an
 argparse Namespace), and the workload report a frozen dataclass whose --json is what it was."""
 import ast
@@ -9,9 +9,10 @@ import os
 import pytest
 
 import astra_compile
-from astra_compile.compiler import api, cli
+from astra_compile.compiler.api import api
+from astra_compile.compiler.cli import parser
 from astra_compile.compiler.frontend.workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
-from astra_compile.compiler.job import (CompileOptions, Job, Network, RunOptions, StepOptions, from_options)
+from astra_compile.compiler.core.job import (CompileOptions, Job, Network, RunOptions, StepOptions, from_options)
 from astra_compile.compiler.sweep import point
 from astra_compile.network.errors import UserError
 
@@ -54,10 +55,10 @@ def test_command_line_text_is_read_into_the_jobs_form_where_it_reads():
 
 
 def test_every_command_line_option_has_its_place_in_the_job():
-    values, _, _ = cli.parse(["--collective", "all_reduce"])
+    values, _, _ = parser.parse(["--collective", "all_reduce"])
     placed = set(from_options(values).__dataclass_fields__)
     assert placed == {"inputs", "system", "collective", "network", "compile", "run", "step", "outputs"}
-    from astra_compile.compiler.job import OPTIONS
+    from astra_compile.compiler.core.job import OPTIONS
     assert set(values) - set(OPTIONS) == {"version"}   # --version prints and exits: no run has it
 
 
@@ -74,7 +75,7 @@ STEP_KWARGS = dict(chunks=4, algorithm="ring", scheduler="themis", backend="cong
 
 
 def test_the_command_line_and_the_api_keywords_give_the_same_job():
-    values, _, _ = cli.parse(STEP_ARGV)
+    values, _, _ = parser.parse(STEP_ARGV)
     from_cli = from_options(values)
     from_api = api.job_of(None, "Ring(4)", **STEP_KWARGS)
     assert from_cli.inputs == ("model.py",)
@@ -144,7 +145,7 @@ def test_a_sweep_point_is_read_as_the_command_line_reads_it_without_a_command_li
     values, given, named = point.options_of(options, str(tmp_path))
     argv = ["--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--chunks", "4",
             "--peak-tflops", "300", "--verify", "--intra", "scf"]
-    assert (values, given, named) == cli.parse(argv)
+    assert (values, given, named) == parser.parse(argv)
     assert from_options(values).compile.chunks == 4
     # the parser's own refusal lines, its type and its choices
     with pytest.raises(UserError, match=r"^argument --backend: invalid choice: 'fast' \(choose from "

@@ -1,4 +1,4 @@
-"""Contention in the step (issue 16): collectives in flight together share the links they use.
+"""Contention in the step: collectives in flight together share the links they use.
 
 End to end through the compiler: two equal all-reduces issued together on two process groups over the same
 topology dimension take twice as long as one; over two different dimensions, as long as one. Per-rank programs

@@ -12,7 +12,7 @@ import os
 import pytest
 
 import astra_compile
-from astra_compile.compiler.api import load_workload
+from astra_compile.compiler.api.api import load_workload
 from astra_compile.compiler.frontend.et_import import load_traces
 from astra_compile.compiler.frontend.workload import COLLECTIVE
 

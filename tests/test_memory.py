@@ -1,4 +1,4 @@
-"""Memory models of seed 002 (issue 17): the local memory model, ASTRA-sim's reduction term (--local-mem-bw), the
+"""Memory models of ASTRA-sim 2.0: the local memory model, ASTRA-sim's reduction term (--local-mem-bw), the
 remote pool's link loads and pipelined transfer time, and the pool file's refusals."""
 import json
 
@@ -13,7 +13,7 @@ from helpers import cli, refused
 
 RING = ["--collective", "all_reduce", "--size", "1GiB", "--topology", "Ring(8)_Ring(8)", "--bandwidth", "100",
         "--latency", "500", "--chunks", "4", "--algorithm", "ring", "--scheduler", "baseline", "--json"]
-ASTRA_SIM_US = 19290.2   # ASTRA-sim HEAD, this run with local-mem-bw 1600 (issue 17)
+ASTRA_SIM_US = 19290.2   # ASTRA-sim HEAD, this run with local-mem-bw 1600
 
 
 def total_us(capsys, *extra) -> float:
@@ -54,7 +54,7 @@ def test_a_bad_local_memory_bandwidth_is_refused(capsys):
     refused(capsys, *RING, "--local-mem-bw", "nan", match="--local-mem-bw")
 
 
-# seed 002's worked example: 256 GPUs in 16 nodes, 4 out-node switches, 8 remote memory groups, each GPU loading W
+# ASTRA-sim 2.0's worked example: 256 GPUs in 16 nodes, 4 out-node switches, 8 remote memory groups, each GPU loading W
 EXAMPLE = HierMem(nodes=16, gpus_per_node=16, in_node_gbps=256, out_node_switches=4, remote_groups=8,
                   remote_group_gbps=100, gpu_side_out_gbps=100, mem_side_out_gbps=100, chunk_bytes=1 << 20)
 

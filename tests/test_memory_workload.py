@@ -1,11 +1,11 @@
-"""Loads and stores in a training step (issue 17): the wl.load / wl.store ops, their streams in the workload
-engine, seed 002's step-time breakdown, ZeRO-Infinity offload of FSDP states (and in-switch collectives), the
+"""Loads and stores in a training step: the wl.load / wl.store ops, their streams in the workload
+engine, ASTRA-sim 2.0's step-time breakdown, ZeRO-Infinity offload of FSDP states (and in-switch collectives), the
 step-table and Chakra round trips, and the refusals."""
 import json
 
 import pytest
 
-from astra_compile.compiler.api import compile as compile_step
+from astra_compile.compiler.api.api import compile as compile_step
 from astra_compile.compiler.frontend.offload import offload
 from astra_compile.compiler.frontend.workload import COLLECTIVE, COMPUTE, LOAD, STORE, WAIT, Op, Workload
 from astra_compile.network.errors import UserError
@@ -204,9 +204,9 @@ def test_a_pool_that_is_not_the_topologys_size_is_refused(capsys, tmp_path):
 
 
 def test_host_device_copies_of_an_execution_trace_become_loads_and_stores(tmp_path):
-    """A hand-made trace (this machine has no GPU to record cudaMemcpy): a .to("cuda") of 4 MB before a matmul and a
+    """A hand-made trace (a CPU-only recording has no cudaMemcpy): a .to("cuda") of 4 MB before a matmul and a
     copy_ of its result back to the host become a remote load and store; a copy on the host stays compute."""
-    from astra_compile.compiler.api import load_workload
+    from astra_compile.compiler.api.api import load_workload
     from test_et_import import node
     h, d, r, hr = [10, 11, 0, 1 << 20, 4, "cpu"], [12, 13, 0, 1 << 20, 4, "cuda:0"], [14, 15, 0, 1 << 20, 4, "cuda:0"], \
         [16, 17, 0, 1 << 20, 4, "cpu"]
@@ -334,7 +334,8 @@ def test_a_sweep_over_pools_plots_each_points_breakdown(capsys, tmp_path):
 
 def test_loads_and_stores_round_trip_through_chakra(capsys, tmp_path):
     """MEM_LOAD / MEM_STORE nodes with tensor_loc (and astra_in_switch) out and back: the same step, to the digit."""
-    from astra_compile.compiler.frontend import chakra, chakra_write
+    from astra_compile.compiler.frontend import chakra
+    from astra_compile.compiler.interop import chakra_write
     from astra_compile.network.parse import parse_topology
     ops = [Op("mm", COMPUTE, [], flops=int(1000 * TFLOP_PER_MS)),
            Op("store result", STORE, [0], bytes=GIB, location="remote"),

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from astra_compile.compiler import driver
+from astra_compile.compiler.driver import driver
 from astra_compile.algorithms.multitree import allocate, build_trees, step_lower_bound
 from astra_compile.dialects import comm
 from astra_compile.network.errors import UserError

@@ -7,7 +7,7 @@ import os
 import jsonschema
 import pytest
 
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.main import main
 from astra_compile.runtime.meta import SCHEMA_FILE, Meta
 from astra_compile.runtime.tables import TableError
 
@@ -80,7 +80,7 @@ REPORT_CASES = [
 
 @pytest.mark.parametrize("argv", REPORT_CASES)
 def test_json_reports_follow_their_schema(capsys, argv):
-    from astra_compile.compiler.report import SCHEMA_FILE as REPORT_SCHEMA
+    from astra_compile.compiler.report.report import SCHEMA_FILE as REPORT_SCHEMA
     with open(REPORT_SCHEMA) as f:
         schema = json.load(f)
     assert main([*argv, "--json"]) == 0

@@ -1,4 +1,4 @@
-"""--emit msccl-xml (issue 19 item 4, issue 31 item 3): every all-reduce, reduce-scatter, all-gather and all-to-all
+"""--emit msccl-xml: every all-reduce, reduce-scatter, all-gather and all-to-all
 algorithm, on small topologies, written as an MSCCL algorithm file that an independent interpreter
 (tests/msccl_interpreter.py) loads and executes on data as MSCCL runs the file's `coll`: every rank must end with
 what NCCL's collective of that name defines (all-reduce: the sum of every input). The interpreter itself must catch
@@ -9,7 +9,7 @@ import pytest
 
 from astra_compile import algorithms
 
-from astra_compile.compiler import msccl_xml
+from astra_compile.compiler.interop import msccl_xml
 
 from helpers import cli, refused
 from msccl_interpreter import InvalidAlgorithm, check, parse
@@ -62,8 +62,8 @@ def test_every_algorithm_passes_the_interpreters_data_check(capsys, topology):
 @pytest.mark.parametrize("kind", KINDS[1:])
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_every_collective_passes_the_interpreters_data_check(capsys, topology, kind):
-    """Reduce-scatter, all-gather and all-to-all were refused ("writes all-reduce schedules"): each algorithm that
-    schedules them, 1 and 4 chunks, under baseline and optimal orders, checked against NCCL's definition."""
+    """Every collective, not only all-reduce: each algorithm that schedules it, 1 and 4 chunks, under baseline and
+    optimal orders, checked against NCCL's definition."""
     ran = []
     for name in algorithms.all_algorithms():
         if name == "in_switch" or not applicable(capsys, topology, name, kind):
@@ -178,7 +178,7 @@ def test_output_file_is_written_whole(capsys, tmp_path):
 
 
 def test_a_file_too_large_is_refused_before_it_is_built(capsys, monkeypatch):
-    from astra_compile.compiler import msccl_xml
+    from astra_compile.compiler.interop import msccl_xml
     monkeypatch.setattr(msccl_xml, "MAX_ROWS", 10)
     refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--emit", "msccl-xml",
             match="transfers over 4 GPUs")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from astra_compile.compiler import driver
+from astra_compile.compiler.driver import driver
 from astra_compile.algorithms.multitree import build_trees
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical, congestion
@@ -115,9 +115,9 @@ def test_graph_algorithms_reject_sub_groups():
 
 
 def test_seed003_style_table_for_accelerator_0(capsys):
-    # seed 003's 4-node example: accelerator 0 reduces for three trees (a leaf in one of them at step 1, the
+    # the MultiTree paper's 4-node example: accelerator 0 reduces for three trees (a leaf in one of them at step 1, the
     # others at step 2 after a child), gathers its own tree to both neighbours at step T+1 and forwards one tree
-    from astra_compile.compiler.cli import main
+    from astra_compile.compiler.main import main
     assert main(["--collective", "all_reduce", "--size", "4KB", "--topology", "Ring(4)", "--algorithm", "multitree",
                  "--emit", "tables", "--npu", "0", "--table-view", "trees"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -247,7 +247,7 @@ def _time(topology, kind, size, chunks, ports, execution):
        "reduce_scatter", "all_gather"]), chunks=st.integers(1, 3), ports=st.sampled_from([None, 1, 2]))
 def test_translated_trees_run_symmetric_with_the_full_executions_figures(shape, kind, chunks, ports):
     """Translated trees: NPU 0's table alone gives exactly what every NPU's tables give (time, bytes per
-    dimension), so the runtime may stand NPU 0 for all (a 32x32 torus: 8 s instead of 26 s)."""
+    dimension), so the runtime may stand NPU 0 for all (benchmarks/scale.py times the 32x32 torus)."""
     topology = "x".join(map(str, shape)) + "_torus" if len(shape) > 1 else f"{shape[0]}_ring"
     n = math.prod(shape)
     size = n * chunks * 96 * 7   # splits evenly into every tree's part of every chunk

@@ -52,7 +52,7 @@ def test_views_move_nothing_and_copies_move_their_tensor(tmp_path):
 def test_an_embedding_lookup_reads_the_rows_it_gathers_not_its_table(tmp_path):
     ops = ops_of(tmp_path)
     [lookup] = named(ops, "aten.embedding.default")
-    assert lookup.bytes == INDICES + ROWS + ROWS                    # was TABLE + INDICES + ROWS: 51 MB for 1 MB
+    assert lookup.bytes == INDICES + ROWS + ROWS                    # not TABLE + INDICES + ROWS: 51 MB for 1 MB
     [backward] = named(ops, "aten.embedding_dense_backward.default")
     assert backward.bytes == ROWS + INDICES + TABLE                 # the rows' gradient in, the table's out
 

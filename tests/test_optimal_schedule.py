@@ -1,4 +1,4 @@
-"""`optimal` never loses to the baseline it starts from nor to Themis (issue 31, item 2): choose-schedule times
+"""`optimal` never loses to the baseline it starts from nor to Themis: choose-schedule times
 CP-SAT's, Themis's and the baseline's orders on the run's own cost model and keeps the fastest, and the module
 says which. Compared under the same --intra and --active-chunks (the run's)."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from astra_compile.compiler import driver
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.driver import driver
+from astra_compile.compiler.main import main
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
 
@@ -32,8 +32,9 @@ def run(*argv) -> dict:
 
 
 def test_the_sweep_point_where_optimal_lost_now_keeps_the_baseline():
-    """examples/sweeps/themis_topologies.yml, 256MB on seed 001's 4D network: optimal ran 1400.043 us (Themis's
-    orders; CP-SAT's took 1434.925 us) against the baseline's 1372.111 us. Latency makes dimension 3 the bottleneck
+    """examples/sweeps/themis_topologies.yml, 256MB on the Themis paper's 4D network: Themis's
+    orders run 1400.043 us and CP-SAT's 1434.925 us against the baseline's 1372.111 us, so optimal keeps the
+    baseline's. Latency makes dimension 3 the bottleneck
     under every order (64 chunks x 2 halves x 3 steps x 2 hops x 1700 ns = 1306 us of its 1340 us), so the
     estimate ties and CP-SAT's choice loads the other dimensions up to it."""
     args = ["--collective", "all_reduce", "--size", "256MB", *SEED001_4D]

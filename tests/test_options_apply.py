@@ -71,8 +71,8 @@ def test_a_system_files_whole_network_implementation_refuses_a_scheduler_typed(c
 
 
 def test_a_system_files_split_is_not_forced_on_a_whole_network_algorithm_typed(capsys, tmp_path):
-    """The file's collective-optimization (baseline when absent: --all-reduce per-dimension) was applied to
-    --algorithm multitree, whose run was then refused for an --all-reduce nobody typed."""
+    """The file's collective-optimization (baseline when absent: --all-reduce per-dimension) is not applied to
+    --algorithm multitree: its run is not refused for an --all-reduce nobody typed."""
     sys_file = system(tmp_path, **{"all-reduce-implementation": ["ring", "ring"]})
     assert total_us(capsys, *TORUS, "--system", sys_file, "--algorithm", "multitree") == MULTITREE_US
 

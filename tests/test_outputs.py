@@ -1,4 +1,4 @@
-"""Outputs that are not plain files (issue 31): a device, a named pipe or a descriptor is written into and never
+"""Outputs that are not plain files: a device, a named pipe or a descriptor is written into and never
 renamed over, a symbolic link keeps pointing where it pointed, and a named pipe nobody reads is refused in one
 line rather than waited on. Every output option is tried: -o FILE of each --emit, --timeline, --plot,
 calibrate -o, sweep --plot -o, and the directory outputs (--emit tables / chakra -o).
@@ -143,7 +143,7 @@ def test_dev_stdout_is_written_in_order_with_the_report(tmp_path):
     """--timeline /dev/stdout with stdout redirected to a file: the trace, then the report, both whole (the trace
     written through the process's own descriptor, not renamed over the shell's file nor written at offset 0)."""
     with open(tmp_path / "stdout.txt", "w") as out:
-        done = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", *RING4, "--timeline", "/dev/stdout"],
+        done = subprocess.run([sys.executable, "-m", "astra_compile", *RING4, "--timeline", "/dev/stdout"],
                               stdout=out, stderr=subprocess.PIPE, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     text = (tmp_path / "stdout.txt").read_text()
@@ -197,13 +197,13 @@ def test_an_empty_file_is_taken_as_a_new_results_file(capsys, tmp_path):
 
 
 def test_a_sweep_output_that_is_not_a_regular_file_is_refused_without_waiting(tmp_path):
-    """A FIFO as the results file used to be opened for reading, which waits for a writer that never comes."""
+    """A FIFO as the results file is refused, never opened for reading (which waits for a writer that never comes)."""
     fifo = tmp_path / "r.csv"
     os.mkfifo(fifo)
     null = tmp_path / "null.csv"
     null.symlink_to(os.devnull)
     for out in (fifo, null):
-        done = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", "sweep", str(_sweep_file(tmp_path)), "-o",
+        done = subprocess.run([sys.executable, "-m", "astra_compile", "sweep", str(_sweep_file(tmp_path)), "-o",
                                str(out), "--workers", "1"], capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert "not a regular file" in done.stderr
@@ -213,7 +213,7 @@ def test_a_sweep_output_that_is_not_a_regular_file_is_refused_without_waiting(tm
 def test_a_second_sweep_on_the_same_output_is_refused_while_the_first_runs(capsys, tmp_path):
     path = _sweep_file(tmp_path, dict(SWEEP, axes={"scheduler": ["baseline", "themis"], "chunks": [4, 8, 16, 32]}))
     out = tmp_path / "r.csv"
-    first = subprocess.Popen([sys.executable, "-m", "astra_compile.compiler.cli", "sweep", str(path), "-o", str(out),
+    first = subprocess.Popen([sys.executable, "-m", "astra_compile", "sweep", str(path), "-o", str(out),
                               "--workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not (out.exists() and out.read_text().endswith("\n")):

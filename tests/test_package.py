@@ -12,7 +12,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 FOLDERS = {"": "astra_compile", "compiler": "astra_compile.compiler", "network": "astra_compile.network",
            "algorithms": "astra_compile.algorithms", "dialects": "astra_compile.dialects",
            "passes": "astra_compile.passes", "runtime": "astra_compile.runtime",
-           "compiler/frontend": "astra_compile.compiler.frontend", "compiler/sweep": "astra_compile.compiler.sweep"}
+           **{f"compiler/{stage}": f"astra_compile.compiler.{stage}"
+              for stage in ("core", "frontend", "lowering", "report", "driver", "interop", "api", "cli", "sweep")}}
 
 
 def _dist():
@@ -46,7 +47,7 @@ def test_installed_files_live_under_one_package():
     code = [f for f in files if f.endswith((".py", ".mlir"))]
     assert code and all(f.startswith("astra_compile/") for f in code)
     for sub in ("__init__.py", "dialects/comm.py", "dialects/comm.irdl.mlir", "passes/base.py", "runtime/analytical.py",
-                "compiler/cli.py", "compiler/report.schema.json"):
+                "compiler/cli/cli.py", "compiler/report/report.schema.json"):
         assert f"astra_compile/{sub}" in files
 
 
@@ -95,8 +96,8 @@ def test_each_layer_imports_only_the_layers_below_it(layer):
 
 def test_a_relative_import_names_a_folder_beside_it():
     """The checkout is the import tree: every relative import of every package file resolves to a file or folder
-    that exists in the checkout at the place its dots say (compiler/cli.py's `..runtime` is runtime/ beside
-    compiler/), and nothing imports the root package, which is the public API above every layer."""
+    that exists in the checkout at the place its dots say (compiler/cli/cli.py's `...runtime` is runtime/
+    beside compiler/), and nothing imports the root package, which is the public API above every layer."""
     for folder in [f for f in FOLDERS if f]:
         root = os.path.join(REPO, folder)
         for name in os.listdir(root):

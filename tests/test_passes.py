@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from astra_compile.compiler import driver
+from astra_compile.compiler.driver import driver
 from astra_compile.dialects import comm
 from astra_compile import algorithms
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.main import main
 from astra_compile.passes import (ALL_REDUCE_SPLITS, PassError, PassManager, all_passes, parse_pipeline,
                                   pipeline_spec)
 from astra_compile.passes.base import check_order

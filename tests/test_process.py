@@ -1,4 +1,4 @@
-"""The process around a run (issue 31): Ctrl-C at any moment ends it with one line and status 130, a model file's
+"""The process around a run: Ctrl-C at any moment ends it with one line and status 130, a model file's
 own KeyboardInterrupt is its error, a thread a model file leaves running does not keep the process alive, and a
 model file's os.chdir does not move the user's relative paths."""
 import json
@@ -25,7 +25,7 @@ INTERRUPTED = "astra-compile: interrupted\n"
 
 
 def _command(*argv):
-    return [sys.executable, "-m", "astra_compile.compiler.cli", *map(str, argv)]
+    return [sys.executable, "-m", "astra_compile", *map(str, argv)]
 
 
 def _sigint_after(delay: float, argv, cwd) -> tuple[int, str]:
@@ -84,7 +84,7 @@ def test_ctrl_c_at_any_moment_ends_in_one_line_with_status_130(tmp_path, kind):
 def test_ctrl_c_inside_a_native_extensions_initialisation_waits_until_it_is_loaded(monkeypatch):
     """Raised inside the Python code a native extension runs while it loads, a KeyboardInterrupt made MLIR's
     bindings abort the process (SIGABRT); it is raised at the first line after the extension's loader returns."""
-    from astra_compile.compiler import interrupt
+    from astra_compile.compiler.core import interrupt
     steps = []
 
     def native_init():   # stands for the loader's exec_module, which runs the extension's initialisation
@@ -102,7 +102,7 @@ def test_ctrl_c_inside_a_native_extensions_initialisation_waits_until_it_is_load
 
 def test_an_interrupted_run_in_process_returns_130(capsys, monkeypatch):
     """main() called in a process (a test, a notebook): the interrupt is one line and status 130 there too."""
-    from astra_compile.compiler import driver
+    from astra_compile.compiler.driver import driver
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -124,7 +124,7 @@ def test_a_model_that_raises_keyboard_interrupt_is_its_error(capsys, tmp_path, w
 
 
 def test_build_model_returning_none_is_refused(capsys, tmp_path):
-    """None passed on to a parallelize() that ignored it, which then made its own module: the step was timed."""
+    """Refused, not passed on to a parallelize() that ignores it and makes its own module (the step then timed)."""
     path = tmp_path / "none.py"
     path.write_text("import torch\ndef build_model():\n    return None\ndef example_inputs():\n"
                     "    return torch.randn(2, 4)\ndef parallelize(module, mesh):\n    return torch.nn.Linear(4, 4)\n")
@@ -132,7 +132,7 @@ def test_build_model_returning_none_is_refused(capsys, tmp_path):
 
 
 def test_a_sweep_point_whose_model_raises_keyboard_interrupt_fails_alone(capsys, tmp_path):
-    """It used to reach the sweep as an interrupt: exit 130, the other points never run."""
+    """It fails its point alone, never reaching the sweep as an interrupt (exit 130, the other points never run)."""
     (tmp_path / "stops.py").write_text("import torch\ndef build_model():\n    raise KeyboardInterrupt\n"
                                        "def example_inputs():\n    return torch.randn(2, 4)\n")
     (tmp_path / "fine.py").write_text(MODEL)
@@ -164,7 +164,7 @@ def test_a_thread_the_model_leaves_running_does_not_keep_the_process_alive(tmp_p
 
 
 def test_a_thread_the_model_leaves_running_does_not_hold_a_sweep(tmp_path):
-    """A sweep's worker used to wait for the thread when it ended, and the sweep for the worker, for ever."""
+    """Neither the sweep's worker waits for the thread when it ends, nor the sweep for the worker: no hang."""
     (tmp_path / "model.py").write_text(STRAY + MODEL)
     (tmp_path / "sweep.yml").write_text(json.dumps({"base": {"topology": "4_ring", "input": "model.py"},
                                                     "axes": {"peak-tflops": [100, 200]}}))
@@ -202,7 +202,7 @@ def test_a_ctrl_c_after_cp_sat_reaches_our_handler():
     status -2, no message, an output half-renamed. Its solves now leave SIGINT alone."""
     code = textwrap.dedent("""
         import os, signal, sys, time
-        from astra_compile.compiler import driver
+        from astra_compile.compiler.driver import driver
         from astra_compile.dialects import comm
         from astra_compile.network.parse import parse_topology
         seen = []

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from astra_compile import algorithms
 
-from astra_compile.compiler import driver
-from astra_compile.compiler.report import ideal_time_ns
+from astra_compile.compiler.driver import driver
+from astra_compile.compiler.report.report import ideal_time_ns
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical, verifier
 from astra_compile.runtime.tables import RECV_COPY, RECV_REDUCE, SEND, SWITCH, DirSchedule, write_dir
@@ -276,8 +276,8 @@ def test_symmetric_execution_matches_full(case):
 
 @pytest.mark.parametrize("size, symmetric", [(60, True), (62, False)])
 def test_symmetric_only_for_even_splits(size, symmetric):
-    """Regression: 62 bytes over the 10 units of a bidirectional ring on Ring(5) split unevenly, and the symmetric
-    shortcut (2000.969 ns) then disagreed with full execution (2001.043 ns)."""
+    """62 bytes over the 10 units of a bidirectional ring on Ring(5) split unevenly, so the schedule is not symmetric:
+    the symmetric shortcut (2000.969 ns) would disagree with full execution (2001.043 ns)."""
     case = Case("Ring(5)", [("Ring", 5)], "all_gather", 1, size, None, ["ring"])
     sched = compile_case(case)
     assert sched.meta.symmetric is symmetric
@@ -394,8 +394,8 @@ def test_bytes_sent_per_dimension_closed_form(case, data):
 
 
 def test_full_mode_does_not_deadlock_with_trees():
-    """Regression: with a per-NPU FIFO per dimension, the tree roots started the all_gather's chunk 0 while the other
-    members of their Switch group started the reduce_scatter's chunk 2, and each waited for the other forever."""
+    """With a per-NPU FIFO per dimension, the tree roots could start the all_gather's chunk 0 while the other members
+    of their Switch group start the reduce_scatter's chunk 2, each waiting for the other forever: it must not."""
     case = Case("Ring(4)_Switch(5)", [("Ring", 4), ("Switch", 5)], "all_reduce", 3, 3000, "ring,double_binary_tree",
                 ["ring", "double_binary_tree"])
     sched = compile_case(case)
@@ -404,9 +404,9 @@ def test_full_mode_does_not_deadlock_with_trees():
 
 
 def test_full_mode_does_not_deadlock_with_uneven_split():
-    """Regression: uneven floor splits made NPUs finish phases at slightly different times, so a per-NPU FIFO per
-    dimension queued an all_reduce's chunks in different orders on different NPUs and full execution deadlocked,
-    even for the default algorithms."""
+    """Uneven floor splits make NPUs finish phases at slightly different times, so a per-NPU FIFO per dimension
+    could queue an all_reduce's chunks in different orders on different NPUs and deadlock full execution, even for
+    the default algorithms: it must not."""
     case = Case("FC(3)_Ring(3)", [("FC", 3), ("Ring", 3)], "all_reduce", 4, 146, None, ["direct", "ring"],
                 bandwidth=[50.0, 12.5], latency=0.0)
     sched = compile_case(case)

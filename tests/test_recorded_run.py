@@ -1,4 +1,4 @@
-"""What a run writes records the run options that shaped its figure (issue 31, a silent wrong step): a collective's
+"""What a run writes records the run options that shaped its figure (else a silent wrong step): a collective's
 table directory (meta.json `run`), a step directory (its meta.json `run`) and a workload module (`wl.run`) run again
 without those options print the figure the writing run printed, to the last digit; an option named again wins and
 the run says so; a damaged record ends in one line; an artefact written without such options is as before."""
@@ -73,7 +73,7 @@ def test_the_brief_s_collective_runs_again_at_its_figure(capsys, tmp_path):
            "--chunks", "4"]
     assert figure(capsys, *run) == pytest.approx(2325.600)
     written(capsys, *run, "--emit", "tables", "-o", tmp_path / "t")
-    assert figure(capsys, tmp_path / "t") == pytest.approx(2325.600)   # was 2215.500: local-mem-bw dropped
+    assert figure(capsys, tmp_path / "t") == pytest.approx(2325.600)   # 2215.500 if local-mem-bw were dropped
 
 
 def test_without_run_options_the_directory_is_as_before(capsys, tmp_path):
@@ -260,9 +260,9 @@ def test_the_brief_s_model_file_runs_again_at_its_figure(capsys, tmp_path):
     run = [os.path.join(EXAMPLES, "mlp_dp.py"), "--topology", "8_ring", "--peak-tflops", "500", "--local-mem-bw", "100",
            "--intra", "fifo"]
     err = written(capsys, *run, "--emit", "tables", "-o", tmp_path / "s")
-    assert figure(capsys, tmp_path / "s") == pytest.approx(37744.566, abs=1e-3)   # was 23648.264: defaults
+    assert figure(capsys, tmp_path / "s") == pytest.approx(37744.566, abs=1e-3)   # 23648.264 at the defaults
     written(capsys, *run, "--chunks", "4", "--scheduler", "baseline", "--emit", "mlir", "-o", tmp_path / "m.mlir")
-    assert figure(capsys, tmp_path / "m.mlir") == pytest.approx(37912.566, abs=1e-3)   # was 23648.264
+    assert figure(capsys, tmp_path / "m.mlir") == pytest.approx(37912.566, abs=1e-3)   # not the defaults' 23648.264
     assert err == ""
 
 

@@ -4,10 +4,10 @@ import pytest
 
 from astra_compile import algorithms
 
-from astra_compile.compiler import driver, resources
+from astra_compile.compiler.driver import driver, resources
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
-from astra_compile.compiler.plans import FLAT
+from astra_compile.compiler.lowering.plans import FLAT
 from helpers import cli, refused
 
 ALL = algorithms.all_algorithms()

@@ -3,8 +3,8 @@ flat_double_binary_tree): routes, data, and the contention they show on both run
 import numpy as np
 import pytest
 
-from astra_compile.compiler import driver
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.driver import driver
+from astra_compile.compiler.main import main
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical, congestion
 from astra_compile.network.links import LANE_SHORTEST, ROUTED, LinkMap

@@ -1,11 +1,11 @@
-"""The scheduler is a decision the module records (issue 31, item 1): a module printed by --emit mlir re-runs to
+"""The scheduler is a decision the module records: a module printed by --emit mlir re-runs to
 the identical report whatever --scheduler defaults to, and naming --scheduler on it schedules it again."""
 import json
 import os
 
 import pytest
 
-from astra_compile.compiler.cli import main
+from astra_compile.compiler.main import main
 
 SEED000 = ["--topology", "Switch(8)_Switch(8)_Switch(8)", "--bandwidth", "50", "--latency", "1", "--chunks", "64"]
 
@@ -39,7 +39,8 @@ def report(*argv) -> dict:
 @pytest.mark.parametrize("scheduler,total_us", [("baseline", 35000.768), ("themis", 13587.194),
                                                 ("optimal", 13347.936)])
 def test_an_emitted_module_reruns_to_the_identical_report(tmp_path, scheduler, total_us):
-    """Seed 000's 1GB all-reduce: the baseline module re-ran as optimal (35000.768 us became 13347.936 us)."""
+    """The ASTRA-sim tutorial's 1GB all-reduce under each scheduler: its module re-runs to that scheduler's figure (a
+    baseline module at 35000.768 us, never optimal's 13347.936 us)."""
     args = ["--collective", "all_reduce", "--size", "1GB", *SEED000, "--scheduler", scheduler]
     first = report(*args)
     assert first["total_time_us"] == pytest.approx(total_us, abs=1e-3) and first["scheduler"] == scheduler
@@ -72,7 +73,8 @@ def test_naming_another_scheduler_schedules_the_module_again(tmp_path):
 
 
 def test_a_whole_network_module_reruns_under_its_algorithm(tmp_path):
-    """A MultiTree module re-ran through the default optimal pipeline and was reported as 'optimal (cp-sat kept)'."""
+    """A MultiTree module re-runs under MultiTree, not through the default optimal pipeline (which would report it
+    as 'optimal (cp-sat kept)')."""
     args = ["--collective", "all_reduce", "--size", "64MB", "--topology", "4x4_torus", "--algorithm", "multitree"]
     first = report(*args)
     path = emitted(tmp_path, *args)

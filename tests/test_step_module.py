@@ -1,4 +1,4 @@
-"""The workload module as input (issue 16): `--emit mlir -o step.mlir`, then `astra-compile step.mlir` gives the
+"""The workload module as input: `--emit mlir -o step.mlir`, then `astra-compile step.mlir` gives the
 identical report, for every bundled example and for per-rank programs; a damaged module ends in one line. The
 examples' step tables round trip here too (tests/test_step_tables.py has the rest)."""
 import json

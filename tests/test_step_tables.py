@@ -1,4 +1,4 @@
-"""Step tables (issue 16): `--emit tables -o DIR` of a training step, and `astra-compile DIR` re-executing it.
+"""Step tables: `--emit tables -o DIR` of a training step, and `astra-compile DIR` re-executing it.
 
 The bundled examples round trip in tests/test_step_module.py; here: per-rank programs (traces), both backends, the
 CLI, what a directory holds, `--npu K`, meta.json against its schema, and damaged directories refused in one line.
@@ -72,7 +72,7 @@ def test_what_the_directory_holds(written):
 def cli_json(path: str) -> str:
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", path, "--json"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "astra_compile", path, "--json"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

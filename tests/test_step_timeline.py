@@ -43,7 +43,7 @@ def check_streams_run_in_order(trace: dict) -> None:
 @pytest.fixture(scope="module")
 def gpt(tmp_path_factory):
     path = tmp_path_factory.mktemp("timeline") / "gpt.json"
-    r = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", EXAMPLE, "--topology", "8x8_torus", "--json",
+    r = subprocess.run([sys.executable, "-m", "astra_compile", EXAMPLE, "--topology", "8x8_torus", "--json",
                         "--timeline", str(path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout), json.loads(path.read_text())
@@ -93,7 +93,7 @@ def test_per_rank_programs_get_one_process_each():
 
 
 def test_timeline_goes_with_a_timed_step_only(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", "examples/mlp_dp.py", "--topology", "4_ring",
+    r = subprocess.run([sys.executable, "-m", "astra_compile", "examples/mlp_dp.py", "--topology", "4_ring",
                         "--emit", "mlir", "--timeline", str(tmp_path / "t.json")], capture_output=True, text=True,
                        cwd=os.path.join(os.path.dirname(__file__), ".."))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--timeline applies" in r.stderr

@@ -1,4 +1,4 @@
-"""Process groups inside a dimension (issue 16): tp=4 or dp=2 on a Switch(8) or FC(8) dimension.
+"""Process groups inside a dimension: tp=4 or dp=2 on a Switch(8) or FC(8) dimension.
 
 A mesh axis that splits a dimension gives groups of consecutive members (tp=4: 0-3, 4-7) or of every stride-th
 one (dp=2: 0 and 4). Their collectives run on the network the group sees (Topology.within): a Switch's members
@@ -16,14 +16,14 @@ import jsonschema
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import astra_compile.compiler
+import astra_compile.compiler.report
 from astra_compile.compiler.frontend.workload import COLLECTIVE, WAIT, Op, Workload
 from astra_compile.network.errors import UserError
 from astra_compile.network.parse import parse_topology
 from astra_compile.network.units import gbps_to_bytes_per_ns
 from astra_compile.runtime import step_tables
 from astra_compile.runtime.verifier import MAX_ELEMENTS, verify
-from astra_compile.compiler.workload_driver import group_span
+from astra_compile.compiler.core.step_keys import group_span
 
 from helpers import cli, refused
 
@@ -133,7 +133,7 @@ def test_step_module_and_step_tables_round_trip(tmp_path, capsys):
                                    topology, keep_tables=True)
     assert 'wl.part = array<i64: 4>' in direct.mlir and 'wl.stride = array<i64: 4, 1>' in direct.mlir
     assert [c.get("part") for c in direct.collectives] == [[[0, 4, 1]], None, [[0, 2, 4]]]
-    with open(os.path.join(os.path.dirname(astra_compile.compiler.__file__), "workload_report.schema.json")) as f:
+    with open(os.path.join(os.path.dirname(astra_compile.compiler.report.__file__), "workload_report.schema.json")) as f:
         jsonschema.validate(direct.to_dict(), json.load(f))
     assert re.search(r"broadcast\s+g0\s+4\s+0:4\s", direct.format())     # the dims column: dimension:members
     (tmp_path / "s.mlir").write_text(direct.mlir)

@@ -41,7 +41,7 @@ def rows(path):
 
 
 def run_cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "astra_compile", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -164,7 +164,7 @@ def test_kill_9_then_resume_keeps_every_point_exactly_once(tmp_path):
             "axes": {"size": {"from": "1MB", "to": "1GB", "times": 2}, "chunks": [16, 32, 64]}}
     path = write_sweep(tmp_path, data)
     out = tmp_path / "r.csv"
-    proc = subprocess.Popen([sys.executable, "-m", "astra_compile.compiler.cli", "sweep", str(path), "-o", str(out),
+    proc = subprocess.Popen([sys.executable, "-m", "astra_compile", "sweep", str(path), "-o", str(out),
                              "--workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     deadline = time.time() + 300
@@ -192,7 +192,7 @@ def test_ctrl_c_keeps_the_finished_points_and_says_how_to_resume(tmp_path):
     data = {"base": {"collective": "all_reduce", "topology": "Ring_Switch_Switch_Switch:4x4x8x8", "chunks": 64},
             "axes": {"size": {"from": "1MB", "to": "1GB", "times": 2}, "scheduler": ["themis", "optimal"]}}
     out = tmp_path / "r.csv"
-    proc = subprocess.Popen([sys.executable, "-m", "astra_compile.compiler.cli", "sweep", str(write_sweep(tmp_path, data)),
+    proc = subprocess.Popen([sys.executable, "-m", "astra_compile", "sweep", str(write_sweep(tmp_path, data)),
                              "-o", str(out), "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     deadline = time.time() + 300
@@ -201,7 +201,7 @@ def test_ctrl_c_keeps_the_finished_points_and_says_how_to_resume(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)   # as Ctrl-C does: the sweep and its workers
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    # one line, never a traceback (an idle worker used to print KeyboardInterrupt's now and then)
+    # one line, never a traceback (not even an idle worker's KeyboardInterrupt)
     assert err.count("\n") == 1 and err.endswith("the same command resumes\n"), err
     kept = rows(out)
     assert 2 <= len(kept) < 22 and len({r["point"] for r in kept}) == len(kept)
@@ -247,8 +247,8 @@ def test_reuse_captures_once_and_compiles_each_distinct_collective_once(tmp_path
 
 
 def _schema(name):
-    import astra_compile.compiler
-    return os.path.join(os.path.dirname(astra_compile.compiler.__file__), name)
+    import astra_compile.compiler.report
+    return os.path.join(os.path.dirname(astra_compile.compiler.report.__file__), name)
 
 
 def test_ray_runs_the_same_points_as_the_local_pool(tmp_path, capsys):
@@ -274,7 +274,7 @@ def test_a_ray_cluster_that_cannot_be_reached_stops_the_sweep_before_any_output(
 
 def test_ray_missing_names_the_extra(tmp_path):
     path = write_sweep(tmp_path, SMALL)
-    code = ("import sys; sys.modules['ray'] = None\nfrom astra_compile.compiler.cli import main\n"
+    code = ("import sys; sys.modules['ray'] = None\nfrom astra_compile.compiler.main import main\n"
             f"sys.exit(main(['sweep', {str(path)!r}, '-o', {str(tmp_path / 'r.csv')!r}, '--ray']))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr

@@ -1,10 +1,11 @@
-"""Themis scheduling (issue: seeds 000 and 001): per-chunk dimension orders, SCF, and the published figures."""
+"""Themis scheduling on the ASTRA-sim tutorial's and the Themis paper's networks: per-chunk dimension orders, SCF,
+and the published figures."""
 import os
 
 import pytest
 
-from astra_compile.compiler import driver
-from astra_compile.compiler.report import ideal_time_ns, make_report
+from astra_compile.compiler.driver import driver
+from astra_compile.compiler.report.report import ideal_time_ns, make_report
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical
 from astra_compile.runtime.verifier import verify
@@ -69,7 +70,7 @@ def test_scf_beats_fifo_under_themis():
     assert analytical.run(sched, intra="scf").total_ns < 0.9 * analytical.run(sched, intra="fifo").total_ns
 
 
-# seed 001's topologies. Latencies as listed there; 3D-SW_SW_SW_hetero lists two values for three dimensions:
+# the Themis paper's topologies. Latencies as listed there; 3D-SW_SW_SW_hetero lists two values for three dimensions:
 # 700 ns is assumed for the first two and 1700 ns for the last, as in the 3D-FC_Ring_SW row.
 SEED001 = [
     ("Switch_Switch_Switch:16x8x8", "200,100,50", "700,700,1700"),

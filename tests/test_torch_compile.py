@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from astra_compile.compiler.api import load_workload
+from astra_compile.compiler.api.api import load_workload
 from astra_compile.compiler.frontend.et_import import load_traces
 from astra_compile.compiler.frontend.workload import COLLECTIVE
 

@@ -33,7 +33,7 @@ def traces(tmp_path_factory):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "astra_compile", *args], capture_output=True, text=True)
 
 
 def test_two_steps_split_at_the_optimizer_step(traces):

@@ -27,7 +27,7 @@ def json_report(capsys, *argv):
 
 
 def test_a_one_gpu_trace_runs_on_a_larger_topology_as_recorded(capsys):
-    r = json_report(capsys, "--topology", "8x8_torus")    # was: the trace records world size 1, not 64
+    r = json_report(capsys, "--topology", "8x8_torus")    # the trace records world size 1, not 64
     assert r["placement"].startswith("recorded on 1 rank: runs on NPU 0 of 64 as recorded")
     assert r["collectives"] == [] and r["measured_ops"] == 200
     assert r["compute_time_us"] == pytest.approx(MEASURED_US, abs=1e-3) == r["total_time_us"]

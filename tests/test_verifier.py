@@ -1,4 +1,5 @@
-"""Every algorithm and collective of the foundation, executed on data on the issue's topologies."""
+"""Every algorithm and collective of the foundation, executed on data on a topology of each block
+and a mixed one."""
 import pytest
 
 from astra_compile.runtime.verifier import verify

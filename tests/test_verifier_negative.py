@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from astra_compile.compiler import driver
+from astra_compile.compiler.driver import driver
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical
 from astra_compile.runtime.tables import RECV_COPY, RECV_REDUCE, SEND, Table

@@ -8,7 +8,7 @@ import astra_compile
 
 
 def test_version_names_the_package_and_its_pinned_libraries():
-    done = subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", "--version"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "astra_compile", "--version"], capture_output=True, text=True,
                           timeout=60)
     code, out, err = done.returncode, done.stdout, done.stderr
     assert code == 0 and err == ""

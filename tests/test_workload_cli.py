@@ -7,11 +7,11 @@ import sys
 import pytest
 
 import astra_compile
-from astra_compile.compiler import reuse
+from astra_compile.compiler.core import reuse
 from astra_compile.dialects import workload as wl
 from astra_compile.network.errors import UserError
 from astra_compile.network.parse import parse_topology
-from astra_compile.compiler.workload_driver import group_dims
+from astra_compile.compiler.core.step_keys import group_dims
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
 
@@ -21,7 +21,7 @@ def example(name):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "astra_compile.compiler.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "astra_compile", *args], capture_output=True, text=True)
 
 
 def check_step(report):
@@ -127,7 +127,8 @@ def test_group_dims_maps_mesh_axes_to_dimensions():
 
 def test_a_reused_workload_is_lowered_once_per_topology(tmp_path, monkeypatch):
     """In a sweep over the roofline, every point shares one capture and one lowered module per topology."""
-    from astra_compile.compiler import api, reuse
+    from astra_compile.compiler.api import api
+    from astra_compile.compiler.core import reuse
     lowered = []
     real = api.lower
     monkeypatch.setattr(api, "lower", lambda w, t: lowered.append(t.name) or real(w, t))

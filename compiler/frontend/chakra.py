@@ -36,6 +36,7 @@ import numpy as np
 from ...network.errors import UserError
 from ...network.user_files import read_bytes, read_json
 from ...network.units import MAX_BYTES
+from .trace_memory import step_programs, trace_nodes
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, Op, Workload
 
 SUFFIX = ".et"
@@ -212,8 +213,7 @@ class _Reading:
     def _parse(self, path: str, data: bytes, seen: dict) -> _Program:
         """A file's program, or that of an earlier file alike but for its node ids (its Node objects are let go
         before the next file's are made)."""
-        from .. import resources
-        resources.trace_nodes(_count(data), self.kept, path).check(self.max_memory)
+        trace_nodes(_count(data), self.kept, path).check(self.max_memory)
         nodes, alias = _nodes(path, data)
         program = seen.get(alias) if alias is not None else None
         if program is None:
@@ -286,15 +286,13 @@ def load(paths: list[str], world_size: int | None = None, topology=None, max_mem
     ranked = _ranked(paths)
     if world_size is not None and world_size != len(ranked):
         raise UserError(f"{len(ranked)} Chakra traces, but the topology has {world_size} NPUs")
-    from .. import resources
     reading = _Reading(ranked, _comm_groups(os.path.dirname(paths[0]), len(ranked)), max_memory)
     reading.read()
     reading.check_agreement()
     source = ", ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
     spmd = topology is not None and as_spmd(reading.programs, topology)
     lowered = [reading.programs[0]] if spmd else list(reading.programs.values())
-    resources.step_programs(sum(len(p.ops) for p in lowered), sum(p.members for p in lowered),
-                            len(lowered)).check(max_memory)
+    step_programs(sum(len(p.ops) for p in lowered), sum(p.members for p in lowered), len(lowered)).check(max_memory)
     if spmd:
         return Workload(reading.world, {0: reading.programs[0].ops}, source=source, spmd=True)
     return Workload(reading.world, {rank: p.ops for rank, p in reading.programs.items()}, source=source)
@@ -304,7 +302,7 @@ def as_spmd(programs: dict, topology) -> bool:
     """Whether rank 0's program stands for every rank's: every rank runs the same ops (a root at the same place in
     its group), no messages (an SPMD program has no partner for them), and each collective on the group of rank 0's
     group's shape through the rank (the same dimensions; on a dimension covered in part the same block or residue:
-    group_labels), which is how an SPMD step runs its groups (workload_driver.group_span)."""
+    group_labels), which is how an SPMD step runs its groups (core/step_keys.group_span)."""
     first = programs[0]
     if any(op.kind in (SEND, RECV) for op in first.ops):
         return False
@@ -347,8 +345,8 @@ def group_labels(topology, group0: tuple):
     """(a label per NPU, the NPUs of each label): the groups of group0's shape, one through each NPU (the same
     dimensions; on a dimension group0 covers in part, the same block of consecutive members or the same residue),
     each NPU labelled by its coordinates outside the group. UserError where group0 does not map onto the topology
-    (workload_driver.group_span)."""
-    from ..workload_driver import group_span
+    (core/step_keys.group_span)."""
+    from ..core.step_keys import group_span
     n = topology.npus
     if len(group0) <= 1:
         return np.arange(n), [np.array([r]) for r in range(n)]

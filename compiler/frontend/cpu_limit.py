@@ -23,7 +23,6 @@ import time
 
 from ...network.errors import UserError
 
-DEFAULT_SECONDS = 600.0
 # CPU seconds the limit waits for the model's own code to run again before stopping wherever it is (a call into a
 # library that never returns); torch's thread state is put back afterwards either way (torch_state.kept)
 LIBRARY_GRACE_S = 5.0

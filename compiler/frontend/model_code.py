@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from .. import interrupt
+from ..core import interrupt
 from ...network.errors import UserError
 
 

@@ -13,7 +13,7 @@ FSDP2's own CPU offload (fully_shard(..., offload_policy=CPUOffloadPolicy()), fo
 grads with the optimizer step on the host, where the states are: it moves nothing (`host_states`).
 With `in_switch` (a HierMem pool) the pool's switches do the FSDP collectives: a parameter all-gather becomes one
 remote load the switches gather (every member ends with the whole group's parameters) and a gradient
-reduce-scatter one remote store they reduce (seed 002's in-switch collective communication).
+reduce-scatter one remote store they reduce (ASTRA-sim 2.0's in-switch collective communication).
 
 FSDP's process group is the one whose reduce-scatters all run in the backward pass (gradients): tensor
 parallelism's sequence-parallel reduce-scatters run in the forward pass too, whatever the mesh axis is called.

@@ -6,7 +6,7 @@ A trace of N ranks runs on a topology of N NPUs or more:
 - re-targeted (--mesh dp=M, M the topology's NPUs): the recorded default group, the one DDP all-reduces its
   buckets over, becomes all M ranks, and the one file stands for every rank (SPMD): the step as data-parallel
   training on the topology. Only collectives whose bytes do not depend on the group's size follow (all-reduce,
-  broadcast, reduce: the buffer; DESIGN.md); an all-gather, reduce-scatter or all-to-all on it, a collective on
+  broadcast, reduce: the buffer; docs/workloads.md); an all-gather, reduce-scatter or all-to-all on it, a collective on
   another group or a point-to-point message would need the job's other ranks and is refused in one line.
 """
 from __future__ import annotations

@@ -27,7 +27,7 @@ class Op:
     #                                | SEND | RECV | LOAD | STORE
     deps: list[int] = field(default_factory=list)   # indices of earlier ops of the same program
     flops: int = 0                 # compute: floating-point operations (torch.utils.flop_counter)
-    bytes: int = 0                 # compute: bytes read + written; collective: full-buffer size (DESIGN.md);
+    bytes: int = 0                 # compute: bytes read + written; collective: full-buffer size (docs/workloads.md);
     #                                load / store: the bytes that reach (leave) this accelerator
     collective: str = ""           # one of COLLECTIVES
     group: tuple[int, ...] = ()    # collective: ranks of its process group, ascending

@@ -24,8 +24,8 @@ from . import workers as workers_mod
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..cli import _Parser
-    p = _Parser(prog="astra-compile sweep", description="Run every point of a sweep file (docs/sweeps.md).")
+    from ..cli.parser import Parser
+    p = Parser(prog="astra-compile sweep", description="Run every point of a sweep file (docs/sweeps.md).")
     p.add_argument("sweep", nargs="?", help="the sweep file (YAML: base, axes)")
     p.add_argument("-o", "--output", help="results file (.csv): created, or resumed when it holds this sweep's "
                                           "points; with --plot: the image (.png, .pdf, .svg)")
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from ..cli import _fail
+    from ..cli.parser import fail
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
         _only(args, parser, {"sweep", "output", "workers", "ray", "cache", "no_cache", "progress"}, "a sweep run")
         return run(args)
     except (UserError, OutputError) as e:
-        return _fail(str(e))
+        return fail(str(e))
     except KeyboardInterrupt:
         sys.stderr.write("astra-compile sweep: interrupted; the finished points are in the results file, and the "
                          "same command resumes\n")
@@ -87,7 +87,7 @@ def run(args) -> int:
     if args.cache and args.no_cache:
         raise UserError("--cache and --no-cache exclude each other")
     if args.cache:   # a file where the cache's folder goes: one line now, not a failure at every point
-        from ..reuse import open_dir
+        from ..core.reuse import open_dir
         open_dir(args.cache)
     sweep = spec_mod.load(args.sweep)
     # every point checked before any runs: one wrong value stops the sweep here, naming the point
@@ -149,7 +149,7 @@ def _label(p) -> str:
 def _memory_share(workers: int) -> int:
     """Each worker's share of the memory available now: the default --max-memory of a point, so that points
     running side by side cannot together exceed the machine (a point's own max-memory wins)."""
-    from ..resources import machine_memory
+    from ..core.estimate import machine_memory
     return max(1, math.floor(machine_memory() / workers))
 
 

@@ -6,7 +6,7 @@ names its value in the line's label): a line never silently mixes points that di
 --pareto: every point as a dot and the front of the points no other point beats in both x and y (smaller is
 better in both: time against a cost such as bandwidth or NPUs), labelled by --hue when given.
 --y breakdown_us (training-step sweeps): one stacked bar per point of compute, exposed local and remote memory,
-exposed communication and idle (seed 002's Fig. 4), labelled by --x (and --hue), side by side in x order.
+exposed communication and idle (ASTRA-sim 2.0's Fig. 4), labelled by --x (and --hue), side by side in x order.
 Failed points are left out. Sizes (64MB) and numbers sort by value; other x values keep the sweep's order (its
 point numbers), not the order in which the points finished.
 """
@@ -17,7 +17,7 @@ import math
 import os
 
 from ...network.errors import UserError
-from ..plotting import check_suffix, pyplot, save
+from ..core.plotting import check_suffix, pyplot, save
 from .results import STATUS
 
 NOT_PINNED = set(STATUS) | {"point"}
@@ -80,7 +80,7 @@ def plot(path: str, out: str | None, x: str | None, y: str | None, hue: str | No
 
 def _breakdown(rows, out: str, x: str, hue: str | None, tied: list[str], path: str, where: list[str]) -> None:
     import json
-    from .. import breakdown_plot
+    from ..report import breakdown_plot
     xkey, _ = _x_order([r[x] for r in rows])
     bars = []
     for r in sorted(rows, key=lambda r: (xkey[r[x]], r[hue] if hue else "")):

@@ -2,7 +2,7 @@
 run in this process.
 
 A point's options are astra-compile's long option names with values: each value is read by the command line's own
-parser action (its type and choices: the same refusal lines), and the Job (job.from_options) goes through exactly
+parser action (its type and choices: the same refusal lines), and the Job (core/job.from_options) goes through exactly
 the command's code path (cli_rules, cli.run_job) with its report collected instead of printed, so a sweep's row is
 the `--json` report `astra-compile <options> --json` prints.
 """
@@ -13,8 +13,8 @@ import os
 import time
 import warnings
 
-from .. import cli, cli_rules
-from ..job import from_options
+from ..cli import cli, cli_rules, parser
+from ..core.job import from_options
 from ...network.errors import UserError, show
 
 # options that write files, print other things than the report, or change what the report is
@@ -22,7 +22,7 @@ NOT_IN_SWEEPS = {"emit", "output", "npu", "table_format", "table_view", "json", 
                  "print_ir_after_all", "mlir_timing", "list_passes", "force", "help", "version",
                  "cache"}  # the sweep's own --cache applies to every point
 FILE_SUFFIXES = (".yml", ".yaml", ".json", ".edges")   # a topology given as a file, found beside the sweep file
-PARSER = cli.build_parser()
+PARSER = parser.build_parser()
 
 
 def _flags() -> dict[str, tuple[str, bool]]:
@@ -40,7 +40,7 @@ ACTIONS = {a.dest: a for a in PARSER._actions}
 
 
 def options_of(options: dict, directory: str) -> tuple[dict, set[str], frozenset[str]]:
-    """A point's options as cli.parse gives a command line's (`directory`: the sweep file's, for relative input,
+    """A point's options as parser.parse gives a command line's (`directory`: the sweep file's, for relative input,
     topology, pool and system files): every option's value (dest -> value), those given (differing from their
     defaults) and those named."""
     typed, inputs = {}, []
@@ -133,17 +133,17 @@ def _check_values(job) -> None:
             except UserError as e:
                 raise UserError(f"{flag}: {e}") from None
             if flag == "--size":
-                from ..driver import check_size
+                from ..driver.driver import check_size
                 check_size(nbytes)
     for flag, value in (("--chunks", job.compile.chunks), ("--ports", job.compile.ports),
                         ("--active-chunks", job.run.active_chunks)):
         if value is not None:
-            cli._positive_int(value, flag)
+            parser.positive_int(value, flag)
     if job.collective.dims:
-        cli._int_list(job.collective.dims, "--dims")
+        parser.int_list(job.collective.dims, "--dims")
     from ...network.units import check_roofline
     check_roofline(job.step.peak_tflops, job.step.mem_bw_gbps)
-    cli._capture_limit(job.step.capture_limit)
+    parser.capture_limit(job.step.capture_limit)
     net = job.network
     if net.topology:
         from ...network.parse import parse_topology

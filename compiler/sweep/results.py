@@ -35,7 +35,8 @@ def report_fields(kind: str) -> tuple[str, ...]:
     if kind == "table directory":
         return TABLE_DIR_FIELDS
     name = "report.schema.json" if kind == "collective" else "workload_report.schema.json"
-    schema = json.loads(importlib_resources.files("astra_compile.compiler").joinpath(name).read_text(encoding="utf-8"))
+    schema = json.loads(importlib_resources.files("astra_compile.compiler.report").joinpath(name)
+                        .read_text(encoding="utf-8"))
     return tuple(schema["properties"])
 
 

@@ -18,7 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from ...network.errors import UserError
-from .. import interrupt, reuse
+from ..core import interrupt, reuse
 
 DIED = "the worker process died while running this point (a crash in native code, or killed for memory)"
 

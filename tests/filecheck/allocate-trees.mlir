@@ -1,4 +1,4 @@
-// allocate-trees: MultiTree's spanning trees, one per root, by link allocation per time step (seed 003), recorded
+// allocate-trees: MultiTree's (ISCA'21) spanning trees, one per root, by link allocation per time step, recorded
 // as one comm.trees op (per tree and node: parent, step and link) whose token every multitree phase takes. On a
 // 2x2 torus every tree reaches its three other NPUs in 2 steps; tree 0 is 0 -> {1, 2} at step 1, 2 -> 3 at step 2.
 // RUN: astra-compile %s --topology 2x2_torus --algorithm multitree --print-ir-after-all --emit mlir 2>&1 | filecheck %s

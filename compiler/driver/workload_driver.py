@@ -1,0 +1,555 @@
+"""Compile a captured or imported workload: workload MLIR -> comm schedules per collective -> workload engine.
+
+    Workload (frontend) --to_module--> wl + comm MLIR (`--emit mlir`)
+        --each distinct collective (kind, bytes, topology dims)--> the comm pipeline of driver.py, lowered to
+          schedule tables and executed by the chosen network runtime -> its time
+        --program tables (numpy) + those times--> runtime.workload_engine -> step time, compute, exposed comm
+
+A process group maps onto the topology dimensions its ranks span (group_span); the comm passes then schedule the
+collective over exactly those dimensions, for every group of the same shape at once. A group that covers part of a
+dimension (a mesh axis splitting it) is scheduled on the network it sees there (Topology.within). Each distinct
+collective's compiled module is nested in the step's module (with_schedules), its time and per-dimension busy
+time go to the engine, which lets concurrent collectives share links (runtime/link_sharing.py). Point-to-point
+messages (comm.send / comm.recv) are routed on the topology instead (network/message.py) and must each meet their
+partner (check_messages).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import driver
+from ..core import reuse
+from .recorded_run import in_module
+from ..core.step_keys import group_span, key_parts, key_root, p2p_stream, part_key, span_key
+from ...dialects import workload as wl
+from ...network.errors import UserError, show
+from ...network.user_files import read_text
+from ...passes import PassError
+from ..frontend.workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, Workload
+from ...runtime import workload_engine as engine
+from ...runtime.workload_engine import ProgramTable, Roofline, run_workload, WorkloadError
+from ...network.links import LinkMap
+from ...network.memory import LocalMemory, MemorySystem
+from ...network import astra_network
+from ...network.message import message
+from ...network.parse import with_endpoint_delay
+from ...network.topology import Topology
+
+KIND_CODE = {"compute": engine.COMPUTE, "wait": engine.WAIT}
+
+
+def to_module(ctx, workload: Workload, topology: Topology):
+    """The workload as MLIR: one nested module per rank program, collectives as comm ops bound to dimensions."""
+    if workload.world_size != topology.npus:
+        raise UserError(f"the workload has {workload.world_size} ranks but {topology.name} has {topology.npus} NPUs")
+    mesh = ",".join(f"{k}={v}" for k, v in workload.mesh.items())
+    module = wl.new_workload_module(ctx, topology.to_dict(), workload.world_size, workload.spmd, workload.source,
+                                    mesh)
+    schedules: dict[tuple, str] = {}   # collective key -> the symbol of its compiled schedule (with_schedules)
+    for rank, ops in sorted(workload.programs.items()):
+        groups = {op.group_name: list(op.group) for op in ops if op.kind == COLLECTIVE}
+        with ctx, wl.ir.Location.unknown():
+            ip = wl.add_program(module, rank, groups, workload.stands_for.get(rank))
+            values = []
+            for i, op in enumerate(ops):
+                deps = [values[d] for d in op.deps]
+                if op.kind == COMPUTE:
+                    made = wl.create_compute(op.name, op.flops, op.bytes, deps, ip)
+                    wl.set_measured(made, op.measured_ns)
+                elif op.kind == COLLECTIVE and len(op.group) > 1:
+                    dims, parts = group_span(topology, op.group)
+                    made = wl.create_collective(op.collective, op.bytes, dims, f"{op.collective}_{i}",
+                                                op.group_name, deps, ip, op.root)
+                    wl.set_parts(made, dims, parts)
+                    key = span_key(op.collective, op.bytes, dims, op.root, topology, part_key(dims, parts))
+                    made.attributes["wl.schedule"] = wl.comm.to_attr(schedules.setdefault(key, f"c{len(schedules)}"))
+                elif op.kind in (SEND, RECV):
+                    made = wl.create_message(op.kind, op.name, op.bytes, rank, op.peer, deps, ip)
+                elif op.kind in (LOAD, STORE):
+                    made = wl.create_memory(op.kind, op.name, op.bytes, op.location, op.in_switch, deps, ip)
+                else:  # a wait, or a collective on a group of one rank (nothing to move): a point of order only
+                    made = wl.create_wait(op.name, deps, ip)
+                wl.set_part(made, op.phase, op.iteration)
+                values.append(made.results[0])
+    return module
+
+
+def collective_key(op, topology: Topology) -> tuple:
+    """What a collective's schedule depends on: (kind, bytes, topology dims), for a broadcast or reduce the
+    root's place in its group (its coordinates on those dims; every group runs the same), and where the group
+    covers part of a dimension its part_key. Equal keys share one compilation. A message's: ("p2p", bytes,
+    sender, receiver)."""
+    if op.kind in wl.P2P:
+        return ("p2p", int(op.attrs["bytes"]), int(op.attrs["src"]), int(op.attrs["dst"]))
+    dims = op.attrs["dims"]
+    return span_key(op.kind, op.attrs["bytes"], dims, op.attrs.get("root", -1), topology,
+                part_key(dims, wl.parts(op.attrs)))
+
+
+@dataclass
+class CollectiveTime:
+    time_ns: float
+    algorithm: str
+    fallback: str = ""   # how a collective too small to split as asked ran instead ("" when it ran as asked)
+    dim_busy_ns: tuple = ()   # per topology dimension: how long its phases kept that dimension's links busy
+    ir: str = ""              # the collective's module after the comm passes: every decision they made
+    # congestion backend (physical link sharing, runtime/link_sharing.py): per link class of the topology, how long
+    # its busiest link of that class was busy (empty: share per dimension); a message: (owner, class, busy ns) of
+    # each link on its route
+    class_busy_ns: tuple = ()
+    route_busy: tuple = ()
+
+
+class CollectiveTimes(dict):
+    """collective_key -> CollectiveTime on one topology; `of(op)` looks up a program's collective."""
+
+    def __init__(self, topology: Topology):
+        super().__init__()
+        self.topology = topology
+        self.schedules: dict = {}   # key -> its compiled schedule, when kept (WorkloadOptions.keep_schedules)
+
+    def key(self, op) -> tuple:
+        return collective_key(op, self.topology)
+
+    def of(self, op) -> CollectiveTime:
+        return self[self.key(op)]
+
+
+@dataclass(frozen=True)
+class StepSemantics:
+    """How the step runs (runtime/workload_engine.py): "streams", this tool's own, or "astra-sim", ASTRA-sim's
+    workload layer, whose messages and sub-world groups also take ASTRA-sim's network view (network/astra_network.py);
+    `link_gbps`: there, each dimension's per-link bandwidth as an ASTRA-sim network file gave it (None: derived)."""
+    name: str = engine.STREAMS
+    link_gbps: tuple | None = None
+
+    @property
+    def astra(self) -> bool:
+        return self.name == engine.ASTRA_SIM
+
+
+@dataclass
+class WorkloadOptions:
+    scheduler: str = driver.DEFAULT_SCHEDULER
+    defaults: dict = field(default_factory=dict)          # chunks, algorithm (as the collective CLI takes them)
+    run: driver.RunOptions = field(default_factory=driver.RunOptions)
+    roofline: Roofline = field(default_factory=Roofline)
+    keep_schedules: bool = False   # keep each collective's compiled schedule (step tables); never from a cache
+    mem_latency_ns: float = 0.0    # local memory access latency (--mem-latency); its bandwidth is the roofline's
+    pool: object | None = None     # the remote memory pool (--pool; network/memory_pool.py), None: none
+    step: StepSemantics = field(default_factory=StepSemantics)   # --step-semantics
+
+    def memory(self) -> MemorySystem:
+        return MemorySystem(LocalMemory(self.mem_latency_ns, self.roofline.mem_gbps), self.pool)
+
+
+def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> CollectiveTimes:
+    """Compile and run each distinct (kind, bytes, dims) collective of the programs (wl.programs) once."""
+    ctx = driver.comm.new_context()
+    shared = reuse.current()
+    times = CollectiveTimes(topology)
+    for prog in progs:
+        for op in prog.ops:
+            if op.kind in ("compute", "wait") or op.kind in wl.MEMORY:
+                continue
+            key = times.key(op)
+            if key in times:
+                continue
+            if key[0] == "p2p":
+                times[key] = message_time(topology, key, opts.run.backend == "congestion",
+                                          opts.run.switching == "store-and-forward", opts.step)
+            elif shared is None or opts.keep_schedules:
+                times[key], schedule = _time_one(ctx, topology, key, opts)
+                if opts.keep_schedules:
+                    times.schedules[key] = schedule
+            else:  # a sweep or --cache: the same collective, network and options are compiled once
+                times[key] = shared.get("collective", [key, topology.to_dict(), opts.scheduler, opts.defaults,
+                                                       reuse.options_key(opts.run)] +
+                                        ([dataclasses.asdict(opts.step)] if opts.step.astra else []),
+                                        lambda: _time_one(ctx, topology, key, opts)[0], dataclasses.asdict,
+                                        lambda d: _cached_time(d, topology))
+    return times
+
+
+def _cached_time(d: dict, topology: Topology) -> CollectiveTime:
+    """A collective's time as the cache keeps it (reuse.py), checked: a forged or damaged file is a miss
+    (ValueError), never a negative or non-finite figure."""
+    dims = tuple(reuse.non_negative(b, "dim_busy_ns") for b in d["dim_busy_ns"])
+    if len(dims) != len(topology.dims):
+        raise ValueError(f"dim_busy_ns has {len(dims)} dimensions, the topology {len(topology.dims)}")
+    return CollectiveTime(reuse.non_negative(d["time_ns"], "time_ns"), str(d["algorithm"]), str(d["fallback"]),
+                          dims, str(d["ir"]), tuple(reuse.non_negative(b, "class_busy_ns") for b in d["class_busy_ns"]))
+
+
+def message_time(topology: Topology, key: tuple, physical: bool = False, store_and_forward: bool = False,
+                 step: StepSemantics = StepSemantics()) -> CollectiveTime:
+    """A point-to-point message's time: routed over the topology (network/message.py), in both backends; with
+    `physical` (the congestion backend) it shares the links of its route, else the dimensions at its two ends;
+    `store_and_forward` (that backend's --switching) stores it whole at every hop. Under the astra-sim semantics
+    the analytical backend times it as ASTRA-sim's (network/astra_network.py)."""
+    _, nbytes, src, dst = key
+    if step.astra and not physical and topology.graph is None:
+        m = astra_network.message(topology, src, dst, nbytes, astra_network.link_gbps(topology, step.link_gbps))
+        return CollectiveTime(m.time_ns, f"as ASTRA-sim: {m.route}", dim_busy_ns=m.dim_busy_ns)
+    m = message(topology, src, dst, nbytes, store_and_forward)
+    stream_ns = max(m.dim_busy_ns, default=0.0)
+    route = tuple((o, c, stream_ns) for o, c in m.links) if physical else ()
+    return CollectiveTime(m.time_ns, f"routed {m.hops} hop{'s' if m.hops != 1 else ''}", dim_busy_ns=m.dim_busy_ns,
+                          route_busy=route)
+
+
+def class_busy(result, topology: Topology) -> tuple:
+    """Per link class of `topology` (network/links.py), the busy time of its busiest link in a congestion run; ()
+    from the analytical backend, which knows dimensions only, and on a Graph, whose links have no classes."""
+    if result.backend != "congestion" or not result.links or topology.graph is not None:
+        return ()
+    links = LinkMap(topology.to_dict())
+    busy = np.zeros(links.classes)
+    np.maximum.at(busy, links.owner_class(result.links["id"])[1], np.asarray(result.links["busy_ns"], float))
+    return tuple(busy.tolist())
+
+
+# A collective this many bytes per member of its group or fewer may be too small for what was asked (a chunk's
+# region must split into every stage's parts): it falls back instead of stopping the step.
+SMALL_PER_MEMBER = 1024
+
+
+def _time_one(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> tuple[CollectiveTime, object]:
+    """_time_alone; a group over part of a dimension runs on another network, whose link classes are not the
+    topology's: it shares per dimension."""
+    took, schedule = _time_alone(ctx, topology, key, opts)
+    if key_parts(key):
+        took = dataclasses.replace(took, class_busy_ns=())
+    return took, schedule
+
+
+def _time_alone(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> tuple[CollectiveTime, object]:
+    """Compile and time one collective. A small one that cannot split as asked (a 4-byte loss all-reduce over 64
+    NPUs) runs in one chunk, else padded to the smallest size that splits, and says so: a real library sends it
+    all the same, paying the steps' latency, which the padding keeps."""
+    kind, nbytes, dims = key[:3]
+    root, parts = max(key_root(key), 0), key_parts(key)
+    if opts.step.astra and topology.graph is None and kind not in wl.comm.ROOTED and \
+            math.prod(parts.get(d, (topology.shape[d], 1))[0] for d in dims) < topology.npus:
+        return _astra_group_time(ctx, topology, key, opts)
+    if parts:   # the group covers part of some dimensions: its collective runs on the network it sees
+        topology = topology.within(parts)
+    try:
+        return _compiled_time(ctx, topology, kind, nbytes, dims, opts.defaults, opts, root=root)
+    except (UserError, driver.comm.IRError, PassError) as e:
+        group = math.prod(topology.shape[d] for d in dims)
+        chunks = opts.defaults.get("chunks", 1)
+        if nbytes > SMALL_PER_MEMBER * group * (chunks if isinstance(chunks, int) else 1):
+            raise
+        first = e
+    one_chunk = {**opts.defaults, "chunks": 1}
+    if chunks != 1:
+        try:
+            return _compiled_time(ctx, topology, kind, nbytes, dims, one_chunk, opts, f"1 chunk instead of {chunks}",
+                                  root)
+        except (UserError, driver.comm.IRError, PassError):
+            pass
+    for multiple in (group << i for i in range(12)):   # up to 2048 bytes per member
+        padded = -(-nbytes // multiple) * multiple
+        if padded == nbytes:
+            continue
+        try:
+            return _compiled_time(ctx, topology, kind, padded, dims, one_chunk, opts,
+                                  f"{'in 1 chunk, ' if chunks != 1 else ''}padded from {nbytes} B to {padded} B "
+                                  f"(too small to split over {group} NPUs)", root)
+        except (UserError, driver.comm.IRError, PassError):
+            continue
+    raise first
+
+
+def _astra_group_time(ctx, topology: Topology, key: tuple, opts: WorkloadOptions) -> tuple[CollectiveTime, object]:
+    """Under the astra-sim semantics, a collective on a group smaller than the world: one ring over its members
+    (network/astra_network.group_ring), the ring algorithm whatever --algorithm says; its busy time goes to the
+    dimension the ring runs in. (A broadcast or reduce, which ASTRA-sim replays from the trace or refuses, keeps
+    this compiler's schedule.)"""
+    kind, nbytes, dims = key[:3]
+    ring, d = astra_network.group_ring(topology, list(dims), key_parts(key),
+                                       astra_network.link_gbps(topology, opts.step.link_gbps))
+    one = dataclasses.replace(opts, defaults={**opts.defaults, "algorithm": "ring"})
+    took, schedule = _time_alone(ctx, ring, (kind, nbytes, (0,)), dataclasses.replace(one, step=StepSemantics()))
+    busy = [0.0] * topology.ndims
+    busy[d] = max(took.dim_busy_ns, default=0.0)
+    return dataclasses.replace(took, algorithm="ring over the group (as ASTRA-sim)", dim_busy_ns=tuple(busy),
+                               class_busy_ns=()), schedule
+
+
+def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaults: dict, opts: WorkloadOptions,
+                   fallback: str = "", root: int = 0) -> tuple[CollectiveTime, object]:
+    one = driver.build_module(ctx, topology, kind, nbytes, list(dims), root)
+    compiled = driver.compile_schedule(str(one), ctx, topology, opts.scheduler, defaults, opts.run)
+    stages = []   # every collective of its buffer (an all_reduce run per dimension is a pair per dimension)
+    for s in (s for c in compiled.report.collectives for s in c.stages):
+        label = f"{s.algorithm}@{'all' if s.dim == -1 else s.dim}"
+        if label not in stages:
+            stages.append(label)
+    return CollectiveTime(compiled.result.total_ns, ",".join(stages), fallback, tuple(compiled.result.dim_busy_ns),
+                          str(compiled.module), class_busy(compiled.result, topology)), compiled.schedule
+
+
+def link_classes(topology: Topology) -> list[list]:
+    """Per dimension, the link classes its links belong to (a Graph: one pseudo-class per dimension, -1 - d)."""
+    if topology.graph is not None:
+        return [[-1 - d] for d in range(topology.ndims)]
+    dims = LinkMap(topology.to_dict()).class_dims().tolist()
+    return [[c for c, cd in enumerate(dims) if cd == d] for d in range(topology.ndims)]
+
+
+def link_use(took: CollectiveTime, classes: list[list]) -> dict:
+    """A collective's or message's use of the links (engine.ProgramTable.use): measured per link (congestion),
+    or its per-dimension use spread over every class of the dimension (runtime/link_sharing.py)."""
+    if took.time_ns <= 0:
+        return {}
+    if took.route_busy:
+        return {(o, c): min(b / took.time_ns, 1.0) for o, c, b in took.route_busy if b > 0}
+    if took.class_busy_ns:
+        return {(-1, c): min(b / took.time_ns, 1.0) for c, b in enumerate(took.class_busy_ns) if b > 0}
+    return {(-1, c): min(b / took.time_ns, 1.0) for d, b in enumerate(took.dim_busy_ns) if b > 0
+            for c in classes[d]}
+
+
+def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
+                   memory: MemorySystem | None = None) -> list[ProgramTable]:
+    """Numpy program tables for the workload engine, one per rank program (wl.programs). Messages are checked
+    first (check_messages): each send must meet its receive. Loads and stores take `memory`'s times."""
+    memory = memory or MemorySystem()
+    runs = runner(progs, spmd)
+    check_messages(progs, runs)
+    sync_ids: dict[tuple, int] = {}
+    tables = []
+    classes = link_classes(times.topology)
+    for prog in progs:
+        n = len(prog.ops)
+        kind, flops, nbytes, measured = np.zeros(n, np.int8), np.zeros(n), np.zeros(n), np.full(n, np.nan)
+        duration, stream = np.zeros(n), np.zeros(n, np.int32)
+        sync, size = np.full(n, -1, np.int64), np.ones(n, np.int64)
+        sends = np.zeros(n, bool)
+        use: list = [None] * n
+        streams, seq = {}, {}
+        for i, op in enumerate(prog.ops):
+            if op.kind in KIND_CODE:
+                kind[i] = KIND_CODE[op.kind]
+                flops[i], nbytes[i] = op.attrs.get("flops", 0), op.attrs.get("bytes", 0)
+                measured[i] = op.attrs.get("wl.measured_ns", np.nan)
+                continue
+            if op.kind in wl.MEMORY:
+                kind[i] = engine.MEMORY
+                where = op.attrs["location"]
+                duration[i] = memory.time_ns(where, op.attrs["bytes"], op.attrs.get("wl.in_switch", 1))
+                stream[i] = engine.LOCAL_STREAM if where == "local" else engine.REMOTE_STREAM
+                continue
+            took = times.of(op)
+            duration[i] = took.time_ns
+            use[i] = link_use(took, classes)
+            if op.kind in wl.P2P:   # one stream per direction between two programs (p2p_stream)
+                ends = message_ends(op, runs)
+                kind[i] = engine.P2P
+                sends[i] = op.kind == "send"
+                stream[i] = streams.setdefault(p2p_stream(op), len(streams) + 1)
+                k = seq[ends + (op.kind,)] = seq.get(ends + (op.kind,), -1) + 1   # the k-th of this pair
+                sync[i] = sync_ids.setdefault(("p2p",) + ends + (k,), len(sync_ids))
+                size[i] = 2 if ends[0] != ends[1] else 1   # (a program messaging a rank it stands for: alone)
+                continue
+            group = op.attrs["wl.group"]
+            ranks = tuple(prog.groups[group])
+            kind[i] = engine.COLLECTIVE
+            stream[i] = streams.setdefault(group, len(streams) + 1)
+            k = seq[ranks] = seq.get(ranks, -1) + 1  # the k-th collective of this group matches across ranks
+            sync[i] = sync_ids.setdefault((ranks, k), len(sync_ids))
+            size[i] = len(ranks)
+        ptr = np.zeros(n + 1, np.int64)
+        ptr[1:] = np.cumsum([len(op.deps) for op in prog.ops])
+        idx = np.asarray([d for op in prog.ops for d in op.deps], np.int64)
+        tables.append(ProgramTable(prog.rank, kind, flops, nbytes, duration, stream, sync, size, ptr, idx,
+                                   measured, use, sends))
+    return tables
+
+
+def runner(progs: list, spmd: bool) -> dict[int, int] | None:
+    """Rank -> the rank of the program that runs it: each program's own, or in an SPMD module every rank its
+    program stands for (None: one program stands for all of them)."""
+    if not spmd:
+        return {p.rank: p.rank for p in progs}
+    if len(progs) == 1:
+        return None
+    return {r: p.rank for p in progs for r in (p.stands_for or [p.rank])}
+
+
+def message_ends(op, runs: dict | None) -> tuple[int, int]:
+    """(sending program, receiving program) of a send or recv (runner's `runs`)."""
+    peer = op.rank if runs is None else runs.get(wl.peer(op), -1)
+    return (op.rank, peer) if op.kind == "send" else (peer, op.rank)
+
+
+def check_messages(progs: list, runs: dict | None) -> None:
+    """Every send meets a receive: the k-th send from program a to program b and the k-th receive posted on b
+    for a exist both, with the same bytes. Refused (UserError, naming the ranks and the op) otherwise: a p2p
+    with no matching peer would leave the step waiting forever."""
+    posted = {"send": collections.defaultdict(list), "recv": collections.defaultdict(list)}
+    for prog in progs:
+        for i, op in enumerate(prog.ops):
+            if op.kind not in wl.P2P:
+                continue
+            ends = message_ends(op, runs)
+            if -1 in ends:
+                raise UserError(f"rank {prog.rank}: op {i} ({op.name}) {_with(op)} rank {wl.peer(op)}, which no "
+                                "program runs: a p2p with no matching peer")
+            if ends[0] != ends[1]:
+                posted[op.kind][ends].append((prog.rank, i, op))
+    for ends in sorted(set(posted["send"]) | set(posted["recv"])):
+        sends, recvs = posted["send"].get(ends, []), posted["recv"].get(ends, [])
+        for k, ((rank, i, send), (_, j, recv)) in enumerate(zip(sends, recvs)):
+            if send.attrs["bytes"] != recv.attrs["bytes"]:
+                raise UserError(f"rank {rank}: op {i} ({send.name}) sends {send.attrs['bytes']} B to rank {ends[1]}, "
+                                f"but the receive it meets there (op {j}, {recv.name}, the {_nth(k)} from rank "
+                                f"{ends[0]}) takes {recv.attrs['bytes']} B")
+        if len(sends) != len(recvs):
+            met = min(len(sends), len(recvs))
+            rank, i, op = (sends if len(sends) > met else recvs)[met]
+            raise UserError(f"rank {rank}: op {i} ({op.name}) is the {_nth(met)} {_with(op)} rank {wl.peer(op)}, "
+                            f"which {'receives' if op.kind == 'send' else 'sends'} only {met}: a p2p with no "
+                            "matching peer")
+
+
+def _with(op) -> str:
+    return "send to" if op.kind == "send" else "receive from"
+
+
+def _nth(k: int) -> str:
+    n = k + 1
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+@dataclass
+class Lowered:
+    """A workload lowered for one topology: its MLIR text and what the engine reads from it. It depends on the
+    workload and the topology only, so the points of a sweep that share both share it (api.compile)."""
+    mlir: str
+    programs: list        # wl.programs of the module: read once, a step of thousands of ops takes a while to walk
+    spmd: bool
+
+
+def lower(workload: Workload, topology: Topology) -> Lowered:
+    ctx = wl.new_context()
+    module = to_module(ctx, workload, topology)
+    return Lowered(str(module), wl.programs(module), bool(driver.comm.attrs(module).get("wl.spmd", False)))
+
+
+def read_lowered(path: str, override: Topology | None, endpoint_delay=None) -> tuple[Lowered, Topology, dict]:
+    """A workload module written with --emit mlir, as input: (what the engine reads, the topology to time it on,
+    the module's source, mesh and the run options it records, `run`). The topology is the module's own, or
+    `override` when its dimensions have the same sizes (the collectives' dims and groups are bound to them), with
+    `endpoint_delay` where given; the module's text names it (what --emit mlir of this run writes)."""
+    text = read_text(path, "a workload .mlir module")
+    module = wl.parse_module(text, wl.new_context(), source=path)
+    recorded = driver.comm.get_topology(module)
+    if recorded is None:
+        raise UserError(f"{path}: the workload module has no comm.topology")
+    try:
+        topology = Topology.from_dict(recorded)
+    except UserError as e:
+        raise UserError(f"{path}: comm.topology: {e}") from None
+    if override is not None:
+        if override.shape != topology.shape:
+            raise UserError(f"{path} was lowered for {topology.name} ({'x'.join(map(str, topology.shape))} NPUs); "
+                            f"--topology {override.name} has dimensions {'x'.join(map(str, override.shape))}")
+        topology = override
+    topology = with_endpoint_delay(topology, endpoint_delay)   # on the module's own network too
+    if topology.to_dict() != recorded:
+        with module.context:
+            driver.comm.set_topology(module, topology.to_dict())
+    wl.check_module(module, path, topology.shape)
+    a = driver.comm.attrs(module)
+    if a["wl.world_size"] != topology.npus:
+        raise UserError(f"{path}: wl.world_size {a['wl.world_size']} but {topology.name} has {topology.npus} NPUs")
+    wl.drop_schedule_records(module)
+    text = str(module)
+    programs = wl.programs(module)
+    for prog in programs:  # a collective's dims are its group's on this topology, its root a member
+        for op in prog.ops:
+            if not wl.is_collective(op.kind):
+                continue
+            members = prog.groups[op.attrs["wl.group"]]
+            try:
+                dims, parts = group_span(topology, members)
+            except UserError as e:
+                raise UserError(f"{path}: rank {prog.rank}: {op.name}: {e}") from None
+            if sorted(op.attrs["dims"]) != dims:
+                raise UserError(f"{path}: rank {prog.rank}: {op.name}: dims {op.attrs['dims']} are not those of "
+                                f"group {show(op.attrs['wl.group'])} on {topology.name} ({dims})")
+            want = wl.part_attrs(op.attrs["dims"], parts)
+            for attr in ("wl.part", "wl.stride"):
+                if op.attrs.get(attr) != want.get(attr):
+                    raise UserError(f"{path}: rank {prog.rank}: {op.name}: {attr} {op.attrs.get(attr)} but group "
+                                    f"{show(op.attrs['wl.group'])} gives {want.get(attr, 'none (whole dimensions)')}")
+            if op.kind in wl.comm.ROOTED and op.attrs["root"] not in members:
+                raise UserError(f"{path}: rank {prog.rank}: {op.name}: root {op.attrs['root']} is not in group "
+                                f"{show(op.attrs['wl.group'])}")
+    return Lowered(text, programs, bool(a.get("wl.spmd", False))), topology, \
+        {"source": a.get("wl.source", path), "mesh": a.get("wl.mesh", ""), "run": in_module(module, path)}
+
+
+def with_schedules(mlir: str, programs: list, times: CollectiveTimes) -> str:
+    """The workload module with each distinct collective's compiled module nested in it as `module @c<k>`, the
+    symbol its uses name in `wl.schedule`: the decisions of the comm passes (algorithm, dimension order, chunks,
+    schedule) for every collective of the step, next to the step. Records without IR (a step table directory's
+    collectives) are left out."""
+    records = {}
+    for prog in programs:
+        for op in prog.ops:
+            name = op.attrs.get("wl.schedule")
+            if name is None or name in records:
+                continue
+            t = times.of(op)
+            if not t.ir:
+                continue
+            head, sep, body = t.ir.partition("module attributes {")
+            if head or not sep:
+                continue
+            note = f"wl.algorithm = {json.dumps(t.algorithm)}, wl.time_ns = {float(t.time_ns):.17e} : f64" + \
+                (f", wl.fallback = {json.dumps(t.fallback)}" if t.fallback else "")
+            records[name] = f"module @{name} attributes {{{note}, " + body.rstrip("\n")
+    if not records:
+        return mlir
+    end = mlir.rstrip().rfind("}")
+    nested = "\n".join("  " + line for text in records.values() for line in text.split("\n"))
+    return mlir[:end] + nested + "\n}\n"
+
+
+def with_run_record(mlir: str, record: dict) -> str:
+    """The workload module's text with `wl.run = {...}` among its attributes: the run options its step was
+    compiled and timed with, where not the defaults (recorded_run.of_module), so that `astra-compile step.mlir`
+    runs it as the run that wrote it did. Without any, the text as it was."""
+    if not record:
+        return mlir
+    with wl.ir.Context():
+        attr = str(driver.comm.to_attr(record))
+    first, sep, rest = mlir.partition("\n")
+    if not (first.startswith("module attributes {") and first.endswith("} {")):   # not as printed: set it in MLIR
+        module = wl.parse_module(mlir, wl.new_context())
+        with module.context:
+            driver.comm.set_attr(module, "wl.run", record)
+        return str(module)
+    return f"{first[:-3]}, wl.run = {attr}}} {{{sep}{rest}"
+
+
+def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions, times: CollectiveTimes | None = None):
+    """Time the step; `times` given (a step table directory's collectives) are used as they are."""
+    if times is None:
+        times = time_collectives(lowered.programs, topology, opts)
+    tables = program_tables(lowered.programs, times, lowered.spmd, opts.memory())
+    try:
+        result = run_workload(tables, opts.roofline, lowered.spmd, opts.step.name)
+    except WorkloadError as e:
+        raise UserError(str(e)) from None
+    return result, times
