@@ -138,12 +138,12 @@ def job_of(job: Job | None = None, topology=..., **overrides) -> Job:
         if name not in OVERRIDES:
             raise TypeError(f"compile() got an unexpected keyword argument '{name}'")
         group, key = OVERRIDES[name]
+        fields = changes.setdefault(group, {})
         if name == "step_semantics":   # a name, or a StepSemantics with an ASTRA-sim file's link bandwidths
-            changes.setdefault(group, {}).update(
-                semantics=value.name, astra_link_gbps=value.link_gbps) if isinstance(value, StepSemantics) else \
-                changes.setdefault(group, {}).update(semantics=value, astra_link_gbps=None)
-            continue
-        changes.setdefault(group, {})[key] = value
+            semantics = value if isinstance(value, StepSemantics) else StepSemantics(value)
+            fields.update(semantics=semantics.name, astra_link_gbps=semantics.link_gbps)
+        else:
+            fields[key] = value
     for group, fields in changes.items():
         job = job.replace(group, **fields)
     return job

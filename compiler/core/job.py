@@ -1,7 +1,7 @@
 """The one configuration of a run: a frozen, typed `Job`, built by the command line (`from_options`, from its parsed
 options), by the Python API (`api.compile(source, job=..., **overrides)`), by an ASTRA-sim system file (its reader,
-interop/astra_system.py, returns option values this module takes) and by a sweep (one Job per point), and the only configuration that
-crosses the stages after them.
+interop/astra_system.py, returns option values this module takes) and by a sweep (one Job per point), and the only
+configuration that crosses the stages after them.
 
     Job
       inputs, system        what is compiled (paths), and the ASTRA-sim system file that filled options
@@ -27,9 +27,16 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ...network.errors import UserError
-from ...runtime.workload_engine import STREAMS, Roofline
 
 DEFAULT_CAPTURE_LIMIT = 600.0   # CPU seconds a model file may take to load and capture (--capture-limit)
+
+
+def _engine():
+    """runtime/workload_engine (the step semantics' names, the roofline's defaults), imported when a StepOptions is
+    made, not with this module: the command line's parser imports this module before its Ctrl-C handler is set,
+    and the engine's numpy takes a tenth of a second to load."""
+    from ...runtime import workload_engine
+    return workload_engine
 
 
 @dataclass(frozen=True)
@@ -89,10 +96,10 @@ class StepOptions:
     capture_limit: float | None = DEFAULT_CAPTURE_LIMIT
     cache: str | None = None         # a directory keeping captured steps and compiled collectives
     iteration: int | None = None     # a trace of several iterations: time this one alone
-    semantics: str = STREAMS         # streams | astra-sim
+    semantics: str = field(default_factory=lambda: _engine().STREAMS)   # streams | astra-sim
     astra_link_gbps: tuple | None = None  # astra-sim semantics: an ASTRA-sim network file's per-link bandwidths
-    peak_tflops: float = Roofline.peak_tflops
-    mem_bw_gbps: float = Roofline.mem_gbps
+    peak_tflops: float = field(default_factory=lambda: _engine().Roofline.peak_tflops)
+    mem_bw_gbps: float = field(default_factory=lambda: _engine().Roofline.mem_gbps)
     mem_latency_ns: float = 0.0
     pool: object = None              # a pool file's path or a network/memory_pool object
     offload: object = None           # "params,grads,optimizer" or a tuple of them
@@ -201,7 +208,7 @@ def _read(dest: str, value):
     if dest == "input":
         return tuple(value or ())
     if dest == "step_semantics" and value is None:
-        return STREAMS
+        return _engine().STREAMS
     if dest == "astra_link_gbps" and value is not None:
         return tuple(value)
     return value
