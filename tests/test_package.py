@@ -12,8 +12,9 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 FOLDERS = {"": "astra_compile", "compiler": "astra_compile.compiler", "network": "astra_compile.network",
            "algorithms": "astra_compile.algorithms", "dialects": "astra_compile.dialects",
            "passes": "astra_compile.passes", "runtime": "astra_compile.runtime",
-           **{f"compiler/{stage}": f"astra_compile.compiler.{stage}"
-              for stage in ("core", "frontend", "lowering", "report", "driver", "interop", "api", "cli", "sweep")}}
+           **{f"compiler/{stage}": f"astra_compile.compiler.{stage.replace('/', '.')}"
+              for stage in ("core", "frontend", "frontend/readers", "lowering", "report", "driver", "interop", "api",
+                            "cli", "sweep")}}
 
 
 def _dist():

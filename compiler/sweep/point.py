@@ -10,6 +10,7 @@ import time
 import warnings
 
 from ..cli import cli, cli_rules, parser
+from ..frontend import readers
 from ...network.errors import UserError, show
 
 # options that write files, print other things than the report, or change what the report is
@@ -95,7 +96,7 @@ def _parse(options: dict, directory: str, where: str):
 
 def _check_complete(kind: str, args) -> None:
     """What every point of a kind needs, so that a sweep missing it stops before running, not at every point."""
-    if kind == "training step" and not args.topology and not cli._is_step_module(args.input):
+    if kind == "training step" and not args.topology and readers.kind_of(args.input) != readers.WORKLOAD_MODULE:
         raise UserError("--topology is required (in base, or as an axis)")
     if kind == "collective" and not args.input:
         for option in ("collective", "size", "topology"):
