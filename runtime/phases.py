@@ -9,6 +9,7 @@ import numpy as np
 
 from ..network.links import ROUTED, LinkMap
 from ..network.units import gbps_to_bytes_per_ns
+from .run_record import INTRA_POLICIES  # noqa: F401 (the option's values, written once with the others)
 from .tables import RECV_REDUCE, SEND, Schedule, Table, TableError
 
 
@@ -310,9 +311,6 @@ class Chains:
 def phase_dim(meta, key) -> int:
     """Dimension of phase key = (coll, chunk, stage); -1 for a phase over every dimension (graph algorithms)."""
     return meta.collectives[key[0]].chunk_dims[key[1]][key[2]]
-
-
-INTRA_POLICIES = ("fifo", "scf")
 
 
 def priority_key(intra: str, size: float, ready_ns: float, coll: int, flow: int, stage: int):
