@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..network.errors import AstraError
 from .link_sharing import fair_rates
 from .run_record import ASTRA_SIM, SEMANTICS, STREAMS  # noqa: F401 (the step semantics, module docstring)
 
@@ -56,7 +57,7 @@ LOCAL_STREAM, REMOTE_STREAM = -2, -3   # a memory row's stream: its memory, one 
 BREAKDOWN = ("compute", "exposed_local_memory", "exposed_remote_memory", "exposed_comm", "idle")
 
 
-class WorkloadError(Exception):
+class WorkloadError(AstraError):
     """The programs cannot run: ranks wait on collectives their partners never issue."""
 
 

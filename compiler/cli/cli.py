@@ -9,7 +9,7 @@ import sys
 import warnings
 
 from ...runtime import atomic
-from ...network.errors import InputWarning, UserError, one_line
+from ...network.errors import AstraError, InputWarning, UserError, one_line
 from ..frontend import readers
 from .parser import capture_limit, fail, int_list, parse, positive_int
 
@@ -20,20 +20,16 @@ def run_command(argv: list[str]) -> int:
     """Run the command line `argv` of a run (no subcommand): its exit status; a refusal is one line."""
     args, given = parse(argv)
     # imported here so --help stays instant and argument errors need no MLIR
-    from ...dialects.comm import IRError
-    from ...passes import PassError
-    from ...runtime.atomic import OutputError
-    from ...runtime.tables import TableError
     from ...runtime.verifier import VerificationError
     # warnings (a model file's, torch's) are shown after a run that ends; a refused run says its one line only
     with warnings.catch_warnings(record=True) as caught:
         try:
             code = run_parsed(args, given)
-        except (UserError, IRError, PassError, TableError, OutputError) as e:
-            return fail(str(e))
         except VerificationError as e:  # a wrong schedule is the compiler's fault, not the input's
             sys.stderr.write(f"astra-compile: verification failed: {e}\n")
             return 1
+        except AstraError as e:
+            return fail(str(e))
         except BrokenPipeError:
             return 0
     for w in caught:
