@@ -7,8 +7,8 @@ defaults. Each of them records the options of that kind whose values differed fr
 an artefact written without any is byte for byte what it was before this record existed.
 
 This module is the record's one list of keys per artefact and its one reader check (every key's type and range, a
-fault one TableError naming the file, the key and the value); compiler/driver/recorded_run.py builds a record from a run's
-options and applies one to a re-run (docs/tables.md, "Recorded run options").
+fault one TableError naming the file, the key and the value); compiler/driver/recorded_run.py builds a record from
+a run's options and applies one to a re-run (docs/tables.md, "Recorded run options").
 """
 from __future__ import annotations
 
