@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..network.errors import AstraError
 from .tables import RECV_REDUCE, SEND, SWITCH, Schedule, Table, TableError
 
 MAX_ELEMENTS = 50_000_000
 POISON = -(1 << 40)
 
 
-class VerificationError(Exception):
+class VerificationError(AstraError):
     """The schedule does not implement its collective (message names the first NPU and bytes that differ)."""
 
 

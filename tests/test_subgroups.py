@@ -133,7 +133,8 @@ def test_step_module_and_step_tables_round_trip(tmp_path, capsys):
                                    topology, keep_tables=True)
     assert 'wl.part = array<i64: 4>' in direct.mlir and 'wl.stride = array<i64: 4, 1>' in direct.mlir
     assert [c.get("part") for c in direct.collectives] == [[[0, 4, 1]], None, [[0, 2, 4]]]
-    with open(os.path.join(os.path.dirname(astra_compile.compiler.report.__file__), "workload_report.schema.json")) as f:
+    here = os.path.dirname(astra_compile.compiler.report.__file__)
+    with open(os.path.join(here, "workload_report.schema.json")) as f:
         jsonschema.validate(direct.to_dict(), json.load(f))
     assert re.search(r"broadcast\s+g0\s+4\s+0:4\s", direct.format())     # the dims column: dimension:members
     (tmp_path / "s.mlir").write_text(direct.mlir)

@@ -17,6 +17,7 @@ from ..driver import driver, recorded_run
 from ..core import reuse
 from ...network.errors import UserError
 from ..frontend.cpu_limit import DEFAULT_SECONDS as DEFAULT_CAPTURE_LIMIT
+from ..frontend import readers
 from ..frontend.workload import Workload
 from ...runtime.workload_engine import SEMANTICS, Roofline
 from ...network.parse import parse_topology, with_endpoint_delay
@@ -53,8 +54,7 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise UserError("nothing to compile: no model file or trace given")
-    if len(paths) == 1 and os.path.isdir(paths[0]):  # a directory of traces: every .json (or Chakra .et) file
-        paths = _trace_files(paths[0])
+    paths = readers.trace_files(paths)   # a directory of traces: the trace files in it
     shared = reuse.current()
     if shared is not None:  # a sweep or --cache: the same files (by content), world and mesh are captured once
         try:
@@ -64,53 +64,14 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
             key = None  # the load below names the file it cannot read
         if key is not None:
             return shared.get("workload", key,
-                              lambda: _load_paths(paths, world_size, mesh, capture_limit, topology, max_memory),
+                              lambda: readers.load(paths, world_size, mesh, capture_limit, topology, max_memory),
                               Workload.to_json, Workload.from_json)
-    return _load_paths(paths, world_size, mesh, capture_limit, topology, max_memory)
+    return readers.load(paths, world_size, mesh, capture_limit, topology, max_memory)
 
 
 def _is_module(source) -> bool:
     torch = sys.modules.get("torch")   # not imported: it cannot be an nn.Module
     return torch is not None and isinstance(source, torch.nn.Module)
-
-
-def _trace_files(directory: str) -> list[str]:
-    if os.path.exists(os.path.join(directory, "meta.json")):
-        raise UserError(f"{directory} is a table directory, not execution traces: run it as `astra-compile "
-                        f"{directory}`")
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".json") and n != "comm_group.json")
-        if not names:   # Chakra traces (.et), with their comm_group.json
-            names = sorted(n for n in os.listdir(directory) if n.endswith(".et"))
-    except OSError as e:
-        raise UserError(f"cannot read {directory}: {e.strerror}") from None
-    if not names:
-        raise UserError(f"{directory}: no .json or Chakra .et execution-trace files in it")
-    return [os.path.join(directory, n) for n in names]
-
-
-def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_limit: float | None,
-                topology: Topology | None = None, max_memory: int | None = None) -> Workload:
-    if len(paths) == 1 and paths[0].endswith(".py"):
-        from ..frontend.model_file import check_before_torch
-        check_before_torch(paths[0], world_size, mesh)   # a mistake costs no torch import (seconds)
-        from ..frontend.capture import capture
-        from ..frontend.cpu_limit import cpu_limit
-        from ..frontend.model_code import guarded
-        from ..frontend.model_file import load_model_file
-        from ..frontend.torch_state import kept
-        with kept(), guarded(paths[0]), cpu_limit(capture_limit, f"model file {paths[0]}"):
-            return capture(load_model_file(paths[0]), world_size, mesh)
-    if all(p.endswith(".json") for p in paths):
-        from ..frontend.et_import import load_traces
-        return load_traces(paths, world_size, mesh)
-    if all(p.endswith(".et") for p in paths):
-        if mesh:
-            raise UserError("--mesh applies to model files; a trace already records its process groups")
-        from ..frontend.chakra import load
-        return load(paths, world_size, topology, max_memory)
-    raise UserError(f"cannot compile {', '.join(paths)}: expected one model .py file, execution-trace .json files or "
-                    "Chakra .et files")
 
 
 def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, latency=None, links=None,
@@ -154,8 +115,10 @@ def compile(source, topology: str | Topology = "8x8_torus", *, bandwidth=None, l
     sends, its network view of messages and sub-world groups; docs/astra-sim.md). A step table directory or workload module records the run options that shaped the
     figure of the run that wrote it (docs/tables.md, "Recorded run options"): with `use_recorded` (the default)
     each of these parameters left at its default takes the recorded value; False takes every parameter as given."""
-    step_module = isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".mlir")
-    if _is_step_dir(source):
+    read_as = readers.kind_of([source]) if isinstance(source, (str, os.PathLike)) else None
+    # a .mlir is read as a workload module, which refuses a comm module: this API times training steps
+    step_module = read_as in (readers.WORKLOAD_MODULE, readers.COMM_MODULE)
+    if read_as == readers.STEP_TABLES:
         return _compile_step_dir(os.fspath(source), topology, backend, intra, peak_tflops, mem_bw_gbps, max_memory,
                                  rank, local_mem_gbps, mem_latency_ns, pool, switching, step_semantics, use_recorded)
     if topology is None and not step_module:
@@ -247,13 +210,6 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
         report.step_tables = lambda fmt: step_dir.build(lowered, times, info | {"topology_dict": topo.to_dict(),
                                                                                 "run": recorded_run.of_step(opts)}, fmt)
     return report, times
-
-
-def _is_step_dir(source) -> bool:
-    if not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source):
-        return False
-    from ...runtime.step_tables import is_step_dir
-    return is_step_dir(os.fspath(source))
 
 
 def _compile_step_dir(path: str, topology, backend: str, intra: str, peak_tflops: float, mem_bw_gbps: float,

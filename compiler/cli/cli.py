@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import stat
 import sys
 import warnings
 
 from ...runtime import atomic
-from ...network.errors import InputWarning, UserError, one_line
+from ...network.errors import AstraError, InputWarning, UserError, one_line
+from ..frontend import readers
 from .parser import capture_limit, fail, int_list, parse, positive_int
 
 VERIFIED = "verified: every NPU's buffer matches the collective's definition"
@@ -21,20 +20,16 @@ def run_command(argv: list[str]) -> int:
     """Run the command line `argv` of a run (no subcommand): its exit status; a refusal is one line."""
     args, given = parse(argv)
     # imported here so --help stays instant and argument errors need no MLIR
-    from ...dialects.comm import IRError
-    from ...passes import PassError
-    from ...runtime.atomic import OutputError
-    from ...runtime.tables import TableError
     from ...runtime.verifier import VerificationError
     # warnings (a model file's, torch's) are shown after a run that ends; a refused run says its one line only
     with warnings.catch_warnings(record=True) as caught:
         try:
             code = run_parsed(args, given)
-        except (UserError, IRError, PassError, TableError, OutputError) as e:
-            return fail(str(e))
         except VerificationError as e:  # a wrong schedule is the compiler's fault, not the input's
             sys.stderr.write(f"astra-compile: verification failed: {e}\n")
             return 1
+        except AstraError as e:
+            return fail(str(e))
         except BrokenPipeError:
             return 0
     for w in caught:
@@ -43,37 +38,6 @@ def run_command(argv: list[str]) -> int:
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return code
-
-
-def _is_workload(inputs: list[str]) -> bool:
-    return bool(inputs) and (inputs[0].endswith(".py") or all(p.endswith(".json") for p in inputs) or
-                             all(p.endswith(".et") for p in inputs) or _is_trace_dir(inputs) or
-                             _is_step_module(inputs))
-
-
-def _is_step_module(inputs: list[str]) -> bool:
-    """One .mlir file holding a workload module (--emit mlir of a step), not a comm module of collectives."""
-    if len(inputs) != 1 or not inputs[0].endswith(".mlir"):
-        return False
-    try:
-        if not stat.S_ISREG(os.stat(inputs[0]).st_mode):
-            return False  # a FIFO is not opened to peek (no writer: it would wait); read whole as a comm module
-        with open(inputs[0], encoding="utf-8", errors="replace") as f:
-            head = f.read(1 << 16)
-    except (OSError, ValueError):
-        return False  # the collective path reads it and names the problem
-    from ...dialects.workload import is_workload_text
-    return is_workload_text(head)
-
-
-def _is_trace_dir(inputs: list[str]) -> bool:
-    """One directory of execution traces (.json or Chakra .et files, no meta.json: that is a table directory)."""
-    if len(inputs) != 1 or not os.path.isdir(inputs[0]) or os.path.exists(os.path.join(inputs[0], "meta.json")):
-        return False
-    try:
-        return any(name.endswith((".json", ".et")) for name in os.listdir(inputs[0]))
-    except OSError:
-        return False
 
 
 def _run_workload(args, max_memory: int | None, given: set[str], step_dir: bool = False) -> int:
@@ -96,7 +60,7 @@ def _run_workload(args, max_memory: int | None, given: set[str], step_dir: bool 
                                   local_mem_gbps=_local_mem(args), mem_latency_ns=args.mem_latency, pool=args.pool,
                                   switching=args.switching, step_semantics=_step_semantics(args), use_recorded=False)
     else:
-        if not args.topology and not _is_step_module(args.input):
+        if not args.topology and readers.kind_of(args.input) != readers.WORKLOAD_MODULE:
             raise UserError("--topology is required")
         chunks = positive_int(args.chunks, "--chunks") if args.chunks is not None else None
         with reuse.using(reuse.open_dir(args.cache) if args.cache else reuse.current()):
@@ -198,18 +162,17 @@ def _check_finite(obj) -> None:
                             "the cost model computes in; bring them nearer the defaults")
 
 
+# the run an input makes, by what its reader says it is (frontend/readers/)
+RUNS = {readers.WORKLOAD: "training step", readers.WORKLOAD_MODULE: "training step",
+        readers.STEP_TABLES: "step tables", readers.TABLE_DIRECTORY: "table directory",
+        readers.COMM_MODULE: "collective"}
+
+
 def _kind(args) -> str:
     if args.list_passes:
         return "list-passes"
-    if _is_workload(args.input):
-        return "training step"
-    if len(args.input) == 1 and os.path.isdir(args.input[0]):
-        from ...runtime.step_tables import is_step_dir
-        if is_step_dir(args.input[0]):
-            return "step tables"
-    if len(args.input) == 1 and os.path.isdir(args.input[0]):
-        return "table directory"
-    return "collective"
+    # no input is --collective's; inputs no reader takes go the collective way too, which refuses them by name
+    return RUNS.get(readers.kind_of(args.input), "collective")
 
 
 def run_parsed(args, given: set[str] = frozenset()) -> int:
@@ -249,13 +212,10 @@ def _recorded(args, kind: str) -> tuple[dict, str]:
     """The run options a table directory, step directory or module given as input records, checked, and where
     (recorded_run.py); ({}, "") for other runs."""
     from ..driver import recorded_run
-    if kind == "training step" and _is_step_module(args.input):
-        kind = "workload module"
-    elif kind == "collective" and len(args.input) == 1 and args.input[0].endswith(".mlir"):
-        kind = "comm module"
-    if kind not in recorded_run.INPUTS:
+    read_as = readers.kind_of(args.input)   # the reader's kinds name the inputs that record options
+    if kind == "list-passes" or read_as not in recorded_run.INPUTS:
         return {}, ""
-    return recorded_run.of_input(kind, args.input[0])
+    return recorded_run.of_input(read_as, args.input[0])
 
 
 def _run_kind(args, kind: str, given: set[str]) -> int:

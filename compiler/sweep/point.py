@@ -10,7 +10,8 @@ import time
 import warnings
 
 from ..cli import cli, cli_rules, parser
-from ...network.errors import UserError, show
+from ..frontend import readers
+from ...network.errors import AstraError, UserError, show
 
 # options that write files, print other things than the report, or change what the report is
 NOT_IN_SWEEPS = {"emit", "output", "npu", "table_format", "table_view", "json", "compare", "timeline", "plot",
@@ -95,7 +96,7 @@ def _parse(options: dict, directory: str, where: str):
 
 def _check_complete(kind: str, args) -> None:
     """What every point of a kind needs, so that a sweep missing it stops before running, not at every point."""
-    if kind == "training step" and not args.topology and not cli._is_step_module(args.input):
+    if kind == "training step" and not args.topology and readers.kind_of(args.input) != readers.WORKLOAD_MODULE:
         raise UserError("--topology is required (in base, or as an axis)")
     if kind == "collective" and not args.input:
         for option in ("collective", "size", "topology"):
@@ -131,10 +132,6 @@ def _check_values(args) -> None:
 def run(options: dict, directory: str, max_memory: int | None = None) -> dict:
     """Run one point: {"status": "ok", "error": "", "report": {...}} or {"status": "error", "error": line}.
     `max_memory` (bytes) applies when the point gives no max-memory of its own."""
-    from ...dialects.comm import IRError
-    from ...passes import PassError
-    from ...runtime.atomic import OutputError
-    from ...runtime.tables import TableError
     from ...runtime.verifier import VerificationError
     start = time.perf_counter()
     try:
@@ -146,10 +143,10 @@ def run(options: dict, directory: str, max_memory: int | None = None) -> dict:
             warnings.simplefilter("ignore")   # a model file's warnings would repeat once per point
             cli.run_parsed(args, given)
         out = {"status": "ok", "error": "", "report": sink[0]}
-    except (UserError, IRError, PassError, TableError, OutputError) as e:
-        out = {"status": "error", "error": str(e)}
     except VerificationError as e:
         out = {"status": "error", "error": f"verification failed: {e}"}
+    except AstraError as e:
+        out = {"status": "error", "error": str(e)}
     except Exception as e:  # a defect of the compiler: the point fails, the sweep goes on, the message says so
         out = {"status": "error", "error": f"internal error: {type(e).__name__}: {e}"}
     out["elapsed_s"] = time.perf_counter() - start
