@@ -25,7 +25,7 @@ import numpy as np
 from .tables import RECV_REDUCE, SEND, SWITCH, Schedule, Table, TableError
 from .verify_rows import (VerificationError, checked_rows, group_layout, is_root, ranges, shard_layout,  # noqa: F401
                           switch_of, when)
-from .verify_symbolic import Plan
+from .verify_symbolic import SymbolicRun
 
 MAX_ELEMENTS = 50_000_000  # verify_on_data: bytes of every collective on every NPU, in all
 POISON = -(1 << 40)
@@ -33,7 +33,7 @@ POISON = -(1 << 40)
 
 def verify(schedule: Schedule) -> dict:
     """Check `schedule` on symbols, any size (raises VerificationError naming the first fault)."""
-    return Plan(schedule).run()
+    return SymbolicRun(schedule).run()
 
 
 def check_size(meta) -> None:

@@ -3,18 +3,23 @@ and the pieces they cut cost, not what its buffers hold (1 GB checks as fast as 
 
 msccl-tools checks a program on symbolic chunks: which rank's which piece a buffer holds, and which reductions. Here
 the offsets and ends of every row (and of every shard, and of every all-to-all slot) cut a collective's buffer into
-intervals; no row ever addresses part of an interval, so every byte of an interval holds the same kind of value. A
-value is a cell (`Cells`): the set of group members whose input it sums (a bitset over group-local ranks), the group,
-and how far it has moved (`shift`: the value at byte p is the sum of those members' input bytes p - shift), or
-`dead`: it holds poison (a byte nobody owned) or some member's piece twice, and can never again equal a definition,
-since values only grow by sums. Executed in the data verifier's order (runtime/verifier.py, the reference), with its
-checks, its messages and its answers: a receive that reduces takes the union (a member already in the set makes the
-cell dead: summing twice is an error), a copy overwrites, a switch sums what its members sent in the step.
+intervals; no row addresses part of an interval, so every byte of one interval on one NPU holds the same kind of
+value. A value is the set of group members whose input it sums (a bitset over group-local ranks), their group, and
+how far it has moved (`shift`: byte p holds the sum of those members' input bytes p - shift); or zero (nobody's
+input: a switch's sum where no member sent); or dead: it holds poison (a byte nobody owned) or a member's input
+twice, and can never again equal a definition, since values only grow by sums. Values are kept once each
+(`Values`); a cell, one per NPU and interval, holds a value's id, so a sum is computed once per distinct pair of
+values, not once per cell.
 
-The data verifier's values are random integers, so it holds on a schedule with probability near one; this one
-holds exactly (each input byte is a symbol). A row whose receive lands at another offset than its send read (an
-all-to-all slot) maps the intervals inside the one range onto the other's; where they do not line up, both ranges
-are cut further until they do (a corrupted table may need many cuts; past MAX_INTERVALS it is refused).
+Executed in the data verifier's order (runtime/verifier.py, the reference), with its checks, its messages and its
+answers: a receive that reduces takes the union (a member already in the set makes it dead: summing twice is an
+error; as are values of two groups or two shifts, which no definition holds), a copy overwrites, a switch sums what
+its members sent in the step. The data verifier's values are random integers, so it holds on a schedule with
+probability near one; this one holds exactly (each input byte is a symbol).
+
+A row whose receive lands at another offset than its send read (an all-to-all slot) maps the intervals inside the
+one range onto those of the other; where they do not line up, both are cut further until they do (a corrupted table
+may need many cuts; past MAX_INTERVALS it is refused).
 """
 from __future__ import annotations
 
@@ -28,86 +33,139 @@ from .verify_rows import (VerificationError, checked_rows, group_layout, is_root
                           when)
 
 MAX_INTERVALS = 1 << 24   # pieces one buffer may be cut into (row ends, shards, slots and the cuts moves need)
-_BIG = np.iinfo(np.int64).max
-CELL_BYTES = 8 + 8 + 1    # shift, group and dead of a cell, besides its bitset's 8-byte words
+ZERO, DEAD = 0, 1         # the ids of zero and of every dead value
+SLICE = 1 << 21           # cells a step reads or writes at once (bounds its index arrays)
+TABLE_KEYS = 1 << 24      # pairs of ids found by a lookup table up to this many possible pairs, else by sorting
+BYTES_PER_CELL = 4        # a cell's value id (int32)
+BYTES_PER_MOVED_CELL = 4  # a step's payload: the id each read cell carries until the step writes
+SLICE_BYTES = SLICE * 64 + TABLE_KEYS * 9  # a slice's index arrays and the pair lookup table
 
 
-@dataclass
-class Cells:
-    """Symbolic values, one per (NPU, interval) of a buffer, or per (switch, interval) of a step's sums."""
-    bits: np.ndarray    # (n, words) uint64: the group-local ranks whose input the value sums
-    shift: np.ndarray   # (n,) int64: byte p holds their input bytes p - shift
-    group: np.ndarray   # (n,) int64: the group whose members the bits name
-    dead: np.ndarray    # (n,) bool: holds poison or a member twice
+def factor(keys: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct keys, ascending; each key's index among them) for keys in [0, space)."""
+    if space <= TABLE_KEYS:  # a table instead of a sort
+        present = np.zeros(space, bool)
+        present[keys] = True
+        distinct = np.flatnonzero(present)
+        index = np.empty(space, np.int64)
+        index[distinct] = np.arange(len(distinct))
+        return distinct, index[keys]
+    return np.unique(keys, return_inverse=True)
+
+
+class Values:
+    """Every distinct value once: bits (the members), shift and group per id; 0 is zero and 1 is dead."""
+
+    def __init__(self, words: int):
+        self.words = words
+        self.bits = np.zeros((2, words), np.uint64)
+        self.shift = np.zeros(2, np.int64)
+        self.group = np.full(2, -1, np.int64)
+        self.ids: dict[bytes, int] = {}
 
     def __len__(self) -> int:
-        return len(self.dead)
+        return len(self.shift)
 
-    def take(self, idx) -> "Cells":
-        return Cells(self.bits[idx], self.shift[idx], self.group[idx], self.dead[idx])
+    def intern(self, bits: np.ndarray, shift: np.ndarray, group: np.ndarray) -> np.ndarray:
+        """The ids of these values, new ones added."""
+        if not len(shift):
+            return np.zeros(0, np.int64)
+        rows = np.concatenate([bits.view(np.int64), shift[:, None], group[:, None]], axis=1)
+        distinct, index = np.unique(rows, axis=0, return_inverse=True)
+        ids = np.empty(len(distinct), np.int64)
+        new = []
+        for i, row in enumerate(distinct):
+            v = self.ids.setdefault(row.tobytes(), len(self) + len(new))
+            if v >= len(self):
+                new.append(i)
+            ids[i] = v
+        if new:
+            add = distinct[new]
+            self.bits = np.concatenate([self.bits, add[:, :self.words].view(np.uint64)])
+            self.shift = np.concatenate([self.shift, add[:, -2]])
+            self.group = np.concatenate([self.group, add[:, -1]])
+        return ids[index.reshape(-1)]
 
-    def put(self, idx, other: "Cells") -> None:
-        self.bits[idx], self.shift[idx], self.group[idx], self.dead[idx] = \
-            other.bits, other.shift, other.group, other.dead
+    def members(self, local: np.ndarray) -> np.ndarray:
+        """(len(local), words) bitsets holding one group-local rank each."""
+        local = np.asarray(local, np.int64)
+        bits = np.zeros((len(local), self.words), np.uint64)
+        bits[np.arange(len(local)), local // 64] = np.left_shift(np.uint64(1), (local % 64).astype(np.uint64))
+        return bits
 
-    @staticmethod
-    def empty(n: int, words: int) -> "Cells":
-        """Zero: the sum of nobody's input (a switch's sum where no member sent)."""
-        return Cells(np.zeros((n, words), np.uint64), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, bool))
+    def add(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Elementwise a + b (ids), computed once per distinct pair."""
+        pairs, index = factor(a.astype(np.int64) * len(self) + b, len(self) ** 2)
+        a, b = pairs // len(self), pairs % len(self)
+        out = np.where(a == ZERO, b, np.where(b == ZERO, a, -1))
+        out[(a == DEAD) | (b == DEAD)] = DEAD
+        both = np.flatnonzero(out == -1)
+        a, b = a[both], b[both]
+        clash = np.any(self.bits[a] & self.bits[b], axis=1)   # a member's input twice
+        clash |= (self.shift[a] != self.shift[b]) | (self.group[a] != self.group[b])
+        out[both] = DEAD
+        ok = both[~clash]
+        a, b = a[~clash], b[~clash]
+        out[ok] = self.intern(self.bits[a] | self.bits[b], self.shift[a], self.group[a])
+        return out[index].astype(np.int32)
 
-    @staticmethod
-    def concat(parts: list["Cells"]) -> "Cells":
-        return Cells(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("bits", "shift", "group", "dead")))
+    def moved(self, ids: np.ndarray, by: np.ndarray) -> np.ndarray:
+        """Values received `by` bytes from where they were read (zero and dead stay what they are)."""
+        out = ids.copy()
+        at = np.flatnonzero((by != 0) & (ids > DEAD))
+        if len(at):
+            shifts, which = np.unique(by[at], return_inverse=True)
+            pairs, index = factor(ids[at].astype(np.int64) * len(shifts) + which.reshape(-1), len(self) * len(shifts))
+            v, s = pairs // len(shifts), shifts[pairs % len(shifts)]
+            out[at] = self.intern(self.bits[v], self.shift[v] + s, self.group[v])[index]
+        return out
 
-    def live(self) -> np.ndarray:
-        """Cells that hold a sum of at least one member's input (not zero, not dead)."""
-        return self.bits.any(axis=1) & ~self.dead
-
-    def equals(self, bits, shift, group) -> np.ndarray:
-        """Per cell: holds exactly these members' input, moved by `shift`, of `group` (broadcast over cells)."""
-        return ~self.dead & np.all(self.bits == bits, axis=-1) & (self.shift == shift) & (self.group == group)
-
-
-def combine(targets: np.ndarray, cells: Cells) -> tuple[np.ndarray, Cells]:
-    """Sum every cell into its target: (the distinct targets, ascending; their sums). A sum of values of different
-    groups or shifts is dead (it holds inputs at two places, which no definition does), and so is one in which a
-    member's input occurs twice (the bits' counts add up to more than their union's)."""
-    if not len(targets):
-        return targets, cells
-    order = np.argsort(targets, kind="stable")
-    t = targets[order]
-    starts = np.flatnonzero(np.concatenate([[True], t[1:] != t[:-1]]))
-    c = cells.take(order)
-    bits = np.bitwise_or.reduceat(c.bits, starts, axis=0)
-    counted = np.add.reduceat(np.bitwise_count(c.bits).sum(axis=1, dtype=np.int64), starts)
-    live = c.live()
-    lo = {f: np.minimum.reduceat(np.where(live, getattr(c, f), _BIG), starts) for f in ("shift", "group")}
-    hi = {f: np.maximum.reduceat(np.where(live, getattr(c, f), -_BIG), starts) for f in ("shift", "group")}
-    any_live = lo["shift"] != _BIG
-    dead = np.logical_or.reduceat(c.dead, starts)
-    dead |= counted != np.bitwise_count(bits).sum(axis=1, dtype=np.int64)
-    dead |= any_live & ((lo["shift"] != hi["shift"]) | (lo["group"] != hi["group"]))
-    return t[starts], Cells(bits, np.where(any_live, lo["shift"], 0), np.where(any_live, lo["group"], 0), dead)
+    def add_into(self, acc: np.ndarray, targets: np.ndarray, incoming: np.ndarray) -> None:
+        """acc[targets] += incoming, in place; several values may go into one target (two children into their
+        parent, a switch's members into its sum): each target's are added one after the other."""
+        if not len(targets):
+            return
+        seen = np.zeros(len(acc), bool)
+        seen[targets] = True
+        if np.count_nonzero(seen) == len(targets):
+            acc[targets] = self.add(acc[targets], incoming)
+            return
+        order = np.argsort(targets, kind="stable")
+        t, inc = targets[order], incoming[order]
+        first = np.concatenate([[True], t[1:] != t[:-1]])
+        rank = np.arange(len(t)) - np.maximum.accumulate(np.where(first, np.arange(len(t)), 0))
+        for r in range(int(rank.max()) + 1):
+            at = rank == r
+            acc[t[at]] = self.add(acc[t[at]], inc[at])
 
 
 @dataclass
 class Buffer:
-    """One collective buffer (an all-reduce's halves share one) and the intervals its rows cut it into."""
+    """One collective buffer (an all-reduce's halves share one), the intervals its rows cut it into, and its
+    messages in interval units, in execution order."""
     name: str
     kind: str               # what its collectives implement together (buffer_kind)
     first: int              # its first collective (whose shard layout and root define it)
     colls: np.ndarray       # its collectives
     bytes: int
     bounds: np.ndarray      # interval i is bytes [bounds[i], bounds[i + 1])
+    moves: dict             # per matched row pair: step key, sender, receiver, first intervals, count, shift, reduce
+    switch_rows: np.ndarray  # its rows with a switch
+    payload: int            # cells the busiest step reads
 
     @property
     def intervals(self) -> int:
         return len(self.bounds) - 1
 
+    def span(self, offsets, nbytes) -> tuple[np.ndarray, np.ndarray]:
+        """(first interval, interval count) of byte ranges [offsets, offsets + nbytes) (clipped to the buffer)."""
+        end = np.minimum(np.asarray(offsets) + nbytes, self.bytes)
+        lo = np.searchsorted(self.bounds, offsets)
+        return lo, np.maximum(np.searchsorted(self.bounds, end) - lo, 0)
+
 
 def _sharded_bounds(meta, shards, ci: int, size: int) -> list:
-    c = meta.collectives[ci]
-    if c.buffer_kind in ("reduce_scatter", "all_gather"):
+    if meta.collectives[ci].buffer_kind in ("reduce_scatter", "all_gather"):
         sh = shard_layout(shards, ci).reshape(-1, 2)
         return [np.clip(sh[:, 0], 0, size), np.clip(sh[:, 0] + sh[:, 1], 0, size)]
     return []
@@ -145,18 +203,17 @@ def cut_closed(bounds: np.ndarray, src: np.ndarray, dst: np.ndarray, n: np.ndarr
     return bounds
 
 
-class Plan:
-    """A schedule's rows checked and its buffers cut into intervals, ready to execute on symbols. `cells` and `words`
-    size the execution before it runs (compiler/resources.py)."""
+class SymbolicRun:
+    """A schedule's rows checked and its buffers cut into intervals, ready to execute on symbols. `rows` and
+    `cell_bytes` size the execution before it runs (compiler/resources.py)."""
 
     def __init__(self, schedule):
-        self.meta, self.table, self.pairs, self.sends, self.recvs, self.sw = checked_rows(schedule)
+        self.meta, t, p, sends, recvs, self.sw = checked_rows(schedule)
+        self.rows = len(t)  # the joined table itself is not kept
         meta = self.meta
         shards = meta.shards or {}
-        t, p = self.table, self.pairs
         self.buffers: list[Buffer] = []
-        names = list(dict.fromkeys(c.buffer for c in meta.collectives))
-        for name in names:
+        for name in dict.fromkeys(c.buffer for c in meta.collectives):
             colls = np.array([ci for ci, c in enumerate(meta.collectives) if c.buffer == name], np.int64)
             first = meta.collectives[colls[0]]
             size = first.bytes
@@ -164,13 +221,28 @@ class Plan:
             cuts = [np.array([0, size], np.int64), t["offset"][rows], t["offset"][rows] + t["bytes"][rows]]
             cuts += _sharded_bounds(meta, shards, int(colls[0]), size) + _slot_bounds(meta, first, size)
             bounds = np.unique(np.concatenate(cuts).astype(np.int64))
-            mine = np.isin(p["coll"][self.recvs], colls)
-            s, r = self.sends[mine], self.recvs[mine]
+            mine = np.isin(p["coll"][recvs], colls)
+            s, r = sends[mine], recvs[mine]
+            order = np.lexsort((p["step"][r], p["stage"][r], p["coll"][r]))
+            s, r = s[order], r[order]
             bounds = cut_closed(bounds, p["offset"][s], p["offset"][r], p["bytes"][r], name)
-            self.buffers.append(Buffer(name, first.buffer_kind, int(colls[0]), colls, size, bounds))
+            buf = Buffer(name, first.buffer_kind, int(colls[0]), colls, size, bounds, {},
+                         np.flatnonzero(np.isin(self.sw["coll"], colls)), 0)
+            src, k = buf.span(p["offset"][s], p["bytes"][s])
+            dst, _ = buf.span(p["offset"][r], p["bytes"][r])
+            key = when(p, r)
+            buf.moves = {"key": key, "sender": p["npu"][s].astype(np.int64), "receiver": p["npu"][r].astype(np.int64),
+                         "src": src, "dst": dst, "count": k, "shift": p["offset"][r] - p["offset"][s],
+                         "reduce": p["op"][r] == RECV_REDUCE}
+            sw_key = when(self.sw, buf.switch_rows)
+            _, sw_k = buf.span(self.sw["offset"][buf.switch_rows], self.sw["bytes"][buf.switch_rows])
+            steps, at = np.unique(np.concatenate([key, sw_key]), return_inverse=True)
+            per_step = np.bincount(at.reshape(-1), np.concatenate([k, sw_k]), minlength=len(steps))
+            buf.payload = int(per_step.max()) if len(per_step) else 0
+            self.buffers.append(buf)
 
     def words(self, buf: Buffer) -> int:
-        """8-byte words of a cell's bitset: one bit per member of the buffer's groups."""
+        """8-byte words of a value's bitset: one bit per member of the buffer's groups."""
         _, local, _ = group_layout(self.meta.shape, self.meta.buffer_dims(buf.name))
         return (int(local.max()) + 1 + 63) // 64
 
@@ -181,63 +253,55 @@ class Plan:
 
     @property
     def cell_bytes(self) -> int:
-        """The largest buffer's cells in bytes (bitset words and the rest)."""
-        return max(self.meta.npus * b.intervals * (8 * self.words(b) + CELL_BYTES) for b in self.buffers)
+        """Memory of executing the costliest buffer: its cells, its busiest step's payload and a slice's arrays."""
+        return max(self.meta.npus * b.intervals * BYTES_PER_CELL + b.payload * BYTES_PER_MOVED_CELL
+                   for b in self.buffers) + SLICE_BYTES
 
     def run(self) -> dict:
         for buf in self.buffers:
             _Execution(self, buf).run()
-        return {"rows": len(self.table), "collectives": len(self.meta.collectives), "buffers": len(self.buffers),
+        return {"rows": self.rows, "collectives": len(self.meta.collectives), "buffers": len(self.buffers),
                 "intervals": sum(b.intervals for b in self.buffers)}
+
+
+def _slices(count: np.ndarray):
+    """Row ranges [a, b) whose cells add up to about SLICE (a row is never split)."""
+    ends = np.cumsum(count)
+    a = 0
+    while a < len(count):
+        b = max(int(np.searchsorted(ends, (ends[a - 1] if a else 0) + SLICE, "right")), a + 1)
+        yield a, min(b, len(count))
+        a = b
 
 
 class _Execution:
     """One buffer executed on symbols over every NPU, then checked against its collective's definition."""
 
-    def __init__(self, plan: Plan, buf: Buffer):
-        self.plan, self.buf = plan, buf
-        meta = plan.meta
+    def __init__(self, prepared: SymbolicRun, buf: Buffer):
+        self.prepared, self.buf = prepared, buf
+        meta = prepared.meta
         self.npus, self.n = meta.npus, buf.intervals
         self.lens = np.diff(buf.bounds)
         self.gid, self.local, _ = group_layout(meta.shape, meta.buffer_dims(buf.name))
-        self.words = plan.words(buf)
+        self.values = Values(prepared.words(buf))
         self.c = meta.collectives[buf.first]
         self.shards = meta.shards or {}
 
-    # ---- cells and intervals ----------------------------------------------------------------------------------
-
-    def first_interval(self, offsets) -> np.ndarray:
-        return np.searchsorted(self.buf.bounds, offsets)
-
-    def span(self, offsets, nbytes) -> tuple[np.ndarray, np.ndarray]:
-        """(first interval, interval count) of byte ranges [offsets, offsets + nbytes) (clipped to the buffer)."""
-        end = np.minimum(np.asarray(offsets) + nbytes, self.buf.bytes)
-        lo = self.first_interval(offsets)
-        return lo, np.maximum(self.first_interval(end) - lo, 0)
-
-    def member_bits(self, local) -> np.ndarray:
-        """(len(local), words) bitsets holding one group-local rank each."""
-        local = np.asarray(local, np.int64)
-        bits = np.zeros((len(local), self.words), np.uint64)
-        bits[np.arange(len(local)), local // 64] = np.left_shift(np.uint64(1), (local % 64).astype(np.uint64))
-        return bits
-
-    def initial(self) -> Cells:
-        """Every NPU's input: its own piece of every interval; poison where it owns nothing (an all-gather's bytes
-        outside its shards, a broadcast's NPUs other than the roots)."""
-        npus, n = self.npus, self.n
-        bits = np.repeat(self.member_bits(self.local), n, axis=0)
-        dead = np.zeros(npus * n, bool)
+    def initial(self) -> np.ndarray:
+        """Every NPU's input: its own piece of every interval; poison (dead) where it owns nothing (an all-gather's
+        bytes outside its shards, a broadcast's NPUs other than the roots)."""
+        own = self.values.intern(self.values.members(self.local), np.zeros(self.npus, np.int64), self.gid)
+        cells = np.repeat(own.astype(np.int32), self.n)
         if self.buf.kind == "all_gather":
-            dead = ~self.owned().reshape(-1)
+            cells[~self.owned().reshape(-1)] = DEAD
         elif self.buf.kind == "broadcast":
-            dead = np.repeat(~is_root(self.plan.meta.shape, self.c), n)
-        return Cells(bits, np.zeros(npus * n, np.int64), np.repeat(self.gid, n), dead)
+            cells[np.repeat(~is_root(self.prepared.meta.shape, self.c), self.n)] = DEAD
+        return cells
 
     def owned(self) -> np.ndarray:
         """(npus, intervals): the intervals each NPU's all-gather input shards cover."""
         sh = shard_layout(self.shards, self.buf.first)
-        lo, k = self.span(sh[:, :, 0].reshape(-1), sh[:, :, 1].reshape(-1))
+        lo, k = self.buf.span(sh[:, :, 0].reshape(-1), sh[:, :, 1].reshape(-1))
         npu = np.repeat(np.arange(self.npus), sh.shape[1])
         owned = np.zeros(self.npus * self.n, bool)
         owned[np.repeat(npu * self.n, k) + ranges(lo, k)] = True
@@ -246,76 +310,73 @@ class _Execution:
     # ---- execution ------------------------------------------------------------------------------------------------
 
     def run(self) -> None:
-        self.state = self.initial()
-        p, sw, buf = self.plan.pairs, self.plan.sw, self.buf
-        mine = np.isin(p["coll"][self.plan.recvs], buf.colls)
-        s_idx, r_idx = self.plan.sends[mine], self.plan.recvs[mine]
-        order = np.lexsort((p["step"][r_idx], p["stage"][r_idx], p["coll"][r_idx]))
-        s_idx, r_idx = s_idx[order], r_idx[order]
-        key = when(p, r_idx)
-        sw_rows = np.flatnonzero(np.isin(sw["coll"], buf.colls))
-        sw_key = when(sw, sw_rows)
-        for step in np.union1d(key, sw_key).tolist():
-            a, b = np.searchsorted(key, step), np.searchsorted(key, step, "right")
-            self.step(s_idx[a:b], r_idx[a:b], sw_rows[sw_key == step])
+        self.cells = self.initial()
+        m, sw = self.buf.moves, self.prepared.sw
+        sw_key = when(sw, self.buf.switch_rows)
+        for step in np.union1d(m["key"], sw_key).tolist():
+            a, b = np.searchsorted(m["key"], step), np.searchsorted(m["key"], step, "right")
+            self.step(a, b, self.buf.switch_rows[sw_key == step])
         self.check()
 
-    def cells_of(self, npu, offsets, nbytes) -> tuple[np.ndarray, np.ndarray]:
-        """(cell indices, their count per row) of rows' byte ranges on their NPUs."""
-        lo, k = self.span(offsets, nbytes)
-        return np.repeat(np.asarray(npu, np.int64) * self.n, k) + ranges(lo, k), k
-
-    def step(self, si, ri, sw_rows) -> None:
-        """One step: every send reads (a send to a switch adds into its sum), then every receive writes (reduces
-        first, then copies; a receive from a switch copies its sum)."""
-        p, state = self.plan.pairs, self.state
-        src, k = self.cells_of(p["npu"][si], p["offset"][si], p["bytes"][si])
-        dst, _ = self.cells_of(p["npu"][ri], p["offset"][ri], p["bytes"][ri])
-        payload = state.take(src)
-        payload.shift += np.repeat(p["offset"][ri] - p["offset"][si], k)
+    def step(self, a: int, b: int, sw_rows) -> None:
+        """Moves a..b and a step's switch rows: every send reads (a send to a switch adds into its sum), then every
+        receive writes (reduces first, then copies; a receive from a switch copies its sum)."""
+        m, n = self.buf.moves, self.n
+        count = m["count"][a:b]
+        payload = []
+        for i, j in _slices(count):
+            rows = slice(a + i, a + j)
+            read = self.cells[np.repeat(m["sender"][rows] * n, count[i:j]) + ranges(m["src"][rows], count[i:j])]
+            payload.append(self.values.moved(read, np.repeat(m["shift"][rows], count[i:j])))
+        payload = np.concatenate(payload) if payload else np.zeros(0, np.int32)
         sums = self.switch_sums(sw_rows) if len(sw_rows) else None
-        reduce = np.repeat(p["op"][ri] == RECV_REDUCE, k)
-        if reduce.any():
-            into = dst[reduce]
-            old = np.unique(into)
-            targets, summed = combine(np.concatenate([old, into]),
-                                      Cells.concat([state.take(old), payload.take(reduce)]))
-            state.put(targets, summed)
-        copy = ~reduce
-        state.put(dst[copy], payload.take(copy))
+        starts = np.concatenate([[0], np.cumsum(count)])
+        for reduce in (True, False):
+            for i, j in _slices(count):
+                rows = np.arange(a + i, a + j)[m["reduce"][a + i:a + j] == reduce]
+                k = m["count"][rows]
+                into = np.repeat(m["receiver"][rows] * n, k) + ranges(m["dst"][rows], k)
+                got = payload[ranges(starts[rows - a], k)]
+                if reduce:
+                    self.values.add_into(self.cells, into, got)
+                else:
+                    self.cells[into] = got
         if sums is not None:
             self.switch_receives(sw_rows, *sums)
 
-    def switch_sums(self, rows) -> tuple:
-        """What every switch holds after the step's sends: (its switches, sorted cell keys, their sums)."""
-        sw, shape = self.plan.sw, self.plan.meta.shape
-        send = rows[sw["op"][rows] == SEND]
-        switches = np.unique(switch_of(sw, send, shape))
-        which = np.searchsorted(switches, switch_of(sw, send, shape))
-        src, k = self.cells_of(sw["npu"][send], sw["offset"][send], sw["bytes"][send])
-        lo, _ = self.span(sw["offset"][send], sw["bytes"][send])
-        keys = np.repeat(which * self.n, k) + ranges(lo, k)
-        targets, sums = combine(keys, self.state.take(src))
-        return switches, targets, sums
+    def switch_keys(self, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(switch ids, the rows' cells on their NPUs, the same intervals at their switches: keys of sums)."""
+        sw, shape = self.prepared.sw, self.prepared.meta.shape
+        ids = switch_of(sw, rows, shape)
+        lo, k = self.buf.span(sw["offset"][rows], sw["bytes"][rows])
+        at = ranges(lo, k)
+        return ids, np.repeat(sw["npu"][rows].astype(np.int64) * self.n, k) + at, (np.repeat(ids, k), at)
 
-    def switch_receives(self, rows, switches, targets, sums: Cells) -> None:
-        sw, shape = self.plan.sw, self.plan.meta.shape
+    def switch_sums(self, rows) -> tuple:
+        """What every switch holds after the step's sends: (its switches, their cells' keys, sorted; the sums)."""
+        sw = self.prepared.sw
+        send = rows[sw["op"][rows] == SEND]
+        ids, cells, (per, at) = self.switch_keys(send)
+        switches, which = np.unique(ids, return_inverse=True)
+        keys, index = factor(np.searchsorted(switches, per) * self.n + at, max(len(switches), 1) * self.n)
+        sums = np.zeros(len(keys), np.int32)   # zero where no member sent
+        self.values.add_into(sums, index, self.cells[cells])
+        return switches, keys, sums
+
+    def switch_receives(self, rows, switches, keys, sums) -> None:
+        sw = self.prepared.sw
         recv = rows[sw["op"][rows] != SEND]
-        ids = switch_of(sw, recv, shape)
+        ids, cells, (per, at) = self.switch_keys(recv)
         which = np.minimum(np.searchsorted(switches, ids), max(len(switches) - 1, 0))
         missing = switches[which] != ids if len(switches) else np.ones(len(ids), bool)
         if missing.any():
             i = recv[np.argmax(missing)]
             raise VerificationError(f"NPU {sw['npu'][i]} waits at step {sw['step'][i]} for a switch's sum nobody "
                                     "sent to")
-        dst, k = self.cells_of(sw["npu"][recv], sw["offset"][recv], sw["bytes"][recv])
-        lo, _ = self.span(sw["offset"][recv], sw["bytes"][recv])
-        keys = np.repeat(which * self.n, k) + ranges(lo, k)
-        at = np.minimum(np.searchsorted(targets, keys), len(targets) - 1)
-        found = targets[at] == keys
-        got = Cells.empty(len(keys), self.words)  # zero where no member sent those bytes
-        got.put(found, sums.take(at[found]))
-        self.state.put(dst, got)
+        want = np.searchsorted(switches, per) * self.n + at
+        where = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
+        found = keys[where] == want if len(keys) else np.zeros(len(want), bool)
+        self.cells[cells] = np.where(found, sums[where] if len(keys) else ZERO, ZERO)
 
     # ---- the definitions ----------------------------------------------------------------------------------------
 
@@ -325,24 +386,26 @@ class _Execution:
         raise VerificationError(f"{what}: NPU {npu} differs from the definition at {int(self.lens[intervals[bad]].sum())}"
                                 f" byte(s), first at offset {int(self.buf.bounds[first]) - start}")
 
-    def matches(self, bits, shift, group) -> np.ndarray:
-        """(npus, intervals): each NPU's cell equals the expected value (arrays broadcast over NPUs, intervals)."""
-        s, shape = self.state, (self.npus, self.n)
-        view = Cells(s.bits.reshape(*shape, self.words), s.shift.reshape(shape), s.group.reshape(shape),
-                     s.dead.reshape(shape))
-        return view.equals(bits, shift, group)
-
-    def full_sum(self) -> np.ndarray:
-        """(npus, intervals): each NPU holds the sum of its group's inputs, unmoved."""
-        everyone = np.bitwise_or.reduce(self.member_bits(np.arange(int(self.local.max()) + 1)), axis=0)
-        return self.matches(everyone, 0, self.gid[:, None])
+    def holds(self, single_or_full, shift, group) -> np.ndarray:
+        """(npus, intervals): each NPU's cell holds the expected value: `single_or_full` the one member it sums
+        (-1: every member of its group), moved by `shift`, of `group` (arrays broadcast over NPUs, intervals)."""
+        v = self.values
+        count = np.bitwise_count(v.bits).sum(axis=1)
+        word = np.argmax(v.bits != 0, axis=1)   # a one-member value's member: the index of its one set bit
+        low = np.take_along_axis(v.bits, word[:, None], axis=1)[:, 0]
+        member = word * 64 + np.bitwise_count((low & (~low + np.uint64(1))) - np.uint64(1)).astype(np.int64)
+        size = int(self.local.max()) + 1
+        cells = self.cells.reshape(self.npus, self.n)
+        expected_count = np.where(np.asarray(single_or_full) < 0, size, 1)
+        ok = (count[cells] == expected_count) & (v.shift[cells] == shift) & (v.group[cells] == group)
+        return ok & ((np.asarray(single_or_full) < 0) | (member[cells] == single_or_full)) & (cells > DEAD)
 
     def check(self) -> None:
         kind, c = self.buf.kind, self.c
         name = c.name if kind == c.kind else c.buffer
         every = np.arange(self.n)
         if kind in ("all_reduce", "reduce"):
-            ok = self.full_sum()
+            ok = self.holds(-1, 0, self.gid[:, None])
             who = np.arange(self.npus) if kind == "all_reduce" else np.flatnonzero(self.local == self.local[c.root])
             what = f"all_reduce '{name}'" if kind == "all_reduce" else f"reduce '{name}' root"
             for n in who[~ok[who].all(axis=1)][:1]:
@@ -354,8 +417,7 @@ class _Execution:
         elif kind == "all_to_all":
             self.check_all_to_all(name)
         elif kind == "broadcast":
-            root = self.member_bits([self.local[c.root]])[0]
-            ok = self.matches(root, 0, self.gid[:, None])
+            ok = self.holds(int(self.local[c.root]), 0, self.gid[:, None])
             for n in np.flatnonzero(~ok.all(axis=1))[:1]:
                 self.fail(f"broadcast '{name}'", int(n), ~ok[n], every)
         else:
@@ -363,11 +425,10 @@ class _Execution:
 
     def check_reduce_scatter(self, name: str) -> None:
         """Each NPU's shards hold its group's sum, and the group's shards cover every byte exactly once."""
-        ok = self.full_sum()
+        ok = self.holds(-1, 0, self.gid[:, None])
         sh = shard_layout(self.shards, self.buf.first)
-        chunks = sh.shape[1]
-        lo, k = self.span(sh[:, :, 0].reshape(-1), sh[:, :, 1].reshape(-1))
-        npu = np.repeat(np.arange(self.npus), chunks)
+        lo, k = self.buf.span(sh[:, :, 0].reshape(-1), sh[:, :, 1].reshape(-1))
+        npu = np.repeat(np.arange(self.npus), sh.shape[1])
         cells = ranges(lo, k)
         shard = np.repeat(np.arange(len(k)), k)
         bad = ~ok[np.repeat(npu, k), cells]
@@ -394,9 +455,8 @@ class _Execution:
                 i = int(np.argmax(owners != 1))
                 raise VerificationError(f"all_gather '{name}': byte {int(self.buf.bounds[i])} is the input of "
                                         f"{owners[i]} NPUs of group {g}, not exactly one")
-            owner_local = self.local[sel][np.argmax(owned[sel], axis=0)]
-            bits = self.member_bits(owner_local)                        # (intervals, words)
-            ok = self.matches(bits[None], 0, g)[sel]
+            owner = self.local[sel][np.argmax(owned[sel], axis=0)]   # each interval's one owner
+            ok = self.holds(owner[None, :], 0, g)[sel]
             for j in np.flatnonzero(~ok.all(axis=1))[:1]:
                 self.fail(f"all_gather '{name}'", int(sel[j]), ~ok[j], every)
 
@@ -409,13 +469,7 @@ class _Execution:
                                     f"of {slots} equal slots")
         slot_bytes = size // (c.chunks * slots)
         j = (self.buf.bounds[:-1] // slot_bytes) % slots                 # each interval's slot
-        bits = self.member_bits(j)[None]
         shift = (j[None, :] - self.local[:, None]) * slot_bytes          # from slot local[n] of member j
-        ok = self.matches(bits, shift, self.gid[:, None])
+        ok = self.holds(j[None, :], shift, self.gid[:, None])
         for n in np.flatnonzero(~ok.all(axis=1))[:1]:
             self.fail(f"all_to_all '{name}'", int(n), ~ok[n], np.arange(self.n))
-
-
-def verify(schedule) -> dict:
-    """Check `schedule` on symbols (raises VerificationError naming the first fault)."""
-    return Plan(schedule).run()
