@@ -35,15 +35,13 @@ from .verify_rows import (VerificationError, checked_rows, group_layout, is_root
 MAX_INTERVALS = 1 << 24   # pieces one buffer may be cut into (row ends, shards, slots and the cuts moves need)
 ZERO, DEAD = 0, 1         # the ids of zero and of every dead value
 SLICE = 1 << 21           # cells a step reads or writes at once (bounds its index arrays)
-TABLE_KEYS = 1 << 24      # pairs of ids found by a lookup table up to this many possible pairs, else by sorting
-BYTES_PER_CELL = 4        # a cell's value id (int32)
-BYTES_PER_MOVED_CELL = 4  # a step's payload: the id each read cell carries until the step writes
-SLICE_BYTES = SLICE * 64 + TABLE_KEYS * 9  # a slice's index arrays and the pair lookup table
+TABLE_KEYS = 1 << 16      # keys found by a lookup table over their whole space up to this space (or 4 slots per
+                          # key), else by sorting: the table's memory stays within a few bytes per key
 
 
 def factor(keys: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
     """(the distinct keys, ascending; each key's index among them) for keys in [0, space)."""
-    if space <= TABLE_KEYS:  # a table instead of a sort
+    if space <= max(TABLE_KEYS, 4 * len(keys)):  # a table instead of a sort
         present = np.zeros(space, bool)
         present[keys] = True
         distinct = np.flatnonzero(present)
@@ -204,8 +202,8 @@ def cut_closed(bounds: np.ndarray, src: np.ndarray, dst: np.ndarray, n: np.ndarr
 
 
 class SymbolicRun:
-    """A schedule's rows checked and its buffers cut into intervals, ready to execute on symbols. `rows` and
-    `cell_bytes` size the execution before it runs (compiler/resources.py)."""
+    """A schedule's rows checked and its buffers cut into intervals, ready to execute on symbols. `rows`, `cells`
+    and `payload` size the execution before it runs (compiler/resources.py)."""
 
     def __init__(self, schedule):
         self.meta, t, p, sends, recvs, self.sw = checked_rows(schedule)
@@ -249,13 +247,12 @@ class SymbolicRun:
     @property
     def cells(self) -> int:
         """Cells of the largest buffer: its intervals on every NPU (buffers execute one at a time)."""
-        return max(self.meta.npus * b.intervals for b in self.buffers)
+        return max((self.meta.npus * b.intervals for b in self.buffers), default=0)
 
     @property
-    def cell_bytes(self) -> int:
-        """Memory of executing the costliest buffer: its cells, its busiest step's payload and a slice's arrays."""
-        return max(self.meta.npus * b.intervals * BYTES_PER_CELL + b.payload * BYTES_PER_MOVED_CELL
-                   for b in self.buffers) + SLICE_BYTES
+    def payload(self) -> int:
+        """Cells the busiest step of any buffer reads (held until the step writes; a slice of them at a time)."""
+        return max((b.payload for b in self.buffers), default=0)
 
     def run(self) -> dict:
         for buf in self.buffers:
@@ -382,9 +379,9 @@ class _Execution:
 
     def fail(self, what: str, npu: int, bad: np.ndarray, intervals: np.ndarray, start: int = 0) -> None:
         """`bad` over `intervals` of NPU `npu`: the data verifier's message, in bytes (offsets from `start`)."""
-        first = intervals[np.argmax(bad)]
-        raise VerificationError(f"{what}: NPU {npu} differs from the definition at {int(self.lens[intervals[bad]].sum())}"
-                                f" byte(s), first at offset {int(self.buf.bounds[first]) - start}")
+        first, differing = intervals[np.argmax(bad)], int(self.lens[intervals[bad]].sum())
+        raise VerificationError(f"{what}: NPU {npu} differs from the definition at {differing} byte(s), first at "
+                                f"offset {int(self.buf.bounds[first]) - start}")
 
     def holds(self, single_or_full, shift, group) -> np.ndarray:
         """(npus, intervals): each NPU's cell holds the expected value: `single_or_full` the one member it sums
