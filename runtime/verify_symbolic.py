@@ -19,7 +19,7 @@ probability near one; this one holds exactly (each input byte is a symbol).
 
 A row whose receive lands at another offset than its send read (an all-to-all slot) maps the intervals inside the
 one range onto those of the other; where they do not line up, both are cut further until they do (a corrupted table
-may need many cuts; past MAX_INTERVALS it is refused).
+may need many cuts; past MAX_INTERVALS pieces or MAX_CUT_ROUNDS rounds of cuts it is refused).
 """
 from __future__ import annotations
 
@@ -28,11 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import TableError
-from .tables import RECV_REDUCE, SEND
+from .tables import RECV_REDUCE, SEND, DirSchedule
 from .verify_rows import (VerificationError, checked_rows, group_layout, is_root, ranges, shard_layout, switch_of,
                           when)
 
 MAX_INTERVALS = 1 << 24   # pieces one buffer may be cut into (row ends, shards, slots and the cuts moves need)
+MAX_CUT_ROUNDS = 4096     # rounds of cuts that moves between offsets may take to line up (the compiler's: none)
+MAX_CUT_WORK = 1 << 24    # moves mapped over those rounds (a round maps every move that changes offset)
 ZERO, DEAD = 0, 1         # the ids of zero and of every dead value
 SLICE = 1 << 21           # cells a step reads or writes at once (bounds its index arrays)
 TABLE_KEYS = 1 << 16      # keys found by a lookup table over their whole space up to this space (or 4 slots per
@@ -49,6 +51,12 @@ def factor(keys: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
         index[distinct] = np.arange(len(distinct))
         return distinct, index[keys]
     return np.unique(keys, return_inverse=True)
+
+
+def distinct(a: np.ndarray) -> np.ndarray:
+    """np.unique(a) by a sort (numpy 2's np.unique hashes first: 40 times slower on the cuts of a buffer)."""
+    a = np.sort(a)
+    return a[np.concatenate([[True], a[1:] != a[:-1]])] if len(a) else a
 
 
 class Values:
@@ -182,22 +190,34 @@ def _slot_bounds(meta, c, size: int) -> list:
 
 def cut_closed(bounds: np.ndarray, src: np.ndarray, dst: np.ndarray, n: np.ndarray, name: str) -> np.ndarray:
     """Cut until every move (bytes [src, src + n) received at [dst, dst + n)) maps the intervals of the one range
-    onto those of the other: each range gets the cuts of the other, until nothing changes."""
+    onto those of the other: each range gets the cuts of the other, round after round (each round maps the cuts the
+    last one added), until a round adds none.
+
+    The compiler's moves (all-to-all slots) line up in the first round. A table's may not: a send read one byte
+    off its receive's offset adds a cut or two a round until every byte of the range is a piece, n/2 rounds for n
+    bytes. So the rounds are limited (MAX_CUT_ROUNDS, fewer where many moves make each round long: MAX_CUT_WORK
+    moves mapped in all) as well as the pieces: such a table is refused in a second, not after hours."""
     moved = src != dst
     src, dst, n = src[moved], dst[moved], n[moved]
-    while len(src):
-        found = [bounds]
+    rounds = min(MAX_CUT_ROUNDS, MAX_CUT_WORK // max(len(src), 1))
+    new = bounds
+    for round_ in range(rounds + 1 if len(src) else 0):
+        found = []
         for a, b in ((src, dst), (dst, src)):
-            lo, hi = np.searchsorted(bounds, a, "right"), np.searchsorted(bounds, a + n, "left")
+            lo, hi = np.searchsorted(new, a, "right"), np.searchsorted(new, a + n, "left")
             k = np.maximum(hi - lo, 0)
-            found.append(bounds[ranges(lo, k)] + np.repeat(b - a, k))
-        grown = np.unique(np.concatenate(found))
-        if len(grown) == len(bounds):
-            break
-        if len(grown) > MAX_INTERVALS + 1:
-            raise TableError(f"{name}: its rows move bytes between offsets that cut the buffer into more than "
-                             f"{MAX_INTERVALS} pieces, too many to verify")
-        bounds = grown
+            found.append(new[ranges(lo, k)] + np.repeat(b - a, k))
+        found = distinct(np.concatenate(found))
+        at = np.searchsorted(bounds, found)
+        fresh = bounds[np.minimum(at, len(bounds) - 1)] != found   # every cut lies inside the buffer: at < len
+        new = found[fresh]
+        if not len(new):
+            return bounds
+        if round_ == rounds or len(bounds) + len(new) > MAX_INTERVALS + 1:
+            raise TableError(f"{name}: its rows move bytes between offsets that do not line up (cutting the buffer "
+                             f"so that every move maps whole pieces takes more than {MAX_INTERVALS} pieces or "
+                             f"{rounds} rounds of cuts); too many to verify")
+        bounds = np.insert(bounds, at[fresh], new)
     return bounds
 
 
@@ -218,12 +238,13 @@ class SymbolicRun:
             rows = np.isin(t["coll"], colls)
             cuts = [np.array([0, size], np.int64), t["offset"][rows], t["offset"][rows] + t["bytes"][rows]]
             cuts += _sharded_bounds(meta, shards, int(colls[0]), size) + _slot_bounds(meta, first, size)
-            bounds = np.unique(np.concatenate(cuts).astype(np.int64))
+            bounds = distinct(np.concatenate(cuts).astype(np.int64))
             mine = np.isin(p["coll"][recvs], colls)
             s, r = sends[mine], recvs[mine]
             order = np.lexsort((p["step"][r], p["stage"][r], p["coll"][r]))
             s, r = s[order], r[order]
-            bounds = cut_closed(bounds, p["offset"][s], p["offset"][r], p["bytes"][r], name)
+            where = f"{schedule.path}: buffer {name}" if isinstance(schedule, DirSchedule) else f"buffer {name}"
+            bounds = cut_closed(bounds, p["offset"][s], p["offset"][r], p["bytes"][r], where)
             buf = Buffer(name, first.buffer_kind, int(colls[0]), colls, size, bounds, {},
                          np.flatnonzero(np.isin(self.sw["coll"], colls)), 0)
             src, k = buf.span(p["offset"][s], p["bytes"][s])
