@@ -22,7 +22,7 @@ from astra_compile.network.errors import UserError
 from astra_compile.network.parse import parse_topology
 from astra_compile.network.units import gbps_to_bytes_per_ns
 from astra_compile.runtime import step_tables
-from astra_compile.runtime.verifier import MAX_ELEMENTS, verify
+from astra_compile.runtime.verifier import verify
 from astra_compile.compiler.core.step_keys import group_span
 
 from helpers import cli, refused
@@ -176,9 +176,7 @@ def test_any_mesh_split_compiles_to_a_schedule_correct_on_data(blocks, sizes, da
     assert [d for d, m in enumerate(members) if len(m) > 1] == dims_
     assert all(parts.get(d, (topo.shape[d], 1))[0] == len(members[d]) for d in dims_)
     kind = data.draw(st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "broadcast"]))
-    # the verifier executes on data up to MAX_ELEMENTS bytes in all: 1 MB on 64 NPUs is over, half of it is not
-    nbytes = MB if topo.npus * MB <= MAX_ELEMENTS else MB // 2
-    report = astra_compile.compile(step(topology, [group], kind, nbytes=nbytes), topology, keep_tables=True)
+    report = astra_compile.compile(step(topology, [group], kind, nbytes=MB), topology, keep_tables=True)
     (schedule,) = report.step_tables("csv").collectives
     verify(schedule)
     assert report.total_time_us > 0

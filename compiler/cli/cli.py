@@ -267,15 +267,22 @@ def _write_timeline(args, result, meta: dict, title: str) -> None:
         write_plot(args.plot, result, meta.ndims, title)
 
 
+def _verify(schedule, max_memory: int | None) -> None:
+    """--verify: the schedule's rows read and checked, the pieces they cut its buffers into counted, the memory of
+    executing them on symbols estimated, then executed (runtime/verify_symbolic.py)."""
+    from ..driver import resources
+    from ...runtime.verifier import SymbolicRun
+    check = SymbolicRun(schedule)
+    resources.verified_cells(check).check(max_memory)
+    check.run()
+
+
 def _run_table_dir(args, run) -> int:
     """Execute tables written earlier with -o."""
     from ..driver import driver
     from ...runtime.tables import DirSchedule
     from ..driver import resources
     schedule = DirSchedule(args.input)
-    if args.verify:
-        from ...runtime.verifier import check_size
-        check_size(schedule.meta)
     resources.table_files(args.input, schedule.meta, run.execution != "full", args.verify,
                           run.max_memory).check(run.max_memory)
     result = driver.execute(schedule, run)
@@ -284,9 +291,9 @@ def _run_table_dir(args, run) -> int:
            "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
     _write_timeline(args, result, schedule.meta, f"{args.input}: {result.backend} runtime")
     if args.verify:  # the written tables on their own: their meta carries every shard layout
-        from ...runtime.verifier import VerificationError, verify
+        from ...runtime.verifier import VerificationError
         try:
-            verify(schedule)
+            _verify(schedule, run.max_memory)
         except VerificationError as e:  # tables given as input are the user's: wrong ones are bad input
             raise UserError(f"{args.input}: the tables do not implement their collectives: {e}") from None
         out["verified"] = True
@@ -381,10 +388,8 @@ def _run_collective(args, run, given: set[str]) -> int:
     module, schedule = compiled.module, compiled.schedule
     if args.verify:  # before anything is written: a schedule that fails verification is never emitted
         from ..driver import resources
-        from ...runtime.verifier import check_size, verify
-        check_size(schedule.meta)  # the verifier's own limit first: its message says what to do
         resources.verification(topology, schedule.plans).check(run.max_memory)
-        verify(schedule)
+        _verify(schedule, run.max_memory)
         if args.emit != "report":
             sys.stderr.write(VERIFIED + "\n")  # stdout carries the MLIR or the table
 
