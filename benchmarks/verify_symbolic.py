@@ -2,7 +2,7 @@
 
 Each case runs as a fresh process with and without `--verify` (median wall time of `--runs`, peak resident memory
 from the child's rusage), so the difference is what verifying costs. The verifier's memory estimate (the larger of
-compiler/resources.py's `verification`, before the rows are read, and `verified_cells`, after) is printed beside
+compiler/driver/resources.py's `verification`, before the rows are read, and `verified_cells`, after) is printed beside
 the peak: it is meant to lie above it, within a factor of two or so. The data verifier refused all of these: they
 hold 8 GB to 512 GB over their NPUs, past its 50 M bytes.
 
@@ -46,7 +46,7 @@ def measured(exe: str, argv: list[str], runs: int) -> tuple[float, float]:
 def estimate(argv: list[str]) -> tuple[int, int, int]:
     """(the verifier's memory estimate in bytes, its table rows, its cells) for a case, compiled in this process as
     the CLI compiles it."""
-    from astra_compile.compiler import driver, resources
+    from astra_compile.compiler.driver import driver, resources
     from astra_compile.dialects import comm
     from astra_compile.network.parse import parse_topology
     from astra_compile.network.units import parse_size

@@ -223,7 +223,7 @@ def cut_closed(bounds: np.ndarray, src: np.ndarray, dst: np.ndarray, n: np.ndarr
 
 class SymbolicRun:
     """A schedule's rows checked and its buffers cut into intervals, ready to execute on symbols. `rows`, `cells`
-    and `payload` size the execution before it runs (compiler/resources.py)."""
+    and `payload` size the execution before it runs (compiler/driver/resources.py)."""
 
     def __init__(self, schedule):
         self.meta, t, p, sends, recvs, self.sw = checked_rows(schedule)

@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from astra_compile.compiler import driver
+from astra_compile.compiler.driver import driver
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
 from astra_compile.runtime.tables import RECV_COPY, RECV_REDUCE, SEND, Table
