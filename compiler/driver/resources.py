@@ -165,7 +165,7 @@ def verified_cells(check) -> Estimate:
     pieces): the messages it keeps, and the larger of executing the busiest step (every cell, the step's payload, a
     slice's index arrays) and checking the definitions over every cell. Measured 14-17 bytes per cell checked,
     50-90 per slice cell; what the pieces cost, not the bytes: 1 GB costs what 1 KB does."""
-    from ..runtime.verify_symbolic import SLICE
+    from ...runtime.verify_symbolic import SLICE
     steps = check.cells * PER_CELL + check.payload * PER_MOVED_CELL + min(check.payload, SLICE) * PER_SLICE_CELL
     cells = max(steps, check.cells * PER_CHECKED_CELL)
     return Estimate(BASE + check.rows * PER_KEPT_ROW + cells, check.rows,
