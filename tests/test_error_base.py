@@ -10,7 +10,7 @@ from astra_compile.network.errors import AstraError
 
 ERRORS = {"astra_compile.network.errors": "UserError", "astra_compile.runtime.errors": "TableError",
           "astra_compile.runtime.atomic": "OutputError", "astra_compile.runtime.phases": "OptionError",
-          "astra_compile.runtime.verifier": "VerificationError",
+          "astra_compile.runtime.verify_rows": "VerificationError",
           "astra_compile.runtime.workload_engine": "WorkloadError",
           "astra_compile.dialects.comm": "IRError", "astra_compile.passes.base": "PassError"}
 
