@@ -128,7 +128,9 @@ class Values:
 
     def add_into(self, acc: np.ndarray, targets: np.ndarray, incoming: np.ndarray) -> None:
         """acc[targets] += incoming, in place; several values may go into one target (two children into their
-        parent, a switch's members into its sum): each target's are added one after the other."""
+        parent, a switch's members into its sum): each target's are summed in pairs, halving them each round (a
+        1024-member switch takes 10 rounds, not 1024), then added to what it held. The order does not matter: a sum
+        is dead wherever two of its values clash, whichever are added first."""
         if not len(targets):
             return
         seen = np.zeros(len(acc), bool)
@@ -137,12 +139,16 @@ class Values:
             acc[targets] = self.add(acc[targets], incoming)
             return
         order = np.argsort(targets, kind="stable")
-        t, inc = targets[order], incoming[order]
+        t, v = targets[order], incoming[order]
         first = np.concatenate([[True], t[1:] != t[:-1]])
-        rank = np.arange(len(t)) - np.maximum.accumulate(np.where(first, np.arange(len(t)), 0))
-        for r in range(int(rank.max()) + 1):
-            at = rank == r
-            acc[t[at]] = self.add(acc[t[at]], inc[at])
+        while not first.all():
+            pos = np.arange(len(t)) - np.maximum.accumulate(np.where(first, np.arange(len(t)), 0))
+            even = pos % 2 == 0
+            paired = np.flatnonzero(even & ~np.concatenate([first[1:], [True]]))  # a target's next value follows
+            v[paired] = self.add(v[paired], v[paired + 1])
+            t, v = t[even], v[even]
+            first = np.concatenate([[True], t[1:] != t[:-1]])
+        acc[t] = self.add(acc[t], v)
 
 
 @dataclass
