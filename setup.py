@@ -43,6 +43,7 @@ setup(
         "astra_compile.compiler.core",
         "astra_compile.compiler.driver",
         "astra_compile.compiler.frontend",
+        "astra_compile.compiler.frontend.readers",
         "astra_compile.compiler.interop",
         "astra_compile.compiler.lowering",
         "astra_compile.compiler.report",

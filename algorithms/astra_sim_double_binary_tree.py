@@ -1,8 +1,8 @@
 """ASTRA-sim's doubleBinaryTree all-reduce on one dimension, chunk by chunk as ASTRA-sim runs it.
 
-What a system file's doubleBinaryTree runs (compiler/interop/astra_system.py). Each chunk goes whole up a binary tree and
-back down as in tree_reduce_broadcast (DoubleBinaryTreeAllReduce), with ASTRA-sim's two conventions for several
-chunks, read in its source:
+What a system file's doubleBinaryTree runs (compiler/interop/astra_system.py). Each chunk goes whole up a binary
+tree and back down as in tree_reduce_broadcast (DoubleBinaryTreeAllReduce), with ASTRA-sim's two conventions for
+several chunks, read in its source:
 - the chunks take its two trees in turn (DoubleBinaryTreeTopology::get_topology): chunk 0 the tree rooted at member
   k-1 (BinaryTree RootMax: the in-order tree over 0..k-2 below it), chunk 1 its mirror image rooted at member 0
   (RootMin, tree_reduce_broadcast's tree), chunk 2 the first again, and so on (mirrored_chunks);

@@ -251,18 +251,3 @@ class Algorithm:
         """Ranks scope: the NPU of each virtual rank the template runs over (HDRM's placement), or None: ranks
         are NPUs."""
         return None
-
-
-class OverRanks(Algorithm):
-    """A per-dimension algorithm run over every NPU at once by rank, each message routed across the dimensions (a
-    topology-unaware baseline); `over` names the per-dimension algorithm whose template it runs."""
-    scope = RANKS
-    over: str = ""
-
-    def template(self, kind, k, bidirectional=False):
-        from . import get  # the registry, loading the per-dimension algorithm's file if no one has yet
-        return get(self.over).template(kind, k, True)
-
-    def footprint(self, kind, k, bidirectional=False):
-        from . import get
-        return get(self.over).footprint(kind, k, True)

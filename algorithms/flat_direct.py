@@ -1,6 +1,6 @@
 """flat_direct: direct over all NPUs at once by rank, every message routed across the dimensions (a topology-unaware
 baseline)."""
-from .base import OverRanks
+from .over_ranks import OverRanks
 
 
 class FlatDirect(OverRanks):

@@ -1,6 +1,6 @@
 """flat_halving_doubling: halving-doubling over all NPUs at once by rank, every message routed across the
 dimensions (a topology-unaware baseline; needs a power-of-two NPU count)."""
-from .base import OverRanks
+from .over_ranks import OverRanks
 
 
 class FlatHalvingDoubling(OverRanks):

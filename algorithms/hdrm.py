@@ -20,7 +20,7 @@ import numpy as np
 
 from ..network.errors import UserError
 from ..network.graphs import bigraph_shape
-from .base import OverRanks
+from .over_ranks import OverRanks
 
 
 def applies(per_switch: int, switches: int) -> bool:

@@ -14,7 +14,6 @@ NPUs meet through switches: Switch dimensions and graph topologies (`path_trees`
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import islice
 
 import numpy as np
@@ -24,17 +23,7 @@ from ..network.errors import UserError
 from ..network.graphs import reachable
 from ..network.links import LANE_SHORTEST, ROUTED, LinkMap
 from .base import NETWORK, Algorithm, Transfers
-
-
-@dataclass(frozen=True)
-class Trees:
-    parent: np.ndarray   # (roots, nodes): parent of each node in each tree, -1 for the root
-    step: np.ndarray     # (roots, nodes): time step (1-based) in which the node joined the tree
-    link: np.ndarray     # (roots, nodes): link id of the edge parent -> node
-    steps: int
-
-    def heights(self) -> np.ndarray:
-        return self.step.max(axis=1)
+from .trees import Trees
 
 
 def step_lower_bound(npus: int, src: np.ndarray, dst: np.ndarray, ports: int | None = None) -> int:

@@ -12,7 +12,8 @@ import numpy as np
 
 from ..network.errors import UserError
 from . import cp_sat
-from .multitree import Multitree, Trees, allocate, routed, step_lower_bound
+from .multitree import Multitree, allocate, routed, step_lower_bound
+from .trees import Trees
 
 
 def feasible(npus: int, src, dst, steps: int, ports: int | None = None, time_limit_s: float = 30.0):

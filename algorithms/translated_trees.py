@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .multitree import Trees
+from .trees import Trees
 
 
 def translated_trees(topology, links, ports: int | None = None) -> Trees | None:

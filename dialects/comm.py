@@ -16,7 +16,7 @@ from torch_mlir import ir
 from torch_mlir._mlir_libs._mlir import globals as _mlir_globals
 from torch_mlir.dialects import irdl
 
-from ..network.errors import show
+from ..network.errors import AstraError, show
 from ..network.units import MAX_BYTES
 
 # MLIR's Python bindings import a dialect's Python module (<prefix>.<namespace>) when they first wrap one of its
@@ -54,7 +54,7 @@ SCHEDULE_CANDIDATES = ("cp-sat", "themis", "baseline")
 TOPOLOGY_ATTR = "comm.topology"
 
 
-class IRError(Exception):
+class IRError(AstraError):
     """Malformed or invalid comm IR (one line: the CLI prints it and exits 2)."""
 
 

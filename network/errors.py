@@ -1,7 +1,17 @@
 import reprlib
 
 
-class UserError(Exception):
+class AstraError(Exception):
+    """The base of every error astra-compile raises on purpose, each subclass in the layer that raises it: bad
+    input (UserError), malformed IR (dialects' IRError), a pass that cannot run (PassError), a table or table
+    directory refused (runtime's TableError), run options the tables cannot honour (OptionError), programs that
+    cannot run (WorkloadError), an output that cannot be written safely (OutputError), a schedule that does not
+    implement its collective (VerificationError). A command turns one into its one `astra-compile: error:` line
+    (a failed verification into its own, status 1); anything else reaching it is a defect. InputWarning is a
+    warning, not an error: it is not one of them."""
+
+
+class UserError(AstraError):
     """Bad user input: the CLI prints str(e) as one line and exits 2."""
 
 

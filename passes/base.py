@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from ..dialects import comm
-from ..network.errors import UserError
+from ..network.errors import AstraError, UserError
 
 
-class PassError(Exception):
+class PassError(AstraError):
     """A pass cannot run on this input (one line; the CLI prints it and exits 2)."""
 
 

@@ -21,8 +21,10 @@ import sys
 import tempfile
 from typing import Callable
 
+from ..network.errors import AstraError
 
-class OutputError(Exception):
+
+class OutputError(AstraError):
     """An output that cannot be written safely (one line; the CLI prints it and exits 2)."""
 
 

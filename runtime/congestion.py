@@ -47,6 +47,7 @@ import numpy as np
 
 from ..network.errors import InputWarning
 from .congestion_plan import Plan
+from .run_record import SWITCHING  # noqa: F401 (the option's values, written once with the others)
 from .phases import (INTRA_POLICIES, OptionError, PhaseEngine, Result, make_result, never_starts,
                      tables_by_npu, tables_of, waits_forever)
 from .tables import Schedule, Table
@@ -73,7 +74,6 @@ if STALE_CORE:
     _linkcore = None
 
 
-SWITCHING = ("cut-through", "store-and-forward")
 I64, F64 = np.int64, np.float64
 
 

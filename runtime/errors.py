@@ -1,12 +1,14 @@
 """The runtime's error for malformed tables and table directories (one line; the CLI prints it and exits 2), and the
 one reader of a table directory's files."""
+from ..network.errors import AstraError
+
 
 # A table directory's file (meta.json, a table, a program) is read whole; the memory estimate
 # (compiler/driver/resources.py) sizes the run from the files before they are read.
 MAX_TABLE_FILE_BYTES = 1 << 30
 
 
-class TableError(Exception):
+class TableError(AstraError):
     """A malformed table or table directory."""
 
 

@@ -100,8 +100,8 @@ class Meta:
     run: dict = field(default_factory=dict, compare=False)
     # symmetric, and the relabelling maps the network's links onto links, so NPU 0's links stand for every link of
     # their class (the congestion runtime's symmetric execution). The lowering sets it from the algorithms' answers
-    # (compiler/lowering/lower.py: Schedule.symmetry); meta.json does not hold it (the bytes of every written directory stay
-    # as they were), so read back it is derived (from_json)
+    # (compiler/lowering/lower.py: Schedule.symmetry); meta.json does not hold it (the bytes of every written
+    # directory stay as they were), so read back it is derived (from_json)
     symmetric_links: bool = False
 
     @property

@@ -7,12 +7,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..network.errors import AstraError
 from ..network.links import ROUTED, LinkMap
 from ..network.units import gbps_to_bytes_per_ns
+from .run_record import INTRA_POLICIES  # noqa: F401 (the option's values, written once with the others)
 from .tables import RECV_REDUCE, SEND, Schedule, Table, TableError
 
 
-class OptionError(ValueError):
+class OptionError(AstraError, ValueError):
     """Run options the tables cannot honour (one line; the CLI prints it and exits 2)."""
 
 
@@ -310,9 +312,6 @@ class Chains:
 def phase_dim(meta, key) -> int:
     """Dimension of phase key = (coll, chunk, stage); -1 for a phase over every dimension (graph algorithms)."""
     return meta.collectives[key[0]].chunk_dims[key[1]][key[2]]
-
-
-INTRA_POLICIES = ("fifo", "scf")
 
 
 def priority_key(intra: str, size: float, ready_ns: float, coll: int, flow: int, stage: int):

@@ -7,8 +7,8 @@ defaults. Each of them records the options of that kind whose values differed fr
 an artefact written without any is byte for byte what it was before this record existed.
 
 This module is the record's one list of keys per artefact and its one reader check (every key's type and range, a
-fault one TableError naming the file, the key and the value); compiler/driver/recorded_run.py builds a record from a run's
-options and applies one to a re-run (docs/tables.md, "Recorded run options").
+fault one TableError naming the file, the key and the value); compiler/driver/recorded_run.py builds a record from
+a run's options and applies one to a re-run (docs/tables.md, "Recorded run options").
 """
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ from .errors import TableError
 
 BACKENDS = ("analytical", "congestion")
 EXECUTIONS = ("auto", "symmetric", "full")
+INTRA_POLICIES = ("fifo", "scf")                  # a dimension's queue order (phases.py)
+SWITCHING = ("cut-through", "store-and-forward")  # how the congestion runtime forwards a message (congestion.py)
+STREAMS, ASTRA_SIM = "streams", "astra-sim"       # the step semantics (workload_engine.py)
+SEMANTICS = (STREAMS, ASTRA_SIM)
 # how tables execute: what a collective's table directory records
 TABLES = ("backend", "execution", "intra", "active_chunks", "switching", "local_mem_gbps")
 # how a step's collectives execute, its roofline, memories and step semantics: what a step directory records
@@ -50,9 +54,6 @@ def check(record, where: str, keys: tuple, ndims: int) -> dict:
 
 
 def _value(key: str, value, at: str, ndims: int):
-    from .congestion import SWITCHING
-    from .phases import INTRA_POLICIES
-    from .workload_engine import SEMANTICS
     words = {"backend": BACKENDS, "execution": EXECUTIONS, "intra": INTRA_POLICIES, "switching": SWITCHING,
              "step_semantics": SEMANTICS, "scheduler": ("baseline", "themis", "optimal")}
     if key in words:

@@ -159,7 +159,8 @@ def read(path: str) -> StepTables:
         sub = os.path.join(path, entry["dir"])
         if not os.path.isdir(sub):
             raise TableError(f"{meta_path}: collectives[{c}].dir: {entry['dir']} is missing from {path}")
-        collectives.append(DirSchedule(sub))   # its network is the one its group sees: compiler/interop/step_dir.py checks
+        # its network is the one its group sees: compiler/interop/step_dir.py checks
+        collectives.append(DirSchedule(sub))
     return StepTables(meta, programs, collectives)
 
 

@@ -16,7 +16,8 @@ from ..network import blocks
 from ..network.errors import show
 from ..network.topology import MAX_LINKS, MAX_NPUS
 from ..network.units import MAX_GBPS, MIN_GBPS
-from .tables import COLUMN_NAMES, DTYPES, OP_NAMES, SWITCH, Table, TableError
+from .errors import TableError
+from .table_rows import COLUMN_NAMES, DTYPES, OP_NAMES, SWITCH
 
 # columns every NPU of a symmetric schedule shares, as a multiset of rows (peers, offsets and the row order, hence
 # `dep`, are relabelled per NPU)
@@ -37,9 +38,9 @@ def check_files(path: str, meta) -> None:
             raise TableError(f"{path}: npu_{npu}.{fmt} is missing ({meta.npus} NPUs in meta.json)")
 
 
-def table_from_columns(cols, source: str) -> Table:
-    """A Table from raw columns (floats from a CSV, lists from JSON): each must hold whole numbers within its
-    column's integer width (a cast would wrap them silently) and finite bandwidths."""
+def checked_columns(cols, source: str) -> dict:
+    """A Table's columns from raw ones (floats from a CSV, lists from JSON): each must hold whole numbers within
+    its column's integer width (a cast would wrap them silently) and finite bandwidths."""
     if not isinstance(cols, dict):
         raise TableError(f"{source}: a table is an object of columns, got {type(cols).__name__}")
     out = {}
@@ -64,10 +65,10 @@ def table_from_columns(cols, source: str) -> Table:
         out[name] = v
     if len({len(v) for v in out.values()}) > 1:
         raise TableError(f"{source}: columns differ in length")
-    return Table(out)
+    return out
 
 
-def check_rows(t: Table, meta, npu: int, source: str) -> None:
+def check_rows(t, meta, npu: int, source: str) -> None:
     """Every row of NPU `npu`'s table in range; the first bad row is named."""
     colls = meta.collectives
     ndims = meta.ndims
@@ -103,7 +104,7 @@ def check_rows(t: Table, meta, npu: int, source: str) -> None:
             raise TableError(f"{source}: row {row}: {name} {show(t[name][row])} {what}")
 
 
-def symmetric_claim_holds(npu0: Table, other: Table) -> bool:
+def symmetric_claim_holds(npu0, other) -> bool:
     """Does `other` run NPU 0's rows (same steps, sizes, dimensions), up to peers and offsets?"""
     if len(npu0) != len(other):
         return False

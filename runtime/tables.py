@@ -18,34 +18,9 @@ import numpy as np
 from . import atomic
 from .errors import TableError, read_table_json, read_table_text
 from .meta import FORMAT, VERSION, Meta  # noqa: F401 (FORMAT, VERSION: the table format's name and version)
-
-SEND, RECV_REDUCE, RECV_COPY = 0, 1, 2
-# `peer` of a transfer with the switch of the row's dimension group (in-network reduction, algorithms/in_switch.py):
-# a SEND to it adds to the switch's sum for its (collective, chunk, phase, step), a RECV_COPY takes that sum
-SWITCH = -1
-OP_NAMES = {SEND: "SEND", RECV_REDUCE: "RECV_REDUCE", RECV_COPY: "RECV_COPY"}
-OP_CODES = {v: k for k, v in OP_NAMES.items()}
-
-# (name, dtype, meaning); the order is the CSV column order
-COLUMNS = (
-    ("npu", np.int32, "accelerator that executes the row"),
-    ("coll", np.int16, "collective index (meta.collectives)"),
-    ("flow", np.int32, "chunk of the collective"),
-    ("stage", np.int16, "phase of the chunk's chain (meta.collectives[coll].stages)"),
-    ("step", np.int32, "step inside the phase; step s+1 starts when every row of step s is done on this NPU"),
-    ("op", np.int8, "SEND, RECV_REDUCE (add into the buffer) or RECV_COPY (overwrite)"),
-    ("peer", np.int32, "the other NPU of the transfer; -1: the switch of this NPU's group in `dim` (in-network "
-                       "reduction)"),
-    ("dim", np.int8, "topology dimension the transfer travels in"),
-    ("lane", np.int8, "which of the parallel links to that peer (Ring: 0 = forward, 1 = backward)"),
-    ("hops", np.int16, "links traversed"),
-    ("gbps", np.float64, "bandwidth of the link used, GB/s (2^30 B/s)"),
-    ("offset", np.int64, "byte offset in the collective's buffer (read for SEND, written for RECV)"),
-    ("bytes", np.int64, "bytes of this row"),
-    ("dep", np.int64, "row (in this NPU's table) of the receive whose data this send forwards; -1: own data"),
-)
-COLUMN_NAMES = tuple(c[0] for c in COLUMNS)
-DTYPES = {c[0]: c[1] for c in COLUMNS}
+# the row format (table_rows.py), which the runtime and the compiler import from here
+from .table_rows import (COLUMN_NAMES, COLUMNS, DTYPES, OP_CODES, OP_NAMES, RECV_COPY, RECV_REDUCE, SEND,  # noqa: F401
+                         SWITCH)
 
 
 @dataclass
@@ -96,7 +71,7 @@ class Table:
 
     @staticmethod
     def from_csv(path: str) -> "Table":
-        from .table_checks import table_from_columns
+        from .table_checks import checked_columns
         text = read_table_text(path, "a table of numbers")
         header = text.split("\n", 1)[0].strip().split(",")
         if tuple(header) != COLUMN_NAMES:
@@ -109,7 +84,7 @@ class Table:
             return Table.empty()
         if data.shape[1] != len(COLUMN_NAMES):
             raise TableError(f"{path}: rows have {data.shape[1]} values, the header {len(COLUMN_NAMES)}")
-        return table_from_columns({c: data[:, i] for i, c in enumerate(COLUMN_NAMES)}, path)
+        return Table(checked_columns({c: data[:, i] for i, c in enumerate(COLUMN_NAMES)}, path))
 
     def to_text(self, meta=None) -> str:
         """Human-readable rows: one line per row, op names spelled out, sizes in bytes."""
@@ -219,6 +194,6 @@ class DirSchedule:
             table = Table.from_csv(path)
         else:
             cols = read_table_json(path, "a table: an object of columns")
-            table = table_checks.table_from_columns(cols, path)
+            table = Table(table_checks.checked_columns(cols, path))
         table_checks.check_rows(table, self.meta, npu, path)
         return table

@@ -1,9 +1,11 @@
-"""Data verifier: execute schedule tables on real buffers and check each collective's definition on every NPU.
+"""Verifiers: execute schedule tables and check each collective's definition on every NPU.
 
-The idea is msccl-tools' checker: a collective defines the initial buffers and a check of the final ones.
-Every NPU gets a numpy buffer per collective buffer (one int64 element per byte, so offsets are byte offsets);
-rows run in (collective, phase, step) order, all sends of a step reading before its receives write (a message
-carries the bytes as they were when its step began). Checks:
+The idea is msccl-tools' checker: a collective defines the initial buffers and a check of the final ones. `verify`
+(what `--verify` runs) executes on symbols (runtime/verify_symbolic.py): its cost is the tables' rows and the pieces
+they cut the buffers into, whatever the size. `verify_on_data` is the reference it agrees with: every NPU gets a
+numpy buffer per collective buffer (one int64 element per byte, so offsets are byte offsets), limited to
+MAX_ELEMENTS bytes in all. Both run rows in (collective, phase, step) order, all sends of a step reading before its
+receives write (a message carries the bytes as they were when its step began). Checks:
 
 - every receive is matched by a send of the same step from its peer with the same byte count (no step waits on
   data that never arrives) and every send is received;
@@ -13,60 +15,40 @@ carries the bytes as they were when its step began). Checks:
   from its own shard only, the rest poisoned); all_to_all: slot j of NPU n's chunk holds what group member j had in
   slot n (chunk c of a buffer is bytes [floor(c*S/C), floor((c+1)*S/C)), slot j of a chunk its j-th of N equal
   floor-bounded parts); broadcast: every NPU ends with what its group's root held (only the roots start with data,
-  the rest poisoned; a group's root is its member with the root NPU's coordinates on the group's dimensions);
-  reduce: each group's root ends with the group's sum (the others' buffers are scratch).
+  the rest poisoned); reduce: each group's root ends with the group's sum (the others' buffers are scratch). A sum
+  that holds some NPU's data twice is wrong, as is poison anywhere a definition looks.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .tables import RECV_REDUCE, SEND, SWITCH, Schedule, Table, TableError
+from .verify_rows import (VerificationError, checked_rows, group_layout, is_root, ranges, shard_layout,  # noqa: F401
+                          switch_of, when)
+from .verify_symbolic import SymbolicRun
 
-MAX_ELEMENTS = 50_000_000
+MAX_ELEMENTS = 50_000_000  # verify_on_data: bytes of every collective on every NPU, in all
 POISON = -(1 << 40)
 
 
-class VerificationError(Exception):
-    """The schedule does not implement its collective (message names the first NPU and bytes that differ)."""
-
-
-def _group_layout(shape: list[int], dims: list[int]):
-    """Per NPU: group id (NPUs that share every coordinate outside dims) and group-local rank."""
-    npus = int(np.prod(shape))
-    ranks = np.arange(npus)
-    strides = np.cumprod([1] + list(shape[:-1]))
-    coords = (ranks[:, None] // strides[None, :]) % np.asarray(shape)[None, :]
-    local, mult = np.zeros(npus, np.int64), 1
-    for d in sorted(dims):
-        local += coords[:, d] * mult
-        mult *= shape[d]
-    outside = [d for d in range(len(shape)) if d not in dims]
-    gid, mult = np.zeros(npus, np.int64), 1
-    for d in outside:
-        gid += coords[:, d] * mult
-        mult *= shape[d]
-    return gid, local, mult if outside else 1
-
-
-def _shards(shards: dict, ci: int) -> np.ndarray:
-    """(npus, chunks, 2) offset and length of each NPU's reduce-scatter output / all-gather input shard."""
-    if ci not in shards:
-        raise VerificationError(f"collective {ci}: the table directory has no shard layout to verify against")
-    return np.asarray(shards[ci])
+def verify(schedule: Schedule) -> dict:
+    """Check `schedule` on symbols, any size (raises VerificationError naming the first fault)."""
+    return SymbolicRun(schedule).run()
 
 
 def check_size(meta) -> None:
-    """Refuse (TableError, one line) collectives too large to execute on data: one int64 element per byte on
-    every NPU."""
+    """Refuse (TableError, one line) collectives too large for verify_on_data: one int64 element per byte on every
+    NPU."""
     for c in meta.collectives:
         if meta.npus * c.bytes > MAX_ELEMENTS:
             raise TableError(f"{c.name}: {meta.npus} NPUs x {c.bytes} bytes is too large to execute on data "
                              f"(limit {MAX_ELEMENTS} bytes in all); verify a smaller size")
 
 
-def verify(schedule: Schedule, seed: int = 0) -> dict:
-    meta = schedule.export_meta()  # with every shard layout
-    check_size(meta)
+def verify_on_data(schedule: Schedule, seed: int = 0) -> dict:
+    """Check `schedule` on random data, the reference `verify` agrees with (up to MAX_ELEMENTS bytes in all)."""
+    check_size(schedule.export_meta())
+    meta, table, pairs, sends, recvs, sw = checked_rows(schedule)
     shards = meta.shards or {}
     npus = meta.npus
     shape = meta.shape
@@ -82,113 +64,25 @@ def verify(schedule: Schedule, seed: int = 0) -> dict:
         kinds[b] = c.buffer_kind
         data = rng.integers(0, 1000, size=(npus, c.bytes), dtype=np.int64)
         if kinds[b] == "all_gather":
-            sh = _shards(shards, ci)
+            sh = shard_layout(shards, ci)
             owned = np.zeros_like(data, dtype=bool)
             for n in range(npus):
                 for off, ln in sh[n]:
                     owned[n, off:off + ln] = True
             data = np.where(owned, data, POISON)
         elif kinds[b] == "broadcast":
-            data[~_is_root(shape, c)] = POISON
+            data[~is_root(shape, c)] = POISON
         init[b] = data
         buffers[b] = data.copy()
 
-    table = Table.concat([schedule.table(n) for n in range(npus)])
-    _check_rows(table, colls, npus)
-    _check_deps(table, npus)
-    switch = table["peer"] == SWITCH  # transfers with a switch that reduces and multicasts (in_switch)
-    pairs = Table({c: v[~switch] for c, v in table.cols.items()})
-    sends, recvs = _match(pairs, colls)
-    _execute(pairs, sends, recvs, colls, buffers, Table({c: v[switch] for c, v in table.cols.items()}), shape)
+    _execute(pairs, sends, recvs, colls, buffers, sw, shape)
 
     for b, kind in kinds.items():
         ci = members[b][0]
         c = colls[ci]
-        gid, local, _ = _group_layout(shape, meta.buffer_dims(b))
+        gid, local, _ = group_layout(shape, meta.buffer_dims(b))
         _check(kind, c, ci, shards, init[b], buffers[b], gid, local)
     return {"rows": len(table), "collectives": len(colls), "buffers": len(buffers)}
-
-
-def _check_rows(t: Table, colls, npus: int) -> None:
-    """Every row names a real collective, peer and byte range inside its buffer, and a dep that is -1 or a row."""
-    ncoll = len(colls)
-    bad = (t["coll"] < 0) | (t["coll"] >= ncoll) | (t["peer"] < SWITCH) | (t["peer"] >= npus) | (t["peer"] == t["npu"])
-    bad |= (t["peer"] == SWITCH) & (t["dim"] < 0)
-    bad |= (t["bytes"] <= 0) | (t["offset"] < 0) | (t["dep"] < -1)
-    size = np.array([c.bytes for c in colls], dtype=np.int64)
-    bad |= t["offset"] + t["bytes"] > size[np.clip(t["coll"], 0, ncoll - 1)]
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise VerificationError(f"NPU {t['npu'][i]}: row at step {t['step'][i]} (collective {t['coll'][i]}, chunk "
-                                f"{t['flow'][i]}) names peer {t['peer'][i]}, bytes [{t['offset'][i]}, "
-                                f"{t['offset'][i] + t['bytes'][i]}) or dep {t['dep'][i]} outside what exists")
-
-
-def _check_deps(t: Table, npus: int) -> None:
-    """dep must point at an earlier receive on the same NPU whose bytes overlap the send's."""
-    starts = np.concatenate([[0], np.cumsum(np.bincount(t["npu"], minlength=npus))])
-    s = np.flatnonzero((t["op"] == SEND) & (t["dep"] >= 0))
-    if not len(s):
-        return
-    d = t["dep"][s] + starts[t["npu"][s]]
-    bad = (d >= len(t)) | (t["npu"][np.minimum(d, len(t) - 1)] != t["npu"][s])
-    d = np.minimum(d, len(t) - 1)
-    when = lambda i: (t["coll"][i].astype(np.int64) << 40) + (t["stage"][i].astype(np.int64) << 20) + t["step"][i]  # noqa: E731
-    bad |= t["op"][d] == SEND
-    bad |= when(d) >= when(s)
-    bad |= ~((t["offset"][d] < t["offset"][s] + t["bytes"][s]) & (t["offset"][s] < t["offset"][d] + t["bytes"][d]))
-    if bad.any():
-        i = s[np.argmax(bad)]
-        raise VerificationError(f"NPU {t['npu'][i]}: send at step {t['step'][i]} (chunk {t['flow'][i]}) names dep "
-                                f"{t['dep'][i]}, which is not an earlier receive of the bytes it sends")
-
-
-def _match(t: Table, colls):
-    """Pair every receive with its send: same (coll, flow, stage, step, sender, receiver, lane), k-th row by offset."""
-    is_send = t["op"] == SEND
-    sender = np.where(is_send, t["npu"], t["peer"]).astype(np.int64)
-    receiver = np.where(is_send, t["peer"], t["npu"]).astype(np.int64)
-    keys = [t["coll"], t["flow"], t["stage"], t["step"], sender, receiver, t["lane"]]
-    s_idx = np.flatnonzero(is_send)
-    r_idx = np.flatnonzero(~is_send)
-    s_idx = s_idx[np.lexsort([t["offset"][s_idx]] + [k[s_idx] for k in keys][::-1])]
-    r_idx = r_idx[np.lexsort([t["offset"][r_idx]] + [k[r_idx] for k in keys][::-1])]
-    ks = np.stack([k[s_idx].astype(np.int64) for k in keys]) if len(s_idx) else np.zeros((7, 0), np.int64)
-    kr = np.stack([k[r_idx].astype(np.int64) for k in keys]) if len(r_idx) else np.zeros((7, 0), np.int64)
-    if ks.shape != kr.shape or not np.array_equal(ks, kr):
-        _explain_mismatch(ks, kr, colls)
-    if not np.array_equal(t["bytes"][s_idx], t["bytes"][r_idx]):
-        i = np.argmax(t["bytes"][s_idx] != t["bytes"][r_idx])
-        raise VerificationError(f"NPU {receiver[r_idx[i]]} receives {t['bytes'][r_idx[i]]} bytes at step "
-                                f"{t['step'][r_idx[i]]} but NPU {sender[s_idx[i]]} sends {t['bytes'][s_idx[i]]}")
-    return s_idx, r_idx
-
-
-def _explain_mismatch(ks, kr, colls):
-    sset = {tuple(x) for x in ks.T.tolist()}
-    rset = {tuple(x) for x in kr.T.tolist()}
-    for key in kr.T.tolist():
-        if tuple(key) not in sset:
-            c, f, st, step, snd, rcv, _ = key
-            raise VerificationError(f"NPU {rcv} waits in {colls[c].name} chunk {f} phase {st} step {step} for data "
-                                    f"from NPU {snd} that is never sent")
-    for key in ks.T.tolist():
-        if tuple(key) not in rset:
-            c, f, st, step, snd, rcv, _ = key
-            raise VerificationError(f"NPU {snd} sends to NPU {rcv} in {colls[c].name} chunk {f} phase {st} step "
-                                    f"{step} but NPU {rcv} never receives it")
-    raise VerificationError("sends and receives differ in number of rows per message")
-
-
-def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Concatenated index ranges [starts[i], starts[i] + lens[i]) as one array."""
-    total = int(lens.sum())
-    before = np.repeat(np.cumsum(lens) - lens, lens)
-    return np.arange(total, dtype=np.int64) - before + np.repeat(starts, lens)
-
-
-def _when(t: Table, rows) -> np.ndarray:
-    return (t["coll"][rows].astype(np.int64) << 40) + (t["stage"][rows].astype(np.int64) << 20) + t["step"][rows]
 
 
 def _execute(t: Table, s_idx, r_idx, colls, buffers, sw: Table, shape) -> None:
@@ -196,19 +90,19 @@ def _execute(t: Table, s_idx, r_idx, colls, buffers, sw: Table, shape) -> None:
     switch's sum), then all its receives write (a receive from a switch copies its sum); vectorised per step."""
     order = np.lexsort((t["step"][r_idx], t["stage"][r_idx], t["coll"][r_idx]))
     s_idx, r_idx = s_idx[order], r_idx[order]
-    key = _when(t, r_idx)
-    sw_key = _when(sw, np.arange(len(sw)))
-    for when in np.union1d(key, sw_key).tolist():
-        grp = np.flatnonzero(key == when)
-        rows = np.flatnonzero(sw_key == when)
+    key = when(t, r_idx)
+    sw_key = when(sw, np.arange(len(sw)))
+    for step in np.union1d(key, sw_key).tolist():
+        grp = np.flatnonzero(key == step)
+        rows = np.flatnonzero(sw_key == step)
         coll = int((t if len(grp) else sw)["coll"][(r_idx[grp[0]] if len(grp) else rows[0])])
         buf = buffers[colls[coll].buffer]
         size = buf.shape[1]
         flat = buf.reshape(-1)
         si, ri = s_idx[grp], r_idx[grp]
         lens = t["bytes"][si]
-        payload = flat[_ranges(t["npu"][si].astype(np.int64) * size + t["offset"][si], lens)]
-        dst = _ranges(t["npu"][ri].astype(np.int64) * size + t["offset"][ri], lens)
+        payload = flat[ranges(t["npu"][si].astype(np.int64) * size + t["offset"][si], lens)]
+        dst = ranges(t["npu"][ri].astype(np.int64) * size + t["offset"][ri], lens)
         sums = _switch_sums(sw, rows, flat, size, shape) if len(rows) else None
         reduce = np.repeat(t["op"][ri] == RECV_REDUCE, lens)
         np.add.at(flat, dst[reduce], payload[reduce])  # add.at: two children may add into one parent's bytes
@@ -217,20 +111,11 @@ def _execute(t: Table, s_idx, r_idx, colls, buffers, sw: Table, shape) -> None:
             _switch_receives(sw, rows, flat, size, shape, sums)
 
 
-def _switch_of(sw: Table, rows, shape) -> np.ndarray:
-    """Each row's switch: its NPU's group in the row's dimension (the NPU with that coordinate 0), per dimension."""
-    stride = np.cumprod([1] + list(shape))[:-1]
-    d = sw["dim"][rows].astype(np.int64)
-    k, st = np.asarray(shape)[d], stride[d]
-    npu = sw["npu"][rows].astype(np.int64)
-    return d * (1 << 40) + npu - ((npu // st) % k) * st
-
-
 def _switch_sums(sw: Table, rows, flat, size: int, shape) -> dict:
     """The sums every switch holds after this step's sends: switch -> bytes of the buffer (zero where nothing came)."""
     send = rows[sw["op"][rows] == SEND]
     sums: dict = {}
-    for s, npu, off, n in zip(_switch_of(sw, send, shape).tolist(), sw["npu"][send].tolist(),
+    for s, npu, off, n in zip(switch_of(sw, send, shape).tolist(), sw["npu"][send].tolist(),
                               sw["offset"][send].tolist(), sw["bytes"][send].tolist()):
         acc = sums.setdefault(s, np.zeros(size, flat.dtype))
         acc[off:off + n] += flat[npu * size + off: npu * size + off + n]
@@ -239,18 +124,12 @@ def _switch_sums(sw: Table, rows, flat, size: int, shape) -> dict:
 
 def _switch_receives(sw: Table, rows, flat, size: int, shape, sums: dict) -> None:
     recv = rows[sw["op"][rows] != SEND]
-    for s, npu, off, n, step in zip(_switch_of(sw, recv, shape).tolist(), sw["npu"][recv].tolist(),
+    for s, npu, off, n, step in zip(switch_of(sw, recv, shape).tolist(), sw["npu"][recv].tolist(),
                                     sw["offset"][recv].tolist(), sw["bytes"][recv].tolist(),
                                     sw["step"][recv].tolist()):
         if s not in sums:
             raise VerificationError(f"NPU {npu} waits at step {step} for a switch's sum nobody sent to")
         flat[npu * size + off: npu * size + off + n] = sums[s][off:off + n]
-
-
-def _is_root(shape, c) -> np.ndarray:
-    """Per NPU: is it its group's root (the member at the root NPU's place in the group)?"""
-    _, local, _ = _group_layout(shape, c.group_dims)
-    return local == local[c.root]
 
 
 def _fail(what: str, npu: int, final, expected) -> None:
@@ -271,7 +150,7 @@ def _check(kind, c, ci, shards, init, final, gid, local) -> None:
             if not np.array_equal(final[n], group_sum[n]):
                 _fail(f"all_reduce '{name}'", n, final[n], group_sum[n])
     elif kind == "reduce_scatter":
-        sh = _shards(shards, ci)
+        sh = shard_layout(shards, ci)
         cover = np.zeros((int(gid.max()) + 1, init.shape[1]), np.int64)
         for n in range(npus):
             for off, ln in sh[n]:

@@ -44,20 +44,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..network.errors import AstraError
 from .link_sharing import fair_rates
+from .run_record import ASTRA_SIM, SEMANTICS, STREAMS  # noqa: F401 (the step semantics, module docstring)
 
 from ..network.units import gbps_to_bytes_per_ns
 
 COMPUTE, COLLECTIVE, WAIT, P2P, MEMORY = 0, 1, 2, 3, 4
 COMMUNICATION = (COLLECTIVE, P2P)
-STREAMS, ASTRA_SIM = "streams", "astra-sim"   # the step semantics (module docstring)
-SEMANTICS = (STREAMS, ASTRA_SIM)
 LOCAL_STREAM, REMOTE_STREAM = -2, -3   # a memory row's stream: its memory, one transfer at a time (compute: -1)
 # the step-time breakdown of ASTRA-sim 2.0 (Fig. 4): each instant goes to the first of these that is busy, else idle
 BREAKDOWN = ("compute", "exposed_local_memory", "exposed_remote_memory", "exposed_comm", "idle")
 
 
-class WorkloadError(Exception):
+class WorkloadError(AstraError):
     """The programs cannot run: ranks wait on collectives their partners never issue."""
 
 

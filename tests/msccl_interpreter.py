@@ -1,4 +1,5 @@
-"""An interpreter of MSCCL algorithm files, written independently of compiler/interop/msccl_xml.py to check what it writes.
+"""An interpreter of MSCCL algorithm files, written independently of compiler/interop/msccl_xml.py to check what it
+writes.
 
 It checks what MSCCL's loader requires (attribute ranges, thread blocks numbered 0..n-1, a peer never the GPU
 itself, at most one thread block per (send peer, channel) and per (recv peer, channel) on a GPU, offsets inside

@@ -116,6 +116,30 @@ def test_tables_directory_roundtrip(capsys, tmp_path):
     assert err.startswith(f"astra-compile: error: {out_dir}: the tables do not implement their collectives")
 
 
+def test_tables_cut_into_too_many_pieces_to_verify_are_refused(capsys, tmp_path):
+    """A send read one byte off its receive's offset shifts every piece by a byte: the cuts that map one range onto
+    the other go on down the range, a cut or two a round, until every byte is a piece (64 MB: 16 M pieces and
+    millions of rounds, which ran for hours). Refused in one line, naming the directory, in seconds."""
+    out_dir = tmp_path / "tables"
+    assert cli(capsys, "--collective", "all_reduce", "--size", "64MB", "--topology", "Ring(4)", "--emit", "tables",
+               "-o", str(out_dir))[0] == 0
+    path = out_dir / "npu_1.csv"
+    lines = path.read_text().splitlines()
+    head = lines[0].split(",")
+    op, offset = head.index("op"), head.index("offset")
+    row = next(i for i, line in enumerate(lines[1:], 1) if line.split(",")[op] == "0")
+    cells = lines[row].split(",")
+    cells[offset] = str(int(cells[offset]) + 1)
+    lines[row] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    code = main([str(out_dir), "--verify"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"astra-compile: error: {out_dir}: buffer all_reduce: its rows move bytes between offsets "
+                          "that do not line up")
+    assert err.rstrip().endswith("more than 16777216 pieces or 4096 rounds of cuts); too many to verify")
+
+
 def test_verify_flag(capsys):
     code, out, _ = cli(capsys, "--collective", "all_gather", "--size", "24KB", "--topology", "Ring(3)_FC(2)",
                        "--algorithm", "double_binary_tree", "--chunks", "2", "--verify")

@@ -38,7 +38,7 @@ class Pairwise(Algorithm):
 
 # the same over every NPU by rank, each message routed: a new whole-network algorithm over ranks
 FLAT_PAIRWISE = '''
-from .base import OverRanks
+from .over_ranks import OverRanks
 
 
 class FlatPairwise(OverRanks):

@@ -12,8 +12,9 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 FOLDERS = {"": "astra_compile", "compiler": "astra_compile.compiler", "network": "astra_compile.network",
            "algorithms": "astra_compile.algorithms", "dialects": "astra_compile.dialects",
            "passes": "astra_compile.passes", "runtime": "astra_compile.runtime",
-           **{f"compiler/{stage}": f"astra_compile.compiler.{stage}"
-              for stage in ("core", "frontend", "lowering", "report", "driver", "interop", "api", "cli", "sweep")}}
+           **{f"compiler/{stage}": f"astra_compile.compiler.{stage.replace('/', '.')}"
+              for stage in ("core", "frontend", "frontend/readers", "lowering", "report", "driver", "interop", "api",
+                            "cli", "sweep")}}
 
 
 def _dist():
@@ -126,3 +127,140 @@ def _defines(init: str, name: str) -> bool:
     import re
     with open(init) as f:
         return re.search(rf"^(def |class )?{re.escape(name)}\b", f.read(), re.M) is not None
+
+
+# The compiler's stages, bottom to top (docs/architecture.md): each may import only its own stage, those below it and
+# the layers below the compiler. main.py, the entry point, is the top; the sweep is above the CLI because a sweep
+# point runs the CLI's own code path.
+STAGES = ("core", "frontend", "lowering", "report", "driver", "interop", "api", "cli", "sweep", "main")
+
+
+def _modules() -> dict[str, str]:
+    """Every module of the installed package: dotted name -> file (the checkout's tests/, docs/... are no package)."""
+    import astra_compile
+    root = os.path.dirname(os.path.abspath(astra_compile.__file__))
+    out = {}
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if os.path.exists(os.path.join(folder, d, "__init__.py")))
+        rel = os.path.relpath(folder, root)
+        parts = ["astra_compile"] + ([] if rel == "." else rel.split(os.sep))
+        for name in names:
+            if name.endswith(".py") and not (rel == "." and name == "setup.py"):
+                out[".".join(parts + ([] if name == "__init__.py" else [name[:-3]]))] = os.path.join(folder, name)
+    return out
+
+
+def _imported(module: str, path: str, modules) -> set[str]:
+    """The modules of `modules` that `module` (file `path`) imports, nested imports included: for `from X import a`,
+    X.a where that is a module, else X."""
+    import ast
+    package = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            subs = {f"{base}.{a.name}" for a in node.names} & set(modules)
+            out |= subs
+            if base in modules and len(subs) < len(node.names):   # names the package itself defines
+                out.add(base)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names} & set(modules)
+    out.discard(module)
+    return out
+
+
+def _stage(module: str) -> str | None:
+    """The compiler stage of a module: its folder under compiler/ (or main); None outside the compiler's stages."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["astra_compile", "compiler"] and len(parts) > 2 and parts[2] in STAGES else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a compiler module from a stage above its own."""
+    out = []
+    for module, targets in sorted(graph.items()):
+        mine = _stage(module)
+        for target in sorted(targets):
+            theirs = _stage(target)
+            if mine and theirs and STAGES.index(theirs) > STAGES.index(mine):
+                out.append(f"{module} ({mine}) imports {target} ({theirs})")
+    return out
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of the import graph: each strongly connected set of two or more modules, sorted (Tarjan)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = []
+            while not members or members[-1] != v:
+                members.append(stack.pop())
+                on.discard(members[-1])
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {m: _imported(m, path, modules) for m, path in modules.items()}
+
+
+def test_every_compiler_file_is_in_a_stage():
+    """The stage of any file is its folder: compiler/ holds the stages' folders, main.py and its __init__.py."""
+    compiler = [m for m in _modules() if m.startswith("astra_compile.compiler.")]
+    assert compiler and all(_stage(m) for m in compiler), [m for m in compiler if not _stage(m)]
+    assert {_stage(m) for m in compiler} == set(STAGES)
+
+
+def test_no_stage_imports_one_above_it():
+    assert upward_imports(_graph()) == []
+
+
+def test_the_stage_check_finds_an_upward_import():
+    graph = {"astra_compile.compiler.frontend.chakra": {"astra_compile.compiler.driver.resources",
+                                                        "astra_compile.compiler.core.estimate"},
+             "astra_compile.compiler.sweep.point": {"astra_compile.compiler.cli.cli"},
+             "astra_compile.compiler.cli.cli": {"astra_compile.compiler.main", "astra_compile.network.errors"}}
+    assert upward_imports(graph) == [
+        "astra_compile.compiler.cli.cli (cli) imports astra_compile.compiler.main (main)",
+        "astra_compile.compiler.frontend.chakra (frontend) imports astra_compile.compiler.driver.resources (driver)"]
+
+
+def test_no_module_imports_itself_round_a_cycle():
+    """No cycle anywhere in astra_compile, an import inside a function included: each module can be read (and
+    imported) after the modules it names."""
+    graph = _graph()
+    assert len(graph) > 100 and "astra_compile.compiler.main" in graph
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_nested_import(tmp_path):
+    # a copy of two modules where one imports the other inside a function, as cli.py and calibrate.py did
+    (tmp_path / "a.py").write_text("from . import b\n")
+    (tmp_path / "b.py").write_text("def f():\n    from .a import g\n")
+    modules = {"pkg.a": str(tmp_path / "a.py"), "pkg.b": str(tmp_path / "b.py")}
+    graph = {m: _imported(m, path, modules) for m, path in modules.items()}
+    assert graph == {"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}}
+    assert import_cycles(graph) == [["pkg.a", "pkg.b"]]
+    assert import_cycles({"x": {"y"}, "y": set()}) == []

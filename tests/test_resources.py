@@ -8,7 +8,7 @@ from astra_compile.compiler.driver import driver, resources
 from astra_compile.dialects import comm
 from astra_compile.network.parse import parse_topology
 from astra_compile.compiler.lowering.plans import FLAT
-from helpers import cli, refused
+from helpers import cli, compile_collective, refused
 
 ALL = algorithms.all_algorithms()
 
@@ -91,7 +91,13 @@ def test_max_memory_sets_the_limit(capsys):
 
 def test_verification_and_table_directories_are_estimated(capsys, tmp_path):
     run = ["--collective", "all_reduce", "--size", "1MB", "--topology", "4x4_torus"]
-    refused(capsys, *run, "--verify", "--max-memory", "200MB", match="verifying on data")
+    # every NPU's rows are read, 786,432 of them, where the run executes NPU 0's 49,152; 64 MB costs what 1 MB does
+    for size in ("1MiB", "64MiB"):
+        many = ["--collective", "all_reduce", "--size", size, "--topology", "4x4_torus", "--chunks", "1024"]
+        assert cli(capsys, *many, "--max-memory", "300MB")[0] == 0
+        err = refused(capsys, *many, "--verify", "--max-memory", "300MB",
+                      match="verifying every table of 16 NPUs, 7.86e+05 table rows")
+        assert "about 610MB" in err
     out = tmp_path / "tables"
     assert cli(capsys, *run, "--emit", "tables", "-o", out)[0] == 0
     refused(capsys, out, "--max-memory", "1MB", match="tables of 1 NPU(s)")
@@ -101,3 +107,28 @@ def test_verification_and_table_directories_are_estimated(capsys, tmp_path):
 @pytest.mark.parametrize("spec,match", [("100000_dgx1", "800001 nodes"), ("8x100000_bigraph", "900000 nodes")])
 def test_graph_topologies_past_the_limit_are_refused_unbuilt(capsys, spec, match):
     refused(capsys, "--collective", "all_reduce", "--size", "1GB", "--topology", spec, match=match)
+
+
+def _symbolic_run(size):
+    from astra_compile.runtime.verify_symbolic import SymbolicRun
+    return SymbolicRun(compile_collective("Switch(8)_Switch(8)_Switch(8)", "all_reduce", size, chunks=64))
+
+
+def test_verification_costs_the_pieces_not_the_bytes():
+    """The symbolic verifier's estimate is the same for 1 GB as for 64 KB cut the same way (the data verifier's
+    was 48 bytes per byte on every NPU: 24 TB here)."""
+    small, large = _symbolic_run(1 << 16), _symbolic_run(1 << 30)
+    assert (small.rows, small.cells, small.payload) == (large.rows, large.cells, large.payload)
+    assert (large.rows, large.cells, large.payload) == (1179648, 512 * 32768, 8388608)
+    est = resources.verified_cells(large)
+    assert est.bytes == resources.verified_cells(small).bytes
+    assert 300 * 2**20 < est.bytes - resources.BASE < 1 << 30  # measured: 259 MB above the interpreter
+
+
+def test_verification_is_refused_before_it_executes(capsys, monkeypatch):
+    """--verify sizes the cells once the rows are read and refuses before executing a step."""
+    from astra_compile.runtime.verify_symbolic import SymbolicRun
+    monkeypatch.setattr(resources, "PER_CHECKED_CELL", 1 << 40)
+    monkeypatch.setattr(SymbolicRun, "run", lambda self: pytest.fail("executed before its estimate was checked"))
+    refused(capsys, "--collective", "all_reduce", "--size", "1GB", "--topology", "Switch(8)", "--algorithm",
+            "in_switch", "--verify", match="verifying 8 pieces of buffers on 8 NPUs")

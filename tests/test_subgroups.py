@@ -22,7 +22,7 @@ from astra_compile.network.errors import UserError
 from astra_compile.network.parse import parse_topology
 from astra_compile.network.units import gbps_to_bytes_per_ns
 from astra_compile.runtime import step_tables
-from astra_compile.runtime.verifier import MAX_ELEMENTS, verify
+from astra_compile.runtime.verifier import verify
 from astra_compile.compiler.core.step_keys import group_span
 
 from helpers import cli, refused
@@ -133,7 +133,8 @@ def test_step_module_and_step_tables_round_trip(tmp_path, capsys):
                                    topology, keep_tables=True)
     assert 'wl.part = array<i64: 4>' in direct.mlir and 'wl.stride = array<i64: 4, 1>' in direct.mlir
     assert [c.get("part") for c in direct.collectives] == [[[0, 4, 1]], None, [[0, 2, 4]]]
-    with open(os.path.join(os.path.dirname(astra_compile.compiler.report.__file__), "workload_report.schema.json")) as f:
+    here = os.path.dirname(astra_compile.compiler.report.__file__)
+    with open(os.path.join(here, "workload_report.schema.json")) as f:
         jsonschema.validate(direct.to_dict(), json.load(f))
     assert re.search(r"broadcast\s+g0\s+4\s+0:4\s", direct.format())     # the dims column: dimension:members
     (tmp_path / "s.mlir").write_text(direct.mlir)
@@ -175,9 +176,7 @@ def test_any_mesh_split_compiles_to_a_schedule_correct_on_data(blocks, sizes, da
     assert [d for d, m in enumerate(members) if len(m) > 1] == dims_
     assert all(parts.get(d, (topo.shape[d], 1))[0] == len(members[d]) for d in dims_)
     kind = data.draw(st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "broadcast"]))
-    # the verifier executes on data up to MAX_ELEMENTS bytes in all: 1 MB on 64 NPUs is over, half of it is not
-    nbytes = MB if topo.npus * MB <= MAX_ELEMENTS else MB // 2
-    report = astra_compile.compile(step(topology, [group], kind, nbytes=nbytes), topology, keep_tables=True)
+    report = astra_compile.compile(step(topology, [group], kind, nbytes=MB), topology, keep_tables=True)
     (schedule,) = report.step_tables("csv").collectives
     verify(schedule)
     assert report.total_time_us > 0

@@ -1,8 +1,8 @@
-"""The verifier (and the full analytical runtime) must reject broken schedules.
+"""The verifiers (and the full analytical runtime) must reject broken schedules.
 
 Each test takes a real compiled schedule, corrupts one row of one NPU's table (or the shard layout), and checks that
-runtime.verifier.verify raises VerificationError with the message for that kind of fault. The unmodified wrapper
-must pass, so the wrapper itself is never the cause.
+runtime.verifier.verify (on symbols) and verify_on_data (the reference) each raise VerificationError with the message
+for that kind of fault. The unmodified wrapper must pass, so the wrapper itself is never the cause.
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from astra_compile.compiler.driver import driver
 from astra_compile.dialects import comm
 from astra_compile.runtime import analytical
 from astra_compile.runtime.tables import RECV_COPY, RECV_REDUCE, SEND, Table
-from astra_compile.runtime.verifier import VerificationError, verify
+from astra_compile.runtime import verifier
+from astra_compile.runtime.verifier import VerificationError
 from astra_compile.network.parse import parse_topology
 
 TOPOLOGY = "Ring(4)_Switch(2)"
@@ -33,6 +34,15 @@ def compile_collective(kind: str, chunks: int = 2):
 
 
 _CACHE: dict = {}
+
+
+verify = verifier.verify
+
+
+@pytest.fixture(autouse=True, params=["symbols", "data"])
+def each_verifier(request, monkeypatch):
+    """Every test runs with each verifier as `verify`."""
+    monkeypatch.setitem(globals(), "verify", verifier.verify if request.param == "symbols" else verifier.verify_on_data)
 
 
 @pytest.fixture(params=KINDS)

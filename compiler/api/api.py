@@ -15,6 +15,7 @@ from types import ModuleType
 from ..driver import driver, recorded_run
 from ..core import reuse
 from ...network.errors import UserError
+from ..frontend import readers
 from ..frontend.workload import Workload
 from ...runtime.workload_engine import SEMANTICS, Roofline
 from ...network.parse import parse_topology, with_endpoint_delay
@@ -52,8 +53,7 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise UserError("nothing to compile: no model file or trace given")
-    if len(paths) == 1 and os.path.isdir(paths[0]):  # a directory of traces: every .json (or Chakra .et) file
-        paths = _trace_files(paths[0])
+    paths = readers.trace_files(paths)   # a directory of traces: the trace files in it
     shared = reuse.current()
     if shared is not None:  # a sweep or --cache: the same files (by content), world and mesh are captured once
         try:
@@ -63,53 +63,14 @@ def load_workload(source, world_size: int, mesh: dict | None = None,
             key = None  # the load below names the file it cannot read
         if key is not None:
             return shared.get("workload", key,
-                              lambda: _load_paths(paths, world_size, mesh, capture_limit, topology, max_memory),
+                              lambda: readers.load(paths, world_size, mesh, capture_limit, topology, max_memory),
                               Workload.to_json, Workload.from_json)
-    return _load_paths(paths, world_size, mesh, capture_limit, topology, max_memory)
+    return readers.load(paths, world_size, mesh, capture_limit, topology, max_memory)
 
 
 def _is_module(source) -> bool:
     torch = sys.modules.get("torch")   # not imported: it cannot be an nn.Module
     return torch is not None and isinstance(source, torch.nn.Module)
-
-
-def _trace_files(directory: str) -> list[str]:
-    if os.path.exists(os.path.join(directory, "meta.json")):
-        raise UserError(f"{directory} is a table directory, not execution traces: run it as `astra-compile "
-                        f"{directory}`")
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".json") and n != "comm_group.json")
-        if not names:   # Chakra traces (.et), with their comm_group.json
-            names = sorted(n for n in os.listdir(directory) if n.endswith(".et"))
-    except OSError as e:
-        raise UserError(f"cannot read {directory}: {e.strerror}") from None
-    if not names:
-        raise UserError(f"{directory}: no .json or Chakra .et execution-trace files in it")
-    return [os.path.join(directory, n) for n in names]
-
-
-def _load_paths(paths: list[str], world_size: int, mesh: dict | None, capture_limit: float | None,
-                topology: Topology | None = None, max_memory: int | None = None) -> Workload:
-    if len(paths) == 1 and paths[0].endswith(".py"):
-        from ..frontend.model_file import check_before_torch
-        check_before_torch(paths[0], world_size, mesh)   # a mistake costs no torch import (seconds)
-        from ..frontend.capture import capture
-        from ..frontend.cpu_limit import cpu_limit
-        from ..frontend.model_code import guarded
-        from ..frontend.model_file import load_model_file
-        from ..frontend.torch_state import kept
-        with kept(), guarded(paths[0]), cpu_limit(capture_limit, f"model file {paths[0]}"):
-            return capture(load_model_file(paths[0]), world_size, mesh)
-    if all(p.endswith(".json") for p in paths):
-        from ..frontend.et_import import load_traces
-        return load_traces(paths, world_size, mesh)
-    if all(p.endswith(".et") for p in paths):
-        if mesh:
-            raise UserError("--mesh applies to model files; a trace already records its process groups")
-        from ..frontend.chakra import load
-        return load(paths, world_size, topology, max_memory)
-    raise UserError(f"cannot compile {', '.join(paths)}: expected one model .py file, execution-trace .json files or "
-                    "Chakra .et files")
 
 
 DEFAULT_TOPOLOGY = "8x8_torus"   # compile()'s network when neither `topology` nor a job gives one
@@ -198,8 +159,10 @@ def compile(source, topology=..., *, job: Job | None = None, use_recorded: bool 
 
 
 def _compile(source, job: Job, use_recorded: bool) -> WorkloadReport:
-    step_module = isinstance(source, (str, os.PathLike)) and os.fspath(source).endswith(".mlir")
-    if _is_step_dir(source):
+    read_as = readers.kind_of([source]) if isinstance(source, (str, os.PathLike)) else None
+    # a .mlir is read as a workload module, which refuses a comm module: this API times training steps
+    step_module = read_as in (readers.WORKLOAD_MODULE, readers.COMM_MODULE)
+    if read_as == readers.STEP_TABLES:
         return _compile_step_dir(os.fspath(source), job, use_recorded)
     net, step = job.network, job.step
     topology = net.topology
@@ -305,13 +268,6 @@ def _chakra_writer(workload: Workload, topo: Topology, opts: WorkloadOptions, ti
         return took.time_ns if took is not None else 0.0
     return lambda out_dir, force=False: chakra_write.write(workload, topo, out_dir, force, roofline=opts.roofline,
                                                            collective_ns=collective_ns)
-
-
-def _is_step_dir(source) -> bool:
-    if not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source):
-        return False
-    from ...runtime.step_tables import is_step_dir
-    return is_step_dir(os.fspath(source))
 
 
 def _compile_step_dir(path: str, job: Job, use_recorded: bool = True) -> WorkloadReport:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...network.errors import UserError
+from ...network.errors import AstraError, UserError
 from ...network.units import MAX_GBPS, MIN_GBPS, parse_size
 
 STEP = 0.01          # relative perturbation of a parameter for its coefficient
@@ -72,13 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     from .parser import fail
-    from ...dialects.comm import IRError
-    from ...passes import PassError
-    from ...runtime.atomic import OutputError
     args = build_parser().parse_args(argv)
     try:
         return run(args)
-    except (UserError, IRError, PassError, OutputError) as e:   # a bad --algorithm is refused by the passes
+    except AstraError as e:   # a bad --algorithm is refused by the passes
         return fail(str(e))
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import stat
 import sys
 import warnings
 
 from ...runtime import atomic
-from ...network.errors import InputWarning, UserError, one_line
+from ...network.errors import AstraError, InputWarning, UserError, one_line
+from ..frontend import readers
 from ..core.job import Job, from_options
 from .parser import capture_limit, fail, int_list, parse, positive_int
 
@@ -23,20 +22,16 @@ def run_command(argv: list[str]) -> int:
     values, given, named = parse(argv)
     job = from_options(values)
     # imported here so --help stays instant and argument errors need no MLIR
-    from ...dialects.comm import IRError
-    from ...passes import PassError
-    from ...runtime.atomic import OutputError
-    from ...runtime.tables import TableError
     from ...runtime.verifier import VerificationError
     # warnings (a model file's, torch's) are shown after a run that ends; a refused run says its one line only
     with warnings.catch_warnings(record=True) as caught:
         try:
             code = run_job(job, given, named)
-        except (UserError, IRError, PassError, TableError, OutputError) as e:
-            return fail(str(e))
         except VerificationError as e:  # a wrong schedule is the compiler's fault, not the input's
             sys.stderr.write(f"astra-compile: verification failed: {e}\n")
             return 1
+        except AstraError as e:
+            return fail(str(e))
         except BrokenPipeError:
             return 0
     for w in caught:
@@ -45,37 +40,6 @@ def run_command(argv: list[str]) -> int:
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return code
-
-
-def _is_workload(inputs: list[str]) -> bool:
-    return bool(inputs) and (inputs[0].endswith(".py") or all(p.endswith(".json") for p in inputs) or
-                             all(p.endswith(".et") for p in inputs) or _is_trace_dir(inputs) or
-                             _is_step_module(inputs))
-
-
-def _is_step_module(inputs: list[str]) -> bool:
-    """One .mlir file holding a workload module (--emit mlir of a step), not a comm module of collectives."""
-    if len(inputs) != 1 or not inputs[0].endswith(".mlir"):
-        return False
-    try:
-        if not stat.S_ISREG(os.stat(inputs[0]).st_mode):
-            return False  # a FIFO is not opened to peek (no writer: it would wait); read whole as a comm module
-        with open(inputs[0], encoding="utf-8", errors="replace") as f:
-            head = f.read(1 << 16)
-    except (OSError, ValueError):
-        return False  # the collective path reads it and names the problem
-    from ...dialects.workload import is_workload_text
-    return is_workload_text(head)
-
-
-def _is_trace_dir(inputs: list[str]) -> bool:
-    """One directory of execution traces (.json or Chakra .et files, no meta.json: that is a table directory)."""
-    if len(inputs) != 1 or not os.path.isdir(inputs[0]) or os.path.exists(os.path.join(inputs[0], "meta.json")):
-        return False
-    try:
-        return any(name.endswith((".json", ".et")) for name in os.listdir(inputs[0]))
-    except OSError:
-        return False
 
 
 def _run_workload(job: Job, given: set[str], step_dir: bool, sink: list | None) -> int:
@@ -96,7 +60,7 @@ def _run_workload(job: Job, given: set[str], step_dir: bool, sink: list | None) 
         report = compile_workload(inputs[0], job=job.replace("run", local_mem_gbps=_local_mem(job)),
                                   use_recorded=False)
     else:
-        if not job.network.topology and not _is_step_module(inputs):
+        if not job.network.topology and readers.kind_of(list(inputs)) != readers.WORKLOAD_MODULE:
             raise UserError("--topology is required")
         chunks = positive_int(job.compile.chunks, "--chunks") if job.compile.chunks is not None else None
         with reuse.using(reuse.open_dir(job.step.cache) if job.step.cache else reuse.current()):
@@ -192,20 +156,18 @@ def _check_finite(obj) -> None:
                             "the cost model computes in; bring them nearer the defaults")
 
 
+# the run an input makes, by what its reader says it is (frontend/readers/)
+RUNS = {readers.WORKLOAD: "training step", readers.WORKLOAD_MODULE: "training step",
+        readers.STEP_TABLES: "step tables", readers.TABLE_DIRECTORY: "table directory",
+        readers.COMM_MODULE: "collective"}
+
+
 def kind_of(job: Job) -> str:
     """Which kind of run the job is (cli_rules.ALLOWED's keys): what its inputs are."""
-    inputs = list(job.inputs)
     if job.outputs.list_passes:
         return "list-passes"
-    if _is_workload(inputs):
-        return "training step"
-    if len(inputs) == 1 and os.path.isdir(inputs[0]):
-        from ...runtime.step_tables import is_step_dir
-        if is_step_dir(inputs[0]):
-            return "step tables"
-    if len(inputs) == 1 and os.path.isdir(inputs[0]):
-        return "table directory"
-    return "collective"
+    # no input is --collective's; inputs no reader takes go the collective way too, which refuses them by name
+    return RUNS.get(readers.kind_of(list(job.inputs)), "collective")
 
 
 def run_job(job: Job, given: set[str] = frozenset(), named: set[str] | None = None,
@@ -252,14 +214,10 @@ def _recorded(job: Job, kind: str) -> tuple[dict, str]:
     """The run options a table directory, step directory or module given as input records, checked, and where
     (recorded_run.py); ({}, "") for other runs."""
     from ..driver import recorded_run
-    inputs = list(job.inputs)
-    if kind == "training step" and _is_step_module(inputs):
-        kind = "workload module"
-    elif kind == "collective" and len(inputs) == 1 and inputs[0].endswith(".mlir"):
-        kind = "comm module"
-    if kind not in recorded_run.INPUTS:
+    read_as = readers.kind_of(list(job.inputs))   # the reader's kinds name the inputs that record options
+    if kind == "list-passes" or read_as not in recorded_run.INPUTS:
         return {}, ""
-    return recorded_run.of_input(kind, inputs[0])
+    return recorded_run.of_input(read_as, job.inputs[0])
 
 
 def _run_kind(job: Job, kind: str, given: set[str], sink: list | None) -> int:
@@ -306,6 +264,16 @@ def _write_timeline(job: Job, result, meta: dict, title: str) -> None:
         write_plot(job.outputs.plot, result, meta.ndims, title)
 
 
+def _verify(schedule, max_memory: int | None) -> None:
+    """--verify: the schedule's rows read and checked, the pieces they cut its buffers into counted, the memory of
+    executing them on symbols estimated, then executed (runtime/verify_symbolic.py)."""
+    from ..driver import resources
+    from ...runtime.verifier import SymbolicRun
+    check = SymbolicRun(schedule)
+    resources.verified_cells(check).check(max_memory)
+    check.run()
+
+
 def _run_table_dir(job: Job, sink: list | None) -> int:
     """Execute tables written earlier with -o."""
     from ..driver import driver
@@ -313,9 +281,6 @@ def _run_table_dir(job: Job, sink: list | None) -> int:
     from ..driver import resources
     path, run = job.inputs[0], job.run
     schedule = DirSchedule(path)
-    if run.verify:
-        from ...runtime.verifier import check_size
-        check_size(schedule.meta)
     resources.table_files(path, schedule.meta, run.execution != "full", run.verify,
                           run.max_memory).check(run.max_memory)
     result = driver.execute(schedule, run)
@@ -324,9 +289,9 @@ def _run_table_dir(job: Job, sink: list | None) -> int:
            "per_dim_busy_us": [b / 1e3 for b in result.dim_busy_ns]}
     _write_timeline(job, result, schedule.meta, f"{path}: {result.backend} runtime")
     if run.verify:  # the written tables on their own: their meta carries every shard layout
-        from ...runtime.verifier import VerificationError, verify
+        from ...runtime.verifier import VerificationError
         try:
-            verify(schedule)
+            _verify(schedule, run.max_memory)
         except VerificationError as e:  # tables given as input are the user's: wrong ones are bad input
             raise UserError(f"{path}: the tables do not implement their collectives: {e}") from None
         out["verified"] = True
@@ -423,10 +388,8 @@ def _run_collective(job: Job, given: set[str], sink: list | None) -> int:
     module, schedule = compiled.module, compiled.schedule
     if run.verify:  # before anything is written: a schedule that fails verification is never emitted
         from ..driver import resources
-        from ...runtime.verifier import check_size, verify
-        check_size(schedule.meta)  # the verifier's own limit first: its message says what to do
         resources.verification(topology, schedule.plans).check(run.max_memory)
-        verify(schedule)
+        _verify(schedule, run.max_memory)
         if out.emit != "report":
             sys.stderr.write(VERIFIED + "\n")  # stdout carries the MLIR or the table
 

@@ -161,7 +161,8 @@ def build_parser() -> Parser:
     g.add_argument("--plot", metavar="FILE.png", help="a collective: link utilisation over time; a training step: its "
                                                       "time broken down as ASTRA-sim 2.0's Fig. 4 (needs matplotlib)")
     g.add_argument("--verify", action="store_true",
-                   help="also execute the schedule on data and check the collective's result on every NPU")
+                   help="also execute the schedule on symbols (which NPU's piece every byte holds, any size) and check "
+                        "the collective's result on every NPU")
     g.add_argument("--version", action=_Version, nargs=0,
                    help="print astra-compile's version and those of the libraries that shape its answers")
     g.add_argument("--force", action="store_true",

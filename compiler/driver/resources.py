@@ -7,7 +7,8 @@ Three checkpoints, each before the structures it sizes are built:
 - `templates`: before the lowering, each phase's transfer template (algorithms/, counted by its `footprint`
   without building it);
 - `tables`: before the runtime, the rows of every table it executes (NPU 0's only when the schedule is symmetric),
-  the shard layouts, and the verifier's data buffers.
+  the shard layouts, and the verifier's symbolic cells (`verification` before the tables are read, `verified_cells`
+  once they are).
 
 The per-item costs below are measured peaks of this implementation (Python objects and numpy arrays together,
 benchmarks/resources.py prints estimate against measured peak); the estimate is meant to be within a factor of
@@ -46,8 +47,12 @@ def _rows_bytes(rows: int, backend: str, timeline: bool = False) -> int:
 PER_PLAN_ENTRY = 2500        # a whole-network search's (tree, node) entry: parent, step, link, candidates
 PER_SHARD = 16               # an NPU's reduce-scatter shard of one chunk: offset and length
 PER_NPU = 200                # per NPU of the network: coordinates, ranks, link numbering
-PER_VERIFIED_BYTE = 48       # the verifier's int64 buffers per byte of a collective on every NPU (data, initial,
-                             # expected, sums)
+# the symbolic verifier once its rows are read (runtime/verify_symbolic.py; benchmarks/verify_symbolic.py measures):
+PER_KEPT_ROW = 48            # a row's message as it keeps it: step, peers, first interval, count, shift
+PER_CELL = 4                 # a cell (an NPU's piece of a buffer): its value's id
+PER_CHECKED_CELL = 20        # a cell (an NPU's piece of a buffer): its value id, and the checks' temporaries over it
+PER_MOVED_CELL = 4           # a step's payload: the value each cell it reads carries until the step writes
+PER_SLICE_CELL = 100         # a slice of a step (runtime.verify_symbolic.SLICE cells at most): its index arrays
 
 
 def request(topology: Topology, module, algorithm: str | None, chunks: int | None, execution: str = "auto",
@@ -150,10 +155,21 @@ def tables(topology: Topology, plans, symmetric: bool, backend: str = "analytica
 
 
 def verification(topology: Topology, plans) -> Estimate:
-    """Before --verify: every NPU's table and a data buffer per byte of each collective on every NPU."""
+    """Before --verify reads the tables: every NPU's rows (verified_cells sizes the rest once they are read)."""
     rows = _rows_per_npu(topology, plans) * topology.npus
-    data = sum(topology.npus * p.bytes * PER_VERIFIED_BYTE for p in plans)
-    return Estimate(BASE + rows * PER_VERIFIED_ROW + data, rows, f"verifying on data over {topology.npus} NPUs")
+    return Estimate(BASE + rows * PER_VERIFIED_ROW, rows, f"verifying every table of {topology.npus} NPUs")
+
+
+def verified_cells(check) -> Estimate:
+    """Before --verify executes (a runtime.verify_symbolic.SymbolicRun, its rows read and its buffers cut into
+    pieces): the messages it keeps, and the larger of executing the busiest step (every cell, the step's payload, a
+    slice's index arrays) and checking the definitions over every cell. Measured 14-17 bytes per cell checked,
+    50-90 per slice cell; what the pieces cost, not the bytes: 1 GB costs what 1 KB does."""
+    from ...runtime.verify_symbolic import SLICE
+    steps = check.cells * PER_CELL + check.payload * PER_MOVED_CELL + min(check.payload, SLICE) * PER_SLICE_CELL
+    cells = max(steps, check.cells * PER_CHECKED_CELL)
+    return Estimate(BASE + check.rows * PER_KEPT_ROW + cells, check.rows,
+                    f"verifying {check.cells:.3g} pieces of buffers on {check.meta.npus} NPUs")
 
 
 PER_TABLE_FILE_BYTE = 10  # a table file's row is 30-60 characters on disk, about ten times that in memory
@@ -161,8 +177,8 @@ PER_TABLE_FILE_BYTE = 10  # a table file's row is 30-60 characters on disk, abou
 
 def table_files(path: str, meta, symmetric: bool, verify: bool, limit: int | None = None) -> Estimate:
     """Before executing a table directory: its NPUs, its tables in memory (NPU 0's alone when it runs symmetric),
-    and with `verify` every table and the data buffers. The NPUs alone are checked against `limit` (as
-    Estimate.check) before the tables' files are looked at."""
+    and with `verify` every table (verified_cells sizes the verifier's cells once it has read them). The NPUs alone
+    are checked against `limit` (as Estimate.check) before the tables' files are looked at."""
     fmt = meta.table_format or "csv"
     # per NPU of the network (the runtimes' per-NPU arrays), before a file is looked at: a meta.json declaring
     # 2^31 NPUs is refused here, not after 2^31 file lookups or a 16 GB array. The arrays alone: the whole run's
@@ -175,6 +191,4 @@ def table_files(path: str, meta, symmetric: bool, verify: bool, limit: int | Non
         except OSError:
             sizes.append(0)  # the table checks name a missing file
     total = BASE + meta.npus * PER_NPU + sum(sizes) * PER_TABLE_FILE_BYTE
-    if verify:
-        total += sum(meta.npus * c.bytes * PER_VERIFIED_BYTE for c in meta.collectives)
-    return Estimate(total, what=f"tables of {len(sizes)} NPU(s) in {path}" + (", verified on data" if verify else ""))
+    return Estimate(total, what=f"tables of {len(sizes)} NPU(s) in {path}")

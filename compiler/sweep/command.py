@@ -15,8 +15,7 @@ import os
 import sys
 import time
 
-from ...network.errors import UserError, one_line
-from ...runtime.atomic import OutputError
+from ...network.errors import AstraError, UserError, one_line
 from . import point as points_mod
 from . import results as results_mod
 from . import spec as spec_mod
@@ -62,7 +61,7 @@ def main(argv: list[str]) -> int:
             return 0
         _only(args, parser, {"sweep", "output", "workers", "ray", "cache", "no_cache", "progress"}, "a sweep run")
         return run(args)
-    except (UserError, OutputError) as e:
+    except AstraError as e:
         return fail(str(e))
     except KeyboardInterrupt:
         sys.stderr.write("astra-compile sweep: interrupted; the finished points are in the results file, and the "

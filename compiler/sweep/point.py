@@ -15,7 +15,8 @@ import warnings
 
 from ..cli import cli, cli_rules, parser
 from ..core.job import from_options
-from ...network.errors import UserError, show
+from ..frontend import readers
+from ...network.errors import AstraError, UserError, show
 
 # options that write files, print other things than the report, or change what the report is
 NOT_IN_SWEEPS = {"emit", "output", "npu", "table_format", "table_view", "json", "compare", "timeline", "plot",
@@ -115,7 +116,8 @@ def _job(options: dict, directory: str, where: str):
 
 def _check_complete(kind: str, job) -> None:
     """What every point of a kind needs, so that a sweep missing it stops before running, not at every point."""
-    if kind == "training step" and not job.network.topology and not cli._is_step_module(list(job.inputs)):
+    if kind == "training step" and not job.network.topology and \
+            readers.kind_of(list(job.inputs)) != readers.WORKLOAD_MODULE:
         raise UserError("--topology is required (in base, or as an axis)")
     if kind == "collective" and not job.inputs:
         for option in ("collective", "size", "topology"):
@@ -153,10 +155,6 @@ def _check_values(job) -> None:
 def run(options: dict, directory: str, max_memory: int | None = None) -> dict:
     """Run one point: {"status": "ok", "error": "", "report": {...}} or {"status": "error", "error": line}.
     `max_memory` (bytes) applies when the point gives no max-memory of its own."""
-    from ...dialects.comm import IRError
-    from ...passes import PassError
-    from ...runtime.atomic import OutputError
-    from ...runtime.tables import TableError
     from ...runtime.verifier import VerificationError
     start = time.perf_counter()
     try:
@@ -168,10 +166,10 @@ def run(options: dict, directory: str, max_memory: int | None = None) -> dict:
             warnings.simplefilter("ignore")   # a model file's warnings would repeat once per point
             cli.run_job(job, given, named, sink)
         out = {"status": "ok", "error": "", "report": sink[0]}
-    except (UserError, IRError, PassError, TableError, OutputError) as e:
-        out = {"status": "error", "error": str(e)}
     except VerificationError as e:
         out = {"status": "error", "error": f"verification failed: {e}"}
+    except AstraError as e:
+        out = {"status": "error", "error": str(e)}
     except Exception as e:  # a defect of the compiler: the point fails, the sweep goes on, the message says so
         out = {"status": "error", "error": f"internal error: {type(e).__name__}: {e}"}
     out["elapsed_s"] = time.perf_counter() - start
