@@ -659,10 +659,14 @@ def _compiled_module(took: CollectiveTime, ctx):
 def with_run_record(module, record: dict) -> None:
     """Set `wl.run = {...}` among the workload module's attributes: the run options its step was compiled and
     timed with, where not the defaults (recorded_run.of_module), so that `astra-compile step.mlir` runs it as the
-    run that wrote it did. Without any, no attribute."""
+    run that wrote it did. Without any, no attribute (a module read from a file drops the one it held: this run's
+    options are what its step was timed with)."""
+    attributes = module.operation.attributes
     if record:
         with module.context:
             driver.comm.set_attr(module, "wl.run", record)
+    elif "wl.run" in attributes:
+        del attributes["wl.run"]
 
 
 def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions, times: CollectiveTimes | None = None):

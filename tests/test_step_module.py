@@ -206,3 +206,14 @@ def test_a_module_written_again_keeps_one_run_record(tmp_path):
     second = tmp_path / "second.mlir"
     second.write_text(again.mlir)
     assert astra_compile.compile(str(second), None).total_time_us == again.total_time_us
+
+
+def test_a_module_run_at_the_defaults_records_no_run_options(tmp_path):
+    """A module that records wl.run, run with every option at its default (use_recorded=False), writes a module
+    without the record: its step was timed at the defaults, and running the written module times it so again."""
+    path = tmp_path / "m.mlir"
+    path.write_text(astra_compile.compile(two_ranks(), "Ring(2)", peak_tflops=10.0).mlir)
+    plain = astra_compile.compile(str(path), None, use_recorded=False)
+    assert "wl.run" not in plain.mlir and plain.mlir == astra_compile.compile(two_ranks(), "Ring(2)").mlir
+    (tmp_path / "again.mlir").write_text(plain.mlir)
+    assert astra_compile.compile(str(tmp_path / "again.mlir"), None).total_time_us == plain.total_time_us
