@@ -246,7 +246,7 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions, ctx
     """Compile and run each distinct (kind, bytes, dims) collective of the programs (wl.programs) once, each in a
     module of `ctx` (the step module's context, so that --emit mlir nests the compiled modules by cloning them;
     None: a context of their own)."""
-    ctx = ctx or driver.comm.new_context()
+    ctx = ctx if ctx is not None else driver.comm.new_context()
     shared = reuse.current()
     times = CollectiveTimes(topology)
     for prog in progs:
