@@ -146,6 +146,12 @@ def new_module(ctx: ir.Context) -> ir.Module:
         return ir.Module.create()
 
 
+def copy_module(module):
+    """A deep copy of a module, in its context and held by no block (MLIR's Operation.clone): it reads, rewrites
+    and prints like the module (body, operation, attributes), and costs neither a print nor a parse."""
+    return getattr(module, "operation", module).clone(ip=False)
+
+
 def token_type() -> ir.Type:
     return ir.Type.parse("!comm.token")
 
@@ -317,8 +323,8 @@ def walk(module: ir.Module) -> list:
 
 
 def ops(module: ir.Module) -> list:
-    """The comm ops of a module in program order, nested ones included, so the comm passes also run on the
-    collectives of a workload module."""
+    """The comm ops of a module in program order, nested ones included: a workload module's collectives and
+    messages sit in its rank programs (the comm checks, verify_module, reach them there)."""
     return [op for op in walk(module) if op.name.startswith("comm.")]
 
 

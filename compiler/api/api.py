@@ -22,8 +22,8 @@ from ..frontend.workload import Workload
 from ...runtime.workload_engine import SEMANTICS, Roofline
 from ...network.parse import parse_topology, with_endpoint_delay
 from ...network.topology import Topology
-from ..driver.workload_driver import (Lowered, StepSemantics, WorkloadOptions, lower, read_lowered, run, runner,
-                                      with_run_record, with_schedules)
+from ..driver.workload_driver import (Lowered, StepSemantics, WorkloadOptions, emitted, lower, read_lowered, run,
+                                      runner)
 from ..core.step_keys import group_key
 from ..report.step_timeline import step_trace
 from ..report.workload_report import WorkloadReport, make_report
@@ -200,11 +200,10 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
             **({"pool": opts.pool.describe()} if opts.pool is not None else {}),
             **({"endpoint_delay_ns": topo.endpoint_delay_ns} if topo.endpoint_delay_ns else {})}
     report = make_report(info, result, times, lowered.programs, program)
-    report.mlir = with_schedules(lowered.mlir, lowered.programs, times) if lowered.mlir else ""
+    # printed when asked, with the options its collectives are compiled and the step is timed with again
+    report.module_text = lambda: emitted(lowered, times, recorded_run.of_module(opts))
     report.collective_keys = tuple(times)
     report.timeline = lambda: step_trace(result, lowered.programs, times, info)
-    if report.mlir:   # with the options its collectives are compiled and the step is timed with again
-        report.mlir = with_run_record(report.mlir, recorded_run.of_module(opts))
     if opts.keep_schedules:
         from ..interop import step_dir
         report.step_tables = lambda fmt: step_dir.build(lowered, times, info | {"topology_dict": topo.to_dict(),

@@ -132,10 +132,14 @@ def symmetric_valid(schedule: Schedule, run: RunOptions) -> bool:
     return schedule.meta.symmetric
 
 
-def compile_schedule(source: str, ctx, topology: Topology, scheduler: str | None, defaults: dict,
+def compile_schedule(source, ctx, topology: Topology, scheduler: str | None, defaults: dict,
                      run: RunOptions | None = None, print_ir: bool = False, pipeline: str | None = None,
                      timing: bool = False) -> Compiled:
-    """Compile the module text with a scheduler's pipeline (or an explicit one), lower and time it.
+    """Compile a module with a scheduler's pipeline (or an explicit one), lower and time it.
+
+    `source`: the module's text, parsed afresh for each compilation (so one text serves several, --compare), or
+    a module of `ctx` already built (a step's collective, workload_driver), which the passes then rewrite in
+    place: it becomes the compiled module, with no print or parse on the way.
 
     `scheduler` None: a module that records its scheduler (comm.scheduler: it was printed scheduled) runs its
     recorded orders as they are, under that scheduler's name; any other module gets DEFAULT_SCHEDULER. A scheduler
@@ -163,7 +167,7 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str | None
         return timed[key][1].total_ns
 
     def one(pipe, label, print_ir=False, recorded=False):
-        module = comm.parse_module(source, ctx)
+        module = comm.parse_module(source, ctx) if isinstance(source, str) else source
         spec = run_passes(module, topology, pipe, defaults, print_ir, evaluate, timing)
         if recorded:
             check_recorded_orders(module, label)
@@ -173,7 +177,7 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str | None
         return Compiled(module, schedule, result, report)
 
     chunks = defaults.get("chunks")
-    given = comm.parse_module(source, ctx)
+    given = comm.parse_module(source, ctx) if isinstance(source, str) else source   # read only, before `one`
     resources.request(topology, given, defaults.get("algorithm"),
                       chunks if isinstance(chunks, int) else None, run.execution, run.backend,
                       run.timeline).check(run.max_memory)

@@ -165,7 +165,7 @@ def load(path: str, run: driver.RunOptions, semantics: StepSemantics = StepSeman
                 times[times.key(op)] = message_time(topology, times.key(op), run.backend == "congestion",
                                                     run.switching == "store-and-forward", semantics)
     info = {"source": meta["source"], "mesh": meta["mesh"], "scheduler": meta["scheduler"]}
-    return Lowered("", programs, meta["spmd"]), topology, info, times, step
+    return Lowered(None, programs, meta["spmd"]), topology, info, times, step
 
 
 def _program_op(r: st.ProgramRow, colls: list, rank: int = -1) -> wl.ProgramOp:

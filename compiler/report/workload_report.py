@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -17,7 +18,8 @@ from ..core.step_keys import key_parts
 @dataclass
 class WorkloadReport:
     data: dict
-    mlir: str = ""          # the workload module as compiled (wl + comm dialects)
+    # the workload module as compiled (wl + comm dialects), printed when `mlir` is first read: api.compile sets it
+    module_text: Callable[[], str] | None = field(default=None, repr=False, compare=False)
     # the step as a Chrome trace (compiler/report/step_timeline.py), built when asked: api.compile sets it
     timeline: Callable[[], dict] | None = field(default=None, repr=False, compare=False)
     # the step's per-accelerator tables (runtime/step_tables.StepTables) in a table format: compile(...,
@@ -32,6 +34,12 @@ class WorkloadReport:
 
     def __getitem__(self, key):
         return self.data[key]
+
+    @functools.cached_property
+    def mlir(self) -> str:
+        """The workload module as compiled, as --emit mlir writes it: printed once, on first reading ("" for a step
+        table directory, which holds no module)."""
+        return self.module_text() if self.module_text is not None else ""
 
     @property
     def total_time_us(self) -> float:
