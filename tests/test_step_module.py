@@ -174,7 +174,7 @@ def test_a_step_prints_and_parses_no_ir_until_its_module_is_read(monkeypatch):
 def test_a_cached_collective_is_nested_from_its_text(tmp_path):
     """With --cache, a later run takes each collective's compiled module from the cache file (text), parses it
     into its step's context and nests it: the step's IR is the one a run without a cache prints."""
-    from astra_compile.compiler import reuse
+    from astra_compile.compiler.core import reuse
     want = astra_compile.compile(two_ranks(), "Ring(2)").mlir
     for run in range(2):
         with reuse.using(reuse.open_dir(str(tmp_path / "cache"))) as shared:
@@ -184,7 +184,7 @@ def test_a_cached_collective_is_nested_from_its_text(tmp_path):
 
 def test_emitting_leaves_the_lowered_step_as_it_was():
     """The points of a sweep share one lowered module: --emit mlir nests the records in a copy of it."""
-    from astra_compile.compiler.workload_driver import WorkloadOptions, emitted, lower, run
+    from astra_compile.compiler.driver.workload_driver import WorkloadOptions, emitted, lower, run
     from astra_compile.network.parse import parse_topology
     topology = parse_topology("Ring(2)")
     lowered = lower(two_ranks(), topology)
