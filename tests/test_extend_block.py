@@ -68,13 +68,21 @@ import contextlib, io, json, sys
 import astra_compile.network.blocks as blocks
 blocks.__path__.append(sys.argv[1])   # searched as network/blocks/ itself: its files register by discovery
 blocks.register_all()                 # (the package registers its blocks when first imported)
+import astra_compile
+from astra_compile.compiler.frontend.workload import COLLECTIVE, Op, Workload
 from astra_compile.compiler.main import main
-out = []
+out = {"cli": []}
 for argv in json.loads(sys.argv[2]):
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         code = main(argv)
-    out.append([code, stdout.getvalue(), stderr.getvalue()])
+    out["cli"].append([code, stdout.getvalue(), stderr.getvalue()])
+# a 64 MiB all-reduce of NPUs 0-3 of URing(8) under the astra-sim step semantics: one ring over the group
+group = Op("c10d.allreduce_", COLLECTIVE, [], bytes=64 * 2 ** 20, collective="all_reduce", group=(0, 1, 2, 3),
+           group_name="a")
+step = astra_compile.compile(Workload(8, {0: [group]}, source="one group", spmd=True), "URing(8)",
+                             step_semantics="astra-sim").to_dict()
+out["group"] = [step["total_time_us"], step["collectives"][0]["algorithm"]]
 print(json.dumps(out))
 '''
 
@@ -120,7 +128,8 @@ def reports(tmp_path_factory):
     done = subprocess.run([sys.executable, "-c", RUN, str(folder), json.dumps(list(runs.values()))],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    return dict(zip(runs, json.loads(done.stdout)), tables=tables)
+    out = json.loads(done.stdout)
+    return dict(zip(runs, out["cli"]), tables=tables, group=out["group"])
 
 
 def _report(reports, name, verified=True) -> dict:
@@ -213,3 +222,13 @@ def test_the_new_block_is_listed_with_the_others(reports):
     code, _, err = reports["unknown"]
     assert code == 2 and err.count("\n") == 1
     assert "unknown topology block 'Nonesuch(4)'" in err and "Ring(k)" in err and "or URing(k)" in err
+
+
+def test_a_sub_world_group_as_astra_sim_wraps_forward_round_the_ring(reports):
+    """Under the astra-sim step semantics a group smaller than the world runs one ring over its members
+    (network/astra_network.py), each step's latency the mean of its pairs' hops: NPUs 0-3 of URing(8) have three
+    1-link pairs, and the wrap 3 -> 0 goes forward 5 links: (3 + 5) / 4 = 2 hops. 64 MiB, 2 x 3 steps of a quarter
+    at the one link's 50 GB/s: 6 (2L + 16 MiB / B) (the wrap was charged 3 hops back before: 1.5)."""
+    took, algorithm = reports["group"]
+    assert algorithm == "ring over the group (as ASTRA-sim)"
+    assert took == pytest.approx(_us(6 * (2 * L + 16 * MIB / B)), rel=1e-12)
