@@ -116,6 +116,7 @@ def commands(tables: str) -> dict:
         "write tables": AR[:6] + ["--emit", "tables", "-o", tables],
         "read tables": [tables, "--json"],
         "unknown": ["--collective", "all_reduce", "--size", "1MiB", "--topology", "Nonesuch(4)"],
+        "cycle": AR[:6] + ["--algorithm", "flat_ring"],
     }
 
 
@@ -232,3 +233,8 @@ def test_a_sub_world_group_as_astra_sim_wraps_forward_round_the_ring(reports):
     took, algorithm = reports["group"]
     assert algorithm == "ring over the group (as ASTRA-sim)"
     assert took == pytest.approx(_us(6 * (2 * L + 16 * MIB / B)), rel=1e-12)
+
+
+def test_a_ring_both_ways_round_a_cycle_is_refused_on_one_way_links(reports):
+    code, _, err = reports["cycle"]   # flat_ring needs each link of its cycle both ways
+    assert code == 2 and err.count("\n") == 1 and "no Hamiltonian ring found in URing(4)" in err
