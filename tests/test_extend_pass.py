@@ -56,7 +56,7 @@ class ChunkBySize(Pass):
                 v.set(chunks=-(-v.bytes // size))
 '''
 
-# its FileCheck file, as tests/filecheck/chunk-by-size.mlir would be
+# its FileCheck file, named after the pass as its file in tests/filecheck/ would be
 FILECHECK = '''
 // chunk-by-size: every collective without a chunk count gets one chunk per chunk-bytes of its size, rounded up:
 // 1 MiB in 256 KiB chunks is 4, 64 KiB is 1; 1 MiB at the default 1 MiB is 1. The phases copy their collective's.
