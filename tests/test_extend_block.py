@@ -95,7 +95,7 @@ FULL = ["--execution", "full"]
 TREES = ["--size", "3MiB", "--topology", "URing(3)", "--algorithm", "multitree", "--verify", "--json"]
 
 
-def commands(tables: str) -> dict:
+def commands(tables: str, network: str) -> dict:
     return {
         "ring": AR,
         "ring congestion": AR + CONGESTION,
@@ -113,6 +113,8 @@ def commands(tables: str) -> dict:
                     "--algorithm", "ring,direct", "--verify", "--json"],
         "shorthand": ["--collective", "all_gather", "--size", "1MiB", "--topology", "4x2_uring", "--verify",
                       "--json"],
+        "network file": ["--collective", "all_reduce", "--size", "1MiB", "--topology", network, "--algorithm",
+                         "ring,direct", "--json"],
         "write tables": AR[:6] + ["--emit", "tables", "-o", tables],
         "read tables": [tables, "--json"],
         "unknown": ["--collective", "all_reduce", "--size", "1MiB", "--topology", "Nonesuch(4)"],
@@ -125,7 +127,10 @@ def reports(tmp_path_factory):
     folder = tmp_path_factory.mktemp("more_blocks")
     (folder / "uring.py").write_text(textwrap.dedent(URING))
     tables = tmp_path_factory.mktemp("tables") / "out"
-    runs = commands(str(tables))
+    network = tmp_path_factory.mktemp("network") / "network.yml"   # an ASTRA-sim network file names the block
+    network.write_text("topology: [ URing, Switch ]\nnpus_count: [ 4, 2 ]\nbandwidth: [ 50, 50 ]\n"
+                       "latency: [ 500, 500 ]\n")
+    runs = commands(str(tables), str(network))
     done = subprocess.run([sys.executable, "-c", RUN, str(folder), json.dumps(list(runs.values()))],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
@@ -152,6 +157,8 @@ def test_the_notation_names_the_new_block(reports):
     assert _report(reports, "shorthand")["topology"] == "URing(4)_URing(2)"   # '4x2_uring' as '8x8_mesh'
     stacked = _report(reports, "stacked")
     assert [d["block"] for d in stacked["dims"]] == ["URing", "Switch"] and stacked["npus"] == 8
+    from_file = _report(reports, "network file", verified=False)
+    assert from_file["topology"] == "URing(4)_Switch(2)" and from_file["total_time_us"] == stacked["total_time_us"]
 
 
 def test_a_ring_runs_one_way_round_at_the_whole_bandwidth(reports):
