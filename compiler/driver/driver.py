@@ -11,6 +11,7 @@ from ... import algorithms
 from . import resources
 from ...dialects import comm
 from ...network.errors import UserError
+from ...network.kinds import COLLECTIVES
 from ...network.user_files import read_text
 from ..lowering.lower import Schedule
 from ..lowering.plans import plans_from_module
@@ -21,7 +22,6 @@ from ...network.units import MAX_BYTES, format_size
 from ..report.report import Report, make_report
 
 
-SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 
 
 @dataclass
@@ -46,8 +46,8 @@ def build_module(ctx, topology: Topology, collective: str, nbytes: int, dims: li
                  root: int = 0):
     """A module holding one collective over `dims` (default: every dimension) of `topology`; a broadcast sends
     from NPU `root`, a reduce sums into it (each group at its member with the root's coordinates on `dims`)."""
-    if collective not in SUPPORTED:
-        raise UserError(f"unknown collective '{collective}'; expected one of {', '.join(SUPPORTED)}")
+    if collective not in COLLECTIVES:
+        raise UserError(f"unknown collective '{collective}'; expected one of {', '.join(COLLECTIVES)}")
     check_size(nbytes)
     dims = list(range(topology.ndims)) if dims is None else dims
     module = comm.new_module(ctx)

@@ -25,6 +25,7 @@ import numpy as np
 from ... import algorithms
 from ...algorithms import NETWORK, RANKS, Algorithm, Transfers
 from .dependencies import dependencies
+from ...network.coords import coordinate, strides
 from ...network.errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
 from ...network.links import LANE_SHORTEST, ROUTED, LinkMap
@@ -572,9 +573,8 @@ def _runs(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _a2a_template(algorithm: str, group_shape: tuple, local_dim: int, member: int, ring_dim: bool):
     """All-to-all rows of one member along one dimension of the group, in slot units (slot = group-local rank)."""
     nslots = int(np.prod(group_shape))
-    stride = int(np.prod(group_shape[:local_dim]))
-    k = group_shape[local_dim]
-    slot_coord = (np.arange(nslots) // stride) % k
+    stride, k = strides(group_shape)[local_dim], group_shape[local_dim]
+    slot_coord = coordinate(np.arange(nslots), k, stride)
     cols = {c: [] for c in ("step", "op", "peer", "lo", "hi", "dir")}
     for step, src, dst, x, direction in algorithms.for_phase(algorithm, flat=False).exchanges(k, ring_dim):
         if member not in (src, dst):
