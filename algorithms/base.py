@@ -25,10 +25,11 @@ import numpy as np
 
 from ..network.blocks import Symmetry
 from ..network.errors import UserError
+# the kinds, for the algorithm files (a plug-in among them) to import from here with the rest of the interface
+from ..network.kinds import (ALL_GATHER, ALL_REDUCE_HALVES, ALL_TO_ALL, BROADCAST, PHASE_KINDS, REDUCE,  # noqa: F401
+                             REDUCE_SCATTER, ROOTED)
 
 DIMENSION, RANKS, NETWORK = "dimension", "ranks", "network"
-REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL = "reduce_scatter", "all_gather", "all_to_all"
-BROADCAST, REDUCE = "broadcast", "reduce"
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ class Algorithm:
     phase_name: str = ""                    # what a phase's `algorithm` attribute holds (default: the name)
     aliases: tuple[str, ...] = ()           # further spellings (lower case, no separators)
     scope: str = DIMENSION
-    kinds: tuple[str, ...] = (REDUCE_SCATTER, ALL_GATHER)
+    kinds: tuple[str, ...] = ALL_REDUCE_HALVES
     blocks: tuple[str, ...] | None = None   # dimension scope: the blocks it runs on (None: any)
     # how member m runs member 0's part of a phase on one dimension (network/blocks/base.py: ROTATION, XOR, ANY);
     # None: members run different parts (trees), NPU 0 stands for no other
@@ -165,7 +166,7 @@ class Algorithm:
         """How far member 0 stands for every member of a `kind` phase on k members of `block` (a dimension's
         building block): the block says what this algorithm's relabelling keeps of its links. A broadcast's root
         sends what the others receive, a reduce's receives what they send: no member stands for another."""
-        if self.relabelling is None or kind in (BROADCAST, REDUCE):
+        if self.relabelling is None or kind in ROOTED:
             return Symmetry.NONE
         return block.symmetry(self.relabelling, k)
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..network.blocks import ANY
-from .base import (ALL_GATHER, ALL_TO_ALL, BROADCAST, DIMENSION, REDUCE, REDUCE_SCATTER, Algorithm, Transfers,
-                   same_units)
+from .base import BROADCAST, DIMENSION, PHASE_KINDS, REDUCE, ROOTED, Algorithm, Transfers, same_units
 
 
 @lru_cache(maxsize=None)
@@ -32,7 +31,7 @@ class Direct(Algorithm):
     order = 1
     name = "direct"
     scope = DIMENSION
-    kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, REDUCE)
+    kinds = PHASE_KINDS
     relabelling = ANY
 
     def template(self, kind, k, bidirectional=False):
@@ -47,4 +46,4 @@ class Direct(Algorithm):
 
     def cost_steps(self, kind, block, k, link, hop, region):
         step = (max(hop(k // 2), hop(k - 1)), region / k / link)  # every kind: one piece to every member
-        return [step, step] if kind in (BROADCAST, REDUCE) else [step]
+        return [step, step] if kind in ROOTED else [step]

@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..network.blocks import ROTATION, Symmetry
-from .base import ALL_GATHER, ALL_TO_ALL, BROADCAST, DIMENSION, REDUCE, REDUCE_SCATTER, Algorithm, Transfers
+from .base import ALL_TO_ALL, BROADCAST, DIMENSION, PHASE_KINDS, REDUCE, ROOTED, Algorithm, Transfers
 
 
 @lru_cache(maxsize=None)
@@ -77,7 +77,7 @@ class Ring(Algorithm):
     order = 0
     name = "ring"
     scope = DIMENSION
-    kinds = (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, REDUCE)
+    kinds = PHASE_KINDS
     relabelling = ROTATION
 
     def symmetry(self, kind, block, k):
@@ -105,5 +105,5 @@ class Ring(Algorithm):
                 return [(max(hop(t), hop(k - t)), piece / link) for t in range(1, k // 2 + 1)]
             return [(hop(1), piece / link)] * k  # one partner per round
         per_link = region / k / (2 if block.neighbour_links else 1)
-        steps = 2 * k - 2 if kind in (BROADCAST, REDUCE) else k - 1
+        steps = 2 * k - 2 if kind in ROOTED else k - 1
         return [(max(hop(1), hop(k - 1)), per_link / link)] * steps

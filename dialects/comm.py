@@ -17,6 +17,7 @@ from torch_mlir._mlir_libs._mlir import globals as _mlir_globals
 from torch_mlir.dialects import irdl
 
 from ..network.errors import AstraError, show
+from ..network.kinds import COLLECTIVES, PHASE_KINDS, ROOTED
 from ..network.units import MAX_BYTES
 
 # MLIR's Python bindings import a dialect's Python module (<prefix>.<namespace>) when they first wrap one of its
@@ -24,18 +25,14 @@ from ..network.units import MAX_BYTES
 if __package__ not in _mlir_globals.dialect_search_modules:
     _mlir_globals.append_dialect_search_prefix(__package__)
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 POINT_TO_POINT = ("send", "recv")
-PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
-ROOTED = ("broadcast", "reduce")  # collectives (and phases) that name a root
 STRUCTURES = ("trees", "cycle", "placement")  # decisions passes record for whole-network phases (tokens they take)
 _IRDL_FILE = os.path.join(os.path.dirname(__file__), "comm.irdl.mlir")
 MAX_CHUNKS = 2 ** 20  # chunk index x bytes (<= 2^40) must stay inside int64 in the lowering
 
 # Attributes an op may carry beyond those its IRDL definition requires: the pinned IRDL cannot declare an attribute
 # optional, so the optional ones are declared here (IRDL checks the required ones' presence and kind).
-OPTIONAL = {**{c: ("chunks", "part_of") for c in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all",
-                                                  "broadcast", "reduce")},
+OPTIONAL = {**{c: ("chunks", "part_of") for c in COLLECTIVES},
             "phase": ("algorithm", "order", "ports", "part_of", "fused", "root")}
 # what every attribute's value must be, where IRDL's kinds (integer, string, dense array) say too little
 VALUE_KINDS = {"ints": ("dims", "group_dims", "order", "parent", "step", "link", "ranks"),
@@ -144,6 +141,12 @@ def _check_readable(top, source: str) -> None:
 def new_module(ctx: ir.Context) -> ir.Module:
     with ctx, ir.Location.unknown():
         return ir.Module.create()
+
+
+def copy_module(module):
+    """A deep copy of a module, in its context and held by no block (MLIR's Operation.clone): it reads, rewrites
+    and prints like the module (body, operation, attributes), and costs neither a print nor a parse."""
+    return getattr(module, "operation", module).clone(ip=False)
 
 
 def token_type() -> ir.Type:
@@ -317,8 +320,8 @@ def walk(module: ir.Module) -> list:
 
 
 def ops(module: ir.Module) -> list:
-    """The comm ops of a module in program order, nested ones included, so the comm passes also run on the
-    collectives of a workload module."""
+    """The comm ops of a module in program order, nested ones included: a workload module's collectives and
+    messages sit in its rank programs (the comm checks, verify_module, reach them there)."""
     return [op for op in walk(module) if op.name.startswith("comm.")]
 
 

@@ -1,8 +1,10 @@
 """The `wl` (workload) dialect: one training step per rank as compute ops and collectives joined by tokens.
 
 Defined in IRDL (workload.irdl.mlir). Collectives are comm dialect ops carrying one discardable attribute,
-`wl.group` (the process group's name, a key of the program's `wl.groups`), so the comm passes see ordinary comm
-ops. Any op may carry `wl.phase` ("forward", "backward" or "optimizer"): the part of the step it belongs to, and
+`wl.group` (the process group's name, a key of the program's `wl.groups`), so the comm checks see ordinary comm
+ops (the comm passes do not run here: each distinct collective is compiled in a comm module of its own,
+compiler/driver/workload_driver.py). Any op may carry `wl.phase` ("forward", "backward" or "optimizer"): the part
+of the step it belongs to, and
 `wl.iteration` (an execution trace of several training iterations): which one. The report breaks the run into
 both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it. `wl.load` / `wl.store` move
 `bytes` between the accelerator and its local memory or the remote pool (`location`; docs/memory.md), a remote one
@@ -22,9 +24,10 @@ listing the ranks that run it in `wl.stands_for`. Layout of a module:
       }
     }
 
-After the step is timed, each distinct collective's module after the comm passes is nested as `module @c<k>
-attributes {wl.algorithm = ..., wl.time_ns = ...}`, and every use names it in `wl.schedule = "c<k>"`: the
-decisions the passes made for the step. Reading a module drops these records (it is compiled again).
+After the step is timed, --emit mlir clones each distinct collective's module after the comm passes into the
+step's module as `module @c<k> attributes {..., wl.algorithm = ..., wl.time_ns = ...}`, and every use names it
+in `wl.schedule = "c<k>"`: the decisions the passes made for the step. Reading a module drops these records (it
+is compiled again).
 
 This file only builds, checks and reads modules; the frontends decide what goes in. A module written with
 `--emit mlir` is also input (`astra-compile step.mlir`): `check_module` refuses, in one line naming the op and the

@@ -3,7 +3,7 @@ message, and a collective on a process group smaller than the world.
 
 - A message (ASTRA-sim's MultiDimTopology::send in astra-network-analytical) travels in one dimension only, the
   first in which its two NPUs differ, and takes  hops x latency + bytes / bandwidth  there: hops as the block
-  counts them (Ring: the shorter way round; Switch: 2; FullyConnected: 1: Block.cost_hops) and the bandwidth of
+  routes it (Ring: the shorter way round; Switch: 2; FullyConnected: 1: Dimension.hops) and the bandwidth of
   one link as ASTRA-sim's network file gives it. On a Ring that is the dimension's whole bandwidth, where this
   compiler's two-way ring gives a message one direction's half. The workload layer sends it with no delay
   (Workload::issue_send_comm), so it pays no endpoint delay.
@@ -39,7 +39,7 @@ def message(topology: Topology, src: int, dst: int, nbytes: int, links: tuple) -
     a, b = topology.coords(src), topology.coords(dst)
     d = next(d for d in range(topology.ndims) if a[d] != b[d])
     dim = topology.dims[d]
-    hops = dim.kind.cost_hops(dim.size, (b[d] - a[d]) % dim.size)
+    hops = dim.hops(a[d], b[d])   # the block's path (a Mesh walks back towards a lower coordinate)
     busy[d] = float(nbytes) / gbps_to_bytes_per_ns(links[d])
     return Message(hops * dim.latency_ns + busy[d], hops, tuple(busy), f"dim{d} {hops} hop{'s' * (hops != 1)}")
 
@@ -53,8 +53,8 @@ def group_ring(topology: Topology, dims: list, parts: dict, links: tuple) -> tup
     size = 1
     for e in dims:
         size *= parts.get(e, (topology.dims[e].size, 1))[0]
-    step = dim.kind.cost_hops(dim.size, stride)
-    wrap = dim.kind.cost_hops(dim.size, (members - 1) * stride)   # back round the dimension to the next block
+    step = dim.hops(0, stride) if members > 1 else 0
+    wrap = dim.hops((members - 1) * stride, 0)   # the last member back to the first (a one-way ring: forward)
     hops = ((members - 1) * step + wrap) / members
     ring = Dimension("Ring", size, links[d], dim.latency_ns * hops)
     return Topology((ring,), endpoint_delay_ns=topology.endpoint_delay_ns), d

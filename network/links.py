@@ -23,6 +23,7 @@ import numpy as np
 
 from . import blocks
 from .blocks import SHORTEST
+from .coords import coordinate, strides
 
 ROUTED = -1                # the `dim` of a message routed across dimensions (dimension order)
 LANE_SHORTEST = SHORTEST   # a routed message's lane: each Ring leg the shorter way (0: all forward, 1: all backward)
@@ -89,7 +90,7 @@ class LinkMap:
         self.representative = representative
         self.blocks = [d["block"] for d in dims]
         self.shape = np.array([d["size"] for d in dims], np.int64)
-        self.strides = np.array([int(np.prod(self.shape[:d])) for d in range(len(dims))], np.int64)
+        self.strides = np.array(strides(self.shape), np.int64)
         self.npus = int(np.prod(self.shape)) if len(dims) else 1
         self.kinds = [blocks.block(b) for b in self.blocks]  # an unknown block is refused, never routed as a Ring
         self.slots = np.array([b.slots(int(k)) if b.stackable else 0 for b, k in zip(self.kinds, self.shape)],
@@ -137,7 +138,7 @@ class LinkMap:
         parts = []
         for d, kind in enumerate(self.kinds):
             k, st = int(self.shape[d]), int(self.strides[d])
-            cs, cd = (cur // st) % k, (dst // st) % k
+            cs, cd = coordinate(cur, k, st), coordinate(dst, k, st)
             nxt = cur + (cd - cs) * st
             i = np.flatnonzero(cs != cd)
             hops, leg_lane = kind.path(k, cs[i], cd[i], lane[i])

@@ -21,6 +21,7 @@ import numpy as np
 
 from . import blocks
 from .blocks import Block
+from .coords import coordinate, coords as coords_of, group_base, strides as strides_of
 from .errors import UserError, show
 from .graphs import Graph
 from .links import LinkGraph, link_offsets
@@ -159,11 +160,7 @@ class Topology:
                             f"most {MAX_NPUS}")
         if not self.name:
             object.__setattr__(self, "name", "_".join(d.notation for d in dims))
-        strides, s = [], 1
-        for d in dims:
-            strides.append(s)
-            s *= d.size
-        object.__setattr__(self, "_strides", tuple(strides))
+        object.__setattr__(self, "_strides", strides_of([d.size for d in dims]))
 
     @property
     def npus(self) -> int:
@@ -197,7 +194,7 @@ class Topology:
 
     def coords(self, rank: int) -> tuple[int, ...]:
         r = self._check_rank(rank)
-        return tuple((r // st) % d.size for st, d in zip(self._strides, self.dims))
+        return tuple(coordinate(r, d.size, st) for st, d in zip(self._strides, self.dims))
 
     def rank(self, coords: Sequence[int]) -> int:
         try:
@@ -213,10 +210,7 @@ class Topology:
 
     def coords_array(self) -> np.ndarray:
         """Coordinates of every NPU, shape (npus, ndims), row i = coords(i)."""
-        ranks = np.arange(self.npus, dtype=np.int64)[:, None]
-        strides = np.asarray(self._strides, dtype=np.int64)[None, :]
-        shape = np.asarray(self.shape, dtype=np.int64)[None, :]
-        return (ranks // strides) % shape
+        return coords_of(np.arange(self.npus, dtype=np.int64), self.shape)
 
     def peer(self, rank: int, dim: int, coord: int) -> int:
         """The NPU equal to `rank` except for coordinate `coord` in dimension `dim`."""
@@ -225,7 +219,7 @@ class Topology:
         if not 0 <= coord < self.dims[dim].size:
             raise UserError(f"coordinate {coord} out of range for dimension {dim} ({self.dims[dim].notation})")
         st = self._strides[dim]
-        return r + (coord - (r // st) % self.dims[dim].size) * st
+        return r + (coord - coordinate(r, self.dims[dim].size, st)) * st
 
     def links(self) -> LinkGraph:
         """Every directed physical link, built with array operations (no per-NPU loop), each carrying its id in
@@ -243,8 +237,7 @@ class Topology:
         next_switch = n
         for k, d in enumerate(self.dims):
             st = self._strides[k]
-            c = (ranks // st) % d.size
-            base = ranks - c * st  # rank with this coordinate set to 0
+            c, base = coordinate(ranks, d.size, st), group_base(ranks, d.size, st)
             src, dst, lane, owner, slot, switches = d.kind.physical_links(ranks, c, base, d.size, st, next_switch)
             next_switch += switches
             m = src.shape[0]

@@ -7,10 +7,11 @@ depend on the intra-dimension queue (fifo or scf) and which the estimate does no
 dimension the bottleneck whatever the order, every order set ties on the estimate and CP-SAT returns one that
 loads the other dimensions up to the same level, so they stall each other (docs/scheduling.md, "Why CP-SAT's
 balance can lose"). So this pass times the candidates on the real cost model and keeps the fastest: the module's
-own orders (CP-SAT's), Themis's and the baseline's, each computed on a copy. An `optimal` schedule therefore never
-runs slower than the baseline or Themis on the same runtime options. The winner's orders stay in the module and
-the module records the decision: `comm.schedule` ("cp-sat", "themis" or "baseline", the first of the fastest in
-that order) and each candidate's time in ns. `--print-ir-after-all` therefore ends with the module that is lowered.
+own orders (CP-SAT's), Themis's and the baseline's, each computed on a copy (comm.copy_module, a clone of the
+module, not a print and a parse). An `optimal` schedule therefore never runs slower than the baseline or Themis on
+the same runtime options. The winner's orders stay in the module and the module records the decision:
+`comm.schedule` ("cp-sat", "themis" or "baseline", the first of the fastest in that order) and each candidate's
+time in ns. `--print-ir-after-all` therefore ends with the module that is lowered.
 
 Timing needs the lowering and a runtime, which passes may not import: the driver hands an `evaluate(module) -> ns`
 function in the pass context (PassContext.evaluate).
@@ -41,7 +42,7 @@ class ChooseSchedule(OrderingPass):
                             "(PassContext.evaluate); use --scheduler optimal")
 
     def apply(self, module, ctx) -> None:
-        themis, baseline = (comm.parse_module(str(module), module.context) for _ in range(2))
+        themis, baseline = comm.copy_module(module), comm.copy_module(module)
         with module.context, comm.ir.Location.unknown():
             Themis(latency=self.latency, active=self.active).apply(themis, ctx)
             write_stage_orders(baseline, ctx.topology)

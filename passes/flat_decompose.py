@@ -8,6 +8,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from ..dialects import comm
+from ..network.kinds import ALL_REDUCE_HALVES
 from .base import Pass, PassError, register
 
 FLAT = -1  # the `dim` of a phase that spans every dimension of its group
@@ -23,7 +24,7 @@ class FlatDecompose(Pass):
         ndims = len(ctx.topology.dims)
         for op in comm.ops(module):
             kind = comm.short_name(op)
-            if kind not in ("reduce_scatter", "all_gather"):
+            if kind not in ALL_REDUCE_HALVES:
                 if kind in comm.PHASE_KINDS:
                     raise PassError(f"no graph algorithm for {kind}")
                 continue

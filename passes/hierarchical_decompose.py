@@ -15,26 +15,27 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from ..dialects import comm
+from ..network.kinds import ALL_GATHER, ALL_TO_ALL, BROADCAST, REDUCE, REDUCE_SCATTER
 from .base import Pass, PassError, register
 
 
 def phase_plan(kind: str, dims: list[int], shape: list[int], nbytes: int) -> list[tuple[int, int]]:
     """[(dim, bytes)] per stage for a collective of `kind` over `dims` with a `nbytes` full buffer."""
-    if kind == "reduce_scatter":
+    if kind == REDUCE_SCATTER:
         plan, region = [], nbytes
         for d in sorted(dims):
             plan.append((d, region))
             region //= shape[d]
         return plan
-    if kind == "all_gather":
+    if kind == ALL_GATHER:
         plan, region = [], nbytes
         for d in sorted(dims):  # region sizes seen from the end: the last stage (dim 0) outputs the full buffer
             plan.append((d, region))
             region //= shape[d]
         return list(reversed(plan))
-    if kind in ("all_to_all", "broadcast"):
+    if kind in (ALL_TO_ALL, BROADCAST):
         return [(d, nbytes) for d in sorted(dims)]
-    if kind == "reduce":
+    if kind == REDUCE:
         return [(d, nbytes) for d in sorted(dims, reverse=True)]
     raise ValueError(kind)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .. import algorithms
 from ..network import blocks
+from ..network.kinds import WHOLE_CHUNK
 from ..network.units import gbps_to_bytes_per_ns
 
 
@@ -40,7 +41,7 @@ def phase_time_ns(kind: str, algorithm: str, block: str, k: int, gbps: float, la
 
 def region_sizes(kind: str, dims_in_order: list[int], shape: list[int], chunk: float) -> list[float]:
     """Region entering each phase of a chunk visiting `dims_in_order` (reduce-scatter shrinks, all-gather grows)."""
-    if kind in ("all_to_all", "broadcast", "reduce"):
+    if kind in WHOLE_CHUNK:
         return [chunk] * len(dims_in_order)
     if kind == "reduce_scatter":
         out, region = [], chunk

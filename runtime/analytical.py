@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import heapq
 
-import numpy as np
-
+from ..network.coords import group_base, strides
 from ..network.memory import reduction_ns
 from .phases import INTRA_POLICIES, OptionError, PhaseEngine, Result, Table, messages, tables_by_npu
 from .tables import SWITCH, Schedule
@@ -68,7 +67,7 @@ class _Engine(PhaseEngine):
     def __init__(self, meta, tables: dict, mode: str, intra: str, active: int, local_mem_gbps: float | None = None):
         super().__init__(meta, tables, intra, active, mode == "symmetric")
         self.local_mem_gbps = local_mem_gbps
-        self.strides = [int(np.prod(self.meta.shape[:d])) for d in range(self.meta.ndims)]
+        self.strides = strides(self.meta.shape)
         self.switch_senders: dict = {}  # (dim, group, coll, flow, stage, step) -> members that send to the switch
         self._build_steps(Table.concat(list(tables.values())))
         self.links: dict = {}       # (npu, dim) -> heap of (ready time, seq, (pk, step))
@@ -180,7 +179,7 @@ class _Engine(PhaseEngine):
         """(dim, group, coll, flow, stage, step): one switch's sum; the group is its member with coordinate 0."""
         npu, c, f, s = pk
         k, stride = self.meta.shape[d], self.strides[d]
-        return (d, npu - ((npu // stride) % k) * stride, c, f, s, st)
+        return (d, group_base(npu, k, stride), c, f, s, st)
 
     def _check(self, sk) -> None:
         if sk not in self.begun:

@@ -27,6 +27,7 @@ import ctypes.util
 
 import numpy as np
 
+from ..network.coords import group_index, strides as strides_of
 from ..network.links import LinkMap
 from ..network.memory import reduction_ns
 from .phases import OptionError, batches, messages, per_dim_bytes, successors
@@ -241,7 +242,7 @@ class Plan:
         shape = self.meta.shape
         if self.symmetric:
             shape = [1] * nd
-        strides = [int(np.prod(shape[:d])) for d in range(nd)]
+        strides = strides_of(shape)
         total = int(np.prod(shape)) if nd else 1
         ngroups = [1] + [total // k for k in shape]            # per dim -1, 0, 1, ...
         goff = np.concatenate([[0], np.cumsum(ngroups)]).astype(I64)
@@ -253,7 +254,7 @@ class Plan:
         sgroup = np.zeros((S, nd + 1), I64)
         for d in range(nd):  # a group is numbered by its base NPU's position among the bases
             k, st = shape[d], strides[d]
-            sgroup[:, d + 1] = goff[d + 1] + (npu // (st * k)) * st + npu % st
+            sgroup[:, d + 1] = goff[d + 1] + group_index(npu, k, st)
         self.server_group = sgroup.ravel()
         order = np.argsort(self.server_group, kind="stable")
         self.member = order.astype(I64)   # servers by group, each group's in NPU order

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..network import blocks
 from ..network.errors import show
+from ..network.kinds import PHASE_KINDS, ROOTED, SHARDED
 from ..network.topology import MAX_LINKS, MAX_NPUS
 from ..network.units import MAX_LATENCY_NS, link_range_error
 from . import run_record
@@ -25,9 +26,6 @@ from .errors import TableError, read_table_json
 
 FORMAT = "astra-compile-tables"
 VERSION = 1
-PHASE_KINDS = ("reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
-ROOTED = ("broadcast", "reduce")  # the kinds that name a root NPU
-SHARDED = ("reduce_scatter", "all_gather")  # the kinds whose NPUs end (or start) with a shard of the buffer
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "meta.schema.json")
 KEYS = {"format", "version", "npus", "topology", "latency_ns", "symmetric", "collectives", "shards", "table_format",
         "representative", "run"}

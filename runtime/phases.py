@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..network.coords import group_base, strides
 from ..network.errors import AstraError
 from ..network.links import ROUTED, LinkMap
 from ..network.units import gbps_to_bytes_per_ns
@@ -193,7 +194,7 @@ class GroupOrder:
     def __init__(self, shape: list[int], priority):
         self.shape = shape
         self.priority = priority  # (npu, now, key) -> sort key
-        self.strides = [int(np.prod(shape[:d])) for d in range(len(shape))]
+        self.strides = strides(shape)
         self.npus = int(np.prod(shape))
         self.count: dict = {}     # (group, key) -> [members ready, latest ready time]
         self.eligible: dict = {}  # group -> heap of (priority, key)
@@ -208,7 +209,7 @@ class GroupOrder:
     def group(self, npu: int, dim: int):
         if dim < 0:
             return dim, 0
-        return dim, npu - ((npu // self.strides[dim]) % self.shape[dim]) * self.strides[dim]
+        return dim, group_base(npu, self.shape[dim], self.strides[dim])
 
     def members(self, group):
         dim, base = group

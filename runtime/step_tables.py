@@ -27,19 +27,19 @@ from dataclasses import dataclass
 
 from . import atomic, run_record
 from .errors import TableError, read_table_text
-from .meta import FORMAT as TABLES_FORMAT, PHASE_KINDS, read_json
+from .meta import FORMAT as TABLES_FORMAT, read_json
 from .tables import DirSchedule, Schedule, fill_dir
 from ..network.errors import show
+from ..network.kinds import COLLECTIVES
 from ..network.memory import LOCATIONS
 
 FORMAT = "astra-compile-step"
 VERSION = 3   # 2: send / recv rows (the peer column), SPMD steps of several programs (pipeline stages); 3: load /
 #               store rows (the location and in_switch columns)
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "step_meta.schema.json")
-KINDS = ("all_reduce",) + PHASE_KINDS   # every collective a program may run (an all-reduce is two phases)
 MESSAGES = ("send", "recv")
 MEMORY = ("load", "store")
-ROW_KINDS = ("compute", "wait") + MESSAGES + MEMORY + KINDS
+ROW_KINDS = ("compute", "wait") + MESSAGES + MEMORY + COLLECTIVES
 PROGRAM_COLUMNS = ("row", "kind", "name", "phase", "iteration", "flops", "bytes", "measured_ns", "collective",
                    "group", "stream", "peer", "location", "in_switch", "deps")
 META_KEYS = {"format", "version", "npus", "topology", "spmd", "source", "mesh", "scheduler", "table_format",
@@ -209,8 +209,8 @@ def _check_meta(meta, where: str) -> None:
             _fail(where, f"{at}: needs exactly dir, kind, bytes, dims, root, part, algorithm, fallback")
         if not isinstance(e["dir"], str) or e["dir"] != f"collective_{c}":
             _fail(where, f"{at}.dir: {show(e['dir'])} is not collective_{c}")
-        if e["kind"] not in KINDS:
-            _fail(where, f"{at}.kind: {show(e['kind'])} is not one of {', '.join(KINDS)}")
+        if e["kind"] not in COLLECTIVES:
+            _fail(where, f"{at}.kind: {show(e['kind'])} is not one of {', '.join(COLLECTIVES)}")
         if not _is_int(e["bytes"], 1):
             _fail(where, f"{at}.bytes: {show(e['bytes'])} is not a positive byte count")
         if not isinstance(e["dims"], list) or not e["dims"] or not all(_is_int(d, 0, 63) for d in e["dims"]) or \

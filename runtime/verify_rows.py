@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..network.coords import coords as coords_of, group_base, rank, strides
 from ..network.errors import AstraError
 from .tables import SEND, SWITCH, Table
 
@@ -15,20 +16,11 @@ class VerificationError(AstraError):
 
 def group_layout(shape: list[int], dims: list[int]):
     """Per NPU: group id (NPUs that share every coordinate outside dims) and group-local rank."""
-    npus = int(np.prod(shape))
-    ranks = np.arange(npus)
-    strides = np.cumprod([1] + list(shape[:-1]))
-    coords = (ranks[:, None] // strides[None, :]) % np.asarray(shape)[None, :]
-    local, mult = np.zeros(npus, np.int64), 1
-    for d in sorted(dims):
-        local += coords[:, d] * mult
-        mult *= shape[d]
+    coords = coords_of(np.arange(int(np.prod(shape))), shape)
+    inside = sorted(dims)
     outside = [d for d in range(len(shape)) if d not in dims]
-    gid, mult = np.zeros(npus, np.int64), 1
-    for d in outside:
-        gid += coords[:, d] * mult
-        mult *= shape[d]
-    return gid, local, mult if outside else 1
+    sizes = [shape[d] for d in outside]
+    return rank(coords[:, outside], sizes), rank(coords[:, inside], [shape[d] for d in inside]), int(np.prod(sizes))
 
 
 def shard_layout(shards: dict, ci: int) -> np.ndarray:
@@ -141,8 +133,6 @@ def when(t: Table, rows) -> np.ndarray:
 
 def switch_of(sw: Table, rows, shape) -> np.ndarray:
     """Each row's switch: its NPU's group in the row's dimension (the NPU with that coordinate 0), per dimension."""
-    stride = np.cumprod([1] + list(shape))[:-1]
     d = sw["dim"][rows].astype(np.int64)
-    k, st = np.asarray(shape)[d], stride[d]
-    npu = sw["npu"][rows].astype(np.int64)
-    return d * (1 << 40) + npu - ((npu // st) % k) * st
+    k, st = np.asarray(shape)[d], np.asarray(strides(shape), np.int64)[d]
+    return d * (1 << 40) + group_base(sw["npu"][rows].astype(np.int64), k, st)

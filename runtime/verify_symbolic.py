@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..network.kinds import ALL_REDUCE, REDUCE, SHARDED
 from .errors import TableError
 from .tables import RECV_REDUCE, SEND, DirSchedule
 from .verify_rows import (VerificationError, checked_rows, group_layout, is_root, ranges, shard_layout, switch_of,
@@ -177,7 +178,7 @@ class Buffer:
 
 
 def _sharded_bounds(meta, shards, ci: int, size: int) -> list:
-    if meta.collectives[ci].buffer_kind in ("reduce_scatter", "all_gather"):
+    if meta.collectives[ci].buffer_kind in SHARDED:
         sh = shard_layout(shards, ci).reshape(-1, 2)
         return [np.clip(sh[:, 0], 0, size), np.clip(sh[:, 0] + sh[:, 1], 0, size)]
     return []
@@ -428,7 +429,7 @@ class _Execution:
         kind, c = self.buf.kind, self.c
         name = c.name if kind == c.kind else c.buffer
         every = np.arange(self.n)
-        if kind in ("all_reduce", "reduce"):
+        if kind in (ALL_REDUCE, REDUCE):
             ok = self.holds(-1, 0, self.gid[:, None])
             who = np.arange(self.npus) if kind == "all_reduce" else np.flatnonzero(self.local == self.local[c.root])
             what = f"all_reduce '{name}'" if kind == "all_reduce" else f"reduce '{name}' root"

@@ -53,6 +53,16 @@ def test_a_message_on_a_ring_gets_the_whole_bandwidth_and_no_endpoint_delay_as_a
     assert astra.dim_busy_ns[1] == 0.0 and astra.dim_busy_ns[0] > 0
 
 
+def test_a_message_takes_the_hops_its_block_routes_it_over():
+    """A Mesh has no wrap-around: 3 -> 0 walks back 3 links and 1 -> 0 one (the forward distance mod k, 1 and 3,
+    was charged before), each at one link's 25 GB/s (50 over the NPU's two links)."""
+    topo = parse_topology("Mesh(4)", "50", "500", None, None)
+    for src, hops in ((3, 3), (1, 1)):
+        took = message_time(topo, ("p2p", 8 * MB, src, 0), step=ASTRA)
+        assert took.time_ns == pytest.approx(hops * 500 + 8 * MB / gbps_to_bytes_per_ns(25))
+        assert took.algorithm == f"as ASTRA-sim: dim0 {hops} hop{'s' * (hops != 1)}"
+
+
 @pytest.mark.parametrize("members, stride, hops", [(2, 4, 4), (4, 2, 2), (4, 1, 1.5)])
 def test_a_sub_world_group_runs_one_ring_over_its_members_as_astra_sim(members, stride, hops):
     """Ring(8), 50 GB/s, 500 ns: a ring all-reduce of `members` at the whole 50 GB/s whose step latency is the mean

@@ -16,10 +16,17 @@ import pytest
 from astra_compile.passes import all_passes
 
 FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "filecheck")
-# the tools a RUN line may name, as lit's substitutions: this interpreter's, whatever PATH holds
-PRELUDE = ('astra-compile() { "$PYTHON" -m astra_compile "$@"; }\n'
-           'filecheck() { "$PYTHON" -m filecheck "$@"; }\n'
-           'not() { ! "$@"; }\n')
+# the tools a RUN line may name, as lit's substitutions: this interpreter's, whatever PATH holds; `cli` is the
+# command astra-compile stands for (a test's own, tests/test_extend_pass.py, where the pass is in a temporary folder)
+CLI = '"$PYTHON" -m astra_compile'
+
+
+def prelude(cli: str = CLI) -> str:
+    return (f'astra-compile() {{ {cli} "$@"; }}\n'
+            'filecheck() { "$PYTHON" -m filecheck "$@"; }\n'
+            'not() { ! "$@"; }\n')
+
+
 FILES = sorted(f for f in os.listdir(FOLDER) if f.endswith(".mlir"))
 
 
@@ -40,14 +47,14 @@ def run_lines(path: str) -> list[str]:
     return lines
 
 
-def run(path: str) -> list[str]:
+def run(path: str, cli: str = CLI) -> list[str]:
     """Run every RUN line of the file; the failures, each with its command and what it printed."""
     if importlib.util.find_spec("filecheck") is None:
         pytest.fail("the filecheck tool is missing: pip install '.[test]'")
     failures = []
     for command in run_lines(path):
-        proc = subprocess.run(["bash", "-o", "pipefail", "-c", PRELUDE + command], capture_output=True, text=True,
-                              env={**os.environ, "PYTHON": sys.executable}, cwd=FOLDER, timeout=300)
+        proc = subprocess.run(["bash", "-o", "pipefail", "-c", prelude(cli) + command], capture_output=True,
+                              text=True, env={**os.environ, "PYTHON": sys.executable}, cwd=FOLDER, timeout=300)
         if proc.returncode != 0:
             failures.append(f"RUN: {command}\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
     return failures

@@ -9,6 +9,8 @@ import pytest
 
 import astra_compile
 from astra_compile.compiler.frontend.workload import COLLECTIVE, COMPUTE, WAIT, Op, Workload
+from astra_compile.dialects import comm
+from astra_compile.dialects import workload as wl
 from astra_compile.network.errors import UserError
 from astra_compile.runtime import step_tables
 
@@ -100,6 +102,13 @@ def test_a_workload_module_takes_no_capture_options(capsys, step):
     refused(capsys, step[1], "--bandwidth", "10", match="need --topology")
 
 
+def records(text: str) -> dict:
+    """The `module @c<k>` records of a step's --emit mlir, read back with MLIR: name -> their attributes."""
+    module = wl.parse_module(text, wl.new_context())
+    return {comm.from_attr(op.attributes["sym_name"]): comm.attrs(op)
+            for op in (o.operation for o in module.body.operations) if wl.is_schedule_record(op)}
+
+
 def test_every_collective_names_its_compiled_module_in_the_step():
     """--emit mlir of a step nests each distinct collective's module after the comm passes (`module @c<k>`), and
     every use names it in wl.schedule: the step's IR tells which algorithm and schedule each collective got."""
@@ -107,17 +116,104 @@ def test_every_collective_names_its_compiled_module_in_the_step():
     text = report.mlir
     uses = re.findall(r'"comm\.(\w+)".*?wl\.schedule = "(c\d+)"', text)
     assert uses == [("broadcast", "c0"), ("all_reduce", "c1")] * 2   # both ranks' programs, one record each
-    records = dict(re.findall(r'module @(c\d+) attributes \{wl\.algorithm = "([^"]+)"', text))
-    assert records == {"c0": report.collectives[0]["algorithm"], "c1": report.collectives[1]["algorithm"]}
+    held = records(text)
+    assert {k: r["wl.algorithm"] for k, r in held.items()} == {"c0": report.collectives[0]["algorithm"],
+                                                               "c1": report.collectives[1]["algorithm"]}
     record = text[text.index("module @c1"):]
     assert '"comm.phase"' in record and 'kind = "reduce_scatter"' in record and 'kind = "all_gather"' in record
-    times = re.findall(r"module @c\d+ attributes \{[^}]*wl\.time_ns = ([0-9.e+-]+) : f64", text)
-    assert [float(t) / 1e3 for t in times] == [c["time_us"] for c in report.collectives]
+    assert [held[k]["wl.time_ns"] / 1e3 for k in ("c0", "c1")] == [c["time_us"] for c in report.collectives]
+    assert all(r["comm.scheduler"] == "optimal" and "wl.fallback" not in r for r in held.values())
+
+
+def tiny_step() -> Workload:
+    """A 4-byte all-reduce over 16 ranks: too small to split, it falls back (wl.fallback)."""
+    return Workload(16, {0: [Op("c10d.allreduce_", COLLECTIVE, bytes=4, collective="all_reduce",
+                                group=tuple(range(16)), group_name="world")]}, source="loss", spmd=True)
 
 
 def test_a_small_collective_records_how_it_fell_back():
-    tiny = Workload(16, {0: [Op("c10d.allreduce_", COLLECTIVE, bytes=4, collective="all_reduce",
-                                group=tuple(range(16)), group_name="world")]}, source="loss", spmd=True)
-    text = astra_compile.compile(tiny, "4x4_torus").mlir
-    assert re.search(r'module @c0 attributes \{wl\.algorithm = "[^"]+", wl\.time_ns = [^,]+, '
-                     r'wl\.fallback = "padded from 4 B to \d+ B', text)
+    report = astra_compile.compile(tiny_step(), "4x4_torus")
+    (name, record), = records(report.mlir).items()
+    assert name == "c0" and record["wl.algorithm"] == report.collectives[0]["algorithm"]
+    assert re.fullmatch(r"padded from 4 B to \d+ B \(too small to split over 16 NPUs\)", record["wl.fallback"])
+
+
+def test_the_step_ir_is_mlirs_own_print():
+    """The compiled collectives are cloned into the step's module as operations, their figures and the run's
+    options set as attributes, and the module printed once by MLIR: the text is MLIR's own print of itself (no
+    record spliced in as text, whose attributes MLIR would print in another order)."""
+    for text in (astra_compile.compile(two_ranks(), "Ring(2)", peak_tflops=10.0, chunks=2).mlir,
+                 astra_compile.compile(tiny_step(), "4x4_torus", mem_bw_gbps=100.0).mlir):
+        assert "module @c0" in text and "wl.run" in text.split("\n", 1)[0]
+        assert str(wl.parse_module(text, wl.new_context())) == text
+
+
+def test_a_step_prints_and_parses_no_ir_until_its_module_is_read(monkeypatch):
+    """The IR is the working structure: timing a step builds each collective's comm module, compiles it in place
+    and keeps it, with no module printed or parsed on the way; reading `report.mlir` prints the step once."""
+    from torch_mlir import ir
+    seen = {"parse": 0, "print": 0}
+    parse, show = ir.Module.parse, ir.Operation.__str__
+
+    def counted_parse(text, *args, **kwargs):
+        seen["parse"] += "irdl.dialect" not in text   # a context loading the dialects' definitions is no IR
+        return parse(text, *args, **kwargs)
+
+    def counted_print(op):
+        seen["print"] += op.name == "builtin.module"   # (a schedule's content key prints its ops, not the module)
+        return show(op)
+    monkeypatch.setattr(ir.Module, "parse", staticmethod(counted_parse))
+    monkeypatch.setattr(ir.Operation, "__str__", counted_print)
+    report = astra_compile.compile(two_ranks(), "Ring(2)", peak_tflops=10.0)
+    assert seen == {"parse": 0, "print": 0}
+    text = report.mlir
+    assert seen == {"parse": 0, "print": 1} and text.count("module @c") == 2
+    assert report.mlir is text and seen["print"] == 1   # printed once
+
+
+def test_a_cached_collective_is_nested_from_its_text(tmp_path):
+    """With --cache, a later run takes each collective's compiled module from the cache file (text), parses it
+    into its step's context and nests it: the step's IR is the one a run without a cache prints."""
+    from astra_compile.compiler.core import reuse
+    want = astra_compile.compile(two_ranks(), "Ring(2)").mlir
+    for run in range(2):
+        with reuse.using(reuse.open_dir(str(tmp_path / "cache"))) as shared:
+            assert astra_compile.compile(two_ranks(), "Ring(2)").mlir == want
+        assert (shared.made["collective"], shared.hits) == ((2, 0) if run == 0 else (0, 2))
+
+
+def test_emitting_leaves_the_lowered_step_as_it_was():
+    """The points of a sweep share one lowered module: --emit mlir nests the records in a copy of it."""
+    from astra_compile.compiler.driver.workload_driver import WorkloadOptions, emitted, lower, run
+    from astra_compile.network.parse import parse_topology
+    topology = parse_topology("Ring(2)")
+    lowered = lower(two_ranks(), topology)
+    before = str(lowered.module)
+    _, times = run(lowered, topology, WorkloadOptions())
+    first = emitted(lowered, times, {"chunks": 2})
+    assert str(lowered.module) == before and "module @c" not in before
+    assert emitted(lowered, times, {"chunks": 2}) == first and first.count("module @c") == 2
+
+
+def test_a_module_written_again_keeps_one_run_record(tmp_path):
+    """A module that records its run options (wl.run), run and written again with --emit mlir, records them once:
+    it is read and run once more (the text splice this replaced appended a second wl.run, a duplicate key that
+    MLIR refuses)."""
+    first = tmp_path / "first.mlir"
+    first.write_text(astra_compile.compile(two_ranks(), "Ring(2)", chunks=2, peak_tflops=10.0).mlir)
+    again = astra_compile.compile(str(first), None)
+    assert again.mlir == first.read_text() and again.mlir.split("\n", 1)[0].count("wl.run =") == 1
+    second = tmp_path / "second.mlir"
+    second.write_text(again.mlir)
+    assert astra_compile.compile(str(second), None).total_time_us == again.total_time_us
+
+
+def test_a_module_run_at_the_defaults_records_no_run_options(tmp_path):
+    """A module that records wl.run, run with every option at its default (use_recorded=False), writes a module
+    without the record: its step was timed at the defaults, and running the written module times it so again."""
+    path = tmp_path / "m.mlir"
+    path.write_text(astra_compile.compile(two_ranks(), "Ring(2)", peak_tflops=10.0).mlir)
+    plain = astra_compile.compile(str(path), None, use_recorded=False)
+    assert "wl.run" not in plain.mlir and plain.mlir == astra_compile.compile(two_ranks(), "Ring(2)").mlir
+    (tmp_path / "again.mlir").write_text(plain.mlir)
+    assert astra_compile.compile(str(tmp_path / "again.mlir"), None).total_time_us == plain.total_time_us

@@ -20,8 +20,8 @@ from ..frontend.workload import Workload
 from ...runtime.workload_engine import SEMANTICS, Roofline
 from ...network.parse import parse_topology, with_endpoint_delay
 from ...network.topology import Topology
-from ..driver.workload_driver import (Lowered, StepSemantics, WorkloadOptions, lower, read_lowered, run, runner,
-                                      with_run_record, with_schedules)
+from ..driver.workload_driver import (Lowered, StepSemantics, WorkloadOptions, emitted, lower, read_lowered, run,
+                                      runner)
 from ..core.step_keys import group_key
 from ..report.step_timeline import step_trace
 from ..report.workload_report import WorkloadReport, make_report
@@ -241,9 +241,6 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
             "mem_bw_gbps": opts.roofline.mem_gbps, "mem_latency_ns": opts.mem_latency_ns, "rank": rank,
             **({"pool": opts.pool.describe()} if opts.pool is not None else {}),
             **({"endpoint_delay_ns": topo.endpoint_delay_ns} if topo.endpoint_delay_ns else {})}
-    mlir = with_schedules(lowered.mlir, lowered.programs, times) if lowered.mlir else ""
-    if mlir:   # with the options its collectives are compiled and the step is timed with again
-        mlir = with_run_record(mlir, recorded_run.of_module(opts))
     if step_tables is not None:
         step_tables_of = lambda fmt: step_tables   # noqa: E731 (the directory's own, whatever the format)
     elif opts.keep_schedules:
@@ -252,7 +249,10 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
             lowered, times, info | {"topology_dict": topo.to_dict(), "run": recorded_run.of_step(opts)}, fmt)
     else:
         step_tables_of = None
-    return make_report(info, result, times, lowered.programs, program, mlir=mlir, collective_keys=tuple(times),
+    # the module printed when asked, with the options its collectives are compiled and the step is timed with again
+    return make_report(info, result, times, lowered.programs, program,
+                       module_text=lambda: emitted(lowered, times, recorded_run.of_module(opts)),
+                       collective_keys=tuple(times),
                        timeline_of=lambda: step_trace(result, lowered.programs, times, info),
                        step_tables_of=step_tables_of,
                        chakra_of=_chakra_writer(workload, topo, opts, times) if workload is not None else None)

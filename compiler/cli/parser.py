@@ -8,6 +8,7 @@ import math
 import sys
 
 from ...network.errors import UserError, one_line
+from ...network.kinds import COLLECTIVES
 from ..core.job import DEFAULT_CAPTURE_LIMIT
 
 EPILOG = """examples:
@@ -42,8 +43,7 @@ def build_parser() -> Parser:
                    help="a model .py file, PyTorch execution-trace .json files (one per rank), a .mlir comm module, "
                         "or a directory of tables written with -o")
     g = p.add_argument_group("workload")
-    g.add_argument("--collective", choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
-                                            "reduce"),
+    g.add_argument("--collective", choices=COLLECTIVES,
                    help="one collective over the whole topology (or --dims)")
     g.add_argument("--size", help="collective size (full buffer, as nccl-tests count it), e.g. 1GB")
     g.add_argument("--dims", help="topology dimensions of the collective's groups, e.g. 0,1 (default: all)")

@@ -85,11 +85,12 @@ def group_place(topology: Topology, parts: dict, npu: int, dims=None) -> int:
     every dimension; 0 on the others), each counted inside the group where it covers part of that dimension."""
     at = topology.coords(npu)
     inner = topology.within(parts) if parts else topology
-    return sum(_member_index(at[d], parts.get(d)) * inner.strides()[d]
+    return sum(member_index(at[d], parts.get(d)) * inner.strides()[d]
                for d in (range(topology.ndims) if dims is None else dims))
 
 
-def _member_index(c: int, part) -> int:
+def member_index(c: int, part) -> int:
+    """Coordinate `c` counted inside a group covering `part` (members, stride) of its dimension (None: all of it)."""
     if part is None:
         return int(c)
     size, stride = part

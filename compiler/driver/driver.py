@@ -11,6 +11,7 @@ from ... import algorithms
 from . import resources
 from ...dialects import comm
 from ...network.errors import UserError
+from ...network.kinds import COLLECTIVES
 from ...network.user_files import read_text
 from ..lowering.lower import Schedule
 from ..lowering.plans import plans_from_module
@@ -22,7 +23,6 @@ from ..core.job import RunOptions   # how the tables execute: the Job's run opti
 from ..report.report import Report, make_report
 
 
-SUPPORTED = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 
 
 @dataclass
@@ -47,8 +47,8 @@ def build_module(ctx, topology: Topology, collective: str, nbytes: int, dims: li
                  root: int = 0):
     """A module holding one collective over `dims` (default: every dimension) of `topology`; a broadcast sends
     from NPU `root`, a reduce sums into it (each group at its member with the root's coordinates on `dims`)."""
-    if collective not in SUPPORTED:
-        raise UserError(f"unknown collective '{collective}'; expected one of {', '.join(SUPPORTED)}")
+    if collective not in COLLECTIVES:
+        raise UserError(f"unknown collective '{collective}'; expected one of {', '.join(COLLECTIVES)}")
     check_size(nbytes)
     dims = list(range(topology.ndims)) if dims is None else dims
     module = comm.new_module(ctx)
@@ -120,10 +120,14 @@ def symmetric_valid(schedule: Schedule, run: RunOptions) -> bool:
     return schedule.meta.symmetric
 
 
-def compile_schedule(source: str, ctx, topology: Topology, scheduler: str | None, defaults: dict,
+def compile_schedule(source, ctx, topology: Topology, scheduler: str | None, defaults: dict,
                      run: RunOptions | None = None, print_ir: bool = False, pipeline: str | None = None,
                      timing: bool = False) -> Compiled:
-    """Compile the module text with a scheduler's pipeline (or an explicit one), lower and time it.
+    """Compile a module with a scheduler's pipeline (or an explicit one), lower and time it.
+
+    `source`: the module's text, parsed afresh for each compilation (so one text serves several, --compare), or
+    a module of `ctx` already built (a step's collective, workload_driver), which the passes then rewrite in
+    place: it becomes the compiled module, with no print or parse on the way.
 
     `scheduler` None: a module that records its scheduler (comm.scheduler: it was printed scheduled) runs its
     recorded orders as they are, under that scheduler's name; any other module gets DEFAULT_SCHEDULER. A scheduler
@@ -151,7 +155,7 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str | None
         return timed[key][1].total_ns
 
     def one(pipe, label, print_ir=False, recorded=False):
-        module = comm.parse_module(source, ctx)
+        module = comm.parse_module(source, ctx) if isinstance(source, str) else source
         spec = run_passes(module, topology, pipe, defaults, print_ir, evaluate, timing)
         if recorded:
             check_recorded_orders(module, label)
@@ -161,7 +165,7 @@ def compile_schedule(source: str, ctx, topology: Topology, scheduler: str | None
         return Compiled(module, schedule, result, report)
 
     chunks = defaults.get("chunks")
-    given = comm.parse_module(source, ctx)
+    given = comm.parse_module(source, ctx) if isinstance(source, str) else source   # read only, before `one`
     resources.request(topology, given, defaults.get("algorithm"),
                       chunks if isinstance(chunks, int) else None, run.execution, run.backend,
                       run.timeline).check(run.max_memory)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 from ... import algorithms
+from ...network.kinds import ALL_REDUCE, ALL_REDUCE_HALVES, COLLECTIVES
 from ...network.topology import Topology
 from ...network.blocks import Symmetry
 from ..core.estimate import Estimate
@@ -70,7 +71,7 @@ def request(topology: Topology, module, algorithm: str | None, chunks: int | Non
     distinct, per_npu, symmetric, shards = {}, 0, True, 0
     for op in comm.ops(module):
         kind = comm.short_name(op)
-        if kind not in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all") + comm.ROOTED:
+        if kind not in COLLECTIVES:
             continue
         v = comm.view(op)
         nbytes, dims = int(v.bytes or 0), list(v.dims) if v.dims is not None else list(range(topology.ndims))
@@ -78,7 +79,7 @@ def request(topology: Topology, module, algorithm: str | None, chunks: int | Non
         symmetric &= nbytes % c == 0
         shards += n * c * PER_SHARD
         groups = []
-        for half in (("reduce_scatter", "all_gather") if kind == "all_reduce" else (kind,)):
+        for half in (ALL_REDUCE_HALVES if kind == ALL_REDUCE else (kind,)):
             if whole is not None:
                 groups.append((whole, half, n, True))
                 continue

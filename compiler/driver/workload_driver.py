@@ -5,19 +5,19 @@
           schedule tables and executed by the chosen network runtime -> its time
         --program tables (numpy) + those times--> runtime.workload_engine -> step time, compute, exposed comm
 
-A process group maps onto the topology dimensions its ranks span (group_span); the comm passes then schedule the
-collective over exactly those dimensions, for every group of the same shape at once. A group that covers part of a
-dimension (a mesh axis splitting it) is scheduled on the network it sees there (Topology.within). Each distinct
-collective's compiled module is nested in the step's module (with_schedules), its time and per-dimension busy
-time go to the engine, which lets concurrent collectives share links (runtime/link_sharing.py). Point-to-point
-messages (comm.send / comm.recv) are routed on the topology instead (network/message.py) and must each meet their
-partner (check_messages).
+A process group maps onto the topology dimensions its ranks span (group_span); each distinct collective is built
+as a comm module of its own over exactly those dimensions and compiled once by the comm passes (the passes never
+run on the step's module), for every group of the same shape at once. A group that covers part of a dimension (a
+mesh axis splitting it) is scheduled on the network it sees there (Topology.within). The compiled modules stay in
+memory, in the step module's context; --emit mlir clones each into a copy of the step's module and prints it once
+(emitted, with_schedules). Each one's time and per-dimension busy time go to the engine, which lets concurrent
+collectives share links (runtime/link_sharing.py). Point-to-point messages (comm.send / comm.recv) are routed on
+the topology instead (network/message.py) and must each meet their partner (check_messages).
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 
@@ -98,7 +98,10 @@ class CollectiveTime:
     algorithm: str
     fallback: str = ""   # how a collective too small to split as asked ran instead ("" when it ran as asked)
     dim_busy_ns: tuple = ()   # per topology dimension: how long its phases kept that dimension's links busy
-    ir: str = ""              # the collective's module after the comm passes: every decision they made
+    # the collective's module after the comm passes, every decision they made: the module itself where it was
+    # compiled in this process (in the step module's context, to be cloned into it), its text where it came from a
+    # cache file (ir_text); "": none (a step table directory's collectives)
+    ir: object = ""
     # congestion backend (physical link sharing, runtime/link_sharing.py): per link class of the topology, how long
     # its busiest link of that class was busy (empty: share per dimension); a message: (owner, class, busy ns) of
     # each link on its route
@@ -149,9 +152,11 @@ class WorkloadOptions:
         return MemorySystem(LocalMemory(self.mem_latency_ns, self.roofline.mem_gbps), self.pool)
 
 
-def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> CollectiveTimes:
-    """Compile and run each distinct (kind, bytes, dims) collective of the programs (wl.programs) once."""
-    ctx = driver.comm.new_context()
+def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions, ctx=None) -> CollectiveTimes:
+    """Compile and run each distinct (kind, bytes, dims) collective of the programs (wl.programs) once, each in a
+    module of `ctx` (the step module's context, so that --emit mlir nests the compiled modules by cloning them;
+    None: a context of their own)."""
+    ctx = ctx if ctx is not None else driver.comm.new_context()
     shared = reuse.current()
     times = CollectiveTimes(topology)
     for prog in progs:
@@ -172,9 +177,20 @@ def time_collectives(progs: list, topology: Topology, opts: WorkloadOptions) -> 
                 times[key] = shared.get("collective", [key, topology.to_dict(), opts.scheduler, opts.defaults,
                                                        reuse.options_key(opts.run)] +
                                         ([dataclasses.asdict(opts.step)] if opts.step.astra else []),
-                                        lambda: _time_one(ctx, topology, key, opts)[0], dataclasses.asdict,
+                                        lambda: _time_one(ctx, topology, key, opts)[0], _time_json,
                                         lambda d: _cached_time(d, topology))
     return times
+
+
+def _time_json(took: CollectiveTime) -> dict:
+    """A collective's time as the cache keeps it (reuse.py): its fields, the IR as text (the one print of a
+    compiled module that a run which does not emit its step's IR makes)."""
+    return dataclasses.asdict(dataclasses.replace(took, ir=ir_text(took)))
+
+
+def ir_text(took: CollectiveTime) -> str:
+    """The collective's compiled module as text ("" where it has none)."""
+    return took.ir if isinstance(took.ir, str) else str(took.ir)
 
 
 def _cached_time(d: dict, topology: Topology) -> CollectiveTime:
@@ -287,14 +303,14 @@ def _astra_group_time(ctx, topology: Topology, key: tuple, opts: WorkloadOptions
 def _compiled_time(ctx, topology: Topology, kind: str, nbytes: int, dims, defaults: dict, opts: WorkloadOptions,
                    fallback: str = "", root: int = 0) -> tuple[CollectiveTime, object]:
     one = driver.build_module(ctx, topology, kind, nbytes, list(dims), root)
-    compiled = driver.compile_schedule(str(one), ctx, topology, opts.scheduler, defaults, opts.run)
+    compiled = driver.compile_schedule(one, ctx, topology, opts.scheduler, defaults, opts.run)   # rewritten in place
     stages = []   # every collective of its buffer (an all_reduce run per dimension is a pair per dimension)
     for s in (s for c in compiled.report.collectives for s in c.stages):
         label = f"{s.algorithm}@{'all' if s.dim == -1 else s.dim}"
         if label not in stages:
             stages.append(label)
     return CollectiveTime(compiled.result.total_ns, ",".join(stages), fallback, tuple(compiled.result.dim_busy_ns),
-                          str(compiled.module), class_busy(compiled.result, topology)), compiled.schedule
+                          compiled.module, class_busy(compiled.result, topology)), compiled.schedule
 
 
 def link_classes(topology: Topology) -> list[list]:
@@ -432,9 +448,10 @@ def _nth(k: int) -> str:
 
 @dataclass
 class Lowered:
-    """A workload lowered for one topology: its MLIR text and what the engine reads from it. It depends on the
-    workload and the topology only, so the points of a sweep that share both share it (api.compile)."""
-    mlir: str
+    """A workload lowered for one topology: its MLIR module (in memory; printed only by --emit mlir, `emitted`) and
+    what the engine reads from it. It depends on the workload and the topology only, so the points of a sweep that
+    share both share it (api.compile): nothing changes the module after it is made."""
+    module: object        # the workload module (wl + comm dialects); None: none (a step table directory)
     programs: list        # wl.programs of the module: read once, a step of thousands of ops takes a while to walk
     spmd: bool
 
@@ -442,7 +459,7 @@ class Lowered:
 def lower(workload: Workload, topology: Topology) -> Lowered:
     ctx = wl.new_context()
     module = to_module(ctx, workload, topology)
-    return Lowered(str(module), wl.programs(module), bool(driver.comm.attrs(module).get("wl.spmd", False)))
+    return Lowered(module, wl.programs(module), bool(driver.comm.attrs(module).get("wl.spmd", False)))
 
 
 def read_lowered(path: str, override: Topology | None, endpoint_delay=None) -> tuple[Lowered, Topology, dict]:
@@ -473,7 +490,6 @@ def read_lowered(path: str, override: Topology | None, endpoint_delay=None) -> t
     if a["wl.world_size"] != topology.npus:
         raise UserError(f"{path}: wl.world_size {a['wl.world_size']} but {topology.name} has {topology.npus} NPUs")
     wl.drop_schedule_records(module)
-    text = str(module)
     programs = wl.programs(module)
     for prog in programs:  # a collective's dims are its group's on this topology, its root a member
         for op in prog.ops:
@@ -495,58 +511,71 @@ def read_lowered(path: str, override: Topology | None, endpoint_delay=None) -> t
             if op.kind in wl.comm.ROOTED and op.attrs["root"] not in members:
                 raise UserError(f"{path}: rank {prog.rank}: {op.name}: root {op.attrs['root']} is not in group "
                                 f"{show(op.attrs['wl.group'])}")
-    return Lowered(text, programs, bool(a.get("wl.spmd", False))), topology, \
+    return Lowered(module, programs, bool(a.get("wl.spmd", False))), topology, \
         {"source": a.get("wl.source", path), "mesh": a.get("wl.mesh", ""), "run": in_module(module, path)}
 
 
-def with_schedules(mlir: str, programs: list, times: CollectiveTimes) -> str:
-    """The workload module with each distinct collective's compiled module nested in it as `module @c<k>`, the
+def emitted(lowered: Lowered, times: CollectiveTimes, record: dict) -> str:
+    """The step's module as --emit mlir writes it, printed once: a copy of the lowered module (a sweep's points
+    share that one) with each distinct collective's compiled module nested in it (with_schedules) and the run
+    options recorded (with_run_record). "" for a step that has no module (a step table directory)."""
+    if lowered.module is None:
+        return ""
+    module = driver.comm.copy_module(lowered.module)
+    with_schedules(module, lowered.programs, times)
+    with_run_record(module, record)
+    return str(module)
+
+
+def with_schedules(module, programs: list, times: CollectiveTimes) -> None:
+    """Nest in the workload module each distinct collective's compiled module, cloned, as `module @c<k>`, the
     symbol its uses name in `wl.schedule`: the decisions of the comm passes (algorithm, dimension order, chunks,
-    schedule) for every collective of the step, next to the step. Records without IR (a step table directory's
-    collectives) are left out."""
-    records = {}
+    schedule) for every collective of the step, next to the step, noted with `wl.algorithm`, `wl.time_ns` and
+    (where it fell back) `wl.fallback`. Records without IR (a step table directory's collectives) are left out."""
+    ctx, done = module.context, set()
     for prog in programs:
         for op in prog.ops:
             name = op.attrs.get("wl.schedule")
-            if name is None or name in records:
+            if name is None or name in done:
                 continue
+            done.add(name)
             t = times.of(op)
-            if not t.ir:
+            if isinstance(t.ir, str) and not t.ir:
                 continue
-            head, sep, body = t.ir.partition("module attributes {")
-            if head or not sep:
-                continue
-            note = f"wl.algorithm = {json.dumps(t.algorithm)}, wl.time_ns = {float(t.time_ns):.17e} : f64" + \
-                (f", wl.fallback = {json.dumps(t.fallback)}" if t.fallback else "")
-            records[name] = f"module @{name} attributes {{{note}, " + body.rstrip("\n")
-    if not records:
-        return mlir
-    end = mlir.rstrip().rfind("}")
-    nested = "\n".join("  " + line for text in records.values() for line in text.split("\n"))
-    return mlir[:end] + nested + "\n}\n"
+            with ctx:
+                record = _compiled_module(t, ctx).operation.clone(ip=wl.ir.InsertionPoint(module.body))
+                record.attributes["sym_name"] = wl.ir.StringAttr.get(name)
+                notes = {"wl.algorithm": t.algorithm, "wl.time_ns": float(t.time_ns)}
+                for key, value in (notes | ({"wl.fallback": t.fallback} if t.fallback else {})).items():
+                    driver.comm.set_attr(record, key, value)
 
 
-def with_run_record(mlir: str, record: dict) -> str:
-    """The workload module's text with `wl.run = {...}` among its attributes: the run options its step was
-    compiled and timed with, where not the defaults (recorded_run.of_module), so that `astra-compile step.mlir`
-    runs it as the run that wrote it did. Without any, the text as it was."""
-    if not record:
-        return mlir
-    with wl.ir.Context():
-        attr = str(driver.comm.to_attr(record))
-    first, sep, rest = mlir.partition("\n")
-    if not (first.startswith("module attributes {") and first.endswith("} {")):   # not as printed: set it in MLIR
-        module = wl.parse_module(mlir, wl.new_context())
+def _compiled_module(took: CollectiveTime, ctx):
+    """A collective's compiled module in `ctx`: the module itself where it was compiled there, else one parsed
+    from its text (a cache file's, or one compiled for another step of a sweep, in that step's context)."""
+    if not isinstance(took.ir, str) and took.ir.context is ctx:
+        return took.ir
+    return wl.parse_module(ir_text(took), ctx)
+
+
+def with_run_record(module, record: dict) -> None:
+    """Set `wl.run = {...}` among the workload module's attributes: the run options its step was compiled and
+    timed with, where not the defaults (recorded_run.of_module), so that `astra-compile step.mlir` runs it as the
+    run that wrote it did. Without any, no attribute (a module read from a file drops the one it held: this run's
+    options are what its step was timed with)."""
+    attributes = module.operation.attributes
+    if record:
         with module.context:
             driver.comm.set_attr(module, "wl.run", record)
-        return str(module)
-    return f"{first[:-3]}, wl.run = {attr}}} {{{sep}{rest}"
+    elif "wl.run" in attributes:
+        del attributes["wl.run"]
 
 
 def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions, times: CollectiveTimes | None = None):
     """Time the step; `times` given (a step table directory's collectives) are used as they are."""
     if times is None:
-        times = time_collectives(lowered.programs, topology, opts)
+        times = time_collectives(lowered.programs, topology, opts,
+                                 lowered.module.context if lowered.module is not None else None)
     tables = program_tables(lowered.programs, times, lowered.spmd, opts.memory())
     try:
         result = run_workload(tables, opts.roofline, lowered.spmd, opts.step.name)

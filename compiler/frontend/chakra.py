@@ -34,6 +34,7 @@ from functools import lru_cache
 import numpy as np
 
 from ...network.errors import UserError
+from ...network.kinds import ROOTED
 from ...network.user_files import read_bytes, read_json
 from ...network.units import MAX_BYTES
 from .trace_memory import step_programs, trace_nodes
@@ -585,7 +586,7 @@ def _collective(path, node, attrs, before, world, groups, everyone) -> Op:
         raise UserError(f"{_where(path, node)}: comm_size must be positive, got {_short(attrs.get('comm_size'))}")
     _at_most(path, node, "comm_size", nbytes)
     kind = KINDS[name]
-    root = _int(path, node, attrs, "comm_root", group[0]) if kind in ("broadcast", "reduce") else -1
+    root = _int(path, node, attrs, "comm_root", group[0]) if kind in ROOTED else -1
     if root >= 0 and root not in group:
         raise UserError(f"{_where(path, node)}: comm_root {root} is not a member of process group {_short(pg)} "
                         f"{_show(group)}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 
+from ...network.coords import coords
 from ...network.errors import UserError
 
 BUILTIN_AXES = ("dp", "fsdp", "tp")
@@ -74,11 +75,15 @@ def silent_axes(axes: dict[str, int], groups) -> list[str]:
     """Axes of 2 or more ranks (but pp, whose stages the capture runs) along which no group of the step varies
     (`groups`: the ranks of each collective and message): their ranks never exchange anything, so they would
     train as unsynchronised copies. Ranks are laid out row-major over the axes, the last varying fastest."""
-    names, sizes = list(axes), list(axes.values())
-    strides = [math.prod(sizes[i + 1:]) for i in range(len(sizes))]
     spanned = set()
     for ranks in groups:
-        for name, size, stride in zip(names, sizes, strides):
-            if name not in spanned and len({r // stride % size for r in ranks}) > 1:
-                spanned.add(name)
-    return [a for a in names if axes[a] > 1 and a != "pp" and a not in spanned]
+        at = mesh_coords(list(ranks), axes)
+        spanned |= {name for name, column in zip(axes, at.T) if len(set(column.tolist())) > 1}
+    return [a for a in axes if axes[a] > 1 and a != "pp" and a not in spanned]
+
+
+def mesh_coords(ranks, axes: dict[str, int]):
+    """The coordinates of `ranks` on the mesh, one column per axis in the mesh's order: ranks are row-major over
+    the axes (torch's init_device_mesh), which is the network's numbering of NPUs with the axes reversed (the
+    last axis takes dimension 0)."""
+    return coords(ranks, list(axes.values())[::-1])[..., ::-1]

@@ -17,7 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...network.errors import UserError
+from .mesh import mesh_coords
 
 SCHEDULES = ("gpipe", "1f1b")
 
@@ -46,13 +49,8 @@ def plan(spec, axes: dict[str, int]) -> Plan:
     micro = asked.get("microbatches", stages)
     if isinstance(micro, bool) or not isinstance(micro, int) or not 1 <= micro <= 4096:
         raise UserError(f"{spec.path}: PIPELINE['microbatches'] = {micro!r}: expected a count from 1 to 4096")
-    names = list(axes)
-    inner = math.prod(axes[a] for a in names[names.index("pp") + 1:])   # ranks are row-major over the mesh
-    outer = math.prod(axes[a] for a in names[:names.index("pp")])
-    world = math.prod(axes.values())
-    members = {s: sorted(o * stages * inner + s * inner + i for o in range(outer) for i in range(inner))
-               for s in range(stages)}
-    assert sorted(r for m in members.values() for r in m) == list(range(world))
+    stage_of = mesh_coords(np.arange(math.prod(axes.values())), axes)[:, list(axes).index("pp")]
+    members = {s: np.flatnonzero(stage_of == s).tolist() for s in range(stages)}
     return Plan(stages, schedule.lower(), micro, tuple(members[s][0] for s in range(stages)),
                 {members[s][0]: members[s] for s in range(stages)})
 

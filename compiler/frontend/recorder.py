@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from ...network.errors import UserError
+from ...network.kinds import IN_PLACE
 from .op_bytes import moved_bytes, only_aliases
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op
 
@@ -237,7 +238,7 @@ class StepRecorder(TorchDispatchMode):
             # c10d ops take (output, input, ...) for gathers/scatters and (tensors, ...) for all-reduce; their
             # outputs repeat the tensors they fill
             tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
-            if kind in ("all_reduce", "broadcast", "reduce"):
+            if kind in IN_PLACE:
                 full = tensors
             else:
                 full = tensors[:1] if buffer == "out" else tensors[1:2]

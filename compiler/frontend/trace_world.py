@@ -14,10 +14,11 @@ from __future__ import annotations
 import dataclasses
 
 from ...network.errors import UserError
+from ...network.kinds import IN_PLACE
 from .mesh import mesh_text
 from .workload import COLLECTIVE, RECV, SEND, Workload
 
-RETARGETS = ("all_reduce", "broadcast", "reduce")   # full-buffer bytes whatever the group's size
+RETARGETS = IN_PLACE   # full-buffer bytes whatever the group's size
 
 
 def on_topology(w: Workload, npus: int | None, mesh: dict[str, int] | None) -> Workload:

@@ -11,12 +11,11 @@ import math
 from dataclasses import dataclass, field
 
 from ...network.errors import UserError
+from ...network.kinds import COLLECTIVES
 
 COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
 SEND, RECV = "send", "recv"    # point-to-point: a message to (from) one peer rank, matched in order per pair
 LOAD, STORE = "load", "store"  # memory: a tensor moved into (out of) the accelerator, docs/memory.md
-# the collectives the comm dialect lowers; the frontends map PyTorch's names onto these
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
 PHASES = ("forward", "backward", "optimizer")   # the parts of a training step, in the order they run
 
 

@@ -30,6 +30,7 @@ import shutil
 import numpy as np
 
 from ...network.errors import UserError
+from ...network.kinds import ROOTED
 from ...network.units import format_size, gbps_to_bytes_per_ns
 from ...runtime.workload_engine import Roofline
 from ..frontend.chakra import (COMM_TYPES, NODE_TYPES, SUFFIX, TENSOR_LOCATIONS, add_attr, delimited, group_labels,
@@ -265,7 +266,7 @@ class _Writer:
                 size //= len(group)
             attrs = {"is_cpu_op": False, "comm_type": COMM_TYPES.index(_TYPE_OF[op.collective]), "comm_size": size,
                      "pg_desc": op.group_name, "involved_dim": [True] * self.topology.ndims}
-            if op.collective in ("broadcast", "reduce"):
+            if op.collective in ROOTED:
                 attrs["comm_root"] = op.root
                 node.duration_micros = int(round(self.collective_ns(op, group) / 1e3))
             if op.collective == "reduce":

@@ -35,6 +35,7 @@ from xml.sax.saxutils import quoteattr
 import numpy as np
 
 from ...network.errors import UserError
+from ...network.kinds import ROOTED
 from ...runtime.tables import RECV_REDUCE, SEND, SWITCH
 
 MAX_COUNT = 64         # chunks per step (MSCCL refuses a count of 72 or more)
@@ -76,7 +77,7 @@ def to_xml(schedule, name: str) -> str:
         raise UserError(f"--emit msccl-xml writes one collective's schedule; this module holds "
                         f"{len({c.buffer for c in meta.collectives})} ({', '.join(sorted(kinds))})")
     kind = meta.collectives[0].buffer_kind
-    if kind in ("broadcast", "reduce"):
+    if kind in ROOTED:
         raise UserError(f"--emit msccl-xml: MSCCL selects a {kind} algorithm file by size and rank count, not by "
                         f"root, so a {kind} scheduled for root {meta.collectives[0].root} would also run, wrongly, "
                         f"for every other root; it is not written")

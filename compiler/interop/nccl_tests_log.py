@@ -27,7 +27,7 @@ from ...network.user_files import read_text
 _NAMES = (("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("all_gather", "all_gather"),
           ("allgather", "all_gather"), ("reduce_scatter", "reduce_scatter"), ("reducescatter", "reduce_scatter"),
           ("alltoall", "all_to_all"), ("all_to_all", "all_to_all"))
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+KINDS = tuple(dict.fromkeys(kind for _, kind in _NAMES))   # the kinds nccl-tests measures, in _NAMES' order
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\b")
 MAX_BYTES = 1 << 40   # a row claiming more than a terabyte per rank is not a benchmark row

@@ -13,6 +13,7 @@ import math
 
 from ..driver import driver, resources
 from ...dialects import workload as wl
+from ...network.coords import rank
 from ...network.errors import UserError
 from ...network.topology import Topology
 from ...runtime import step_tables as st
@@ -20,7 +21,7 @@ from ...runtime.errors import TableError
 from ...network import astra_network
 from ..driver.workload_driver import CollectiveTime, CollectiveTimes, Lowered, StepSemantics, class_busy, message_time
 from ..core.estimate import Estimate
-from ..core.step_keys import group_place, key_of, key_parts, key_root, p2p_stream, part_key
+from ..core.step_keys import group_place, key_of, key_parts, key_root, member_index, p2p_stream, part_key
 
 
 def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.StepTables:
@@ -165,7 +166,7 @@ def load(path: str, run: driver.RunOptions, semantics: StepSemantics = StepSeman
                 times[times.key(op)] = message_time(topology, times.key(op), run.backend == "congestion",
                                                     run.switching == "store-and-forward", semantics)
     info = {"source": meta["source"], "mesh": meta["mesh"], "scheduler": meta["scheduler"]}
-    return Lowered("", programs, meta["spmd"]), topology, info, times, step
+    return Lowered(None, programs, meta["spmd"]), topology, info, times, step
 
 
 def _program_op(r: st.ProgramRow, colls: list, rank: int = -1) -> wl.ProgramOp:
@@ -212,13 +213,9 @@ def _in_group(topology: Topology, entry: dict, npu: int, semantics: StepSemantic
     its place in the group (its coordinates on the group's dimensions, the lowest fastest)."""
     parts = _parts(entry)
     if _network(topology, entry, semantics)[1] is not None:
-        place, scale = 0, 1
-        for d in sorted(entry["dims"]):
-            members, stride = parts.get(d, (topology.shape[d], 1))
-            c = topology.coords(npu)[d]
-            place += (c % members if stride == 1 else c // stride) * scale
-            scale *= members
-        return place
+        dims, at = sorted(entry["dims"]), topology.coords(npu)
+        return int(rank([member_index(at[d], parts.get(d)) for d in dims],
+                        [parts.get(d, (topology.shape[d], 1))[0] for d in dims]))
     return group_place(topology, parts, npu) if parts else npu
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from ... import algorithms
 from ...algorithms import NETWORK, RANKS, Algorithm, Transfers
 from .dependencies import dependencies
+from ...network.coords import coordinate, strides
 from ...network.errors import UserError
 from .plans import FLAT, CollectivePlan, Stage
 from ...network.links import LANE_SHORTEST, ROUTED, LinkMap
@@ -438,8 +439,9 @@ class Schedule:
 
     def _expand_graph(self, npu, plan, si, step, op, peer, link, off, end, flows) -> dict:
         """Rows of a flat (graph) phase: peers are ranks and each transfer names its physical link, or the
-        algorithm says how the runtime routes them. A reduce-scatter that runs its links backwards (trees) takes
-        the same dimension, the other lane of a ring."""
+        algorithm says how the runtime routes them. A reduce-scatter that runs its links backwards (trees) goes
+        back across the same dimension the way its block routes the other lane: one hop on a ring's other link,
+        all the way round a ring of one-way links (the block's path, never a link the block does not have)."""
         alg = algorithms.for_phase(plan.stages[si].algorithm, flat=True)
         routes = alg.routes(self.topology, len(step))
         if routes is not None:  # e.g. tree edges as routed paths between NPUs
@@ -447,11 +449,12 @@ class Schedule:
         lg = self._graph_links()
         dims = lg.dim[link]
         lane = lg.lane[link]
+        hops = np.ones(len(step), np.int64)
         if plan.kind == "reduce_scatter" and alg.reduce_scatter_reverses_links:
-            ring = np.array([self.topology.dims[d].kind.neighbour_links for d in dims.tolist()], dtype=bool)
-            lane = np.where(ring, 1 - lane, lane)
-        return _rows(npu, plan.index, si, flows, step, op, peer, dims, lane, np.ones(len(step)), lg.gbps[link],
-                     off, end)
+            sender = np.broadcast_to(np.where(op == SEND, npu, peer), (len(step),))
+            receiver = np.broadcast_to(np.where(op == SEND, peer, npu), (len(step),))
+            _, (_, _, _, lane, hops) = self._link_map().legs(sender, receiver, 1 - lane)   # one leg: a link's ends
+        return _rows(npu, plan.index, si, flows, step, op, peer, dims, lane, hops, lg.gbps[link], off, end)
 
     def _expand_routed(self, npu, plan, si, step, op, peer, direction, off, end, flows) -> dict:
         """Rows of a phase over ranks: each message is routed dimension by dimension (network/links.py); its lane
@@ -570,9 +573,8 @@ def _runs(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _a2a_template(algorithm: str, group_shape: tuple, local_dim: int, member: int, ring_dim: bool):
     """All-to-all rows of one member along one dimension of the group, in slot units (slot = group-local rank)."""
     nslots = int(np.prod(group_shape))
-    stride = int(np.prod(group_shape[:local_dim]))
-    k = group_shape[local_dim]
-    slot_coord = (np.arange(nslots) // stride) % k
+    stride, k = strides(group_shape)[local_dim], group_shape[local_dim]
+    slot_coord = coordinate(np.arange(nslots), k, stride)
     cols = {c: [] for c in ("step", "op", "peer", "lo", "hi", "dir")}
     for step, src, dst, x, direction in algorithms.for_phase(algorithm, flat=False).exchanges(k, ring_dim):
         if member not in (src, dst):

@@ -8,6 +8,7 @@ import numpy as np
 from ... import algorithms
 from ...dialects import comm
 from ...network.errors import UserError
+from ...network.kinds import ALL_REDUCE, ALL_REDUCE_HALVES
 from ...runtime.meta import CollectiveMeta, StageMeta
 
 FLAT = -1  # a phase over every dimension of its group (graph algorithms)
@@ -108,9 +109,9 @@ def plans_from_module(module, shape: list[int] | None = None) -> list[Collective
         by_buffer.setdefault(p.buffer, []).append(p)
     for buffer, group in by_buffer.items():
         kinds = [p.kind for p in group]
-        if kinds and kinds == ["reduce_scatter", "all_gather"] * (len(kinds) // 2):
+        if kinds and kinds == list(ALL_REDUCE_HALVES) * (len(kinds) // 2):
             for p in group:
-                p.buffer_kind = "all_reduce"
+                p.buffer_kind = ALL_REDUCE
         elif any(p.buffer != p.name for p in group):   # part_of names an all-reduce its halves make together
             raise UserError(f"the phases part_of '{buffer}' are {', '.join(f'{p.name} ({p.kind})' for p in group)}: "
                             "an all-reduce's halves are a reduce_scatter then an all_gather (one pair per dimension "

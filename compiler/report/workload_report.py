@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from dataclasses import dataclass, field, fields
 from typing import Callable
 
@@ -57,8 +58,8 @@ class WorkloadReport:
     iterations: list
     collectives: list
     collective_summary: list
-    # not in --json: the workload module as compiled (wl + comm dialects)
-    mlir: str = field(default="", compare=False, metadata=NOT_JSON)
+    # not in --json: the workload module as compiled (wl + comm dialects), printed when `mlir` is first read
+    module_text: Callable[[], str] | None = field(default=None, repr=False, compare=False, metadata=NOT_JSON)
     # every distinct collective the step's programs run, all ranks': its key (workload_driver.collective_key:
     # kind, bytes, dims, ...)
     collective_keys: tuple = field(default=(), repr=False, compare=False, metadata=NOT_JSON)
@@ -70,6 +71,12 @@ class WorkloadReport:
 
     def __getitem__(self, key):
         return self.to_dict()[key]
+
+    @functools.cached_property
+    def mlir(self) -> str:
+        """The workload module as compiled, as --emit mlir writes it: printed once, on first reading ("" for a step
+        table directory, which holds no module)."""
+        return self.module_text() if self.module_text is not None else ""
 
     @property
     def data(self) -> dict:

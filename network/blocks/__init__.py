@@ -12,8 +12,12 @@ BLOCKS: dict[str, Block] = {}
 _SPELLINGS: dict[str, str] = {}  # lower-case spelling -> canonical name
 
 
-def _register_all() -> None:
+def register_all() -> None:
+    """Register every Block subclass of this folder's modules, in listing order: run on import, and again after a
+    folder is added to `__path__` (a test's blocks, tests/test_extend_block.py) to take in its files too."""
     found = discover(__name__, __path__, Block)
+    BLOCKS.clear()
+    _SPELLINGS.clear()
     for cls in found:
         BLOCKS[cls.name] = cls()
         for word in (cls.name,) + cls.spellings + cls.aliases:
@@ -40,4 +44,4 @@ def expected(notation: bool = True) -> str:
     return "expected " + (", ".join(forms[:-1]) + " or " + forms[-1] if len(forms) > 1 else forms[0])
 
 
-_register_all()
+register_all()

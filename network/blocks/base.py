@@ -1,8 +1,9 @@
 """The interface every building block of a network dimension implements (one file per block in this folder).
 
 A dimension of k NPUs joined by one block: NPU coordinate c in 0..k-1 along the dimension, rank stride `stride`
-(rank = base + c * stride). Every method is vectorised over NPUs or messages (numpy arrays in, arrays out), so the
-lowering, the runtimes and the passes ask the block instead of branching on its name.
+(rank = base + c * stride: network/coords.py's `coordinate` and `group_base`). Every method is vectorised over NPUs
+or messages (numpy arrays in, arrays out), so the lowering, the runtimes and the passes ask the block instead of
+branching on its name.
 
 Link numbering (the one numbering of the project, network/links.py): each NPU owns `slots(k)` link ids in each
 dimension, id = offset[dim] + npu * slots + slot; the block says what each slot is (`describe`).

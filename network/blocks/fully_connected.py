@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..coords import coordinate
 from .base import Block
 
 
@@ -36,13 +37,13 @@ class FullyConnected(Block):
         return k
 
     def route(self, k, stride, src, dst, lane, hops, representative):
-        return src.copy(), (dst // stride) % k
+        return src.copy(), coordinate(dst, k, stride)
 
     def lengths(self, hops):
         return np.ones(len(hops), np.int64)
 
     def describe(self, d, npu, slot, k, stride):
-        return f"dim{d} npu{npu}->npu{npu + (slot - (npu // stride) % k) * stride}"
+        return f"dim{d} npu{npu}->npu{npu + (slot - coordinate(npu, k, stride)) * stride}"
 
     def physical_links(self, ranks, c, base, k, stride, first_switch):
         # block j (j = 1..k-1) links every NPU to the member j places further on

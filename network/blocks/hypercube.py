@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..coords import coordinate
 from ..errors import UserError
 from .base import ROTATION, Block, Symmetry
 
@@ -59,7 +60,7 @@ class Hypercube(Block):
         """E-cube routing: the differing bits lowest first, each over the link of the node the message leaves (NPU
         0's own link of that bit in symmetric execution)."""
         src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-        c, target = (src // stride) % k, (dst // stride) % k
+        c, target = coordinate(src, k, stride), coordinate(dst, k, stride)
         node = src.copy()
         msg, owner, slot = [], [], []
         for b in range(k.bit_length() - 1):
@@ -75,7 +76,7 @@ class Hypercube(Block):
         return owner[order], slot[order]
 
     def describe(self, d, npu, slot, k, stride):
-        c = (npu // stride) % k
+        c = coordinate(npu, k, stride)
         return f"dim{d} npu{npu}->npu{npu + ((c ^ (1 << slot)) - c) * stride}"
 
     def physical_links(self, ranks, c, base, k, stride, first_switch):

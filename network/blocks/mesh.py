@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..coords import coordinate
 from .base import BACKWARD, FORWARD, Block
 from .ring import walk
 
@@ -37,7 +38,7 @@ class Mesh(Block):
         return 2
 
     def route(self, k, stride, src, dst, lane, hops, representative):
-        towards = np.where((dst // stride) % k > (src // stride) % k, 1, -1)
+        towards = np.where(coordinate(dst, k, stride) > coordinate(src, k, stride), 1, -1)
         return walk(k, stride, src, towards, hops, representative)
 
     def describe(self, d, npu, slot, k, stride):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..coords import coordinate
 from .base import BACKWARD, FORWARD, SHORTEST, XOR, Block, Symmetry
 
 
@@ -80,6 +81,6 @@ def walk(k: int, stride: int, src: np.ndarray, step: np.ndarray, hops: np.ndarra
     if representative:
         node = src[per]
     else:
-        c0 = (src[per] // stride) % k
+        c0 = coordinate(src[per], k, stride)
         node = src[per] + (((c0 + step[per] * h) % k) - c0) * stride
     return node, slot[per]

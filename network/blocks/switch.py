@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..coords import group_index
 from .base import Block
 
 
@@ -59,8 +60,7 @@ class Switch(Block):
 
     def physical_links(self, ranks, c, base, k, stride, first_switch):
         n = len(ranks)
-        group = ranks % stride + (ranks // (stride * k)) * stride  # the rank in the shape without this dimension
-        switch = first_switch + group
+        switch = first_switch + group_index(ranks, k, stride)
         src = np.concatenate([ranks, switch])
         dst = np.concatenate([switch, ranks])
         owner = np.concatenate([ranks, ranks])
