@@ -57,7 +57,7 @@ setup(
     # the root package is the repository folder; every subpackage is the folder of its name below it
     package_dir={"astra_compile": "."},
     package_data={"astra_compile.compiler.report": ["*.json"], "astra_compile.dialects": ["*.mlir"],
-                  "astra_compile.runtime": ["*.json"]},
+                  "astra_compile.runtime": ["*.json"], "astra_compile.network": ["*.json"]},
     ext_modules=[LINKCORE],
     install_requires=[
         # The MLIR Python bindings (upstream MLIR, IRDL, pass manager) ship in this wheel; it needs no torch.

@@ -48,6 +48,7 @@ from ..network.errors import AstraError
 from .link_sharing import fair_rates
 from .run_record import ASTRA_SIM, SEMANTICS, STREAMS  # noqa: F401 (the step semantics, module docstring)
 
+from ..network.dtypes import FP32, NO_DTYPE
 from ..network.units import gbps_to_bytes_per_ns
 
 COMPUTE, COLLECTIVE, WAIT, P2P, MEMORY = 0, 1, 2, 3, 4
@@ -63,12 +64,20 @@ class WorkloadError(AstraError):
 
 @dataclass
 class Roofline:
-    """Compute time of an op: the larger of its FLOPs at peak rate and its bytes at memory bandwidth."""
+    """Compute time of an op: the larger of its FLOPs at peak rate and its bytes at memory bandwidth. Without
+    `dtype_tflops` one peak serves every dtype (the defaults, or --peak-tflops); a --gpu device gives a peak per
+    dtype (network/dtypes.py codes), its fp32 entry being `peak_tflops`."""
     peak_tflops: float = 234.0   # ASTRA-sim 2.0's A100 figure
     mem_gbps: float = 1896.0     # A100-80GB HBM2e, 2039 GB/s decimal = 1896 GB/s in 2^30 units
+    dtype_tflops: tuple | None = None   # TFLOP/s per dtype code (None: peak_tflops for all)
 
-    def time_ns(self, flops: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-        return np.maximum(flops / (self.peak_tflops * 1e3), nbytes / gbps_to_bytes_per_ns(self.mem_gbps))
+    def time_ns(self, flops: np.ndarray, nbytes: np.ndarray, dtype: np.ndarray | None = None) -> np.ndarray:
+        """`dtype`: each row's dtype code (NO_DTYPE: fp32, PyTorch's default), or None: every row at peak_tflops."""
+        peak = self.peak_tflops
+        if dtype is not None and self.dtype_tflops is not None:
+            codes = np.asarray(dtype)
+            peak = np.asarray(self.dtype_tflops, dtype=float)[np.where(codes == NO_DTYPE, FP32, codes)]
+        return np.maximum(flops / (peak * 1e3), nbytes / gbps_to_bytes_per_ns(self.mem_gbps))
 
 
 @dataclass

@@ -1,0 +1,98 @@
+"""GPU presets and device files (network/devices.py, --gpu; docs/compute.md) and the roofline's per-dtype peaks."""
+import json
+
+import jsonschema
+import numpy as np
+import pytest
+
+from astra_compile.network import devices
+from astra_compile.network.dtypes import CODE, DTYPES, NO_DTYPE
+from astra_compile.network.errors import UserError
+from astra_compile.runtime.workload_engine import Roofline
+
+SCHEMA = json.load(open(devices.os.path.join(devices.os.path.dirname(devices.PRESETS_FILE), "device.schema.json")))
+NAMES = ("v100", "a100-40gb", "a100-80gb", "h100", "h100-pcie", "h200", "b200", "gb200", "mi300x", "mi325x", "mi355x")
+
+
+def test_every_preset_loads_positive_with_a_source_for_every_number():
+    table = devices.presets()
+    assert tuple(table) == NAMES
+    for name, device in table.items():
+        assert device.name == name and device.origin == "preset"
+        assert len(device.peak_tflops) == len(DTYPES) and all(p > 0 for p in device.peak_tflops)
+        assert device.mem_bw_tb_s > 0 and device.memory_gb > 0
+        assert set(dict(device.sources)) == set(devices.NUMBERS), name
+        jsonschema.validate(device.to_dict(), SCHEMA)
+        assert devices.parse(device.to_dict(), name, "preset") == device   # the writer's output reads back
+
+
+def test_known_datasheet_figures():
+    h200, h100, a100 = (devices.resolve(n) for n in ("h200", "H100", "a100-80gb"))
+    assert h200.peak_tflops == (67, 67, 494.5, 989.5, 989.5, 1979) and h200.mem_bw_tb_s == 4.8
+    assert h200.memory_gb == 141
+    assert h100.peak_tflops == h200.peak_tflops and h100.mem_bw_tb_s == 3.35 and h100.memory_gb == 80
+    assert a100.peak("bf16") == 312 and a100.peak("tf32") == 156 and a100.peak("fp32") == 19.5
+    assert a100.mem_gbps == pytest.approx(2.039e12 / 2**30)
+    assert devices.resolve("a100-40gb").mem_bw_tb_s == 1.555
+
+
+def test_unknown_name_lists_the_known_ones():
+    with pytest.raises(UserError, match="--gpu 'h300': unknown GPU; known: v100, a100-40gb, .*mi355x"):
+        devices.resolve("h300")
+
+
+GOOD = {"name": "mine", "peak_tflops": {"fp64": 1, "fp32": 2, "tf32": 3, "bf16": 4, "fp16": 4, "fp8": 8},
+        "mem_bw_tb_s": 1.5, "memory_gb": 24}
+
+
+def write(tmp_path, data, name="gpu.yaml"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))   # JSON is YAML too
+    return str(path)
+
+
+def test_device_file_reads_yaml_and_json(tmp_path):
+    for name in ("gpu.yaml", "gpu.json"):
+        path = write(tmp_path, {**GOOD, "efficiency": {"matmul": 0.7}, "sources": {"memory_gb": "my sheet"}}, name)
+        device = devices.resolve(path)
+        assert device.peak_tflops == (1, 2, 3, 4, 4, 8) and device.memory_gb == 24 and device.origin == path
+        assert dict(device.efficiency) == {"matmul": 0.7}
+        assert device.describe()["source"] == f"device file {path}"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"mem_bw_tb_s": None}, "field 'mem_bw_tb_s' is missing"),
+    ({"peak_tflops": {**GOOD["peak_tflops"], "fp8": None}}, "field 'peak_tflops.fp8' is missing"),
+    ({"peak_tflops": {**GOOD["peak_tflops"], "bf16": -4}}, "field 'peak_tflops.bf16' is -4; expected TFLOP/s"),
+    ({"peak_tflops": {**GOOD["peak_tflops"], "int4": 9}}, "unknown field 'peak_tflops.int4'"),
+    ({"memory_gb": -1}, "field 'memory_gb' is -1; expected decimal GB"),
+    ({"mem_bw_tb_s": "fast"}, "field 'mem_bw_tb_s' is 'fast'"),
+    ({"clock": 2}, "unknown field 'clock'"),
+    ({"version": 2}, "field 'version' is 2; this reader knows version 1"),
+    ({"efficiency": {"matmul": 1.5}}, "field 'efficiency.matmul' is 1.5; expected a fraction"),
+    ({"sources": {"clock": "x"}}, "unknown field 'sources.clock'"),
+])
+def test_bad_device_file_is_one_line_naming_file_field_value(tmp_path, change, message):
+    data = {k: v for k, v in {**GOOD, **change}.items() if v is not None}
+    data["peak_tflops"] = {k: v for k, v in data["peak_tflops"].items() if v is not None} \
+        if isinstance(data["peak_tflops"], dict) else data["peak_tflops"]
+    path = write(tmp_path, data)
+    with pytest.raises(UserError) as e:
+        devices.resolve(path)
+    assert str(e.value).startswith(f"device file {path}: ") and message in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(jsonschema.ValidationError):   # the schema says the same
+        jsonschema.validate(data, SCHEMA)
+
+
+def test_roofline_per_dtype_peak():
+    flops, nbytes = np.array([1e6, 1e6, 1e6, 1e6]), np.array([0.0, 0.0, 0.0, 1e9])
+    dtype = np.array([CODE["bf16"], CODE["fp32"], NO_DTYPE, CODE["bf16"]])
+    one = Roofline(peak_tflops=10.0, mem_gbps=100.0)
+    # without a device every dtype runs at the one peak: today's figures exactly, with or without a dtype column
+    assert list(one.time_ns(flops, nbytes, dtype)) == list(one.time_ns(flops, nbytes))
+    assert one.time_ns(flops, nbytes)[0] == 1e6 / 10e3
+    h200 = devices.resolve("h200")
+    roof = Roofline(peak_tflops=h200.peak("fp32"), mem_gbps=h200.mem_gbps, dtype_tflops=h200.peak_tflops)
+    got = roof.time_ns(flops, nbytes, dtype)
+    assert got[0] == pytest.approx(1e6 / 989.5e3) and got[1] == got[2] == pytest.approx(1e6 / 67e3)
+    assert got[3] == pytest.approx(1e9 / (4.8e12 / 1e9))   # memory-bound: bytes at 4.8 decimal TB/s
