@@ -96,3 +96,65 @@ def test_roofline_per_dtype_peak():
     got = roof.time_ns(flops, nbytes, dtype)
     assert got[0] == pytest.approx(1e6 / 989.5e3) and got[1] == got[2] == pytest.approx(1e6 / 67e3)
     assert got[3] == pytest.approx(1e9 / (4.8e12 / 1e9))   # memory-bound: bytes at 4.8 decimal TB/s
+
+
+# --gpu on the command line and in the API: tests/ir/step_two_ranks.mlir, whose rank 0 computes an mm of 2^30 FLOPs
+# and 1 MiB, then an add of 2^20 FLOPs and 1 MiB
+import os   # noqa: E402
+
+import astra_compile   # noqa: E402
+from helpers import cli, refused   # noqa: E402
+
+STEP = os.path.join(os.path.dirname(__file__), "ir", "step_two_ranks.mlir")
+MIB = 2 ** 20
+
+
+def step_json(capsys, *extra):
+    code, out, err = cli(capsys, STEP, "--json", *extra)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_gpu_h200_compute_time_by_hand(capsys):
+    report = step_json(capsys, "--gpu", "h200")
+    peak, bw = 67e12, 4.8e12   # H200 SXM: fp32 67 TFLOP/s (ops have no dtype: fp32), 4.8 decimal TB/s
+    mm, add = max(2 ** 30 / peak, MIB / bw), max(MIB / peak, MIB / bw)
+    assert report["compute_time_us"] == pytest.approx((mm + add) * 1e6, rel=1e-12)
+    assert report["peak_tflops"] == 67 and report["mem_bw_gbps"] == pytest.approx(4.8e12 / 2 ** 30)
+    assert report["gpu"] == {"name": "h200", "description": "NVIDIA H200 SXM 141GB",
+                             "source": "preset h200 (vendor datasheets, docs/compute.md)"}
+    code, out, _ = cli(capsys, STEP, "--gpu", "h200")
+    assert "gpu             h200 (NVIDIA H200 SXM 141GB)" in out and "roofline 67 TFLOPS" in out
+
+
+def test_without_gpu_the_report_is_unchanged(capsys):
+    report = step_json(capsys)
+    assert "gpu" not in report and report["peak_tflops"] == 234.0 and report["mem_bw_gbps"] == 1896.0
+    assert report["compute_time_us"] == pytest.approx(
+        (max(2 ** 30 / 234e12, MIB / (1896 * 2 ** 30)) + max(MIB / 234e12, MIB / (1896 * 2 ** 30))) * 1e6)
+
+
+def test_peak_tflops_and_mem_bw_beside_gpu_override_its_fp32_peak_and_bandwidth(capsys):
+    report = step_json(capsys, "--gpu", "h200", "--peak-tflops", "100")
+    assert report["peak_tflops"] == 100 and report["mem_bw_gbps"] == pytest.approx(4.8e12 / 2 ** 30)
+    report = step_json(capsys, "--gpu", "h200", "--mem-bw", "1000")
+    assert report["peak_tflops"] == 67 and report["mem_bw_gbps"] == 1000
+    assert report["gpu"]["name"] == "h200"
+
+
+def test_api_gpu_override():
+    report = astra_compile.compile(STEP, None, gpu="a100-80gb").to_dict()
+    assert report["peak_tflops"] == 19.5 and report["gpu"]["name"] == "a100-80gb"
+    assert report["compute_time_us"] == pytest.approx(
+        (2 ** 30 / 19.5e12 + max(MIB / 19.5e12, MIB / 2.039e12)) * 1e6)
+    assert astra_compile.compile(STEP, None, gpu="h200", peak_tflops=10.0).to_dict()["peak_tflops"] == 10.0
+
+
+def test_gpu_refusals(capsys, tmp_path):
+    refused(capsys, STEP, "--gpu", "h300", match="--gpu 'h300': unknown GPU; known: v100, a100-40gb, a100-80gb, "
+                                                 "h100, h100-pcie, h200, b200, gb200, mi300x, mi325x, mi355x")
+    path = write(tmp_path, {**GOOD, "memory_gb": -3})
+    refused(capsys, STEP, "--gpu", path, match=f"device file {path}: field 'memory_gb' is -3")
+    refused(capsys, STEP, "--gpu", str(tmp_path / "none.yaml"), match="none.yaml")
+    refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--gpu", "h200",
+            match="--gpu does not apply to a collective run")

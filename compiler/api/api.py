@@ -17,7 +17,7 @@ from ..core import reuse
 from ...network.errors import UserError
 from ..frontend import readers
 from ..frontend.workload import Workload
-from ...runtime.workload_engine import SEMANTICS, Roofline
+from ...runtime.workload_engine import SEMANTICS
 from ...network.parse import parse_topology, with_endpoint_delay
 from ...network.topology import Topology
 from ..driver.workload_driver import (Lowered, StepSemantics, WorkloadOptions, emitted, lower, read_lowered, run,
@@ -25,7 +25,7 @@ from ..driver.workload_driver import (Lowered, StepSemantics, WorkloadOptions, e
 from ..core.step_keys import group_key
 from ..report.step_timeline import step_trace
 from ..report.workload_report import WorkloadReport, make_report
-from ..core.job import DEFAULT_CAPTURE_LIMIT, Job, Network, RunOptions, StepOptions
+from ..core.job import DEFAULT_CAPTURE_LIMIT, Job, Network, RunOptions, StepOptions, roofline, with_gpu
 
 
 def load_workload(source, world_size: int, mesh: dict | None = None,
@@ -81,7 +81,7 @@ OVERRIDES = {
     **{k: ("run", k) for k in ("backend", "switching", "intra", "max_memory", "local_mem_gbps")},
     **{k: ("step", k) for k in ("mesh", "peak_tflops", "mem_bw_gbps", "rank", "capture_limit", "example_inputs",
                                 "parallelize", "loss", "optimizer", "iteration", "keep_tables", "mem_latency_ns",
-                                "pool", "offload", "in_switch", "cache")},
+                                "pool", "offload", "in_switch", "cache", "gpu")},
     "step_semantics": ("step", "semantics"),
 }
 
@@ -107,7 +107,10 @@ def job_of(job: Job | None = None, topology=..., **overrides) -> Job:
             fields[key] = value
     for group, fields in changes.items():
         job = job.replace(group, **fields)
-    return job
+    # a roofline figure set beside a gpu overrides the device's (with_gpu): named, or away from its default
+    default = StepOptions()
+    given = {k for k in ("peak_tflops", "mem_bw_gbps") if k in overrides or getattr(job.step, k) != getattr(default, k)}
+    return with_gpu(job, given)
 
 
 def compile(source, topology=..., *, job: Job | None = None, use_recorded: bool = True,
@@ -210,10 +213,15 @@ def _compile(source, job: Job, use_recorded: bool) -> WorkloadReport:
     scheduler = job.compile.scheduler or driver.DEFAULT_SCHEDULER
     defaults = {k: v for k, v in (("chunks", job.compile.chunks), ("algorithm", job.compile.algorithm),
                                   ("all_reduce", job.compile.all_reduce)) if v is not None}
-    opts = WorkloadOptions(scheduler, defaults, _run_options(job.run), Roofline(step.peak_tflops, step.mem_bw_gbps),
-                           step.keep_tables, *_memory(step.mem_latency_ns, step.pool, topo), step=semantics)
+    opts = WorkloadOptions(scheduler, defaults, _run_options(job.run), roofline(step), step.keep_tables,
+                           *_memory(step.mem_latency_ns, step.pool, topo), step=semantics, gpu=_gpu(step))
     return _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, step.rank,
                   None if step_module else workload)
+
+
+def _gpu(step) -> dict | None:
+    """The report's "gpu" object (--gpu's device: name, description, where its numbers came from), None without."""
+    return None if step.gpu is None else step.gpu.describe()
 
 
 def _run_options(run: RunOptions) -> RunOptions:
@@ -240,7 +248,8 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
             **({"switching": opts.run.switching} if opts.run.backend == "congestion" else {}),
             "mem_bw_gbps": opts.roofline.mem_gbps, "mem_latency_ns": opts.mem_latency_ns, "rank": rank,
             **({"pool": opts.pool.describe()} if opts.pool is not None else {}),
-            **({"endpoint_delay_ns": topo.endpoint_delay_ns} if topo.endpoint_delay_ns else {})}
+            **({"endpoint_delay_ns": topo.endpoint_delay_ns} if topo.endpoint_delay_ns else {}),
+            **({"gpu": opts.gpu} if opts.gpu is not None else {})}
     if step_tables is not None:
         step_tables_of = lambda fmt: step_tables   # noqa: E731 (the directory's own, whatever the format)
     elif opts.keep_schedules:
@@ -290,8 +299,8 @@ def _compile_step_dir(path: str, job: Job, use_recorded: bool = True) -> Workloa
     _check_roofline(job.step.peak_tflops, job.step.mem_bw_gbps)
     run_opts = _run_options(job.run)
     lowered, topo, recorded, times, step_tables = step_dir.load(path, run_opts, step)
-    opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, Roofline(job.step.peak_tflops, job.step.mem_bw_gbps),
-                           False, *_memory(job.step.mem_latency_ns, job.step.pool, topo), step=step)
+    opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, roofline(job.step), False,
+                           *_memory(job.step.mem_latency_ns, job.step.pool, topo), step=step, gpu=_gpu(job.step))
     return _timed(lowered, topo, opts, times, recorded, job.step.rank, step_tables=step_tables)
 
 

@@ -17,14 +17,14 @@ COMPILE = {"algorithm", "chunks", "scheduler", "all_reduce"}
 ALLOWED = {
     "list-passes": {"list_passes"},
     "table directory": RUN | {"json", "verify", "timeline", "plot"},
-    "training step": NETWORK | COMPILE | {"system", "mesh", "capture_limit", "peak_tflops", "mem_bw", "backend",
-                                          "switching", "intra", "emit", "output", "json", "max_memory", "cache", "iteration",
+    "training step": NETWORK | COMPILE | {"system", "mesh", "capture_limit", "peak_tflops", "mem_bw", "gpu",
+                                          "backend", "switching", "intra", "emit", "output", "json", "max_memory", "cache", "iteration",
                                           "local_mem_bw", "mem_latency", "pool", "offload", "in_switch", "plot",
                                           "timeline", "npu", "table_format", "force", "step_semantics",
                                           "switching"},
     # a step written with --emit tables -o: compiled already, on its own topology (its step semantics are the ones
     # it records: api.py refuses others)
-    "step tables": {"peak_tflops", "mem_bw", "backend", "intra", "emit", "npu", "json", "max_memory", "timeline",
+    "step tables": {"peak_tflops", "mem_bw", "gpu", "backend", "intra", "emit", "npu", "json", "max_memory", "timeline",
                     "local_mem_bw", "mem_latency", "pool", "plot", "switching", "step_semantics"},
     "collective": NETWORK | COMPILE | RUN | {"system", "collective", "size", "dims", "root", "ports",
                                              "pass_pipeline", "print_ir_after_all", "mlir_timing", "emit", "npu",

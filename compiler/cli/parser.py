@@ -72,6 +72,11 @@ def build_parser() -> Parser:
     g.add_argument("--mem-bw", type=float, default=1896.0,
                    help="compute roofline: memory bandwidth per NPU in GB/s of 2^30 B (default 1896 = A100-80GB's "
                         "2039 decimal GB/s)")
+    g.add_argument("--gpu", metavar="NAME|FILE",
+                   help="the GPU each NPU is: a preset (v100, a100-40gb, a100-80gb, h100, h100-pcie, h200, b200, "
+                        "gb200, mi300x, mi325x, mi355x) or a device file (.yaml/.json): its per-dtype peaks and "
+                        "memory bandwidth set the roofline; --peak-tflops/--mem-bw beside it override its fp32 peak "
+                        "and bandwidth (docs/compute.md)")
     g.add_argument("--mem-latency", type=float, default=0.0, metavar="NS",
                    help="local memory access latency in ns (default 0): a local load or store of S bytes takes it "
                         "plus S / --mem-bw (docs/memory.md)")

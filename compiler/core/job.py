@@ -101,6 +101,8 @@ class StepOptions:
     peak_tflops: float = field(default_factory=lambda: _engine().Roofline.peak_tflops)
     mem_bw_gbps: float = field(default_factory=lambda: _engine().Roofline.mem_gbps)
     mem_latency_ns: float = 0.0
+    # --gpu: a preset's name or a device file's path as typed, or the network/devices.Device it names (with_gpu)
+    gpu: object = None
     pool: object = None              # a pool file's path or a network/memory_pool object
     offload: object = None           # "params,grads,optimizer" or a tuple of them
     in_switch: bool = False
@@ -178,7 +180,7 @@ OPTIONS = {
     **{k: ("step", k) for k in ("mesh", "capture_limit", "cache", "iteration", "peak_tflops", "pool", "offload",
                                 "in_switch", "astra_link_gbps")},
     "step_semantics": ("step", "semantics"), "mem_bw": ("step", "mem_bw_gbps"),
-    "mem_latency": ("step", "mem_latency_ns"),
+    "mem_latency": ("step", "mem_latency_ns"), "gpu": ("step", "gpu"),
     **{k: ("outputs", k) for k in ("emit", "output", "npu", "table_format", "table_view", "json", "timeline", "plot",
                                    "force", "list_passes")},
 }
@@ -189,6 +191,35 @@ def from_options(values: dict) -> Job:
     """The Job of a command line's parsed options (argparse dest -> value; those not in OPTIONS, such as
     --version's, are the parser's own)."""
     return Job().with_options({k: v for k, v in values.items() if k in OPTIONS})
+
+
+def with_gpu(job: Job, given) -> Job:
+    """The job with its --gpu read: step.gpu the Device it names (a preset or a device file; one UserError when it
+    names neither), and the roofline's peak_tflops (fp32's) and mem_bw_gbps the device's, unless given (`given`:
+    the StepOptions fields set explicitly, "peak_tflops" and "mem_bw_gbps": they override the device's fp32 peak
+    and bandwidth; docs/compute.md). A job without --gpu, or whose device is read already, is returned as is."""
+    gpu = job.step.gpu
+    from ...network.devices import Device, resolve
+    if gpu is None or isinstance(gpu, Device):
+        return job
+    device = resolve(gpu)
+    changes = {"gpu": device}
+    if "peak_tflops" not in given:
+        changes["peak_tflops"] = device.peak("fp32")
+    if "mem_bw_gbps" not in given:
+        changes["mem_bw_gbps"] = device.mem_gbps
+    return job.replace("step", **changes)
+
+
+def roofline(step: StepOptions):
+    """The step's compute roofline: one peak for every dtype (peak_tflops), or with a --gpu device read
+    (with_gpu) the device's peak per dtype, fp32's being peak_tflops."""
+    engine = _engine()
+    peaks = None
+    if step.gpu is not None:
+        from ...network.dtypes import FP32
+        peaks = tuple(step.peak_tflops if code == FP32 else p for code, p in enumerate(step.gpu.peak_tflops))
+    return engine.Roofline(step.peak_tflops, step.mem_bw_gbps, peaks)
 
 
 def _read(dest: str, value):

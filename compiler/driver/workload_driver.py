@@ -147,6 +147,7 @@ class WorkloadOptions:
     mem_latency_ns: float = 0.0    # local memory access latency (--mem-latency); its bandwidth is the roofline's
     pool: object | None = None     # the remote memory pool (--pool; network/memory_pool.py), None: none
     step: StepSemantics = field(default_factory=StepSemantics)   # --step-semantics
+    gpu: dict | None = None        # --gpu: the device's name and where its numbers came from (the report's header)
 
     def memory(self) -> MemorySystem:
         return MemorySystem(LocalMemory(self.mem_latency_ns, self.roofline.mem_gbps), self.pool)

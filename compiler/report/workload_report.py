@@ -19,7 +19,7 @@ from ..core.step_keys import key_parts
 
 
 # keys --json leaves out where they do not apply (a placement, the congestion backend, a pool, an endpoint delay)
-OPTIONAL = ("placement", "switching", "pool", "endpoint_delay_ns")
+OPTIONAL = ("placement", "switching", "pool", "endpoint_delay_ns", "gpu")
 NOT_JSON = {"json": False}
 
 
@@ -42,6 +42,7 @@ class WorkloadReport:
     rank: int
     pool: str | None                       # the remote memory pool, described
     endpoint_delay_ns: float | None
+    gpu: dict | None                       # --gpu: the device's name, description and where its numbers came from
     total_time_us: float
     compute_time_us: float
     measured_compute_us: float
@@ -160,7 +161,7 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0, **made) 
     flops = sum(int(op.attrs.get("flops", 0)) for op in prog.ops if op.kind == "compute")
     info = {key: module_info.get(key) for key in ("source", "topology", "npus", "mesh", "placement", "backend",
                                                    "scheduler", "peak_tflops", "switching", "mem_bw_gbps",
-                                                   "mem_latency_ns", "rank", "pool", "endpoint_delay_ns")}
+                                                   "mem_latency_ns", "rank", "pool", "endpoint_delay_ns", "gpu")}
     data = {**info,
             "total_time_us": result.total_ns / 1e3, "compute_time_us": r.compute_ns / 1e3,
             "measured_compute_us": r.measured_ns / 1e3, "measured_ops": r.measured_ops,
@@ -275,6 +276,8 @@ def format_report(d: dict) -> str:
         f"runtime         {d['backend']} network" + (f" ({d['switching']})" if d.get("switching") else "") +
         f", scheduler {d['scheduler']}; compute roofline "
         f"{d['peak_tflops']:g} TFLOPS, {d['mem_bw_gbps']:g} GB/s",
+        *([f"gpu             {d['gpu']['name']} ({d['gpu']['description']}): per-dtype peaks, fp32's above; "
+           f"{d['gpu']['source']}"] if d.get("gpu") else []),
         "",
         f"step time       {d['total_time_us']:.3f} us",
         f"compute         {d['compute_time_us']:.3f} us" + (
