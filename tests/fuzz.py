@@ -643,6 +643,23 @@ def case_pool_file(draw, workdir):
     run("pool files", [step_path, "--pool", pool_path, *extra, "--json"], workdir)
 
 
+DEVICE = {"version": 1, "name": "mine", "description": "a GPU of my own",
+          "peak_tflops": {"fp64": 30, "fp32": 60, "tf32": 400, "bf16": 900, "fp16": 900, "fp8": 1800},
+          "mem_bw_tb_s": 3.0, "memory_gb": 96, "sources": {"memory_gb": "my datasheet"}, "efficiency": {"matmul": 0.7}}
+
+
+def case_device_file(draw, workdir):
+    """A mutated GPU device file (--gpu FILE, YAML or JSON) under a small step."""
+    name = draw(st.sampled_from(["gpu.yaml", "gpu.json"]))
+    text = json.dumps(DEVICE)
+    data = draw(st.one_of(mutated_text(text, edits=3), st.builds(json.dumps, mutated_json(DEVICE, edits=2)),
+                          hostile_yaml(text), hostile_json(DEVICE), hostile_bytes()))
+    path = hostile_file(draw, os.path.join(workdir, name), data)
+    extra = draw(st.sampled_from([[], ["--peak-tflops", "100"], ["--mem-bw", "1000"]]))
+    run("GPU device files", [os.path.join(HERE, "ir", "step_two_ranks.mlir"), "--gpu", path, *extra, "--json"],
+        workdir)
+
+
 def chakra_trace() -> bytes:
     """One rank's Chakra trace: the metadata, a compute node and an all-reduce depending on it."""
     from test_chakra import COLL, COMP, node
@@ -776,6 +793,7 @@ CASES = {"sizes": case_size, "topology notation": case_topology, "command-line n
          "nccl-tests logs": case_nccl_log,
          "system files": case_system_file,
          "pool files": case_pool_file,
+         "GPU device files": case_device_file,
          "Chakra traces": case_chakra,
          "Chakra nodes": case_chakra_nodes,
          "Chakra traces written": case_chakra_written}
