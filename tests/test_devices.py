@@ -158,3 +158,14 @@ def test_gpu_refusals(capsys, tmp_path):
     refused(capsys, STEP, "--gpu", str(tmp_path / "none.yaml"), match="none.yaml")
     refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--gpu", "h200",
             match="--gpu does not apply to a collective run")
+
+
+def test_docs_table_is_the_presets():
+    page = open(os.path.join(os.path.dirname(__file__), "..", "docs", "compute.md")).read()
+    rows = {cells[0].strip("` "): cells for cells in
+            ([c.strip() for c in line.strip("|").split("|")] for line in page.splitlines() if line.startswith("| `"))}
+    table = devices.presets()
+    assert set(rows) == set(table)
+    for name, device in table.items():
+        assert [float(c) for c in rows[name][2:]] == [*device.peak_tflops, device.mem_bw_tb_s, device.memory_gb]
+        assert rows[name][1] == device.description
