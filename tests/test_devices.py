@@ -169,3 +169,16 @@ def test_docs_table_is_the_presets():
     for name, device in table.items():
         assert [float(c) for c in rows[name][2:]] == [*device.peak_tflops, device.mem_bw_tb_s, device.memory_gb]
         assert rows[name][1] == device.description
+
+
+def test_sweep_over_gpus_keeps_the_results_columns(capsys, tmp_path):
+    from astra_compile.compiler.sweep import results
+    assert "gpu" not in results.report_fields("training step")   # a results file's columns are those before --gpu
+    spec = tmp_path / "sweep.yml"
+    spec.write_text(json.dumps({"base": {"input": STEP}, "axes": {"gpu": ["h100", "mi300x"]}}))
+    code, _, err = cli(capsys, "sweep", spec, "-o", tmp_path / "out.csv")
+    assert code == 0, err
+    import csv
+    rows = {r["gpu"]: r for r in csv.DictReader(open(tmp_path / "out.csv"))}
+    assert float(rows["h100"]["peak_tflops"]) == 67 and float(rows["mi300x"]["peak_tflops"]) == 163.4
+    assert float(rows["mi300x"]["mem_bw_gbps"]) == pytest.approx(5.3e12 / 2 ** 30)

@@ -28,6 +28,9 @@ from ...network.errors import UserError, one_line
 FIXED = ("point",)
 STATUS = ("status", "error", "elapsed_s")
 TABLE_DIR_FIELDS = ("total_time_us", "npus", "backend", "execution", "per_dim_bytes", "per_dim_busy_us", "verified")
+# report fields a results file leaves out: the --gpu device (its axis or the base names it; peak_tflops and
+# mem_bw_gbps hold its figures), so that the columns of a sweep, and resuming one, stay what they were before --gpu
+NOT_IN_RESULTS = ("gpu",)
 
 
 def report_fields(kind: str) -> tuple[str, ...]:
@@ -37,7 +40,7 @@ def report_fields(kind: str) -> tuple[str, ...]:
     name = "report.schema.json" if kind == "collective" else "workload_report.schema.json"
     schema = json.loads(importlib_resources.files("astra_compile.compiler.report").joinpath(name)
                         .read_text(encoding="utf-8"))
-    return tuple(schema["properties"])
+    return tuple(k for k in schema["properties"] if k not in NOT_IN_RESULTS)
 
 
 def columns(axes: tuple[str, ...], kinds: list[str]) -> tuple[list[str], dict[str, str]]:
