@@ -182,3 +182,19 @@ def test_sweep_over_gpus_keeps_the_results_columns(capsys, tmp_path):
     rows = {r["gpu"]: r for r in csv.DictReader(open(tmp_path / "out.csv"))}
     assert float(rows["h100"]["peak_tflops"]) == 67 and float(rows["mi300x"]["peak_tflops"]) == 163.4
     assert float(rows["mi300x"]["mem_bw_gbps"]) == pytest.approx(5.3e12 / 2 ** 30)
+
+
+def test_gpu_wins_over_a_system_files_peak_and_a_step_directorys_record(capsys, tmp_path):
+    system = tmp_path / "system.json"
+    system.write_text(json.dumps({"all-reduce-implementation": ["ring"], "roofline-enabled": 1, "peak-perf": 900}))
+    assert step_json(capsys, "--system", system)["peak_tflops"] == 900
+    assert step_json(capsys, "--system", system, "--gpu", "h200")["peak_tflops"] == 67
+    assert step_json(capsys, "--system", system, "--gpu", "h200", "--peak-tflops", "50")["peak_tflops"] == 50
+    out = tmp_path / "step"
+    code, _, err = cli(capsys, STEP, "--gpu", "h200", "--emit", "tables", "-o", out)
+    assert code == 0, err
+    code, text, err = cli(capsys, out, "--json")   # records the device's figures, not the device
+    again = json.loads(text)
+    assert (again["peak_tflops"], "gpu" in again) == (67, False)
+    code, text, err = cli(capsys, out, "--gpu", "mi300x", "--json")
+    assert json.loads(text)["peak_tflops"] == 163.4 and json.loads(text)["gpu"]["name"] == "mi300x"
