@@ -67,7 +67,8 @@ class Roofline:
     peak_tflops: float = 234.0   # ASTRA-sim 2.0's A100 figure
     mem_gbps: float = 1896.0     # A100-80GB HBM2e, 2039 GB/s decimal = 1896 GB/s in 2^30 units
 
-    def time_ns(self, flops: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    def time_ns(self, flops: np.ndarray, nbytes: np.ndarray, dtype: np.ndarray | None = None) -> np.ndarray:
+        """`dtype`: each op's network/dtypes code (None: fp32); one peak for every dtype as yet."""
         return np.maximum(flops / (self.peak_tflops * 1e3), nbytes / gbps_to_bytes_per_ns(self.mem_gbps))
 
 
@@ -90,6 +91,7 @@ class ProgramTable:
     # (a collective's links on each member), else a global NPU (a message's route); None or {}: it shares nothing
     use: list | None = None
     sends: np.ndarray | None = None   # P2P rows: True at the sending end (the astra-sim semantics' eager sends)
+    dtype: np.ndarray | None = None   # compute rows: the network/dtypes code of the dtype it ran in (None: fp32)
 
 
 @dataclass
@@ -122,7 +124,7 @@ class _Rank:
     def __init__(self, index: int, table: ProgramTable, roofline: Roofline):
         self.index, self.t = index, table
         n = len(table.kind)
-        compute = roofline.time_ns(table.flops, table.nbytes)
+        compute = roofline.time_ns(table.flops, table.nbytes, table.dtype)
         self.measured = np.zeros(n, bool) if table.measured_ns is None else \
             (table.kind == COMPUTE) & ~np.isnan(table.measured_ns)
         if self.measured.any():

@@ -29,6 +29,7 @@ import shutil
 
 import numpy as np
 
+from ...network.dtypes import CODE as DTYPE_CODE
 from ...network.errors import UserError
 from ...network.kinds import ROOTED
 from ...network.units import format_size, gbps_to_bytes_per_ns
@@ -237,7 +238,7 @@ class _Writer:
             node.type = NODE_TYPES.index("COMP_NODE")
             measured = op.kind == COMPUTE and op.measured_ns >= 0
             time_ns = op.measured_ns if measured else \
-                float(self.roofline.time_ns(np.float64(op.flops), np.float64(op.bytes)))
+                float(self.roofline.time_ns(np.float64(op.flops), np.float64(op.bytes), np.int8(DTYPE_CODE[op.dtype])))
             num_ops, size = astra_work(op.flops, op.bytes, time_ns, measured, self.roofline)
             node.duration_micros = int(round(time_ns / 1e3))
             attrs = {"is_cpu_op": False, "num_ops": num_ops, "tensor_size": size}
