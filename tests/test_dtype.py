@@ -144,3 +144,29 @@ def test_a_cached_workload_keeps_its_dtypes_and_refuses_an_unknown_one():
     data["programs"][0][1][0]["dtype"] = "int4"
     with pytest.raises(ValueError, match="dtype 'int4'"):
         Workload.from_json(data)
+
+
+def test_step_tables_keep_the_dtype_and_fp32_programs_keep_their_columns(tmp_path, capsys, monkeypatch):
+    from helpers import cli, refused
+    ops = [Op("aten.mm.default", COMPUTE, flops=10**9, dtype="bf16"), Op("aten.add.Tensor", COMPUTE, [0], bytes=8)]
+    step = tmp_path / "step.mlir"
+    step.write_text(compile_step(Workload(4, {0: ops}, "dtype test", spmd=True), "Ring(4)").mlir)
+    tables = tmp_path / "tables"
+    code, _, err = cli(capsys, str(step), "--emit", "tables", "-o", str(tables))
+    assert code == 0, err
+    program = tables / "program_0.csv"
+    lines = program.read_text().splitlines()
+    assert lines[0].endswith(",deps,dtype") and lines[1].endswith(",bf16") and lines[2].endswith(",")
+    seen = []
+    time_ns = workload_engine.Roofline.time_ns
+    monkeypatch.setattr(workload_engine.Roofline, "time_ns",
+                        lambda self, f, b, dtype=None: seen.append(dtype.tolist()) or time_ns(self, f, b, dtype))
+    compile_step(str(tables), None)
+    assert seen == [[CODE["bf16"], CODE["fp32"]]]
+    program.write_text(program.read_text().replace(",bf16", ",int4"))
+    refused(capsys, str(tables), match="program_0.csv: row 0: dtype: 'int4'")
+    fp32 = tmp_path / "fp32"
+    step.write_text(step.read_text().replace(', wl.dtype = "bf16"', ""))
+    code, _, err = cli(capsys, str(step), "--emit", "tables", "-o", str(fp32))
+    assert code == 0, err
+    assert (fp32 / "program_0.csv").read_text().splitlines()[0].endswith(",in_switch,deps")   # as before
