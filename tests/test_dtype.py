@@ -170,3 +170,18 @@ def test_step_tables_keep_the_dtype_and_fp32_programs_keep_their_columns(tmp_pat
     code, _, err = cli(capsys, str(step), "--emit", "tables", "-o", str(fp32))
     assert code == 0, err
     assert (fp32 / "program_0.csv").read_text().splitlines()[0].endswith(",in_switch,deps")   # as before
+
+
+def test_the_report_gives_flops_per_dtype_where_some_are_not_fp32(tmp_path):
+    import json
+    import jsonschema
+    schema = json.load(open("compiler/report/workload_report.schema.json"))
+    mixed = [Op("aten.mm.default", COMPUTE, flops=3 * 10**12, dtype="bf16"),
+             Op("aten._softmax.default", COMPUTE, [0], flops=2 * 10**9), Op("aten.mm.default", COMPUTE, [1], flops=7)]
+    r = compile_step(Workload(4, {0: mixed}, "dtype test", spmd=True), "Ring(4)")
+    assert r.to_dict()["flops_by_dtype"] == {"fp32": 2 * 10**9 + 7, "bf16": 3 * 10**12}
+    jsonschema.validate(r.to_dict(), schema)
+    assert "per rank; fp32 2.000 GFLOP; bf16 3.000 TFLOP)" in r.format().splitlines()[0]
+    plain = compile_step(Workload(4, {0: [Op("aten.mm.default", COMPUTE, flops=7)]}, "dtype test", spmd=True),
+                         "Ring(4)")
+    assert "flops_by_dtype" not in plain.to_dict() and plain.format().splitlines()[0].endswith("7 FLOP per rank)")
