@@ -26,19 +26,20 @@ CUDA_FP32_OPS = ("acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10
 def cuda_autocast_on_host():
     import torch
     from torch.amp.autocast_mode import autocast
-    lib = torch.library.Library("aten", "IMPL")
-    for name in CUDA_FP32_OPS:
-        if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "AutocastCPU"):
-            packet, _, overload = name.partition(".")
-            lib.impl(name, _in_fp32(getattr(getattr(torch.ops.aten, packet), overload or "default")), "AutocastCPU")
     init = autocast.__init__
 
     def host_init(self, device_type, dtype=None, *args, **kwargs):
         if device_type == "cuda":
             device_type, dtype = "cpu", dtype if dtype is not None else torch.get_autocast_dtype("cuda")
         init(self, device_type, dtype, *args, **kwargs)
-    autocast.__init__ = host_init
+    lib = torch.library.Library("aten", "IMPL")
     try:
+        for name in CUDA_FP32_OPS:   # (a capture inside a capture finds its kernels there already)
+            if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "AutocastCPU"):
+                packet, _, overload = name.partition(".")
+                lib.impl(name, _in_fp32(getattr(getattr(torch.ops.aten, packet), overload or "default")),
+                         "AutocastCPU")
+        autocast.__init__ = host_init
         yield
     finally:
         autocast.__init__ = init
