@@ -185,3 +185,12 @@ def test_the_report_gives_flops_per_dtype_where_some_are_not_fp32(tmp_path):
     plain = compile_step(Workload(4, {0: [Op("aten.mm.default", COMPUTE, flops=7)]}, "dtype test", spmd=True),
                          "Ring(4)")
     assert "flops_by_dtype" not in plain.to_dict() and plain.format().splitlines()[0].endswith("7 FLOP per rank)")
+
+
+def test_chakra_traces_keep_the_dtype(tmp_path):
+    import glob
+    from astra_compile.compiler.frontend import chakra
+    ops = [Op("aten.mm.default", COMPUTE, flops=10**9, dtype="fp8"), Op("aten.add.Tensor", COMPUTE, [0], bytes=8)]
+    compile_step(Workload(2, {0: ops}, "dtype test", spmd=True), "Ring(2)").chakra(str(tmp_path / "t"))
+    read = chakra.load(sorted(glob.glob(str(tmp_path / "t" / "*.et"))))
+    assert [op.dtype for op in read.programs[0] if op.kind == COMPUTE] == ["fp8", "fp32"]
