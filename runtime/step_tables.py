@@ -12,7 +12,8 @@ routed message's on the topology (network/message.py); a load or store row its `
 `in_switch` (the GPUs whose tensor the pool's switches gather, 1: none), its time being the memory model's
 (network/memory.py); a compute row its `dtype` (network/dtypes.py) where a program has one that is not fp32: the
 column is left out of a program whose compute is all fp32 (as it is of directories written before it). The
-step's rows of accelerator k are its program's rows plus its rows in each collective directory. Nothing read back is trusted: every key of meta.json, every cell of a program file and every collective directory is
+step's rows of accelerator k are its program's rows plus its rows in each collective directory. Nothing read
+back is trusted: every key of meta.json, every cell of a program file and every collective directory is
 checked before anything runs, and a fault is one line naming the file, the row or key and the value.
 """
 from __future__ import annotations
