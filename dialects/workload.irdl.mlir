@@ -8,7 +8,8 @@
 // Every attribute has its own constraint variable: IRDL unifies uses of one variable, so a shared %int would
 // force equal values.
 irdl.dialect @wl {
-  // Work on the compute stream: `flops` floating-point operations touching `bytes` bytes of memory.
+  // Work on the compute stream: `flops` floating-point operations touching `bytes` bytes of memory. It may carry
+  // wl.dtype, the dtype it computed in ("bf16", "tf32", ...: network/dtypes.py; absent: "fp32").
   irdl.operation @compute {
     %flops = irdl.base "#builtin.integer"
     %bytes = irdl.base "#builtin.integer"

@@ -6,10 +6,11 @@ ops (the comm passes do not run here: each distinct collective is compiled in a 
 compiler/driver/workload_driver.py). Any op may carry `wl.phase` ("forward", "backward" or "optimizer"): the part
 of the step it belongs to, and
 `wl.iteration` (an execution trace of several training iterations): which one. The report breaks the run into
-both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it. `wl.load` / `wl.store` move
-`bytes` between the accelerator and its local memory or the remote pool (`location`; docs/memory.md), a remote one
-gathered (reduce-scattered) by the pool's switches for a group of `wl.in_switch` GPUs when it carries that
-attribute. Point-to-point messages are
+both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it, and `wl.dtype`, the dtype it
+computed in (one of network/dtypes.DTYPES: "bf16", "tf32", ...; absent: "fp32"), whose peak the roofline takes.
+`wl.load` / `wl.store` move `bytes` between the accelerator and its local memory or the remote pool (`location`;
+docs/memory.md), a remote one gathered (reduce-scattered) by the pool's switches for a group of `wl.in_switch`
+GPUs when it carries that attribute. Point-to-point messages are
 the comm dialect's `comm.send` / `comm.recv` (bytes, src, dst: global ranks, the program's own rank one of them);
 the k-th send from one rank to another meets the k-th receive posted for it there. A module holds one rank
 program per rank, or (wl.spmd) one that stands for every rank, or (wl.spmd, pipeline stages) one per stage, each
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from . import comm
+from ..network.dtypes import DEFAULT as DEFAULT_DTYPE, DTYPES
 from ..network.errors import show
 from ..network.memory import LOCATIONS
 
@@ -175,6 +177,8 @@ def _check_op(o, groups: dict, prog: str, rank: int, world: int) -> None:
         m = a.get("wl.measured_ns", 0.0)
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < 1e18:
             raise comm.IRError(f"{what}: wl.measured_ns must be a non-negative time in ns, got {show(m)}")
+        if a.get("wl.dtype", DEFAULT_DTYPE) not in DTYPES:
+            raise comm.IRError(f"{what}: wl.dtype must be one of {', '.join(DTYPES)}, got {show(a['wl.dtype'])}")
     elif o.name in (LOAD, STORE):
         if isinstance(a["bytes"], bool) or not isinstance(a["bytes"], int) or a["bytes"] < 0:
             raise comm.IRError(f"{what}: bytes must be a non-negative integer, got {show(a['bytes'])}")
@@ -294,6 +298,18 @@ def set_measured(op: ir.Operation, measured_ns: float) -> None:
     roofline."""
     if measured_ns >= 0:
         op.attributes["wl.measured_ns"] = comm.to_attr(float(measured_ns))
+
+
+def set_dtype(op: ir.Operation, dtype: str) -> None:
+    """The dtype a compute op computed in (`wl.dtype`), left out where it is fp32 (so fp32 steps read as
+    before)."""
+    if dtype != DEFAULT_DTYPE:
+        op.attributes["wl.dtype"] = comm.to_attr(dtype)
+
+
+def dtype_of(attrs: dict) -> str:
+    """A compute op's dtype as its attributes give it (ProgramOp.attrs; checked by check_module)."""
+    return attrs.get("wl.dtype", DEFAULT_DTYPE)
 
 
 def set_part(op: ir.Operation, phase: str, iteration: int) -> None:

@@ -10,9 +10,10 @@ A program row that is a collective names its schedule (`collective`), its proces
 on; a send or recv row its `peer` (a global rank) and its stream (one per peer and direction), its time being the
 routed message's on the topology (network/message.py); a load or store row its `location` (local or remote) and
 `in_switch` (the GPUs whose tensor the pool's switches gather, 1: none), its time being the memory model's
-(network/memory.py). The step's rows of accelerator k are its program's rows
-plus its rows in each collective directory. Nothing
-read back is trusted: every key of meta.json, every cell of a program file and every collective directory is
+(network/memory.py); a compute row its `dtype` (network/dtypes.py) where a program has one that is not fp32: the
+column is left out of a program whose compute is all fp32 (as it is of directories written before it). The
+step's rows of accelerator k are its program's rows plus its rows in each collective directory. Nothing read
+back is trusted: every key of meta.json, every cell of a program file and every collective directory is
 checked before anything runs, and a fault is one line naming the file, the row or key and the value.
 """
 from __future__ import annotations
@@ -29,6 +30,7 @@ from . import atomic, run_record
 from .errors import TableError, read_table_text
 from .meta import FORMAT as TABLES_FORMAT, read_json
 from .tables import DirSchedule, Schedule, fill_dir
+from ..network.dtypes import DEFAULT as DEFAULT_DTYPE, DTYPES
 from ..network.errors import show
 from ..network.kinds import COLLECTIVES
 from ..network.memory import LOCATIONS
@@ -42,6 +44,7 @@ MEMORY = ("load", "store")
 ROW_KINDS = ("compute", "wait") + MESSAGES + MEMORY + COLLECTIVES
 PROGRAM_COLUMNS = ("row", "kind", "name", "phase", "iteration", "flops", "bytes", "measured_ns", "collective",
                    "group", "stream", "peer", "location", "in_switch", "deps")
+DTYPE_COLUMN = "dtype"   # after PROGRAM_COLUMNS, in a program with compute rows that are not fp32
 META_KEYS = {"format", "version", "npus", "topology", "spmd", "source", "mesh", "scheduler", "table_format",
              "programs", "collectives"}
 OPTIONAL_KEYS = {"run"}   # the run options that shaped the step's figure, where not the defaults (run_record.py)
@@ -68,6 +71,7 @@ class ProgramRow:
     peer: int = -1        # send: the rank it goes to, recv: the one it comes from (-1 for other rows)
     location: str = ""    # load / store: local or remote ("" for other rows)
     in_switch: int = 0    # load / store: GPUs whose tensor the pool's switches gather (1: none; 0 for other rows)
+    dtype: str = ""       # compute: the dtype it ran in where not fp32 ("": fp32, and for other rows)
 
 
 @dataclass
@@ -117,11 +121,12 @@ def stands_for_all(meta) -> bool:
 def write_program(rows: list[ProgramRow], f) -> None:
     """A program's rows as CSV (PROGRAM_COLUMNS, header first) to the text stream f."""
     out = csv.writer(f, lineterminator="\n")
-    out.writerow(PROGRAM_COLUMNS)
+    dtypes = any(r.dtype for r in rows)
+    out.writerow(PROGRAM_COLUMNS + ((DTYPE_COLUMN,) if dtypes else ()))
     for i, r in enumerate(rows):
         out.writerow([i, r.kind, r.name, r.phase, r.iteration, r.flops, r.bytes,
                       "" if math.isnan(r.measured_ns) else repr(r.measured_ns), r.collective, r.group, r.stream,
-                      r.peer, r.location, r.in_switch, ";".join(map(str, r.deps))])
+                      r.peer, r.location, r.in_switch, ";".join(map(str, r.deps))] + ([r.dtype] if dtypes else []))
 
 
 def not_a_step_dir(path: str) -> str | None:
@@ -269,14 +274,19 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
         lines = list(csv.reader(io.StringIO(text, newline="")))
     except csv.Error as e:
         raise TableError(f"{file}: not a CSV program table: {e}") from None
-    if not lines or tuple(lines[0]) != PROGRAM_COLUMNS:
-        raise TableError(f"{file}: the header must be {','.join(PROGRAM_COLUMNS)}")
+    columns = tuple(lines[0]) if lines else ()
+    if columns not in (PROGRAM_COLUMNS, PROGRAM_COLUMNS + (DTYPE_COLUMN,)):
+        raise TableError(f"{file}: the header must be {','.join(PROGRAM_COLUMNS)}[,{DTYPE_COLUMN}]")
     colls, rows, streams = meta["collectives"], [], {}
     for i, cells in enumerate(lines[1:]):
         at = f"{file}: row {i}"
-        if len(cells) != len(PROGRAM_COLUMNS):
-            _fail(at, f"has {len(cells)} cells, the header {len(PROGRAM_COLUMNS)}")
-        v = dict(zip(PROGRAM_COLUMNS, cells))
+        if len(cells) != len(columns):
+            _fail(at, f"has {len(cells)} cells, the header {len(columns)}")
+        v = dict(zip(columns, cells))
+        dtype = v.get(DTYPE_COLUMN, "")
+        if (dtype and v["kind"] != "compute") or dtype not in DTYPES + ("",):
+            _fail(at, f"dtype: {show(dtype)} (a compute row's is empty or one of {', '.join(DTYPES)}; other rows' "
+                      f"empty)")
         ints = {}
         for col, lo in (("row", 0), ("iteration", -1), ("flops", 0), ("bytes", 0), ("collective", -1), ("stream", 0),
                         ("peer", -1), ("in_switch", 0)):
@@ -339,5 +349,6 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
                 _fail(at, f"stream: {ints['stream']} but group {show(v['group'])} runs on stream {want} (the program's "
                           "groups and peers take streams 1, 2, ... in the order they first appear)")
         rows.append(ProgramRow(kind, v["name"], v["phase"], ints["iteration"], ints["flops"], ints["bytes"],
-                               measured, c, v["group"], ints["stream"], deps, peer, v["location"], switch))
+                               measured, c, v["group"], ints["stream"], deps, peer, v["location"], switch,
+                               "" if dtype == DEFAULT_DTYPE else dtype))
     return Program(entry["file"], entry["ranks"], entry["groups"], rows)

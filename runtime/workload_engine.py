@@ -99,6 +99,7 @@ class ProgramTable:
     # (a collective's links on each member), else a global NPU (a message's route); None or {}: it shares nothing
     use: list | None = None
     sends: np.ndarray | None = None   # P2P rows: True at the sending end (the astra-sim semantics' eager sends)
+    dtype: np.ndarray | None = None   # compute rows: the network/dtypes code of the dtype it ran in (None: fp32)
 
 
 @dataclass
@@ -131,7 +132,7 @@ class _Rank:
     def __init__(self, index: int, table: ProgramTable, roofline: Roofline):
         self.index, self.t = index, table
         n = len(table.kind)
-        compute = roofline.time_ns(table.flops, table.nbytes)
+        compute = roofline.time_ns(table.flops, table.nbytes, table.dtype)
         self.measured = np.zeros(n, bool) if table.measured_ns is None else \
             (table.kind == COMPUTE) & ~np.isnan(table.measured_ns)
         if self.measured.any():

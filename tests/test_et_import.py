@@ -319,6 +319,30 @@ def test_functional_collective_carries_its_group_and_wait(tmp_path):
     assert ops[2].deps == [1] and ops[3].deps == [2]  # compute after the wait, the wait after the collective
 
 
+def test_compute_ops_take_their_dtype_from_the_recorded_types(tmp_path):
+    """A matmul computes in its inputs' dtype (an fp8 scaled matmul writes bf16 but runs in fp8), any other op in
+    its output's; fp32 stays fp32 (the trace does not say whether TF32 was allowed), integers read as fp32."""
+    a, b, c, d = ([i, i + 1, 0, 16, s, "cpu"] for i, s in ((10, 2), (12, 2), (14, 4), (16, 1)))
+    mm = "aten::mm(Tensor self, Tensor mat2) -> Tensor"
+    nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1),
+             node(2, "aten::mm", 1, [a, b], ["Tensor(c10::BFloat16)"] * 2, [a], ["Tensor(c10::BFloat16)"], mm),
+             node(3, "aten::mm", 1, [c, c], ["Tensor(float)"] * 2, [c], ["Tensor(float)"], mm),
+             node(4, "aten::_scaled_mm", 1, [d, d], ["Tensor(c10::Float8_e4m3fn)"] * 2, [a],
+                  ["Tensor(c10::BFloat16)"], "aten::_scaled_mm(Tensor self, Tensor mat2) -> Tensor"),
+             node(5, "aten::_to_copy", 1, [c], ["Tensor(float)"], [b], ["Tensor(c10::Half)"],
+                  "aten::_to_copy(Tensor self) -> Tensor"),
+             node(6, "aten::cat", 1, [[c, c]], ["GenericList[Tensor(double),Tensor(double)]"], [a], ["Tensor(double)"],
+                  "aten::cat(Tensor[] tensors) -> Tensor"),
+             node(7, "aten::eq", 1, [d, d], ["Tensor(long int)"] * 2, [d], ["Tensor(bool)"],
+                  "aten::eq.Tensor(Tensor self, Tensor other) -> Tensor")]
+    p = tmp_path / "dt.json"
+    p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
+    ops = load_traces([str(p)]).programs[0]
+    assert [(op.name, op.dtype) for op in ops] == [
+        ("aten.mm.default", "bf16"), ("aten.mm.default", "fp32"), ("aten._scaled_mm.default", "fp8"),
+        ("aten._to_copy.default", "fp16"), ("aten.cat.default", "fp64"), ("aten.eq.Tensor", "fp32")]
+
+
 def test_calls_filed_under_a_finished_collective_still_count(tmp_path):
     """gloo's record of an asynchronous collective ends on its worker thread and pops the calling thread's stack
     in the observer, so later calls name the finished collective as their parent (seen in real 4-rank DDP

@@ -190,6 +190,10 @@ def test_hsdp_with_mixed_precision_and_no_reshard(tmp_path):
     assert [op.bytes for op in collectives(w, "all_reduce", "replicate")] == [layer * 4 // 4] * 4
     assert {op.group for op in collectives(w, group="replicate")} == {(0, 4, 8, 12)}
     assert all(op.phase == "forward" for op in collectives(w, "all_gather"))
+    # the layers compute in the policy's bf16, on the fp32 inputs FSDP2 casts; AdamW updates the fp32 shards
+    by_phase = {(op.name, op.phase, op.dtype) for op in w.programs[0] if op.kind == "compute"}
+    assert {d for n, p, d in by_phase if n in ("aten.addmm.default", "aten.mm.default")} == {"bf16"}
+    assert {d for n, p, d in by_phase if p == "optimizer" and n == "aten.lerp_.Scalar"} == {"fp32"}
 
 
 def test_compute_ops_carry_flop_counter_flops(tmp_path):

@@ -28,6 +28,7 @@ from ..core import reuse
 from .recorded_run import in_module
 from ..core.step_keys import group_span, key_parts, key_root, p2p_stream, part_key, span_key
 from ...dialects import workload as wl
+from ...network.dtypes import CODE as DTYPE_CODE, DEFAULT as DEFAULT_DTYPE
 from ...network.errors import UserError, show
 from ...network.user_files import read_text
 from ...passes import PassError
@@ -62,6 +63,7 @@ def to_module(ctx, workload: Workload, topology: Topology):
                 if op.kind == COMPUTE:
                     made = wl.create_compute(op.name, op.flops, op.bytes, deps, ip)
                     wl.set_measured(made, op.measured_ns)
+                    wl.set_dtype(made, op.dtype)
                 elif op.kind == COLLECTIVE and len(op.group) > 1:
                     dims, parts = group_span(topology, op.group)
                     made = wl.create_collective(op.collective, op.bytes, dims, f"{op.collective}_{i}",
@@ -348,6 +350,7 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
     for prog in progs:
         n = len(prog.ops)
         kind, flops, nbytes, measured = np.zeros(n, np.int8), np.zeros(n), np.zeros(n), np.full(n, np.nan)
+        dtype = np.full(n, DTYPE_CODE[DEFAULT_DTYPE], np.int8)
         duration, stream = np.zeros(n), np.zeros(n, np.int32)
         sync, size = np.full(n, -1, np.int64), np.ones(n, np.int64)
         sends = np.zeros(n, bool)
@@ -358,6 +361,7 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
                 kind[i] = KIND_CODE[op.kind]
                 flops[i], nbytes[i] = op.attrs.get("flops", 0), op.attrs.get("bytes", 0)
                 measured[i] = op.attrs.get("wl.measured_ns", np.nan)
+                dtype[i] = DTYPE_CODE[wl.dtype_of(op.attrs)]
                 continue
             if op.kind in wl.MEMORY:
                 kind[i] = engine.MEMORY
@@ -388,7 +392,7 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
         ptr[1:] = np.cumsum([len(op.deps) for op in prog.ops])
         idx = np.asarray([d for op in prog.ops for d in op.deps], np.int64)
         tables.append(ProgramTable(prog.rank, kind, flops, nbytes, duration, stream, sync, size, ptr, idx,
-                                   measured, use, sends))
+                                   measured, use, sends, dtype))
     return tables
 
 

@@ -9,7 +9,8 @@ Nodes become the workload's ops (frontend/workload.py):
 - COMP_NODE on the GPU: compute with `num_ops` FLOPs and `tensor_size` bytes (the roofline's inputs), or, without
   FLOPs, its `duration_micros` as a measured time; `is_cpu_op` nodes and METADATA / storage nodes run nothing
   here and pass their dependencies on. What --emit chakra wrote for ASTRA-sim alone gives way to its own
-  attributes: `astra_flops` and `astra_bytes` (the op's FLOPs and bytes), `astra_measured_ns`;
+  attributes: `astra_flops` and `astra_bytes` (the op's FLOPs and bytes), `astra_measured_ns`, `astra_dtype` (the
+  dtype it computed in, network/dtypes.py; absent: fp32);
 - MEM_LOAD_NODE / MEM_STORE_NODE: a load / store of `tensor_size` bytes in local memory or the remote pool
   (`tensor_loc` 1 or 2, ASTRA-sim's LOCAL_MEMORY / REMOTE_MEMORY; absent: local), docs/memory.md; written back
   with `astra_in_switch` when the pool's switches gather it;
@@ -33,6 +34,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ...network.dtypes import DEFAULT as DEFAULT_DTYPE, DTYPES
 from ...network.errors import UserError
 from ...network.kinds import ROOTED
 from ...network.user_files import read_bytes, read_json
@@ -524,8 +526,11 @@ def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], array]:
                 measured = attrs["astra_measured_ns"]
                 if not isinstance(measured, float) or not 0 <= measured < 1e18:
                     raise UserError(f"{_where(path, node)}: astra_measured_ns {_short(measured)} is not a time")
+            dtype = attrs.get("astra_dtype", DEFAULT_DTYPE)
+            if dtype not in DTYPES:
+                raise UserError(f"{_where(path, node)}: astra_dtype {_short(dtype)} is not one of {', '.join(DTYPES)}")
             op = Op(node.name or "compute", COMPUTE, before, flops=flops, bytes=_bytes(path, node, attrs),
-                    measured_ns=measured)
+                    measured_ns=measured, dtype=dtype)
         elif kind in ("MEM_LOAD_NODE", "MEM_STORE_NODE"):   # ASTRA-sim's tensor_loc: 1 local, 2 remote memory
             loc = _int(path, node, attrs, "tensor_loc", 1)
             if loc not in TENSOR_LOCATIONS:

@@ -78,6 +78,7 @@ from ...dialects.comm import ROOTED
 from ...network.errors import InputWarning, UserError
 from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
 from .op_bytes import moved_bytes, only_aliases
+from .op_dtype import compute_dtype
 from .trace_world import on_topology
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op, Workload
 
@@ -120,6 +121,7 @@ _FUNCTIONAL = {
 _P2P = {"send": SEND, "recv_": RECV}   # c10d::send(tensors, pg, dst, tag), c10d::recv_(tensors, pg, src, tag)
 _COMM_NS = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 _DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
+           "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2",
            "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
            "unsigned char": "uint8", "bool": "bool"}
 # where a file name says its rank: trace_rank3.json, trace-rank_3.json, et_r3.json, trace-3.json, trace_3.json
@@ -658,6 +660,9 @@ class _Builder:
                     bytes=sum(self.call_bytes(c)[2] for c in local))
         else:
             op = Op(name=_op_name(node), kind=COMPUTE, flops=self.flops(node, set()), bytes=nbytes)
+        # TF32 is not in the trace: an fp32 matmul reads as fp32
+        op.dtype = compute_dtype(node["name"], _tensor_dtypes(node["inputs"]["types"]),
+                                 _tensor_dtypes(node["outputs"]["types"]))
         return op, writes
 
     def measure(self):
@@ -861,6 +866,15 @@ def _call_formula(formula, node: dict) -> int:
         return int(formula(*args, out_val=out_val, **kwargs))
     except (TypeError, ValueError, IndexError, RuntimeError, AttributeError, AssertionError):
         return 0  # arguments the recording could not render (symbolic sizes, opaque objects, shapes that disagree)
+
+
+def _tensor_dtypes(types: list) -> list[str]:
+    """The torch dtype names of the tensors a call's recorded types list, in order ("Tensor(c10::BFloat16)",
+    "GenericList[Tensor(float),Tensor(float)]" -> "bfloat16", "float32", "float32"); unknown ones as given."""
+    return [_DTYPES.get(t, t) for ty in types if isinstance(ty, str) for t in _TENSOR_TYPE.findall(ty)]
+
+
+_TENSOR_TYPE = re.compile(r"Tensor\(([^()]*)\)")
 
 
 def _rebuild(value, shape, type_: str):

@@ -25,6 +25,7 @@ from torch.utils.flop_counter import flop_registry
 from ...network.errors import UserError
 from ...network.kinds import IN_PLACE
 from .op_bytes import moved_bytes, only_aliases
+from .op_dtype import compute_dtype, tf32_allowed
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op
 
 # PyTorch's collective ops -> (comm dialect collective, which tensor is the full buffer: "in" | "out")
@@ -175,7 +176,9 @@ class StepRecorder(TorchDispatchMode):
             if func._overloadpacket in flop_registry:
                 flops = int(flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
             op = Op(str(func), COMPUTE, deps, flops=flops,
-                    bytes=moved_bytes(name, list(map(_nbytes, inputs)), list(map(_nbytes, outputs))))
+                    bytes=moved_bytes(name, list(map(_nbytes, inputs)), list(map(_nbytes, outputs))),
+                    dtype=compute_dtype(name, [str(t.dtype) for t in inputs], [str(t.dtype) for t in outputs],
+                                        tf32_allowed()))
         op.phase = self._phase()
         self.ops.append(op)
         written = _written_args(func, args, kwargs) if mutates else []

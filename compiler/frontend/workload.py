@@ -10,6 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from ...network.dtypes import DEFAULT, DTYPES
 from ...network.errors import UserError
 from ...network.kinds import COLLECTIVES
 
@@ -36,6 +37,7 @@ class Op:
     phase: str = ""                # part of the step: forward | backward | optimizer ("" when not known)
     iteration: int = -1            # traces holding several training iterations: which one (-1: not known)
     measured_ns: float = -1.0      # compute: its time measured by a profiler (Kineto), -1: from the roofline
+    dtype: str = DEFAULT           # compute: the dtype it ran in (network/dtypes.DTYPES; frontend/op_dtype.py)
     location: str = ""             # load / store: one of network/memory.LOCATIONS
     in_switch: int = 0             # remote load / store that the pool's switches all-gather (reduce-scatter): the
     #                                GPUs that share the tensor (its group); 0: a plain load / store
@@ -126,6 +128,8 @@ def _checked(op: Op, index: int, world: int) -> Op:
     for what in ("flops", "bytes", "in_switch"):
         _count(getattr(op, what), f"op {index}: {what}")
     _count(op.iteration, f"op {index}: iteration", -1)
+    if op.dtype not in DTYPES:
+        raise ValueError(f"op {index}: dtype {op.dtype!r}")
     for d in op.deps:
         if _count(d, f"op {index}: deps") >= index:
             raise ValueError(f"op {index} depends on op {d}, which is not before it")

@@ -29,6 +29,7 @@ import shutil
 
 import numpy as np
 
+from ...network.dtypes import CODE as DTYPE_CODE, DEFAULT as DEFAULT_DTYPE
 from ...network.errors import UserError
 from ...network.kinds import ROOTED
 from ...network.units import format_size, gbps_to_bytes_per_ns
@@ -237,7 +238,8 @@ class _Writer:
             node.type = NODE_TYPES.index("COMP_NODE")
             measured = op.kind == COMPUTE and op.measured_ns >= 0
             time_ns = op.measured_ns if measured else \
-                float(self.roofline.time_ns(np.float64(op.flops), np.float64(op.bytes)))
+                float(self.roofline.time_ns(np.float64(op.flops), np.float64(op.bytes),
+                                            np.int8(DTYPE_CODE[op.dtype])))
             num_ops, size = astra_work(op.flops, op.bytes, time_ns, measured, self.roofline)
             node.duration_micros = int(round(time_ns / 1e3))
             attrs = {"is_cpu_op": False, "num_ops": num_ops, "tensor_size": size}
@@ -247,6 +249,8 @@ class _Writer:
                 attrs["astra_bytes"] = op.bytes
             if measured:
                 attrs["astra_measured_ns"] = float(op.measured_ns)
+            if op.kind == COMPUTE and op.dtype != DEFAULT_DTYPE:
+                attrs["astra_dtype"] = op.dtype
         elif op.kind in (LOAD, STORE):
             node.type = NODE_TYPES.index("MEM_LOAD_NODE" if op.kind == LOAD else "MEM_STORE_NODE")
             attrs = {"is_cpu_op": False, "tensor_size": max(op.bytes, 1),

@@ -13,13 +13,15 @@ from typing import Callable
 from ...network.errors import UserError
 from ...network.units import format_size
 from ..frontend.workload import PHASES
-from ...dialects.workload import MEMORY, P2P, peer
+from ...dialects.workload import MEMORY, P2P, dtype_of, peer
+from ...network.dtypes import DEFAULT as DEFAULT_DTYPE, DTYPES
 from ...runtime.workload_engine import BREAKDOWN
 from ..core.step_keys import key_parts
 
 
 # keys --json leaves out where they do not apply (a placement, the congestion backend, a pool, an endpoint delay)
-OPTIONAL = ("placement", "switching", "pool", "endpoint_delay_ns", "gpu")
+# and the FLOPs per compute dtype (a step whose compute is all fp32), and the GPU (no --gpu)
+OPTIONAL = ("placement", "switching", "pool", "endpoint_delay_ns", "gpu", "flops_by_dtype")
 NOT_JSON = {"json": False}
 
 
@@ -55,6 +57,7 @@ class WorkloadReport:
     memory_summary: list
     ops: int
     flops: int
+    flops_by_dtype: dict | None            # DTYPES name -> FLOPs computed in it; None: all fp32
     phases: list
     iterations: list
     collectives: list
@@ -159,6 +162,11 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0, **made) 
                                                       else {}),
                       **({"part": [[d, *p] for d, p in key_parts(key).items()]} if key_parts(key) else {})})
     flops = sum(int(op.attrs.get("flops", 0)) for op in prog.ops if op.kind == "compute")
+    by_dtype = {d: 0 for d in DTYPES}
+    for op in prog.ops:
+        if op.kind == "compute":
+            by_dtype[dtype_of(op.attrs)] += int(op.attrs.get("flops", 0))
+    by_dtype = {d: f for d, f in by_dtype.items() if f}
     info = {key: module_info.get(key) for key in ("source", "topology", "npus", "mesh", "placement", "backend",
                                                    "scheduler", "peak_tflops", "switching", "mem_bw_gbps",
                                                    "mem_latency_ns", "rank", "pool", "endpoint_delay_ns", "gpu")}
@@ -169,7 +177,8 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0, **made) 
             "local_memory_time_us": r.local_memory_ns / 1e3, "remote_memory_time_us": r.remote_memory_ns / 1e3,
             "breakdown_us": {name: r.breakdown_ns.get(name, 0.0) / 1e3 for name in BREAKDOWN},
             "memory_summary": list(memory.values()),
-            "ops": len(prog.ops), "flops": flops, "phases": phases(prog, r, times),
+            "ops": len(prog.ops), "flops": flops,
+            "flops_by_dtype": by_dtype if set(by_dtype) - {DEFAULT_DTYPE} else None, "phases": phases(prog, r, times),
             "iterations": iterations(prog, r, times),
             "collectives": calls, "collective_summary": summarize(calls)}
     return WorkloadReport(**data, **made)
@@ -269,7 +278,8 @@ def format_report(d: dict) -> str:
     b = d["breakdown_us"]
     sizes = size_labels([s["bytes"] for s in d["collective_summary"]] + [m["bytes"] for m in d["memory_summary"]])
     lines = [
-        f"workload        {d['source']} ({d['ops']} ops, {format_flops(d['flops'])} per rank)",
+        f"workload        {d['source']} ({d['ops']} ops, {format_flops(d['flops'])} per rank"
+        + "".join(f"; {name} {format_flops(f)}" for name, f in d.get("flops_by_dtype", {}).items()) + ")",
         f"topology        {d['topology']} ({d['npus']} NPUs)" + (f", mesh {d['mesh']}" if d.get("mesh") else "")
         + (f", endpoint delay {d['endpoint_delay_ns']:g} ns per message" if d.get("endpoint_delay_ns") else ""),
         *([f"placement       {d['placement']}"] if d.get("placement") else []),
