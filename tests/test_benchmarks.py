@@ -64,3 +64,34 @@ def test_hiermem_study_reproduces_seed_002s_findings(tmp_path):
     out = tmp_path / "fig4.png"
     breakdown_plot.write(str(out), [("a", {"compute": 1.0, "idle": 2.0}), ("b", {"exposed_comm": 3.0})])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compute_fidelity_writes_each_recorded_mode_unsharded(tmp_path):
+    """Each mode of the H200 data as the recording set it (h200_examples.json "modes"), the model left whole."""
+    import ast
+    import json
+    import compute_fidelity as cf
+    with open(os.path.join(cf.DATA, "h200_examples.json")) as f:
+        modes = json.load(f)["modes"]
+    assert set(modes) == {"fp32", "fp32_tf32", "bf16_autocast", "pytorch_defaults"}
+    for mode in modes:
+        text = open(cf.mode_file(str(tmp_path), "llama_fsdp_tp", mode)).read()   # the file has its own parallelize
+        assert ("allow_tf32 = True" in text) == (mode == "fp32_tf32")
+        assert text.count("allow_tf32 = False") == (2 if mode in ("fp32", "bf16_autocast") else 0)
+        defs = {node.name: node for node in ast.parse(text).body if isinstance(node, ast.FunctionDef)}  # last wins
+        assert ("step_context" in defs) == (mode == "bf16_autocast")
+        assert [ast.unparse(line) for line in defs["parallelize"].body] == ["mesh['dp']", "return model"]
+
+
+def test_compute_fidelity_reads_the_profiler_tables_by_op_class():
+    import compute_fidelity as cf
+    assert [cf.op_class(n, p) for n, p in (("aten.mm.default", "backward"), ("aten::addmm", ""),
+            ("aten.convolution_backward.default", "backward"), ("aten::native_layer_norm", ""),
+            ("aten.mul_.Tensor", "optimizer"), ("aten::_foreach_mul_", ""), ("aten.gelu.default", "forward"))] == \
+        ["matmul", "matmul", "conv", "norm", "optimizer", "optimizer", "elementwise"]
+    measured = cf.measured_classes()
+    assert set(measured) == {"mlp_dp", "resnet_dp", "llama_fsdp_tp", "gpt_tp_dp"}
+    # mlp_dp's table: addmm 686.338 us + mm 545.091 + 382.402; AdamW's foreach ops 2578.859 us
+    assert measured["mlp_dp"]["matmul"] == pytest.approx(686.338 + 545.091 + 382.402)
+    assert measured["mlp_dp"]["optimizer"] == pytest.approx(594.496 + 544.513 + 420.257 + 417.634 + 303.456 + 301.026
+                                                            + 297.473)
