@@ -6,7 +6,9 @@ temporary folder the way the recording set the mode (`allow_tf32` lines at its t
 --gpu h200 --json`. A topology has at least 2 NPUs, so the run is `--mesh dp=2` on "Switch(2)"; with that
 `parallelize()` there is no DDP (no gradient buckets, no all-reduce): rank 0 runs the unsharded model on one
 rank's batch, as the recording did. The same runs without `--gpu` (the A100 roofline of one peak for every
-dtype) follow for contrast.
+dtype) follow for contrast, and with `--gpu` a device file of the H200's measured ceilings (the data's
+`ceilings_measured`: fp32 51, TF32 406, bf16 777 TFLOP/s, 4.2 TB/s) in place of the datasheet's peaks: what is
+left of the error there is not the peaks.
 
 The measured step is wall time (kernel-launch gaps and host work included); the prediction is the ops' roofline
 sum. `--by-class` splits the prediction by op class (from `--timeline`), beside the fp32 profiler tables' CUDA
@@ -46,7 +48,7 @@ def mode_file(directory: str, model: str, mode: str) -> str:
     with open(os.path.join(EXAMPLES, model + ".py")) as f:
         text = f.read()
     if re.search(r"^def step_context\b", text, re.M):
-        raise SystemExit(f"compute_fidelity: examples/{model}.py defines step_context(); the bf16 mode would replace it")
+        raise SystemExit(f"compute_fidelity: examples/{model}.py has its own step_context(); bf16 would replace it")
     if mode == "fp32":
         text = TF32.format(on=False) + text
     elif mode == "fp32_tf32":
@@ -60,6 +62,20 @@ def mode_file(directory: str, model: str, mode: str) -> str:
     path = os.path.join(directory, mode, model + ".py")
     with open(path, "w") as f:
         f.write(text)
+    return path
+
+
+def measured_device(directory: str, ceilings: dict) -> str:
+    """A device file (docs/compute.md) of the measured ceilings; fp64 and fp8 (not measured, not used here) and the
+    capacity are the h200 preset's."""
+    bf16 = ceilings["matmul_bf16_tflops"]
+    device = {"version": 1, "name": "h200-measured", "description": "NVIDIA H200 SXM, its measured ceilings",
+              "peak_tflops": {"fp64": 67, "fp32": ceilings["matmul_fp32_tflops"],
+                              "tf32": ceilings["matmul_fp32_tf32_tflops"], "bf16": bf16, "fp16": bf16, "fp8": 1979},
+              "mem_bw_tb_s": ceilings["copy_GBps_rw"] / 1e3, "memory_gb": 141}
+    path = os.path.join(directory, "h200_measured.json")
+    with open(path, "w") as f:
+        json.dump(device, f)
     return path
 
 
@@ -137,37 +153,42 @@ def main() -> None:
     rows, classes = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         cache = os.path.join(tmp, "cache")
+        ceilings = measured_device(tmp, data["ceilings_measured"])
         for model in models:
             for mode in modes:
                 path = mode_file(tmp, model, mode)
                 timeline = os.path.join(tmp, f"{model}.{mode}.timeline.json") if args.by_class else None
                 h200 = predict(path, "h200", cache, timeline)
                 a100 = predict(path, None, cache, None)
+                ceil = predict(path, ceilings, cache, None)
                 measured = data["models"][model][f"step_ms_{mode}"]
                 fwd = data["models"][model][f"fwd_ms_{mode}"]
                 phases = {p["phase"]: p["compute_us"] / 1e3 for p in h200["phases"]}
                 rows.append((model, mode, measured, h200["compute_time_us"] / 1e3, fwd, phases.get("forward", 0.0),
-                             a100["compute_time_us"] / 1e3))
+                             ceil["compute_time_us"] / 1e3, a100["compute_time_us"] / 1e3))
                 if timeline:
                     classes[model, mode] = predicted_classes(timeline)
                 print(f"  ran {model} {mode}", file=sys.stderr, flush=True)
     head = (f"{'model':<14} {'mode':<17} {'meas ms':>9} {'h200 ms':>9} {'ratio':>6} {'err %':>7} "
-            f"{'fwd meas':>9} {'fwd h200':>9} {'err %':>7} {'a100 ms':>9} {'err %':>7}")
+            f"{'fwd meas':>9} {'fwd h200':>9} {'err %':>7} {'ceil ms':>9} {'err %':>7} {'a100 ms':>9} {'err %':>7}")
     print(head)
     print("-" * len(head))
-    for model, mode, meas, pred, fwd, pfwd, a100 in rows:
+    for model, mode, meas, pred, fwd, pfwd, ceil, a100 in rows:
         print(f"{model:<14} {mode:<17} {meas:9.2f} {pred:9.2f} {pred / meas:6.2f} {100 * (pred / meas - 1):7.1f} "
-              f"{fwd:9.2f} {pfwd:9.2f} {100 * (pfwd / fwd - 1):7.1f} {a100:9.2f} {100 * (a100 / meas - 1):7.1f}")
+              f"{fwd:9.2f} {pfwd:9.2f} {100 * (pfwd / fwd - 1):7.1f} {ceil:9.2f} {100 * (ceil / meas - 1):7.1f} "
+              f"{a100:9.2f} {100 * (a100 / meas - 1):7.1f}")
     print("\nmeas: measured step (wall); h200: predicted compute with --gpu h200; fwd: forward only (measured "
-          "without grad; predicted: the forward phase); a100: predicted compute without --gpu")
+          "without grad; predicted: the forward phase);\nceil: predicted compute with --gpu of the measured ceilings; "
+          "a100: predicted compute without --gpu")
     if classes:
         measured = measured_classes()
-        print(f"\npredicted compute per op class, ms (--gpu h200); 'meas' rows: fp32 profiler CUDA time, top 40 rows")
+        print("\npredicted compute per op class, ms (--gpu h200); 'meas' rows: fp32 profiler CUDA time, top 40 rows")
         print(f"{'model':<14} {'mode':<17} " + " ".join(f"{c:>11}" for c in CLASSES))
         for (model, mode), per in classes.items():
             print(f"{model:<14} {mode:<17} " + " ".join(f"{per[c] / 1e3:11.2f}" for c in CLASSES))
             if mode == "fp32" and model in measured:
-                print(f"{model:<14} {'meas fp32':<17} " + " ".join(f"{measured[model][c] / 1e3:11.2f}" for c in CLASSES))
+                cuda = measured[model]
+                print(f"{model:<14} {'meas fp32':<17} " + " ".join(f"{cuda[c] / 1e3:11.2f}" for c in CLASSES))
 
 
 if __name__ == "__main__":
