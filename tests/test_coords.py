@@ -60,7 +60,7 @@ def test_a_mesh_is_row_major_the_network_order_reversed():
 
 def test_no_module_computes_strides_by_hand():
     """cumprod of a shape, or a product of a shape's first dimensions, is network/coords.py's strides()."""
-    by_hand = re.compile(r"cumprod|prod\([^()]*\[:[^\]]*\]\)")
+    by_hand = re.compile(r"cumprod\(|prod\([^()]*\[:[^\]]*\]\)")
     found = []
     for folder, subfolders, files in os.walk(REPO):
         top = os.path.relpath(folder, REPO).split(os.sep)[0]
