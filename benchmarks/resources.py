@@ -13,10 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 from astra_compile import algorithms
 
@@ -29,6 +27,7 @@ from astra_compile.compiler.frontend import chakra
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chakra_traces import chain, microbenchmark  # noqa: E402
+import _timing  # noqa: E402
 
 CASES = [  # topology, size, chunks, algorithm, scheduler, execution, backend
     ("4x4_torus", "1GB", 1000, None, "baseline", "auto", "analytical"),
@@ -102,17 +101,7 @@ def measure(exe: str, topo_text, size, chunks, algorithm, scheduler, execution, 
     argv = [exe, "--collective", "all_reduce", "--size", size, "--topology", topo_text, "--chunks", str(chunks),
             "--scheduler", scheduler, "--execution", execution, "--backend", backend, "--max-memory", "1TB"] + \
         (["--algorithm", algorithm] if algorithm else [])
-    return peak(argv)
-
-
-def peak(argv: list) -> tuple[float, float]:
-    """(wall seconds, peak resident bytes) of the command run as a fresh process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status:
-        raise SystemExit(f"{' '.join(argv)} failed: {proc.stderr.read().decode()}")
-    return time.perf_counter() - start, usage.ru_maxrss * 1024
+    return _timing.peak(argv)
 
 
 def main() -> None:
@@ -140,7 +129,7 @@ def traces(exe: str) -> None:
     with tempfile.TemporaryDirectory() as workdir:
         dirs = [write(os.path.join(workdir, str(i))) for i, (_, write, _) in enumerate(TRACE_CASES)]
         # measured first, as above
-        measured = [peak([exe, d, "--topology", topo, "--max-memory", "1TB"])
+        measured = [_timing.peak([exe, d, "--topology", topo, "--max-memory", "1TB"])
                     for d, (_, _, topo) in zip(dirs, TRACE_CASES)]
         for d, (label, _, topo), (wall, most) in zip(dirs, TRACE_CASES, measured):
             read, step = trace_estimates(d, topo)

@@ -14,8 +14,10 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
-import time
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _timing  # noqa: E402  (this folder)
 
 CASES = [  # label, command-line arguments after --collective all_reduce --size 1GB
     ("Switch(8) in_switch", ["--topology", "Switch(8)", "--algorithm", "in_switch"]),
@@ -28,13 +30,7 @@ CASES = [  # label, command-line arguments after --collective all_reduce --size 
 
 def run_once(exe: str, argv: list[str]) -> tuple[float, float]:
     """(wall seconds, peak RSS bytes) of one run of the CLI."""
-    argv = [exe, "--collective", "all_reduce", "--size", "1GB", *argv, "--max-memory", "1TB"]
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status:
-        raise SystemExit(f"{' '.join(argv)} failed: {proc.stderr.read().decode()}")
-    return time.perf_counter() - start, usage.ru_maxrss * 1024
+    return _timing.peak([exe, "--collective", "all_reduce", "--size", "1GB", *argv, "--max-memory", "1TB"])
 
 
 def measured(exe: str, argv: list[str], runs: int) -> tuple[float, float]:
