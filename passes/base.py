@@ -37,6 +37,14 @@ def option(parse: Callable[[str], Any], default: Any, help: str):
     return field(default=None, metadata={"parse": parse, "default": default, "help": help})
 
 
+def positive_int(text: str) -> int:
+    """An option's parse for a count: a whole number above zero (its error names the option and the value)."""
+    value = int(text)
+    if value <= 0:
+        raise ValueError("must be a positive integer")
+    return value
+
+
 @dataclass(frozen=True)
 class Pass:
     name: ClassVar[str] = ""

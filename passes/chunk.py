@@ -9,14 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..dialects import comm
-from .base import Pass, PassError, option, register
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise ValueError("must be a positive integer")
-    return value
+from .base import Pass, PassError, option, positive_int, register
 
 
 @register
@@ -25,7 +18,7 @@ class Chunk(Pass):
     name = "chunk"
     summary = "set the chunk count of every collective (ASTRA-sim preferred-dataset-splits)"
     before = ("hierarchical-decompose", "flat-decompose")  # they copy each collective's chunk count to its phases
-    chunks: int | None = option(_positive_int, 1, "chunks per collective")
+    chunks: int | None = option(positive_int, 1, "chunks per collective")
 
     def apply(self, module, ctx) -> None:
         chunks = self.value("chunks")

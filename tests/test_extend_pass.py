@@ -30,14 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..dialects import comm
-from .base import Pass, option, register
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise ValueError("must be a positive integer")
-    return value
+from .base import Pass, option, positive_int, register
 
 
 @register
@@ -46,7 +39,7 @@ class ChunkBySize(Pass):
     name = "chunk-by-size"
     summary = "chunk every collective by its size: one chunk per chunk-bytes, rounded up"
     before = ("hierarchical-decompose", "flat-decompose")
-    chunk_bytes: int | None = option(_positive, 1 << 20, "bytes per chunk")
+    chunk_bytes: int | None = option(positive_int, 1 << 20, "bytes per chunk")
 
     def apply(self, module, ctx) -> None:
         size = self.value("chunk_bytes")
