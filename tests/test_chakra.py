@@ -176,11 +176,10 @@ def test_emit_chakra_refusals(capsys, tmp_path):
             str(tmp_path / "x"), match="holds a lowered step")
 
 
-def test_a_pipeline_capture_is_written_per_rank_and_reads_back_identically(capsys, tmp_path):
-    """A 1F1B pipeline of 4 stages x dp 2 (one program per stage, standing for its 2 ranks): every rank gets its
-    stage's program on its own dp group, its messages paired with the rank at the same place in the next stage."""
+def _pipeline_written_as_chakra(capsys, tmp_path) -> dict:
+    """A 1F1B pipeline of 4 stages x dp 2 timed directly, then written as Chakra traces to tmp_path/et: the
+    direct report."""
     import textwrap
-    from astra_compile.compiler.frontend.chakra import load
     from test_pipeline import MODEL
     path = tmp_path / "pp.py"
     path.write_text(textwrap.dedent(MODEL % ("1F1B", 8, 4)).replace('{"pp": 4}', '{"pp": 4, "dp": 2}'))
@@ -188,6 +187,14 @@ def test_a_pipeline_capture_is_written_per_rank_and_reads_back_identically(capsy
     direct = step_json(capsys, *argv)
     code, _, err = cli(capsys, *argv, "--emit", "chakra", "-o", str(tmp_path / "et"))
     assert code == 0, err
+    return direct
+
+
+def test_a_pipeline_capture_is_written_per_rank_and_reads_back_identically(capsys, tmp_path):
+    """A 1F1B pipeline of 4 stages x dp 2 (one program per stage, standing for its 2 ranks): every rank gets its
+    stage's program on its own dp group, its messages paired with the rank at the same place in the next stage."""
+    from astra_compile.compiler.frontend.chakra import load
+    direct = _pipeline_written_as_chakra(capsys, tmp_path)
     w = load(sorted(str(p) for p in (tmp_path / "et").glob("trace.*.et")))
     assert sorted(w.programs) == list(range(8))
     peers = {r: {(op.kind, op.peer) for op in w.programs[r] if op.kind in ("send", "recv")} for r in range(8)}
@@ -325,14 +332,7 @@ def test_measured_compute_roots_and_a_reduce_run_on_astra_sim_and_read_back(tmp_
 
 
 def test_a_pipelines_messages_are_tagged_alike_on_both_ends(capsys, tmp_path):
-    import textwrap
-    from test_pipeline import MODEL
-    path = tmp_path / "pp.py"
-    path.write_text(textwrap.dedent(MODEL % ("1F1B", 8, 4)).replace('{"pp": 4}', '{"pp": 4, "dp": 2}'))
-    argv = [str(path), "--topology", "Ring(2)_Ring(4)", "--mesh", "pp=4,dp=2"]
-    direct = step_json(capsys, *argv)
-    code, _, err = cli(capsys, *argv, "--emit", "chakra", "-o", str(tmp_path / "et"))
-    assert code == 0, err
+    direct = _pipeline_written_as_chakra(capsys, tmp_path)
     _astra_checked(tmp_path / "et", direct)
 
 
