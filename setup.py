@@ -68,6 +68,7 @@ setup(
         "numpy>=1.26,<3",
         "pyyaml>=6",
         "tqdm>=4.60",  # the sweep's progress bar
+        "scipy==1.16.3",  # calibrate-compute: the robust least-squares fit of the compute model (optimize)
         "protobuf>=5,<8",  # Chakra execution traces (frontend/chakra.py builds the schema with its descriptor API)
     ],
     extras_require={

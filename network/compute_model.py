@@ -1,0 +1,155 @@
+"""The compute model of a GPU (`--gpu`, docs/compute.md): how long each compute op's kernel takes, by op class, and
+how fast the host issues them.
+
+A roofline at datasheet peak is 2-8x off on real steps: no kernel reaches peak, a small matrix leaves
+multiprocessors idle, a convolution's backward or a BatchNorm runs far below what its FLOPs or bytes say, and an
+eager PyTorch step cannot run faster than its host issues kernels. So each op class (network/op_classes.py) has
+its own constants, the device file's `efficiency` mapping (fitted from real profiles by `astra-compile
+calibrate-compute`; the presets' values say where they were fitted):
+
+- tensor-core classes (matmul, attention, attention_backward, conv, conv_backward): `CLASS.DTYPE` (or `CLASS` for
+  every dtype) is the fraction of the dtype's dense peak a large op reaches. A matmul or convolution with known
+  GEMM dimensions also pays for its shape: tiles of 128 (64 where a dimension is smaller) padded at the matrix
+  edges, waves of tiles over the `multiprocessors` (split along K when there are fewer tiles than
+  multiprocessors, as cuBLAS does), and `CLASS.k_overhead`, the prologue and epilogue of a tile in multiply-adds
+  of K: a tile of depth K costs K + k_overhead. Its bytes take `elementwise`'s bandwidth; the op takes the larger.
+- memory classes (norm, elementwise, optimizer): `CLASS` is the fraction of the memory bandwidth its kernels
+  reach, counting the bytes the op reads and writes once (a BatchNorm's extra passes show as a lower fraction).
+- `launch_us`: added to every kernel (launch latency and the tail of a grid), and `host_us`: the host time to
+  issue one op (eager dispatch and launch). The host issues ops one after another; an op's kernel starts no
+  earlier than its issue (the workload engine's compute stream), so a step of many small ops is host-bound.
+
+Times are ns; peaks TFLOP/s per network/dtypes code; bandwidth bytes/ns. Nothing here reads files: the device file
+reader (network/devices.py) checks the mapping with `check_efficiency`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dtypes import DTYPES
+from .errors import UserError, show
+from .op_classes import CLASSES, CODE as CLASS_CODE, TENSOR_CORE
+
+MEMORY_CLASSES = tuple(c for c in CLASSES if c not in TENSOR_CORE)
+GEMM_CLASSES = ("matmul", "conv", "conv_backward")   # the classes whose shape costs them (tiles and waves)
+TILE, SMALL_TILE = 128, 64
+MIN_SPLIT_K = 256   # cuBLAS splits K only while each part keeps at least this depth
+
+# Each key: (low, high, meaning); a fraction's low bound is exclusive.
+KEYS: dict[str, tuple] = {}
+for _c in TENSOR_CORE:
+    KEYS[_c] = (0.0, 1.0, f"fraction of peak a large {_c} op reaches, every dtype")
+    for _d in DTYPES:
+        KEYS[f"{_c}.{_d}"] = (0.0, 1.0, f"fraction of the {_d} peak a large {_c} op reaches")
+for _c in GEMM_CLASSES:
+    KEYS[f"{_c}.k_overhead"] = (0.0, 1e5, f"a {_c} tile's fixed cost, in multiply-adds of K")
+for _c in MEMORY_CLASSES:
+    KEYS[_c] = (0.0, 1.0, f"fraction of the memory bandwidth {_c} kernels reach")
+KEYS["launch_us"] = (0.0, 1e3, "microseconds added to every kernel")
+KEYS["host_us"] = (0.0, 1e4, "microseconds of host time to issue one op")
+FRACTIONS = tuple(k for k, v in KEYS.items() if v[1] == 1.0)
+
+# What a key the device file leaves out takes: the preset h200's fit (network/gpus.json says where it was fitted).
+# A device file of another GPU should give its own (astra-compile calibrate-compute writes them all).
+DEFAULTS = {"matmul": 0.76, "matmul.tf32": 0.82, "matmul.bf16": 0.785, "matmul.fp16": 0.785, "matmul.fp8": 0.6,
+            "matmul.k_overhead": 32.0, "attention": 0.5, "attention_backward": 0.4, "conv": 0.5,
+            "conv_backward": 0.35, "conv.k_overhead": 32.0, "conv_backward.k_overhead": 32.0,
+            "norm": 0.45, "elementwise": 0.8, "optimizer": 0.8, "launch_us": 2.0, "host_us": 8.0}
+
+
+def check_efficiency(where: str, value) -> tuple:
+    """The device file's `efficiency` mapping as sorted (key, value) pairs; one UserError for an unknown key or a
+    value out of its range."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: field 'efficiency' is {show(value)}; expected a mapping of key: number "
+                        "(docs/compute.md)")
+    out = []
+    for key, v in value.items():
+        if key not in KEYS:
+            raise UserError(f"{where}: unknown field {show(f'efficiency.{key}')}; expected an op class "
+                            f"({', '.join(CLASSES)}), CLASS.DTYPE, CLASS.k_overhead, launch_us or host_us")
+        low, high, meaning = KEYS[key]
+        fraction = key in FRACTIONS
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or not (low < v <= high if fraction else low <= v <= high):
+            span = f"in ({low:g}, {high:g}]" if fraction else f"between {low:g} and {high:g}"
+            raise UserError(f"{where}: field 'efficiency.{key}' is {show(v)}; expected {meaning}, {span}")
+        out.append((key, float(v)))
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """A device's efficiency constants, resolved (DEFAULTS under the device's own) into the tables `kernel_ns`
+    indexes: fraction[class, dtype], bandwidth fraction per class, k_overhead per class."""
+    efficiency: tuple = ()            # (key, value) pairs, check_efficiency's form
+    multiprocessors: int = 0          # 0: not known, no wave quantisation
+
+    def value(self, key: str) -> float:
+        own = dict(self.efficiency)
+        if key in own:
+            return own[key]
+        cls = key.split(".")[0]
+        if "." in key and not key.endswith("k_overhead") and cls in own:
+            return own[cls]           # CLASS stands for every CLASS.DTYPE the file leaves out
+        if key in DEFAULTS:
+            return DEFAULTS[key]
+        return DEFAULTS.get(cls, 1.0) if not key.endswith("k_overhead") else 0.0
+
+    def tables(self) -> tuple:
+        frac = np.array([[self.value(f"{c}.{d}") if c in TENSOR_CORE else 1.0 for d in DTYPES] for c in CLASSES])
+        bw = np.array([self.value(c) if c in MEMORY_CLASSES else self.value("elementwise") for c in CLASSES])
+        k0 = np.array([self.value(f"{c}.k_overhead") if c in GEMM_CLASSES else 0.0 for c in CLASSES])
+        return frac, bw, k0
+
+    def kernel_ns(self, dtype_tflops, mem_bytes_per_ns: float, op_class: np.ndarray, dtype: np.ndarray,
+                  flops: np.ndarray, nbytes: np.ndarray, gemm: np.ndarray | None = None) -> np.ndarray:
+        """Each op's kernel time. `dtype_tflops`: dense TFLOP/s per dtype code; `op_class`, `dtype`: codes per op
+        (dtype -1: fp32); `gemm`: (n, 4) batch, m, n, k per op (zeros: not a GEMM or not known)."""
+        frac, bw, k0 = self.tables()
+        cls = np.asarray(op_class, dtype=np.int64)
+        codes = np.asarray(dtype, dtype=np.int64)
+        codes = np.where(codes < 0, DTYPES.index("fp32"), codes)
+        peaks = np.asarray(dtype_tflops, dtype=float)
+        flops, nbytes = np.asarray(flops, float), np.asarray(nbytes, float)
+        tensor = np.isin(cls, [CLASS_CODE[c] for c in TENSOR_CORE])
+        rate = np.where(tensor, peaks[codes] * frac[cls, codes], peaks[DTYPES.index("fp32")]) * 1e3  # flops/ns
+        compute = flops / rate
+        if gemm is not None and len(cls):
+            compute = compute * gemm_factor(np.asarray(gemm, np.int64), k0[cls], self.multiprocessors)
+        memory = nbytes / (mem_bytes_per_ns * bw[cls])
+        return np.maximum(compute, memory) + self.value("launch_us") * 1e3
+
+    def host_ns(self) -> float:
+        return self.value("host_us") * 1e3
+
+
+def gemm_factor(gemm: np.ndarray, k_overhead: np.ndarray, multiprocessors: int) -> np.ndarray:
+    """How much longer a GEMM of these dimensions takes than its FLOPs at the class's large-op rate: tiles padded
+    at the edges, the last wave's idle multiprocessors (K split to fill them when tiles are few) and each tile's
+    fixed cost of `k_overhead` multiply-adds. 1 where the dimensions are not known (zeros)."""
+    b, m, n, k = (gemm[:, i].astype(float) for i in range(4))
+    known = (b > 0) & (m > 0) & (n > 0) & (k > 0)
+    b, m, n, k = (np.where(known, x, 1.0) for x in (b, m, n, k))
+    tm = np.where(m >= TILE, TILE, SMALL_TILE)
+    tn = np.where(n >= TILE, TILE, SMALL_TILE)
+    rows, cols = np.ceil(m / tm), np.ceil(n / tn)
+    pad = rows * tm * cols * tn / (m * n)
+    tiles = b * rows * cols
+    if multiprocessors > 0:
+        split = np.where(tiles < multiprocessors,
+                         np.maximum(1.0, np.minimum(np.floor(multiprocessors / tiles), np.floor(k / MIN_SPLIT_K))),
+                         1.0)
+        units = tiles * split
+        waves = np.ceil(units / multiprocessors)
+        idle = waves * multiprocessors / units
+    else:
+        split, idle = np.ones_like(k), np.ones_like(k)
+    depth = k / split
+    factor = pad * idle * (depth + k_overhead) / depth
+    return np.where(known, factor, 1.0)

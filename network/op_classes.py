@@ -1,0 +1,147 @@
+"""What kind of GPU work a compute op is (its op class) and, for the matrix-multiply kinds, its GEMM dimensions.
+
+The compute model (network/compute_model.py) times each class its own way: matrix multiplies, convolutions and
+attention on the tensor cores (FLOPs at a fraction of the dtype's peak, matmuls and convolutions also paying for
+tile and wave quantisation), normalisation, elementwise ops and the optimizer's foreach kernels on memory bandwidth.
+The class comes from the ATen op's name alone; the GEMM dimensions from the shapes of its tensor arguments, as the
+frontends record them in `wl.shapes` (format below) and a profiler records them in "Input Dims".
+
+Shapes text (`format_shapes` / `parse_shapes`): the op's tensor arguments in schema order, non-tensor arguments
+left out; a tensor is its sizes joined by "x" ("64x4096"; a 0-dim tensor is "s"), a list of tensors is its
+tensors joined by ";" in brackets ("[4096x4096;4096]"), arguments are joined by ",". For example addmm(bias,
+mat1, mat2, beta, alpha) is "4096,64x4096,4096x4096".
+"""
+from __future__ import annotations
+
+import math
+import re
+
+CLASSES = ("matmul", "attention", "attention_backward", "conv", "conv_backward", "norm", "elementwise", "optimizer")
+CODE = {name: code for code, name in enumerate(CLASSES)}
+TENSOR_CORE = ("matmul", "attention", "attention_backward", "conv", "conv_backward")   # FLOP-bound classes
+MAX_SHAPES_TEXT = 4096   # characters kept of an op's shapes (a foreach op over hundreds of tensors is cut)
+
+_MATMUL = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "addbmm", "matmul", "linear", "dot", "mv", "addmv",
+           "_addmm_activation", "_int_mm", "_scaled_grouped_mm", "_grouped_mm"}
+_ATTENTION_BACKWARD = re.compile(r"^_?(scaled_dot_product|flash_attention|efficient_attention|"
+                                 r"_scaled_dot_product)\w*backward|^_?flash_attention_backward|"
+                                 r"^_?efficient_attention_backward")
+_ATTENTION = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|flex_attention")
+_CONV_BACKWARD = re.compile(r"convolution_backward|conv\w*backward|cudnn_convolution_backward")
+_CONV = re.compile(r"conv(olution)?(\d?d|_transpose\d?d|_tbc|_depthwise\dd)?$|"
+                   r"^(cudnn|miopen|mkldnn|_slow|_nnpack|thnn)_?conv")
+_NORM = re.compile(r"(batch|layer|group|instance|rms)_norm|native_norm|_batch_norm|norm_backward|"
+                   r"batch_norm_(stats|elemt|gather|backward)")
+_OPTIMIZER = re.compile(r"^_foreach_|^_fused_(adam|adamw|sgd|adagrad)")
+
+
+def op_name(name: str) -> str:
+    """The bare ATen name of an op: "aten.mm.default", "aten::mm" and "mm" all give "mm"."""
+    bare = re.sub(r"^(aten|prims|c10d)(::|\.)", "", name.strip())
+    return bare.split(".")[0]
+
+
+def classify(name: str) -> str:
+    """The op class of a compute op by its name (CLASSES)."""
+    op = op_name(name)
+    if _OPTIMIZER.search(op):
+        return "optimizer"
+    if op in _MATMUL:
+        return "matmul"
+    if _ATTENTION_BACKWARD.search(op):
+        return "attention_backward"
+    if _ATTENTION.search(op):
+        return "attention"
+    if _CONV_BACKWARD.search(op):
+        return "conv_backward"
+    if _CONV.search(op):
+        return "conv"
+    if _NORM.search(op):
+        return "norm"
+    return "elementwise"
+
+
+def format_shapes(args: list) -> str:
+    """`args`: per tensor argument its sizes (a sequence of ints) or, for a list of tensors, a list of those."""
+    parts = []
+    for a in args:
+        if a and isinstance(a[0], (list, tuple)) or (isinstance(a, list) and not a):
+            parts.append("[" + ";".join(_tensor(t) for t in a) + "]")
+        else:
+            parts.append(_tensor(a))
+    text = ",".join(parts)
+    return text if len(text) <= MAX_SHAPES_TEXT else text[:MAX_SHAPES_TEXT - 3] + "..."
+
+
+def _tensor(sizes) -> str:
+    return "x".join(str(int(s)) for s in sizes) if len(sizes) else "s"
+
+
+def parse_shapes(text: str) -> list:
+    """The argument list `format_shapes` wrote (a cut text reads as far as it is whole); ValueError if malformed."""
+    if not text:
+        return []
+    text = text[:-3].rsplit(",", 1)[0] if text.endswith("...") else text
+    out = []
+    for part in _split_args(text):
+        if part.startswith("["):
+            if not part.endswith("]"):
+                raise ValueError(f"unclosed tensor list {part!r}")
+            inner = part[1:-1]
+            out.append([_sizes(t) for t in inner.split(";")] if inner else [])
+        else:
+            out.append(_sizes(part))
+    return out
+
+
+def _split_args(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _sizes(t: str) -> tuple:
+    if t == "s":
+        return ()
+    if not re.fullmatch(r"\d+(x\d+)*", t):
+        raise ValueError(f"bad tensor sizes {t!r}")
+    return tuple(int(s) for s in t.split("x"))
+
+
+def gemm_dims(name: str, args: list, flops: float) -> tuple:
+    """(batch, m, n, k) of the GEMM a matmul or convolution runs, or (0, 0, 0, 0) where it is not one or its shapes
+    are not known. A convolution is the implicit GEMM cuDNN runs: m = N*Hout*Wout (from the op's FLOPs, as the
+    output size depends on stride and padding), n = output channels, k = input channels per group * kernel area."""
+    op = op_name(name)
+    mats = [a for a in args if a and not isinstance(a[0], (list, tuple))]
+    try:
+        if op in ("mm", "_scaled_mm", "_int_mm") and len(mats) >= 2:
+            (m, k), (_, n) = mats[0][-2:], mats[1][-2:]
+            return (1, m, n, k)
+        if op in ("addmm", "_addmm_activation") and len(mats) >= 3:
+            (m, k), (_, n) = mats[1][-2:], mats[2][-2:]
+            return (1, m, n, k)
+        if op == "bmm" and len(mats) >= 2 and len(mats[0]) == 3:
+            (b, m, k), n = mats[0], mats[1][-1]
+            return (b, m, n, k)
+        if op == "baddbmm" and len(mats) >= 3 and len(mats[1]) == 3:
+            (b, m, k), n = mats[1], mats[2][-1]
+            return (b, m, n, k)
+        cls = classify(name)
+        if cls == "conv_backward" and len(mats) >= 3 and len(mats[0]) >= 3:
+            grad, weight = mats[0], mats[2]
+            return (1, grad[0] * math.prod(grad[2:]), weight[0], math.prod(weight[1:]))
+        if cls == "conv" and len(mats) >= 2 and len(mats[1]) >= 3:
+            weight = mats[1]
+            n, k = weight[0], math.prod(weight[1:])
+            m = int(round(flops / (2 * n * k))) if n * k else 0
+            return (1, m, n, k) if m > 0 else (0, 0, 0, 0)
+    except (ValueError, TypeError):
+        pass
+    return (0, 0, 0, 0)
