@@ -11,7 +11,8 @@ back in that format. The format (version 1; device.schema.json beside this file 
     mem_bw_tb_s: 4.8                # decimal TB/s, as datasheets give it
     memory_gb: 141                  # decimal GB
     sources: {peak_tflops.bf16: "...", mem_bw_tb_s: "..."}   # optional: where each number comes from (text)
-    efficiency: {matmul: 0.7}       # optional: per op class fraction of peak in (0, 1]; read, not yet used
+    multiprocessors: 132            # optional: SMs (CUs) the tiles of a matmul spread over (compute_model.py)
+    efficiency: {matmul.bf16: 0.785, norm: 0.45, host_us: 8}   # optional: the compute model's constants
 
 A field missing, negative, of the wrong type or unknown is one UserError naming the file, the field and the value.
 """
@@ -22,6 +23,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from .compute_model import ComputeModel, check_efficiency
 from .dtypes import DTYPES
 from .errors import UserError, show
 from .units import GIB, MAX_GBPS, MAX_TFLOPS, MIN_GBPS, MIN_TFLOPS
@@ -31,9 +33,10 @@ VERSION = 1
 MAX_FILE_BYTES = 1 << 20
 PRESETS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpus.json")
 REQUIRED = ("name", "peak_tflops", "mem_bw_tb_s", "memory_gb")
-OPTIONAL = ("version", "description", "sources", "efficiency")
+OPTIONAL = ("version", "description", "sources", "multiprocessors", "efficiency")
 NUMBERS = tuple(f"peak_tflops.{d}" for d in DTYPES) + ("mem_bw_tb_s", "memory_gb")   # what `sources` may name
 MAX_MEMORY_GB = 1e9
+MAX_MULTIPROCESSORS = 1 << 20
 MAX_TEXT = 1000   # characters of a name, description or source
 
 
@@ -45,7 +48,8 @@ class Device:
     memory_gb: float          # decimal GB
     description: str = ""
     sources: tuple = ()       # (field, text) pairs: where each number comes from
-    efficiency: tuple = ()    # (op class, fraction of peak) pairs: read and checked, not yet used by the roofline
+    efficiency: tuple = ()    # (key, value) pairs of the compute model (compute_model.KEYS; absent: its DEFAULTS)
+    multiprocessors: int = 0  # SMs / CUs (0: not known; the compute model then skips wave quantisation)
     origin: str = ""          # "preset" or the device file's path
 
     @property
@@ -56,6 +60,9 @@ class Device:
     def peak(self, dtype: str) -> float:
         return self.peak_tflops[DTYPES.index(dtype)]
 
+    def compute_model(self) -> ComputeModel:
+        return ComputeModel(self.efficiency, self.multiprocessors)
+
     def describe(self) -> dict:
         """The report's "gpu" object: the device's name and where its numbers came from."""
         source = f"preset {self.name} ({PRESET_SOURCE})" if self.origin == "preset" else f"device file {self.origin}"
@@ -65,7 +72,9 @@ class Device:
         """The device in the device file format (parse reads it back to an equal Device)."""
         return {"version": VERSION, "name": self.name, "description": self.description,
                 "peak_tflops": dict(zip(DTYPES, self.peak_tflops)), "mem_bw_tb_s": self.mem_bw_tb_s,
-                "memory_gb": self.memory_gb, "sources": dict(self.sources), "efficiency": dict(self.efficiency)}
+                "memory_gb": self.memory_gb, "sources": dict(self.sources),
+                **({"multiprocessors": self.multiprocessors} if self.multiprocessors else {}),
+                "efficiency": dict(self.efficiency)}
 
 
 PRESET_SOURCE = "vendor datasheets, docs/compute.md"
@@ -132,7 +141,8 @@ def parse(data, where: str, origin: str) -> Device:
                   memory_gb=_number(where, "memory_gb", data["memory_gb"], 1e-3, MAX_MEMORY_GB, "decimal GB"),
                   description=_text(where, "description", data.get("description", "")),
                   sources=_mapping(where, "sources", data.get("sources"), NUMBERS, _text),
-                  efficiency=_mapping(where, "efficiency", data.get("efficiency"), None, _fraction),
+                  efficiency=check_efficiency(where, data.get("efficiency")),
+                  multiprocessors=_count(where, "multiprocessors", data.get("multiprocessors", 0)),
                   origin=origin)
 
 
@@ -149,10 +159,11 @@ def _text(where: str, key: str, value) -> str:
     return value
 
 
-def _fraction(where: str, key: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise UserError(f"{where}: field '{key}' is {show(value)}; expected a fraction of peak in (0, 1]")
-    return float(value)
+def _count(where: str, key: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_MULTIPROCESSORS:
+        raise UserError(f"{where}: field '{key}' is {show(value)}; expected a whole number from 1 to "
+                        f"{MAX_MULTIPROCESSORS}")
+    return value
 
 
 def _mapping(where: str, key: str, value, known, check) -> tuple:

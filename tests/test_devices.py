@@ -69,7 +69,10 @@ def test_device_file_reads_yaml_and_json(tmp_path):
     ({"mem_bw_tb_s": "fast"}, "field 'mem_bw_tb_s' is 'fast'"),
     ({"clock": 2}, "unknown field 'clock'"),
     ({"version": 2}, "field 'version' is 2; this reader knows version 1"),
-    ({"efficiency": {"matmul": 1.5}}, "field 'efficiency.matmul' is 1.5; expected a fraction"),
+    ({"efficiency": {"matmul": 1.5}}, "field 'efficiency.matmul' is 1.5; expected fraction of peak a large matmul op reaches"),
+    ({"efficiency": {"matmul.int4": 0.5}}, "unknown field 'efficiency.matmul.int4'"),
+    ({"efficiency": {"host_us": -1}}, "field 'efficiency.host_us' is -1; expected microseconds"),
+    ({"multiprocessors": 1.5}, "field 'multiprocessors' is 1.5; expected a whole number"),
     ({"sources": {"clock": "x"}}, "unknown field 'sources.clock'"),
 ])
 def test_bad_device_file_is_one_line_naming_file_field_value(tmp_path, change, message):
