@@ -163,9 +163,9 @@ def main() -> None:
                 ceil = predict(path, ceilings, cache, None)
                 measured = data["models"][model][f"step_ms_{mode}"]
                 fwd = data["models"][model][f"fwd_ms_{mode}"]
-                phases = {p["phase"]: p["compute_us"] / 1e3 for p in h200["phases"]}
-                rows.append((model, mode, measured, h200["compute_time_us"] / 1e3, fwd, phases.get("forward", 0.0),
-                             ceil["compute_time_us"] / 1e3, a100["compute_time_us"] / 1e3))
+                phases = {p["phase"]: p["end_us"] / 1e3 for p in h200["phases"]}   # forward: from the step's start
+                rows.append((model, mode, measured, h200["total_time_us"] / 1e3, fwd, phases.get("forward", 0.0),
+                             ceil["total_time_us"] / 1e3, a100["total_time_us"] / 1e3))
                 if timeline:
                     classes[model, mode] = predicted_classes(timeline)
                 print(f"  ran {model} {mode}", file=sys.stderr, flush=True)

@@ -10,13 +10,14 @@ calibrate-compute`; the presets' values say where they were fitted):
 - tensor-core classes (matmul, attention, attention_backward, conv, conv_backward): `CLASS.DTYPE` (or `CLASS` for
   every dtype) is the fraction of the dtype's dense peak a large op reaches. A matmul or convolution with known
   GEMM dimensions also pays for its shape: tiles of 128 (64 where a dimension is smaller) padded at the matrix
-  edges, waves of tiles over the `multiprocessors` (split along K when there are fewer tiles than
-  multiprocessors, as cuBLAS does), and `CLASS.k_overhead`, the prologue and epilogue of a tile in multiply-adds
+  edges, waves of tiles over the `multiprocessors`, two at a time on each (split along K when there are fewer
+  tiles than that, as cuBLAS does), and `CLASS.k_overhead`, the prologue and epilogue of a tile in multiply-adds
   of K: a tile of depth K costs K + k_overhead. Its bytes take `elementwise`'s bandwidth; the op takes the larger.
 - memory classes (norm, elementwise, optimizer): `CLASS` is the fraction of the memory bandwidth its kernels
   reach, counting the bytes the op reads and writes once (a BatchNorm's extra passes show as a lower fraction).
 - `launch_us`: added to every kernel (launch latency and the tail of a grid), and `host_us`: the host time to
-  issue one op (eager dispatch and launch). The host issues ops one after another; an op's kernel starts no
+  issue one op (eager dispatch, autograd and launch; `CLASS.host_us` for one class: a cuDNN convolution's
+  backward costs the host far more than an add). The host issues ops one after another; an op's kernel starts no
   earlier than its issue (the workload engine's compute stream), so a step of many small ops is host-bound.
 
 Times are ns; peaks TFLOP/s per network/dtypes code; bandwidth bytes/ns. Nothing here reads files: the device file
@@ -37,6 +38,9 @@ MEMORY_CLASSES = tuple(c for c in CLASSES if c not in TENSOR_CORE)
 GEMM_CLASSES = ("matmul", "conv", "conv_backward")   # the classes whose shape costs them (tiles and waves)
 TILE, SMALL_TILE = 128, 64
 MIN_SPLIT_K = 256   # cuBLAS splits K only while each part keeps at least this depth
+# Tiles a multiprocessor runs at once to reach its rate (one hides too little latency: an H200's fp32 GEMM of
+# M = 64, one 128x64 tile per SM after split-K, runs at half the rate of a large one, profiled)
+TILES_PER_SM = 2
 
 # Each key: (low, high, meaning); a fraction's low bound is exclusive.
 KEYS: dict[str, tuple] = {}
@@ -50,6 +54,8 @@ for _c in MEMORY_CLASSES:
     KEYS[_c] = (0.0, 1.0, f"fraction of the memory bandwidth {_c} kernels reach")
 KEYS["launch_us"] = (0.0, 1e3, "microseconds added to every kernel")
 KEYS["host_us"] = (0.0, 1e4, "microseconds of host time to issue one op")
+for _c in CLASSES:
+    KEYS[f"{_c}.host_us"] = (0.0, 1e4, f"microseconds of host time to issue one {_c} op (default: host_us)")
 FRACTIONS = tuple(k for k, v in KEYS.items() if v[1] == 1.0)
 
 # What a key the device file leaves out takes: the preset h200's fit (network/gpus.json says where it was fitted).
@@ -94,12 +100,16 @@ class ComputeModel:
         own = dict(self.efficiency)
         if key in own:
             return own[key]
-        cls = key.split(".")[0]
-        if "." in key and not key.endswith("k_overhead") and cls in own:
+        cls, _, what = key.partition(".")
+        if what in DTYPES and cls in own:
             return own[cls]           # CLASS stands for every CLASS.DTYPE the file leaves out
         if key in DEFAULTS:
             return DEFAULTS[key]
-        return DEFAULTS.get(cls, 1.0) if not key.endswith("k_overhead") else 0.0
+        if what == "host_us":
+            return self.value("host_us")
+        if what == "k_overhead":
+            return 0.0
+        return DEFAULTS.get(cls, 1.0)
 
     def tables(self) -> tuple:
         frac = np.array([[self.value(f"{c}.{d}") if c in TENSOR_CORE else 1.0 for d in DTYPES] for c in CLASSES])
@@ -125,8 +135,10 @@ class ComputeModel:
         memory = nbytes / (mem_bytes_per_ns * bw[cls])
         return np.maximum(compute, memory) + self.value("launch_us") * 1e3
 
-    def host_ns(self) -> float:
-        return self.value("host_us") * 1e3
+    def host_ns(self, op_class: np.ndarray) -> np.ndarray:
+        """The host's time to issue each op, by its class code."""
+        per_class = np.array([self.value(f"{c}.host_us") for c in CLASSES]) * 1e3
+        return per_class[np.asarray(op_class, dtype=np.int64)]
 
 
 def gemm_factor(gemm: np.ndarray, k_overhead: np.ndarray, multiprocessors: int) -> np.ndarray:
@@ -142,12 +154,12 @@ def gemm_factor(gemm: np.ndarray, k_overhead: np.ndarray, multiprocessors: int) 
     pad = rows * tm * cols * tn / (m * n)
     tiles = b * rows * cols
     if multiprocessors > 0:
-        split = np.where(tiles < multiprocessors,
-                         np.maximum(1.0, np.minimum(np.floor(multiprocessors / tiles), np.floor(k / MIN_SPLIT_K))),
+        slots = multiprocessors * TILES_PER_SM
+        split = np.where(tiles < slots, np.maximum(1.0, np.minimum(np.floor(slots / tiles), np.floor(k / MIN_SPLIT_K))),
                          1.0)
         units = tiles * split
-        waves = np.ceil(units / multiprocessors)
-        idle = waves * multiprocessors / units
+        waves = np.ceil(units / slots)
+        idle = waves * slots / units
     else:
         split, idle = np.ones_like(k), np.ones_like(k)
     depth = k / split

@@ -48,7 +48,8 @@ from ..network.errors import AstraError
 from .link_sharing import fair_rates
 from .run_record import ASTRA_SIM, SEMANTICS, STREAMS  # noqa: F401 (the step semantics, module docstring)
 
-from ..network.dtypes import FP32, NO_DTYPE
+from ..network.compute_model import ComputeModel
+from ..network.dtypes import DTYPES, FP32, NO_DTYPE
 from ..network.units import gbps_to_bytes_per_ns
 
 COMPUTE, COLLECTIVE, WAIT, P2P, MEMORY = 0, 1, 2, 3, 4
@@ -66,18 +67,36 @@ class WorkloadError(AstraError):
 class Roofline:
     """Compute time of an op: the larger of its FLOPs at peak rate and its bytes at memory bandwidth. Without
     `dtype_tflops` one peak serves every dtype (the defaults, or --peak-tflops); a --gpu device gives a peak per
-    dtype (network/dtypes.py codes), its fp32 entry being `peak_tflops`."""
+    dtype (network/dtypes.py codes), its fp32 entry being `peak_tflops`, and its compute model (`model`,
+    network/compute_model.py): each op's time by its op class and GEMM shape, and the host's time to issue it."""
     peak_tflops: float = 234.0   # ASTRA-sim 2.0's A100 figure
     mem_gbps: float = 1896.0     # A100-80GB HBM2e, 2039 GB/s decimal = 1896 GB/s in 2^30 units
     dtype_tflops: tuple | None = None   # TFLOP/s per dtype code (None: peak_tflops for all)
+    model: ComputeModel | None = None   # a --gpu device's efficiency model (None: the plain roofline)
 
-    def time_ns(self, flops: np.ndarray, nbytes: np.ndarray, dtype: np.ndarray | None = None) -> np.ndarray:
-        """`dtype`: each row's dtype code (NO_DTYPE: fp32, PyTorch's default), or None: every row at peak_tflops."""
+    def time_ns(self, flops: np.ndarray, nbytes: np.ndarray, dtype: np.ndarray | None = None,
+                op_class: np.ndarray | None = None, gemm: np.ndarray | None = None) -> np.ndarray:
+        """`dtype`: each row's dtype code (NO_DTYPE: fp32, PyTorch's default), or None: every row at peak_tflops.
+        With a model and `op_class` (network/op_classes codes; `gemm`: (n, 4) GEMM dimensions or None) the model's
+        kernel time."""
+        peaks = self.dtype_tflops if self.dtype_tflops is not None else (self.peak_tflops,) * len(DTYPES)
+        if self.model is not None and op_class is not None:
+            codes = np.full(np.shape(flops), FP32) if dtype is None else np.asarray(dtype)
+            return self.model.kernel_ns(peaks, gbps_to_bytes_per_ns(self.mem_gbps), op_class, codes, flops, nbytes,
+                                        gemm)
         peak = self.peak_tflops
         if dtype is not None and self.dtype_tflops is not None:
             codes = np.asarray(dtype)
             peak = np.asarray(self.dtype_tflops, dtype=float)[np.where(codes == NO_DTYPE, FP32, codes)]
         return np.maximum(flops / (peak * 1e3), nbytes / gbps_to_bytes_per_ns(self.mem_gbps))
+
+    def issued_ns(self, kind: np.ndarray, op_class: np.ndarray | None) -> np.ndarray | None:
+        """When the host has issued each row: the host issues compute ops one after another, each taking its
+        class's host time (network/compute_model.py). None without a model or op classes: rows are ready when
+        their inputs are."""
+        if self.model is None or op_class is None:
+            return None
+        return np.cumsum(np.where(kind == COMPUTE, self.model.host_ns(op_class), 0.0))
 
 
 @dataclass
@@ -100,6 +119,8 @@ class ProgramTable:
     use: list | None = None
     sends: np.ndarray | None = None   # P2P rows: True at the sending end (the astra-sim semantics' eager sends)
     dtype: np.ndarray | None = None   # compute rows: the network/dtypes code of the dtype it ran in (None: fp32)
+    op_class: np.ndarray | None = None   # compute rows: network/op_classes code (None: not known, plain roofline)
+    gemm: np.ndarray | None = None       # compute rows: (n, 4) batch, m, n, k of a GEMM (zeros: none or unknown)
 
 
 @dataclass
@@ -109,12 +130,14 @@ class RankTimes:
     total_ns: float
     compute_ns: float         # busy time of the compute stream
     comm_ns: float            # sum of collective durations
-    exposed_comm_ns: float    # step time the compute stream spends waiting: total - compute
+    exposed_comm_ns: float    # step time the compute stream spends waiting for other than the host:
+    #                           total - compute - host_wait
     measured_ns: float = 0.0  # the part of compute_ns a profiler measured (the rest is the roofline's)
     measured_ops: int = 0
     local_memory_ns: float = 0.0    # sum of local loads' and stores' times
     remote_memory_ns: float = 0.0   # sum of remote loads' and stores' times
     breakdown_ns: dict = field(default_factory=dict)   # BREAKDOWN -> ns; they add up to total_ns
+    host_wait_ns: float = 0.0       # compute stream idle, its next op ready but not yet issued by the host
 
 
 @dataclass
@@ -132,7 +155,11 @@ class _Rank:
     def __init__(self, index: int, table: ProgramTable, roofline: Roofline):
         self.index, self.t = index, table
         n = len(table.kind)
-        compute = roofline.time_ns(table.flops, table.nbytes, table.dtype)
+        compute = roofline.time_ns(table.flops, table.nbytes, table.dtype, table.op_class, table.gemm)
+        # an eager host issues the compute ops one after another: op i's kernel starts no earlier than the host has
+        # issued ops 0..i (None without a compute model)
+        self.issued = roofline.issued_ns(table.kind, table.op_class)
+        self.host_wait = 0.0   # time the compute stream sat idle, its next op ready but not yet issued
         self.measured = np.zeros(n, bool) if table.measured_ns is None else \
             (table.kind == COMPUTE) & ~np.isnan(table.measured_ns)
         if self.measured.any():
@@ -227,8 +254,10 @@ class _Simulation:
                 return
             self.memory[key] = collections.deque()
         if t.kind[i] not in COMMUNICATION:
-            r.start[i] = now
-            self._push(now + r.dur[i], r.index, i)
+            start = now if r.issued is None or t.kind[i] != COMPUTE else max(now, float(r.issued[i]))
+            r.host_wait += start - now
+            r.start[i] = start
+            self._push(start + r.dur[i], r.index, i)
             return
         if self.astra and (t.kind[i] == COLLECTIVE or self._sends(r, i)):
             heapq.heappush(r.comm_ready, i)   # issued by _issue once the NPU has none in flight
@@ -385,10 +414,11 @@ def run_workload(tables: list[ProgramTable], roofline: Roofline, spmd: bool = Fa
         compute = float(r.dur[kind == COMPUTE].sum())
         local, remote = (kind == MEMORY) & (r.t.stream == LOCAL_STREAM), (kind == MEMORY) & (r.t.stream == REMOTE_STREAM)
         out.ranks[r.t.rank] = RankTimes(r.start, r.end, total, compute, float(r.took[np.isin(kind, COMMUNICATION)].sum()),
-                                        max(0.0, total - compute), float(r.dur[r.measured].sum()),
+                                        max(0.0, total - compute - r.host_wait), float(r.dur[r.measured].sum()),
                                         int(r.measured.sum()), float(r.dur[local].sum()), float(r.dur[remote].sum()),
                                         breakdown(r.start, r.end, [kind == COMPUTE, local, remote,
-                                                                   np.isin(kind, COMMUNICATION)], step))
+                                                                   np.isin(kind, COMMUNICATION)], step),
+                                        r.host_wait)
     return out
 
 

@@ -112,9 +112,9 @@ def test_the_dtype_reaches_the_engine_through_the_module_and_back(monkeypatch, t
     seen = []
     time_ns = workload_engine.Roofline.time_ns
 
-    def spy(self, flops, nbytes, dtype=None):
+    def spy(self, flops, nbytes, dtype=None, op_class=None, gemm=None):
         seen.append(dtype.tolist())
-        return time_ns(self, flops, nbytes, dtype)
+        return time_ns(self, flops, nbytes, dtype, op_class, gemm)
     monkeypatch.setattr(workload_engine.Roofline, "time_ns", spy)
     ops = [Op("aten.mm.default", COMPUTE, flops=10**9, dtype="bf16"), Op("aten.add.Tensor", COMPUTE, [0], bytes=8),
            Op("aten.mm.default", COMPUTE, [1], flops=10**9, dtype="tf32")]
@@ -160,7 +160,8 @@ def test_step_tables_keep_the_dtype_and_fp32_programs_keep_their_columns(tmp_pat
     seen = []
     time_ns = workload_engine.Roofline.time_ns
     monkeypatch.setattr(workload_engine.Roofline, "time_ns",
-                        lambda self, f, b, dtype=None: seen.append(dtype.tolist()) or time_ns(self, f, b, dtype))
+                        lambda self, f, b, dtype=None, *model:
+                        seen.append(dtype.tolist()) or time_ns(self, f, b, dtype, *model))
     compile_step(str(tables), None)
     assert seen == [[CODE["bf16"], CODE["fp32"]]]
     program.write_text(program.read_text().replace(",bf16", ",int4"))

@@ -193,7 +193,7 @@ def test_hsdp_with_mixed_precision_and_no_reshard(tmp_path):
     # the layers compute in the policy's bf16, on the fp32 inputs FSDP2 casts; AdamW updates the fp32 shards
     by_phase = {(op.name, op.phase, op.dtype) for op in w.programs[0] if op.kind == "compute"}
     assert {d for n, p, d in by_phase if n in ("aten.addmm.default", "aten.mm.default")} == {"bf16"}
-    assert {d for n, p, d in by_phase if p == "optimizer" and n == "aten.lerp_.Scalar"} == {"fp32"}
+    assert {d for n, p, d in by_phase if p == "optimizer" and n == "aten._foreach_lerp_.Scalar"} == {"fp32"}
 
 
 def test_compute_ops_carry_flop_counter_flops(tmp_path):

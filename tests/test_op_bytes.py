@@ -63,3 +63,42 @@ def test_the_rule_both_frontends_charge():
     assert moved_bytes("aten::empty", [], [ROWS]) == 0 and moved_bytes("aten.add.Tensor", [4, 4], [4]) == 12
     assert only_aliases(False, {1}, {1, 2}) and not only_aliases(True, {1}, {1})    # in place: work
     assert not only_aliases(False, {3}, {1}) and not only_aliases(False, set(), {1})
+
+
+ADAMW = """
+import torch
+from torch import nn
+def build_model():
+    return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256))
+def example_inputs():
+    return (torch.randn(32, 256),)
+"""
+PARAMS = (256 * 512 + 512 + 512 * 256 + 256) * 4   # fp32 bytes of one list of every parameter
+
+
+def test_adamw_runs_its_foreach_kernels_as_on_a_gpu_and_each_moves_what_it_reads_and_writes(tmp_path):
+    path = tmp_path / "model.py"
+    path.write_text(ADAMW)
+    ops = [op for op in capture(load_model_file(str(path)), 1).programs[0] if op.phase == "optimizer"]
+    passes = {op.name: op.bytes for op in ops if op.bytes >= PARAMS}
+    # torch.optim's default on CUDA parameters (the host would run a for-loop: 4 params x 8 ops)
+    assert len(ops) == 9 and all(op.name.startswith("aten._foreach_") for op in ops)
+    assert passes == {"aten._foreach_mul_.Scalar": 2 * PARAMS,          # params (weight decay), then exp_avg_sq:
+                      "aten._foreach_lerp_.Scalar": 3 * PARAMS,         # read and written in place, returned nothing
+                      "aten._foreach_addcmul_.Scalar": 3 * PARAMS,      # the gradients passed twice, read once
+                      "aten._foreach_sqrt.default": 2 * PARAMS, "aten._foreach_div_.ScalarList": 2 * PARAMS,
+                      "aten._foreach_add_.Scalar": 2 * PARAMS, "aten._foreach_addcdiv_.ScalarList": 4 * PARAMS}
+
+
+def test_a_file_that_asks_for_the_for_loop_gets_it(tmp_path):
+    path = tmp_path / "model.py"
+    path.write_text(ADAMW + "def optimizer(parameters):\n    return torch.optim.AdamW(parameters, foreach=False)\n")
+    ops = [op for op in capture(load_model_file(str(path)), 1).programs[0] if op.phase == "optimizer"]
+    assert not any("_foreach_" in op.name for op in ops) and len(ops) > 9
+
+
+def test_out_arguments_are_written_not_read_twice():
+    # an out= op returns nothing and has its out tensors among its inputs: they are not charged again (the
+    # frontends pass written=0 for them); an in-place foreach op's list is read and written
+    assert moved_bytes("aten.split_with_sizes_copy.out", [64, 32, 32], []) == 128
+    assert moved_bytes("aten._foreach_mul_.Scalar", [64], [], written=64) == 128

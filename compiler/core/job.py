@@ -213,13 +213,14 @@ def with_gpu(job: Job, given) -> Job:
 
 def roofline(step: StepOptions):
     """The step's compute roofline: one peak for every dtype (peak_tflops), or with a --gpu device read
-    (with_gpu) the device's peak per dtype, fp32's being peak_tflops."""
+    (with_gpu) the device's peak per dtype, fp32's being peak_tflops, and its compute model."""
     engine = _engine()
-    peaks = None
+    peaks, model = None, None
     if step.gpu is not None:
         from ...network.dtypes import FP32
         peaks = tuple(step.peak_tflops if code == FP32 else p for code, p in enumerate(step.gpu.peak_tflops))
-    return engine.Roofline(step.peak_tflops, step.mem_bw_gbps, peaks)
+        model = step.gpu.compute_model()
+    return engine.Roofline(step.peak_tflops, step.mem_bw_gbps, peaks, model)
 
 
 def _read(dest: str, value):

@@ -622,6 +622,15 @@ class _Builder:
         self.trace.ops.append(op)
         self.trace.op_nodes.append(node["id"])
 
+    def read_and_written(self, node: dict) -> list:
+        """The values of the arguments a call writes in place and reads too (not its out= arguments)."""
+        schema = _schema(node)
+        values = node["inputs"]["values"]
+        if schema is None:  # no annotations: the trailing-underscore convention of in-place ops
+            return values[:1] if values and node["name"].endswith("_") else []
+        return [v for a, v in zip(schema.arguments, values)
+                if a.alias_info is not None and a.alias_info.is_write and not a.is_out]
+
     def mutated_args(self, node: dict) -> set:
         schema = _schema(node)
         values = node["inputs"]["values"]
@@ -637,12 +646,18 @@ class _Builder:
         return Op(name=_op_name(node), kind=move, bytes=self.nbytes(node, "outputs", dst), location="remote"), \
             _storages(dst)
 
-    def nbytes(self, node: dict, field: str, value) -> int:
+    def nbytes(self, node: dict, field: str, value, seen: set | None = None) -> int:
         """Bytes of the tensors in a recorded value (numel x element size each). A tensor whose numel or element
         size is not a whole number of at least 0 (NaN, 1e400, -4, "4", true), or of more than MAX_TENSOR_BYTES,
-        ends the run naming the file, the node and the field."""
+        ends the run naming the file, the node and the field. `seen`: tensors counted already (left out; the
+        ones counted here are added)."""
         total = 0
         for t in _tensor_likes(value):
+            if seen is not None:
+                key = repr(t)
+                if key in seen:
+                    continue
+                seen.add(key)
             numel, size = t[3], t[4]
             if not (_whole(numel) and _whole(size)) or numel * size > MAX_TENSOR_BYTES:
                 self.trace.fail(f"node {node['id']} ({node['name']}): {field}: tensor {t[0]} has numel "
@@ -702,8 +717,12 @@ class _Builder:
         mutated = self.mutated_args(node)
         out_storages, in_storages = _storages(outs), _storages(ins)
         view = only_aliases(bool(mutated), out_storages, in_storages)
-        nbytes = 0 if view else moved_bytes(node["name"], [self.nbytes(node, "inputs", v) for v in ins],
-                                            [self.nbytes(node, "outputs", v) for v in outs])
+        # an op that writes arguments in place and returns nothing (_foreach_mul_, ...) writes their bytes too
+        # (an out= argument is among the inputs already, and written, not read: it is not counted again)
+        in_place = sum(self.nbytes(node, "inputs", v) for v in self.read_and_written(node)) if not out_storages else 0
+        seen: set = set()   # a tensor the call takes twice is read once (op_bytes.py)
+        nbytes = 0 if view else moved_bytes(node["name"], [self.nbytes(node, "inputs", v, seen) for v in ins],
+                                            [self.nbytes(node, "outputs", v) for v in outs], in_place)
         return view, set() if view else out_storages | mutated, nbytes
 
     def local_calls(self, node: dict) -> list[dict]:

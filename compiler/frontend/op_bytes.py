@@ -12,6 +12,12 @@ By default an op reads every input tensor and writes every output tensor once. E
   output, not the whole table (a 32000 x 2048 fp32 table is 250 MiB; a batch of 4096 tokens gathers 32 MiB).
   Its backward, embedding_dense_backward, reads the gathered rows' gradient (its grad_output) and the indices and
   writes the gradient table: the default rule.
+- A tensor passed twice (addcmul(v, grad, grad), mul(x, x); the optimizer's `_foreach_addcmul_` gets the list of
+  gradients twice) is read once: the frontends charge each distinct input tensor once.
+- An op that writes an argument in place and does not return it (the optimizer's `_foreach_mul_`,
+  `_foreach_addcdiv_`, ...: they return nothing) also writes that argument's bytes (`written`): reading a list of
+  parameters and writing it back moves twice its bytes. An in-place op that returns its argument (mul_, copy_)
+  counts it among its outputs already.
 """
 from __future__ import annotations
 
@@ -34,12 +40,13 @@ def only_aliases(writes_an_argument: bool, out_storages: set, in_storages: set) 
     return not writes_an_argument and bool(out_storages) and out_storages <= in_storages
 
 
-def moved_bytes(name: str, inputs: list[int], outputs: list[int]) -> int:
+def moved_bytes(name: str, inputs: list[int], outputs: list[int], written: int = 0) -> int:
     """Bytes read and written by a compute op (not a view: only_aliases) with these tensor arguments' and results'
-    sizes, in the op's argument order (non-tensor arguments count 0)."""
+    sizes, in the op's argument order (non-tensor arguments count 0); `written`: the bytes of the arguments it
+    writes in place that are not among its outputs."""
     short = aten_name(name)
     if short in ALLOCATIONS:
         return 0
     if short in GATHERS and inputs:
         return sum(inputs[1:]) + 2 * sum(outputs)
-    return sum(inputs) + sum(outputs)
+    return sum(inputs) + sum(outputs) + written

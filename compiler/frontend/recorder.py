@@ -88,11 +88,22 @@ def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
 
 
-def _written_args(func, args, kwargs) -> list[torch.Tensor]:
-    """The tensors an in-place or out= op writes, from its schema's alias annotations."""
+def _first_uses(tensors: list) -> list[tuple]:
+    """(tensor, is its first appearance) for each: a tensor an op takes twice is read once (op_bytes.py)."""
+    seen: set = set()
+    out = []
+    for t in tensors:
+        out.append((t, id(t) not in seen))
+        seen.add(id(t))
+    return out
+
+
+def _written_args(func, args, kwargs, read_too: bool = False) -> list[torch.Tensor]:
+    """The tensors an in-place or out= op writes, from its schema's alias annotations (`read_too`: only those it
+    also reads, not its out= arguments)."""
     written = []
     for i, a in enumerate(func._schema.arguments):
-        if a.alias_info is not None and a.alias_info.is_write:
+        if a.alias_info is not None and a.alias_info.is_write and not (read_too and a.is_out):
             value = args[i] if i < len(args) else kwargs.get(a.name)
             written += _tensors(value)
     return written
@@ -175,8 +186,13 @@ class StepRecorder(TorchDispatchMode):
             flops = 0
             if func._overloadpacket in flop_registry:
                 flops = int(flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
+            # an op that writes arguments in place and returns nothing (_foreach_mul_, ...) writes their bytes too
+            # (an out= argument is among the inputs already, and written, not read: it is not counted again)
+            in_place = sum(map(_nbytes, _written_args(func, args, kwargs, read_too=True))) \
+                if mutates and not outputs else 0
             op = Op(str(func), COMPUTE, deps, flops=flops,
-                    bytes=moved_bytes(name, list(map(_nbytes, inputs)), list(map(_nbytes, outputs))),
+                    bytes=moved_bytes(name, [_nbytes(t) if first else 0 for t, first in _first_uses(inputs)],
+                                      list(map(_nbytes, outputs)), in_place),
                     dtype=compute_dtype(name, [str(t.dtype) for t in inputs], [str(t.dtype) for t in outputs],
                                         tf32_allowed()))
         op.phase = self._phase()

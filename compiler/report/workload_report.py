@@ -21,7 +21,7 @@ from ..core.step_keys import key_parts
 
 # keys --json leaves out where they do not apply (a placement, the congestion backend, a pool, an endpoint delay)
 # and the FLOPs per compute dtype (a step whose compute is all fp32), and the GPU (no --gpu)
-OPTIONAL = ("placement", "switching", "pool", "endpoint_delay_ns", "gpu", "flops_by_dtype")
+OPTIONAL = ("placement", "switching", "pool", "endpoint_delay_ns", "gpu", "host_wait_us", "flops_by_dtype")
 NOT_JSON = {"json": False}
 
 
@@ -50,6 +50,7 @@ class WorkloadReport:
     measured_compute_us: float
     measured_ops: int
     exposed_comm_time_us: float
+    host_wait_us: float | None             # --gpu: compute stream idle, waiting for the host to issue its next op
     comm_time_us: float
     local_memory_time_us: float
     remote_memory_time_us: float
@@ -173,7 +174,8 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0, **made) 
     data = {**info,
             "total_time_us": result.total_ns / 1e3, "compute_time_us": r.compute_ns / 1e3,
             "measured_compute_us": r.measured_ns / 1e3, "measured_ops": r.measured_ops,
-            "exposed_comm_time_us": (result.total_ns - r.compute_ns) / 1e3, "comm_time_us": r.comm_ns / 1e3,
+            "exposed_comm_time_us": (result.total_ns - r.compute_ns - r.host_wait_ns) / 1e3,
+            "host_wait_us": r.host_wait_ns / 1e3 if info.get("gpu") else None, "comm_time_us": r.comm_ns / 1e3,
             "local_memory_time_us": r.local_memory_ns / 1e3, "remote_memory_time_us": r.remote_memory_ns / 1e3,
             "breakdown_us": {name: r.breakdown_ns.get(name, 0.0) / 1e3 for name in BREAKDOWN},
             "memory_summary": list(memory.values()),
@@ -297,7 +299,9 @@ def format_report(d: dict) -> str:
         # on this rank (a pipeline bubble, a wait for a slower rank), which exposed_comm_time_us counts in
         f"exposed comm    {b['exposed_comm']:.3f} us  (communication {d['comm_time_us']:.3f} us in all, "
         f"{max(0.0, d['comm_time_us'] - b['exposed_comm']):.3f} us hidden under compute)",
-        f"idle            {b['idle']:.3f} us  (nothing running on this rank: pipeline bubble, waits for other ranks)",
+        f"idle            {b['idle']:.3f} us  (nothing running on this rank: pipeline bubble, waits for other ranks"
+        + (f"; {d['host_wait_us']:.3f} us of it waiting for the host to issue kernels" if d.get("host_wait_us")
+           else "") + ")",
         "",
     ]
     if d["memory_summary"]:

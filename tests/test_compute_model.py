@@ -1,0 +1,133 @@
+"""The per-class compute model of a --gpu device (network/compute_model.py, network/op_classes.py): op classes
+and GEMM shapes from names and shapes, each class's kernel time by hand, and the host that issues the ops one
+after another (runtime/workload_engine.py)."""
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from astra_compile.network.compute_model import DEFAULTS, ComputeModel, gemm_factor
+from astra_compile.network.dtypes import CODE as DTYPE, DTYPES
+from astra_compile.network.op_classes import CODE, classify, format_shapes, gemm_dims, parse_shapes
+from astra_compile.runtime.workload_engine import COLLECTIVE, COMPUTE, WAIT, Roofline, run_workload
+
+from test_workload_engine import program
+
+PEAKS = (50.0, 100.0, 400.0, 800.0, 800.0, 1600.0)   # TFLOP/s per dtype code
+BW = 4000.0                                          # bytes per ns (4 TB/s)
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("aten.mm.default", "matmul"), ("aten::addmm", "matmul"), ("aten.bmm.default", "matmul"),
+    ("aten._scaled_dot_product_flash_attention.default", "attention"),
+    ("aten._scaled_dot_product_efficient_attention_backward.default", "attention_backward"),
+    ("aten::cudnn_convolution", "conv"), ("aten.convolution.default", "conv"),
+    ("aten._conv_depthwise2d.default", "conv"),
+    ("aten.convolution_backward.default", "conv_backward"), ("aten::cudnn_batch_norm", "norm"),
+    ("aten.native_layer_norm_backward.default", "norm"), ("aten._fused_rms_norm.default", "norm"),
+    ("aten._foreach_addcdiv_.ScalarList", "optimizer"), ("aten._fused_adamw_.default", "optimizer"),
+    ("aten.gelu.default", "elementwise"), ("aten._softmax.default", "elementwise"),
+    ("aten.embedding_dense_backward.default", "elementwise")])
+def test_op_class_from_the_aten_name(name, cls):
+    assert classify(name) == cls
+
+
+sizes = st.lists(st.integers(0, 10**6), max_size=4).map(tuple)
+
+
+@given(st.lists(st.one_of(sizes, st.lists(sizes, max_size=3)), max_size=5))
+def test_shapes_text_round_trips(args):
+    assert parse_shapes(format_shapes(args)) == [list(a) if isinstance(a, list) else a for a in args]
+
+
+@pytest.mark.parametrize("text", ["4x", "ax4", "[4x4", "4,,x", "4x4]"])
+def test_malformed_shapes_text_is_refused(text):
+    with pytest.raises(ValueError):
+        parse_shapes(text)
+
+
+def test_gemm_dimensions_of_matmuls_and_convolutions():
+    assert gemm_dims("aten::addmm", [(4096,), (64, 4096), (4096, 4096)], 0) == (1, 64, 4096, 4096)
+    assert gemm_dims("aten.mm.default", [(4096, 64), (64, 2048)], 0) == (1, 4096, 2048, 64)
+    assert gemm_dims("aten.bmm.default", [(64, 1024, 128), (64, 128, 1024)], 0) == (64, 1024, 1024, 128)
+    # ResNet's 3x3 convolution of 64 channels at 56x56, batch 32: m = N*Hout*Wout from the FLOPs
+    flops = 2 * 32 * 56 * 56 * 64 * 64 * 9
+    assert gemm_dims("aten.convolution.default", [(32, 64, 56, 56), (64, 64, 3, 3)], flops) == (1, 100352, 64, 576)
+    assert gemm_dims("aten.convolution_backward.default",
+                     [(32, 64, 56, 56), (32, 64, 56, 56), (64, 64, 3, 3)], 0) == (1, 100352, 64, 576)
+    assert gemm_dims("aten.gelu.default", [(64, 4096)], 0) == (0, 0, 0, 0)
+    assert gemm_dims("aten.mm.default", [], 0) == (0, 0, 0, 0)
+
+
+def test_gemm_factor_by_hand():
+    k0 = np.array([32.0])
+    # a large GEMM: 32 x 64 tiles of 128 = 2048 in 8 waves of 264 (132 SMs x 2): 2112 slots; depth 2048 + 32
+    big = gemm_factor(np.array([[1, 4096, 8192, 2048]]), k0, 132)
+    assert big[0] == pytest.approx(2112 / 2048 * 2080 / 2048)
+    # M = 64: tiles of 64 x 128, 32 of them; K split 8 ways (264 // 32) into depths of 512 -> 256 units, 1 wave
+    small = gemm_factor(np.array([[1, 64, 4096, 4096]]), k0, 132)
+    assert small[0] == pytest.approx(264 / 256 * (512 + 32) / 512)
+    # M = 65 pads to two 64-row tiles
+    assert gemm_factor(np.array([[1, 65, 4096, 4096]]), np.array([0.0]), 0)[0] == pytest.approx(128 / 65)
+    assert gemm_factor(np.array([[0, 0, 0, 0]]), k0, 132)[0] == 1.0          # not known: no penalty
+
+
+def test_each_class_takes_its_own_rate():
+    model = ComputeModel((("matmul.bf16", 0.8), ("norm", 0.25), ("launch_us", 2.0)), multiprocessors=0)
+    cls = np.array([CODE["matmul"], CODE["norm"], CODE["elementwise"], CODE["matmul"]])
+    dtype = np.array([DTYPE["bf16"], DTYPE["fp32"], DTYPE["bf16"], DTYPE["fp32"]])
+    flops = np.array([8e12, 0.0, 0.0, 1e12])
+    nbytes = np.array([1e6, 1e9, 1e9, 0.0])
+    t = model.kernel_ns(PEAKS, BW, cls, dtype, flops, nbytes)
+    assert t[0] == pytest.approx(8e12 / (800e3 * 0.8) + 2000)             # bf16 peak x its fraction
+    assert t[1] == pytest.approx(1e9 / (BW * 0.25) + 2000)                 # a norm at a quarter of the bandwidth
+    assert t[2] == pytest.approx(1e9 / (BW * DEFAULTS["elementwise"]) + 2000)
+    assert t[3] == pytest.approx(1e12 / (100e3 * DEFAULTS["matmul"]) + 2000)   # fp32: the default fraction
+
+
+def test_a_class_wide_fraction_stands_for_every_dtype():
+    model = ComputeModel((("conv", 0.3), ("conv.bf16", 0.6)))
+    assert model.value("conv.fp32") == 0.3 and model.value("conv.bf16") == 0.6
+    assert model.value("conv_backward.fp32") == DEFAULTS["conv_backward"]
+    assert model.value("norm.host_us") == DEFAULTS["host_us"]
+
+
+def tiny_steps(n):
+    """n compute ops of 1 ns each in a chain (at 1 TFLOP/s, no launch time)."""
+    return program([(COMPUTE, 1, [i - 1] if i else [], 0, -1, 1) for i in range(n)])
+
+
+def test_the_host_issues_ops_one_after_another_and_a_step_of_tiny_ops_is_host_bound():
+    model = ComputeModel((("host_us", 0.01), ("launch_us", 0.0), ("elementwise", 1.0)))
+    roof = Roofline(peak_tflops=1.0, mem_gbps=1e12, dtype_tflops=(1.0,) * len(DTYPES), model=model)
+    table = dataclasses.replace(tiny_steps(5), op_class=np.full(5, CODE["elementwise"], np.int8),
+                                dtype=np.full(5, DTYPE["fp32"], np.int8))
+    r = run_workload([table], roof, spmd=True).ranks[0]
+    assert list(r.start_ns) == [10, 20, 30, 40, 50]        # op i issued at (i + 1) x 10 ns, ran 1 ns
+    assert r.total_ns == 51 and r.host_wait_ns == pytest.approx(46) and r.exposed_comm_ns == pytest.approx(0)
+    # without op classes (no model in use) nothing waits for the host
+    plain = run_workload([tiny_steps(5)], roof, spmd=True).ranks[0]
+    assert plain.total_ns == 5 and plain.host_wait_ns == 0
+
+
+def test_the_host_runs_ahead_of_long_kernels():
+    # a 1000 ns op, then four 1 ns ops issued 10 ns apart: the host issued them all while the long op ran
+    model = ComputeModel((("host_us", 0.01), ("launch_us", 0.0)))
+    roof = Roofline(peak_tflops=1.0, mem_gbps=1e12, dtype_tflops=(1.0,) * len(DTYPES), model=model)
+    rows = [(COMPUTE, 1000, [], 0, -1, 1)] + [(COMPUTE, 1, [i], 0, -1, 1) for i in range(4)]
+    table = dataclasses.replace(program(rows), op_class=np.full(5, CODE["elementwise"], np.int8))
+    r = run_workload([table], roof, spmd=True).ranks[0]
+    assert r.total_ns == pytest.approx(10 + 1000 + 4) and r.host_wait_ns == pytest.approx(10)
+
+
+def test_host_wait_is_not_exposed_communication():
+    model = ComputeModel((("host_us", 0.1), ("launch_us", 0.0)))
+    roof = Roofline(peak_tflops=1.0, mem_gbps=1e12, dtype_tflops=(1.0,) * len(DTYPES), model=model)
+    rows = [(COMPUTE, 10, [], 0, -1, 1), (COLLECTIVE, 500, [0], 1, 0, 8), (WAIT, 0, [1], 0, -1, 1),
+            (COMPUTE, 10, [2], 0, -1, 1)]
+    table = dataclasses.replace(program(rows), op_class=np.full(4, CODE["elementwise"], np.int8))
+    r = run_workload([table], roof, spmd=True).ranks[0]
+    # issued at 100 and 200 ns; the all-reduce runs 110-610, the last op 610-620: 400 ns exposed, 100 host
+    assert r.total_ns == pytest.approx(620) and r.host_wait_ns == pytest.approx(100)
+    assert r.exposed_comm_ns == pytest.approx(620 - 20 - 100)
