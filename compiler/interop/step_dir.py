@@ -238,7 +238,8 @@ def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
     used = sorted({r.collective for r in prog.rows if r.collective >= 0})
     if as_json:
         return json.dumps({"npu": npu, "program": prog.file,
-                           "rows": [{**{k: v for k, v in r.__dict__.items() if k not in ("dtype", "shapes") or v}, "deps": list(r.deps),
+                           "rows": [{**{k: v for k, v in r.__dict__.items() if k not in ("dtype", "shapes") or v},
+                                     "deps": list(r.deps),
                                      "measured_ns": None if math.isnan(r.measured_ns) else r.measured_ns}
                                     for r in prog.rows],
                            "collectives": {str(c): {k: v.tolist() for k, v in step.collectives[c].table(
