@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from astra_compile.compiler.api.api import compile as compile_step
 from astra_compile.compiler.driver import workload_driver
@@ -49,6 +50,27 @@ def test_cut_shapes_text_reads_as_far_as_it_is_whole():
     assert len(read) == 1 and set(read[0]) == {(64,)} and 1300 < len(read[0]) < 1400
     assert parse_shapes(format_shapes([(4096, 4096)] * 1000))[-1] == (4096, 4096)
     assert is_shapes(text) and not is_shapes(text + "1") and not is_shapes("64x") and not is_shapes(7)
+
+
+SIZES = st.lists(st.integers(0, 2**40), max_size=4).map(tuple)
+# a tensor list: a few tensors repeated up to 1500 times (a foreach op over a model's parameters), so that texts
+# longer than MAX_SHAPES_TEXT, cut inside a list or after it, come up often
+TENSOR_LIST = st.builds(lambda ts, times: ts * times, st.lists(SIZES, max_size=3), st.integers(0, 1500))
+
+
+@given(st.lists(st.one_of(SIZES, TENSOR_LIST), max_size=8))
+@settings(max_examples=200, deadline=None)
+def test_any_arguments_format_to_text_that_reads_back(args):
+    """Whole texts read back as written; cut ones as a prefix of the arguments, the last perhaps shortened."""
+    text = format_shapes(args)
+    assert is_shapes(text)
+    read = parse_shapes(text)
+    if not text.endswith("..."):
+        assert read == args
+    else:
+        assert read[:-1] == args[:len(read) - 1] if read else True
+        if read and isinstance(read[-1], list):
+            assert read[-1] == args[len(read) - 1][:len(read[-1])]
 
 
 def test_the_mlp_capture_gives_its_addmm_shapes_and_the_table_a_matmul_of_64_by_4096_by_4096(tables):
