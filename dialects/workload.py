@@ -6,8 +6,10 @@ ops (the comm passes do not run here: each distinct collective is compiled in a 
 compiler/driver/workload_driver.py). Any op may carry `wl.phase` ("forward", "backward" or "optimizer"): the part
 of the step it belongs to, and
 `wl.iteration` (an execution trace of several training iterations): which one. The report breaks the run into
-both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it, and `wl.dtype`, the dtype it
-computed in (one of network/dtypes.DTYPES: "bf16", "tf32", ...; absent: "fp32"), whose peak the roofline takes.
+both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it, `wl.dtype`, the dtype it
+computed in (one of network/dtypes.DTYPES: "bf16", "tf32", ...; absent: "fp32"), whose peak the roofline takes,
+and `wl.shapes`, its tensor arguments' sizes in schema order ("4096,64x4096,4096x4096" for an addmm:
+network/op_classes.format_shapes; absent: not known), from which its op class's GEMM dimensions come.
 `wl.load` / `wl.store` move `bytes` between the accelerator and its local memory or the remote pool (`location`;
 docs/memory.md), a remote one gathered (reduce-scattered) by the pool's switches for a group of `wl.in_switch`
 GPUs when it carries that attribute. Point-to-point messages are
@@ -47,6 +49,7 @@ from . import comm
 from ..network.dtypes import DEFAULT as DEFAULT_DTYPE, DTYPES
 from ..network.errors import show
 from ..network.memory import LOCATIONS
+from ..network.op_classes import MAX_SHAPES_TEXT, is_shapes
 
 # MLIR's bindings look for the Python module of an op's dialect as <search prefix>.<namespace> and retry, with a
 # failed import, on every op they wrap until one is found: the `wl` ops are defined here, in workload.py, so
@@ -179,6 +182,9 @@ def _check_op(o, groups: dict, prog: str, rank: int, world: int) -> None:
             raise comm.IRError(f"{what}: wl.measured_ns must be a non-negative time in ns, got {show(m)}")
         if a.get("wl.dtype", DEFAULT_DTYPE) not in DTYPES:
             raise comm.IRError(f"{what}: wl.dtype must be one of {', '.join(DTYPES)}, got {show(a['wl.dtype'])}")
+        if not is_shapes(a.get("wl.shapes", "")):
+            raise comm.IRError(f"{what}: wl.shapes must be tensor sizes as \"64x4096,4096x4096\" (at most "
+                               f"{MAX_SHAPES_TEXT} characters), got {show(a['wl.shapes'])}")
     elif o.name in (LOAD, STORE):
         if isinstance(a["bytes"], bool) or not isinstance(a["bytes"], int) or a["bytes"] < 0:
             raise comm.IRError(f"{what}: bytes must be a non-negative integer, got {show(a['bytes'])}")
@@ -310,6 +316,17 @@ def set_dtype(op: ir.Operation, dtype: str) -> None:
 def dtype_of(attrs: dict) -> str:
     """A compute op's dtype as its attributes give it (ProgramOp.attrs; checked by check_module)."""
     return attrs.get("wl.dtype", DEFAULT_DTYPE)
+
+
+def set_shapes(op: ir.Operation, shapes: str) -> None:
+    """A compute op's tensor arguments' sizes (`wl.shapes`), left out where not known."""
+    if shapes:
+        op.attributes["wl.shapes"] = comm.to_attr(shapes)
+
+
+def shapes_of(attrs: dict) -> str:
+    """A compute op's shapes as its attributes give them ("": not known; checked by check_module)."""
+    return attrs.get("wl.shapes", "")
 
 
 def set_part(op: ir.Operation, phase: str, iteration: int) -> None:

@@ -81,7 +81,9 @@ def parse_shapes(text: str) -> list:
     """The argument list `format_shapes` wrote (a cut text reads as far as it is whole); ValueError if malformed."""
     if not text:
         return []
-    text = text[:-3].rsplit(",", 1)[0] if text.endswith("...") else text
+    text = _whole_part(text[:-3]) if text.endswith("...") else text
+    if not text:
+        return []
     out = []
     for part in _split_args(text):
         if part.startswith("["):
@@ -92,6 +94,27 @@ def parse_shapes(text: str) -> list:
         else:
             out.append(_sizes(part))
     return out
+
+
+def is_shapes(text) -> bool:
+    """Is `text` shapes text as format_shapes writes it (a string parse_shapes reads, at most MAX_SHAPES_TEXT
+    characters)? What the readers of files holding shapes check."""
+    if not isinstance(text, str) or len(text) > MAX_SHAPES_TEXT:
+        return False
+    try:
+        parse_shapes(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _whole_part(cut: str) -> str:
+    """Of a text format_shapes cut short: the arguments before the cut, and of a tensor list cut inside, its whole
+    tensors (the list closed); the argument the cut went through is dropped."""
+    start = cut.rfind("[")
+    if start > cut.rfind("]"):   # cut inside a tensor list
+        return cut[:cut.rfind(";")] + "]" if cut.rfind(";") > start else cut[:start + 1] + "]"
+    return cut[:cut.rfind(",")] if "," in cut else ""
 
 
 def _split_args(text: str) -> list[str]:
@@ -126,6 +149,9 @@ def gemm_dims(name: str, args: list, flops: float) -> tuple:
             return (1, m, n, k)
         if op in ("addmm", "_addmm_activation") and len(mats) >= 3:
             (m, k), (_, n) = mats[1][-2:], mats[2][-2:]
+            return (1, m, n, k)
+        if op == "linear" and len(mats) >= 2 and len(mats[1]) == 2:   # input (..., k), weight (n, k)
+            (n, k), m = mats[1], math.prod(mats[0][:-1])
             return (1, m, n, k)
         if op == "bmm" and len(mats) >= 2 and len(mats[0]) == 3:
             (b, m, k), n = mats[0], mats[1][-1]

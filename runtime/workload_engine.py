@@ -119,8 +119,11 @@ class ProgramTable:
     use: list | None = None
     sends: np.ndarray | None = None   # P2P rows: True at the sending end (the astra-sim semantics' eager sends)
     dtype: np.ndarray | None = None   # compute rows: the network/dtypes code of the dtype it ran in (None: fp32)
-    op_class: np.ndarray | None = None   # compute rows: network/op_classes code (None: not known, plain roofline)
-    gemm: np.ndarray | None = None       # compute rows: (n, 4) batch, m, n, k of a GEMM (zeros: none or unknown)
+    # compute rows: the network/op_classes.CODE of the op's class (other rows 0; None: not known)
+    op_class: np.ndarray | None = None
+    # compute rows: (batch, m, n, k) of the GEMM a matmul or convolution runs (op_classes.gemm_dims), an (n, 4)
+    # int64 array; zeros where it is none or its shapes are not known (None: not known for any row)
+    gemm: np.ndarray | None = None
 
 
 @dataclass

@@ -449,8 +449,11 @@ def case_mlir(draw, workdir):
     run(".mlir modules", [path, *extra, "--json"], workdir)
 
 
+STEP_MODULES = ("step_two_ranks.mlir", "step_shapes.mlir")   # tests/ir/: the second with wl.dtype and wl.shapes
+
+
 def case_step_module(draw, workdir):
-    with open(os.path.join(HERE, "ir", "step_two_ranks.mlir"), encoding="utf-8") as f:
+    with open(os.path.join(HERE, "ir", draw(st.sampled_from(STEP_MODULES))), encoding="utf-8") as f:
         valid = f.read()
     data = draw(st.one_of(mutated_text(valid, edits=4), hostile_bytes()))
     path = write(os.path.join(workdir, "step.mlir"), data)
@@ -475,12 +478,12 @@ def case_table_dir(draw, workdir, valid_dir: str):
     run("table directories", [d, *extra, "--json"], workdir)
 
 
-def valid_step_dir(root: str) -> str:
-    """The two-rank step of tests/ir/step_two_ranks.mlir written as step tables, once per fuzz root."""
-    d = os.path.join(root, "valid_step")
+def valid_step_dir(root: str, module: str = STEP_MODULES[0]) -> str:
+    """The two-rank step of a tests/ir module (STEP_MODULES) written as step tables, once per fuzz root."""
+    d = os.path.join(root, "valid_step_" + module.split(".")[0])
     if not os.path.isdir(d):
         with contextlib.redirect_stdout(io.StringIO()):
-            code = main([os.path.join(HERE, "ir", "step_two_ranks.mlir"), "--peak-tflops", "300", "--intra", "fifo",
+            code = main([os.path.join(HERE, "ir", module), "--peak-tflops", "300", "--intra", "fifo",
                          "--emit", "tables", "-o", d])   # with a `run` record to mutate
         assert code == 0
     return d
@@ -488,7 +491,7 @@ def valid_step_dir(root: str) -> str:
 
 def case_step_dir(draw, workdir):
     d = os.path.join(workdir, "step")
-    shutil.copytree(valid_step_dir(os.path.dirname(workdir)), d)
+    shutil.copytree(valid_step_dir(os.path.dirname(workdir), draw(st.sampled_from(STEP_MODULES))), d)
     target = draw(st.sampled_from(["meta.json", "program_0.csv", "program_1.csv", "collective_1/meta.json",
                                    "collective_1/npu_0.csv"]))
     path = os.path.join(d, target)

@@ -153,3 +153,16 @@ def test_calls_the_observer_files_under_the_wrong_parent_are_measured_once(recor
     lines = err.splitlines()
     assert code == 0 and "step time" in out and len(lines) == len(said)
     assert all(line.startswith("astra-compile: warning: ") and "et_rank" in line and "lacks" in line for line in lines)
+
+
+def test_a_profiler_trace_alone_gives_its_calls_shapes(recorded):
+    """"Input Dims" of the calls whose "Input type" is a tensor's dtype, in order: Linear(32, 64) on a batch of 4."""
+    from astra_compile.compiler.frontend.workload import COMPUTE
+    alone = load_traces([str(recorded / f"kineto_rank{r}.json") for r in range(2)])
+    shapes = {}
+    for op in alone.programs[0]:
+        if op.kind == COMPUTE:
+            shapes.setdefault(op.name, set()).add(op.shapes)
+    assert shapes["aten.linear.default"] == {"4x32,64x32,64", "4x64,16x64,16"}   # input, weight, bias
+    assert shapes["aten.mm.default"] == {"4x16,16x64", "16x4,4x64", "64x4,4x32"}  # the backward's gradients
+    assert "[64;64]" in shapes["aten.flatten_dense_tensors.default"]   # a tensor list: DDP's BatchNorm buffers

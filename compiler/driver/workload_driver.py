@@ -37,6 +37,7 @@ from ...runtime import workload_engine as engine
 from ...runtime.workload_engine import ProgramTable, Roofline, run_workload, WorkloadError
 from ...network.links import LinkMap
 from ...network.memory import LocalMemory, MemorySystem
+from ...network.op_classes import CODE as CLASS_CODE, classify, gemm_dims, parse_shapes
 from ...network import astra_network
 from ...network.message import message
 from ...network.parse import with_endpoint_delay
@@ -64,6 +65,7 @@ def to_module(ctx, workload: Workload, topology: Topology):
                     made = wl.create_compute(op.name, op.flops, op.bytes, deps, ip)
                     wl.set_measured(made, op.measured_ns)
                     wl.set_dtype(made, op.dtype)
+                    wl.set_shapes(made, op.shapes)
                 elif op.kind == COLLECTIVE and len(op.group) > 1:
                     dims, parts = group_span(topology, op.group)
                     made = wl.create_collective(op.collective, op.bytes, dims, f"{op.collective}_{i}",
@@ -347,10 +349,12 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
     sync_ids: dict[tuple, int] = {}
     tables = []
     classes = link_classes(times.topology)
+    kernels = {}   # (name, shapes, flops) -> (op class code, GEMM dims): the same layer's ops repeat them
     for prog in progs:
         n = len(prog.ops)
         kind, flops, nbytes, measured = np.zeros(n, np.int8), np.zeros(n), np.zeros(n), np.full(n, np.nan)
         dtype = np.full(n, DTYPE_CODE[DEFAULT_DTYPE], np.int8)
+        op_class, gemm = np.zeros(n, np.int8), np.zeros((n, 4), np.int64)
         duration, stream = np.zeros(n), np.zeros(n, np.int32)
         sync, size = np.full(n, -1, np.int64), np.ones(n, np.int64)
         sends = np.zeros(n, bool)
@@ -362,6 +366,12 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
                 flops[i], nbytes[i] = op.attrs.get("flops", 0), op.attrs.get("bytes", 0)
                 measured[i] = op.attrs.get("wl.measured_ns", np.nan)
                 dtype[i] = DTYPE_CODE[wl.dtype_of(op.attrs)]
+                if op.kind == "compute":
+                    key = (op.name, wl.shapes_of(op.attrs), flops[i])
+                    if key not in kernels:
+                        kernels[key] = (CLASS_CODE[classify(op.name)], gemm_dims(op.name, parse_shapes(key[1]),
+                                                                                 flops[i]))
+                    op_class[i], gemm[i] = kernels[key]
                 continue
             if op.kind in wl.MEMORY:
                 kind[i] = engine.MEMORY
@@ -392,7 +402,7 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
         ptr[1:] = np.cumsum([len(op.deps) for op in prog.ops])
         idx = np.asarray([d for op in prog.ops for d in op.deps], np.int64)
         tables.append(ProgramTable(prog.rank, kind, flops, nbytes, duration, stream, sync, size, ptr, idx,
-                                   measured, use, sends, dtype))
+                                   measured, use, sends, dtype, op_class, gemm))
     return tables
 
 

@@ -10,7 +10,8 @@ Nodes become the workload's ops (frontend/workload.py):
   FLOPs, its `duration_micros` as a measured time; `is_cpu_op` nodes and METADATA / storage nodes run nothing
   here and pass their dependencies on. What --emit chakra wrote for ASTRA-sim alone gives way to its own
   attributes: `astra_flops` and `astra_bytes` (the op's FLOPs and bytes), `astra_measured_ns`, `astra_dtype` (the
-  dtype it computed in, network/dtypes.py; absent: fp32);
+  dtype it computed in, network/dtypes.py; absent: fp32), `astra_shapes` (its tensor arguments' sizes,
+  network/op_classes.format_shapes; absent: not known);
 - MEM_LOAD_NODE / MEM_STORE_NODE: a load / store of `tensor_size` bytes in local memory or the remote pool
   (`tensor_loc` 1 or 2, ASTRA-sim's LOCAL_MEMORY / REMOTE_MEMORY; absent: local), docs/memory.md; written back
   with `astra_in_switch` when the pool's switches gather it;
@@ -37,6 +38,7 @@ import numpy as np
 from ...network.dtypes import DEFAULT as DEFAULT_DTYPE, DTYPES
 from ...network.errors import UserError
 from ...network.kinds import ROOTED
+from ...network.op_classes import is_shapes
 from ...network.user_files import read_bytes, read_json
 from ...network.units import MAX_BYTES
 from .trace_memory import step_programs, trace_nodes
@@ -529,8 +531,12 @@ def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], array]:
             dtype = attrs.get("astra_dtype", DEFAULT_DTYPE)
             if dtype not in DTYPES:
                 raise UserError(f"{_where(path, node)}: astra_dtype {_short(dtype)} is not one of {', '.join(DTYPES)}")
+            shapes = attrs.get("astra_shapes", "")
+            if not is_shapes(shapes):
+                raise UserError(f"{_where(path, node)}: astra_shapes {_short(shapes)} is not an op's tensor shapes "
+                                "(\"64x4096,4096x4096\": docs/workloads.md)")
             op = Op(node.name or "compute", COMPUTE, before, flops=flops, bytes=_bytes(path, node, attrs),
-                    measured_ns=measured, dtype=dtype)
+                    measured_ns=measured, dtype=dtype, shapes=shapes)
         elif kind in ("MEM_LOAD_NODE", "MEM_STORE_NODE"):   # ASTRA-sim's tensor_loc: 1 local, 2 remote memory
             loc = _int(path, node, attrs, "tensor_loc", 1)
             if loc not in TENSOR_LOCATIONS:

@@ -76,6 +76,7 @@ from pathlib import Path
 
 from ...dialects.comm import ROOTED
 from ...network.errors import InputWarning, UserError
+from ...network.op_classes import format_shapes
 from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
 from .op_bytes import moved_bytes, only_aliases
 from .op_dtype import compute_dtype
@@ -672,9 +673,11 @@ class _Builder:
         local = self.local_calls(node)
         if local:  # an op on DTensors: its shapes are global; count the calls DTensor made on this rank's shards
             op = Op(name=_op_name(node), kind=COMPUTE, flops=sum(self.flops(c, set()) for c in local),
-                    bytes=sum(self.call_bytes(c)[2] for c in local))
+                    bytes=sum(self.call_bytes(c)[2] for c in local),
+                    shapes=_input_shapes(local[0]) if len(local) == 1 else "")   # several calls: no one shape
         else:
-            op = Op(name=_op_name(node), kind=COMPUTE, flops=self.flops(node, set()), bytes=nbytes)
+            op = Op(name=_op_name(node), kind=COMPUTE, flops=self.flops(node, set()), bytes=nbytes,
+                    shapes=_input_shapes(node))
         # TF32 is not in the trace: an fp32 matmul reads as fp32
         op.dtype = compute_dtype(node["name"], _tensor_dtypes(node["inputs"]["types"]),
                                  _tensor_dtypes(node["outputs"]["types"]))
@@ -894,6 +897,28 @@ def _tensor_dtypes(types: list) -> list[str]:
 
 
 _TENSOR_TYPE = re.compile(r"Tensor\(([^()]*)\)")
+
+
+def _input_shapes(node: dict) -> str:
+    """A call's tensor arguments' sizes as the trace records them (network/op_classes.format_shapes): its inputs
+    whose type is a Tensor or a list of Tensors, in order. "" where a recorded shape is not a list of sizes (the
+    shapes only refine the op's time, so the trace is not refused for them)."""
+    inputs, sizes = node["inputs"], []
+    for shape, type_ in zip(inputs.get("shapes") or [], inputs.get("types") or []):
+        if isinstance(type_, str) and type_.startswith("Tensor"):
+            if not _is_sizes(shape):
+                return ""
+            sizes.append(tuple(shape))
+        elif isinstance(type_, str) and type_.startswith("GenericList[Tensor"):
+            if not isinstance(shape, list) or not all(map(_is_sizes, shape)):
+                return ""
+            sizes.append([tuple(t) for t in shape])
+    return format_shapes(sizes)
+
+
+def _is_sizes(shape) -> bool:
+    return isinstance(shape, list) and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
+                                           for x in shape)
 
 
 def _rebuild(value, shape, type_: str):

@@ -24,6 +24,7 @@ from torch.utils.flop_counter import flop_registry
 
 from ...network.errors import UserError
 from ...network.kinds import IN_PLACE
+from ...network.op_classes import format_shapes
 from .op_bytes import moved_bytes, only_aliases
 from .op_dtype import compute_dtype, tf32_allowed
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op
@@ -107,6 +108,24 @@ def _written_args(func, args, kwargs, read_too: bool = False) -> list[torch.Tens
             value = args[i] if i < len(args) else kwargs.get(a.name)
             written += _tensors(value)
     return written
+
+
+def _arg_shapes(func, args, kwargs) -> str:
+    """The sizes of an op's tensor arguments in schema order (network/op_classes.format_shapes): a tensor its sizes,
+    a list of tensors (an optional one's missing entries left out) a list of them, other arguments left out. ""
+    where a size is symbolic with no value to give (an unbacked SymInt)."""
+    sizes = []
+    try:
+        for i, a in enumerate(func._schema.arguments):
+            value = args[i] if i < len(args) else kwargs.get(a.name)
+            if isinstance(value, torch.Tensor):
+                sizes.append(tuple(int(s) for s in value.shape))
+            elif isinstance(a.type, torch.ListType) and "Tensor" in str(a.type.getElementType()) and \
+                    isinstance(value, (list, tuple)):
+                sizes.append([tuple(int(s) for s in t.shape) for t in value if isinstance(t, torch.Tensor)])
+    except (TypeError, RuntimeError):   # int() of a size torch cannot tell (data-dependent)
+        return ""
+    return format_shapes(sizes)
 
 
 def _group_of(args) -> tuple[str, tuple[int, ...]]:
@@ -194,7 +213,8 @@ class StepRecorder(TorchDispatchMode):
                     bytes=moved_bytes(name, [_nbytes(t) if first else 0 for t, first in _first_uses(inputs)],
                                       list(map(_nbytes, outputs)), in_place),
                     dtype=compute_dtype(name, [str(t.dtype) for t in inputs], [str(t.dtype) for t in outputs],
-                                        tf32_allowed()))
+                                        tf32_allowed()),
+                    shapes=_arg_shapes(func, args, kwargs))
         op.phase = self._phase()
         self.ops.append(op)
         written = _written_args(func, args, kwargs) if mutates else []

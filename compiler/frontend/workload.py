@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ...network.dtypes import DEFAULT, DTYPES
 from ...network.errors import UserError
 from ...network.kinds import COLLECTIVES
+from ...network.op_classes import is_shapes
 
 COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
 SEND, RECV = "send", "recv"    # point-to-point: a message to (from) one peer rank, matched in order per pair
@@ -38,6 +39,8 @@ class Op:
     iteration: int = -1            # traces holding several training iterations: which one (-1: not known)
     measured_ns: float = -1.0      # compute: its time measured by a profiler (Kineto), -1: from the roofline
     dtype: str = DEFAULT           # compute: the dtype it ran in (network/dtypes.DTYPES; frontend/op_dtype.py)
+    shapes: str = ""               # compute: its tensor arguments' sizes (network/op_classes.format_shapes; "":
+    #                                not known)
     location: str = ""             # load / store: one of network/memory.LOCATIONS
     in_switch: int = 0             # remote load / store that the pool's switches all-gather (reduce-scatter): the
     #                                GPUs that share the tensor (its group); 0: a plain load / store
@@ -130,6 +133,8 @@ def _checked(op: Op, index: int, world: int) -> Op:
     _count(op.iteration, f"op {index}: iteration", -1)
     if op.dtype not in DTYPES:
         raise ValueError(f"op {index}: dtype {op.dtype!r}")
+    if not is_shapes(op.shapes):
+        raise ValueError(f"op {index}: shapes = {op.shapes!r}")
     for d in op.deps:
         if _count(d, f"op {index}: deps") >= index:
             raise ValueError(f"op {index} depends on op {d}, which is not before it")

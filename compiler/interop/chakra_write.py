@@ -251,6 +251,8 @@ class _Writer:
                 attrs["astra_measured_ns"] = float(op.measured_ns)
             if op.kind == COMPUTE and op.dtype != DEFAULT_DTYPE:
                 attrs["astra_dtype"] = op.dtype
+            if op.kind == COMPUTE and op.shapes:
+                attrs["astra_shapes"] = op.shapes
         elif op.kind in (LOAD, STORE):
             node.type = NODE_TYPES.index("MEM_LOAD_NODE" if op.kind == LOAD else "MEM_STORE_NODE")
             attrs = {"is_cpu_op": False, "tensor_size": max(op.bytes, 1),

@@ -44,7 +44,8 @@ def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.
             if op.kind in ("compute", "wait"):
                 rows.append(st.ProgramRow(op.kind, flops=int(a.get("flops", 0)), bytes=int(a.get("bytes", 0)),
                                           measured_ns=float(a.get("wl.measured_ns", math.nan)), collective=-1,
-                                          group="", stream=0, dtype=a.get("wl.dtype", ""), **common))
+                                          group="", stream=0, dtype=a.get("wl.dtype", ""),
+                                          shapes=wl.shapes_of(a) if op.kind == "compute" else "", **common))
             elif op.kind in wl.MEMORY:
                 rows.append(st.ProgramRow(op.kind, flops=0, bytes=int(a["bytes"]), measured_ns=math.nan,
                                           collective=-1, group="", stream=0, location=a["location"],
@@ -179,7 +180,8 @@ def _program_op(r: st.ProgramRow, colls: list, rank: int = -1) -> wl.ProgramOp:
                                                                   else {})}
     elif r.kind in ("compute", "wait"):
         if r.kind == "compute":
-            attrs |= {"flops": r.flops, "bytes": r.bytes, **({"wl.dtype": r.dtype} if r.dtype else {})}
+            attrs |= {"flops": r.flops, "bytes": r.bytes, **({"wl.dtype": r.dtype} if r.dtype else {}),
+                      **({"wl.shapes": r.shapes} if r.shapes else {})}
         if not math.isnan(r.measured_ns):
             attrs["wl.measured_ns"] = r.measured_ns
     else:
@@ -236,7 +238,8 @@ def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
     used = sorted({r.collective for r in prog.rows if r.collective >= 0})
     if as_json:
         return json.dumps({"npu": npu, "program": prog.file,
-                           "rows": [{**{k: v for k, v in r.__dict__.items() if k != "dtype" or v}, "deps": list(r.deps),
+                           "rows": [{**{k: v for k, v in r.__dict__.items() if k not in ("dtype", "shapes") or v},
+                                     "deps": list(r.deps),
                                      "measured_ns": None if math.isnan(r.measured_ns) else r.measured_ns}
                                     for r in prog.rows],
                            "collectives": {str(c): {k: v.tolist() for k, v in step.collectives[c].table(
