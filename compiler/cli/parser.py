@@ -23,6 +23,9 @@ EPILOG = """examples:
   astra-compile sweep sweep.yml -o results.csv      (many runs from one file: docs/sweeps.md)
   astra-compile calibrate LOG... --topology T       (bandwidth and latency fitted to nccl-tests logs:
                                                     docs/calibrate.md)
+  astra-compile calibrate-compute PROFILE.json --gpu-name h200 -o my_gpu.yaml
+                                                   (a GPU's compute model fitted to torch.profiler traces:
+                                                    docs/compute.md)
 
 sizes: B, KB/MB/GB (powers of 2, as ASTRA-sim), KiB/MiB/GiB; bandwidth in GB/s (2^30 B/s); latency in ns."""
 
