@@ -79,6 +79,13 @@ class Profile:
 
 def read_profile(path: str) -> Profile:
     data = read_json(path, "a torch.profiler trace (Kineto JSON)", "profile ", MAX_PROFILE_BYTES)
+    try:
+        return _read_profile(path, data)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as e:   # not as torch writes
+        raise UserError(f"{path}: malformed profiler trace ({type(e).__name__}: {e})".replace("\n", " ")) from None
+
+
+def _read_profile(path: str, data) -> Profile:
     if not is_kineto(data) or not isinstance(data["traceEvents"], list):
         raise UserError(f"{path}: not a torch.profiler (Kineto) trace: no 'traceEvents' list")
     props = data.get("deviceProperties")
@@ -107,7 +114,8 @@ def read_profile(path: str) -> Profile:
     launched: dict[int, list] = defaultdict(list)   # id(call) -> its device events
     comm_ns = 0.0
     for k in device:
-        owner = by_external.get(k["args"].get("External id")) if isinstance(k.get("args"), dict) else None
+        x = k["args"].get("External id") if isinstance(k.get("args"), dict) else None
+        owner = by_external.get(x) if isinstance(x, int) else None
         if owner is None:
             continue   # work no call launched (the profiler's own, or a trace cut short)
         if str(k["name"]).lower().startswith("nccl") or _in_comm(owner, parent):
@@ -200,13 +208,15 @@ def _work(name: str, inputs: list) -> tuple:
     in_types = [_TORCH_DTYPE.get(t, t) for _, t in in_tensors]
     in_bytes = [_numel(s) * _ELEMENT_BYTES.get(t, 0) for s, t in in_tensors]
     packet = getattr(torch.ops.aten, op_name(name), None) if name.startswith("aten::") else None
-    if packet is None:
+    if packet is None or not in_tensors:   # a factory (zeros, arange) is not run: it would allocate on the host
         return 0, moved_bytes(name, in_bytes, []), in_types, []
     try:
         args, kwargs, overload = _bind(name, packet, inputs)
-        with torch.no_grad():
+        with torch.no_grad(), torch.device("meta"):
             out = overload(*args, **kwargs)
         results = [t for t in _flatten(out) if isinstance(t, torch.Tensor)]
+        if any(t.device.type != "meta" for t in results):
+            raise ValueError("the op left the meta device")
         flops = 0
         if packet in flop_registry:
             flops = int(flop_registry[packet](*args, **kwargs, out_val=out))
