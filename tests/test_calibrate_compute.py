@@ -177,3 +177,50 @@ def test_the_fit_weighs_groups_by_their_time_share(true_profile):
     free, counts = cc.free_keys(table)
     assert free == ["matmul.fp32", "matmul.k_overhead", "elementwise", "launch_us"]
     assert counts["launch_us"] == 9
+
+
+# ------------------------------------------------------------------------------------------------- --op-times
+
+ET = os.path.join(HERE, "data", "gpu_1rank", "mlp_et_rank0.json")
+
+
+def _report(argv, capsys) -> dict:
+    assert main(argv + ["--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_op_times_gives_a_trace_the_profile_s_measured_times(capsys):
+    plain = _report([ET, "--topology", "Switch(2)"], capsys)
+    timed = _report([ET, "--topology", "Switch(2)", "--op-times", MLP], capsys)
+    assert plain["measured_ops"] == 0
+    # the execution trace's outermost calls (aten::linear, the optimizer's foreach ops, ...) found in the profile
+    assert timed["measured_ops"] == 34
+    assert timed["measured_compute_us"] == pytest.approx(3955.6, abs=0.1)
+    assert timed["compute_time_us"] > timed["measured_compute_us"]
+
+
+def test_op_times_matches_by_name_dtype_flops_and_bytes_and_leaves_the_workload_alone(tmp_path):
+    from astra_compile.compiler.frontend.op_times import with_op_times
+    from astra_compile.compiler.frontend.workload import COMPUTE, Op, Workload
+    flops, nbytes = 2 * 4096 * 4096 * 4096, 4 * 3 * 4096 * 4096
+    ops = [Op("aten.mm.default", COMPUTE, flops=flops, bytes=nbytes),          # the profile's first matmul
+           Op("aten.mm.default", COMPUTE, flops=flops + 2, bytes=nbytes),      # no such call
+           Op("aten.mm.default", COMPUTE, flops=flops, bytes=nbytes, measured_ns=5.0)]   # measured already
+    workload = Workload(1, {0: ops})
+    profile = write(tmp_path, synthetic(times=[1e6 + i for i in range(9)]))
+    timed = with_op_times(workload, profile)
+    assert [op.measured_ns for op in timed.programs[0]] == [1e6, -1.0, 5.0]
+    assert ops[0].measured_ns == -1.0
+
+
+def test_op_times_outside_a_training_step_is_one_line(capsys):
+    assert main(["--collective", "all_reduce", "--size", "1MB", "--topology", "Switch(2)", "--op-times", MLP]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--op-times" in err
+
+
+def test_op_times_of_a_bad_profile_is_one_line(tmp_path, capsys):
+    bad = write(tmp_path, {"traceEvents": []})
+    assert main([ET, "--topology", "Switch(2)", "--op-times", bad]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no deviceProperties" in err

@@ -26,7 +26,7 @@ import ast
 import re
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...network.errors import UserError
 from ...network.op_classes import format_shapes, op_name
@@ -75,6 +75,7 @@ class Profile:
     host_ns: float           # host time per op issue (host_issue_ns)
     comm_ns: float           # device time of the communication left out
     foreach_guessed: bool    # foreach lists sized from the parameters (module notes)
+    outer: list = field(default_factory=list)   # OpTime of each ATen call around launchers, by what runs inside
 
 
 def read_profile(path: str) -> Profile:
@@ -129,9 +130,22 @@ def _read_profile(path: str, data) -> Profile:
             call, sized = _call(path, e, launched[id(e)], params)
             out.append(call)
             guessed = guessed or sized
+    # the ATen calls around a launcher (aten::linear around aten::addmm), timed by what runs inside them: a run
+    # whose op is the outer call (an execution trace's) finds its time there (--op-times)
+    inside: dict[int, list] = defaultdict(list)
+    for e in calls:
+        if id(e) not in launched:
+            continue
+        seen, up = {id(e)}, parent.get(id(e))
+        while up is not None and id(up[0]) not in seen:
+            seen.add(id(up[0]))
+            if up[0].get("cat") == "cpu_op" and str(up[0]["name"]).startswith("aten::"):
+                inside[id(up[0])] += launched[id(e)]
+            up = parent.get(id(up[0]))
+    outer = [_call(path, e, inside[id(e)] + launched.get(id(e), []), params)[0] for e in calls if id(e) in inside]
     if not out:
         raise UserError(f"{path}: the profiler trace holds no compute kernels launched by an operator call")
-    return Profile(path, first["name"], sms, out, host_issue_ns(calls, parent), comm_ns, guessed)
+    return Profile(path, first["name"], sms, out, host_issue_ns(calls, parent), comm_ns, guessed, outer)
 
 
 def _in_comm(call: dict, parent: dict) -> bool:
