@@ -1,5 +1,6 @@
 """astra-compile's entry point (the console script, `python -m astra_compile`): the command line goes to its
-subcommand, `sweep` (sweep/command.py), `calibrate` (cli/calibrate.py) or a run (cli/cli.py), under one Ctrl-C
+subcommand, `sweep` (sweep/command.py), `calibrate` (cli/calibrate.py), `calibrate-compute`
+(cli/calibrate_compute.py) or a run (cli/cli.py), under one Ctrl-C
 handler. It sits above every stage, the sweep included: a sweep point runs the CLI's own code path."""
 from __future__ import annotations
 
@@ -53,6 +54,9 @@ def _main(argv: list[str]) -> int:
     if argv[:1] == ["sweep"]:  # `astra-compile sweep ...`: many runs from one file (sweep/command.py)
         from .sweep.command import main as sweep_main
         return sweep_main(argv[1:])
+    if argv[:1] == ["calibrate-compute"]:  # a GPU's compute model fitted to torch.profiler traces
+        from .cli.calibrate_compute import main as calibrate_compute_main
+        return calibrate_compute_main(argv[1:])
     if argv[:1] == ["calibrate"]:  # `astra-compile calibrate LOG...`: the network fitted to nccl-tests logs
         from .cli.calibrate import main as calibrate_main
         return calibrate_main(argv[1:])

@@ -529,6 +529,31 @@ def case_profile_alone(draw, workdir):
     run("profiler traces alone", [profile, "--topology", "2x2_torus", "--json"], workdir)
 
 
+def gpu_profile() -> dict:
+    """A GPU profile for calibrate-compute: three matmuls and three adds, each with its kernel."""
+    events = []
+    for i, (name, dims, types) in enumerate([("aten::mm", [[64, 128], [128, 256]], ["float", "float"]),
+                                             ("aten::mm", [[256, 512], [512, 64]], ["float", "float"]),
+                                             ("aten::mm", [[1024, 1024], [1024, 1024]], ["float", "float"]),
+                                             ("aten::add", [[4096], [4096], []], ["float", "float", "Scalar"]),
+                                             ("aten::add", [[65536], [65536], []], ["float", "float", "Scalar"]),
+                                             ("aten::add", [[8], [8], []], ["float", "float", "Scalar"])], 1):
+        events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5.0,
+                       "args": {"External id": i, "Input Dims": dims, "Input type": types,
+                                "Concrete Inputs": [""] * (len(dims) - 1) + ["1" if name == "aten::add" else ""]}})
+        events.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10 * i + 1,
+                       "dur": 1.0 + i, "args": {"External id": i}})
+    return {"deviceProperties": [{"id": 0, "name": "NVIDIA H200", "numSms": 132}], "traceEvents": events}
+
+
+def case_gpu_profile(draw, workdir):
+    data = draw(st.one_of(st.builds(json.dumps, mutated_json(gpu_profile(), edits=2)),
+                          mutated_text(json.dumps(gpu_profile(), indent=1)), hostile_bytes()))
+    profile = write(os.path.join(workdir, "gpu_kineto.json"), data)
+    args = draw(st.sampled_from([["--gpu-name", "h200", "-o", "fit.yaml"], ["--gpu", "h200"]]))
+    run("GPU profiles (calibrate-compute)", ["calibrate-compute", profile, *args], workdir, outputs=("fit.yaml",))
+
+
 def case_model_file(draw, workdir):
     data = draw(mutated_text(model_source(), edits=2))
     path = write(os.path.join(workdir, "model.py"), data)
@@ -797,6 +822,7 @@ CASES = {"sizes": case_size, "topology notation": case_topology, "command-line n
          "system files": case_system_file,
          "pool files": case_pool_file,
          "GPU device files": case_device_file,
+         "GPU profiles (calibrate-compute)": case_gpu_profile,
          "Chakra traces": case_chakra,
          "Chakra nodes": case_chakra_nodes,
          "Chakra traces written": case_chakra_written}

@@ -81,7 +81,7 @@ OVERRIDES = {
     **{k: ("run", k) for k in ("backend", "switching", "intra", "max_memory", "local_mem_gbps")},
     **{k: ("step", k) for k in ("mesh", "peak_tflops", "mem_bw_gbps", "rank", "capture_limit", "example_inputs",
                                 "parallelize", "loss", "optimizer", "iteration", "keep_tables", "mem_latency_ns",
-                                "pool", "offload", "in_switch", "cache", "gpu")},
+                                "pool", "offload", "in_switch", "cache", "gpu", "op_times")},
     "step_semantics": ("step", "semantics"),
 }
 
@@ -184,9 +184,10 @@ def _compile(source, job: Job, use_recorded: bool) -> WorkloadReport:
     semantics = _semantics(step)
     module_options = any(v is not None for v in (step.example_inputs, step.parallelize, step.loss, step.optimizer))
     if step_module:  # written by --emit mlir: already lowered, with its topology, source and mesh
-        if mesh or step.iteration is not None or step.offload or step.in_switch or module_options:
+        if mesh or step.iteration is not None or step.offload or step.in_switch or module_options \
+                or step.op_times is not None:
             raise UserError(f"{os.fspath(source)}: a workload module is already captured and lowered: mesh, "
-                            "iteration, offload and the nn.Module options do not apply")
+                            "iteration, offload, --op-times and the nn.Module options do not apply")
         lowered, topo, recorded = read_lowered(os.fspath(source), topo, net.endpoint_delay)
         if use_recorded and recorded["run"]:
             job = _with_recorded(recorded["run"], job, RECORDED_BY_MODULE)
@@ -202,6 +203,9 @@ def _compile(source, job: Job, use_recorded: bool) -> WorkloadReport:
         workload = load_workload(source, topo.npus, mesh, step.capture_limit, topo, job.run.max_memory)
         if step.iteration is not None:
             workload = workload.only_iteration(step.iteration)
+        if step.op_times is not None:
+            from ..frontend.op_times import with_op_times
+            workload = with_op_times(workload, os.fspath(step.op_times))
         from ..frontend.offload import host_states, offload as place, parse_states
         offload = step.offload
         states = parse_states(",".join(offload) if isinstance(offload, (tuple, list)) else offload)

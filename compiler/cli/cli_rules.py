@@ -19,7 +19,7 @@ ALLOWED = {
     "table directory": RUN | {"json", "verify", "timeline", "plot"},
     "training step": NETWORK | COMPILE | {"system", "mesh", "capture_limit", "peak_tflops", "mem_bw", "gpu",
                                           "backend", "switching", "intra", "emit", "output", "json", "max_memory",
-                                          "cache", "iteration",
+                                          "cache", "iteration", "op_times",
                                           "local_mem_bw", "mem_latency", "pool", "offload", "in_switch", "plot",
                                           "timeline", "npu", "table_format", "force", "step_semantics",
                                           "switching"},

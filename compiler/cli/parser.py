@@ -23,6 +23,9 @@ EPILOG = """examples:
   astra-compile sweep sweep.yml -o results.csv      (many runs from one file: docs/sweeps.md)
   astra-compile calibrate LOG... --topology T       (bandwidth and latency fitted to nccl-tests logs:
                                                     docs/calibrate.md)
+  astra-compile calibrate-compute PROFILE.json --gpu-name h200 -o my_gpu.yaml
+                                                   (a GPU's compute model fitted to torch.profiler traces:
+                                                    docs/compute.md)
 
 sizes: B, KB/MB/GB (powers of 2, as ASTRA-sim), KiB/MiB/GiB; bandwidth in GB/s (2^30 B/s); latency in ns."""
 
@@ -83,6 +86,9 @@ def build_parser() -> Parser:
     g.add_argument("--pool", metavar="POOL.yaml",
                    help="the remote memory pool remote loads and stores use: ASTRA-sim 2.0's HierMem or ZeRO-Infinity "
                         "(docs/memory.md)")
+    g.add_argument("--op-times", metavar="PROFILE.json",
+                   help="a torch.profiler trace of a GPU run (record_shapes=True): the step's compute ops found in "
+                        "it take its measured median times, the rest the compute model's (docs/compute.md)")
     g.add_argument("--offload", metavar="STATES",
                    help="keep these training states in the remote pool and move them as the step needs them "
                         "(ZeRO-Infinity style): params, grads, optimizer, comma-separated; needs --pool")

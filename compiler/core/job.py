@@ -106,6 +106,7 @@ class StepOptions:
     pool: object = None              # a pool file's path or a network/memory_pool object
     offload: object = None           # "params,grads,optimizer" or a tuple of them
     in_switch: bool = False
+    op_times: str | None = None      # --op-times: a GPU profile whose measured op times the step's ops take
     rank: int = 0                    # whose step the report shows
     keep_tables: bool = False        # keep each collective's schedule (the step's tables)
     # an nn.Module given to the API: what the model file convention's functions would give
@@ -178,7 +179,7 @@ OPTIONS = {
                                "verify")},
     "local_mem_bw": ("run", "local_mem_gbps"),
     **{k: ("step", k) for k in ("mesh", "capture_limit", "cache", "iteration", "peak_tflops", "pool", "offload",
-                                "in_switch", "astra_link_gbps")},
+                                "in_switch", "astra_link_gbps", "op_times")},
     "step_semantics": ("step", "semantics"), "mem_bw": ("step", "mem_bw_gbps"),
     "mem_latency": ("step", "mem_latency_ns"), "gpu": ("step", "gpu"),
     **{k: ("outputs", k) for k in ("emit", "output", "npu", "table_format", "table_view", "json", "timeline", "plot",
