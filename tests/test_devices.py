@@ -121,7 +121,10 @@ def step_json(capsys, *extra):
 def test_gpu_h200_compute_time_by_hand(capsys):
     report = step_json(capsys, "--gpu", "h200")
     peak, bw = 67e12, 4.8e12   # H200 SXM: fp32 67 TFLOP/s (ops have no dtype: fp32), 4.8 decimal TB/s
-    mm, add = max(2 ** 30 / peak, MIB / bw), max(MIB / peak, MIB / bw)
+    model = devices.presets()["h200"].compute_model()   # its efficiency: a fraction of each, and a launch time
+    matmul, elementwise, launch = model.value("matmul.fp32"), model.value("elementwise"), model.value("launch_us")
+    mm = max(2 ** 30 / (peak * matmul), MIB / (bw * elementwise)) + launch * 1e-6   # no shapes: no tile penalty
+    add = max(MIB / peak, MIB / (bw * elementwise)) + launch * 1e-6
     assert report["compute_time_us"] == pytest.approx((mm + add) * 1e6, rel=1e-12)
     assert report["peak_tflops"] == 67 and report["mem_bw_gbps"] == pytest.approx(4.8e12 / 2 ** 30)
     assert report["gpu"] == {"name": "h200", "description": "NVIDIA H200 SXM 141GB",
@@ -148,8 +151,10 @@ def test_peak_tflops_and_mem_bw_beside_gpu_override_its_fp32_peak_and_bandwidth(
 def test_api_gpu_override():
     report = astra_compile.compile(STEP, None, gpu="a100-80gb").to_dict()
     assert report["peak_tflops"] == 19.5 and report["gpu"]["name"] == "a100-80gb"
+    model = devices.presets()["a100-80gb"].compute_model()
+    launch, elementwise = model.value("launch_us") * 1e-6, model.value("elementwise")
     assert report["compute_time_us"] == pytest.approx(
-        (2 ** 30 / 19.5e12 + max(MIB / 19.5e12, MIB / 2.039e12)) * 1e6)
+        (2 ** 30 / (19.5e12 * model.value("matmul.fp32")) + launch + MIB / (2.039e12 * elementwise) + launch) * 1e6)
     assert astra_compile.compile(STEP, None, gpu="h200", peak_tflops=10.0).to_dict()["peak_tflops"] == 10.0
 
 

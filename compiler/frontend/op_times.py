@@ -4,9 +4,9 @@ Each compute op of the workload whose (bare ATen name, shapes, dtype) a torch.pr
 (profile_ops.py: the calls that launched kernels, and the ATen calls around them, so that an execution trace's
 aten::linear finds its time as well as a capture's aten.addmm) takes the median of those calls' device times as
 its measured time (`Op.measured_ns`, which the engine uses instead of the compute model); the rest keep the
-model's. An op measured already (a trace given with its own profiler trace) keeps its own time. Until the
-frontends record an op's shapes (`Op.shapes`), an op is matched by its name, dtype, FLOPs and bytes instead: the
-same rules (flop_counter, op_bytes) computed them on both sides. The report says how much of the step's compute
+model's. An op measured already (a trace given with its own profiler trace) keeps its own time. An op whose
+shapes find no call (a profile records no sizes for the optimizer's tensor lists), or that has none, is matched
+by its name, dtype, FLOPs and bytes instead: the same rules (flop_counter, op_bytes) computed them on both sides. The report says how much of the step's compute
 was measured ("measured" in its compute line, `measured_compute_us` and `measured_ops` in --json).
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ def with_op_times(workload: Workload, path: str) -> Workload:
         timed = []
         for op in ops:
             if op.kind == COMPUTE and op.measured_ns < 0:
-                ns = table.get(_key(op))
+                ns = next((table[k] for k in _keys(op) if k in table), None)
                 if ns is not None:
                     op = dataclasses.replace(op, measured_ns=float(ns))
             timed.append(op)
@@ -46,8 +46,8 @@ def with_op_times(workload: Workload, path: str) -> Workload:
     return dataclasses.replace(workload, programs=programs)
 
 
-def _key(op) -> tuple:
-    shapes = getattr(op, "shapes", "")
-    if shapes:
-        return ("shapes", op_name(op.name), shapes, op.dtype)
-    return ("work", op_name(op.name), op.dtype, int(op.flops), int(op.bytes))
+def _keys(op) -> list[tuple]:
+    """What an op is looked up by, in order: its shapes where it has them, then its work (a profile's tensor list
+    recorded without sizes, the optimizer's, matches by its work only)."""
+    work = ("work", op_name(op.name), op.dtype, int(op.flops), int(op.bytes))
+    return ([("shapes", op_name(op.name), op.shapes, op.dtype)] if op.shapes else []) + [work]
