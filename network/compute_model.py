@@ -9,8 +9,8 @@ calibrate-compute`; the presets' values say where they were fitted):
 
 - tensor-core classes (matmul, attention, attention_backward, conv, conv_backward): `CLASS.DTYPE` (or `CLASS` for
   every dtype) is the fraction of the dtype's dense peak a large op reaches. A matmul or convolution with known
-  GEMM dimensions also pays for its shape: tiles of 128 (64 where a dimension is smaller) padded at the matrix
-  edges, waves of tiles over the `multiprocessors`, two at a time on each (split along K when there are fewer
+  GEMM dimensions also pays for its shape: tiles of 128 (64 where a dimension is smaller, at the lower rate of
+  a smaller tile's fewer multiply-adds per element loaded) padded at the matrix edges, waves of tiles over the `multiprocessors`, two at a time on each (split along K when there are fewer
   tiles than that, as cuBLAS does), and `CLASS.k_overhead`, the prologue and epilogue of a tile in multiply-adds
   of K: a tile of depth K costs K + k_overhead. Its bytes take `elementwise`'s bandwidth; the op takes the larger.
 - memory classes (norm, elementwise, optimizer): `CLASS` is the fraction of the memory bandwidth its kernels
@@ -152,6 +152,10 @@ def gemm_factor(gemm: np.ndarray, k_overhead: np.ndarray, multiprocessors: int) 
     tn = np.where(n >= TILE, TILE, SMALL_TILE)
     rows, cols = np.ceil(m / tm), np.ceil(n / tn)
     pad = rows * tm * cols * tn / (m * n)
+    # a smaller tile does fewer multiply-adds per element it loads (tm*tn / (tm + tn)): a 64x128 tile two thirds
+    # of a 128x128 one's, and it runs that much slower (an H200's fp32 GEMMs of M = 64 ran at 47-74 % of the rate
+    # of large ones, profiled)
+    pad = pad * (TILE / 2) / (tm * tn / (tm + tn))
     tiles = b * rows * cols
     if multiprocessors > 0:
         slots = multiprocessors * TILES_PER_SM

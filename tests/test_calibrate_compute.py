@@ -96,7 +96,7 @@ def test_a_constant_with_too_few_ops_keeps_its_default(true_profile, tmp_path, c
     assert main(["calibrate-compute", write(tmp_path, data, "p2.json"), "--gpu-name", "H200", "-o", out]) == 0
     text = capsys.readouterr().out
     assert "norm" not in dict(devices.load(out).efficiency)   # the preset has none: DEFAULTS' stays
-    assert "default (1 group(s) of ops; 3 needed)" in text
+    assert "default (1 group(s) of ops; 2 needed)" in text
 
 
 def test_the_real_mlp_profile_reads_as_recorded():
@@ -121,7 +121,7 @@ def test_foreach_lists_without_sizes_are_the_parameters(tmp_path):
     p = profile_ops.read_profile(write(tmp_path, data))
     (call,) = p.calls
     assert p.foreach_guessed and call.shapes == "[]"   # as recorded: the key of --op-times
-    assert call.nbytes == 4 * (64 * 32 + 32)     # the list read (an in-place foreach op returns nothing)
+    assert call.nbytes == 2 * 4 * (64 * 32 + 32)   # the list read and written back (in place, returns nothing)
 
 
 def test_communication_is_left_out_and_tf32_told_by_the_kernel(tmp_path):

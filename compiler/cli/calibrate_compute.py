@@ -8,7 +8,8 @@ reads its op calls (measured kernel time, shapes, dtype, FLOPs, bytes), communic
 calls of one (name, shapes, dtype) by their median. The fit is scipy.optimize.least_squares over the efficiency
 constants the profiles can tell (a constant with fewer than MIN_GROUPS groups of ops keeps its base value): the
 residual of a group is its log time error (a 2x error weighs the same on a 5 us op as on a 5 ms one), weighted by
-the square root of the group's share of the measured time (so big ops count by their time share), with the
+the square root of the mean of the group's share of the measured time (so big ops count by their time share) and
+an equal share (so the small ops, which alone tell the launch time, count too), with the
 soft_l1 loss (an odd kernel, a cuBLAS heuristic's miss, does not pull the rest). The peaks and bandwidth are
 the base device's (--base, else the preset named --gpu-name); host_us is the profile's (profile_ops.host_issue_ns).
 docs/compute.md ("Fitting your own GPU") states the choices and limits.
@@ -22,12 +23,13 @@ import sys
 
 import numpy as np
 
-from ...network.compute_model import DEFAULTS, FRACTIONS, GEMM_CLASSES, KEYS, MEMORY_CLASSES, ComputeModel
+from ...network.compute_model import FRACTIONS, GEMM_CLASSES, KEYS, MEMORY_CLASSES, ComputeModel
 from ...network.dtypes import DTYPES
 from ...network.errors import AstraError, UserError, show
 from ...network.op_classes import CLASSES, CODE as CLASS_CODE, TENSOR_CORE, classify, gemm_dims, parse_shapes
 
 MIN_GROUPS = 3            # groups of ops (distinct name, shapes, dtype) a constant needs to be fitted
+MIN_MEMORY_GROUPS = 2     # a memory class's one bandwidth fraction: a layer norm's forward and backward suffice
 FRACTION_FLOOR = 1e-3     # the fit's lower bound of a fraction (KEYS' bound is exclusive)
 ROBUST_SCALE = 0.25       # soft_l1's scale: a log error of about 25 % on a group of average share
 
@@ -150,6 +152,10 @@ def _shapes(text: str) -> list:
         return []
 
 
+def needed(key: str) -> int:
+    return MIN_MEMORY_GROUPS if key in MEMORY_CLASSES else MIN_GROUPS
+
+
 def free_keys(table: _Table) -> tuple[list, dict]:
     """The constants the groups can tell (MIN_GROUPS each), and per constant the groups behind it."""
     counts: dict[str, int] = {}
@@ -160,7 +166,7 @@ def free_keys(table: _Table) -> tuple[list, dict]:
             keys.append(f"{name}.k_overhead")
         for k in keys + ["launch_us"]:
             counts[k] = counts.get(k, 0) + 1
-    free = [k for k in KEYS if counts.get(k, 0) >= MIN_GROUPS and k != "host_us"]
+    free = [k for k in KEYS if counts.get(k, 0) >= needed(k) and k != "host_us"]
     return free, counts
 
 
@@ -173,12 +179,14 @@ def fit(table: _Table, device, multiprocessors: int) -> tuple[dict, dict]:
     status = {}
     for k in sorted(counts):
         if k not in free:
-            status[k] = f"default ({counts[k]} group(s) of ops; {MIN_GROUPS} needed)"
+            status[k] = f"default ({counts[k]} group(s) of ops; {needed(k)} needed)"
     use = table.measured > 0
     if not free or not use.any():
         return efficiency, status
     share = table.total[use] / table.total[use].sum()
-    root = np.sqrt(share)
+    # half by time share (big ops count by their time), half the same for every group: the small ops alone tell
+    # the launch time, and with no weight it would drift to wherever the big ones leave it
+    root = np.sqrt((share + 1 / len(share)) / 2)
     low = np.array([FRACTION_FLOOR if k in FRACTIONS else KEYS[k][0] for k in free])
     high = np.array([KEYS[k][1] for k in free])
     x0 = np.clip([base.value(k) for k in free], low, high)

@@ -11,7 +11,9 @@ calibrate-compute` fits a GPU's constants to them; `--op-times` gives them to th
   (record_shapes=True). FLOPs, bytes and dtype come from the project's one rule each: torch.utils.flop_counter's
   formulas, op_bytes.moved_bytes and op_dtype.compute_dtype, applied to meta tensors of the recorded shapes; the
   call is run once on the meta device for its outputs (the profiler records only inputs). A call that will not
-  run there (an argument the profiler could not render) counts its inputs' bytes and no FLOPs.
+  run there (an argument the profiler could not render) counts its inputs' bytes and no FLOPs. The profiler
+  records no tensor identities: a tensor passed twice is read twice here, where the frontends read it once,
+  except for the optimizer's `_foreach_addcmul_` of two lists of the same sizes (Adam's grad * grad).
 - The profiler records no sizes for the tensor lists of the _foreach_ ops the optimizer runs: each such list is
   taken to be the step's parameters, as many and as large as the gradients autograd's AccumulateGrad received in
   the trace (what torch.optim's foreach AdamW/SGD/Adam run over). A list of scalar step counts on the GPU
@@ -214,6 +216,12 @@ def _work(name: str, inputs: list) -> tuple:
     import torch
     from torch.utils.flop_counter import flop_registry
     in_tensors = []
+    lists = [i for i, (kind, _) in enumerate(inputs) if kind == "list"]
+    if op_name(name) in ("_foreach_addcmul_", "_foreach_addcmul") and len(lists) >= 3 \
+            and inputs[lists[1]][1] == inputs[lists[2]][1]:
+        # torch.optim's Adam/AdamW pass the gradients twice (exp_avg_sq += grad * grad); the kernel reads them
+        # once, as the frontends count (op_bytes.py). The profiler records no identities to tell otherwise.
+        inputs = inputs[:lists[2]] + inputs[lists[2] + 1:]
     for kind, value in inputs:
         if kind == "tensor":
             in_tensors.append(value)
@@ -221,9 +229,14 @@ def _work(name: str, inputs: list) -> tuple:
             in_tensors += value
     in_types = [_TORCH_DTYPE.get(t, t) for _, t in in_tensors]
     in_bytes = [_numel(s) * _ELEMENT_BYTES.get(t, 0) for s, t in in_tensors]
+    # where the call does not run on meta tensors: an in-place op (the trailing underscore) writes its first
+    # argument back without returning it, as the optimizer's foreach ops do (op_bytes.py)
+    first = next(([v] if kind == "tensor" else v for kind, v in inputs if kind in ("tensor", "list")), [])
+    unrun = moved_bytes(name, in_bytes, [], sum(_numel(sz) * _ELEMENT_BYTES.get(t, 0) for sz, t in first or [])
+                        if op_name(name).endswith("_") else 0)
     packet = getattr(torch.ops.aten, op_name(name), None) if name.startswith("aten::") else None
     if packet is None or not in_tensors:   # a factory (zeros, arange) is not run: it would allocate on the host
-        return 0, moved_bytes(name, in_bytes, []), in_types, []
+        return 0, unrun, in_types, []
     try:
         args, kwargs, overload = _bind(name, packet, inputs)
         with torch.no_grad(), torch.device("meta"):
@@ -235,10 +248,17 @@ def _work(name: str, inputs: list) -> tuple:
         if packet in flop_registry:
             flops = int(flop_registry[packet](*args, **kwargs, out_val=out))
     except Exception:   # noqa: BLE001 - whatever torch raises for arguments the profiler could not render
-        return 0, moved_bytes(name, in_bytes, []), in_types, []
+        return 0, unrun, in_types, []
     out_types = [str(t.dtype).removeprefix("torch.") for t in results]
     out_bytes = [t.numel() * t.element_size() for t in results]
-    return flops, moved_bytes(name, in_bytes, out_bytes), in_types, out_types
+    written = 0
+    if not results:   # written in place and not returned (_foreach_mul_, ...): op_bytes.py charges it
+        schema = overload._schema
+        for i, a in enumerate(schema.arguments):
+            if a.alias_info is not None and a.alias_info.is_write and not a.is_out:
+                value = args[i] if i < len(args) else kwargs.get(a.name)
+                written += sum(t.numel() * t.element_size() for t in _flatten(value) if isinstance(t, torch.Tensor))
+    return flops, moved_bytes(name, in_bytes, out_bytes, written), in_types, out_types
 
 
 def _numel(sizes) -> int:
