@@ -34,7 +34,8 @@ MAX_FILE_BYTES = 1 << 20
 PRESETS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpus.json")
 REQUIRED = ("name", "peak_tflops", "mem_bw_tb_s", "memory_gb")
 OPTIONAL = ("version", "description", "sources", "multiprocessors", "efficiency")
-NUMBERS = tuple(f"peak_tflops.{d}" for d in DTYPES) + ("mem_bw_tb_s", "memory_gb")   # what `sources` may name
+# what `sources` may name
+NUMBERS = tuple(f"peak_tflops.{d}" for d in DTYPES) + ("mem_bw_tb_s", "memory_gb", "multiprocessors", "efficiency")
 MAX_MEMORY_GB = 1e9
 MAX_MULTIPROCESSORS = 1 << 20
 MAX_TEXT = 1000   # characters of a name, description or source
