@@ -129,6 +129,8 @@ def main() -> None:
     ap.add_argument("--models", help="comma-separated models (default: every model in the data)")
     ap.add_argument("--modes", help="comma-separated precision modes (default: every mode in the data)")
     ap.add_argument("--by-class", action="store_true", help="also the predicted compute per op class")
+    ap.add_argument("--gpu", default="h200", help="the device to predict with (default: the h200 preset; a device "
+                                                  "file to try other constants)")
     args = ap.parse_args()
     with open(os.path.join(DATA, "h200_examples.json")) as f:
         data = json.load(f)
@@ -143,7 +145,7 @@ def main() -> None:
             for mode in modes:
                 path = mode_file(tmp, model, mode)
                 timeline = os.path.join(tmp, f"{model}.{mode}.timeline.json") if args.by_class else None
-                h200 = predict(path, "h200", cache, timeline)
+                h200 = predict(path, args.gpu, cache, timeline)
                 a100 = predict(path, None, cache, None)
                 measured = data["models"][model][f"step_ms_{mode}"]
                 fwd = data["models"][model][f"fwd_ms_{mode}"]

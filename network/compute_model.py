@@ -8,12 +8,12 @@ its own constants, the device file's `efficiency` mapping (fitted from real prof
 calibrate-compute`; the presets' values say where they were fitted):
 
 - tensor-core classes (matmul, attention, attention_backward, conv, conv_backward): `CLASS.DTYPE` (or `CLASS` for
-  every dtype) is the fraction of the dtype's dense peak a large op reaches. A matmul or convolution with known
-  GEMM dimensions also pays for its shape: tiles of 128 (64 where a dimension is smaller, at the lower rate of
+  every dtype) is the fraction of the dtype's dense peak a large op reaches (counted in torch's FLOPs). A
+  matmul with known GEMM dimensions also pays for its shape: tiles of 128 (64 where a dimension is smaller, at the lower rate of
   a smaller tile's fewer multiply-adds per element loaded) padded at the matrix edges, waves of tiles over the `multiprocessors`, two at a time on each (split along K when there are fewer
-  tiles than that, as cuBLAS does), and `CLASS.k_overhead`, the prologue and epilogue of a tile in multiply-adds
+  tiles than that, as cuBLAS does), and `matmul.k_overhead`, the prologue and epilogue of a tile in multiply-adds
   of K: a tile of depth K costs K + k_overhead. Its bytes take `elementwise`'s bandwidth; the op takes the larger.
-- memory classes (norm, elementwise, optimizer): `CLASS` is the fraction of the memory bandwidth its kernels
+- memory classes (norm, elementwise, optimizer, cast): `CLASS` is the fraction of the memory bandwidth its kernels
   reach, counting the bytes the op reads and writes once (a BatchNorm's extra passes show as a lower fraction).
 - `launch_us`: added to every kernel (launch latency and the tail of a grid), and `host_us`: the host time to
   issue one op (eager dispatch, autograd and launch; `CLASS.host_us` for one class: a cuDNN convolution's
@@ -35,7 +35,9 @@ from .errors import UserError, show
 from .op_classes import CLASSES, CODE as CLASS_CODE, TENSOR_CORE
 
 MEMORY_CLASSES = tuple(c for c in CLASSES if c not in TENSOR_CORE)
-GEMM_CLASSES = ("matmul", "conv", "conv_backward")   # the classes whose shape costs them (tiles and waves)
+# the classes whose shape costs them (tiles and waves); not convolutions: cuDNN picks among implicit GEMM,
+# Winograd and FFT algorithms per shape, which a GEMM's tiles do not describe (their fraction is fitted whole)
+GEMM_CLASSES = ("matmul",)
 TILE, SMALL_TILE = 128, 64
 MIN_SPLIT_K = 256   # cuBLAS splits K only while each part keeps at least this depth
 # Tiles a multiprocessor runs at once to reach its rate (one hides too little latency: an H200's fp32 GEMM of
@@ -60,10 +62,10 @@ FRACTIONS = tuple(k for k, v in KEYS.items() if v[1] == 1.0)
 
 # What a key the device file leaves out takes: the preset h200's fit (network/gpus.json says where it was fitted).
 # A device file of another GPU should give its own (astra-compile calibrate-compute writes them all).
-DEFAULTS = {"matmul": 0.76, "matmul.tf32": 0.82, "matmul.bf16": 0.785, "matmul.fp16": 0.785, "matmul.fp8": 0.6,
-            "matmul.k_overhead": 32.0, "attention": 0.5, "attention_backward": 0.4, "conv": 0.5,
-            "conv_backward": 0.35, "conv.k_overhead": 32.0, "conv_backward.k_overhead": 32.0,
-            "norm": 0.45, "elementwise": 0.8, "optimizer": 0.8, "launch_us": 2.0, "host_us": 8.0}
+DEFAULTS = {"matmul": 0.7961, "matmul.tf32": 0.825, "matmul.bf16": 0.789, "matmul.fp16": 0.789, "matmul.fp8": 0.6,
+            "matmul.k_overhead": 38.38, "attention": 0.5, "attention_backward": 0.4, "conv": 0.42,
+            "conv_backward": 0.5, "norm": 0.2, "elementwise": 0.7333, "optimizer": 0.8171, "cast": 0.7333,
+            "launch_us": 1.191, "host_us": 21.0, "cast.host_us": 2.0}
 
 
 def check_efficiency(where: str, value) -> tuple:
@@ -78,7 +80,7 @@ def check_efficiency(where: str, value) -> tuple:
     for key, v in value.items():
         if key not in KEYS:
             raise UserError(f"{where}: unknown field {show(f'efficiency.{key}')}; expected an op class "
-                            f"({', '.join(CLASSES)}), CLASS.DTYPE, CLASS.k_overhead, launch_us or host_us")
+                            f"({', '.join(CLASSES)}), CLASS.DTYPE, matmul.k_overhead, launch_us, host_us or CLASS.host_us")
         low, high, meaning = KEYS[key]
         fraction = key in FRACTIONS
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \

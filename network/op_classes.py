@@ -2,7 +2,9 @@
 
 The compute model (network/compute_model.py) times each class its own way: matrix multiplies, convolutions and
 attention on the tensor cores (FLOPs at a fraction of the dtype's peak, matmuls and convolutions also paying for
-tile and wave quantisation), normalisation, elementwise ops and the optimizer's foreach kernels on memory bandwidth.
+tile and wave quantisation), normalisation, elementwise ops, the optimizer's foreach kernels and dtype casts on
+memory bandwidth. A cast (`_to_copy`: what autocast inserts before a matmul) is a class of its own for the host:
+autocast issues it inside the op it feeds, at a fraction of a Python-issued op's host time.
 The class comes from the ATen op's name alone; the GEMM dimensions from the shapes of its tensor arguments, as the
 frontends record them in `wl.shapes` (format below) and a profiler records them in "Input Dims".
 
@@ -16,7 +18,8 @@ from __future__ import annotations
 import math
 import re
 
-CLASSES = ("matmul", "attention", "attention_backward", "conv", "conv_backward", "norm", "elementwise", "optimizer")
+CLASSES = ("matmul", "attention", "attention_backward", "conv", "conv_backward", "norm", "elementwise", "optimizer",
+           "cast")
 CODE = {name: code for code, name in enumerate(CLASSES)}
 TENSOR_CORE = ("matmul", "attention", "attention_backward", "conv", "conv_backward")   # FLOP-bound classes
 MAX_SHAPES_TEXT = 4096   # characters kept of an op's shapes (a foreach op over hundreds of tensors is cut)
@@ -33,6 +36,7 @@ _CONV = re.compile(r"conv(olution)?(\d?d|_transpose\d?d|_tbc|_depthwise\dd)?$|"
 _NORM = re.compile(r"(batch|layer|group|instance|rms)_norm|native_norm|_batch_norm|norm_backward|"
                    r"batch_norm_(stats|elemt|gather|backward)")
 _OPTIMIZER = re.compile(r"^_foreach_|^_fused_(adam|adamw|sgd|adagrad)")
+_CAST = {"_to_copy", "to", "_to_dtype", "type_as"}
 
 
 def op_name(name: str) -> str:
@@ -46,6 +50,8 @@ def classify(name: str) -> str:
     op = op_name(name)
     if _OPTIMIZER.search(op):
         return "optimizer"
+    if op in _CAST:
+        return "cast"
     if op in _MATMUL:
         return "matmul"
     if _ATTENTION_BACKWARD.search(op):
