@@ -10,7 +10,8 @@
 irdl.dialect @wl {
   // Work on the compute stream: `flops` floating-point operations touching `bytes` bytes of memory. It may carry
   // wl.dtype, the dtype it computed in ("bf16", "tf32", ...: network/dtypes.py; absent: "fp32"), and wl.shapes, its
-  // tensor arguments' sizes ("64x4096,4096x4096": network/op_classes.py; absent: not known).
+  // tensor arguments' sizes ("64x4096,4096x4096": network/op_classes.py; absent: not known), and wl.causal = true on
+  // an attention op that masked causally (absent: not).
   irdl.operation @compute {
     %flops = irdl.base "#builtin.integer"
     %bytes = irdl.base "#builtin.integer"

@@ -9,7 +9,9 @@ of the step it belongs to, and
 both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it, `wl.dtype`, the dtype it
 computed in (one of network/dtypes.DTYPES: "bf16", "tf32", ...; absent: "fp32"), whose peak the roofline takes,
 and `wl.shapes`, its tensor arguments' sizes in schema order ("4096,64x4096,4096x4096" for an addmm:
-network/op_classes.format_shapes; absent: not known), from which its op class's GEMM dimensions come.
+network/op_classes.format_shapes; absent: not known), from which its op class's GEMM dimensions come, and
+`wl.causal = true` on an attention op that masked causally (compiler/frontend/op_causal.py; absent: not), whose
+kernels run about half its counted FLOPs (network/compute_model.CAUSAL_WORK; the FLOPs themselves are unchanged).
 `wl.load` / `wl.store` move `bytes` between the accelerator and its local memory or the remote pool (`location`;
 docs/memory.md), a remote one gathered (reduce-scattered) by the pool's switches for a group of `wl.in_switch`
 GPUs when it carries that attribute. Point-to-point messages are
@@ -185,6 +187,8 @@ def _check_op(o, groups: dict, prog: str, rank: int, world: int) -> None:
         if not is_shapes(a.get("wl.shapes", "")):
             raise comm.IRError(f"{what}: wl.shapes must be tensor sizes as \"64x4096,4096x4096\" (at most "
                                f"{MAX_SHAPES_TEXT} characters), got {show(a['wl.shapes'])}")
+        if not isinstance(a.get("wl.causal", False), bool):
+            raise comm.IRError(f"{what}: wl.causal must be true or false, got {show(a['wl.causal'])}")
     elif o.name in (LOAD, STORE):
         if isinstance(a["bytes"], bool) or not isinstance(a["bytes"], int) or a["bytes"] < 0:
             raise comm.IRError(f"{what}: bytes must be a non-negative integer, got {show(a['bytes'])}")
@@ -327,6 +331,17 @@ def set_shapes(op: ir.Operation, shapes: str) -> None:
 def shapes_of(attrs: dict) -> str:
     """A compute op's shapes as its attributes give them ("": not known; checked by check_module)."""
     return attrs.get("wl.shapes", "")
+
+
+def set_causal(op: ir.Operation, causal: bool) -> None:
+    """An attention op that masked causally (`wl.causal = true`), left out where not."""
+    if causal:
+        op.attributes["wl.causal"] = comm.to_attr(True)
+
+
+def causal_of(attrs: dict) -> bool:
+    """Whether a compute op masked causally as its attributes say (checked by check_module)."""
+    return attrs.get("wl.causal", False) is True
 
 
 def set_part(op: ir.Operation, phase: str, iteration: int) -> None:

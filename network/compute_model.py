@@ -19,6 +19,9 @@ calibrate-compute`; the presets' values say where they were fitted):
   issue one op (eager dispatch, autograd and launch; `CLASS.host_us` for one class: a cuDNN convolution's
   backward costs the host far more than an add). The host issues ops one after another; an op's kernel starts no
   earlier than its issue (the workload engine's compute stream), so a step of many small ops is host-bound.
+- causal attention: an attention or attention_backward op that masked causally (`is_causal=True`; the op's
+  `causal`) runs CAUSAL_WORK (half) of the FLOPs torch's counter gives it, which counts attention unmasked: its
+  kernels skip the masked blocks. The FLOPs reported stay the counted ones.
 
 Times are ns; peaks TFLOP/s per network/dtypes code; bandwidth bytes/ns. Nothing here reads files: the device file
 reader (network/devices.py) checks the mapping with `check_efficiency`.
@@ -43,6 +46,12 @@ MIN_SPLIT_K = 256   # cuBLAS splits K only while each part keeps at least this d
 # Tiles a multiprocessor runs at once to reach its rate (one hides too little latency: an H200's fp32 GEMM of
 # M = 64, one 128x64 tile per SM after split-K, runs at half the rate of a large one, profiled)
 TILES_PER_SM = 2
+# The share of an attention op's counted FLOPs its kernels run when it masks causally: torch.utils.flop_counter
+# counts scaled-dot-product attention unmasked, but flash and memory-efficient kernels skip the blocks above the
+# diagonal, about half of them (an H200's fp32 _efficient_attention_forward, B=1 S=2048 H=16 D=128: 0.515 ms for
+# 34.4 counted GFLOP, 67 TFLOP/s counted, the whole fp32 peak: 33 executed)
+CAUSAL_WORK = 0.5
+ATTENTION_CLASSES = ("attention", "attention_backward")
 
 # Each key: (low, high, meaning); a fraction's low bound is exclusive.
 KEYS: dict[str, tuple] = {}
@@ -120,9 +129,11 @@ class ComputeModel:
         return frac, bw, k0
 
     def kernel_ns(self, dtype_tflops, mem_bytes_per_ns: float, op_class: np.ndarray, dtype: np.ndarray,
-                  flops: np.ndarray, nbytes: np.ndarray, gemm: np.ndarray | None = None) -> np.ndarray:
+                  flops: np.ndarray, nbytes: np.ndarray, gemm: np.ndarray | None = None,
+                  causal: np.ndarray | None = None) -> np.ndarray:
         """Each op's kernel time. `dtype_tflops`: dense TFLOP/s per dtype code; `op_class`, `dtype`: codes per op
-        (dtype -1: fp32); `gemm`: (n, 4) batch, m, n, k per op (zeros: not a GEMM or not known)."""
+        (dtype -1: fp32); `gemm`: (n, 4) batch, m, n, k per op (zeros: not a GEMM or not known); `causal`: True per
+        op that masked causally (None: none did), an attention op's FLOPs then counted at CAUSAL_WORK."""
         frac, bw, k0 = self.tables()
         cls = np.asarray(op_class, dtype=np.int64)
         codes = np.asarray(dtype, dtype=np.int64)
@@ -131,6 +142,9 @@ class ComputeModel:
         flops, nbytes = np.asarray(flops, float), np.asarray(nbytes, float)
         tensor = np.isin(cls, [CLASS_CODE[c] for c in TENSOR_CORE])
         rate = np.where(tensor, peaks[codes] * frac[cls, codes], peaks[DTYPES.index("fp32")]) * 1e3  # flops/ns
+        if causal is not None and len(cls):
+            attention = np.isin(cls, [CLASS_CODE[c] for c in ATTENTION_CLASSES])
+            flops = np.where(np.asarray(causal, bool) & attention, flops * CAUSAL_WORK, flops)
         compute = flops / rate
         if gemm is not None and len(cls):
             compute = compute * gemm_factor(np.asarray(gemm, np.int64), k0[cls], self.multiprocessors)

@@ -13,7 +13,9 @@ routed message's on the topology (network/message.py); a load or store row its `
 (network/memory.py); a compute row its `dtype` (network/dtypes.py) where a program has one that is not fp32: the
 column is left out of a program whose compute is all fp32 (as it is of directories written before it); and its
 `shapes` (its tensor arguments' sizes, network/op_classes.format_shapes; "": not known) after the dtype column,
-where a program has a compute row whose shapes are known (a program without any keeps the columns before). The
+where a program has a compute row whose shapes are known (a program without any keeps the columns before); and
+`causal` ("1": an attention op that masked causally, network/compute_model.CAUSAL_WORK; "": not) after the shapes
+column, where a program has such a row. The
 step's rows of accelerator k are its program's rows plus its rows in each collective directory. Nothing read
 back is trusted: every key of meta.json, every cell of a program file and every collective directory is
 checked before anything runs, and a fault is one line naming the file, the row or key and the value.
@@ -49,7 +51,10 @@ PROGRAM_COLUMNS = ("row", "kind", "name", "phase", "iteration", "flops", "bytes"
                    "group", "stream", "peer", "location", "in_switch", "deps")
 DTYPE_COLUMN = "dtype"   # after PROGRAM_COLUMNS, in a program with compute rows that are not fp32
 SHAPES_COLUMN = "shapes"   # after DTYPE_COLUMN, in a program with compute rows whose shapes are known
-HEADERS = (PROGRAM_COLUMNS, PROGRAM_COLUMNS + (DTYPE_COLUMN,), PROGRAM_COLUMNS + (DTYPE_COLUMN, SHAPES_COLUMN))
+CAUSAL_COLUMN = "causal"   # after SHAPES_COLUMN, in a program with a causal attention row
+CAUSAL = "1"               # a causal row's cell; other rows' empty
+HEADERS = (PROGRAM_COLUMNS, PROGRAM_COLUMNS + (DTYPE_COLUMN,), PROGRAM_COLUMNS + (DTYPE_COLUMN, SHAPES_COLUMN),
+           PROGRAM_COLUMNS + (DTYPE_COLUMN, SHAPES_COLUMN, CAUSAL_COLUMN))
 META_KEYS = {"format", "version", "npus", "topology", "spmd", "source", "mesh", "scheduler", "table_format",
              "programs", "collectives"}
 OPTIONAL_KEYS = {"run"}   # the run options that shaped the step's figure, where not the defaults (run_record.py)
@@ -78,6 +83,7 @@ class ProgramRow:
     in_switch: int = 0    # load / store: GPUs whose tensor the pool's switches gather (1: none; 0 for other rows)
     dtype: str = ""       # compute: the dtype it ran in where not fp32 ("": fp32, and for other rows)
     shapes: str = ""      # compute: its tensor arguments' sizes ("": not known, and for other rows)
+    causal: bool = False  # compute: an attention op that masked causally
 
 
 @dataclass
@@ -127,13 +133,14 @@ def stands_for_all(meta) -> bool:
 def write_program(rows: list[ProgramRow], f) -> None:
     """A program's rows as CSV (PROGRAM_COLUMNS, header first) to the text stream f."""
     out = csv.writer(f, lineterminator="\n")
-    header = HEADERS[2] if any(r.shapes for r in rows) else HEADERS[1] if any(r.dtype for r in rows) else HEADERS[0]
+    header = HEADERS[3] if any(r.causal for r in rows) else HEADERS[2] if any(r.shapes for r in rows) else \
+        HEADERS[1] if any(r.dtype for r in rows) else HEADERS[0]
     extra = len(header) - len(PROGRAM_COLUMNS)
     out.writerow(header)
     for i, r in enumerate(rows):
         out.writerow([i, r.kind, r.name, r.phase, r.iteration, r.flops, r.bytes,
                       "" if math.isnan(r.measured_ns) else repr(r.measured_ns), r.collective, r.group, r.stream,
-                      r.peer, r.location, r.in_switch, ";".join(map(str, r.deps))] + [r.dtype, r.shapes][:extra])
+                      r.peer, r.location, r.in_switch, ";".join(map(str, r.deps))] + [r.dtype, r.shapes, CAUSAL if r.causal else ""][:extra])
 
 
 def not_a_step_dir(path: str) -> str | None:
@@ -283,7 +290,8 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
         raise TableError(f"{file}: not a CSV program table: {e}") from None
     columns = tuple(lines[0]) if lines else ()
     if columns not in HEADERS:
-        raise TableError(f"{file}: the header must be {','.join(PROGRAM_COLUMNS)}[,{DTYPE_COLUMN}[,{SHAPES_COLUMN}]]")
+        raise TableError(f"{file}: the header must be {','.join(PROGRAM_COLUMNS)}[,{DTYPE_COLUMN}[,{SHAPES_COLUMN}"
+                         f"[,{CAUSAL_COLUMN}]]]")
     colls, rows, streams = meta["collectives"], [], {}
     for i, cells in enumerate(lines[1:]):
         at = f"{file}: row {i}"
@@ -298,6 +306,9 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
         if (shapes and v["kind"] != "compute") or not is_shapes(shapes):
             _fail(at, f"shapes: {show(shapes)} (a compute row's is empty or tensor sizes as \"64x4096,4096x4096\", "
                       f"at most {MAX_SHAPES_TEXT} characters; other rows' empty)")
+        causal = v.get(CAUSAL_COLUMN, "")
+        if causal not in ("", CAUSAL) or (causal and v["kind"] != "compute"):
+            _fail(at, f"causal: {show(causal)} (a causal attention row's is {CAUSAL}, other rows' empty)")
         ints = {}
         for col, lo in (("row", 0), ("iteration", -1), ("flops", 0), ("bytes", 0), ("collective", -1), ("stream", 0),
                         ("peer", -1), ("in_switch", 0)):
@@ -361,5 +372,5 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
                           "groups and peers take streams 1, 2, ... in the order they first appear)")
         rows.append(ProgramRow(kind, v["name"], v["phase"], ints["iteration"], ints["flops"], ints["bytes"],
                                measured, c, v["group"], ints["stream"], deps, peer, v["location"], switch,
-                               "" if dtype == DEFAULT_DTYPE else dtype, shapes))
+                               "" if dtype == DEFAULT_DTYPE else dtype, shapes, causal == CAUSAL))
     return Program(entry["file"], entry["ranks"], entry["groups"], rows)

@@ -75,15 +75,17 @@ class Roofline:
     model: ComputeModel | None = None   # a --gpu device's efficiency model (None: the plain roofline)
 
     def time_ns(self, flops: np.ndarray, nbytes: np.ndarray, dtype: np.ndarray | None = None,
-                op_class: np.ndarray | None = None, gemm: np.ndarray | None = None) -> np.ndarray:
+                op_class: np.ndarray | None = None, gemm: np.ndarray | None = None,
+                causal: np.ndarray | None = None) -> np.ndarray:
         """`dtype`: each row's dtype code (NO_DTYPE: fp32, PyTorch's default), or None: every row at peak_tflops.
-        With a model and `op_class` (network/op_classes codes; `gemm`: (n, 4) GEMM dimensions or None) the model's
-        kernel time."""
+        With a model and `op_class` (network/op_classes codes; `gemm`: (n, 4) GEMM dimensions or None; `causal`:
+        attention rows that masked causally, or None) the model's kernel time; the plain roofline ignores `causal`
+        (the FLOPs it times are the counted ones)."""
         peaks = self.dtype_tflops if self.dtype_tflops is not None else (self.peak_tflops,) * len(DTYPES)
         if self.model is not None and op_class is not None:
             codes = np.full(np.shape(flops), FP32) if dtype is None else np.asarray(dtype)
             return self.model.kernel_ns(peaks, gbps_to_bytes_per_ns(self.mem_gbps), op_class, codes, flops, nbytes,
-                                        gemm)
+                                        gemm, causal)
         peak = self.peak_tflops
         if dtype is not None and self.dtype_tflops is not None:
             codes = np.asarray(dtype)
@@ -124,6 +126,8 @@ class ProgramTable:
     # compute rows: (batch, m, n, k) of the GEMM a matmul or convolution runs (op_classes.gemm_dims), an (n, 4)
     # int64 array; zeros where it is none or its shapes are not known (None: not known for any row)
     gemm: np.ndarray | None = None
+    # compute rows: True where an attention op masked causally (network/compute_model.CAUSAL_WORK; None: no row did)
+    causal: np.ndarray | None = None
 
 
 @dataclass
@@ -158,7 +162,7 @@ class _Rank:
     def __init__(self, index: int, table: ProgramTable, roofline: Roofline):
         self.index, self.t = index, table
         n = len(table.kind)
-        compute = roofline.time_ns(table.flops, table.nbytes, table.dtype, table.op_class, table.gemm)
+        compute = roofline.time_ns(table.flops, table.nbytes, table.dtype, table.op_class, table.gemm, table.causal)
         # an eager host issues the compute ops one after another: op i's kernel starts no earlier than the host has
         # issued ops 0..i (None without a compute model)
         self.issued = roofline.issued_ns(table.kind, table.op_class)

@@ -112,9 +112,9 @@ def test_the_dtype_reaches_the_engine_through_the_module_and_back(monkeypatch, t
     seen = []
     time_ns = workload_engine.Roofline.time_ns
 
-    def spy(self, flops, nbytes, dtype=None, op_class=None, gemm=None):
+    def spy(self, flops, nbytes, dtype=None, *model):
         seen.append(dtype.tolist())
-        return time_ns(self, flops, nbytes, dtype, op_class, gemm)
+        return time_ns(self, flops, nbytes, dtype, *model)
     monkeypatch.setattr(workload_engine.Roofline, "time_ns", spy)
     ops = [Op("aten.mm.default", COMPUTE, flops=10**9, dtype="bf16"), Op("aten.add.Tensor", COMPUTE, [0], bytes=8),
            Op("aten.mm.default", COMPUTE, [1], flops=10**9, dtype="tf32")]

@@ -134,6 +134,7 @@ class _Table:
         self.flops = np.array([float(g.flops) for g in groups])
         self.nbytes = np.array([float(g.nbytes) for g in groups])
         self.gemm = np.array([gemm_dims(g.name, _shapes(g.shapes), g.flops) for g in groups], dtype=np.int64)
+        self.causal = np.array([g.causal for g in groups], dtype=bool)
         self.measured = np.array([g.kernel_ns for g in groups])
         self.calls = np.array([g.calls for g in groups], dtype=float)
         self.total = np.array([g.total_ns for g in groups])
@@ -142,7 +143,8 @@ class _Table:
 
     def predict(self, model: ComputeModel) -> np.ndarray:
         """Each group's kernel time (one call)."""
-        return model.kernel_ns(self.peaks, self.bandwidth, self.cls, self.dtype, self.flops, self.nbytes, self.gemm)
+        return model.kernel_ns(self.peaks, self.bandwidth, self.cls, self.dtype, self.flops, self.nbytes, self.gemm,
+                               self.causal)
 
 
 def _shapes(text: str) -> list:

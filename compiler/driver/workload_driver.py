@@ -66,6 +66,7 @@ def to_module(ctx, workload: Workload, topology: Topology):
                     wl.set_measured(made, op.measured_ns)
                     wl.set_dtype(made, op.dtype)
                     wl.set_shapes(made, op.shapes)
+                    wl.set_causal(made, op.causal)
                 elif op.kind == COLLECTIVE and len(op.group) > 1:
                     dims, parts = group_span(topology, op.group)
                     made = wl.create_collective(op.collective, op.bytes, dims, f"{op.collective}_{i}",
@@ -354,7 +355,7 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
         n = len(prog.ops)
         kind, flops, nbytes, measured = np.zeros(n, np.int8), np.zeros(n), np.zeros(n), np.full(n, np.nan)
         dtype = np.full(n, DTYPE_CODE[DEFAULT_DTYPE], np.int8)
-        op_class, gemm = np.zeros(n, np.int8), np.zeros((n, 4), np.int64)
+        op_class, gemm, causal = np.zeros(n, np.int8), np.zeros((n, 4), np.int64), np.zeros(n, bool)
         duration, stream = np.zeros(n), np.zeros(n, np.int32)
         sync, size = np.full(n, -1, np.int64), np.ones(n, np.int64)
         sends = np.zeros(n, bool)
@@ -372,6 +373,7 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
                         kernels[key] = (CLASS_CODE[classify(op.name)], gemm_dims(op.name, parse_shapes(key[1]),
                                                                                  flops[i]))
                     op_class[i], gemm[i] = kernels[key]
+                    causal[i] = wl.causal_of(op.attrs)
                 continue
             if op.kind in wl.MEMORY:
                 kind[i] = engine.MEMORY
@@ -402,7 +404,7 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
         ptr[1:] = np.cumsum([len(op.deps) for op in prog.ops])
         idx = np.asarray([d for op in prog.ops for d in op.deps], np.int64)
         tables.append(ProgramTable(prog.rank, kind, flops, nbytes, duration, stream, sync, size, ptr, idx,
-                                   measured, use, sends, dtype, op_class, gemm))
+                                   measured, use, sends, dtype, op_class, gemm, causal if causal.any() else None))
     return tables
 
 

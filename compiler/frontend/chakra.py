@@ -11,7 +11,8 @@ Nodes become the workload's ops (frontend/workload.py):
   here and pass their dependencies on. What --emit chakra wrote for ASTRA-sim alone gives way to its own
   attributes: `astra_flops` and `astra_bytes` (the op's FLOPs and bytes), `astra_measured_ns`, `astra_dtype` (the
   dtype it computed in, network/dtypes.py; absent: fp32), `astra_shapes` (its tensor arguments' sizes,
-  network/op_classes.format_shapes; absent: not known);
+  network/op_classes.format_shapes; absent: not known), `astra_causal` (true: an attention op that masked
+  causally, network/compute_model.CAUSAL_WORK; absent: not);
 - MEM_LOAD_NODE / MEM_STORE_NODE: a load / store of `tensor_size` bytes in local memory or the remote pool
   (`tensor_loc` 1 or 2, ASTRA-sim's LOCAL_MEMORY / REMOTE_MEMORY; absent: local), docs/memory.md; written back
   with `astra_in_switch` when the pool's switches gather it;
@@ -535,8 +536,11 @@ def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], array]:
             if not is_shapes(shapes):
                 raise UserError(f"{_where(path, node)}: astra_shapes {_short(shapes)} is not an op's tensor shapes "
                                 "(\"64x4096,4096x4096\": docs/workloads.md)")
+            causal = attrs.get("astra_causal", False)
+            if not isinstance(causal, bool):
+                raise UserError(f"{_where(path, node)}: astra_causal {_short(causal)} is not true or false")
             op = Op(node.name or "compute", COMPUTE, before, flops=flops, bytes=_bytes(path, node, attrs),
-                    measured_ns=measured, dtype=dtype, shapes=shapes)
+                    measured_ns=measured, dtype=dtype, shapes=shapes, causal=causal)
         elif kind in ("MEM_LOAD_NODE", "MEM_STORE_NODE"):   # ASTRA-sim's tensor_loc: 1 local, 2 remote memory
             loc = _int(path, node, attrs, "tensor_loc", 1)
             if loc not in TENSOR_LOCATIONS:

@@ -79,6 +79,7 @@ from ...network.errors import InputWarning, UserError
 from ...network.op_classes import format_shapes
 from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
 from .op_bytes import moved_bytes, only_aliases
+from .op_causal import causal
 from .op_dtype import compute_dtype
 from .trace_world import on_topology
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op, Workload
@@ -679,6 +680,7 @@ class _Builder:
             op = Op(name=_op_name(node), kind=COMPUTE, flops=self.flops(node, set()), bytes=nbytes,
                     shapes=_input_shapes(node))
         # TF32 is not in the trace: an fp32 matmul reads as fp32
+        op.causal = _causal(node)
         op.dtype = compute_dtype(node["name"], _tensor_dtypes(node["inputs"]["types"]),
                                  _tensor_dtypes(node["outputs"]["types"]))
         return op, writes
@@ -914,6 +916,14 @@ def _input_shapes(node: dict) -> str:
                 return ""
             sizes.append([tuple(t) for t in shape])
     return format_shapes(sizes)
+
+
+def _causal(node: dict) -> bool:
+    """Whether an attention call masked causally (frontend/op_causal.py), from its recorded arguments: the schema's
+    where the trace has it, else the ATen op's of the node's name (a Kineto-alone trace, whose scalars are the
+    text of "Concrete Inputs"; absent there: not causal)."""
+    values = node["inputs"].get("values")
+    return causal(node["name"], _schema(node), values if isinstance(values, list) else [])
 
 
 def _is_sizes(shape) -> bool:

@@ -1,6 +1,6 @@
 """`--op-times PROFILE.json`: a run's compute ops take their measured time from a GPU profile of the same ops.
 
-Each compute op of the workload whose (bare ATen name, shapes, dtype) a torch.profiler trace of a GPU run has
+Each compute op of the workload whose (bare ATen name, shapes, dtype, causal) a torch.profiler trace of a GPU run has
 (profile_ops.py: the calls that launched kernels, and the ATen calls around them, so that an execution trace's
 aten::linear finds its time as well as a capture's aten.addmm) takes the median of those calls' device times as
 its measured time (`Op.measured_ns`, which the engine uses instead of the compute model); the rest keep the
@@ -20,12 +20,12 @@ from .workload import COMPUTE, Workload
 
 def lookup(path: str) -> dict:
     """key -> measured ns (median) of every op call and enclosing ATen call the profile has; keys: (name, shapes,
-    dtype) and (name, dtype, flops, bytes). A key two different groups share (a tie) keeps the first."""
+    dtype, causal) and (name, dtype, flops, bytes, causal). A key two different groups share (a tie) keeps the first."""
     profile = read_profile(path)
     out: dict = {}
     for g in group(profile.calls) + group(profile.outer):
         out.setdefault(("shapes",) + g.key, g.kernel_ns)
-        out.setdefault(("work", op_name(g.name), g.dtype, int(g.flops), int(g.nbytes)), g.kernel_ns)
+        out.setdefault(("work", op_name(g.name), g.dtype, int(g.flops), int(g.nbytes), g.causal), g.kernel_ns)
     return out
 
 
@@ -49,5 +49,5 @@ def with_op_times(workload: Workload, path: str) -> Workload:
 def _keys(op) -> list[tuple]:
     """What an op is looked up by, in order: its shapes where it has them, then its work (a profile's tensor list
     recorded without sizes, the optimizer's, matches by its work only)."""
-    work = ("work", op_name(op.name), op.dtype, int(op.flops), int(op.bytes))
-    return ([("shapes", op_name(op.name), op.shapes, op.dtype)] if op.shapes else []) + [work]
+    work = ("work", op_name(op.name), op.dtype, int(op.flops), int(op.bytes), op.causal)
+    return ([("shapes", op_name(op.name), op.shapes, op.dtype, op.causal)] if op.shapes else []) + [work]

@@ -20,7 +20,10 @@ calibrate-compute` fits a GPU's constants to them; `--op-times` gives them to th
   (capturable=True) is then counted too large.
 - TF32: the trace does not say whether PyTorch allowed it; an fp32 matmul or convolution whose kernel's name says
   it ran on tensor cores in TF32 ("tf32", "s1688gemm", "s16816gemm") is taken as tf32.
-- Calls of the same (name, shapes, dtype) are grouped: the median of their times (`group`).
+- Causal attention (frontend/op_causal.py): an attention call whose is_causal (or, for the memory-efficient
+  kernels' own ops, custom_mask_type) "Concrete Inputs" records as true; where the profiler recorded no concrete
+  inputs, not causal.
+- Calls of the same (name, shapes, dtype, causal) are grouped: the median of their times (`group`).
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from ...network.op_classes import format_shapes, op_name
 from ...network.user_files import read_json
 from .kineto import DEVICE_CATEGORIES, _ELEMENT_BYTES, _nesting, _timed, is_kineto
 from .op_bytes import moved_bytes
+from .op_causal import causal as is_causal
 from .op_dtype import compute_dtype, is_convolution, is_matmul
 
 # A trace is read whole and its events become Python objects (about 10x its size): 512 MiB of JSON is some 5 GB.
@@ -51,7 +55,7 @@ _TORCH_DTYPE = {"float": "float32", "double": "float64", "c10::Half": "float16",
 
 @dataclass(frozen=True)
 class OpTime:
-    """One op call, or (group) the median of the calls of one (name, shapes, dtype)."""
+    """One op call, or (group) the median of the calls of one (name, shapes, dtype, causal)."""
     name: str            # as recorded: "aten::mm"
     shapes: str          # format_shapes of its tensor arguments
     dtype: str           # network/dtypes.DTYPES name
@@ -61,11 +65,13 @@ class OpTime:
     kernels: int         # device events it launched (a group: the median)
     calls: int = 1       # a group: how many calls
     total_ns: float = 0.0   # a group: the sum of its calls' times
+    causal: bool = False    # an attention call that masked causally (op_causal.py)
 
     @property
     def key(self) -> tuple:
-        """What a run's op is matched by (--op-times): the bare ATen name, the shapes and the dtype."""
-        return op_name(self.name), self.shapes, self.dtype
+        """What a run's op is matched by (--op-times): the bare ATen name, the shapes, the dtype and whether it
+        masked causally."""
+        return op_name(self.name), self.shapes, self.dtype, self.causal
 
 
 @dataclass
@@ -206,8 +212,9 @@ def _call(path: str, e: dict, kernels: list, params: list) -> tuple[OpTime, bool
         dtype = "tf32"
     if len(shapes) != len([1 for kind, _ in inputs if kind != "value"]):
         raise UserError(f"{path}: {name} at {e['ts']} us: malformed recorded shapes")
+    causal = is_causal(name, None, [value if kind == "value" else None for kind, value in inputs])
     return OpTime(name, format_shapes(shapes), dtype, flops, nbytes, sum(k["dur"] for k in kernels) * 1e3,
-                  len(kernels)), guessed
+                  len(kernels), causal=causal), guessed
 
 
 def _work(name: str, inputs: list) -> tuple:
@@ -344,13 +351,14 @@ def host_issue_ns(calls: list, parent: dict) -> float:
 
 
 def group(calls: list) -> list:
-    """One OpTime per (name, shapes, dtype): the median time and kernel count of its calls, their count and sum."""
+    """One OpTime per (name, shapes, dtype, causal): the median time and kernel count of its calls, their count and
+    sum."""
     by_key = defaultdict(list)
     for c in calls:
-        by_key[(c.name, c.shapes, c.dtype)].append(c)
+        by_key[(c.name, c.shapes, c.dtype, c.causal)].append(c)
     out = []
-    for (name, shapes, dtype), cs in by_key.items():
+    for (name, shapes, dtype, causal), cs in by_key.items():
         out.append(OpTime(name, shapes, dtype, cs[0].flops, cs[0].nbytes,
                           statistics.median(c.kernel_ns for c in cs), int(statistics.median(c.kernels for c in cs)),
-                          len(cs), sum(c.kernel_ns for c in cs)))
+                          len(cs), sum(c.kernel_ns for c in cs), causal))
     return sorted(out, key=lambda o: -o.total_ns)

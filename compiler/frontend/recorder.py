@@ -26,6 +26,7 @@ from ...network.errors import UserError
 from ...network.kinds import IN_PLACE
 from ...network.op_classes import format_shapes
 from .op_bytes import moved_bytes, only_aliases
+from .op_causal import causal
 from .op_dtype import compute_dtype, tf32_allowed
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op
 
@@ -214,7 +215,8 @@ class StepRecorder(TorchDispatchMode):
                                       list(map(_nbytes, outputs)), in_place),
                     dtype=compute_dtype(name, [str(t.dtype) for t in inputs], [str(t.dtype) for t in outputs],
                                         tf32_allowed()),
-                    shapes=_arg_shapes(func, args, kwargs))
+                    shapes=_arg_shapes(func, args, kwargs),
+                    causal=causal(name, func._schema, list(args), kwargs))
         op.phase = self._phase()
         self.ops.append(op)
         written = _written_args(func, args, kwargs) if mutates else []

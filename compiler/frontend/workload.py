@@ -41,6 +41,8 @@ class Op:
     dtype: str = DEFAULT           # compute: the dtype it ran in (network/dtypes.DTYPES; frontend/op_dtype.py)
     shapes: str = ""               # compute: its tensor arguments' sizes (network/op_classes.format_shapes; "":
     #                                not known)
+    causal: bool = False           # compute: an attention op that masked causally (frontend/op_causal.py): its
+    #                                kernels skip the masked blocks of the FLOPs counted (network/compute_model.py)
     location: str = ""             # load / store: one of network/memory.LOCATIONS
     in_switch: int = 0             # remote load / store that the pool's switches all-gather (reduce-scatter): the
     #                                GPUs that share the tensor (its group); 0: a plain load / store
@@ -135,6 +137,8 @@ def _checked(op: Op, index: int, world: int) -> Op:
         raise ValueError(f"op {index}: dtype {op.dtype!r}")
     if not is_shapes(op.shapes):
         raise ValueError(f"op {index}: shapes = {op.shapes!r}")
+    if not isinstance(op.causal, bool) or (op.causal and op.kind != COMPUTE):
+        raise ValueError(f"op {index}: causal = {op.causal!r}")
     for d in op.deps:
         if _count(d, f"op {index}: deps") >= index:
             raise ValueError(f"op {index} depends on op {d}, which is not before it")

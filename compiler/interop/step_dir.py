@@ -45,7 +45,8 @@ def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.
                 rows.append(st.ProgramRow(op.kind, flops=int(a.get("flops", 0)), bytes=int(a.get("bytes", 0)),
                                           measured_ns=float(a.get("wl.measured_ns", math.nan)), collective=-1,
                                           group="", stream=0, dtype=a.get("wl.dtype", ""),
-                                          shapes=wl.shapes_of(a) if op.kind == "compute" else "", **common))
+                                          shapes=wl.shapes_of(a) if op.kind == "compute" else "",
+                                          causal=op.kind == "compute" and wl.causal_of(a), **common))
             elif op.kind in wl.MEMORY:
                 rows.append(st.ProgramRow(op.kind, flops=0, bytes=int(a["bytes"]), measured_ns=math.nan,
                                           collective=-1, group="", stream=0, location=a["location"],
@@ -181,7 +182,7 @@ def _program_op(r: st.ProgramRow, colls: list, rank: int = -1) -> wl.ProgramOp:
     elif r.kind in ("compute", "wait"):
         if r.kind == "compute":
             attrs |= {"flops": r.flops, "bytes": r.bytes, **({"wl.dtype": r.dtype} if r.dtype else {}),
-                      **({"wl.shapes": r.shapes} if r.shapes else {})}
+                      **({"wl.shapes": r.shapes} if r.shapes else {}), **({"wl.causal": True} if r.causal else {})}
         if not math.isnan(r.measured_ns):
             attrs["wl.measured_ns"] = r.measured_ns
     else:
@@ -238,7 +239,8 @@ def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
     used = sorted({r.collective for r in prog.rows if r.collective >= 0})
     if as_json:
         return json.dumps({"npu": npu, "program": prog.file,
-                           "rows": [{**{k: v for k, v in r.__dict__.items() if k not in ("dtype", "shapes") or v},
+                           "rows": [{**{k: v for k, v in r.__dict__.items()
+                                        if k not in ("dtype", "shapes", "causal") or v},
                                      "deps": list(r.deps),
                                      "measured_ns": None if math.isnan(r.measured_ns) else r.measured_ns}
                                     for r in prog.rows],
