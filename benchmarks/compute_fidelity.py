@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -137,7 +138,7 @@ def main() -> None:
     models = args.models.split(",") if args.models else list(data["models"])
     modes = args.modes.split(",") if args.modes else list(data["modes"])
     print(f"measured: {data['gpu']}; one unsharded rank, AdamW step")
-    print(f"predicted: astra-compile FILE --topology {TOPOLOGY} --mesh {MESH} --json, rank 0's compute_time_us\n")
+    print(f"predicted: astra-compile FILE --topology {TOPOLOGY} --mesh {MESH} --json, rank 0's step (total_time_us)\n")
     rows, classes = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         cache = os.path.join(tmp, "cache")
@@ -164,7 +165,8 @@ def main() -> None:
               f"{fwd:9.2f} {pfwd:9.2f} {100 * (pfwd / fwd - 1):7.1f} {host:8.2f} "
               f"{a100:9.2f} {100 * (a100 / meas - 1):7.1f}")
     errors = [abs(pred / meas - 1) for _, _, meas, pred, *_ in rows]
-    print(f"\n|error| of the step with --gpu h200: median {100 * sorted(errors)[len(errors) // 2]:.1f} %, "
+    median = statistics.median(errors)
+    print(f"\n|error| of the step with --gpu h200: median {100 * median:.1f} %, "
           f"max {100 * max(errors):.1f} %, within 10 %: {sum(e <= 0.10 for e in errors)} of {len(errors)}")
     print("meas: measured step (wall); h200: predicted step with --gpu h200; fwd: forward only (measured without "
           "grad; predicted: the end of the forward phase);\nhost: of the prediction, time the GPU waited for the "

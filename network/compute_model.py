@@ -28,7 +28,9 @@ reader (network/devices.py) checks the mapping with `check_efficiency`.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,12 +71,11 @@ for _c in CLASSES:
     KEYS[f"{_c}.host_us"] = (0.0, 1e4, f"microseconds of host time to issue one {_c} op (default: host_us)")
 FRACTIONS = tuple(k for k, v in KEYS.items() if v[1] == 1.0)
 
-# What a key the device file leaves out takes: the preset h200's fit (network/gpus.json says where it was fitted).
-# A device file of another GPU should give its own (astra-compile calibrate-compute writes them all).
-DEFAULTS = {"matmul": 0.7961, "matmul.tf32": 0.825, "matmul.bf16": 0.789, "matmul.fp16": 0.789, "matmul.fp8": 0.6,
-            "matmul.k_overhead": 38.38, "attention": 0.5, "attention_backward": 0.4, "conv": 0.42,
-            "conv_backward": 0.5, "norm": 0.2, "elementwise": 0.7333, "optimizer": 0.8171, "cast": 0.7333,
-            "launch_us": 1.191, "host_us": 21.0, "cast.host_us": 2.0}
+# What a key a device file leaves out takes: the h200 preset's (network/gpus.json, fitted there to real H200 runs,
+# its sources say how). It gives every class's value; a device file of another GPU should give its own
+# (astra-compile calibrate-compute writes them).
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpus.json"), encoding="utf-8") as _f:
+    DEFAULTS = json.load(_f)["presets"]["h200"]["efficiency"]
 
 
 def check_efficiency(where: str, value) -> tuple:
@@ -108,19 +109,20 @@ class ComputeModel:
     multiprocessors: int = 0          # 0: not known, no wave quantisation
 
     def value(self, key: str) -> float:
-        own = dict(self.efficiency)
-        if key in own:
-            return own[key]
+        """The constant `key` (KEYS): the device's own, else the h200 preset's (DEFAULTS). In either, `CLASS`
+        stands for every `CLASS.DTYPE` it leaves out; a class's host time is `host_us` where it has none of its
+        own; a k_overhead not given is 0."""
         cls, _, what = key.partition(".")
-        if what in DTYPES and cls in own:
-            return own[cls]           # CLASS stands for every CLASS.DTYPE the file leaves out
-        if key in DEFAULTS:
-            return DEFAULTS[key]
+        for table in (dict(self.efficiency), DEFAULTS):
+            if key in table:
+                return table[key]
+            if what in DTYPES and cls in table:
+                return table[cls]
         if what == "host_us":
             return self.value("host_us")
         if what == "k_overhead":
             return 0.0
-        return DEFAULTS.get(cls, 1.0)
+        raise KeyError(f"the h200 preset gives no {key!r} (network/gpus.json)")
 
     def tables(self) -> tuple:
         frac = np.array([[self.value(f"{c}.{d}") if c in TENSOR_CORE else 1.0 for d in DTYPES] for c in CLASSES])

@@ -88,16 +88,30 @@ def test_the_fit_recovers_the_constants_a_profile_was_made_with(true_profile, tm
 
 def test_a_constant_with_too_few_ops_keeps_its_default(true_profile, tmp_path, capsys):
     data = json.load(open(true_profile))
-    # one layer norm: too few to fit `norm`
-    data["traceEvents"] += [_op("aten::native_layer_norm", 200, 99, [[64, 4096], [], [4096], [4096], []],
+    # one layer norm (large enough for its bytes to tell a bandwidth): too few to fit `norm`
+    data["traceEvents"] += [_op("aten::native_layer_norm", 200, 99, [[8192, 4096], [], [4096], [4096], []],
                                 ["float", "ScalarList", "float", "float", "Scalar"], ["", "[4096]", "", "", "1e-05"]),
-                            _kernel(99, 201, 7.0)]
+                            _kernel(99, 201, 300.0)]
     out = str(tmp_path / "fitted.json")
     assert main(["calibrate-compute", write(tmp_path, data, "p2.json"), "--gpu-name", "H200", "-o", out]) == 0
     text = capsys.readouterr().out
     # the preset's own stays
     assert dict(devices.load(out).efficiency)["norm"] == dict(devices.presets()["h200"].efficiency)["norm"]
     assert "default (1 group(s) of ops; 2 needed)" in text
+
+
+def test_tiny_memory_bound_ops_do_not_tell_a_bandwidth(true_profile, tmp_path, capsys):
+    data = json.load(open(true_profile))
+    # three 1 MB layer norms: 0.2 us of bytes each at 4.8 TB/s, their time is their launch
+    for k, rows in enumerate((64, 48, 32)):
+        data["traceEvents"] += [_op("aten::native_layer_norm", 300 + 10 * k, 200 + k, [[rows, 4096], [], [4096],
+                                                                                         [4096], []],
+                                    ["float", "ScalarList", "float", "float", "Scalar"], ["", "[4096]", "", "", "1e-05"]),
+                                _kernel(200 + k, 301 + 10 * k, 40.0)]
+    out = str(tmp_path / "fitted.json")
+    assert main(["calibrate-compute", write(tmp_path, data, "p3.json"), "--gpu-name", "H200", "-o", out]) == 0
+    assert "  norm " not in capsys.readouterr().out
+    assert dict(devices.load(out).efficiency)["norm"] == dict(devices.presets()["h200"].efficiency)["norm"]
 
 
 def test_the_real_mlp_profile_reads_as_recorded():

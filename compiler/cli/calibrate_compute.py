@@ -30,6 +30,7 @@ from ...network.op_classes import CLASSES, CODE as CLASS_CODE, TENSOR_CORE, clas
 
 MIN_GROUPS = 3            # groups of ops (distinct name, shapes, dtype) a constant needs to be fitted
 MIN_MEMORY_GROUPS = 2     # a memory class's one bandwidth fraction: a layer norm's forward and backward suffice
+MIN_MEMORY_NS = 5e3       # ... counting only ops whose bytes take at least 5 us at the full bandwidth
 FRACTION_FLOOR = 1e-3     # the fit's lower bound of a fraction (KEYS' bound is exclusive)
 ROBUST_SCALE = 0.25       # soft_l1's scale: a log error of about 25 % on a group of average share
 
@@ -161,9 +162,12 @@ def needed(key: str) -> int:
 def free_keys(table: _Table) -> tuple[list, dict]:
     """The constants the groups can tell (MIN_GROUPS each), and per constant the groups behind it."""
     counts: dict[str, int] = {}
-    for c, d, g in zip(table.cls, table.dtype, table.gemm):
+    for c, d, g, nbytes in zip(table.cls, table.dtype, table.gemm, table.nbytes):
         name = CLASSES[c]
-        keys = [f"{name}.{DTYPES[d]}"] if name in TENSOR_CORE else [name]
+        # a memory-bound op tells its class's bandwidth only if its bytes take a while (a 1 MB gelu takes 0.3 us
+        # at full bandwidth: its time is its launch)
+        tells = name in TENSOR_CORE or nbytes / table.bandwidth >= MIN_MEMORY_NS
+        keys = [f"{name}.{DTYPES[d]}"] if name in TENSOR_CORE else [name] if tells else []
         if name in GEMM_CLASSES and g[0] > 0:
             keys.append(f"{name}.k_overhead")
         for k in keys + ["launch_us"]:
@@ -242,7 +246,7 @@ def format_table(table: _Table, model: ComputeModel, efficiency: dict, status: d
         lines.append("note: the optimizer's _foreach_ lists were recorded without sizes; taken as the parameters "
                      "AccumulateGrad received")
     lines.append("constants:")
-    keys = sorted(set(efficiency) | set(status), key=lambda k: list(KEYS).index(k))
+    keys = sorted(set(status), key=lambda k: list(KEYS).index(k))   # the constants these profiles tell
     for k in keys:
         value = efficiency.get(k, model.value(k))
         lines.append(f"  {k:<26} {value:>10.4g}  {status.get(k, 'from the device')}")

@@ -294,7 +294,7 @@ def format_report(d: dict) -> str:
         f"step time       {d['total_time_us']:.3f} us",
         f"compute         {d['compute_time_us']:.3f} us" + (
             f"  ({d['measured_compute_us']:.3f} us of it measured by the profiler, {d['measured_ops']} ops; the "
-            "rest from the roofline)" if d.get("measured_ops") else ""),
+            f"rest from the {'compute model' if d.get('gpu') else 'roofline'})" if d.get("measured_ops") else ""),
         # the step's breakdown (breakdown_us): communication that nothing else covers, and time when nothing runs
         # on this rank (a pipeline bubble, a wait for a slower rank), which exposed_comm_time_us counts in
         f"exposed comm    {b['exposed_comm']:.3f} us  (communication {d['comm_time_us']:.3f} us in all, "
