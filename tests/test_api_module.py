@@ -89,7 +89,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 # inside the initialised job, as a profiling flow calls it: the script's own groups are set aside meanwhile
 api = astra_compile.compile(model, "Ring(2)", example_inputs=x, parallelize=lambda m, mesh: DDP(m, device_mesh=mesh))
 ddp = DDP(model)
-opt = torch.optim.AdamW(ddp.parameters())
+opt = torch.optim.AdamW(ddp.parameters(), foreach=True)   # as torch.optim runs on a GPU, and the capture models
 def step():
     ddp(x).sum().backward()
     opt.step()
