@@ -55,7 +55,7 @@ SHAPES_COLUMN = "shapes"   # after DTYPE_COLUMN, in a program with compute rows 
 CAUSAL_COLUMN = "causal"   # after SHAPES_COLUMN, in a program with a causal attention row
 CAUSAL = "1"               # a causal row's cell; other rows' empty
 VIEWS_COLUMN = "views"     # after CAUSAL_COLUMN, in a program with a compute row that has views
-VIEWS_CELL = re.compile(r"[1-9][0-9]{0,9}")   # a row's views where it has any (else the cell is empty)
+VIEWS_CELL = re.compile(r"0|[1-9][0-9]{0,9}")   # a row's views (written where it has any, else left empty)
 HEADERS = (PROGRAM_COLUMNS, PROGRAM_COLUMNS + (DTYPE_COLUMN,), PROGRAM_COLUMNS + (DTYPE_COLUMN, SHAPES_COLUMN),
            PROGRAM_COLUMNS + (DTYPE_COLUMN, SHAPES_COLUMN, CAUSAL_COLUMN),
            PROGRAM_COLUMNS + (DTYPE_COLUMN, SHAPES_COLUMN, CAUSAL_COLUMN, VIEWS_COLUMN))
@@ -317,7 +317,7 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
             _fail(at, f"causal: {show(causal)} (a causal attention row's is {CAUSAL}, other rows' empty)")
         views = v.get(VIEWS_COLUMN, "")
         if views and (v["kind"] != "compute" or not VIEWS_CELL.fullmatch(views) or not is_views(int(views))):
-            _fail(at, f"views: {show(views)} (a compute row's is empty or a whole number 1..{MAX_VIEWS}; other rows' "
+            _fail(at, f"views: {show(views)} (a compute row's is empty or a whole number 0..{MAX_VIEWS}; other rows' "
                       f"empty)")
         ints = {}
         for col, lo in (("row", 0), ("iteration", -1), ("flops", 0), ("bytes", 0), ("collective", -1), ("stream", 0),
