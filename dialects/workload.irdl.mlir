@@ -10,8 +10,9 @@
 irdl.dialect @wl {
   // Work on the compute stream: `flops` floating-point operations touching `bytes` bytes of memory. It may carry
   // wl.dtype, the dtype it computed in ("bf16", "tf32", ...: network/dtypes.py; absent: "fp32"), and wl.shapes, its
-  // tensor arguments' sizes ("64x4096,4096x4096": network/op_classes.py; absent: not known), and wl.causal = true on
-  // an attention op that masked causally (absent: not).
+  // tensor arguments' sizes ("64x4096,4096x4096": network/op_classes.py; absent: not known), wl.causal = true on
+  // an attention op that masked causally (absent: not), and wl.views (i64), the kernel-less ops the host dispatched
+  // before it (absent: 0).
   irdl.operation @compute {
     %flops = irdl.base "#builtin.integer"
     %bytes = irdl.base "#builtin.integer"

@@ -11,7 +11,9 @@ computed in (one of network/dtypes.DTYPES: "bf16", "tf32", ...; absent: "fp32"),
 and `wl.shapes`, its tensor arguments' sizes in schema order ("4096,64x4096,4096x4096" for an addmm:
 network/op_classes.format_shapes; absent: not known), from which its op class's GEMM dimensions come, and
 `wl.causal = true` on an attention op that masked causally (compiler/frontend/op_causal.py; absent: not), whose
-kernels run about half its counted FLOPs (network/compute_model.CAUSAL_WORK; the FLOPs themselves are unchanged).
+kernels run about half its counted FLOPs (network/compute_model.CAUSAL_WORK; the FLOPs themselves are unchanged),
+and `wl.views`, the kernel-less ops (views, aliases) the host dispatched since the previous compute op (absent: 0),
+whose host time the --gpu model adds to its issue (network/compute_model.py `view_us`).
 `wl.load` / `wl.store` move `bytes` between the accelerator and its local memory or the remote pool (`location`;
 docs/memory.md), a remote one gathered (reduce-scattered) by the pool's switches for a group of `wl.in_switch`
 GPUs when it carries that attribute. Point-to-point messages are
@@ -51,7 +53,7 @@ from . import comm
 from ..network.dtypes import DEFAULT as DEFAULT_DTYPE, DTYPES
 from ..network.errors import show
 from ..network.memory import LOCATIONS
-from ..network.op_classes import MAX_SHAPES_TEXT, is_shapes
+from ..network.op_classes import MAX_SHAPES_TEXT, MAX_VIEWS, is_shapes, is_views
 
 # MLIR's bindings look for the Python module of an op's dialect as <search prefix>.<namespace> and retry, with a
 # failed import, on every op they wrap until one is found: the `wl` ops are defined here, in workload.py, so
@@ -189,6 +191,8 @@ def _check_op(o, groups: dict, prog: str, rank: int, world: int) -> None:
                                f"{MAX_SHAPES_TEXT} characters), got {show(a['wl.shapes'])}")
         if not isinstance(a.get("wl.causal", False), bool):
             raise comm.IRError(f"{what}: wl.causal must be true or false, got {show(a['wl.causal'])}")
+        if not is_views(a.get("wl.views", 0)):
+            raise comm.IRError(f"{what}: wl.views must be a whole number 0..{MAX_VIEWS}, got {show(a['wl.views'])}")
     elif o.name in (LOAD, STORE):
         if isinstance(a["bytes"], bool) or not isinstance(a["bytes"], int) or a["bytes"] < 0:
             raise comm.IRError(f"{what}: bytes must be a non-negative integer, got {show(a['bytes'])}")
@@ -342,6 +346,17 @@ def set_causal(op: ir.Operation, causal: bool) -> None:
 def causal_of(attrs: dict) -> bool:
     """Whether a compute op masked causally as its attributes say (checked by check_module)."""
     return attrs.get("wl.causal", False) is True
+
+
+def set_views(op: ir.Operation, views: int) -> None:
+    """The kernel-less ops the host dispatched before a compute op (`wl.views`), left out where none."""
+    if views:
+        op.attributes["wl.views"] = comm.to_attr(int(views))
+
+
+def views_of(attrs: dict) -> int:
+    """A compute op's views as its attributes give them (0: none; checked by check_module)."""
+    return attrs.get("wl.views", 0)
 
 
 def set_part(op: ir.Operation, phase: str, iteration: int) -> None:

@@ -19,6 +19,8 @@ calibrate-compute`; the presets' values say where they were fitted):
   issue one op (eager dispatch, autograd and launch; `CLASS.host_us` for one class: a cuDNN convolution's
   backward costs the host far more than an add). The host issues ops one after another; an op's kernel starts no
   earlier than its issue (the workload engine's compute stream), so a step of many small ops is host-bound.
+  `view_us`: the host time of each kernel-less op (a view, an alias) dispatched before an op (the op's `views`),
+  added to that op's host time.
 - causal attention: an attention or attention_backward op that masked causally (`is_causal=True`; the op's
   `causal`) runs CAUSAL_WORK (half) of the FLOPs torch's counter gives it, which counts attention unmasked: its
   kernels skip the masked blocks. The FLOPs reported stay the counted ones.
@@ -69,6 +71,7 @@ KEYS["launch_us"] = (0.0, 1e3, "microseconds added to every kernel")
 KEYS["host_us"] = (0.0, 1e4, "microseconds of host time to issue one op")
 for _c in CLASSES:
     KEYS[f"{_c}.host_us"] = (0.0, 1e4, f"microseconds of host time to issue one {_c} op (default: host_us)")
+KEYS["view_us"] = (0.0, 1e3, "microseconds of host time to dispatch one view (an op that launches no kernel)")
 FRACTIONS = tuple(k for k, v in KEYS.items() if v[1] == 1.0)
 
 # What a key a device file leaves out takes: the h200 preset's (network/gpus.json, fitted there to real H200 runs,
@@ -90,7 +93,8 @@ def check_efficiency(where: str, value) -> tuple:
     for key, v in value.items():
         if key not in KEYS:
             raise UserError(f"{where}: unknown field {show(f'efficiency.{key}')}; expected an op class "
-                            f"({', '.join(CLASSES)}), CLASS.DTYPE, matmul.k_overhead, launch_us, host_us or CLASS.host_us")
+                            f"({', '.join(CLASSES)}), CLASS.DTYPE, matmul.k_overhead, launch_us, host_us, CLASS.host_us "
+                            "or view_us")
         low, high, meaning = KEYS[key]
         fraction = key in FRACTIONS
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
@@ -153,10 +157,14 @@ class ComputeModel:
         memory = nbytes / (mem_bytes_per_ns * bw[cls])
         return np.maximum(compute, memory) + self.value("launch_us") * 1e3
 
-    def host_ns(self, op_class: np.ndarray) -> np.ndarray:
-        """The host's time to issue each op, by its class code."""
+    def host_ns(self, op_class: np.ndarray, views: np.ndarray | None = None) -> np.ndarray:
+        """The host's time to issue each op, by its class code, plus view_us for each of its `views` (the
+        kernel-less ops dispatched before it; None: none)."""
         per_class = np.array([self.value(f"{c}.host_us") for c in CLASSES]) * 1e3
-        return per_class[np.asarray(op_class, dtype=np.int64)]
+        host = per_class[np.asarray(op_class, dtype=np.int64)]
+        if views is None:
+            return host
+        return host + np.asarray(views, dtype=float) * (self.value("view_us") * 1e3)
 
 
 def gemm_factor(gemm: np.ndarray, k_overhead: np.ndarray, multiprocessors: int) -> np.ndarray:

@@ -23,6 +23,7 @@ CLASSES = ("matmul", "attention", "attention_backward", "conv", "conv_backward",
 CODE = {name: code for code, name in enumerate(CLASSES)}
 TENSOR_CORE = ("matmul", "attention", "attention_backward", "conv", "conv_backward")   # FLOP-bound classes
 MAX_SHAPES_TEXT = 4096   # characters kept of an op's shapes (a foreach op over hundreds of tensors is cut)
+MAX_VIEWS = 2**31 - 1    # kernel-less ops counted on one compute op (`views`: an int32 column of a program table)
 
 _MATMUL = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "addbmm", "matmul", "linear", "dot", "mv", "addmv",
            "_addmm_activation", "_int_mm", "_scaled_grouped_mm", "_grouped_mm"}
@@ -100,6 +101,12 @@ def parse_shapes(text: str) -> list:
         else:
             out.append(_sizes(part))
     return out
+
+
+def is_views(value) -> bool:
+    """Is `value` a compute op's count of kernel-less ops (views) issued before it: a whole number 0..MAX_VIEWS?
+    What the readers of files holding views check."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_VIEWS
 
 
 def is_shapes(text) -> bool:

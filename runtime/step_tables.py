@@ -15,7 +15,8 @@ column is left out of a program whose compute is all fp32 (as it is of directori
 `shapes` (its tensor arguments' sizes, network/op_classes.format_shapes; "": not known) after the dtype column,
 where a program has a compute row whose shapes are known (a program without any keeps the columns before); and
 `causal` ("1": an attention op that masked causally, network/compute_model.CAUSAL_WORK; "": not) after the shapes
-column, where a program has such a row. The
+column, where a program has such a row; and `views` (the kernel-less ops the host dispatched before a compute
+row, network/compute_model.py view_us; "": none) after the causal column, where a program has a row with views. The
 step's rows of accelerator k are its program's rows plus its rows in each collective directory. Nothing read
 back is trusted: every key of meta.json, every cell of a program file and every collective directory is
 checked before anything runs, and a fault is one line naming the file, the row or key and the value.
@@ -38,7 +39,7 @@ from ..network.dtypes import DEFAULT as DEFAULT_DTYPE, DTYPES
 from ..network.errors import show
 from ..network.kinds import COLLECTIVES
 from ..network.memory import LOCATIONS
-from ..network.op_classes import MAX_SHAPES_TEXT, is_shapes
+from ..network.op_classes import MAX_SHAPES_TEXT, MAX_VIEWS, is_shapes, is_views
 
 FORMAT = "astra-compile-step"
 VERSION = 3   # 2: send / recv rows (the peer column), SPMD steps of several programs (pipeline stages); 3: load /
@@ -53,8 +54,11 @@ DTYPE_COLUMN = "dtype"   # after PROGRAM_COLUMNS, in a program with compute rows
 SHAPES_COLUMN = "shapes"   # after DTYPE_COLUMN, in a program with compute rows whose shapes are known
 CAUSAL_COLUMN = "causal"   # after SHAPES_COLUMN, in a program with a causal attention row
 CAUSAL = "1"               # a causal row's cell; other rows' empty
+VIEWS_COLUMN = "views"     # after CAUSAL_COLUMN, in a program with a compute row that has views
+VIEWS_CELL = re.compile(r"0|[1-9][0-9]{0,9}")   # a row's views (written where it has any, else left empty)
 HEADERS = (PROGRAM_COLUMNS, PROGRAM_COLUMNS + (DTYPE_COLUMN,), PROGRAM_COLUMNS + (DTYPE_COLUMN, SHAPES_COLUMN),
-           PROGRAM_COLUMNS + (DTYPE_COLUMN, SHAPES_COLUMN, CAUSAL_COLUMN))
+           PROGRAM_COLUMNS + (DTYPE_COLUMN, SHAPES_COLUMN, CAUSAL_COLUMN),
+           PROGRAM_COLUMNS + (DTYPE_COLUMN, SHAPES_COLUMN, CAUSAL_COLUMN, VIEWS_COLUMN))
 META_KEYS = {"format", "version", "npus", "topology", "spmd", "source", "mesh", "scheduler", "table_format",
              "programs", "collectives"}
 OPTIONAL_KEYS = {"run"}   # the run options that shaped the step's figure, where not the defaults (run_record.py)
@@ -84,6 +88,7 @@ class ProgramRow:
     dtype: str = ""       # compute: the dtype it ran in where not fp32 ("": fp32, and for other rows)
     shapes: str = ""      # compute: its tensor arguments' sizes ("": not known, and for other rows)
     causal: bool = False  # compute: an attention op that masked causally
+    views: int = 0        # compute: the kernel-less ops the host dispatched before it
 
 
 @dataclass
@@ -133,14 +138,15 @@ def stands_for_all(meta) -> bool:
 def write_program(rows: list[ProgramRow], f) -> None:
     """A program's rows as CSV (PROGRAM_COLUMNS, header first) to the text stream f."""
     out = csv.writer(f, lineterminator="\n")
-    header = HEADERS[3] if any(r.causal for r in rows) else HEADERS[2] if any(r.shapes for r in rows) else \
-        HEADERS[1] if any(r.dtype for r in rows) else HEADERS[0]
+    header = HEADERS[4] if any(r.views for r in rows) else HEADERS[3] if any(r.causal for r in rows) else \
+        HEADERS[2] if any(r.shapes for r in rows) else HEADERS[1] if any(r.dtype for r in rows) else HEADERS[0]
     extra = len(header) - len(PROGRAM_COLUMNS)
     out.writerow(header)
     for i, r in enumerate(rows):
         out.writerow([i, r.kind, r.name, r.phase, r.iteration, r.flops, r.bytes,
                       "" if math.isnan(r.measured_ns) else repr(r.measured_ns), r.collective, r.group, r.stream,
-                      r.peer, r.location, r.in_switch, ";".join(map(str, r.deps))] + [r.dtype, r.shapes, CAUSAL if r.causal else ""][:extra])
+                      r.peer, r.location, r.in_switch, ";".join(map(str, r.deps))] +
+                     [r.dtype, r.shapes, CAUSAL if r.causal else "", r.views or ""][:extra])
 
 
 def not_a_step_dir(path: str) -> str | None:
@@ -291,7 +297,7 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
     columns = tuple(lines[0]) if lines else ()
     if columns not in HEADERS:
         raise TableError(f"{file}: the header must be {','.join(PROGRAM_COLUMNS)}[,{DTYPE_COLUMN}[,{SHAPES_COLUMN}"
-                         f"[,{CAUSAL_COLUMN}]]]")
+                         f"[,{CAUSAL_COLUMN}[,{VIEWS_COLUMN}]]]]")
     colls, rows, streams = meta["collectives"], [], {}
     for i, cells in enumerate(lines[1:]):
         at = f"{file}: row {i}"
@@ -309,6 +315,10 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
         causal = v.get(CAUSAL_COLUMN, "")
         if causal not in ("", CAUSAL) or (causal and v["kind"] != "compute"):
             _fail(at, f"causal: {show(causal)} (a causal attention row's is {CAUSAL}, other rows' empty)")
+        views = v.get(VIEWS_COLUMN, "")
+        if views and (v["kind"] != "compute" or not VIEWS_CELL.fullmatch(views) or not is_views(int(views))):
+            _fail(at, f"views: {show(views)} (a compute row's is empty or a whole number 0..{MAX_VIEWS}; other rows' "
+                      f"empty)")
         ints = {}
         for col, lo in (("row", 0), ("iteration", -1), ("flops", 0), ("bytes", 0), ("collective", -1), ("stream", 0),
                         ("peer", -1), ("in_switch", 0)):
@@ -372,5 +382,6 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
                           "groups and peers take streams 1, 2, ... in the order they first appear)")
         rows.append(ProgramRow(kind, v["name"], v["phase"], ints["iteration"], ints["flops"], ints["bytes"],
                                measured, c, v["group"], ints["stream"], deps, peer, v["location"], switch,
-                               "" if dtype == DEFAULT_DTYPE else dtype, shapes, causal == CAUSAL))
+                               "" if dtype == DEFAULT_DTYPE else dtype, shapes, causal == CAUSAL,
+                               int(views) if views else 0))
     return Program(entry["file"], entry["ranks"], entry["groups"], rows)

@@ -92,13 +92,14 @@ class Roofline:
             peak = np.asarray(self.dtype_tflops, dtype=float)[np.where(codes == NO_DTYPE, FP32, codes)]
         return np.maximum(flops / (peak * 1e3), nbytes / gbps_to_bytes_per_ns(self.mem_gbps))
 
-    def issued_ns(self, kind: np.ndarray, op_class: np.ndarray | None) -> np.ndarray | None:
+    def issued_ns(self, kind: np.ndarray, op_class: np.ndarray | None,
+                  views: np.ndarray | None = None) -> np.ndarray | None:
         """When the host has issued each row: the host issues compute ops one after another, each taking its
-        class's host time (network/compute_model.py). None without a model or op classes: rows are ready when
-        their inputs are."""
+        class's host time and that of the `views` dispatched before it (network/compute_model.py; None: none).
+        None without a model or op classes: rows are ready when their inputs are."""
         if self.model is None or op_class is None:
             return None
-        return np.cumsum(np.where(kind == COMPUTE, self.model.host_ns(op_class), 0.0))
+        return np.cumsum(np.where(kind == COMPUTE, self.model.host_ns(op_class, views), 0.0))
 
 
 @dataclass
@@ -128,6 +129,9 @@ class ProgramTable:
     gemm: np.ndarray | None = None
     # compute rows: True where an attention op masked causally (network/compute_model.CAUSAL_WORK; None: no row did)
     causal: np.ndarray | None = None
+    # compute rows: the kernel-less ops (views) the host dispatched before each, int32 (network/compute_model.py
+    # view_us; None: no row has any)
+    views: np.ndarray | None = None
 
 
 @dataclass
@@ -165,7 +169,7 @@ class _Rank:
         compute = roofline.time_ns(table.flops, table.nbytes, table.dtype, table.op_class, table.gemm, table.causal)
         # an eager host issues the compute ops one after another: op i's kernel starts no earlier than the host has
         # issued ops 0..i (None without a compute model)
-        self.issued = roofline.issued_ns(table.kind, table.op_class)
+        self.issued = roofline.issued_ns(table.kind, table.op_class, table.views)
         self.host_wait = 0.0   # time the compute stream sat idle, its next op ready but not yet issued
         self.measured = np.zeros(n, bool) if table.measured_ns is None else \
             (table.kind == COMPUTE) & ~np.isnan(table.measured_ns)

@@ -76,6 +76,8 @@ def test_device_file_reads_yaml_and_json(tmp_path):
     ({"efficiency": {"matmul": 1.5}}, "field 'efficiency.matmul' is 1.5; expected fraction of peak a large matmul op reaches"),
     ({"efficiency": {"matmul.int4": 0.5}}, "unknown field 'efficiency.matmul.int4'"),
     ({"efficiency": {"host_us": -1}}, "field 'efficiency.host_us' is -1; expected microseconds"),
+    ({"efficiency": {"view_us": 2000}}, "field 'efficiency.view_us' is 2000; expected microseconds of host time to "
+                                        "dispatch one view"),
     ({"multiprocessors": 1.5}, "field 'multiprocessors' is 1.5; expected a whole number"),
     ({"sources": {"clock": "x"}}, "unknown field 'sources.clock'"),
 ])

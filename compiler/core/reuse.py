@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 
 FORMAT = "astra-compile-reuse"
 KINDS = ("workload", "collective")   # the values kept on disk, one folder each
-VERSION = 7   # 2: a collective's time keeps its per-dimension busy time (link sharing); 3: captures hold
+VERSION = 8   # 2: a collective's time keeps its per-dimension busy time (link sharing); 3: captures hold
 #                point-to-point ops and pipeline stages; 4: and its per-link-class busy time (congestion); 5:
 #                captures hold each compute op's dtype (an older one would read as all fp32); 6: and its
-#                tensor arguments' shapes; 7: and whether an attention op masked causally
+#                tensor arguments' shapes; 7: and whether an attention op masked causally; 8: and the views
+#                the host dispatched before each compute op
 
 
 @dataclass

@@ -67,6 +67,7 @@ def to_module(ctx, workload: Workload, topology: Topology):
                     wl.set_dtype(made, op.dtype)
                     wl.set_shapes(made, op.shapes)
                     wl.set_causal(made, op.causal)
+                    wl.set_views(made, op.views)
                 elif op.kind == COLLECTIVE and len(op.group) > 1:
                     dims, parts = group_span(topology, op.group)
                     made = wl.create_collective(op.collective, op.bytes, dims, f"{op.collective}_{i}",
@@ -356,6 +357,7 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
         kind, flops, nbytes, measured = np.zeros(n, np.int8), np.zeros(n), np.zeros(n), np.full(n, np.nan)
         dtype = np.full(n, DTYPE_CODE[DEFAULT_DTYPE], np.int8)
         op_class, gemm, causal = np.zeros(n, np.int8), np.zeros((n, 4), np.int64), np.zeros(n, bool)
+        views = np.zeros(n, np.int32)
         duration, stream = np.zeros(n), np.zeros(n, np.int32)
         sync, size = np.full(n, -1, np.int64), np.ones(n, np.int64)
         sends = np.zeros(n, bool)
@@ -374,6 +376,7 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
                                                                                  flops[i]))
                     op_class[i], gemm[i] = kernels[key]
                     causal[i] = wl.causal_of(op.attrs)
+                    views[i] = wl.views_of(op.attrs)
                 continue
             if op.kind in wl.MEMORY:
                 kind[i] = engine.MEMORY
@@ -404,7 +407,8 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
         ptr[1:] = np.cumsum([len(op.deps) for op in prog.ops])
         idx = np.asarray([d for op in prog.ops for d in op.deps], np.int64)
         tables.append(ProgramTable(prog.rank, kind, flops, nbytes, duration, stream, sync, size, ptr, idx,
-                                   measured, use, sends, dtype, op_class, gemm, causal if causal.any() else None))
+                                   measured, use, sends, dtype, op_class, gemm, causal if causal.any() else None,
+                                   views if views.any() else None))
     return tables
 
 

@@ -12,7 +12,8 @@ Nodes become the workload's ops (frontend/workload.py):
   attributes: `astra_flops` and `astra_bytes` (the op's FLOPs and bytes), `astra_measured_ns`, `astra_dtype` (the
   dtype it computed in, network/dtypes.py; absent: fp32), `astra_shapes` (its tensor arguments' sizes,
   network/op_classes.format_shapes; absent: not known), `astra_causal` (true: an attention op that masked
-  causally, network/compute_model.CAUSAL_WORK; absent: not);
+  causally, network/compute_model.CAUSAL_WORK; absent: not), `astra_views` (the kernel-less ops the host
+  dispatched before it; absent: 0);
 - MEM_LOAD_NODE / MEM_STORE_NODE: a load / store of `tensor_size` bytes in local memory or the remote pool
   (`tensor_loc` 1 or 2, ASTRA-sim's LOCAL_MEMORY / REMOTE_MEMORY; absent: local), docs/memory.md; written back
   with `astra_in_switch` when the pool's switches gather it;
@@ -39,7 +40,7 @@ import numpy as np
 from ...network.dtypes import DEFAULT as DEFAULT_DTYPE, DTYPES
 from ...network.errors import UserError
 from ...network.kinds import ROOTED
-from ...network.op_classes import is_shapes
+from ...network.op_classes import MAX_VIEWS, is_shapes, is_views
 from ...network.user_files import read_bytes, read_json
 from ...network.units import MAX_BYTES
 from .trace_memory import step_programs, trace_nodes
@@ -539,8 +540,12 @@ def _ops(path, world, groups, everyone, nodes: dict) -> tuple[list[Op], array]:
             causal = attrs.get("astra_causal", False)
             if not isinstance(causal, bool):
                 raise UserError(f"{_where(path, node)}: astra_causal {_short(causal)} is not true or false")
+            views = attrs.get("astra_views", 0)
+            if not is_views(views):
+                raise UserError(f"{_where(path, node)}: astra_views {_short(views)} is not a whole number "
+                                f"0..{MAX_VIEWS}")
             op = Op(node.name or "compute", COMPUTE, before, flops=flops, bytes=_bytes(path, node, attrs),
-                    measured_ns=measured, dtype=dtype, shapes=shapes, causal=causal)
+                    measured_ns=measured, dtype=dtype, shapes=shapes, causal=causal, views=views)
         elif kind in ("MEM_LOAD_NODE", "MEM_STORE_NODE"):   # ASTRA-sim's tensor_loc: 1 local, 2 remote memory
             loc = _int(path, node, attrs, "tensor_loc", 1)
             if loc not in TENSOR_LOCATIONS:

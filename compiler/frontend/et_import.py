@@ -20,7 +20,8 @@ How the trace becomes ops:
   calls DTensor made under that node on this rank's shards;
   an op without a formula counts the formulas of the calls nested in it (linear -> addmm). bytes = input + output
   tensors, 0 for ops that only make views (every output shares storage with an input and nothing is written) and
-  for allocations (empty*), an embedding lookup its gathered rows (op_bytes.py, the capture's rule too).
+  for allocations (empty*), an embedding lookup its gathered rows (op_bytes.py, the capture's rule too). A call
+  that only makes a view stays an op of its own (its host time that of any op), so `Op.views` stays 0 here.
 - Collectives, full-buffer bytes (docs/workloads.md): all_reduce the buffer, all_gather the gathered output,
   reduce_scatter the input before scattering, all_to_all the input. Collectives the comm dialect has no op for
   are mapped only when one of its collectives computes a superset of the result on the same buffer:

@@ -1,7 +1,8 @@
 """Record one training step, op by op, as a `Workload` program: a TorchDispatchMode below every tensor subclass.
 
 Every aten op that reaches the dispatcher on plain (fake) tensors becomes a compute op with its FLOPs from
-torch.utils.flop_counter's formulas and the bytes it reads and writes (op_bytes.py); views are not work. Collectives (`c10d.*` from
+torch.utils.flop_counter's formulas and the bytes it reads and writes (op_bytes.py); views are not work, but the
+host dispatched them: the next compute op counts them (`Op.views`, priced by the --gpu model). Collectives (`c10d.*` from
 DistributedDataParallel and FSDP2, `_c10d_functional.*` from DTensor and functional collectives) become
 collective ops with their process group's ranks; `wait_tensor` becomes a wait. Dependencies come from tensor
 storages: an op depends on the last op that wrote a storage it touches, so views and in-place updates keep the
@@ -165,6 +166,8 @@ class StepRecorder(TorchDispatchMode):
         # the weak reference tells a writer whose tensor (and so storage) is gone
         self._alive: list = []
         self._saved: dict[int, int] = {}    # id of an activation save_on_cpu packed -> its store op
+        # views and aliases dispatched since the last compute op: the next compute op's `views` (host time only)
+        self._views = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -178,10 +181,12 @@ class StepRecorder(TorchDispatchMode):
         inputs, outputs = _tensors((args, kwargs)), _tensors(out)
         mutates = any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
         if func.is_view and not mutates:
+            self._views += 1   # no kernel, but the host dispatched it
             return out  # a view aliases its input's storage: later readers already depend on its writer
         deps = sorted({w[0] for w in map(self._writer.get, map(_storage, inputs + outputs))
                        if w is not None and (w[1] is None or w[1]() is not None)})
         if func.namespace == "aten" and only_aliases(mutates, set(map(_storage, outputs)), set(map(_storage, inputs))):
+            self._views += 1
             return out  # _unsafe_view and the like: storage shared as a view's, no work, the writer already known
         if name in COLLECTIVE_OPS:
             op = self._collective(name, args, inputs, outputs, deps)
@@ -216,7 +221,8 @@ class StepRecorder(TorchDispatchMode):
                     dtype=compute_dtype(name, [str(t.dtype) for t in inputs], [str(t.dtype) for t in outputs],
                                         tf32_allowed()),
                     shapes=_arg_shapes(func, args, kwargs),
-                    causal=causal(name, func._schema, list(args), kwargs))
+                    causal=causal(name, func._schema, list(args), kwargs), views=self._views)
+            self._views = 0
         op.phase = self._phase()
         self.ops.append(op)
         written = _written_args(func, args, kwargs) if mutates else []

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ...network.dtypes import DEFAULT, DTYPES
 from ...network.errors import UserError
 from ...network.kinds import COLLECTIVES
-from ...network.op_classes import is_shapes
+from ...network.op_classes import is_shapes, is_views
 
 COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
 SEND, RECV = "send", "recv"    # point-to-point: a message to (from) one peer rank, matched in order per pair
@@ -43,6 +43,8 @@ class Op:
     #                                not known)
     causal: bool = False           # compute: an attention op that masked causally (frontend/op_causal.py): its
     #                                kernels skip the masked blocks of the FLOPs counted (network/compute_model.py)
+    views: int = 0                 # compute: kernel-less ops (views, aliases) the host dispatched since the previous
+    #                                compute op of the program: each costs the --gpu model's host view_us
     location: str = ""             # load / store: one of network/memory.LOCATIONS
     in_switch: int = 0             # remote load / store that the pool's switches all-gather (reduce-scatter): the
     #                                GPUs that share the tensor (its group); 0: a plain load / store
@@ -139,6 +141,8 @@ def _checked(op: Op, index: int, world: int) -> Op:
         raise ValueError(f"op {index}: shapes = {op.shapes!r}")
     if not isinstance(op.causal, bool) or (op.causal and op.kind != COMPUTE):
         raise ValueError(f"op {index}: causal = {op.causal!r}")
+    if not is_views(op.views) or (op.views and op.kind != COMPUTE):
+        raise ValueError(f"op {index}: views = {op.views!r}")
     for d in op.deps:
         if _count(d, f"op {index}: deps") >= index:
             raise ValueError(f"op {index} depends on op {d}, which is not before it")

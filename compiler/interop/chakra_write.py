@@ -255,6 +255,8 @@ class _Writer:
                 attrs["astra_shapes"] = op.shapes
             if op.kind == COMPUTE and op.causal:
                 attrs["astra_causal"] = True
+            if op.kind == COMPUTE and op.views:
+                attrs["astra_views"] = op.views
         elif op.kind in (LOAD, STORE):
             node.type = NODE_TYPES.index("MEM_LOAD_NODE" if op.kind == LOAD else "MEM_STORE_NODE")
             attrs = {"is_cpu_op": False, "tensor_size": max(op.bytes, 1),

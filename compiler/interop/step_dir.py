@@ -46,7 +46,8 @@ def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.
                                           measured_ns=float(a.get("wl.measured_ns", math.nan)), collective=-1,
                                           group="", stream=0, dtype=a.get("wl.dtype", ""),
                                           shapes=wl.shapes_of(a) if op.kind == "compute" else "",
-                                          causal=op.kind == "compute" and wl.causal_of(a), **common))
+                                          causal=op.kind == "compute" and wl.causal_of(a),
+                                          views=wl.views_of(a) if op.kind == "compute" else 0, **common))
             elif op.kind in wl.MEMORY:
                 rows.append(st.ProgramRow(op.kind, flops=0, bytes=int(a["bytes"]), measured_ns=math.nan,
                                           collective=-1, group="", stream=0, location=a["location"],
@@ -182,7 +183,8 @@ def _program_op(r: st.ProgramRow, colls: list, rank: int = -1) -> wl.ProgramOp:
     elif r.kind in ("compute", "wait"):
         if r.kind == "compute":
             attrs |= {"flops": r.flops, "bytes": r.bytes, **({"wl.dtype": r.dtype} if r.dtype else {}),
-                      **({"wl.shapes": r.shapes} if r.shapes else {}), **({"wl.causal": True} if r.causal else {})}
+                      **({"wl.shapes": r.shapes} if r.shapes else {}), **({"wl.causal": True} if r.causal else {}),
+                      **({"wl.views": r.views} if r.views else {})}
         if not math.isnan(r.measured_ns):
             attrs["wl.measured_ns"] = r.measured_ns
     else:
@@ -240,7 +242,7 @@ def format_npu(step: st.StepTables, npu: int, as_json: bool) -> str:
     if as_json:
         return json.dumps({"npu": npu, "program": prog.file,
                            "rows": [{**{k: v for k, v in r.__dict__.items()
-                                        if k not in ("dtype", "shapes", "causal") or v},
+                                        if k not in ("dtype", "shapes", "causal", "views") or v},
                                      "deps": list(r.deps),
                                      "measured_ns": None if math.isnan(r.measured_ns) else r.measured_ns}
                                     for r in prog.rows],
