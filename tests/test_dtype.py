@@ -195,3 +195,15 @@ def test_chakra_traces_keep_the_dtype(tmp_path):
     compile_step(Workload(2, {0: ops}, "dtype test", spmd=True), "Ring(2)").chakra(str(tmp_path / "t"))
     read = chakra.load(sorted(glob.glob(str(tmp_path / "t" / "*.et"))))
     assert [op.dtype for op in read.programs[0] if op.kind == COMPUTE] == ["fp8", "fp32"]
+
+
+def test_fp32_attention_stays_fp32_where_matmuls_run_tf32():
+    from astra_compile.compiler.frontend.op_dtype import compute_dtype
+    allowed = (True, True)   # matmul and cuDNN TF32 both on
+    assert compute_dtype("aten.mm.default", ["float32", "float32"], ["float32"], allowed) == "tf32"
+    # the memory-efficient kernel computes fp32 in fp32 whatever the setting (the flash kernel takes no fp32)
+    for name in ("aten._scaled_dot_product_efficient_attention.default", "aten::_efficient_attention_backward",
+                 "aten.scaled_dot_product_attention.default"):
+        assert compute_dtype(name, ["float32"] * 3, ["float32"], allowed) == "fp32", name
+    assert compute_dtype("aten._scaled_dot_product_flash_attention.default", ["bfloat16"] * 3, ["bfloat16"],
+                         allowed) == "bf16"

@@ -4,7 +4,9 @@ and the execution-trace importer et_import.py); the roofline takes that dtype's 
 A matmul, convolution or attention computes in its inputs' dtype (its output may be wider: fp8 scaled matmuls
 write bf16); fp32 inputs run as TF32 where PyTorch allows it when the op runs (matmuls:
 torch.backends.cuda.matmul.allow_tf32 or torch.set_float32_matmul_precision("high" / "medium"); convolutions:
-torch.backends.cudnn.allow_tf32, on by default). Any other op computes in its output's floating dtype (an op
+torch.backends.cudnn.allow_tf32, on by default). Not attention: fp32 scaled-dot-product attention runs the
+memory-efficient kernel in fp32 whatever the setting (the flash kernel takes only fp16 / bf16; an H200's
+llama step spent the same 8 ms in it with TF32 on and off). Any other op computes in its output's floating dtype (an op
 that writes none, its inputs'). Ops on no floating data read as fp32.
 """
 from __future__ import annotations
@@ -40,8 +42,9 @@ def compute_dtype(name: str, inputs: list[str], outputs: list[str], tf32: tuple[
     short = aten_name(name)
     matmul, conv = is_matmul(short), is_convolution(short)
     order = (inputs, outputs) if matmul or conv else (outputs, inputs)
+    attention = short.startswith(ATTENTION_PREFIXES) or short == "scaled_dot_product_attention"
     for dtypes in order:
         for d in dtypes:
             if is_floating(d):
-                return from_torch(d, tf32=(matmul and tf32[0]) or (conv and tf32[1]))
+                return from_torch(d, tf32=(matmul and not attention and tf32[0]) or (conv and tf32[1]))
     return DEFAULT
