@@ -164,8 +164,8 @@ def gemm_dims(name: str, args: list, flops: float) -> tuple:
             (m, k), (_, n) = mats[1][-2:], mats[2][-2:]
             return (1, m, n, k)
         if op == "linear" and len(mats) >= 2 and len(mats[1]) == 2:   # input (..., k), weight (n, k)
-            (n, k), m = mats[1], math.prod(mats[0][:-1])
-            return (1, m, n, k)
+            n, k = mats[1]   # the input's rows: its elements over its last dimension
+            return (1, math.prod(mats[0]) // k, n, k) if k else (0, 0, 0, 0)
         if op == "bmm" and len(mats) >= 2 and len(mats[0]) == 3:
             (b, m, k), n = mats[0], mats[1][-1]
             return (b, m, n, k)
