@@ -8,11 +8,12 @@ its own constants, the device file's `efficiency` mapping (fitted from real prof
 calibrate-compute`; the presets' values say where they were fitted):
 
 - tensor-core classes (matmul, attention, attention_backward, conv, conv_backward): `CLASS.DTYPE` (or `CLASS` for
-  every dtype) is the fraction of the dtype's dense peak a large op reaches (counted in torch's FLOPs). A
-  matmul with known GEMM dimensions also pays for its shape: tiles of 128 (64 where a dimension is smaller, at the lower rate of
-  a smaller tile's fewer multiply-adds per element loaded) padded at the matrix edges, waves of tiles over the `multiprocessors`, two at a time on each (split along K when there are fewer
-  tiles than that, as cuBLAS does), and `matmul.k_overhead`, the prologue and epilogue of a tile in multiply-adds
-  of K: a tile of depth K costs K + k_overhead. Its bytes take `elementwise`'s bandwidth; the op takes the larger.
+  every dtype) is the fraction of the dtype's dense peak a large op reaches (counted in torch's FLOPs). A matmul
+  with known GEMM dimensions also pays for its shape: tiles of 128 (64 where a dimension is smaller, at the lower
+  rate of a smaller tile's fewer multiply-adds per element loaded) padded at the matrix edges, waves of tiles over
+  the `multiprocessors`, two at a time on each (split along K when there are fewer tiles than that, as cuBLAS
+  does), and `matmul.k_overhead`, the prologue and epilogue of a tile in multiply-adds of K: a tile of depth K
+  costs K + k_overhead. Its bytes take `elementwise`'s bandwidth; the op takes the larger.
 - memory classes (norm, elementwise, optimizer, cast): `CLASS` is the fraction of the memory bandwidth its kernels
   reach, counting the bytes the op reads and writes once (a BatchNorm's extra passes show as a lower fraction).
 - `launch_us`: added to every kernel (launch latency and the tail of a grid), and `host_us`: the host time to
@@ -25,8 +26,9 @@ calibrate-compute`; the presets' values say where they were fitted):
   `causal`) runs CAUSAL_WORK (half) of the FLOPs torch's counter gives it, which counts attention unmasked: its
   kernels skip the masked blocks. The FLOPs reported stay the counted ones.
 
-Times are ns; peaks TFLOP/s per network/dtypes code; bandwidth bytes/ns. Nothing here reads files: the device file
-reader (network/devices.py) checks the mapping with `check_efficiency`.
+Times are ns; peaks TFLOP/s per network/dtypes code; bandwidth bytes/ns. The device file reader
+(network/devices.py) checks a mapping with `check_efficiency`; what a mapping leaves out is the h200 preset's
+(`DEFAULTS`, read from network/gpus.json, the one place those numbers live).
 """
 from __future__ import annotations
 
@@ -93,8 +95,8 @@ def check_efficiency(where: str, value) -> tuple:
     for key, v in value.items():
         if key not in KEYS:
             raise UserError(f"{where}: unknown field {show(f'efficiency.{key}')}; expected an op class "
-                            f"({', '.join(CLASSES)}), CLASS.DTYPE, matmul.k_overhead, launch_us, host_us, CLASS.host_us "
-                            "or view_us")
+                            f"({', '.join(CLASSES)}), CLASS.DTYPE, matmul.k_overhead, launch_us, host_us, "
+                            "CLASS.host_us or view_us")
         low, high, meaning = KEYS[key]
         fraction = key in FRACTIONS
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
@@ -185,8 +187,8 @@ def gemm_factor(gemm: np.ndarray, k_overhead: np.ndarray, multiprocessors: int) 
     tiles = b * rows * cols
     if multiprocessors > 0:
         slots = multiprocessors * TILES_PER_SM
-        split = np.where(tiles < slots, np.maximum(1.0, np.minimum(np.floor(slots / tiles), np.floor(k / MIN_SPLIT_K))),
-                         1.0)
+        fill = np.maximum(1.0, np.minimum(np.floor(slots / tiles), np.floor(k / MIN_SPLIT_K)))
+        split = np.where(tiles < slots, fill, 1.0)
         units = tiles * split
         waves = np.ceil(units / slots)
         idle = waves * slots / units

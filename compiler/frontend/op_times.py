@@ -6,8 +6,9 @@ aten::linear finds its time as well as a capture's aten.addmm) takes the median 
 its measured time (`Op.measured_ns`, which the engine uses instead of the compute model); the rest keep the
 model's. An op measured already (a trace given with its own profiler trace) keeps its own time. An op whose
 shapes find no call (a profile records no sizes for the optimizer's tensor lists), or that has none, is matched
-by its name, dtype, FLOPs and bytes instead: the same rules (flop_counter, op_bytes) computed them on both sides. The report says how much of the step's compute
-was measured ("measured" in its compute line, `measured_compute_us` and `measured_ops` in --json).
+by its name, dtype, FLOPs and bytes instead: the same rules (flop_counter, op_bytes) computed them on both sides.
+The report says how much of the step's compute was measured ("measured" in its compute line,
+`measured_compute_us` and `measured_ops` in --json).
 """
 from __future__ import annotations
 
