@@ -84,22 +84,33 @@ class Roofline:
         peaks = self.dtype_tflops if self.dtype_tflops is not None else (self.peak_tflops,) * len(DTYPES)
         if self.model is not None and op_class is not None:
             codes = np.full(np.shape(flops), FP32) if dtype is None else np.asarray(dtype)
-            return self.model.kernel_ns(peaks, gbps_to_bytes_per_ns(self.mem_gbps), op_class, codes, flops, nbytes,
-                                        gemm, causal)
+            kernel = self.model.kernel_ns(peaks, gbps_to_bytes_per_ns(self.mem_gbps), op_class, codes, flops,
+                                          nbytes, gemm, causal)
+            return np.where(launches(flops, nbytes), kernel, 0.0)
         peak = self.peak_tflops
         if dtype is not None and self.dtype_tflops is not None:
             codes = np.asarray(dtype)
             peak = np.asarray(self.dtype_tflops, dtype=float)[np.where(codes == NO_DTYPE, FP32, codes)]
         return np.maximum(flops / (peak * 1e3), nbytes / gbps_to_bytes_per_ns(self.mem_gbps))
 
-    def issued_ns(self, kind: np.ndarray, op_class: np.ndarray | None,
-                  views: np.ndarray | None = None) -> np.ndarray | None:
+    def issued_ns(self, kind: np.ndarray, op_class: np.ndarray | None, views: np.ndarray | None = None,
+                  flops: np.ndarray | None = None, nbytes: np.ndarray | None = None) -> np.ndarray | None:
         """When the host has issued each row: the host issues compute ops one after another, each taking its
-        class's host time and that of the `views` dispatched before it (network/compute_model.py; None: none).
+        class's host time and that of the `views` dispatched before it (network/compute_model.py; None: none);
+        a compute row that launches nothing (`launches`: an execution trace's view) costs one view's time.
         None without a model or op classes: rows are ready when their inputs are."""
         if self.model is None or op_class is None:
             return None
-        return np.cumsum(np.where(kind == COMPUTE, self.model.host_ns(op_class, views), 0.0))
+        host = self.model.host_ns(op_class, views)
+        if flops is not None and nbytes is not None:
+            host = np.where(launches(flops, nbytes), host, self.model.value("view_us") * 1e3)
+        return np.cumsum(np.where(kind == COMPUTE, host, 0.0))
+
+
+def launches(flops: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """Does a compute row launch a kernel? Not one of no FLOPs and no bytes: a view or an allocation, which the
+    capture leaves out but an execution trace records as an op (the compute model times it 0, its host a view's)."""
+    return (np.asarray(flops) > 0) | (np.asarray(nbytes) > 0)
 
 
 @dataclass
@@ -169,7 +180,7 @@ class _Rank:
         compute = roofline.time_ns(table.flops, table.nbytes, table.dtype, table.op_class, table.gemm, table.causal)
         # an eager host issues the compute ops one after another: op i's kernel starts no earlier than the host has
         # issued ops 0..i (None without a compute model)
-        self.issued = roofline.issued_ns(table.kind, table.op_class, table.views)
+        self.issued = roofline.issued_ns(table.kind, table.op_class, table.views, table.flops, table.nbytes)
         self.host_wait = 0.0   # time the compute stream sat idle, its next op ready but not yet issued
         self.measured = np.zeros(n, bool) if table.measured_ns is None else \
             (table.kind == COMPUTE) & ~np.isnan(table.measured_ns)

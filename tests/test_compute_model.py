@@ -132,3 +132,14 @@ def test_host_wait_is_not_exposed_communication():
     # issued at 100 and 200 ns; the all-reduce runs 110-610, the last op 610-620: 400 ns exposed, 100 host
     assert r.total_ns == pytest.approx(620) and r.host_wait_ns == pytest.approx(100)
     assert r.exposed_comm_ns == pytest.approx(620 - 20 - 100)
+
+
+def test_an_op_of_no_flops_and_no_bytes_launches_nothing_and_costs_the_host_a_view():
+    # an execution trace records views (aten::view, aten::t) as ops; the capture leaves them out
+    model = ComputeModel((("host_us", 0.01), ("view_us", 0.003), ("launch_us", 0.002), ("elementwise", 1.0)))
+    roof = Roofline(peak_tflops=1.0, mem_gbps=1e12, dtype_tflops=(1.0,) * len(DTYPES), model=model)
+    rows = [(COMPUTE, 1, [], 0, -1, 1), (COMPUTE, 0, [0], 0, -1, 1), (COMPUTE, 1, [1], 0, -1, 1)]
+    table = dataclasses.replace(program(rows), op_class=np.full(3, CODE["elementwise"], np.int8))
+    r = run_workload([table], roof, spmd=True).ranks[0]
+    # issued at 10, 13 (a view: 3 ns), 23 ns; the view takes no time, the others 1 ns + 2 ns of launch
+    assert list(r.start_ns) == [10, 13, 23] and list(r.end_ns) == [13, 13, 26]
