@@ -25,7 +25,8 @@ from ..driver.workload_driver import (Lowered, StepSemantics, WorkloadOptions, e
 from ..core.step_keys import group_key
 from ..report.step_timeline import step_trace
 from ..report.workload_report import WorkloadReport, make_report
-from ..core.job import DEFAULT_CAPTURE_LIMIT, Job, Network, RunOptions, StepOptions, roofline, with_gpu
+from ..core.job import DEFAULT_CAPTURE_LIMIT, Job, Network, RunOptions, StepOptions, roofline, with_cluster, \
+    with_gpu
 
 
 def load_workload(source, world_size: int, mesh: dict | None = None,
@@ -76,7 +77,7 @@ def _is_module(source) -> bool:
 DEFAULT_TOPOLOGY = "8x8_torus"   # compile()'s network when neither `topology` nor a job gives one
 # compile()'s keyword overrides -> (group, field) of the Job (job.py); step_semantics sets two fields
 OVERRIDES = {
-    **{k: ("network", k) for k in ("topology", "bandwidth", "latency", "links", "endpoint_delay")},
+    **{k: ("network", k) for k in ("topology", "bandwidth", "latency", "links", "endpoint_delay", "cluster")},
     **{k: ("compile", k) for k in ("scheduler", "chunks", "algorithm", "all_reduce")},
     **{k: ("run", k) for k in ("backend", "switching", "intra", "max_memory", "local_mem_gbps")},
     **{k: ("step", k) for k in ("mesh", "peak_tflops", "mem_bw_gbps", "rank", "capture_limit", "example_inputs",
@@ -89,7 +90,9 @@ OVERRIDES = {
 def job_of(job: Job | None = None, topology=..., **overrides) -> Job:
     """The Job compile() runs: `job` (None: the defaults on DEFAULT_TOPOLOGY) with `topology` (... : the job's)
     and each keyword override (OVERRIDES) set."""
-    job = Job(network=Network(topology=DEFAULT_TOPOLOGY)) if job is None else job
+    # a cluster without a topology is the cluster's topology, not the default
+    default_topology = None if "cluster" in overrides and topology is ... else DEFAULT_TOPOLOGY
+    job = Job(network=Network(topology=default_topology)) if job is None else job
     if not isinstance(job, Job):
         raise TypeError(f"job must be an astra_compile.compiler.core.job.Job, got {type(job).__name__}")
     if topology is not ...:
@@ -110,7 +113,7 @@ def job_of(job: Job | None = None, topology=..., **overrides) -> Job:
     # a roofline figure set beside a gpu overrides the device's (with_gpu): named, or away from its default
     default = StepOptions()
     given = {k for k in ("peak_tflops", "mem_bw_gbps") if k in overrides or getattr(job.step, k) != getattr(default, k)}
-    return with_gpu(job, given)
+    return with_gpu(with_cluster(job), given)
 
 
 def compile(source, topology=..., *, job: Job | None = None, use_recorded: bool = True,
@@ -214,6 +217,8 @@ def _compile(source, job: Job, use_recorded: bool) -> WorkloadReport:
         lowered = _lowered(workload, topo)
         recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items()),
                     **({"placement": workload.placement} if workload.placement else {})}
+    if net.cluster is not None:   # read by job_of (with_cluster): the report's header says it
+        recorded = {**recorded, "cluster": net.cluster.describe()}
     scheduler = job.compile.scheduler or driver.DEFAULT_SCHEDULER
     defaults = {k: v for k, v in (("chunks", job.compile.chunks), ("algorithm", job.compile.algorithm),
                                   ("all_reduce", job.compile.all_reduce)) if v is not None}
@@ -253,7 +258,8 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
             "mem_bw_gbps": opts.roofline.mem_gbps, "mem_latency_ns": opts.mem_latency_ns, "rank": rank,
             **({"pool": opts.pool.describe()} if opts.pool is not None else {}),
             **({"endpoint_delay_ns": topo.endpoint_delay_ns} if topo.endpoint_delay_ns else {}),
-            **({"gpu": opts.gpu} if opts.gpu is not None else {})}
+            **({"gpu": opts.gpu} if opts.gpu is not None else {}),
+            **({"cluster": recorded["cluster"]} if recorded.get("cluster") else {})}
     if step_tables is not None:
         step_tables_of = lambda fmt: step_tables   # noqa: E731 (the directory's own, whatever the format)
     elif opts.keep_schedules:

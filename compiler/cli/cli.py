@@ -192,6 +192,9 @@ def run_job(job: Job, given: set[str] = frozenset(), named: set[str] | None = No
         # an option typed wins over the file even at its default (`--intra scf` over its FIFO): named
         values, origin, notices = astra_system.read(job, named, kind == "training step")
         job = job.with_options(values)
+    if job.network.cluster is not None:   # its topology and GPU where not typed; a lone collective has no GPU
+        from ..core.job import with_cluster
+        job = with_cluster(job, kind != "collective")
     if job.step.gpu is not None:   # the device's roofline, but for --peak-tflops/--mem-bw typed beside it
         from ..core.job import with_gpu
         job = with_gpu(job, {field for dest, field in (("peak_tflops", "peak_tflops"), ("mem_bw", "mem_bw_gbps"))

@@ -11,7 +11,7 @@ from ...runtime.meta import ROOTED
 
 # runtime options: how tables execute
 RUN = {"backend", "execution", "intra", "active_chunks", "switching", "max_memory", "local_mem_bw"}
-NETWORK = {"topology", "bandwidth", "latency", "links", "endpoint_delay"}
+NETWORK = {"topology", "bandwidth", "latency", "links", "endpoint_delay", "cluster"}
 COMPILE = {"algorithm", "chunks", "scheduler", "all_reduce"}
 
 ALLOWED = {

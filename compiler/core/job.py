@@ -6,14 +6,14 @@ configuration that crosses the stages after them.
     Job
       inputs, system        what is compiled (paths), and the ASTRA-sim system file that filled options
       collective            --collective/--size/--dims/--root: one collective to compile
-      network   Network     the topology and what overrides its bandwidth, latency, links, endpoint delay
+      network   Network     the topology and what overrides its bandwidth, latency, links, endpoint delay; a cluster
       compile   CompileOptions  scheduler, algorithm, chunks, all-reduce split, ports, pass pipeline
       run       RunOptions  how the tables execute (backend, execution, intra, ...): the runtime takes it as is
       step      StepOptions a training step: mesh, capture limit, roofline, memories, step semantics, ...
       outputs   Outputs     what the run writes or prints (--emit, -o, --json, --timeline, ...)
 
 Each group is a frozen dataclass; change one with `dataclasses.replace` (`Job.replace(group, **fields)` for a
-field of a group). A later kind of configuration (a GPU compute model, a cluster) is one more group: a frozen
+field of a group). A later kind of configuration is one more group: a frozen
 dataclass, a field of Job with its default, and its command-line options in OPTIONS.
 
 A value holds what the run uses: a count as an int, a size in bytes. The command line's text for an option is read
@@ -48,6 +48,9 @@ class Network:
     latency: object = None         # ns per hop per dimension
     links: object = None           # links per dimension
     endpoint_delay: object = None  # ns every message spends at its endpoints
+    # --cluster: "NAME:NODES" as typed, or the network/clusters.Cluster it names (with_cluster: it fills the
+    # topology, bandwidth, latency and the GPU where they are not given)
+    cluster: object = None
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ OPTIONS = {
     "input": (None, "inputs"), "system": (None, "system"),
     "collective": ("collective", "kind"), "size": ("collective", "size"), "dims": ("collective", "dims"),
     "root": ("collective", "root"),
-    **{k: ("network", k) for k in ("topology", "bandwidth", "latency", "links", "endpoint_delay")},
+    **{k: ("network", k) for k in ("topology", "bandwidth", "latency", "links", "endpoint_delay", "cluster")},
     **{k: ("compile", k) for k in ("scheduler", "algorithm", "chunks", "all_reduce", "ports", "pass_pipeline",
                                    "print_ir_after_all", "mlir_timing", "compare")},
     **{k: ("run", k) for k in ("backend", "execution", "intra", "active_chunks", "switching", "max_memory",
@@ -192,6 +195,26 @@ def from_options(values: dict) -> Job:
     """The Job of a command line's parsed options (argparse dest -> value; those not in OPTIONS, such as
     --version's, are the parser's own)."""
     return Job().with_options({k: v for k, v in values.items() if k in OPTIONS})
+
+
+def with_cluster(job: Job, gpu_applies: bool = True) -> Job:
+    """The job with its --cluster read (network/clusters.py; one UserError when it names none): network.cluster
+    the Cluster, and what it sets where the job does not give it: the topology, and with the cluster's topology
+    its bandwidth and latency per dimension (a --bandwidth or --latency given replaces the cluster's, as on any
+    topology); step.gpu the node's GPU preset where `gpu_applies` (not on a lone collective, which has no compute).
+    Run before with_gpu, which reads that preset. A job without --cluster is returned as is; so is one read twice."""
+    if job.network.cluster is None:
+        return job
+    from ...network.clusters import resolve
+    cluster = resolve(job.network.cluster)
+    net = job.network
+    changes = {"cluster": cluster}
+    if net.topology is None:
+        changes.update(topology=cluster.topology(),
+                       **({"bandwidth": cluster.bandwidth()} if net.bandwidth is None else {}),
+                       **({"latency": cluster.latency()} if net.latency is None else {}))
+    job = job.replace("network", **changes)
+    return job.replace("step", gpu=cluster.gpu) if gpu_applies and job.step.gpu is None else job
 
 
 def with_gpu(job: Job, given) -> Job:

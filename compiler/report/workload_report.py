@@ -20,8 +20,8 @@ from ..core.step_keys import key_parts
 
 
 # keys --json leaves out where they do not apply (a placement, the congestion backend, a pool, an endpoint delay)
-# and the FLOPs per compute dtype (a step whose compute is all fp32), and the GPU (no --gpu)
-OPTIONAL = ("placement", "switching", "pool", "endpoint_delay_ns", "gpu", "host_wait_us", "flops_by_dtype")
+# and the FLOPs per compute dtype (a step whose compute is all fp32), the GPU (no --gpu) and the cluster (no --cluster)
+OPTIONAL = ("placement", "switching", "pool", "endpoint_delay_ns", "gpu", "cluster", "host_wait_us", "flops_by_dtype")
 NOT_JSON = {"json": False}
 
 
@@ -45,6 +45,7 @@ class WorkloadReport:
     pool: str | None                       # the remote memory pool, described
     endpoint_delay_ns: float | None
     gpu: dict | None                       # --gpu: the device's name, description and where its numbers came from
+    cluster: dict | None                   # --cluster: its name, nodes, GPUs, description and sources
     total_time_us: float
     compute_time_us: float
     measured_compute_us: float
@@ -170,7 +171,8 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0, **made) 
     by_dtype = {d: f for d, f in by_dtype.items() if f}
     info = {key: module_info.get(key) for key in ("source", "topology", "npus", "mesh", "placement", "backend",
                                                    "scheduler", "peak_tflops", "switching", "mem_bw_gbps",
-                                                   "mem_latency_ns", "rank", "pool", "endpoint_delay_ns", "gpu")}
+                                                   "mem_latency_ns", "rank", "pool", "endpoint_delay_ns", "gpu",
+                                                   "cluster")}
     data = {**info,
             "total_time_us": result.total_ns / 1e3, "compute_time_us": r.compute_ns / 1e3,
             "measured_compute_us": r.measured_ns / 1e3, "measured_ops": r.measured_ops,
@@ -282,6 +284,8 @@ def format_report(d: dict) -> str:
     lines = [
         f"workload        {d['source']} ({d['ops']} ops, {format_flops(d['flops'])} per rank"
         + "".join(f"; {name} {format_flops(f)}" for name, f in d.get("flops_by_dtype", {}).items()) + ")",
+        *([f"cluster         {d['cluster']['name']} x {d['cluster']['nodes']} nodes ({d['cluster']['gpus']} GPUs): "
+           f"{d['cluster']['description']}; {d['cluster']['source']}"] if d.get("cluster") else []),
         f"topology        {d['topology']} ({d['npus']} NPUs)" + (f", mesh {d['mesh']}" if d.get("mesh") else "")
         + (f", endpoint delay {d['endpoint_delay_ns']:g} ns per message" if d.get("endpoint_delay_ns") else ""),
         *([f"placement       {d['placement']}"] if d.get("placement") else []),

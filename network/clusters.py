@@ -1,0 +1,119 @@
+"""A cluster (`--cluster NAME:NODES`, docs/clusters.md): the GPU each NPU is, one node's fabric and the network
+that joins the nodes, as two topology dimensions.
+
+The presets are clusters.json beside this file: per name, the node's GPU (a gpus.json preset), its GPU count, the
+intra-node fabric (a Switch of the node's GPUs for NVSwitch, FullyConnected for AMD's xGMI mesh) with its
+bandwidth per GPU per direction and latency, and the scale-out network (one NIC per GPU; a rail-optimised fat tree
+seen from one rank is a Switch of the nodes over its rail) with the NIC's bandwidth and a latency; every number
+with its source. `resolve` is the one reader of `--cluster`'s value; `Cluster.topology()` with `bandwidth()` and
+`latency()` are what `--topology`, `--bandwidth` and `--latency` would say for it.
+
+Units: the file holds the datasheets' own (decimal GB/s, decimal Gb/s); `bandwidth()` gives the project's GB/s of
+2^30 B (network/units.py), as `--bandwidth` takes it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+
+from .errors import UserError, show
+from .units import GIB
+
+PRESETS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clusters.json")
+PRESET_SOURCE = "vendor datasheets, docs/clusters.md"
+BLOCKS = ("Switch", "FullyConnected")   # the intra-node fabrics a preset may name
+# what a preset's `sources` names: every number and choice it holds, and the collective efficiency it leaves out
+NUMBERS = ("gpu", "gpus_per_node", "intra_gb_s", "intra_latency_ns", "nic_gbit_s", "nic_latency_ns", "efficiency")
+# the most GPUs a cluster may have: ten times the largest training clusters built; beyond it a topology of that many
+# NPUs is a typing mistake, refused here before any stage sizes arrays by the NPU count
+MAX_GPUS = 1 << 20
+USAGE = "expected NAME:NODES, e.g. dgx-h100:16 (docs/clusters.md)"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    description: str
+    gpu: str                  # a gpus.json preset (network/devices.py)
+    gpus_per_node: int
+    intra_block: str          # Switch | FullyConnected
+    intra_gb_s: float         # decimal GB/s per GPU per direction, over all its links in the node
+    intra_latency_ns: float   # ns per hop
+    nic_gbit_s: float         # decimal Gb/s per GPU (one NIC each)
+    nic_latency_ns: float     # ns per hop
+    sources: tuple = ()       # (field, text) pairs
+    nodes: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def _dimensions(self) -> list[tuple[str, float, float]]:
+        """(block, GB/s of 2^30 B, ns per hop) per dimension: the node's fabric, then the nodes' switch (none for
+        one node: a dimension needs 2 NPUs)."""
+        dims = [(f"{self.intra_block}({self.gpus_per_node})", self.intra_gb_s * 1e9 / GIB, self.intra_latency_ns)]
+        if self.nodes > 1:
+            dims.append((f"Switch({self.nodes})", self.nic_gbit_s * 1e9 / 8 / GIB, self.nic_latency_ns))
+        return dims
+
+    def topology(self) -> str:
+        """The topology notation of the cluster, e.g. "Switch(8)_Switch(16)"."""
+        return "_".join(block for block, _, _ in self._dimensions())
+
+    def bandwidth(self) -> str:
+        """`--bandwidth` for topology(): GB/s of 2^30 B per dimension, exact (repr reads back to the same float)."""
+        return ",".join(repr(gbps) for _, gbps, _ in self._dimensions())
+
+    def latency(self) -> str:
+        """`--latency` for topology(): ns per hop per dimension."""
+        return ",".join(repr(ns) for _, _, ns in self._dimensions())
+
+    def describe(self) -> dict:
+        """The report's "cluster" object."""
+        return {"name": self.name, "nodes": self.nodes, "gpus": self.gpus, "description": self.description,
+                "source": f"preset {self.name} ({PRESET_SOURCE})"}
+
+
+def presets() -> dict[str, Cluster]:
+    """Every preset by name (clusters.json), each of one node."""
+    with open(PRESETS_FILE, encoding="utf-8") as f:
+        table = json.load(f)["presets"]
+    return {name: _preset(name, data) for name, data in table.items()}
+
+
+def resolve(spec) -> Cluster:
+    """`--cluster`'s value: "NAME:NODES" (a preset's name and a whole number of nodes >= 1), or a Cluster."""
+    if isinstance(spec, Cluster):
+        return spec
+    if not isinstance(spec, str) or ":" not in spec:
+        raise UserError(f"--cluster {show(spec)}: {USAGE}")
+    name, _, count = spec.partition(":")
+    table = presets()
+    cluster = table.get(name.strip().lower())
+    if cluster is None:
+        raise UserError(f"--cluster {show(spec)}: unknown cluster {show(name)}; known: {', '.join(table)}")
+    count = count.strip()
+    # digits only, and few of them: int() of a long string is slow, and such a count is over MAX_GPUS anyway
+    if not (count.isascii() and count.isdigit()) or len(count) > 9 or int(count) < 1:
+        raise UserError(f"--cluster {show(spec)}: the node count must be a whole number >= 1, got {show(count)}")
+    nodes = int(count)
+    if nodes * cluster.gpus_per_node > MAX_GPUS:
+        raise UserError(f"--cluster {show(spec)}: {nodes} nodes of {cluster.gpus_per_node} GPUs is "
+                        f"{nodes * cluster.gpus_per_node} GPUs; at most {MAX_GPUS} are modelled "
+                        f"({MAX_GPUS // cluster.gpus_per_node} nodes)")
+    return dataclasses.replace(cluster, nodes=nodes)
+
+
+def _preset(name: str, data: dict) -> Cluster:
+    """A preset from clusters.json; a malformed one is the repository's mistake, said in one line."""
+    where = f"network/clusters.json: preset {name}"
+    fields = {f.name for f in dataclasses.fields(Cluster)} - {"name", "nodes"}
+    if set(data) != fields:
+        raise UserError(f"{where}: fields {sorted(data)}; expected {sorted(fields)}")
+    if data["intra_block"] not in BLOCKS:
+        raise UserError(f"{where}: intra_block {show(data['intra_block'])}; expected one of {', '.join(BLOCKS)}")
+    if set(data["sources"]) != set(NUMBERS):
+        raise UserError(f"{where}: sources name {sorted(data['sources'])}; expected {', '.join(NUMBERS)}")
+    return Cluster(name=name, **{**data, "sources": tuple(data["sources"].items())})

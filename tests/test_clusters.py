@@ -1,0 +1,145 @@
+"""Cluster presets (network/clusters.py, --cluster NAME:NODES; docs/clusters.md): the topology, bandwidths,
+latencies and GPU they set, what overrides them, and the refusals."""
+import json
+import os
+
+import jsonschema
+import pytest
+
+import astra_compile
+from astra_compile.compiler.api.api import job_of
+from astra_compile.network import clusters, devices
+from astra_compile.network.errors import UserError
+from helpers import cli, refused
+
+HERE = os.path.dirname(__file__)
+NAMES = ("dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x")
+STEP = os.path.join(HERE, "ir", "step_two_ranks.mlir")   # a workload module on Ring(2)
+MLP = os.path.join(HERE, "..", "examples", "mlp_dp.py")
+GIB = 2 ** 30
+
+
+def test_every_preset_loads_with_a_source_for_every_number():
+    table = clusters.presets()
+    assert tuple(table) == NAMES
+    gpus = devices.presets()
+    for name, c in table.items():
+        assert c.name == name and c.nodes == 1 and c.gpu in gpus, name
+        assert c.intra_block in clusters.BLOCKS and c.gpus_per_node >= 2
+        assert min(c.intra_gb_s, c.intra_latency_ns, c.nic_gbit_s, c.nic_latency_ns) > 0
+        assert tuple(dict(c.sources)) == clusters.NUMBERS and all(dict(c.sources).values()), name
+        assert "not fitted" in dict(c.sources)["efficiency"]
+
+
+def test_known_figures_and_the_topology_they_make():
+    h100 = clusters.resolve("dgx-h100:16")
+    assert (h100.gpu, h100.gpus, h100.intra_gb_s, h100.nic_gbit_s) == ("h100", 128, 450, 400)
+    assert h100.topology() == "Switch(8)_Switch(16)"
+    # decimal datasheet units to the project's GB/s of 2^30 B: 450 GB/s NVLink, 400 Gb/s = 50 GB/s per NIC
+    assert [float(b) for b in h100.bandwidth().split(",")] == [450e9 / GIB, 50e9 / GIB]
+    assert h100.latency() == "300,1350"
+    mi300x = clusters.resolve("MI300X:1")   # one node: no scale-out dimension
+    assert mi300x.topology() == "FullyConnected(8)" and float(mi300x.bandwidth()) == 7 * 64e9 / GIB
+    nvl72 = clusters.resolve("gb200-nvl72:4")
+    assert nvl72.topology() == "Switch(72)_Switch(4)" and nvl72.gpus == 288 and nvl72.gpu == "gb200"
+    assert [clusters.resolve(f"{n}:2").intra_gb_s for n in ("dgx-a100", "hgx-h200", "dgx-b200")] == [300, 450, 900]
+    assert h100.describe() == {"name": "dgx-h100", "nodes": 16, "gpus": 128, "description": h100.description,
+                               "source": "preset dgx-h100 (vendor datasheets, docs/clusters.md)"}
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("dgx-h300:2", "--cluster 'dgx-h300:2': unknown cluster 'dgx-h300'; known: dgx-a100, dgx-h100, hgx-h200, "
+                   "dgx-b200, gb200-nvl72, mi300x"),
+    ("dgx-h100", "--cluster 'dgx-h100': expected NAME:NODES, e.g. dgx-h100:16"),
+    ("dgx-h100:", "the node count must be a whole number >= 1, got ''"),
+    ("dgx-h100:0", "the node count must be a whole number >= 1, got '0'"),
+    ("dgx-h100:-2", "got '-2'"),
+    ("dgx-h100:1.5", "got '1.5'"),
+    ("dgx-h100:٣", "got '٣'"),
+    ("dgx-h100:" + "9" * 5000, "the node count must be a whole number >= 1"),
+    ("dgx-h100:131073", "131073 nodes of 8 GPUs is 1048584 GPUs; at most 1048576 are modelled (131072 nodes)"),
+])
+def test_refusals_are_one_line_exit_2(capsys, spec, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        clusters.resolve(spec)
+    refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--cluster", spec, match=message)
+    assert clusters.resolve("dgx-h100:131072").gpus == 2 ** 20   # the bound itself is taken
+
+
+def test_cluster_does_not_apply_to_a_table_directory(capsys, tmp_path):
+    code, _, err = cli(capsys, "--collective", "all_reduce", "--size", "1MB", "--topology", "Ring(4)", "--emit",
+                       "tables", "-o", tmp_path / "t")
+    assert code == 0, err
+    refused(capsys, tmp_path / "t", "--cluster", "dgx-h100:2", match="--cluster does not apply to a table directory")
+
+
+def collective(capsys, *argv):
+    code, out, err = cli(capsys, "--collective", "all_reduce", "--size", "64MB", "--json", *argv)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_a_collective_on_a_cluster_is_the_hand_written_topology(capsys):
+    hand = ["--topology", "Switch(8)_Switch(2)", "--latency", "300,1350"]
+    assert collective(capsys, "--cluster", "dgx-h100:2") == \
+        collective(capsys, *hand, "--bandwidth", f"{450e9 / GIB!r},{50e9 / GIB!r}")
+    # a --bandwidth (or --latency) typed replaces the cluster's, as on any topology
+    assert collective(capsys, "--cluster", "dgx-h100:2", "--bandwidth", "100") == \
+        collective(capsys, *hand, "--bandwidth", "100")
+    # a --topology typed wins: the cluster's bandwidths belong to its own topology, so they go too
+    assert collective(capsys, "--cluster", "dgx-h100:2", "--topology", "Ring(4)") == \
+        collective(capsys, "--topology", "Ring(4)")
+    assert collective(capsys, "--cluster", "mi300x:1")["topology"] == "FullyConnected(8)"
+
+
+def test_the_cluster_sets_the_gpu_and_gpu_overrides_it(capsys):
+    # the module runs on its own Ring(2): --topology typed, so the cluster gives the GPU alone
+    code, out, err = cli(capsys, STEP, "--json", "--cluster", "dgx-b200:2", "--topology", "Ring(2)")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["gpu"]["name"] == "b200" and report["peak_tflops"] == 80 and report["topology"] == "Ring(2)"
+    assert report["cluster"] == {**clusters.resolve("dgx-b200:2").describe()}
+    code, out, err = cli(capsys, STEP, "--json", "--gpu", "b200", "--topology", "Ring(2)")
+    assert {k: v for k, v in report.items() if k != "cluster"} == json.loads(out)
+    code, out, err = cli(capsys, STEP, "--json", "--cluster", "dgx-b200:2", "--topology", "Ring(2)", "--gpu", "h200",
+                         "--peak-tflops", "5")
+    report = json.loads(out)
+    assert report["gpu"]["name"] == "h200" and report["peak_tflops"] == 5 and report["cluster"]["name"] == "dgx-b200"
+
+
+def test_api_cluster_override():
+    job = job_of(cluster="dgx-h100:2")
+    assert job.network.topology == "Switch(8)_Switch(2)" and job.network.latency == "300,1350"
+    assert job.step.gpu.name == "h100" and job.step.peak_tflops == 67
+    assert job_of(topology="Ring(4)", cluster="dgx-h100:2").network.topology == "Ring(4)"
+    assert job_of(cluster="mi300x:2", gpu="mi325x").step.gpu.name == "mi325x"
+    report = astra_compile.compile(STEP, "Ring(2)", cluster="dgx-a100:3").to_dict()
+    assert report["cluster"]["gpus"] == 24 and report["gpu"]["name"] == "a100-80gb"
+
+
+def test_a_training_step_on_a_cluster_is_the_hand_written_command(capsys):
+    args = [MLP, "--mesh", "dp=16", "--json"]
+    code, out, err = cli(capsys, *args, "--cluster", "dgx-h100:2")
+    assert code == 0, err
+    by_cluster = json.loads(out)
+    jsonschema.validate(by_cluster, json.load(open(os.path.join(
+        HERE, "..", "compiler", "report", "workload_report.schema.json"))))
+    assert by_cluster.pop("cluster")["gpus"] == 16
+    code, out, err = cli(capsys, *args, "--topology", "Switch(8)_Switch(2)", "--bandwidth",
+                         f"{450e9 / GIB!r},{50e9 / GIB!r}", "--latency", "300,1350", "--gpu", "h100")
+    assert code == 0, err
+    assert by_cluster == json.loads(out)   # every figure, exactly
+    code, out, err = cli(capsys, MLP, "--mesh", "dp=16", "--cluster", "dgx-h100:2")
+    assert "cluster         dgx-h100 x 2 nodes (16 GPUs): NVIDIA DGX H100" in out
+    assert "topology        Switch(8)_Switch(2) (16 NPUs)" in out
+
+
+def test_docs_table_is_the_presets():
+    page = open(os.path.join(HERE, "..", "docs", "clusters.md")).read()
+    rows = {cells[0].strip("` "): cells for cells in
+            ([c.strip() for c in line.strip("|").split("|")] for line in page.splitlines() if line.startswith("| `"))}
+    table = clusters.presets()
+    assert set(rows) == set(table)
+    for name, c in table.items():
+        assert rows[name][1:] == [f"`{c.gpu}`", str(c.gpus_per_node), c.intra_block, f"{c.intra_gb_s:g}",
+                                  f"{c.intra_latency_ns:g}", f"{c.nic_gbit_s:g}", f"{c.nic_latency_ns:g}"], name
