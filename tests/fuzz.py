@@ -431,6 +431,21 @@ def case_options(draw, workdir):
     run("command-line numbers", argv + ["--json"], workdir)
 
 
+CLUSTER_NAMES = ["dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x"]
+
+
+def case_cluster(draw, workdir):
+    """--cluster NAME:NODES (docs/clusters.md): a preset or any text, a node count or any text, beside a collective
+    and sometimes the options that override the cluster's parts."""
+    name = draw(st.one_of(st.sampled_from(CLUSTER_NAMES), st.text(max_size=12)))
+    spec = draw(st.one_of(st.builds(lambda n, k: f"{n}:{k}", st.just(name), st.one_of(SMALL, HUGE, st.text(max_size=6))),
+                          st.just(name)))
+    argv = [*COLLECTIVE, "--cluster", spec]
+    for _ in range(draw(st.integers(0, 2))):
+        argv += [draw(st.sampled_from(["--bandwidth", "--latency", "--topology"])), draw(OPTION_VALUES)]
+    run("cluster presets", argv + ["--json"], workdir)
+
+
 def case_network_file(draw, workdir):
     kind = draw(st.sampled_from(["yml", "json", "edges"]))
     base = {"yml": NETWORK_YML, "json": json.dumps(NETWORK_JSON, indent=1), "edges": EDGES}[kind]
@@ -822,6 +837,7 @@ CASES = {"sizes": case_size, "topology notation": case_topology, "command-line n
          "system files": case_system_file,
          "pool files": case_pool_file,
          "GPU device files": case_device_file,
+         "cluster presets": case_cluster,
          "GPU profiles (calibrate-compute)": case_gpu_profile,
          "Chakra traces": case_chakra,
          "Chakra nodes": case_chakra_nodes,
