@@ -143,3 +143,16 @@ def test_docs_table_is_the_presets():
     for name, c in table.items():
         assert rows[name][1:] == [f"`{c.gpu}`", str(c.gpus_per_node), c.intra_block, f"{c.intra_gb_s:g}",
                                   f"{c.intra_latency_ns:g}", f"{c.nic_gbit_s:g}", f"{c.nic_latency_ns:g}"], name
+
+
+def test_sweep_over_clusters(capsys, tmp_path):
+    from astra_compile.compiler.sweep import results
+    assert "cluster" not in results.report_fields("training step")   # a results file's columns are those before it
+    spec = tmp_path / "sweep.yml"
+    spec.write_text(json.dumps({"base": {"collective": "all_reduce", "size": "1MB"},
+                                "axes": {"cluster": ["dgx-h100:2", "mi300x:4"]}}))
+    code, _, err = cli(capsys, "sweep", spec, "-o", tmp_path / "out.csv")
+    assert code == 0, err   # the cluster gives each point its topology: no --topology in base
+    import csv
+    rows = {r["cluster"]: r for r in csv.DictReader(open(tmp_path / "out.csv"))}
+    assert rows["dgx-h100:2"]["topology"] == "Switch(8)_Switch(2)" and rows["mi300x:4"]["npus"] == "32"

@@ -116,12 +116,13 @@ def _job(options: dict, directory: str, where: str):
 
 def _check_complete(kind: str, job) -> None:
     """What every point of a kind needs, so that a sweep missing it stops before running, not at every point."""
-    if kind == "training step" and not job.network.topology and \
+    # a --cluster gives the topology (core/job.with_cluster, when the point runs)
+    if kind == "training step" and not job.network.topology and not job.network.cluster and \
             readers.kind_of(list(job.inputs)) != readers.WORKLOAD_MODULE:
         raise UserError("--topology is required (in base, or as an axis)")
     if kind == "collective" and not job.inputs:
         for option in ("collective", "size", "topology"):
-            if not job.option(option):
+            if not job.option(option) and not (option == "topology" and job.network.cluster):
                 raise UserError(f"--{option} is required with a collective (in base, or as an axis)")
 
 

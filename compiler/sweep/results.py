@@ -29,8 +29,9 @@ FIXED = ("point",)
 STATUS = ("status", "error", "elapsed_s")
 TABLE_DIR_FIELDS = ("total_time_us", "npus", "backend", "execution", "per_dim_bytes", "per_dim_busy_us", "verified")
 # report fields a results file leaves out: the --gpu device (its axis or the base names it; peak_tflops and
-# mem_bw_gbps hold its figures), so that the columns of a sweep, and resuming one, stay what they were before --gpu
-NOT_IN_RESULTS = ("gpu",)
+# mem_bw_gbps hold its figures) and the --cluster (likewise; topology and npus hold its shape), so that the columns
+# of a sweep, and resuming one, stay what they were before --gpu and --cluster
+NOT_IN_RESULTS = ("gpu", "cluster")
 
 
 def report_fields(kind: str) -> tuple[str, ...]:
