@@ -136,7 +136,7 @@ def test_gpu_h200_compute_time_by_hand(capsys):
     assert report["gpu"] == {"name": "h200", "description": "NVIDIA H200 SXM 141GB",
                              "source": "preset h200 (vendor datasheets, docs/compute.md)"}
     code, out, _ = cli(capsys, STEP, "--gpu", "h200")
-    assert "gpu             h200 (NVIDIA H200 SXM 141GB)" in out and "roofline 67 TFLOPS" in out
+    assert "gpu             h200 (NVIDIA H200 SXM 141GB)" in out and "compute model of the gpu below 67 TFLOPS" in out
 
 
 def test_without_gpu_the_report_is_unchanged(capsys):

@@ -290,7 +290,7 @@ def format_report(d: dict) -> str:
         + (f", endpoint delay {d['endpoint_delay_ns']:g} ns per message" if d.get("endpoint_delay_ns") else ""),
         *([f"placement       {d['placement']}"] if d.get("placement") else []),
         f"runtime         {d['backend']} network" + (f" ({d['switching']})" if d.get("switching") else "") +
-        f", scheduler {d['scheduler']}; compute roofline "
+        f", scheduler {d['scheduler']}; compute {'model of the gpu below' if d.get('gpu') else 'roofline'} "
         f"{d['peak_tflops']:g} TFLOPS, {d['mem_bw_gbps']:g} GB/s",
         *([f"gpu             {d['gpu']['name']} ({d['gpu']['description']}): per-dtype peaks, fp32's above; "
            f"{d['gpu']['source']}"] if d.get("gpu") else []),
