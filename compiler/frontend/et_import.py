@@ -625,22 +625,18 @@ class _Builder:
         self.trace.ops.append(op)
         self.trace.op_nodes.append(node["id"])
 
-    def read_and_written(self, node: dict) -> list:
-        """The values of the arguments a call writes in place and reads too (not its out= arguments)."""
+    def written_args(self, node: dict, read_too: bool = False) -> list:
+        """The values of the arguments a call writes in place (`read_too`: only those it also reads, not its out=
+        arguments), from its schema's alias annotations (recorder.written_args for a capture)."""
         schema = _schema(node)
         values = node["inputs"]["values"]
         if schema is None:  # no annotations: the trailing-underscore convention of in-place ops
             return values[:1] if values and node["name"].endswith("_") else []
         return [v for a, v in zip(schema.arguments, values)
-                if a.alias_info is not None and a.alias_info.is_write and not a.is_out]
+                if a.alias_info is not None and a.alias_info.is_write and not (read_too and a.is_out)]
 
     def mutated_args(self, node: dict) -> set:
-        schema = _schema(node)
-        values = node["inputs"]["values"]
-        if schema is None:  # no annotations: the trailing-underscore convention of in-place ops
-            return _storages(values[0]) if values and node["name"].endswith("_") else set()
-        return {s for a, v in zip(schema.arguments, values)
-                if a.alias_info is not None and a.alias_info.is_write for s in _storages(v)}
+        return {s for v in self.written_args(node) for s in _storages(v)}
 
     # memory ops
     def memory(self, node: dict, move: str, dst) -> tuple[Op, set]:
@@ -725,7 +721,8 @@ class _Builder:
         view = only_aliases(bool(mutated), out_storages, in_storages)
         # an op that writes arguments in place and returns nothing (_foreach_mul_, ...) writes their bytes too
         # (an out= argument is among the inputs already, and written, not read: it is not counted again)
-        in_place = sum(self.nbytes(node, "inputs", v) for v in self.read_and_written(node)) if not out_storages else 0
+        in_place = 0 if out_storages else sum(self.nbytes(node, "inputs", v)
+                                              for v in self.written_args(node, read_too=True))
         seen: set = set()   # a tensor the call takes twice is read once (op_bytes.py)
         nbytes = 0 if view else moved_bytes(node["name"], [self.nbytes(node, "inputs", v, seen) for v in ins],
                                             [self.nbytes(node, "outputs", v) for v in outs], in_place)

@@ -258,13 +258,10 @@ def _work(name: str, inputs: list) -> tuple:
         return 0, unrun, in_types, []
     out_types = [str(t.dtype).removeprefix("torch.") for t in results]
     out_bytes = [t.numel() * t.element_size() for t in results]
-    written = 0
-    if not results:   # written in place and not returned (_foreach_mul_, ...): op_bytes.py charges it
-        schema = overload._schema
-        for i, a in enumerate(schema.arguments):
-            if a.alias_info is not None and a.alias_info.is_write and not a.is_out:
-                value = args[i] if i < len(args) else kwargs.get(a.name)
-                written += sum(t.numel() * t.element_size() for t in _flatten(value) if isinstance(t, torch.Tensor))
+    # written in place and not returned (_foreach_mul_, ...): op_bytes.py charges it, as the capture does
+    from .recorder import written_args
+    written = 0 if results else sum(t.numel() * t.element_size()
+                                    for t in written_args(overload, args, kwargs, read_too=True))
     return flops, moved_bytes(name, in_bytes, out_bytes, written), in_types, out_types
 
 

@@ -101,7 +101,7 @@ def _first_uses(tensors: list) -> list[tuple]:
     return out
 
 
-def _written_args(func, args, kwargs, read_too: bool = False) -> list[torch.Tensor]:
+def written_args(func, args, kwargs, read_too: bool = False) -> list[torch.Tensor]:
     """The tensors an in-place or out= op writes, from its schema's alias annotations (`read_too`: only those it
     also reads, not its out= arguments)."""
     written = []
@@ -213,7 +213,7 @@ class StepRecorder(TorchDispatchMode):
                 flops = int(flop_registry[func._overloadpacket](*args, **kwargs, out_val=out))
             # an op that writes arguments in place and returns nothing (_foreach_mul_, ...) writes their bytes too
             # (an out= argument is among the inputs already, and written, not read: it is not counted again)
-            in_place = sum(map(_nbytes, _written_args(func, args, kwargs, read_too=True))) \
+            in_place = sum(map(_nbytes, written_args(func, args, kwargs, read_too=True))) \
                 if mutates and not outputs else 0
             op = Op(str(func), COMPUTE, deps, flops=flops,
                     bytes=moved_bytes(name, [_nbytes(t) if first else 0 for t, first in _first_uses(inputs)],
@@ -225,7 +225,7 @@ class StepRecorder(TorchDispatchMode):
             self._views = 0
         op.phase = self._phase()
         self.ops.append(op)
-        written = _written_args(func, args, kwargs) if mutates else []
+        written = written_args(func, args, kwargs) if mutates else []
         if op.kind == RECV or name in ROOTED_EXCHANGES:   # c10d.recv_, gather_, scatter_ fill their first
             written = _tensors(args[0])                     # argument (their schemas do not say so)
         for t in outputs + written:
