@@ -31,15 +31,6 @@ PEAKS = (50.0, 100.0, 400.0, 800.0, 800.0, 1600.0)   # TFLOP/s per dtype code
 BW = 4000.0                                          # bytes per ns
 
 
-@pytest.fixture
-def tables(monkeypatch):
-    """The engine's program tables of every step compiled while the test runs, one list per step."""
-    made = []
-    build = workload_driver.program_tables
-    monkeypatch.setattr(workload_driver, "program_tables", lambda *a, **k: made.append(build(*a, **k)) or made[-1])
-    return made
-
-
 def attention_model(tmp_path, causal: bool) -> str:
     path = tmp_path / f"attention_{causal}.py"
     path.write_text(textwrap.dedent(f"""
@@ -144,20 +135,21 @@ def causal_rows(table) -> list:
                                             for i in np.flatnonzero(table.kind == workload_driver.engine.COMPUTE)]
 
 
-def test_causal_survives_the_module_step_tables_and_chakra_and_only_the_gpu_model_uses_it(tmp_path, capsys, tables):
+def test_causal_survives_the_module_step_tables_and_chakra_and_only_the_gpu_model_uses_it(tmp_path, capsys,
+                                                                                         engine_tables):
     report = compile_step(causal_step(), "Ring(2)")
     assert report.mlir.count("wl.causal = true") == 1
-    assert causal_rows(tables[-1][0]) == [True, False, False]
+    assert causal_rows(engine_tables[-1][0]) == [True, False, False]
     step = tmp_path / "step.mlir"
     step.write_text(report.mlir)
     out = tmp_path / "tables"
     assert cli(capsys, str(step), "--emit", "tables", "-o", str(out))[0] == 0
     cells = list(csv.reader(open(out / "program_0.csv")))
     assert cells[0][-4:] == ["deps", "dtype", "shapes", "causal"] and [r[-1] for r in cells[1:]] == ["1", "", ""]
-    tables.clear()
+    engine_tables.clear()
     code, plain, err = cli(capsys, str(out))
     assert code == 0, err
-    assert causal_rows(tables[0][0]) == [True, False, False]
+    assert causal_rows(engine_tables[0][0]) == [True, False, False]
     # without --gpu the figure is the counted FLOPs' at peak: as if no row were causal
     uncausal = compile_step(Workload(2, {0: [Op(**{**o.__dict__, "causal": False}) for o in causal_step().programs[0]]},
                                      "causal test", spmd=True), "Ring(2)")
@@ -216,10 +208,10 @@ def test_a_gpu_profile_reads_is_causal_from_concrete_inputs(tmp_path):
     assert sorted((g.causal, g.calls) for g in profile_ops.group(calls)) == [(False, 1), (True, 2)]
 
 
-def test_the_llama_example_runs_its_attention_causally_under_the_gpu_model(capsys, tables):
+def test_the_llama_example_runs_its_attention_causally_under_the_gpu_model(capsys, engine_tables):
     code, out, err = cli(capsys, "examples/llama_fsdp_tp.py", "--topology", "8x8_torus", "--gpu", "h200")
     assert code == 0, err
-    table = tables[-1][0]
+    table = engine_tables[-1][0]
     attention = np.isin(table.op_class, [CODE[c] for c in ATTENTION]) & (table.kind == workload_driver.engine.COMPUTE)
     assert attention.sum() == 8 and table.causal is not None   # 4 layers' SDPA forward and backward
     assert list(np.flatnonzero(table.causal)) == list(np.flatnonzero(attention))

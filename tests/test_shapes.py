@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from astra_compile.compiler.api.api import compile as compile_step
-from astra_compile.compiler.driver import workload_driver
 from astra_compile.compiler.frontend.capture import capture
 from astra_compile.compiler.frontend.et_import import load_traces
 from astra_compile.compiler.frontend.model_file import load_model_file
@@ -24,15 +23,6 @@ from helpers import cli, refused
 HERE = os.path.dirname(__file__)
 GPU_1RANK = os.path.join(HERE, "data", "gpu_1rank")
 STEP = os.path.join(HERE, "ir", "step_shapes.mlir")   # tests/ir/step_two_ranks.mlir with wl.shapes (and a bf16 mm)
-
-
-@pytest.fixture
-def tables(monkeypatch):
-    """The engine's program tables of every step compiled while the test runs, one list per step."""
-    made = []
-    build = workload_driver.program_tables
-    monkeypatch.setattr(workload_driver, "program_tables", lambda *a, **k: made.append(build(*a, **k)) or made[-1])
-    return made
 
 
 def compute_rows(table) -> list[tuple]:
@@ -73,14 +63,14 @@ def test_any_arguments_format_to_text_that_reads_back(args):
             assert read[-1] == args[len(read) - 1][:len(read[-1])]
 
 
-def test_the_mlp_capture_gives_its_addmm_shapes_and_the_table_a_matmul_of_64_by_4096_by_4096(tables):
+def test_the_mlp_capture_gives_its_addmm_shapes_and_the_table_a_matmul_of_64_by_4096_by_4096(engine_tables):
     ops = [op for op in capture(load_model_file("examples/mlp_dp.py"), 8).programs[0] if op.kind == COMPUTE]
     addmm = [op for op in ops if op.name == "aten.addmm.default"]
     assert len(addmm) == 8 and {op.shapes for op in addmm} == {"4096,64x4096,4096x4096"}   # bias, x, W^T
     assert {op.shapes for op in ops if op.name == "aten.mm.default"} == {"64x4096,4096x4096", "4096x64,64x4096"}
     assert {op.shapes for op in ops if op.name == "aten.ones_like.default"} == {"s"}   # the loss: a 0-dim tensor
     compile_step("examples/mlp_dp.py", "Ring(8)")
-    (table,) = tables[0]
+    (table,) = engine_tables[0]
     found = compute_rows(table)
     assert found[0] == (CODE["matmul"], (1, 64, 4096, 4096))      # layer 1's addmm
     assert found[1] == (CODE["elementwise"], (0, 0, 0, 0))        # its gelu
@@ -91,10 +81,10 @@ def test_the_mlp_capture_gives_its_addmm_shapes_and_the_table_a_matmul_of_64_by_
     assert not table.op_class[table.kind != workload_engine.COMPUTE].any()   # other rows: 0
 
 
-def test_resnet_convolutions_run_their_implicit_gemm(tables):
+def test_resnet_convolutions_run_their_implicit_gemm(engine_tables):
     """cuDNN's implicit GEMM: m = N*Hout*Wout, n = output channels, k = input channels * kernel area."""
     compile_step("examples/resnet_dp.py", "Ring(8)")
-    (table,) = tables[0]
+    (table,) = engine_tables[0]
     found = compute_rows(table)
     convs = [g for c, g in found if c == CODE["conv"]]
     assert convs[0] == (1, 32 * 112 * 112, 64, 3 * 7 * 7)          # the stem: 224x224, 7x7 stride 2
@@ -121,7 +111,7 @@ def test_an_execution_trace_gives_the_shapes_of_its_matmuls():
     assert sum(1 for op in ops if op.shapes) >= len(ops) - 1
 
 
-def test_the_module_keeps_wl_shapes_and_a_module_read_back_gives_the_same_tables(tables, tmp_path):
+def test_the_module_keeps_wl_shapes_and_a_module_read_back_gives_the_same_tables(engine_tables, tmp_path):
     ops = [Op("aten.addmm.default", COMPUTE, flops=2 * 64 * 4096 * 1024, shapes="1024,64x4096,4096x1024"),
            Op("aten.gelu.default", COMPUTE, [0], bytes=8, shapes="64x1024"),
            Op("aten.mm.default", COMPUTE, [1], flops=10**9)]   # shapes not known: no attribute
@@ -131,7 +121,7 @@ def test_the_module_keeps_wl_shapes_and_a_module_read_back_gives_the_same_tables
     step = tmp_path / "step.mlir"
     step.write_text(text)
     again = compile_step(str(step), None)
-    first, second = compute_rows(tables[0][0]), compute_rows(tables[1][0])
+    first, second = compute_rows(engine_tables[0][0]), compute_rows(engine_tables[1][0])
     assert first == second == [(CODE["matmul"], (1, 64, 1024, 4096)), (CODE["elementwise"], (0, 0, 0, 0)),
                                (CODE["matmul"], (0, 0, 0, 0))]
     assert again.total_time_us == report.total_time_us   # the compute model does not use them as yet
@@ -145,7 +135,7 @@ def test_a_module_with_malformed_shapes_is_refused_in_one_line(tmp_path, capsys,
     refused(capsys, str(step), match="wl.compute 'aten.mm.default': wl.shapes must be tensor sizes")
 
 
-def test_step_tables_keep_the_shapes_and_programs_without_them_keep_their_columns(tables, tmp_path, capsys):
+def test_step_tables_keep_the_shapes_and_programs_without_them_keep_their_columns(engine_tables, tmp_path, capsys):
     out = tmp_path / "tables"
     code, _, err = cli(capsys, STEP, "--emit", "tables", "-o", str(out))
     assert code == 0, err
@@ -153,10 +143,10 @@ def test_step_tables_keep_the_shapes_and_programs_without_them_keep_their_column
     assert cells[0][-3:] == ["deps", "dtype", "shapes"] and cells[1][-2:] == ["", "512x1024,1024x1024"]
     assert cells[4][1] == "wait" and cells[4][-2:] == ["", ""]   # row 3
     assert list(csv.reader(open(out / "program_1.csv")))[1][-2:] == ["bf16", "2560x1024,1024x1024"]
-    tables.clear()
+    engine_tables.clear()
     code, _, err = cli(capsys, str(out))
     assert code == 0, err
-    by_rank = {t.rank: compute_rows(t) for t in tables[0]}
+    by_rank = {t.rank: compute_rows(t) for t in engine_tables[0]}
     assert by_rank == {0: [(CODE["matmul"], (1, 512, 1024, 1024)), (CODE["elementwise"], (0, 0, 0, 0))],
                        1: [(CODE["matmul"], (1, 2560, 1024, 1024)), (CODE["elementwise"], (0, 0, 0, 0))]}
     program = out / "program_0.csv"

@@ -24,15 +24,6 @@ from helpers import cli, refused
 ENGINE_COMPUTE = workload_driver.engine.COMPUTE
 
 
-@pytest.fixture
-def tables(monkeypatch):
-    """The engine's program tables of every step compiled while the test runs, one list per step."""
-    made = []
-    build = workload_driver.program_tables
-    monkeypatch.setattr(workload_driver, "program_tables", lambda *a, **k: made.append(build(*a, **k)) or made[-1])
-    return made
-
-
 def test_the_capture_counts_the_views_before_each_compute_op(tmp_path):
     path = tmp_path / "reshapes.py"
     path.write_text(textwrap.dedent("""
@@ -87,19 +78,20 @@ def test_the_engine_issues_each_op_after_its_views():
     assert ComputeModel().value("view_us") == DEFAULTS["view_us"] > 0   # the h200 preset's (network/gpus.json)
 
 
-def test_views_survive_the_module_step_tables_and_chakra_and_only_the_gpu_model_uses_them(tmp_path, capsys, tables):
+def test_views_survive_the_module_step_tables_and_chakra_and_only_the_gpu_model_uses_them(tmp_path, capsys,
+                                                                                          engine_tables):
     report = compile_step(views_step(), "Ring(2)")
     assert report.mlir.count("wl.views = 5 : i64") == 1 and report.mlir.count("wl.views") == 2
-    assert views_rows(tables[-1][0]) == [5, 0, 2]
+    assert views_rows(engine_tables[-1][0]) == [5, 0, 2]
     step = tmp_path / "step.mlir"
     step.write_text(report.mlir)
     out = tmp_path / "tables"
     assert cli(capsys, str(step), "--emit", "tables", "-o", str(out))[0] == 0
     cells = list(csv.reader(open(out / "program_0.csv")))
     assert cells[0][-2:] == ["causal", "views"] and [r[-1] for r in cells[1:]] == ["5", "", "2"]
-    tables.clear()
+    engine_tables.clear()
     assert cli(capsys, str(out))[0] == 0
-    assert views_rows(tables[0][0]) == [5, 0, 2]
+    assert views_rows(engine_tables[0][0]) == [5, 0, 2]
     # without --gpu the figure is the one without views
     none = compile_step(Workload(2, {0: [Op(**{**o.__dict__, "views": 0}) for o in views_step().programs[0]]},
                                  "views test", spmd=True), "Ring(2)")
@@ -150,10 +142,10 @@ def test_a_cached_workload_keeps_views_and_refuses_a_bad_count():
             Workload.from_json(data)
 
 
-def test_the_llama_example_dispatches_views_before_many_ops(capsys, tables):
+def test_the_llama_example_dispatches_views_before_many_ops(capsys, engine_tables):
     code, out, err = cli(capsys, "examples/llama_fsdp_tp.py", "--topology", "8x8_torus", "--gpu", "h200")
     assert code == 0, err
-    table = tables[-1][0]
+    table = engine_tables[-1][0]
     views = table.views[table.kind == ENGINE_COMPUTE]
     # rotary embeddings, head reshapes, repeat_interleave and the backward's transposes: 768 views before 252 of
     # its 563 compute ops when this test was written
