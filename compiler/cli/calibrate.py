@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...network.errors import AstraError, UserError
+from ...network.errors import UserError
 from ...network.units import MAX_GBPS, MIN_GBPS, parse_size
 
 STEP = 0.01          # relative perturbation of a parameter for its coefficient
@@ -71,12 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from .parser import fail
-    args = build_parser().parse_args(argv)
-    try:
-        return run(args)
-    except AstraError as e:   # a bad --algorithm is refused by the passes
-        return fail(str(e))
+    from .parser import run_subcommand
+    return run_subcommand(build_parser, run, argv)
 
 
 def run(args) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ...network.compute_model import FRACTIONS, GEMM_CLASSES, KEYS, MEMORY_CLASSES, ComputeModel
 from ...network.dtypes import DTYPES
-from ...network.errors import AstraError, UserError, show
+from ...network.errors import UserError, show
 from ...network.op_classes import CLASSES, CODE as CLASS_CODE, TENSOR_CORE, classify, gemm_dims, parse_shapes
 
 MIN_GROUPS = 3            # groups of ops (distinct name, shapes, dtype) a constant needs to be fitted
@@ -52,12 +52,8 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from .parser import fail
-    args = build_parser().parse_args(argv)
-    try:
-        return run(args)
-    except AstraError as e:   # UserError, and OutputError from the atomic writer
-        return fail(str(e))
+    from .parser import run_subcommand
+    return run_subcommand(build_parser, run, argv)
 
 
 def run(args) -> int:

@@ -7,7 +7,7 @@ import argparse
 import math
 import sys
 
-from ...network.errors import UserError, one_line
+from ...network.errors import AstraError, UserError, one_line
 from ...network.kinds import COLLECTIVES
 from ..core.job import DEFAULT_CAPTURE_LIMIT
 
@@ -224,6 +224,16 @@ def _join_dashed_values(parser: argparse.ArgumentParser, argv: list[str]) -> lis
 def fail(message: str) -> int:
     sys.stderr.write(f"astra-compile: error: {one_line(message)}\n")
     return 2
+
+
+def run_subcommand(build_parser, run, argv: list[str]) -> int:
+    """A subcommand's main (calibrate, calibrate-compute): its arguments parsed and run; an AstraError (bad input,
+    an output that cannot be written) is one line and exit 2."""
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except AstraError as e:
+        return fail(str(e))
 
 
 def parse(argv: list[str]) -> tuple[dict, set[str], frozenset[str]]:
