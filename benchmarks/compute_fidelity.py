@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 
+from astra_compile.network.op_classes import CLASSES, classify   # the compute model's own classes
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data")
 EXAMPLES = os.path.join(HERE, "..", "examples")
@@ -41,7 +43,6 @@ UNSHARDED = ("\n\ndef parallelize(model, mesh):\n"
              "    return model\n")
 AUTOCAST = ("\n\ndef step_context():\n"
             "    return torch.autocast(\"cuda\", dtype=torch.bfloat16)\n")
-CLASSES = ("matmul", "conv", "attention", "norm", "elementwise", "optimizer")
 
 
 def mode_file(directory: str, model: str, mode: str) -> str:
@@ -66,22 +67,6 @@ def mode_file(directory: str, model: str, mode: str) -> str:
     return path
 
 
-def op_class(name: str, phase: str) -> str:
-    """The op class of an aten op (`aten.mm.default` or `aten::mm`) in the given step phase."""
-    if phase == "optimizer" or "_foreach_" in name:
-        return "optimizer"
-    op = re.sub(r"^aten(::|\.)", "", name).split(".")[0]
-    if "convolution" in op:
-        return "conv"
-    if "attention" in op or op.startswith("_flash") or op.startswith("_efficient"):
-        return "attention"
-    if op in ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addbmm", "dot", "mv"):
-        return "matmul"
-    if "norm" in op:
-        return "norm"
-    return "elementwise"
-
-
 def predict(path: str, gpu: str | None, cache: str, timeline: str | None) -> dict:
     argv = [sys.executable, "-m", "astra_compile", path, "--topology", TOPOLOGY, "--mesh", MESH, "--json",
             "--cache", cache]
@@ -100,7 +85,7 @@ def predicted_classes(timeline: str) -> dict:
     out = dict.fromkeys(CLASSES, 0.0)
     for e in events:
         if e.get("cat") == "compute" and e.get("pid") == 0:
-            out[op_class(e["name"], e.get("args", {}).get("phase", ""))] += e["dur"]
+            out[classify(e["name"])] += e["dur"]
     return out
 
 
@@ -121,7 +106,7 @@ def measured_classes() -> dict:
                 row = re.match(r"\s*(aten::\S+)\s+(.*)$", line)
                 if model and row:   # columns: Self CPU %, Self CPU, CPU total %, CPU total, CPU avg, Self CUDA
                     self_cuda = re.match(r"([\d.]+)(us|ms|s)", row.group(2).split()[5])
-                    out[model][op_class(row.group(1), "")] += float(self_cuda.group(1)) * unit[self_cuda.group(2)]
+                    out[model][classify(row.group(1))] += float(self_cuda.group(1)) * unit[self_cuda.group(2)]
     return out
 
 
@@ -174,12 +159,12 @@ def main() -> None:
     if classes:
         measured = measured_classes()
         print("\npredicted compute per op class, ms (--gpu h200); 'meas' rows: fp32 profiler CUDA time, top 40 rows")
-        print(f"{'model':<14} {'mode':<17} " + " ".join(f"{c:>11}" for c in CLASSES))
+        print(f"{'model':<14} {'mode':<17} " + " ".join(f"{c:>{max(11, len(c))}}" for c in CLASSES))
         for (model, mode), per in classes.items():
-            print(f"{model:<14} {mode:<17} " + " ".join(f"{per[c] / 1e3:11.2f}" for c in CLASSES))
+            print(f"{model:<14} {mode:<17} " + " ".join(f"{per[c] / 1e3:{max(11, len(c))}.2f}" for c in CLASSES))
             if mode == "fp32" and model in measured:
                 cuda = measured[model]
-                print(f"{model:<14} {'meas fp32':<17} " + " ".join(f"{cuda[c] / 1e3:11.2f}" for c in CLASSES))
+                print(f"{model:<14} {'meas fp32':<17} " + " ".join(f"{cuda[c] / 1e3:{max(11, len(c))}.2f}" for c in CLASSES))
 
 
 if __name__ == "__main__":
