@@ -67,6 +67,12 @@ def mode_file(directory: str, model: str, mode: str) -> str:
     return path
 
 
+def op_class(name: str, phase: str) -> str:
+    """The compute model's class of an aten op (`aten.mm.default` or `aten::mm`), every op of the optimizer phase
+    counted as the optimizer's (a for-loop optimizer's mul_ and add_ too)."""
+    return "optimizer" if phase == "optimizer" else classify(name)
+
+
 def predict(path: str, gpu: str | None, cache: str, timeline: str | None) -> dict:
     argv = [sys.executable, "-m", "astra_compile", path, "--topology", TOPOLOGY, "--mesh", MESH, "--json",
             "--cache", cache]
@@ -85,7 +91,7 @@ def predicted_classes(timeline: str) -> dict:
     out = dict.fromkeys(CLASSES, 0.0)
     for e in events:
         if e.get("cat") == "compute" and e.get("pid") == 0:
-            out[classify(e["name"])] += e["dur"]
+            out[op_class(e["name"], e.get("args", {}).get("phase", ""))] += e["dur"]
     return out
 
 
@@ -106,7 +112,7 @@ def measured_classes() -> dict:
                 row = re.match(r"\s*(aten::\S+)\s+(.*)$", line)
                 if model and row:   # columns: Self CPU %, Self CPU, CPU total %, CPU total, CPU avg, Self CUDA
                     self_cuda = re.match(r"([\d.]+)(us|ms|s)", row.group(2).split()[5])
-                    out[model][classify(row.group(1))] += float(self_cuda.group(1)) * unit[self_cuda.group(2)]
+                    out[model][op_class(row.group(1), "")] += float(self_cuda.group(1)) * unit[self_cuda.group(2)]
     return out
 
 
@@ -159,12 +165,13 @@ def main() -> None:
     if classes:
         measured = measured_classes()
         print("\npredicted compute per op class, ms (--gpu h200); 'meas' rows: fp32 profiler CUDA time, top 40 rows")
-        print(f"{'model':<14} {'mode':<17} " + " ".join(f"{c:>{max(11, len(c))}}" for c in CLASSES))
+        width = {c: max(11, len(c)) for c in CLASSES}
+        print(f"{'model':<14} {'mode':<17} " + " ".join(f"{c:>{width[c]}}" for c in CLASSES))
         for (model, mode), per in classes.items():
-            print(f"{model:<14} {mode:<17} " + " ".join(f"{per[c] / 1e3:{max(11, len(c))}.2f}" for c in CLASSES))
+            print(f"{model:<14} {mode:<17} " + " ".join(f"{per[c] / 1e3:{width[c]}.2f}" for c in CLASSES))
             if mode == "fp32" and model in measured:
                 cuda = measured[model]
-                print(f"{model:<14} {'meas fp32':<17} " + " ".join(f"{cuda[c] / 1e3:{max(11, len(c))}.2f}" for c in CLASSES))
+                print(f"{model:<14} {'meas fp32':<17} " + " ".join(f"{cuda[c] / 1e3:{width[c]}.2f}" for c in CLASSES))
 
 
 if __name__ == "__main__":

@@ -88,7 +88,7 @@ def test_compute_fidelity_reads_the_profiler_tables_by_op_class():
     assert [cf.op_class(n, p) for n, p in (("aten.mm.default", "backward"), ("aten::addmm", ""),
             ("aten.convolution_backward.default", "backward"), ("aten::native_layer_norm", ""),
             ("aten.mul_.Tensor", "optimizer"), ("aten::_foreach_mul_", ""), ("aten.gelu.default", "forward"))] == \
-        ["matmul", "matmul", "conv", "norm", "optimizer", "optimizer", "elementwise"]
+        ["matmul", "matmul", "conv_backward", "norm", "optimizer", "optimizer", "elementwise"]
     measured = cf.measured_classes()
     assert set(measured) == {"mlp_dp", "resnet_dp", "llama_fsdp_tp", "gpt_tp_dp"}
     # mlp_dp's table: addmm 686.338 us + mm 545.091 + 382.402; AdamW's foreach ops 2578.859 us
