@@ -32,6 +32,7 @@ Times are ns; peaks TFLOP/s per network/dtypes code; bandwidth bytes/ns. The dev
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -119,7 +120,7 @@ class ComputeModel:
         stands for every `CLASS.DTYPE` it leaves out; a class's host time is `host_us` where it has none of its
         own; a k_overhead not given is 0."""
         cls, _, what = key.partition(".")
-        for table in (dict(self.efficiency), DEFAULTS):
+        for table in (self._own, DEFAULTS):
             if key in table:
                 return table[key]
             if what in DTYPES and cls in table:
@@ -130,7 +131,13 @@ class ComputeModel:
             return 0.0
         raise KeyError(f"the h200 preset gives no {key!r} (network/gpus.json)")
 
-    def tables(self) -> tuple:
+    @functools.cached_property
+    def _own(self) -> dict:
+        return dict(self.efficiency)
+
+    @functools.cached_property
+    def _tables(self) -> tuple:
+        """kernel_ns's tables, resolved once per model (a run times every rank's program with the same one)."""
         frac = np.array([[self.value(f"{c}.{d}") if c in TENSOR_CORE else 1.0 for d in DTYPES] for c in CLASSES])
         bw = np.array([self.value(c) if c in MEMORY_CLASSES else self.value("elementwise") for c in CLASSES])
         k0 = np.array([self.value(f"{c}.k_overhead") if c in GEMM_CLASSES else 0.0 for c in CLASSES])
@@ -142,7 +149,7 @@ class ComputeModel:
         """Each op's kernel time. `dtype_tflops`: dense TFLOP/s per dtype code; `op_class`, `dtype`: codes per op
         (dtype -1: fp32); `gemm`: (n, 4) batch, m, n, k per op (zeros: not a GEMM or not known); `causal`: True per
         op that masked causally (None: none did), an attention op's FLOPs then counted at CAUSAL_WORK."""
-        frac, bw, k0 = self.tables()
+        frac, bw, k0 = self._tables
         cls = np.asarray(op_class, dtype=np.int64)
         codes = np.asarray(dtype, dtype=np.int64)
         codes = np.where(codes < 0, DTYPES.index("fp32"), codes)
@@ -159,11 +166,14 @@ class ComputeModel:
         memory = nbytes / (mem_bytes_per_ns * bw[cls])
         return np.maximum(compute, memory) + self.value("launch_us") * 1e3
 
+    @functools.cached_property
+    def _host_per_class(self) -> np.ndarray:
+        return np.array([self.value(f"{c}.host_us") for c in CLASSES]) * 1e3
+
     def host_ns(self, op_class: np.ndarray, views: np.ndarray | None = None) -> np.ndarray:
         """The host's time to issue each op, by its class code, plus view_us for each of its `views` (the
         kernel-less ops dispatched before it; None: none)."""
-        per_class = np.array([self.value(f"{c}.host_us") for c in CLASSES]) * 1e3
-        host = per_class[np.asarray(op_class, dtype=np.int64)]
+        host = self._host_per_class[np.asarray(op_class, dtype=np.int64)]
         if views is None:
             return host
         return host + np.asarray(views, dtype=float) * (self.value("view_us") * 1e3)
