@@ -3,8 +3,8 @@
 Defined in IRDL (workload.irdl.mlir). Collectives are comm dialect ops carrying one discardable attribute,
 `wl.group` (the process group's name, a key of the program's `wl.groups`), so the comm checks see ordinary comm
 ops (the comm passes do not run here: each distinct collective is compiled in a comm module of its own,
-compiler/driver/workload_driver.py). Any op may carry `wl.phase` ("forward", "backward" or "optimizer"): the part
-of the step it belongs to, and
+compiler/driver/workload_driver.py). Any op may carry `wl.phase` ("forward", "backward", "recompute": a forward
+that activation checkpointing reruns in the backward, or "optimizer"): the part of the step it belongs to, and
 `wl.iteration` (an execution trace of several training iterations): which one. The report breaks the run into
 both. A compute op may carry `wl.measured_ns`, its time as a profiler measured it, `wl.dtype`, the dtype it
 computed in (one of network/dtypes.DTYPES: "bf16", "tf32", ...; absent: "fp32"), whose peak the roofline takes,

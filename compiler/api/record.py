@@ -41,6 +41,7 @@ class Recording:
 def record(source: str = "recorded step"):
     import torch.distributed as dist
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    from ..frontend.recompute import recompute_marked
     from ..frontend.recorder import StepRecorder
 
     recording = Recording()
@@ -53,7 +54,7 @@ def record(source: str = "recorded step"):
         recorder.in_optimizer = False
     hooks = [register_optimizer_step_pre_hook(entering), register_optimizer_step_post_hook(leaving)]
     try:
-        with recorder:
+        with recorder, recompute_marked(lambda: recorder):
             yield recording
     finally:
         for h in hooks:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from ...network.errors import UserError
-from .workload import COLLECTIVE, COMPUTE, LOAD, STORE, Op, Workload
+from .workload import COLLECTIVE, COMPUTE, LOAD, RECOMPUTE, STORE, Op, Workload
 
 STATES = ("params", "grads", "optimizer")
 OPTIMIZER_STATES = 2          # Adam: exp_avg, exp_avg_sq
@@ -85,7 +85,7 @@ def _program(ops: list[Op], states: set, in_switch: bool, rank: int, optimizer_a
 
     def of(i: int, kind: str) -> bool:
         return ops[i].kind == COLLECTIVE and ops[i].collective == kind and ops[i].group in fsdp
-    gathers = {i for i, op in enumerate(ops) if of(i, "all_gather") and op.phase in ("forward", "backward")}
+    gathers = {i for i, op in enumerate(ops) if of(i, "all_gather") and op.phase in ("forward", "backward", RECOMPUTE)}
     scatters = {i for i, op in enumerate(ops) if of(i, "reduce_scatter") and op.phase == "backward"}
     if not scatters:
         raise UserError(f"--offload: rank {rank}'s step has no FSDP gradient reduce-scatter: ZeRO-Infinity offloads "

@@ -29,7 +29,7 @@ from ...network.op_classes import format_shapes
 from .op_bytes import moved_bytes, only_aliases
 from .op_causal import causal
 from .op_dtype import compute_dtype, tf32_allowed
-from .workload import COLLECTIVE, COMPUTE, LOAD, RECV, SEND, STORE, WAIT, Op
+from .workload import COLLECTIVE, COMPUTE, LOAD, RECOMPUTE, RECV, SEND, STORE, WAIT, Op
 
 # PyTorch's collective ops -> (comm dialect collective, which tensor is the full buffer: "in" | "out")
 COLLECTIVE_OPS = {
@@ -159,6 +159,7 @@ class StepRecorder(TorchDispatchMode):
         self.live = live
         self.unsupported = ""               # live: the first collective the comm dialect cannot schedule
         self.in_optimizer = False           # live: set by torch.optim's global step hooks (record.py)
+        self.recomputing = 0                # > 0 while activation checkpointing reruns a forward (recompute.py)
         # storage -> (index of the last op that wrote it, live: a weak reference to the tensor it wrote)
         self._writer: dict[int, tuple] = {}
         # capture: storages seen, kept alive while recording, since a freed storage's address could come back
@@ -257,7 +258,10 @@ class StepRecorder(TorchDispatchMode):
         return t
 
     def _phase(self) -> str:
-        """The part of the step an op recorded now belongs to: set by the capture, or told by autograd."""
+        """The part of the step an op recorded now belongs to: set by the capture, or told by autograd; a forward
+        that activation checkpointing runs again inside the backward is "recompute"."""
+        if self.recomputing:
+            return RECOMPUTE
         return self._live_phase() if self.live or self.phase is AUTOGRAD else self.phase
 
     def _live_phase(self) -> str:

@@ -18,7 +18,10 @@ from ...network.op_classes import is_shapes, is_views
 COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
 SEND, RECV = "send", "recv"    # point-to-point: a message to (from) one peer rank, matched in order per pair
 LOAD, STORE = "load", "store"  # memory: a tensor moved into (out of) the accelerator, docs/memory.md
-PHASES = ("forward", "backward", "optimizer")   # the parts of a training step, in the order they run
+# the parts of a training step, in the order they start; "recompute" is the forward that activation checkpointing
+# runs again inside the backward (recompute.py)
+RECOMPUTE = "recompute"
+PHASES = ("forward", "backward", RECOMPUTE, "optimizer")
 
 
 @dataclass
