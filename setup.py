@@ -73,9 +73,10 @@ setup(
     ],
     extras_require={
         # the tests start a real local Ray instance (tests/test_sweep.py) and open results with pandas; the passes'
-        # FileCheck tests (tests/filecheck/) run the Python FileCheck that xDSL uses
+        # FileCheck tests (tests/filecheck/) run the Python FileCheck that xDSL uses; torchao's float8 training is
+        # captured as users write it (tests/test_fp8_training.py)
         "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8", "jsonschema>=4", "ray==2.60.0",
-                 "pandas>=2", "filecheck==1.0.6"],
+                 "pandas>=2", "filecheck==1.0.6", "torchao==0.18.0"],
         "plot": ["matplotlib>=3.8"],
         "ray": ["ray==2.60.0"],
     },
