@@ -21,6 +21,7 @@ from .mesh import check_axes, check_mesh, silent_axes
 from .parallelize import (apply_builtin, axis, build_mesh, ddp_modules, mesh_reads, meshes_outside_fake,
                           prepare_ddp, skip_cross_rank_checks)
 from .gpu_autocast import cuda_autocast_on_host
+from .fake_params import fake_params_convertible
 from .gpu_foreach import cuda_foreach_on_host
 from .own_world import script_world_set_aside
 from .recompute import recompute_marked
@@ -188,7 +189,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         what, carry = "build_model()", None
         try:
-            with fake, skip_cross_rank_checks():
+            with fake, skip_cross_rank_checks(), fake_params_convertible():
                 model = spec.build_model()
                 if not isinstance(model, torch.nn.Module):   # None would pass on to a parallelize() that ignores it
                     raise UserError(f"{spec.path}: build_model() returned {type(model).__name__}, not a "
