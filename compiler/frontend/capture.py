@@ -17,9 +17,10 @@ import warnings
 from ...network.errors import InputWarning, UserError
 from .model_file import ModelFile, one_line
 from . import pipeline
+from .accumulation import Accumulation, gradient_sync, split
 from .mesh import check_axes, check_mesh, silent_axes
-from .parallelize import (apply_builtin, axis, build_mesh, ddp_modules, mesh_reads, meshes_outside_fake,
-                          prepare_ddp, skip_cross_rank_checks)
+from .parallelize import (apply_builtin, axis, build_mesh, mesh_reads, meshes_outside_fake, prepare_ddp,
+                          rebuild_ddp_buckets, skip_cross_rank_checks)
 from .gpu_autocast import cuda_autocast_on_host
 from .fake_params import fake_params_convertible
 from .gpu_foreach import cuda_foreach_on_host
@@ -163,6 +164,9 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
         ops, _, offloaded = _capture_rank(spec, world_size, axes, 0)
         return Workload(world_size, {0: ops}, source=spec.path, spmd=True, mesh=axes, host_offload=offloaded,
                         offload=spec.offload)
+    if spec.accumulation is not None and spec.accumulation.microbatches > 1:
+        raise UserError(f"{spec.path}: GRADIENT_ACCUMULATION with a pp axis: the pipeline's schedule runs the "
+                        "micro-batches; set PIPELINE['microbatches'] instead")
     p = pipeline.plan(spec, axes)
     programs, carried, offloaded = {}, None, False
     for s, rank in enumerate(p.reps):   # stage s's input is what stage s - 1 hands on
@@ -233,11 +237,16 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                         phase(AUTOGRAD)
                         pipeline.run_step(schedule, s, p, inputs)
                     else:
-                        phase("forward")
-                        out = model(*inputs)
-                        loss = loss_of(out)
-                        phase("backward")
-                        loss.backward()
+                        acc = spec.accumulation or Accumulation()
+                        micro_in = split(inputs, acc.microbatches, spec.path)
+                        for k in range(acc.microbatches):
+                            if k:
+                                rebuild_ddp_buckets(model)   # after a synchronised micro-batch, once per run
+                            with gradient_sync(model, acc.sync == "every" or k == acc.microbatches - 1):
+                                phase("forward")
+                                loss = loss_of(model(*micro_in))
+                                phase("backward")
+                                loss.backward()
                 phase("optimizer")
                 opt.step()
                 opt.zero_grad(set_to_none=True)
@@ -246,9 +255,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
             routing = AssumedRouting(check_routing(spec.routing, spec.path), spec.path)
             with fake, routing:
                 step()
-            # DDP re-buckets gradients in the order they became ready; its index exchange reads real data
-            for ddp in ddp_modules(model):
-                ddp.reducer._rebuild_buckets()
+            rebuild_ddp_buckets(model)
             what = "the recorded training step"
             recorder = recording[0] = StepRecorder()
             with fake, routing, recorder:

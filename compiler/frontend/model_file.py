@@ -21,6 +21,8 @@ A model file is ordinary Python that provides:
     PIPELINE = {"schedule": "1F1B" | "GPipe", "microbatches": 8}   (optional, with a `pp` axis)
     OFFLOAD = "params,grads,optimizer"   (optional: FSDP states kept in the remote memory pool, as --offload;
                                           offload.py, docs/memory.md)
+    GRADIENT_ACCUMULATION = 4 | {"microbatches": 4, "sync": "last" | "every"}   (optional: forward and backward per
+                                          micro-batch before one optimizer step; accumulation.py)
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ...network.errors import UserError
+from . import accumulation
 
 
 @dataclass
@@ -50,6 +53,7 @@ class ModelFile:
     pipeline_stage: Callable | None = None  # pipeline_stage(model, stage, num_stages): a pp axis's stage module
     pipeline: object = None                # PIPELINE: the schedule and micro-batches of a pp axis
     offload: tuple = ()                    # OFFLOAD: FSDP states kept in the remote pool (offload.STATES)
+    accumulation: object = None            # GRADIENT_ACCUMULATION: accumulation.Accumulation
 
 
 def one_line(e: BaseException) -> str:
@@ -150,7 +154,8 @@ def model_file_from_module(module, path: str | None = None) -> ModelFile:
                      loss=getattr(module, "loss", None), optimizer=getattr(module, "optimizer", None),
                      step_context=getattr(module, "step_context", None), routing=getattr(module, "ROUTING", None),
                      pipeline_stage=getattr(module, "pipeline_stage", None), pipeline=getattr(module, "PIPELINE", None),
-                     offload=_offload(getattr(module, "OFFLOAD", None), path))
+                     offload=_offload(getattr(module, "OFFLOAD", None), path),
+                     accumulation=accumulation.parse(getattr(module, "GRADIENT_ACCUMULATION", None), path))
 
 
 def _offload(value, path: str) -> tuple:

@@ -76,6 +76,16 @@ def ddp_modules(module) -> list:
     return [m for m in module.modules() if isinstance(m, DistributedDataParallel)]
 
 
+def rebuild_ddp_buckets(module) -> None:
+    """DDP re-buckets gradients in the order they became ready at the first forward after a synchronised
+    backward; its index exchange reads real data, so it runs outside the fake mode (after the warm-up step, and
+    between micro-batches of a step that synchronises each one)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        for ddp in ddp_modules(module):
+            ddp.reducer._rebuild_buckets()
+
+
 def record_bucket_hook(state, bucket):
     """DDP comm hook: all-reduce the bucket through c10d (so the recorder sees it) and hand the bucket back.
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...network.errors import UserError
+from .accumulation import split
 from .mesh import mesh_coords
 
 SCHEDULES = ("gpipe", "1f1b")
@@ -71,17 +72,7 @@ def stage_module(spec, model, stage: int, stages: int):
 
 def microbatch(inputs: tuple, micro: int, path: str) -> tuple:
     """The first micro-batch of one rank's batch (what the first stage's module takes)."""
-    import torch
-    first = []
-    for t in inputs:
-        if isinstance(t, torch.Tensor) and t.dim() > 0:
-            if t.shape[0] % micro:
-                raise UserError(f"{path}: example_inputs() has a batch of {t.shape[0]}, which does not split into "
-                                f"PIPELINE['microbatches'] = {micro} equal micro-batches")
-            first.append(t[: t.shape[0] // micro])
-        else:
-            first.append(t)
-    return tuple(first)
+    return split(inputs, micro, path, "PIPELINE['microbatches']")
 
 
 def shapes(value) -> list:
