@@ -574,7 +574,7 @@ class _Builder:
                 if at >= 0:
                     out[n["id"]] = marks[at][1]
             return out
-        ends, previous = [], None   # the last call of each run of optimizer calls
+        ends, previous, last = [], None, None   # the last call of each run of optimizer calls
         for n in calls:
             here = self.ranged[n["id"]]
             if previous == "optimizer" and here != "optimizer":

@@ -63,7 +63,7 @@ def read_kineto(path: str, data: dict) -> Kineto:
                             f"non-negative dur, got ts={ts!r} dur={dur!r}")
         (ops if cat == "cpu_op" else device).append((e, args))
     out = Kineto(path, rank, device=bool(device))
-    parent = _nesting(ops)
+    parent = nesting(ops)
     for e, args in ops:
         rf, up = args.get("Record function id"), parent.get(id(e))
         if isinstance(rf, int) and up is not None and isinstance(up[1].get("Record function id"), int):
@@ -92,7 +92,7 @@ def read_kineto(path: str, data: dict) -> Kineto:
     return out
 
 
-def _nesting(ops: list[tuple]) -> dict[int, tuple]:
+def nesting(ops: list[tuple]) -> dict[int, tuple]:
     """id(event) -> the (event, args) of the CPU op it runs inside, by time on the same thread."""
     parent: dict[int, tuple] = {}
     by_thread = defaultdict(list)
@@ -115,7 +115,7 @@ def _nesting(ops: list[tuple]) -> dict[int, tuple]:
 
 # ---------------------------------------------------------------------------------- a profiler trace alone
 
-_ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
+ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
                   "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1,
                   "c10::Float8_e5m2": 1, "c10::complex<float>": 8, "c10::complex<double>": 16}
 RANGES = ("cpu_op", "user_annotation")  # operator calls and record_function ranges (ProfilerStep#, Optimizer.*)
@@ -131,7 +131,7 @@ def as_execution_trace(path: str, data: dict) -> tuple[dict, dict[int, tuple[flo
         raise UserError(f"{path}: malformed profiler trace ({type(e).__name__}: {e})".replace("\n", " ")) from None
 
 
-def _timed(e) -> bool:
+def timed(e) -> bool:
     """A complete event with a name, a finite start and a non-negative duration."""
     return (isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str)
             and all(isinstance(e.get(k), (int, float)) and not isinstance(e.get(k), bool) and abs(e[k]) < 1e18
@@ -148,7 +148,7 @@ def _as_execution_trace(path: str, data: dict) -> tuple[dict, dict[int, tuple[fl
     distributedInfo.pg_config. A collective's end is when its backend finished it: gloo's record on its worker
     thread (the call's record-function id + 1), else (NCCL, whose kernels are not matched yet) the call's own
     end."""
-    events = [e for e in data["traceEvents"] if _timed(e) and e.get("cat") in RANGES]
+    events = [e for e in data["traceEvents"] if timed(e) and e.get("cat") in RANGES]
     calls = [e for e in events if not str(e["name"]).startswith("gloo:")]
     if not calls:
         raise UserError(f"{path}: the profiler trace holds no operator calls")
@@ -223,13 +223,13 @@ def _inputs(a: dict, counter: list, backend_types, collective: bool) -> tuple[li
         t = types[i] if i < len(types) and isinstance(types[i], str) else ""
         if t == "TensorList" and isinstance(d, list):
             inner = backend_types[0] if isinstance(backend_types, list) and backend_types else None
-            if inner not in _ELEMENT_BYTES and collective:
+            if inner not in ELEMENT_BYTES and collective:
                 raise ValueError("its tensor list has no recorded dtype (no backend record of the same call)")
             values.append([_tensor(s, inner, counter) for s in d])
-            inner = inner if inner in _ELEMENT_BYTES else "unknown"
+            inner = inner if inner in ELEMENT_BYTES else "unknown"
             shapes.append(d)
             out_types.append(f"GenericList[Tensor({inner})]")
-        elif t in _ELEMENT_BYTES and isinstance(d, list):
+        elif t in ELEMENT_BYTES and isinstance(d, list):
             values.append(_tensor(d, t, counter))
             shapes.append(d)
             out_types.append(f"Tensor({t})")
@@ -252,4 +252,4 @@ def _tensor(shape, dtype: str, counter: list) -> list:
         numel *= x
     if numel >= 2**50:
         raise ValueError(f"a tensor of {numel} elements")
-    return [counter[0], counter[0], 0, numel, _ELEMENT_BYTES.get(dtype, 0), "cpu"]
+    return [counter[0], counter[0], 0, numel, ELEMENT_BYTES.get(dtype, 0), "cpu"]

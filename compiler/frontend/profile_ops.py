@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from ...network.errors import UserError
 from ...network.op_classes import format_shapes, op_name
 from ...network.user_files import read_json
-from .kineto import DEVICE_CATEGORIES, _ELEMENT_BYTES, _nesting, _timed, is_kineto
+from .kineto import DEVICE_CATEGORIES, ELEMENT_BYTES, nesting, timed, is_kineto
 from .op_bytes import moved_bytes
 from .op_causal import causal as is_causal
 from .op_dtype import compute_dtype, is_convolution, is_matmul
@@ -105,8 +105,8 @@ def _read_profile(path: str, data) -> Profile:
     sms = first.get("numSms")
     sms = sms if isinstance(sms, int) and not isinstance(sms, bool) and 0 < sms < 1 << 20 else 0
     events = data["traceEvents"]
-    ops = [e for e in events if _timed(e) and e.get("cat") in ("cpu_op", "user_annotation")]
-    device = [e for e in events if _timed(e) and e.get("cat") in DEVICE_CATEGORIES]
+    ops = [e for e in events if timed(e) and e.get("cat") in ("cpu_op", "user_annotation")]
+    device = [e for e in events if timed(e) and e.get("cat") in DEVICE_CATEGORIES]
     if not device:
         raise UserError(f"{path}: the profiler trace holds no GPU kernels: record it with "
                         "torch.profiler.ProfilerActivity.CUDA on a GPU run")
@@ -114,7 +114,7 @@ def _read_profile(path: str, data) -> Profile:
     if not any(isinstance(e.get("args"), dict) and "Input Dims" in e["args"] for e in calls):
         raise UserError(f"{path}: the profiler trace has no shapes: record it with "
                         "torch.profiler.profile(record_shapes=True)")
-    parent = _nesting([(e, e.get("args") or {}) for e in ops])
+    parent = nesting([(e, e.get("args") or {}) for e in ops])
     by_external = {}
     for e in calls:
         x = e["args"].get("External id") if isinstance(e.get("args"), dict) else None
@@ -174,7 +174,7 @@ def _parameters(calls: list) -> list:
         if e["name"] == "torch::autograd::AccumulateGrad":
             args = e.get("args") or {}
             dims, types = args.get("Input Dims") or [], args.get("Input type") or []
-            if dims and types and isinstance(dims[0], list) and types[0] in _ELEMENT_BYTES and _sizes(dims[0]):
+            if dims and types and isinstance(dims[0], list) and types[0] in ELEMENT_BYTES and _sizes(dims[0]):
                 out.append((tuple(dims[0]), types[0]))
     return out
 
@@ -191,7 +191,7 @@ def _call(path: str, e: dict, kernels: list, params: list) -> tuple[OpTime, bool
     shapes, inputs = [], []   # tensor arguments' sizes (recorded), and every argument as (kind, value)
     for i, d in enumerate(dims if isinstance(dims, list) else []):
         t = types[i] if isinstance(types, list) and i < len(types) and isinstance(types[i], str) else ""
-        if t in _ELEMENT_BYTES and _sizes(d):
+        if t in ELEMENT_BYTES and _sizes(d):
             shapes.append(tuple(d))
             inputs.append(("tensor", (tuple(d), t)))
         elif t == "TensorList" and isinstance(d, list) and all(_sizes(x) for x in d):
@@ -235,11 +235,11 @@ def _work(name: str, inputs: list) -> tuple:
         elif kind == "list" and value:
             in_tensors += value
     in_types = [_TORCH_DTYPE.get(t, t) for _, t in in_tensors]
-    in_bytes = [_numel(s) * _ELEMENT_BYTES.get(t, 0) for s, t in in_tensors]
+    in_bytes = [_numel(s) * ELEMENT_BYTES.get(t, 0) for s, t in in_tensors]
     # where the call does not run on meta tensors: an in-place op (the trailing underscore) writes its first
     # argument back without returning it, as the optimizer's foreach ops do (op_bytes.py)
     first = next(([v] if kind == "tensor" else v for kind, v in inputs if kind in ("tensor", "list")), [])
-    unrun = moved_bytes(name, in_bytes, [], sum(_numel(sz) * _ELEMENT_BYTES.get(t, 0) for sz, t in first or [])
+    unrun = moved_bytes(name, in_bytes, [], sum(_numel(sz) * ELEMENT_BYTES.get(t, 0) for sz, t in first or [])
                         if op_name(name).endswith("_") else 0)
     packet = getattr(torch.ops.aten, op_name(name), None) if name.startswith("aten::") else None
     if packet is None or not in_tensors:   # a factory (zeros, arange) is not run: it would allocate on the host

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from ... import algorithms
 from ...dialects.comm import ROOTED
 from ...network.topology import Topology
 from ...network.units import format_size, gbps_to_bytes_per_ns
+
+if TYPE_CHECKING:   # an annotation only: no import at run time
+    from ..lowering.lower import Schedule
 
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "report.schema.json")
 # keys --json leaves out when they do not apply (congestion backend only, optimal scheduler only, --verify only)
