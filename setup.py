@@ -48,6 +48,7 @@ setup(
         "astra_compile.compiler.lowering",
         "astra_compile.compiler.report",
         "astra_compile.compiler.sweep",
+        "astra_compile.compiler.plan",
         "astra_compile.dialects",
         "astra_compile.network",
         "astra_compile.network.blocks",

@@ -1,7 +1,7 @@
 """astra-compile's entry point (the console script, `python -m astra_compile`): the command line goes to its
-subcommand, `sweep` (sweep/command.py), `calibrate` (cli/calibrate.py), `calibrate-compute`
-(cli/calibrate_compute.py) or a run (cli/cli.py), under one Ctrl-C
-handler. It sits above every stage, the sweep included: a sweep point runs the CLI's own code path."""
+subcommand, `sweep` (sweep/command.py), `plan` (plan/command.py), `calibrate` (cli/calibrate.py),
+`calibrate-compute` (cli/calibrate_compute.py) or a run (cli/cli.py), under one Ctrl-C handler. It sits above
+every stage, the sweep and the plan included: a sweep point runs the CLI's own code path, a plan runs a sweep."""
 from __future__ import annotations
 
 import atexit
@@ -54,6 +54,9 @@ def _main(argv: list[str]) -> int:
     if argv[:1] == ["sweep"]:  # `astra-compile sweep ...`: many runs from one file (sweep/command.py)
         from .sweep.command import main as sweep_main
         return sweep_main(argv[1:])
+    if argv[:1] == ["plan"]:  # `astra-compile plan model.py --cluster ...`: the best layouts (plan/command.py)
+        from .plan.command import main as plan_main
+        return plan_main(argv[1:])
     if argv[:1] == ["calibrate-compute"]:  # a GPU's compute model fitted to torch.profiler traces
         from .cli.calibrate_compute import main as calibrate_compute_main
         return calibrate_compute_main(argv[1:])

@@ -14,7 +14,7 @@ FOLDERS = {"": "astra_compile", "compiler": "astra_compile.compiler", "network":
            "passes": "astra_compile.passes", "runtime": "astra_compile.runtime",
            **{f"compiler/{stage}": f"astra_compile.compiler.{stage.replace('/', '.')}"
               for stage in ("core", "frontend", "frontend/readers", "lowering", "report", "driver", "interop", "api",
-                            "cli", "sweep")}}
+                            "cli", "sweep", "plan")}}
 
 
 def _dist():
@@ -132,7 +132,7 @@ def _defines(init: str, name: str) -> bool:
 # The compiler's stages, bottom to top (docs/architecture.md): each may import only its own stage, those below it and
 # the layers below the compiler. main.py, the entry point, is the top; the sweep is above the CLI because a sweep
 # point runs the CLI's own code path.
-STAGES = ("core", "frontend", "lowering", "report", "driver", "interop", "api", "cli", "sweep", "main")
+STAGES = ("core", "frontend", "lowering", "report", "driver", "interop", "api", "cli", "sweep", "plan", "main")
 
 
 def _modules() -> dict[str, str]:

@@ -308,3 +308,11 @@ def test_examples_expand(tmp_path):
         {(float(a), 100.0 - a) for a in range(10, 100, 10)}
     with pytest.raises(UserError):
         spec.parse({"axes": {"chunks": {"from": 4, "to": 1, "step": 1}}}, "s.yml")
+
+
+def test_numpy_floats_are_written_as_numbers():
+    # a --gpu report's exposed_comm_time_us and host_wait_us are numpy float64s: a float whose repr is
+    # "np.float64(...)", which the results file wrote as such before
+    import numpy as np
+    from astra_compile.compiler.sweep.results import cell
+    assert cell(np.float64(199.25)) == "199.25" and float(cell(np.float64(1 / 3))) == 1 / 3

@@ -21,6 +21,8 @@ EPILOG = """examples:
   astra-compile examples/gpt_tp_dp.py --topology 8x8_torus          (a PyTorch training step)
   astra-compile trace_rank*.json --topology "Switch(4)" --json       (PyTorch execution traces)
   astra-compile sweep sweep.yml -o results.csv      (many runs from one file: docs/sweeps.md)
+  astra-compile plan model.py --cluster dgx-h100:2 --global-batch 64
+                                                   (the fastest layouts that fit: docs/plan.md)
   astra-compile calibrate LOG... --topology T       (bandwidth and latency fitted to nccl-tests logs:
                                                     docs/calibrate.md)
   astra-compile calibrate-compute PROFILE.json --gpu-name h200 -o my_gpu.yaml

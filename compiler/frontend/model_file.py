@@ -120,9 +120,14 @@ def _top_level_names(tree: ast.Module) -> set[str] | None:
 DYNAMIC_NAMES = ("globals", "vars", "exec", "setattr")
 
 
+def module_name(path: str) -> str:
+    """The name a loaded model file's module has in sys.modules."""
+    return "astra_model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+
+
 def load_model_file(path: str) -> ModelFile:
     source = read_source(path)
-    name = "astra_model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    name = module_name(path)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling inside the file look their module up here

@@ -100,12 +100,12 @@ def run(args) -> int:
     ray = workers_mod.RayPool(None if args.ray == "local" else args.ray, workers) if args.ray else None
     done = results.open(sweep.points)
     try:
-        return _run_points(args, sweep, results, done, ray, workers)
+        return run_points(args, sweep, results, done, ray, workers)
     finally:
         results.close()
 
 
-def _run_points(args, sweep, results, done: dict, ray, workers: int) -> int:
+def run_points(args, sweep, results, done: dict, ray, workers: int) -> int:
     todo = [p for p in sweep.points if p.index not in done]
     max_memory = _memory_share(workers)
     cache = False if args.no_cache else (os.path.abspath(args.cache) if args.cache else True)

@@ -30,7 +30,7 @@ def plot(path: str, out: str | None, x: str | None, y: str | None, hue: str | No
     if not out:
         raise UserError("--plot needs -o FILE.png (or .pdf, .svg)")
     check_suffix(out, "-o")
-    rows, cols = _read(path)
+    rows, cols = read_results(path)
     for name in [x, y] + ([hue] if hue else []):
         if name not in cols:
             raise UserError(f"{path} has no column '{name}' (it has: {', '.join(cols)})")
@@ -60,7 +60,7 @@ def plot(path: str, out: str | None, x: str | None, y: str | None, hue: str | No
     if pareto:
         for label, pts in groups.items():
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, label=label if hue else None)
-        front = _front([p for pts in groups.values() for p in pts])
+        front = pareto_front([p for pts in groups.values() for p in pts])
         ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="black", label="Pareto front")
     else:
         for label, pts in groups.items():
@@ -95,7 +95,7 @@ def _breakdown(rows, out: str, x: str, hue: str | None, tied: list[str], path: s
     breakdown_plot.write(out, bars, os.path.basename(path) + (" (" + ", ".join(where) + ")" if where else ""))
 
 
-def _read(path: str) -> tuple[list[dict], list[str]]:
+def read_results(path: str) -> tuple[list[dict], list[str]]:
     try:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.reader(f)
@@ -157,7 +157,7 @@ def _label(row: dict, hue: str, tied: list[str]) -> str:
     return f"{row[hue]} ({extra})" if extra else row[hue]
 
 
-def _front(points: list[tuple]) -> list[tuple]:
+def pareto_front(points: list[tuple]) -> list[tuple]:
     """The points no other point beats in both coordinates (smaller is better), by increasing x."""
     front, best = [], math.inf
     for px, py in sorted(points):

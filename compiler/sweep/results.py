@@ -64,7 +64,7 @@ def cell(value) -> str:
     if isinstance(value, (list, tuple, dict)):
         return json.dumps(value, separators=(",", ":"))
     if isinstance(value, float):
-        return repr(value)
+        return repr(float(value))   # numpy's float64 is a float whose repr reads np.float64(...)
     if isinstance(value, str):  # one line per point, always: control characters are escaped
         return one_line(value)
     return str(value)

@@ -1,0 +1,139 @@
+"""A model file run with another layout's choices than it was written with: a local batch, micro-batches, activation
+checkpointing and a pipeline schedule. `astra-compile plan` (compiler/plan/) writes one small model file per layout
+that calls `layout(...)` on the user's file, so every layout is an ordinary model file a user can run, inspect and
+capture once (the capture cache keys a file by its content, which names the user's file's digest).
+
+What each choice does to the user's file, as a training script would do it:
+- `batch`: `example_inputs()` gives this rank's batch; every tensor's first dimension becomes `batch` (fake
+  tensors: only shapes matter).
+- `microbatches`: with a `pp` axis the pipeline's `PIPELINE["microbatches"]`, else `GRADIENT_ACCUMULATION`.
+- `checkpointing`: "none" leaves the file's own; "full" checkpoints every block of the model's repeated layers
+  (each child of the longest nn.ModuleList / nn.Sequential whose children share one class) with non-reentrant
+  torch.utils.checkpoint, as torchtitan's and Megatron's full recomputation do; "selective" checkpoints the same
+  blocks under torchtitan's op-level policy (save matmul and attention outputs, and the collectives' results,
+  recompute every second matmul and the rest). The block's forward is replaced on the instance, so module names
+  (TP plans, FSDP units) stay the file's.
+- `schedule`: the pipeline schedule (PIPELINE["schedule"]) with a `pp` axis.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+from ...network.errors import UserError
+
+CHECKPOINTING = ("none", "selective", "full")
+
+
+def layout(path: str, batch: int | None = None, microbatches: int = 1, checkpointing: str = "none",
+           schedule: str | None = None, pipelined: bool = False) -> dict:
+    """The user's model file's names with the layout's choices applied (a dict for the layout file's globals)."""
+    from .model_file import load_model_file
+    if checkpointing not in CHECKPOINTING:
+        raise UserError(f"layout of {path}: checkpointing {checkpointing!r}: expected one of "
+                        f"{', '.join(CHECKPOINTING)}")
+    load_model_file(os.fspath(path))          # the file's own checks and its one-line errors
+    import sys
+    from .model_file import module_name
+    names = dict(vars(sys.modules[module_name(os.fspath(path))]))
+    names.pop("mesh_axes", None)              # the layout's mesh is given on the command line
+    if batch is not None:
+        names["example_inputs"] = _resized(names["example_inputs"], batch)
+    if checkpointing != "none":
+        names["build_model"] = _checkpointed(names["build_model"], checkpointing)
+    if pipelined:
+        names["PIPELINE"] = {"schedule": schedule or "1F1B", "microbatches": microbatches}
+        names.pop("GRADIENT_ACCUMULATION", None)
+    elif microbatches > 1:
+        names["GRADIENT_ACCUMULATION"] = microbatches
+    for dunder in ("__name__", "__file__", "__builtins__", "__loader__", "__spec__", "__package__"):
+        names.pop(dunder, None)
+    return names
+
+
+def _resized(example_inputs, batch: int):
+    @functools.wraps(example_inputs)
+    def inputs():
+        import torch
+        made = example_inputs()
+        one = not isinstance(made, tuple)
+        out = tuple(t.new_empty((batch, *t.shape[1:])) if isinstance(t, torch.Tensor) and t.dim() > 0 else t
+                    for t in ((made,) if one else made))
+        return out[0] if one else out
+    return inputs
+
+
+def _checkpointed(build_model, mode: str):
+    @functools.wraps(build_model)
+    def build():
+        model = build_model()
+        checkpoint_blocks(model, mode)
+        return model
+    return build
+
+
+def repeated_blocks(model) -> list:
+    """The model's repeated layers: the children of its longest ModuleList or Sequential whose children (2 or more)
+    are all of one class."""
+    from torch import nn
+    best: list = []
+    for m in model.modules():
+        if isinstance(m, (nn.ModuleList, nn.Sequential)):
+            kids = list(m.children())
+            if len(kids) >= 2 and len({type(k) for k in kids}) == 1 and len(kids) > len(best):
+                best = kids
+    return best
+
+
+def checkpoint_blocks(model, mode: str) -> int:
+    """Checkpoint each repeated block's forward ("full" or "selective"); returns how many blocks."""
+    blocks = repeated_blocks(model)
+    if not blocks:
+        raise UserError("activation checkpointing: the model has no repeated layers (an nn.ModuleList or "
+                        "nn.Sequential of 2 or more blocks of one class) to checkpoint")
+    for block in blocks:
+        block.forward = _checkpointed_forward(block.forward, mode)
+    return len(blocks)
+
+
+def _checkpointed_forward(forward, mode: str):
+    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+
+    def run(*args, **kwargs):
+        if mode == "selective":
+            context = functools.partial(create_selective_checkpoint_contexts, op_policy())
+            return checkpoint(forward, *args, use_reentrant=False, context_fn=context, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+    return run
+
+
+def op_policy():
+    """torchtitan's op-level selective checkpointing policy: keep the outputs of matmuls, attention, reduce-scatters
+    and max, but recompute every second matmul (counted apart in the forward and the recomputation)."""
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy
+    aten = torch.ops.aten
+    saved = {aten.mm.default, aten.addmm.default, aten.max.default,
+             aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_flash_attention.default,
+             aten._scaled_dot_product_flash_attention_for_cpu.default,
+             torch.ops._c10d_functional.reduce_scatter_tensor.default}
+    counts = {"forward": 0, "recompute": 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        matmul = func in (aten.mm.default, aten.addmm.default)
+        if matmul:
+            counts["recompute" if ctx.is_recompute else "forward"] += 1
+        every_second = matmul and counts["recompute" if ctx.is_recompute else "forward"] % 2 == 0
+        keep = func in saved and not every_second
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+    return policy
+
+
+def layout_file_text(path: str, digest: str, batch: int, microbatches: int, checkpointing: str,
+                     schedule: str | None, pipelined: bool, title: str) -> str:
+    """The source of a layout's model file (`astra-compile plan` writes it beside its results)."""
+    return (f'"""{title}\n\nWritten by astra-compile plan from {path} (sha256 {digest}); run it as any model file:\n'
+            f'    astra-compile THIS_FILE --cluster ... --mesh ...\n"""\n'
+            "from astra_compile.compiler.frontend.layout import layout\n\n"
+            f"globals().update(layout({path!r}, batch={batch}, microbatches={microbatches}, "
+            f"checkpointing={checkpointing!r}, schedule={schedule!r}, pipelined={pipelined}))\n")

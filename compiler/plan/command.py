@@ -1,0 +1,216 @@
+"""`astra-compile plan`: the best parallel layouts for a model file on a cluster, memory included (docs/plan.md).
+
+    astra-compile plan model.py --cluster dgx-h100:32 --global-batch 512 [--top 5] [-o layouts.csv] [--json]
+
+enumerates the layouts the file supports (plan/space.py), writes each as a small model file (frontend/layout.py),
+runs them all on the sweep engine (the local pool, or Ray with --ray; captures shared through the cache), and
+prints the fastest that fit a GPU's memory, with step time, tokens per second per GPU, MFU, memory per rank,
+exposed communication and idle time (the pipeline bubble). With -o the results file is kept and the same command
+resumes; --plot draws step time against memory with the Pareto front.
+
+Exit status: 0 when a layout fits and ran, 1 when none did (every failure is listed), 2 for bad input (nothing
+runs): an unknown cluster, a global batch no layout divides, a model too large for the cluster at all.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+
+from ...network.errors import AstraError, UserError
+from ..frontend.layout import layout_file_text
+from ..sweep import command as sweep_command
+from ..sweep import results as results_mod
+from ..sweep import workers as workers_mod
+from ..sweep.plot import read_results
+from ..sweep.spec import Point, Sweep
+from . import space as space_mod
+from .rank import Outcome, outcomes, table
+
+MAX_LAYOUTS = 100_000
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..cli.parser import Parser
+    p = Parser(prog="astra-compile plan", description="Find the fastest parallel layouts of a model file on a "
+                                                      "cluster, memory included (docs/plan.md).")
+    p.add_argument("model", help="the model file (.py, docs/workloads.md)")
+    p.add_argument("--cluster", required=True, metavar="NAME:NODES", help="the cluster (docs/clusters.md)")
+    p.add_argument("--global-batch", required=True, type=int, metavar="SAMPLES",
+                   help="samples per optimizer step over every GPU")
+    p.add_argument("--seq", type=int, metavar="TOKENS", help="tokens per sample for tokens/s (default: the "
+                                                            "second dimension of an integer 2-D first input, else 1)")
+    p.add_argument("--top", type=int, default=5, help="how many layouts to print (default 5)")
+    p.add_argument("-o", "--output", metavar="RESULTS.csv", help="keep every layout's result here (resumable); "
+                                                                 "the layout files go beside it")
+    p.add_argument("--json", action="store_true", help="print the ranked layouts as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="step time against memory per rank, the Pareto front marked")
+    p.add_argument("--max-layouts", type=int, default=1000, help="refuse a search larger than this (default 1000)")
+    p.add_argument("--workers", type=int, help="processes (default: this machine's cores)")
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS", help="run the layouts as Ray tasks")
+    p.add_argument("--cache", metavar="DIR", help="keep captures and compiled collectives in DIR")
+    p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                   help="progress bar on stderr (auto: when stderr is a terminal)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from ..cli.parser import fail
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except AstraError as e:
+        return fail(str(e))
+    except KeyboardInterrupt:
+        sys.stderr.write("astra-compile plan: interrupted; with -o the finished layouts are kept and the same "
+                         "command resumes\n")
+        return 130
+
+
+def run(args) -> int:
+    from ...network import clusters
+    cluster = clusters.resolve(args.cluster)
+    world = cluster.gpus
+    if args.global_batch < 1:
+        raise UserError(f"--global-batch {args.global_batch}: expected a sample count of 1 or more")
+    if args.top < 1 or args.max_layouts < 1 or (args.seq is not None and args.seq < 1):
+        raise UserError("--top, --max-layouts and --seq must be 1 or more")
+    workers = workers_mod.cpu_count() if args.workers is None else args.workers
+    if not 1 <= workers <= 1024:
+        raise UserError(f"--workers must be 1..1024, got {workers}")
+    path = os.path.abspath(args.model)
+    spec, names, seq, fits_at_all = _inspect(path, cluster, args.seq)
+    found = space_mod.layouts(space_mod.space_of(spec, names, args.model), world, cluster.gpus_per_node,
+                              args.global_batch)
+    if not found:
+        raise UserError(f"--global-batch {args.global_batch}: no layout of {args.model} on {world} GPUs divides it "
+                        "among its data-parallel ranks (give a multiple of the data-parallel sizes)")
+    if len(found) > min(args.max_layouts, MAX_LAYOUTS):
+        raise UserError(f"{args.model}: {len(found)} layouts on {world} GPUs, more than --max-layouts "
+                        f"{args.max_layouts}; restrict the search with plan_space() (docs/plan.md)")
+    fits_at_all()
+    if args.plot:
+        from ..core.plotting import check_suffix
+        check_suffix(args.plot, "--plot")
+    with tempfile.TemporaryDirectory(prefix="astra-plan-") as scratch:
+        results_path = os.path.abspath(args.output) if args.output else os.path.join(scratch, "layouts.csv")
+        folder = os.path.splitext(results_path)[0] + ".layouts"
+        sweep = _write_layouts(path, found, folder, world, args.cluster, results_path)
+        rows = _run(args, sweep, results_path, workers)
+    ranked = outcomes(rows, found, world, args.global_batch, seq, cluster)
+    return _show(args, ranked, world)
+
+
+def _inspect(path: str, cluster, seq: int | None):
+    """The model file loaded (its names, for the search space), tokens per sample, and a check that refuses a
+    cluster too small for the model at all (its parameters, gradients and Adam states fully sharded over every
+    GPU already exceed a GPU's memory)."""
+    import sys as _sys
+    from ..frontend.model_file import load_model_file, module_name
+    spec = load_model_file(path)
+    names = dict(vars(_sys.modules[module_name(path)]))
+    params, param_bytes, seq_found = _model_sizes(spec)
+    tokens = seq if seq is not None else seq_found
+
+    def fits_at_all():
+        from ...network import devices
+        gpu = devices.resolve(cluster.gpu)
+        need = (2 * param_bytes + 8 * params) / cluster.gpus   # params and grads in their dtype, Adam's 2 fp32
+        capacity = gpu.memory_gb * 1e9
+        if need > capacity:
+            raise UserError(f"{os.path.basename(path)}: {params / 1e9:.3g}B parameters need {need / 2**30:.1f} GiB "
+                            f"per GPU for weights, gradients and Adam states even fully sharded over "
+                            f"{cluster.gpus} GPUs, more than a {gpu.name}'s {gpu.memory_gb:g} GB: the cluster is "
+                            "too small for this model")
+    return spec, names, tokens, fits_at_all
+
+
+def _model_sizes(spec) -> tuple[int, int, int]:
+    """(parameters, their bytes, tokens per sample) of the file's model, built on fake tensors."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from ..frontend.fake_params import fake_params_convertible
+    from ..frontend.model_file import one_line
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True), fake_params_convertible():
+            model = spec.build_model()
+            inputs = spec.example_inputs()
+    except Exception as e:  # the user's code: one line
+        raise UserError(f"{spec.path}: build_model() or example_inputs() failed: {one_line(e)}") from None
+    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    first = inputs[0] if isinstance(inputs, tuple) and inputs else inputs
+    seq = 1
+    if isinstance(first, torch.Tensor) and first.dim() == 2 and not first.is_floating_point():
+        seq = int(first.shape[1])
+    return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params), seq
+
+
+def _write_layouts(path: str, found: list, folder: str, world: int, cluster: str, results_path: str) -> Sweep:
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    os.makedirs(folder, exist_ok=True)
+    points = []
+    for i, lay in enumerate(found):
+        file = os.path.join(folder, f"layout_{i:04d}.py")
+        text = layout_file_text(path, digest, lay.micro_batch * lay.microbatches, lay.microbatches,
+                                lay.checkpointing, lay.schedule, "pp" in lay.axes, lay.label(world))
+        _write_if_changed(file, text)
+        points.append(Point(i, {"input": file, "cluster": cluster, "mesh": lay.mesh_text(world)},
+                            {"layout": lay.label(world)}))
+    return Sweep(results_path, {}, ("layout",), tuple(points))
+
+
+def _write_if_changed(file: str, text: str) -> None:
+    """Layout files are rewritten only when their text changes (a resumed plan keeps them), through a temporary
+    name so that no half-written file is ever read."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            if f.read() == text:
+                return
+    except OSError:
+        pass
+    tmp = file + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, file)
+
+
+def _run(args, sweep: Sweep, results_path: str, workers: int) -> list[dict]:
+    """Run every layout not yet in the results file; returns every row (as the file holds them)."""
+    cols, where = results_mod.columns(sweep.axes, ["workload"])
+    results = results_mod.ResultsFile(results_path, cols, where)
+    ray = workers_mod.RayPool(None if args.ray == "local" else args.ray, workers) if args.ray else None
+    done = results.open(sweep.points)
+    run_args = argparse.Namespace(sweep=args.model, output=results_path, no_cache=False, cache=args.cache,
+                                  progress=args.progress, ray=args.ray)
+    try:
+        with _quiet_stdout():
+            sweep_command.run_points(run_args, sweep, results, done, ray, workers)
+    finally:
+        results.close()
+    return read_results(results_path)[0]
+
+
+class _quiet_stdout:
+    """The sweep's closing line goes to stderr here: stdout holds the plan's own table or JSON."""
+
+    def __enter__(self):
+        self.saved, sys.stdout = sys.stdout, sys.stderr
+
+    def __exit__(self, *exc):
+        sys.stdout = self.saved
+
+
+def _show(args, ranked: list[Outcome], world: int) -> int:
+    ok = [o for o in ranked if o.error is None and o.fits]
+    if args.plot:
+        from .plot import plot
+        plot(ranked, args.plot)
+    if args.json:
+        print(json.dumps({"layouts": [o.as_dict(world) for o in ranked]}, indent=1))
+    else:
+        print(table(ranked, args.top, world))
+    return 0 if ok else 1

@@ -1,0 +1,113 @@
+"""The layouts of a plan ranked: each run's report read back from the results file, the figures users compare
+layouts by derived from it, and the table `astra-compile plan` prints.
+
+- step time: the report's total_time_us (every layout runs the same global batch, so step times compare directly);
+- tokens/s per GPU: global batch x tokens per sample / step time / GPUs;
+- MFU: the step's model FLOPs (every phase but the recomputed forward) per GPU over the step time and the peak of
+  the dtype most of them run in, of the cluster's GPU;
+- memory: the report's peak bytes per rank where it has them (`memory`), against the GPU's capacity;
+- exposed communication and idle time (on a pipeline, mostly its bubble), from the report's breakdown.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ...network.dtypes import DTYPES
+
+
+@dataclass
+class Outcome:
+    index: int
+    layout: object              # space.Layout
+    error: str | None = None
+    step_us: float = 0.0
+    tokens_per_gpu_s: float = 0.0
+    mfu: float = 0.0
+    peak_bytes: int | None = None
+    capacity_bytes: int | None = None
+    exposed_comm_us: float = 0.0
+    idle_us: float = 0.0
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes is None or self.capacity_bytes is None or self.peak_bytes <= self.capacity_bytes
+
+    def as_dict(self, world: int) -> dict:
+        lay = self.layout
+        return {"layout": lay.label(world), "mesh": lay.mesh_text(world), "micro_batch": lay.micro_batch,
+                "microbatches": lay.microbatches, "checkpointing": lay.checkpointing, "schedule": lay.schedule,
+                "status": "ok" if self.error is None else "error", "error": self.error or "",
+                "step_time_us": self.step_us, "tokens_per_s_per_gpu": self.tokens_per_gpu_s, "mfu": self.mfu,
+                "peak_memory_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
+                "exposed_comm_us": self.exposed_comm_us, "idle_us": self.idle_us}
+
+
+def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq: int, cluster) -> list[Outcome]:
+    """Every layout's outcome, ranked: those that ran and fit by step time, then those over memory, then failures."""
+    from ...network import devices
+    gpu = devices.resolve(cluster.gpu)
+    by_index = {int(r["point"]): r for r in rows}
+    out = []
+    for i, lay in enumerate(layouts):
+        row = by_index.get(i)
+        if row is None:
+            out.append(Outcome(i, lay, error="did not run"))
+            continue
+        if row.get("status") != "ok":
+            out.append(Outcome(i, lay, error=row.get("error") or "failed"))
+            continue
+        step_us = float(row["total_time_us"])
+        o = Outcome(i, lay, step_us=step_us, exposed_comm_us=float(row["exposed_comm_time_us"] or 0.0))
+        o.idle_us = float(_json(row.get("breakdown_us"), {}).get("idle", 0.0))
+        o.tokens_per_gpu_s = global_batch * seq / (step_us / 1e6) / world
+        o.mfu = _mfu(row, step_us, gpu)
+        memory = _json(row.get("memory"), None)
+        if isinstance(memory, dict):
+            o.peak_bytes = memory.get("peak_bytes")
+            o.capacity_bytes = memory.get("capacity_bytes")
+        out.append(o)
+    return sorted(out, key=lambda o: (o.error is not None, not o.fits, o.step_us, o.index))
+
+
+def _json(text, default):
+    if not text:
+        return default
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return default
+
+
+def _mfu(row: dict, step_us: float, gpu) -> float:
+    phases = _json(row.get("phases"), [])
+    flops = sum(p["flops"] for p in phases if p.get("phase") != "recompute") if phases else float(row["flops"])
+    by_dtype = _json(row.get("flops_by_dtype"), None) or {"fp32": float(row["flops"])}
+    dtype = max(by_dtype, key=by_dtype.get)
+    peak = gpu.peak_tflops[DTYPES.index(dtype)] * 1e12 if dtype in DTYPES else 0.0
+    return flops / (step_us / 1e6) / peak if peak > 0 and step_us > 0 else 0.0
+
+
+def table(ranked: list[Outcome], top: int, world: int) -> str:
+    """The best `top` layouts that ran and fit, then one line per kind of failure."""
+    ok = [o for o in ranked if o.error is None and o.fits]
+    over = [o for o in ranked if o.error is None and not o.fits]
+    failed = [o for o in ranked if o.error is not None]
+    head = ("rank", "layout", "step ms", "tokens/s/GPU", "MFU", "memory GiB", "exposed comm ms", "idle ms")
+    rows = [head]
+    for n, o in enumerate(ok[:top], start=1):
+        mem = f"{o.peak_bytes / 2**30:.1f}" if o.peak_bytes is not None else "-"
+        comm, idle = max(o.exposed_comm_us, 0.0) / 1e3, max(o.idle_us, 0.0) / 1e3   # no "-0.0" from rounding
+        rows.append((str(n), o.layout.label(world), f"{o.step_us / 1e3:.1f}", f"{o.tokens_per_gpu_s:,.0f}",
+                     f"{100 * o.mfu:.1f}%", mem, f"{comm:.1f}", f"{idle:.1f}"))
+    widths = [max(len(r[k]) for r in rows) for k in range(len(head))]
+    lines = ["  ".join(c.ljust(w) if k == 1 else c.rjust(w) for k, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    lines.append(f"{len(ranked)} layouts: {len(ok)} ran and fit, {len(over)} over a GPU's memory, "
+                 f"{len(failed)} failed")
+    reasons: dict[str, int] = {}
+    for o in failed:
+        reasons[o.error] = reasons.get(o.error, 0) + 1
+    for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1])[:5]:
+        lines.append(f"  {count} failed: {reason}")
+    return "\n".join(lines)

@@ -1,0 +1,147 @@
+"""`astra-compile plan` (compiler/plan/, frontend/layout.py): the layouts a model file supports on a cluster for
+a global batch, each written as a model file of its own and run on the sweep engine, ranked by step time."""
+import json
+import os
+import textwrap
+
+import pytest
+
+from astra_compile.compiler.frontend.capture import capture
+from astra_compile.compiler.frontend.layout import checkpoint_blocks, layout_file_text
+from astra_compile.compiler.frontend.model_file import load_model_file
+from astra_compile.compiler.plan import space as space_mod
+
+from helpers import cli, refused
+
+W = 256
+
+
+def model(tmp_path, extra: str = "", name: str = "net.py", width: int = W, blocks: int = 4) -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(f"""
+        import torch
+        from torch import nn
+
+        FSDP_UNITS = ["layers.*"]
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(nn.Sequential(nn.Linear({width}, {width}), nn.GELU())
+                                            for _ in range({blocks}))
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x)
+                return x
+
+
+        def build_model():
+            return Net()
+
+
+        def example_inputs():
+            return torch.randn(8, {width})
+    """) + textwrap.dedent(extra))
+    return str(path)
+
+
+def space(tmp_path, extra=""):
+    path = model(tmp_path, extra)
+    spec = load_model_file(path)
+    import sys
+    from astra_compile.compiler.frontend.model_file import module_name
+    return space_mod.space_of(spec, vars(sys.modules[module_name(path)]), path)
+
+
+def test_space_follows_what_the_file_supports(tmp_path):
+    s = space(tmp_path)
+    assert s.axes == ("dp", "fsdp")           # FSDP_UNITS, no TP_PLAN, no pipeline_stage
+    found = space_mod.layouts(s, 8, 8, 32)
+    meshes = {lay.mesh for lay in found}
+    assert meshes == {(("dp", 8),), (("fsdp", 8),)}   # dp and fsdp together are left to plan_space()
+    # local batch 32 / 8 = 4: micro-batches of 1, 2, 4; three checkpointing choices
+    assert len(found) == 2 * 3 * 3
+    assert all(lay.micro_batch * lay.microbatches == 4 for lay in found)
+
+
+def test_pipeline_and_tensor_parallel_layouts(tmp_path):
+    s = space(tmp_path, """
+        TP_PLAN = {"layers.*.0": "colwise"}
+        def pipeline_stage(model, stage, num_stages):
+            return model
+        def plan_space():
+            return {"checkpointing": ["none"]}
+    """)
+    assert s.axes == ("pp", "dp", "fsdp", "tp")
+    found = space_mod.layouts(s, 16, 8, 16)
+    assert all(lay.axes.get("tp", 1) <= 8 for lay in found)                      # within a node
+    assert all(lay.microbatches >= lay.axes["pp"] for lay in found if "pp" in lay.axes)   # not mostly bubble
+    assert all(lay.schedule == "1F1B" for lay in found if "pp" in lay.axes)
+    assert all(16 % (lay.axes.get("dp", 1) * lay.axes.get("fsdp", 1)) == 0 for lay in found)
+    assert any(set(lay.axes) == {"pp", "dp", "tp"} for lay in found)
+
+
+def test_plan_space_restricts(tmp_path):
+    s = space(tmp_path, """
+        def plan_space():
+            return {"axes": ["fsdp"], "micro_batch": [2], "checkpointing": ["full"]}
+    """)
+    found = space_mod.layouts(s, 8, 8, 32)
+    assert [(lay.mesh, lay.micro_batch, lay.microbatches, lay.checkpointing) for lay in found] == \
+        [((("fsdp", 8),), 2, 2, "full")]
+
+
+def test_layout_file_applies_its_choices(tmp_path):
+    path = model(tmp_path)
+    text = layout_file_text(path, "digest", 16, 4, "full", None, False, "a layout")
+    file = tmp_path / "layout_0.py"
+    file.write_text(text)
+    ops = capture(load_model_file(str(file)), 2, {"dp": 2}).programs[0]
+    forward = [op for op in ops if op.phase == "forward" and op.name == "aten.addmm.default"]
+    assert len(forward) == 4 * 4 and {op.shapes.split(",")[1] for op in forward} == {f"4x{W}"}   # 4 x 4 rows
+    recomputed = [op for op in ops if op.phase == "recompute" and op.name == "aten.addmm.default"]
+    assert len(recomputed) == 4 * 4
+
+
+def test_checkpointing_needs_repeated_blocks():
+    from torch import nn
+    from astra_compile.network.errors import UserError
+    with pytest.raises(UserError, match="no repeated layers"):
+        checkpoint_blocks(nn.Linear(4, 4), "full")
+
+
+def test_plan_runs_ranks_and_resumes(tmp_path, capsys):
+    path = model(tmp_path, """
+        def plan_space():
+            return {"axes": ["dp", "fsdp"], "micro_batch": [4], "checkpointing": ["none", "full"]}
+    """)
+    out_csv = str(tmp_path / "plan.csv")
+    code, out, err = cli(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "32", "--workers", "1",
+                         "-o", out_csv, "--json")
+    assert code == 0, err
+    layouts = json.loads(out)["layouts"]
+    assert len(layouts) == 4 and all(lay["status"] == "ok" for lay in layouts)
+    times = [lay["step_time_us"] for lay in layouts]
+    assert times == sorted(times)
+    # checkpointing recomputes the forward: never faster than the same layout without it
+    by = {(lay["mesh"], lay["checkpointing"]): lay["step_time_us"] for lay in layouts}
+    for mesh in ("dp=8", "fsdp=8"):
+        assert by[(mesh, "full")] > by[(mesh, "none")]
+    assert all(lay["tokens_per_s_per_gpu"] == pytest.approx(32 / (lay["step_time_us"] / 1e6) / 8) for lay in layouts)
+    assert sorted(os.listdir(tmp_path / "plan.layouts")) == [f"layout_{i:04d}.py" for i in range(4)]
+    code, out, err = cli(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "32", "--workers", "1",
+                         "-o", out_csv)
+    assert code == 0 and "4 already in" in err and "ran 0" in err
+    assert out.splitlines()[0].split()[:3] == ["rank", "layout", "step"]
+
+
+def test_bad_input_one_line_each(tmp_path, capsys):
+    path = model(tmp_path, 'def plan_space():\n    return {"axes": ["dp"]}\n')
+    refused(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "3", match="no layout")
+    refused(capsys, "plan", path, "--cluster", "dgx-h200:1", "--global-batch", "8", match="unknown cluster")
+    big = model(tmp_path, name="big.py", width=100_000, blocks=8)   # 80B parameters
+    refused(capsys, "plan", big, "--cluster", "dgx-h100:1", "--global-batch", "8", match="too small for this model")
+    bad = model(tmp_path, 'def plan_space():\n    return {"axes": ["ep"]}\n', name="bad.py")
+    refused(capsys, "plan", bad, "--cluster", "dgx-h100:1", "--global-batch", "8", match="plan_space()['axes']")
