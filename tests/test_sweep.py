@@ -316,3 +316,18 @@ def test_numpy_floats_are_written_as_numbers():
     import numpy as np
     from astra_compile.compiler.sweep.results import cell
     assert cell(np.float64(199.25)) == "199.25" and float(cell(np.float64(1 / 3))) == 1 / 3
+
+
+def test_a_report_field_past_the_csv_default_limit_reads_back(tmp_path):
+    # a large step's `collectives` JSON is more than csv's default 128 KiB field limit: resuming and plotting read
+    # the file back and failed with "field larger than field limit (131072)"
+    from astra_compile.compiler.sweep import plot
+    from astra_compile.compiler.sweep.results import STATUS
+    big = "x" * 300_000
+    path = tmp_path / "r.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["point", *STATUS, "collectives"])
+        w.writerow(["0", "ok", "", "1.0", big])
+    rows, _ = plot.read_results(str(path))
+    assert rows[0]["collectives"] == big

@@ -25,6 +25,11 @@ from importlib import resources as importlib_resources
 
 from ...network.errors import UserError, one_line
 
+# a report field of a large step (its `collectives` list as JSON) runs past the csv module's default field limit of
+# 128 KiB, and reading the file back (resuming, plotting, plan) would fail on it; the file itself is read whole and
+# checked for size before this, so the cell limit only has to hold the largest report
+csv.field_size_limit(1 << 30)
+
 FIXED = ("point",)
 STATUS = ("status", "error", "elapsed_s")
 TABLE_DIR_FIELDS = ("total_time_us", "npus", "backend", "execution", "per_dim_bytes", "per_dim_busy_us", "verified")
