@@ -18,7 +18,11 @@ A model file is ordinary Python that provides:
                                                   routing.py)
     pipeline_stage(model, stage, num_stages) -> nn.Module  (required with a `pp` mesh axis: the stage's part of
                                                             the model; pipeline.py)
-    PIPELINE = {"schedule": "1F1B" | "GPipe", "microbatches": 8}   (optional, with a `pp` axis)
+    PIPELINE = {"schedule": "1F1B", "microbatches": 8, "virtual_stages": 2}   (optional, with pipeline_stage():
+                                            GPipe | 1F1B | Interleaved1F1B | LoopedBFS | InterleavedZeroBubble |
+                                            ZBVZeroBubble | DualPipeV; pipeline.py)
+    (with a `pp` axis and no pipeline_stage(), parallelize(module, mesh) builds the rank's PipelineStage(s) and
+     returns their torch.distributed.pipelining schedule: pipeline_schedule.py)
     OFFLOAD = "params,grads,optimizer"   (optional: FSDP states kept in the remote memory pool, as --offload;
                                           offload.py, docs/memory.md)
 """
@@ -73,8 +77,9 @@ def read_source(path: str) -> str:
 def check_before_torch(path: str, world_size: int, mesh: dict[str, int] | None) -> None:
     """What can be told of a model file and its mesh before torch is imported (seconds): the file reads and
     parses, the mesh has as many ranks as the topology has NPUs, and where the file surely lacks them, the
-    names the mesh needs (parallelize() or TP_PLAN for the built-in axes, pipeline_stage() for pp). The
-    capture checks all of it again with the file loaded; this only makes a mistake cost no torch import."""
+    names the mesh needs (parallelize() or TP_PLAN for the built-in axes, pipeline_stage() or parallelize() for
+    pp). The capture checks all of it again with the file loaded; this only makes a mistake cost no torch
+    import."""
     from .mesh import builtin_refusal, check_mesh
     from .pipeline import no_stage_function
     source = read_source(path)
@@ -91,7 +96,7 @@ def check_before_torch(path: str, world_size: int, mesh: dict[str, int] | None) 
         problem = builtin_refusal(mesh, "TP_PLAN" in names)
         if problem:
             raise UserError(f"{path}: {problem}")
-    if mesh.get("pp", 1) > 1 and "pipeline_stage" not in names:
+    if mesh.get("pp", 1) > 1 and "pipeline_stage" not in names and "parallelize" not in names:
         raise no_stage_function(path)
 
 
