@@ -1,0 +1,230 @@
+"""Pipeline schedules written the torch way (tutorials, torchtitan): the model file's parallelize(module, mesh)
+builds this rank's PipelineStage(s) and returns a torch.distributed.pipelining schedule object, which the capture
+follows (compiler/frontend/pipeline_schedule.py); and the same schedules named in PIPELINE.
+
+Every schedule torch ships runs on 4 pp ranks: each rank's program holds its stages' forwards and backwards for
+every micro-batch, a message for every activation and gradient crossing ranks, paired between programs; the
+interleaved schedule's bubble is 1/v of 1F1B's for the same work, and a zero-bubble schedule's weight step is
+recorded as backward.
+"""
+import textwrap
+from collections import Counter
+
+import pytest
+
+import astra_compile
+from astra_compile.compiler.frontend.capture import capture
+from astra_compile.compiler.frontend.model_file import load_model_file
+from astra_compile.compiler.frontend.workload import COMPUTE, RECV, SEND
+
+from helpers import refused
+
+P, LAYERS = 4, 16
+
+# torchtitan's layout of stage ids on the pp ranks: looped (rank, rank + pp, ...) or V-shaped (rank, 2 pp - 1 - rank)
+TORCH_WAY = """
+import torch
+from torch import nn
+from torch.distributed import pipelining
+LAYERS, D, TOKENS, SCHEDULE, V, M = %d, %d, %d, %r, %d, %d
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(D, D, bias=False) for _ in range(LAYERS))
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+def build_model():
+    return Net()
+def example_inputs():
+    return torch.randn(TOKENS, D)
+def optimizer(parameters):
+    return torch.optim.SGD(parameters, lr=0.1)
+def mesh_axes(world_size):
+    return {"pp": %d}
+def stage_ids(rank, pp):
+    if SCHEDULE in ("ZBVZeroBubble", "DualPipeV"):
+        return [rank, 2 * pp - 1 - rank]
+    return [rank + v * pp for v in range(V)]
+def parallelize(model, mesh):
+    pp = mesh["pp"]
+    n = pp.size() * V
+    per = LAYERS // n
+    stages = [pipelining.PipelineStage(nn.Sequential(*model.layers[k * per:(k + 1) * per]), k, n,
+                                       torch.device("cpu"), group=pp.get_group())
+              for k in stage_ids(pp.get_local_rank(), pp.size())]
+    kind = getattr(pipelining, "Schedule" + SCHEDULE)
+    return kind(stages[0] if V == 1 else stages, M, loss_fn=lambda out, target: out.sum())
+"""
+
+SIMPLE_WAY = """
+import torch
+from torch import nn
+LAYERS, D, TOKENS = %d, %d, %d
+PIPELINE = {"schedule": %r, "virtual_stages": %d, "microbatches": %d}
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(D, D, bias=False) for _ in range(LAYERS))
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+def build_model():
+    return Net()
+def example_inputs():
+    return torch.randn(TOKENS, D)
+def optimizer(parameters):
+    return torch.optim.SGD(parameters, lr=0.1)
+def mesh_axes(world_size):
+    return {"pp": %d}
+def pipeline_stage(model, stage, num_stages):
+    per = LAYERS // num_stages
+    return nn.Sequential(*model.layers[stage * per:(stage + 1) * per])
+"""
+
+SCHEDULES = [("GPipe", 1), ("1F1B", 1), ("Interleaved1F1B", 2), ("LoopedBFS", 2), ("InterleavedZeroBubble", 2),
+             ("ZBVZeroBubble", 2), ("DualPipeV", 2)]
+
+
+def model_file(tmp_path, schedule: str, v: int, m: int, d: int = 64, tokens: int = 64, way: str = TORCH_WAY,
+               extra: str = "", name: str = "pp.py") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(way % (LAYERS, d, tokens, schedule, v, m, P)) + extra)
+    return str(path)
+
+
+def owners(schedule: str, v: int) -> dict:
+    """stage index -> pp rank, as torch lays the stages out"""
+    n = P * v
+    if schedule in ("ZBVZeroBubble", "DualPipeV"):
+        return {k: k if k < P else n - 1 - k for k in range(n)}
+    return {k: k % P for k in range(n)}
+
+
+@pytest.mark.parametrize("schedule,v", SCHEDULES)
+def test_each_schedule_runs_every_stage_of_its_ranks(tmp_path, schedule, v):
+    m, d, tokens = 8, 64, 64
+    w = capture(load_model_file(model_file(tmp_path, schedule, v, m)), P)
+    assert sorted(w.programs) == list(range(P)) and w.stands_for == {r: [r] for r in range(P)}
+    owner, n = owners(schedule, v), P * v
+    message = 4 * tokens // m * d   # one micro-batch's activation (and its gradient), fp32
+    for rank, ops in w.programs.items():
+        held = [k for k in range(n) if owner[k] == rank]
+        # every held stage runs its layers' forward for every micro-batch (a matmul per layer)
+        forwards = [op for op in ops if op.kind == COMPUTE and op.name == "aten.mm.default" and op.phase == "forward"]
+        assert len(forwards) == m * len(held) * (LAYERS // n)
+        # backward: the weight gradient of every layer, the input gradient of all but stage 0's first layer
+        backwards = [op for op in ops if op.kind == COMPUTE and op.name == "aten.mm.default" and op.phase == "backward"]
+        assert len(backwards) == m * len(held) * 2 * (LAYERS // n) - (m if 0 in held else 0)
+        expected = Counter()
+        for k in held:   # activations forward, gradients back, one each per micro-batch, to the neighbouring stage
+            if k > 0 and owner[k - 1] != rank:
+                expected[(RECV, owner[k - 1], "forward")] += m
+                expected[(SEND, owner[k - 1], "backward")] += m
+            if k < n - 1 and owner[k + 1] != rank:
+                expected[(SEND, owner[k + 1], "forward")] += m
+                expected[(RECV, owner[k + 1], "backward")] += m
+        assert Counter((op.kind, op.peer, op.phase) for op in ops if op.kind in (SEND, RECV)) == expected
+        assert {op.bytes for op in ops if op.kind in (SEND, RECV)} == {message}
+    # each send meets a receive posted for it: per ordered pair of ranks, as many of each
+    sends = Counter((r, op.peer) for r, ops in w.programs.items() for op in ops if op.kind == SEND)
+    recvs = Counter((op.peer, r) for r, ops in w.programs.items() for op in ops if op.kind == RECV)
+    assert sends == recvs
+
+
+@pytest.mark.parametrize("schedule,v", [("Interleaved1F1B", 2), ("ZBVZeroBubble", 2), ("1F1B", 1)])
+def test_pipeline_dict_gives_the_programs_the_torch_way_gives(tmp_path, schedule, v):
+    """PIPELINE = {"schedule": ..., "virtual_stages": v} builds the PipelineStages and schedule a file written the
+    torch way builds: the same programs, op for op."""
+    torch_way = capture(load_model_file(model_file(tmp_path, schedule, v, 4, name="a.py")), P)
+    simple = capture(load_model_file(model_file(tmp_path, schedule, v, 4, way=SIMPLE_WAY, name="b.py")), P)
+
+    def outline(w):
+        return {r: [(op.kind, op.name, op.phase, op.peer, op.bytes, op.flops, op.deps) for op in ops]
+                for r, ops in w.programs.items()}
+    assert outline(simple) == outline(torch_way)
+
+
+def _bubble(path: str) -> tuple[float, float]:
+    """(step time, bubble time): the step less the optimizer and the stage's forward and backward compute (tf + tb
+    per micro-batch on the busiest rank, as tests/test_pipeline.py reads them)."""
+    reports = [astra_compile.compile(path, "Ring(4)", bandwidth="1600", rank=r) for r in range(P)]
+    phases = [{p["phase"]: p["compute_us"] for p in r["phases"]} for r in reports]
+    work = max(ph["forward"] + ph["backward"] for ph in phases)
+    optimizer = max(ph["optimizer"] for ph in phases)
+    return reports[0].total_time_us, reports[0].total_time_us - optimizer - work
+
+
+def test_interleaving_shrinks_the_bubble_to_one_over_v(tmp_path):
+    """Same model, same 8 micro-batches on 4 ranks: 1F1B's bubble is (p - 1)(tf + tb), interleaved 1F1B's with v = 2
+    stages per rank (each half the work) (p - 1)(tf + tb) / v, the textbook (p - 1)/m against (p - 1)/(v m). The
+    messages on the critical path add to both (20 for 1F1B, 2 (m + p - 2); more, each half the wait, for the
+    interleaved), so the ratio is 1/v within 0.1. Zero-bubble fills the rest of the bubble with weight steps."""
+    m = 8
+    kw = dict(m=m, d=4096, tokens=1024)
+    step1, bubble1 = _bubble(model_file(tmp_path, "1F1B", 1, name="a.py", **kw))
+    step2, bubble2 = _bubble(model_file(tmp_path, "Interleaved1F1B", 2, name="b.py", **kw))
+    step3, bubble3 = _bubble(model_file(tmp_path, "InterleavedZeroBubble", 2, name="c.py", **kw))
+    work = step1 - bubble1
+    assert bubble1 / work == pytest.approx((P - 1) / m, abs=0.08)   # 0.375 without messages
+    assert bubble2 / bubble1 == pytest.approx(1 / 2, abs=0.1)
+    assert step3 < step2 < step1
+    assert bubble3 < bubble2 / 2
+
+
+def test_zero_bubble_weight_steps_are_backward(tmp_path):
+    """InterleavedZeroBubble splits each backward into the input gradient (autograd's pass) and the weight step,
+    which adds the weight gradients into .grad outside the pass: recorded as backward all the same, so each
+    phase's compute is the interleaved 1F1B's."""
+    def phases(path):
+        w = capture(load_model_file(path), P)
+        return [{ph: sum(op.flops for op in ops if op.kind == COMPUTE and op.phase == ph) for ph in
+                 ("forward", "backward")} | {"adds": sum(op.name == "aten.add_.Tensor" and op.phase == "forward"
+                                                          for op in ops)} for ops in w.programs.values()]
+    zb = phases(model_file(tmp_path, "InterleavedZeroBubble", 2, 4, name="a.py"))
+    plain = phases(model_file(tmp_path, "Interleaved1F1B", 2, 4, name="b.py"))
+    assert zb == plain
+    assert all(p["adds"] == 0 for p in zb)
+
+
+def test_schedules_the_capture_cannot_follow_are_one_line(tmp_path, capsys):
+    path = model_file(tmp_path, "1F1B", 1, 8, extra=textwrap.dedent("""
+        class MySchedule(pipelining.Schedule1F1B):
+            pass
+        pipelining.ScheduleMine = MySchedule
+        SCHEDULE = "Mine"
+        """))
+    refused(capsys, path, "--topology", "Ring(4)", match="the schedule is a MySchedule, which the capture cannot follow")
+    path = model_file(tmp_path, "1F1B", 1, 8, extra=textwrap.dedent("""
+        def parallelize(model, mesh):   # a single-stage schedule, but 8 stages on 4 ranks
+            pp = mesh["pp"]
+            r = pp.get_local_rank()
+            stage = pipelining.PipelineStage(nn.Sequential(model.layers[r]), r, 8, torch.device("cpu"),
+                                             group=pp.get_group())
+            return pipelining.Schedule1F1B(stage, M, loss_fn=lambda out, target: out.sum())
+        """))
+    refused(capsys, path, "--topology", "Ring(4)", match="the schedule has 8 stages and pp coordinate 0 holds 1 of them")
+    path = model_file(tmp_path, "1F1B", 1, 5)
+    refused(capsys, path, "--topology", "Ring(4)",
+            match="batch of 64, which does not split into the schedule's n_microbatches = 5 equal micro-batches")
+    path = model_file(tmp_path, "1F1B", 1, 8, extra=textwrap.dedent("""
+        def mesh_axes(world_size):
+            return {"pp": 4, "dp": 2}
+        def parallelize(model, mesh):   # the stages talk over the dp axis's group
+            pp, dp = mesh["pp"], mesh["dp"]
+            r, per = pp.get_local_rank(), LAYERS // 4
+            stage = pipelining.PipelineStage(nn.Sequential(*model.layers[r * per:(r + 1) * per]), r, 4,
+                                             torch.device("cpu"), group=dp.get_group())
+            return pipelining.Schedule1F1B(stage, M, loss_fn=lambda out, target: out.sum())
+        """))
+    refused(capsys, path, "--topology", "Ring(2)_Ring(4)", match="run on the process group of ranks 0, 1, not on the pp axis's (0, 2, 4, 6)")
+    path = model_file(tmp_path, "1F1B", 1, 8, extra="def parallelize(model, mesh):\n    return model\n")
+    refused(capsys, path, "--topology", "Ring(4)",
+            match="with a pp axis, parallelize(module, mesh) returned Net, not a torch.distributed.pipelining schedule")
+    path = model_file(tmp_path, "ZBVZeroBubble", 3, 8, way=SIMPLE_WAY)
+    refused(capsys, path, "--topology", "Ring(4)", match="PIPELINE['virtual_stages'] = 3: ZBVZeroBubble runs 2 stages")
+    path = model_file(tmp_path, "1F1B", 1, 8, way=SIMPLE_WAY, extra="def parallelize(model, mesh):\n    return model\n"
+                      "del pipeline_stage\n")
+    refused(capsys, path, "--topology", "Ring(4)", match="PIPELINE is for pipeline_stage(model, stage, num_stages)")
