@@ -228,3 +228,48 @@ def test_schedules_the_capture_cannot_follow_are_one_line(tmp_path, capsys):
     path = model_file(tmp_path, "1F1B", 1, 8, way=SIMPLE_WAY, extra="def parallelize(model, mesh):\n    return model\n"
                       "del pipeline_stage\n")
     refused(capsys, path, "--topology", "Ring(4)", match="PIPELINE is for pipeline_stage(model, stage, num_stages)")
+
+
+TP_DDP = """
+import torch
+from torch import nn
+from torch.distributed import pipelining
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+D, V, M = 256, 2, 4
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(D, 4 * D, bias=False), nn.Linear(4 * D, D, bias=False)
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(x)))
+def build_model():
+    return nn.Sequential(*(Block() for _ in range(4)))
+def example_inputs():
+    return torch.randn(8, 16, D)
+def mesh_axes(world_size):
+    return {"pp": 2, "dp": 2, "tp": 2}
+def parallelize(model, mesh):
+    pp = mesh["pp"]
+    stages = []
+    for k in (pp.get_local_rank(), pp.get_local_rank() + 2):
+        block = model[k]
+        parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        ddp = nn.parallel.DistributedDataParallel(block, device_mesh=mesh["dp"])
+        stages.append(pipelining.PipelineStage(ddp, k, 4, torch.device("cpu"), group=pp.get_group()))
+    return pipelining.ScheduleInterleaved1F1B(stages, M, loss_fn=lambda out, target: out.sum())
+"""
+
+
+def test_tensor_parallel_stages_in_ddp_keep_their_gradients(tmp_path):
+    """A rank's stages built the torch way with tensor parallelism and DDP: each stage's dp all-reduce carries all
+    of its tp shard's gradients (2 x 256 x 1024 / 2 fp32 = 1 MiB), and the optimizer updates both stages' weights.
+    (Shapes found by running a parallelized stage before its step lost the DTensor gradients of that stage.)"""
+    path = tmp_path / "tp_ddp.py"
+    path.write_text(TP_DDP)
+    w = capture(load_model_file(str(path)), 8)
+    assert sorted(w.programs) == [0, 4]
+    for ops in w.programs.values():
+        reduced = [op.bytes for op in ops if op.collective == "all_reduce" and op.group_name == "dp"]
+        assert sorted(reduced) == [2 * 256 * 1024 // 2 * 4] * 2
+        updated = [op.shapes for op in ops if op.phase == "optimizer" and op.name == "aten._foreach_mul_.Scalar"]
+        assert updated[0] == "[512x256;256x512;512x256;256x512]"   # AdamW's first update: every weight shard

@@ -174,9 +174,10 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
         outline = rp.outline()
         if ops is not None:
             programs[p.reps[coord]], offloaded = ops, offloaded or host
-        elif len(shapes) == known:   # cannot happen with torch's stage layouts; never loop on
+        elif len(shapes) == known:   # no stage advanced: cannot happen with torch's layouts; never loop on
             raise UserError(f"{spec.path}: the pipeline's stages {sorted(rp.owner)} cannot be followed in order")
         # the next capture: the rank of the first stage whose output is not known yet, else one not recorded yet
+        # (a rank whose shapes took a forward of its parallelized stages is captured again: infer_shapes)
         pending = [rp.owner[k] for k in range(rp.num_stages) if k + 1 not in shapes]
         coord = pending[0] if pending else min(set(range(p.pp)) - {p.reps.index(r) for r in programs}, default=0)
     return Workload(world_size, {r: programs[r] for r in p.reps}, source=spec.path, spmd=True, mesh=axes,

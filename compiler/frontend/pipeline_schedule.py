@@ -88,18 +88,20 @@ def _short(ranks: list[int]) -> str:
 
 def infer_shapes(rp: RankPipeline, shapes: dict, first_input: tuple, path: str) -> bool:
     """Advance the chain of stage shapes through the rank's stages (`advance`). True when every stage of the rank
-    knows its input and output."""
+    knew its input and output before: only then is the rank's step recorded in this capture. A parallelized stage
+    module run outside the step leaves it wrong (the DTensor parameters of a tensor-parallel module in DDP get no
+    gradient in the step), so a rank whose shapes took a forward here is captured again, afresh."""
+    known = all(s.stage_index + 1 in shapes for s in rp.stages)
     for s in rp.stages:
         advance(shapes, s.stage_index, _unwrapped(s.submod), first_input, s.is_last, path)
-    return all(s.stage_index + 1 in shapes for s in rp.stages)
+    return known
 
 
 def advance(shapes: dict, k: int, module, first_input: tuple, last: bool, path: str) -> None:
     """Stage k's output shapes, where its input is known and its output not yet (`shapes`: stage index -> the
     (shape, dtype) of each tensor it takes; index num_stages: what the last stage gives its loss), from its module
     run on one micro-batch. Where the capture builds the stages (PIPELINE) it runs the module before parallelizing
-    it: a tensor-parallel module's forward outside the step would leave DDP without its DTensor parameters'
-    gradients in the step."""
+    it, and records the rank in the same capture (infer_shapes)."""
     import torch
     if k == 0 and 0 not in shapes:
         shapes[0] = boundary(first_input, path, 0, last=False)
