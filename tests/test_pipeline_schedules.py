@@ -273,3 +273,13 @@ def test_tensor_parallel_stages_in_ddp_keep_their_gradients(tmp_path):
         assert sorted(reduced) == [2 * 256 * 1024 // 2 * 4] * 2
         updated = [op.shapes for op in ops if op.phase == "optimizer" and op.name == "aten._foreach_mul_.Scalar"]
         assert updated[0] == "[512x256;256x512;512x256;256x512]"   # AdamW's first update: every weight shard
+
+
+def test_stages_built_for_a_gpu_record_as_on_the_host(tmp_path):
+    """torchtitan gives PipelineStage the rank's cuda device; the capture runs on the host (no GPU needed), so the
+    stages receive into host buffers there and the programs are those of a file that says cpu."""
+    host = capture(load_model_file(model_file(tmp_path, "Interleaved1F1B", 2, 4, name="a.py")), P)
+    gpu = tmp_path / "b.py"
+    gpu.write_text((tmp_path / "a.py").read_text().replace('torch.device("cpu")', 'torch.device("cuda", 0)'))
+    assert 'torch.device("cuda", 0)' in gpu.read_text()
+    assert capture(load_model_file(str(gpu)), P).programs == host.programs

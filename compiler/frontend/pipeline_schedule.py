@@ -51,6 +51,7 @@ def find(made, path: str):
 def follow(schedule, path: str, pp: int, coord: int, pp_ranks: list[int]) -> RankPipeline:
     """The rank's stages of `schedule`, checked against the pp axis: a schedule class the capture knows, stages
     that are PipelineStages on the pp axis's group, as many stages per rank as the schedule runs."""
+    import torch
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle
@@ -79,6 +80,8 @@ def follow(schedule, path: str, pp: int, coord: int, pp_ranks: list[int]) -> Ran
     if [s.stage_index for s in stages] != mine:
         raise UserError(f"{path}: pp coordinate {coord} holds stages {[s.stage_index for s in stages]} but its "
                         f"{kind} runs stages {mine} there")
+    for s in stages:   # the capture runs on the host: the buffers a stage receives into go there too (a file
+        s.device = torch.device("cpu")   # written for a GPU gives PipelineStage its cuda device)
     return RankPipeline(schedule, stages, n, owner, schedule._n_microbatches)
 
 
