@@ -223,6 +223,19 @@ def test_schedules_the_capture_cannot_follow_are_one_line(tmp_path, capsys):
     path = model_file(tmp_path, "1F1B", 1, 8, extra="def parallelize(model, mesh):\n    return model\n")
     refused(capsys, path, "--topology", "Ring(4)",
             match="with a pp axis, parallelize(module, mesh) returned Net, not a torch.distributed.pipelining schedule")
+    path = model_file(tmp_path, "1F1B", 1, 8, extra=textwrap.dedent("""
+        _made = parallelize
+        def parallelize(model, mesh):   # pp rank 0 splits its batch in 8, the others in 4
+            global M
+            M = 8 if mesh["pp"].get_local_rank() == 0 else 4
+            return _made(model, mesh)
+        """))
+    refused(capsys, path, "--topology", "Ring(4)", match="pp coordinate 1's schedule (Schedule1F1B, 4 stages, 4 "
+            "micro-batches) is not pp coordinate 0's (Schedule1F1B, 4 stages, 8 micro-batches)")
+    path = tmp_path / "no_loss.py"   # a forward-only schedule
+    path.write_text(open(model_file(tmp_path, "1F1B", 1, 8)).read().replace("loss_fn=lambda out, target: out.sum()",
+                                                                            "loss_fn=None"))
+    refused(capsys, str(path), "--topology", "Ring(4)", match="the Schedule1F1B has no loss_fn, so its step runs no backward")
     path = model_file(tmp_path, "ZBVZeroBubble", 3, 8, way=SIMPLE_WAY)
     refused(capsys, path, "--topology", "Ring(4)", match="PIPELINE['virtual_stages'] = 3: ZBVZeroBubble runs 2 stages")
     path = model_file(tmp_path, "1F1B", 1, 8, way=SIMPLE_WAY, extra="def parallelize(model, mesh):\n    return model\n"

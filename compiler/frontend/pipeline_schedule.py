@@ -59,6 +59,9 @@ def follow(schedule, path: str, pp: int, coord: int, pp_ranks: list[int]) -> Ran
     if kind not in KNOWN or type(schedule).__module__ != "torch.distributed.pipelining.schedules":
         raise UserError(f"{path}: the schedule is a {kind}, which the capture cannot follow; use one of torch's: "
                         f"{', '.join(KNOWN)}")
+    if schedule._loss_fn is None:
+        raise UserError(f"{path}: the {kind} has no loss_fn, so its step runs no backward; a training step needs "
+                        f"{kind}(..., loss_fn=...)")
     stages = [schedule._stage] if isinstance(schedule, PipelineScheduleSingle) else list(schedule._stages)
     for s in stages:
         if type(s) is not PipelineStage:
