@@ -220,7 +220,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                 read = None   # the axes the file's parallelize() looks up (None: the built-in parallelism)
                 with mesh_reads() as reads:
                     if stage is not None:
-                        what = "the pipeline's stages and schedule"
+                        what = "the pipeline's stages and schedule" if stage[0].schedule else what
                         rp = _rank_pipeline(spec, model, device_mesh, axes, stage, inputs, loss_of)
                         model = torch.nn.ModuleList(rp.modules)
                     elif spec.parallelize is not None:
