@@ -296,3 +296,22 @@ def test_stages_built_for_a_gpu_record_as_on_the_host(tmp_path):
     gpu.write_text((tmp_path / "a.py").read_text().replace('torch.device("cpu")', 'torch.device("cuda", 0)'))
     assert 'torch.device("cuda", 0)' in gpu.read_text()
     assert capture(load_model_file(str(gpu)), P).programs == host.programs
+
+
+def test_a_loss_that_reads_the_target_takes_example_target(tmp_path):
+    """torchtitan's loss_fn compares the last stage's output with the labels: the file's example_target() gives the
+    batch's target, split into micro-batches by the schedule like the inputs (without it, one zero per
+    micro-batch)."""
+    extra = textwrap.dedent("""
+        def parallelize(model, mesh, _made=parallelize):
+            schedule = _made(model, mesh)
+            schedule._loss_fn = lambda out, target: (out - target).pow(2).sum()
+            return schedule
+        """)
+
+    def losses(path):
+        return [op.shapes for op in capture(load_model_file(path), P).programs[P - 1]
+                if op.name == "aten.sub.Tensor"]
+    target = "def example_target():\n    return torch.randn(TOKENS, D)\n"
+    assert losses(model_file(tmp_path, "1F1B", 1, 4, extra=extra + target)) == ["16x64,16x64"] * 4
+    assert losses(model_file(tmp_path, "1F1B", 1, 4, extra=extra, name="zeros.py")) == ["16x64,1"] * 4

@@ -206,7 +206,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
             cuda_autocast_on_host(), cuda_foreach_on_host():
         device_mesh = build_mesh(axes)  # outside fake mode: the mesh holds real rank tensors
         fake = FakeTensorMode(allow_non_fake_inputs=True)
-        what, rp = "build_model()", None
+        what, rp, target = "build_model()", None, None
         try:
             with fake, skip_cross_rank_checks():
                 model = spec.build_model()
@@ -230,6 +230,8 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                         model = apply_builtin(model, device_mesh, axes, spec.tp_plan, spec.fsdp_units)
                 read = reads.names if spec.parallelize is not None else None
                 if stage is not None:
+                    what = "example_target()"
+                    target = spec.example_target() if spec.example_target is not None else None
                     what = "the stages' forward on one micro-batch"
                     micro_in = _microbatch(spec, inputs, stage[0], rp.microbatches)
                     if not pipeline_schedule.infer_shapes(rp, stage[2], micro_in, spec.path):
@@ -247,7 +249,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                 with spec.step_context() if spec.step_context else contextlib.nullcontext():
                     if stage is not None:   # micro-batches' forwards and backwards interleave: autograd tells
                         phase(AUTOGRAD)
-                        pipeline_schedule.run_step(rp, inputs, phase)
+                        pipeline_schedule.run_step(rp, inputs, target, phase)
                     else:
                         phase("forward")
                         out = model(*inputs)

@@ -23,6 +23,8 @@ A model file is ordinary Python that provides:
                                             ZBVZeroBubble | DualPipeV; pipeline.py)
     (with a `pp` axis and no pipeline_stage(), parallelize(module, mesh) builds the rank's PipelineStage(s) and
      returns their torch.distributed.pipelining schedule: pipeline_schedule.py)
+    example_target()               -> the batch's target for a pipeline schedule's loss_fn(output, target) (optional;
+                                      default one zero per micro-batch)
     OFFLOAD = "params,grads,optimizer"   (optional: FSDP states kept in the remote memory pool, as --offload;
                                           offload.py, docs/memory.md)
 """
@@ -53,6 +55,7 @@ class ModelFile:
     routing: object = None                 # ROUTING: the token-routing assumption for data-dependent MoE
     pipeline_stage: Callable | None = None  # pipeline_stage(model, stage, num_stages): a pp axis's stage module
     pipeline: object = None                # PIPELINE: the schedule and micro-batches of a pp axis
+    example_target: Callable | None = None  # example_target(): the target a pipeline schedule's loss_fn takes
     offload: tuple = ()                    # OFFLOAD: FSDP states kept in the remote pool (offload.STATES)
 
 
@@ -155,6 +158,7 @@ def model_file_from_module(module, path: str | None = None) -> ModelFile:
                      loss=getattr(module, "loss", None), optimizer=getattr(module, "optimizer", None),
                      step_context=getattr(module, "step_context", None), routing=getattr(module, "ROUTING", None),
                      pipeline_stage=getattr(module, "pipeline_stage", None), pipeline=getattr(module, "PIPELINE", None),
+                     example_target=getattr(module, "example_target", None),
                      offload=_offload(getattr(module, "OFFLOAD", None), path))
 
 

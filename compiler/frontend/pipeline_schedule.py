@@ -161,9 +161,10 @@ def set_shapes(rp: RankPipeline, shapes: dict) -> None:
             s._user_meta.outputs = extract_tensor_metas(rebuild(shapes[k + 1]))
 
 
-def run_step(rp: RankPipeline, inputs: tuple, phase) -> None:
+def run_step(rp: RankPipeline, inputs: tuple, target, phase) -> None:
     """One training step of the schedule as a training loop calls it: a rank holding the first stage feeds the
-    batch, one holding the last gives the targets and takes the losses. `phase(name)` sets the recorder's phase:
+    batch, one holding the last gives the target (the file's example_target(), else one zero per micro-batch,
+    which a loss that ignores it takes) and takes the losses. `phase(name)` sets the recorder's phase:
     a zero-bubble schedule's weight-gradient step (backward_weight_one_chunk) runs autograd for the weights and
     then adds the gradients into .grad (and reduces them over dp) outside autograd's pass, which would read as
     forward; the whole step is the backward's."""
@@ -180,7 +181,10 @@ def run_step(rp: RankPipeline, inputs: tuple, phase) -> None:
     for s in rp.stages:   # an attribute of the stage object only while the step runs
         s.backward_weight_one_chunk = weight_step(s.backward_weight_one_chunk)
     try:
-        kwargs = {"target": target(rp), "losses": []} if any(s.is_last for s in rp.stages) else {}
+        if any(s.is_last for s in rp.stages):
+            kwargs = {"target": target if target is not None else zeros_target(rp), "losses": []}
+        else:
+            kwargs = {}
         if any(s.is_first for s in rp.stages):
             rp.schedule.step(*inputs, **kwargs)
         else:
@@ -190,8 +194,8 @@ def run_step(rp: RankPipeline, inputs: tuple, phase) -> None:
             del s.backward_weight_one_chunk
 
 
-def target(rp: RankPipeline):
-    """The last stage's `target`, one zero per micro-batch (the loss the capture gives ignores it)."""
+def zeros_target(rp: RankPipeline):
+    """The last stage's `target` where the file gives none: one zero per micro-batch."""
     import torch
     return torch.zeros(rp.microbatches)
 
