@@ -161,16 +161,19 @@ def test_interleaving_shrinks_the_bubble_to_one_over_v(tmp_path):
     """Same model, same 8 micro-batches on 4 ranks: 1F1B's bubble is (p - 1)(tf + tb), interleaved 1F1B's with v = 2
     stages per rank (each half the work) (p - 1)(tf + tb) / v, the textbook (p - 1)/m against (p - 1)/(v m). The
     messages on the critical path add to both (20 for 1F1B, 2 (m + p - 2); more, each half the wait, for the
-    interleaved), so the ratio is 1/v within 0.1. Zero-bubble fills the rest of the bubble with weight steps."""
+    interleaved), so the ratio is 1/v within 0.1. Zero-bubble (looped or V-shaped) fills the rest of the bubble
+    with weight steps (measured: 1F1B 9286 us, Interleaved1F1B 8048, ZBVZeroBubble 7443, InterleavedZeroBubble
+    7075)."""
     m = 8
     kw = dict(m=m, d=4096, tokens=1024)
     step1, bubble1 = _bubble(model_file(tmp_path, "1F1B", 1, name="a.py", **kw))
     step2, bubble2 = _bubble(model_file(tmp_path, "Interleaved1F1B", 2, name="b.py", **kw))
     step3, bubble3 = _bubble(model_file(tmp_path, "InterleavedZeroBubble", 2, name="c.py", **kw))
+    step4, _ = _bubble(model_file(tmp_path, "ZBVZeroBubble", 2, name="d.py", **kw))
     work = step1 - bubble1
     assert bubble1 / work == pytest.approx((P - 1) / m, abs=0.08)   # 0.375 without messages
     assert bubble2 / bubble1 == pytest.approx(1 / 2, abs=0.1)
-    assert step3 < step2 < step1
+    assert step3 < step2 < step1 and step4 < step2
     assert bubble3 < bubble2 / 2
 
 
