@@ -318,3 +318,14 @@ def test_a_loss_that_reads_the_target_takes_example_target(tmp_path):
     target = "def example_target():\n    return torch.randn(TOKENS, D)\n"
     assert losses(model_file(tmp_path, "1F1B", 1, 4, extra=extra + target)) == ["16x64,16x64"] * 4
     assert losses(model_file(tmp_path, "1F1B", 1, 4, extra=extra, name="zeros.py")) == ["16x64,1"] * 4
+
+
+def test_a_dtensor_between_stages_is_one_line(tmp_path, capsys):
+    """A stage handing the next a DTensor (a tensor-parallel plan with use_local_output=False) would need its
+    placements sent with it, which PipelineStage's static shapes cannot say: refused, naming the stage."""
+    path = tmp_path / "dtensor.py"
+    text = TP_DDP.replace('"down": RowwiseParallel()', '"down": RowwiseParallel(use_local_output=False)')
+    text = text.replace("return x + self.down(", "return self.down(")   # no residual: the output is the DTensor
+    path.write_text(text.replace('PipelineStage(ddp,', 'PipelineStage(block,'))
+    refused(capsys, str(path), "--topology", "Ring(2)_Ring(2)_Ring(2)",
+            match="stage 0's output is a DTensor; the capture passes plain tensors between stages")
