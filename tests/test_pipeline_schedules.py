@@ -199,7 +199,8 @@ def test_schedules_the_capture_cannot_follow_are_one_line(tmp_path, capsys):
         pipelining.ScheduleMine = MySchedule
         SCHEDULE = "Mine"
         """))
-    refused(capsys, path, "--topology", "Ring(4)", match="the schedule is a MySchedule, which the capture cannot follow")
+    refused(capsys, path, "--topology", "Ring(4)",
+            match="the schedule is a MySchedule, which the capture cannot follow")
     path = model_file(tmp_path, "1F1B", 1, 8, extra=textwrap.dedent("""
         def parallelize(model, mesh):   # a single-stage schedule, but 8 stages on 4 ranks
             pp = mesh["pp"]
@@ -208,7 +209,8 @@ def test_schedules_the_capture_cannot_follow_are_one_line(tmp_path, capsys):
                                              group=pp.get_group())
             return pipelining.Schedule1F1B(stage, M, loss_fn=lambda out, target: out.sum())
         """))
-    refused(capsys, path, "--topology", "Ring(4)", match="the schedule has 8 stages and pp coordinate 0 holds 1 of them")
+    refused(capsys, path, "--topology", "Ring(4)",
+            match="the schedule has 8 stages and pp coordinate 0 holds 1 of them")
     path = model_file(tmp_path, "1F1B", 1, 5)
     refused(capsys, path, "--topology", "Ring(4)",
             match="batch of 64, which does not split into the schedule's n_microbatches = 5 equal micro-batches")
@@ -222,7 +224,8 @@ def test_schedules_the_capture_cannot_follow_are_one_line(tmp_path, capsys):
                                              torch.device("cpu"), group=dp.get_group())
             return pipelining.Schedule1F1B(stage, M, loss_fn=lambda out, target: out.sum())
         """))
-    refused(capsys, path, "--topology", "Ring(2)_Ring(4)", match="run on the process group of ranks 0, 1, not on the pp axis's (0, 2, 4, 6)")
+    refused(capsys, path, "--topology", "Ring(2)_Ring(4)",
+            match="run on the process group of ranks 0, 1, not on the pp axis's (0, 2, 4, 6)")
     path = model_file(tmp_path, "1F1B", 1, 8, extra="def parallelize(model, mesh):\n    return model\n")
     refused(capsys, path, "--topology", "Ring(4)",
             match="with a pp axis, parallelize(module, mesh) returned Net, not a torch.distributed.pipelining schedule")
@@ -238,7 +241,8 @@ def test_schedules_the_capture_cannot_follow_are_one_line(tmp_path, capsys):
     path = tmp_path / "no_loss.py"   # a forward-only schedule
     path.write_text(open(model_file(tmp_path, "1F1B", 1, 8)).read().replace("loss_fn=lambda out, target: out.sum()",
                                                                             "loss_fn=None"))
-    refused(capsys, str(path), "--topology", "Ring(4)", match="the Schedule1F1B has no loss_fn, so its step runs no backward")
+    refused(capsys, str(path), "--topology", "Ring(4)",
+            match="the Schedule1F1B has no loss_fn, so its step runs no backward")
     path = model_file(tmp_path, "ZBVZeroBubble", 3, 8, way=SIMPLE_WAY)
     refused(capsys, path, "--topology", "Ring(4)", match="PIPELINE['virtual_stages'] = 3: ZBVZeroBubble runs 2 stages")
     path = model_file(tmp_path, "1F1B", 1, 8, way=SIMPLE_WAY, extra="def parallelize(model, mesh):\n    return model\n"
