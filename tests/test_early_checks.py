@@ -27,7 +27,7 @@ def refused_without_torch(*argv) -> str:
     ("mlp_dp.py", ["--mesh", "dp=8,tp=8"], "mlp_dp.py: the mesh has a tp axis but the model file has no TP_PLAN"),
     ("mlp_dp.py", ["--mesh", "dp=8,ep=8"], "mlp_dp.py: mesh axis ep has no built-in meaning"),
     ("mlp_dp.py", ["--mesh", "dp=8,fsdp=8"], "give either a dp (DDP) or an fsdp (FSDP2) axis, not both"),
-    ("mlp_dp.py", ["--mesh", "pp=8,dp=8"], "the mesh has a pp axis but the model file defines no pipeline_stage"),
+    ("mlp_dp.py", ["--mesh", "pp=8,dp=8"], "the mesh has a pp axis but the model file defines neither pipeline_stage"),
     ("mlp_dp.py", ["--mesh", "dp=8,,tp=8"], "--mesh wants name=size pairs"),
     ("missing.py", [], "cannot read model file"),
 ])

@@ -23,8 +23,8 @@ def load(name):
 
 
 def test_every_bundled_model_file_is_checked():
-    assert MODEL_FILES == ["gpt_tp_dp.py", "llama_fsdp_tp.py", "llama_pp_tp_dp.py", "mlp_dp.py", "moe_ep.py",
-                           "resnet_dp.py"]
+    assert MODEL_FILES == ["gpt_tp_dp.py", "llama_fsdp_tp.py", "llama_pp_interleaved.py", "llama_pp_tp_dp.py",
+                           "mlp_dp.py", "moe_ep.py", "resnet_dp.py"]
 
 
 @pytest.mark.parametrize("name", MODEL_FILES)

@@ -105,11 +105,11 @@ def test_each_stage_is_one_program_standing_for_its_ranks(tmp_path):
 
 def test_pipeline_mistakes_are_one_line(tmp_path, capsys):
     path = model_file(tmp_path, "Zigzag")
-    refused(capsys, path, "--topology", "Ring(4)", match="PIPELINE['schedule'] = 'Zigzag': expected GPipe or 1F1B")
+    refused(capsys, path, "--topology", "Ring(4)", match="PIPELINE['schedule'] = 'Zigzag': expected GPipe, 1F1B, Interleaved1F1B")
     path = model_file(tmp_path, "GPipe", micro=3)
     refused(capsys, path, "--topology", "Ring(4)", match="batch of 1024, which does not split into")
     path = model_file(tmp_path, "GPipe", extra="del pipeline_stage\n")
-    refused(capsys, path, "--topology", "Ring(4)", match="defines no pipeline_stage(model, stage, num_stages)")
+    refused(capsys, path, "--topology", "Ring(4)", match="defines neither pipeline_stage(model, stage, num_stages) nor a parallelize(module, mesh)")
     path = model_file(tmp_path, "GPipe", extra="def pipeline_stage(model, stage, num_stages):\n    return 3\n")
     refused(capsys, path, "--topology", "Ring(4)", match="returned int, not an nn.Module")
     with pytest.raises(UserError, match="expected a count from 1 to 4096"):

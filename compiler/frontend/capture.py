@@ -16,7 +16,7 @@ import warnings
 
 from ...network.errors import InputWarning, UserError
 from .model_file import ModelFile, one_line
-from . import pipeline
+from . import pipeline, pipeline_schedule
 from .accumulation import Accumulation, gradient_sync, split
 from .mesh import check_axes, check_mesh, silent_axes
 from .parallelize import (apply_builtin, axis, build_mesh, mesh_reads, meshes_outside_fake, prepare_ddp,
@@ -161,37 +161,58 @@ def _compiled_runs_eager():
 def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None) -> Workload:
     axes = mesh_axes_for(spec, world_size, mesh)
     if axes.get("pp", 1) == 1:
-        ops, _, offloaded = _capture_rank(spec, world_size, axes, 0)
+        ops, offloaded, _ = _capture_rank(spec, world_size, axes, 0)
         return Workload(world_size, {0: ops}, source=spec.path, spmd=True, mesh=axes, host_offload=offloaded,
                         offload=spec.offload)
     if spec.accumulation is not None and spec.accumulation.microbatches > 1:
         raise UserError(f"{spec.path}: GRADIENT_ACCUMULATION with a pp axis: the pipeline's schedule runs the "
-                        "micro-batches; set PIPELINE['microbatches'] instead")
+                        "micro-batches; set PIPELINE['microbatches'] (or the schedule's n_microbatches) instead")
     p = pipeline.plan(spec, axes)
-    programs, carried, offloaded = {}, None, False
-    for s, rank in enumerate(p.reps):   # stage s's input is what stage s - 1 hands on
-        programs[rank], carried, host = _capture_rank(spec, world_size, axes, rank, (p, s, carried))
-        offloaded = offloaded or host
-    return Workload(world_size, programs, source=spec.path, spmd=True, mesh=axes, stands_for=p.stands_for,
-                    host_offload=offloaded, offload=spec.offload)
+    programs, offloaded = {}, False
+    shapes: dict[int, list] = {}   # stage index -> its input's shapes, found along the chain of stages
+    coord, outline = 0, None       # stage 0 is on pp coordinate 0
+    while len(programs) < p.pp:
+        known = len(shapes)
+        ops, host, rp = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes))
+        if outline is not None and rp.outline() != outline:
+            raise UserError(f"{spec.path}: pp coordinate {coord}'s schedule ({_outline_text(rp.outline())}) is not "
+                            f"pp coordinate 0's ({_outline_text(outline)}): every rank builds the same schedule")
+        outline = rp.outline()
+        if ops is not None:
+            programs[p.reps[coord]], offloaded = ops, offloaded or host
+        elif len(shapes) == known:   # no stage advanced: cannot happen with torch's layouts; never loop on
+            raise UserError(f"{spec.path}: the pipeline's stages {sorted(rp.owner)} cannot be followed in order")
+        # the next capture: the rank of the first stage whose output is not known yet, else one not recorded yet
+        # (a rank whose shapes took a forward of its parallelized stages is captured again: infer_shapes)
+        pending = [rp.owner[k] for k in range(rp.num_stages) if k + 1 not in shapes]
+        coord = pending[0] if pending else min(set(range(p.pp)) - {p.reps.index(r) for r in programs}, default=0)
+    return Workload(world_size, {r: programs[r] for r in p.reps}, source=spec.path, spmd=True, mesh=axes,
+                    stands_for=p.stands_for, host_offload=offloaded, offload=spec.offload)
+
+
+def _outline_text(outline: tuple) -> str:
+    kind, stages, micro, _ = outline
+    return f"{kind}, {stages} stages, {micro} micro-batches"
 
 
 def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: int, stage=None):
-    """Record one rank's training step: (its ops, with groups named after the mesh axes; for a pipeline stage,
-    the shapes its micro-batch output hands to the next stage; whether FSDP2 offloads shards to the host).
-    `stage`: (pipeline.Plan, stage index, the previous stage's output shapes) or None."""
+    """Record one rank's training step: (its ops, with groups named after the mesh axes; whether FSDP2 offloads
+    shards to the host; for a pipeline, the rank's pipeline_schedule.RankPipeline). `stage`: (pipeline.Plan, the
+    rank's pp coordinate, the chain of stage shapes so far) or None. A pipeline rank whose stages' inputs are not
+    all known yet only advances the chain: its ops are None."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     # a training step needs autograd whatever mode the caller (or an earlier capture stopped midway by its CPU
     # limit, whose exception can land anywhere in torch) left the process in; enable_grad restores it afterwards
     recording = [None]   # the recorder while the recorded step runs (save_on_cpu's hooks report to it)
+    where = f" (pipeline stage {stage[1]})" if stage is not None else ""
     with torch.enable_grad(), fake_world(world_size, rank), _quiet_fake_tensor_log(), meshes_outside_fake(), \
             _compiled_runs_eager(), _pinning_is_free(), _activations_to_host(lambda: recording[0]), \
             recompute_marked(lambda: recording[0]), cuda_autocast_on_host(), cuda_foreach_on_host():
         device_mesh = build_mesh(axes)  # outside fake mode: the mesh holds real rank tensors
         fake = FakeTensorMode(allow_non_fake_inputs=True)
-        what, carry = "build_model()", None
+        what, rp, target = "build_model()", None, None
         try:
             with fake, skip_cross_rank_checks(), fake_params_convertible():
                 model = spec.build_model()
@@ -200,33 +221,32 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                                     "torch.nn.Module")
                 what = "example_inputs()"
                 inputs = _as_tuple(spec.example_inputs())
-                if stage is not None:
-                    p, s, carried = stage
-                    what = f"pipeline_stage(model, {s}, {p.stages})"
-                    model = pipeline.stage_module(spec, model, s, p.stages)
-                    what = f"stage {s}'s forward on one micro-batch"
-                    micro_in = pipeline.microbatch(inputs, p.microbatches, spec.path) if s == 0 else \
-                        pipeline.rebuild(carried)
-                    micro_out = _as_tuple(model(*micro_in))   # the shapes PipelineStage sends and receives
-                    carry = pipeline.shapes(micro_out)
+                loss_of = spec.loss if spec.loss else lambda out: _first_tensor(out).sum()
                 what = "parallelize(module, mesh)"
                 read = None   # the axes the file's parallelize() looks up (None: the built-in parallelism)
-                if spec.parallelize is not None:
-                    with mesh_reads() as reads:
+                with mesh_reads() as reads:
+                    if stage is not None:
+                        what = "the pipeline's stages and schedule" if stage[0].schedule else what
+                        rp = _rank_pipeline(spec, model, device_mesh, axes, stage, inputs, loss_of)
+                        model = torch.nn.ModuleList(rp.modules)
+                    elif spec.parallelize is not None:
                         made = spec.parallelize(model, device_mesh)   # None: parallelized in place
-                    model = model if made is None else made     # (not `or`: a module may define __len__)
-                    read = reads.names
-                else:
-                    model = apply_builtin(model, device_mesh, axes, spec.tp_plan, spec.fsdp_units)
+                        model = model if made is None else made     # (not `or`: a module may define __len__)
+                    else:
+                        model = apply_builtin(model, device_mesh, axes, spec.tp_plan, spec.fsdp_units)
+                read = reads.names if spec.parallelize is not None else None
+                if stage is not None:
+                    what = "example_target()"
+                    target = spec.example_target() if spec.example_target is not None else None
+                    what = "the stages' forward on one micro-batch"
+                    micro_in = _microbatch(spec, inputs, stage[0], rp.microbatches)
+                    if not pipeline_schedule.infer_shapes(rp, stage[2], micro_in, spec.path):
+                        return None, False, rp
+                    pipeline_schedule.set_shapes(rp, stage[2])
                 prepare_ddp(model)
                 offloaded = host_offloaded(model)
                 what = "optimizer(parameters)"
                 opt = spec.optimizer(model.parameters()) if spec.optimizer else torch.optim.AdamW(model.parameters())
-                loss_of = spec.loss if spec.loss else lambda out: _first_tensor(out).sum()
-                if stage is not None:
-                    what = "torch.distributed.pipelining's PipelineStage and schedule"
-                    schedule = pipeline.make_schedule(model, s, p, axis(device_mesh, "pp").get_group(), micro_in,
-                                                      micro_out, loss_of)
 
             def step(recorder=None):
                 def phase(name):
@@ -235,7 +255,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                 with spec.step_context() if spec.step_context else contextlib.nullcontext():
                     if stage is not None:   # micro-batches' forwards and backwards interleave: autograd tells
                         phase(AUTOGRAD)
-                        pipeline.run_step(schedule, s, p, inputs)
+                        pipeline_schedule.run_step(rp, inputs, target, phase)
                     else:
                         acc = spec.accumulation or Accumulation()
                         micro_in = split(inputs, acc.microbatches, spec.path)
@@ -266,15 +286,38 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
         except SystemExit as e:  # the user's code called sys.exit(): never exit with its status as if done
             raise UserError(f"{spec.path}: {what} called sys.exit({e.code!r})") from None
         except Exception as e:  # the user's model failed to build or trace: bad input, one line
-            where = f" (pipeline stage {stage[1]})" if stage is not None else ""
             raise UserError(f"{spec.path}: {what}{where} failed: {one_line(e)}") from None
         names = axis_names(device_mesh, axes)
     check_axes_used(spec, axes, recorder.ops, rank, read, None if stage is None else stage[1])
     for op in recorder.ops:
         op.group_name = names.get(op.group, op.group_name)
     if stage is not None:
-        pipeline.message_phases(recorder.ops)
-    return recorder.ops, carry, offloaded
+        pipeline_schedule.message_phases(recorder.ops)
+    return recorder.ops, offloaded, rp
+
+
+def _rank_pipeline(spec: ModelFile, model, device_mesh, axes: dict[str, int], stage, inputs: tuple, loss_of):
+    """The recorded rank's stages and schedule (pipeline_schedule.RankPipeline), from the file's PIPELINE and
+    pipeline_stage() or from the schedule its parallelize(module, mesh) returns."""
+    import torch.distributed as dist
+    p, coord, shapes = stage
+    group = axis(device_mesh, "pp").get_group()
+    if p.schedule:
+        def parallelize_part(part):
+            if spec.parallelize is not None:
+                made = spec.parallelize(part, device_mesh)
+                return part if made is None else made
+            return apply_builtin(part, device_mesh, axes, spec.tp_plan, spec.fsdp_units)
+        schedule = pipeline.build_schedule(spec, model, p, coord, group, parallelize_part, loss_of, shapes,
+                                           _microbatch(spec, inputs, p, p.microbatches))
+    else:
+        schedule = pipeline_schedule.find(spec.parallelize(model, device_mesh), spec.path)
+    return pipeline_schedule.follow(schedule, spec.path, p.pp, coord, dist.get_process_group_ranks(group))
+
+
+def _microbatch(spec: ModelFile, inputs: tuple, p, micro: int) -> tuple:
+    source = "PIPELINE['microbatches']" if p.schedule else "the schedule's n_microbatches"
+    return pipeline.microbatch(inputs, micro, spec.path, source)
 
 
 def check_axes_used(spec: ModelFile, axes: dict[str, int], ops: list, rank: int, read: set | None,

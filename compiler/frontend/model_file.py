@@ -18,7 +18,13 @@ A model file is ordinary Python that provides:
                                                   routing.py)
     pipeline_stage(model, stage, num_stages) -> nn.Module  (required with a `pp` mesh axis: the stage's part of
                                                             the model; pipeline.py)
-    PIPELINE = {"schedule": "1F1B" | "GPipe", "microbatches": 8}   (optional, with a `pp` axis)
+    PIPELINE = {"schedule": "1F1B", "microbatches": 8, "virtual_stages": 2}   (optional, with pipeline_stage():
+                                            GPipe | 1F1B | Interleaved1F1B | LoopedBFS | InterleavedZeroBubble |
+                                            ZBVZeroBubble | DualPipeV; pipeline.py)
+    (with a `pp` axis and no pipeline_stage(), parallelize(module, mesh) builds the rank's PipelineStage(s) and
+     returns their torch.distributed.pipelining schedule: pipeline_schedule.py)
+    example_target()               -> the batch's target for a pipeline schedule's loss_fn(output, target) (optional;
+                                      default one zero per micro-batch)
     OFFLOAD = "params,grads,optimizer"   (optional: FSDP states kept in the remote memory pool, as --offload;
                                           offload.py, docs/memory.md)
     GRADIENT_ACCUMULATION = 4 | {"microbatches": 4, "sync": "last" | "every"}   (optional: forward and backward per
@@ -52,6 +58,7 @@ class ModelFile:
     routing: object = None                 # ROUTING: the token-routing assumption for data-dependent MoE
     pipeline_stage: Callable | None = None  # pipeline_stage(model, stage, num_stages): a pp axis's stage module
     pipeline: object = None                # PIPELINE: the schedule and micro-batches of a pp axis
+    example_target: Callable | None = None  # example_target(): the target a pipeline schedule's loss_fn takes
     offload: tuple = ()                    # OFFLOAD: FSDP states kept in the remote pool (offload.STATES)
     accumulation: object = None            # GRADIENT_ACCUMULATION: accumulation.Accumulation
 
@@ -77,8 +84,9 @@ def read_source(path: str) -> str:
 def check_before_torch(path: str, world_size: int, mesh: dict[str, int] | None) -> None:
     """What can be told of a model file and its mesh before torch is imported (seconds): the file reads and
     parses, the mesh has as many ranks as the topology has NPUs, and where the file surely lacks them, the
-    names the mesh needs (parallelize() or TP_PLAN for the built-in axes, pipeline_stage() for pp). The
-    capture checks all of it again with the file loaded; this only makes a mistake cost no torch import."""
+    names the mesh needs (parallelize() or TP_PLAN for the built-in axes, pipeline_stage() or parallelize() for
+    pp). The capture checks all of it again with the file loaded; this only makes a mistake cost no torch
+    import."""
     from .mesh import builtin_refusal, check_mesh
     from .pipeline import no_stage_function
     source = read_source(path)
@@ -95,7 +103,7 @@ def check_before_torch(path: str, world_size: int, mesh: dict[str, int] | None) 
         problem = builtin_refusal(mesh, "TP_PLAN" in names)
         if problem:
             raise UserError(f"{path}: {problem}")
-    if mesh.get("pp", 1) > 1 and "pipeline_stage" not in names:
+    if mesh.get("pp", 1) > 1 and "pipeline_stage" not in names and "parallelize" not in names:
         raise no_stage_function(path)
 
 
@@ -159,6 +167,7 @@ def model_file_from_module(module, path: str | None = None) -> ModelFile:
                      loss=getattr(module, "loss", None), optimizer=getattr(module, "optimizer", None),
                      step_context=getattr(module, "step_context", None), routing=getattr(module, "ROUTING", None),
                      pipeline_stage=getattr(module, "pipeline_stage", None), pipeline=getattr(module, "PIPELINE", None),
+                     example_target=getattr(module, "example_target", None),
                      offload=_offload(getattr(module, "OFFLOAD", None), path),
                      accumulation=accumulation.parse(getattr(module, "GRADIENT_ACCUMULATION", None), path))
 

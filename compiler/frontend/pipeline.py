@@ -1,16 +1,20 @@
 """Pipeline parallelism in a model file: a `pp` mesh axis, stages run by torch.distributed.pipelining.
 
-A model file with a `pp` axis in its mesh defines which part of the model each stage holds and, optionally, the
-schedule (docs/workloads.md):
+A model file with a `pp` axis in its mesh writes the pipeline one of two ways (docs/workloads.md):
 
-    def pipeline_stage(model, stage, num_stages) -> nn.Module     this stage's part of build_model()'s model
-    PIPELINE = {"schedule": "1F1B", "microbatches": 8}            GPipe | 1F1B (default 1F1B, pp micro-batches)
+  - the file's stage function and, optionally, the schedule; the capture builds the stages and the schedule:
 
-Stages run different programs, so the capture records one rank per stage (capture.py): the rank at pp
-coordinate s and 0 on every other axis, standing for every rank of its stage (they run the same program on their
-own tp/dp/fsdp groups). Each stage's module is parallelized over the other axes as without pipelining, wrapped
-in torch's PipelineStage and driven by torch's ScheduleGPipe / Schedule1F1B over the pp axis's group: the sends
-and receives of activations and gradients are the schedule's own.
+        def pipeline_stage(model, stage, num_stages) -> nn.Module    stage `stage`'s part of build_model()'s model
+        PIPELINE = {"schedule": "Interleaved1F1B", "microbatches": 8, "virtual_stages": 2}
+
+  - torch's own way (its tutorials, torchtitan): the file's parallelize(module, mesh) splits the model, builds this
+    rank's PipelineStage(s) over mesh["pp"] and returns the schedule object (pipeline_schedule.py follows it).
+
+Stages run different programs, so the capture records one rank per pp coordinate (capture.py): the rank at pp
+coordinate c and 0 on every other axis, standing for every rank with that coordinate (they run the same program
+on their own tp/dp/fsdp groups). That rank runs every stage it holds (several with virtual stages), each
+parallelized over the other axes as without pipelining, driven by torch's schedule over the pp axis's group: the
+sends and receives of activations and gradients are the schedule's own.
 """
 from __future__ import annotations
 
@@ -23,42 +27,71 @@ from ...network.errors import UserError
 from .accumulation import split
 from .mesh import mesh_coords
 
-SCHEDULES = ("gpipe", "1f1b")
+# PIPELINE's schedule names (torch's get_schedule_class names, any case) -> torch's class, how the stages sit on
+# the pp ranks (torch's generate_stage_to_rank_mapping style), stages per rank (None: PIPELINE's virtual_stages)
+SCHEDULES = {
+    "gpipe": ("ScheduleGPipe", "loop", 1),
+    "1f1b": ("Schedule1F1B", "loop", 1),
+    "interleaved1f1b": ("ScheduleInterleaved1F1B", "loop", None),
+    "loopedbfs": ("ScheduleLoopedBFS", "loop", None),
+    "interleavedzerobubble": ("ScheduleInterleavedZeroBubble", "loop", None),
+    "zbvzerobubble": ("ScheduleZBVZeroBubble", "v", 2),
+    "dualpipev": ("ScheduleDualPipeV", "v", 2),
+}
+NAMES = "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble or DualPipeV"
+KEYS = ("schedule", "microbatches", "virtual_stages")
+LOOPED_DEFAULT = 2   # virtual stages per rank of a looped schedule without virtual_stages (torchtitan's default)
 
 
 @dataclass(frozen=True)
 class Plan:
-    stages: int
-    schedule: str                  # one of SCHEDULES
-    microbatches: int
-    reps: tuple                    # stage -> the rank recorded for it
-    stands_for: dict               # that rank -> every rank of its stage
+    pp: int
+    reps: tuple                    # pp coordinate -> the rank recorded for it
+    stands_for: dict               # that rank -> every rank with its pp coordinate
+    schedule: str = ""             # PIPELINE's (a SCHEDULES key); "": the file's parallelize() builds the schedule
+    microbatches: int = 0
+    virtual: int = 1               # stages per rank
 
 
 def plan(spec, axes: dict[str, int]) -> Plan:
-    """The pipeline a model file asks for on mesh `axes` (which has a pp axis of 2 or more stages)."""
+    """The pipeline a model file asks for on mesh `axes` (which has a pp axis of 2 or more ranks)."""
+    pp = axes["pp"]
+    coord = mesh_coords(np.arange(math.prod(axes.values())), axes)[:, list(axes).index("pp")]
+    members = {c: np.flatnonzero(coord == c).tolist() for c in range(pp)}
+    reps, stands_for = tuple(members[c][0] for c in range(pp)), {members[c][0]: members[c] for c in range(pp)}
     if not callable(spec.pipeline_stage):
-        raise no_stage_function(spec.path)
-    stages = axes["pp"]
+        if not callable(spec.parallelize):
+            raise no_stage_function(spec.path)
+        if spec.pipeline is not None:
+            raise UserError(f"{spec.path}: PIPELINE is for pipeline_stage(model, stage, num_stages), which the file "
+                            "does not define; a schedule built in parallelize(module, mesh) sets its own "
+                            "micro-batches")
+        return Plan(pp, reps, stands_for)
     asked = spec.pipeline if spec.pipeline is not None else {}
-    if not isinstance(asked, dict) or set(asked) - {"schedule", "microbatches"}:
-        raise UserError(f"{spec.path}: PIPELINE must be a dict with the keys schedule and microbatches, got "
-                        f"{asked!r}")
+    if not isinstance(asked, dict) or set(asked) - set(KEYS):
+        raise UserError(f"{spec.path}: PIPELINE must be a dict with the keys {', '.join(KEYS)}, got {asked!r}")
     schedule = asked.get("schedule", "1F1B")
     if not isinstance(schedule, str) or schedule.lower() not in SCHEDULES:
-        raise UserError(f"{spec.path}: PIPELINE['schedule'] = {schedule!r}: expected GPipe or 1F1B")
-    micro = asked.get("microbatches", stages)
-    if isinstance(micro, bool) or not isinstance(micro, int) or not 1 <= micro <= 4096:
-        raise UserError(f"{spec.path}: PIPELINE['microbatches'] = {micro!r}: expected a count from 1 to 4096")
-    stage_of = mesh_coords(np.arange(math.prod(axes.values())), axes)[:, list(axes).index("pp")]
-    members = {s: np.flatnonzero(stage_of == s).tolist() for s in range(stages)}
-    return Plan(stages, schedule.lower(), micro, tuple(members[s][0] for s in range(stages)),
-                {members[s][0]: members[s] for s in range(stages)})
+        raise UserError(f"{spec.path}: PIPELINE['schedule'] = {schedule!r}: expected {NAMES}")
+    micro = _count(asked.get("microbatches", pp), "microbatches", 4096, spec.path)
+    fixed = SCHEDULES[schedule.lower()][2]
+    virtual = _count(asked.get("virtual_stages", fixed or LOOPED_DEFAULT), "virtual_stages", 64, spec.path)
+    if fixed is not None and virtual != fixed:
+        raise UserError(f"{spec.path}: PIPELINE['virtual_stages'] = {virtual}: {schedule} runs {fixed} stage"
+                        f"{'s' if fixed > 1 else ''} per rank")
+    return Plan(pp, reps, stands_for, schedule.lower(), micro, virtual)
+
+
+def _count(value, key: str, most: int, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise UserError(f"{path}: PIPELINE[{key!r}] = {value!r}: expected a count from 1 to {most}")
+    return value
 
 
 def no_stage_function(path: str) -> UserError:
-    return UserError(f"{path}: the mesh has a pp axis but the model file defines no "
-                     "pipeline_stage(model, stage, num_stages) (see docs/workloads.md)")
+    return UserError(f"{path}: the mesh has a pp axis but the model file defines neither pipeline_stage(model, "
+                     "stage, num_stages) nor a parallelize(module, mesh) that builds a torch.distributed.pipelining "
+                     "schedule (see docs/workloads.md)")
 
 
 def stage_module(spec, model, stage: int, stages: int):
@@ -70,62 +103,29 @@ def stage_module(spec, model, stage: int, stages: int):
     return made
 
 
-def microbatch(inputs: tuple, micro: int, path: str) -> tuple:
-    """The first micro-batch of one rank's batch (what the first stage's module takes)."""
-    return split(inputs, micro, path, "PIPELINE['microbatches']")
-
-
-def shapes(value) -> list:
-    """(shape, dtype) of the tensors a stage hands on: the next stage's input, rebuilt in its own capture."""
+def build_schedule(spec, model, p: Plan, coord: int, group, parallelize_part, loss, shapes: dict, micro_in: tuple):
+    """PIPELINE's schedule for pp coordinate `coord`, as a file written the torch way would build it: its stages
+    (pipeline_stage() for each stage id torch's layout gives the rank, each through `parallelize_part`) wrapped in
+    PipelineStage over the pp group; `loss(output)` is the last stage's loss per micro-batch. Each stage module
+    advances the chain of stage shapes (pipeline_schedule.advance) before it is parallelized."""
     import torch
-    from torch.utils._pytree import tree_leaves
-    return [(tuple(t.shape), t.dtype) for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+    from torch.distributed import pipelining
+    from torch.distributed.pipelining._utils import generate_rank_to_stage_mapping
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+    from .pipeline_schedule import advance
+    name, style, _ = SCHEDULES[p.schedule]
+    n = p.pp * p.virtual
+    stages = []
+    for k in generate_rank_to_stage_mapping(p.pp, n, style)[coord]:
+        part = stage_module(spec, model, k, n)
+        advance(shapes, k, part, micro_in, k == n - 1, spec.path)
+        stages.append(pipelining.PipelineStage(parallelize_part(part), k, n, torch.device("cpu"), group=group))
+    kind = getattr(pipelining, name)
+    return kind(stages[0] if issubclass(kind, PipelineScheduleSingle) else stages, p.microbatches,
+                loss_fn=lambda out, target: loss(out))
 
 
-def rebuild(carried: list) -> tuple:
-    """The previous stage's output as this stage's input: an activation that needs its gradient sent back."""
-    import torch
-    return tuple(torch.empty(shape, dtype=dtype, requires_grad=dtype.is_floating_point) for shape, dtype in carried)
-
-
-def make_schedule(stage_mod, stage: int, p: Plan, group, inputs: tuple, outputs: tuple, loss):
-    """torch's PipelineStage and schedule for this stage; `loss(output)` is the last stage's loss per
-    micro-batch."""
-    import torch
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-    pipe_stage = PipelineStage(stage_mod, stage, p.stages, torch.device("cpu"), input_args=inputs,
-                               output_args=outputs, group=group)
-    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[p.schedule]
-    return kind(pipe_stage, p.microbatches, loss_fn=lambda out, target: loss(out))
-
-
-def run_step(schedule, stage: int, p: Plan, inputs: tuple) -> None:
-    """One training step of the schedule: the first stage feeds the batch, the last takes the losses."""
-    if stage == 0:
-        schedule.step(*inputs)
-    elif stage == p.stages - 1:
-        schedule.step(target=_target(p), losses=[])
-    else:
-        schedule.step()
-
-
-def message_phases(ops: list) -> None:
-    """A stage's sends and receives run outside autograd's backward pass even when they carry gradients, so the
-    phase autograd gives them says forward: a send takes the phase of what it sends (its latest dependency), a
-    receive that of the first op using what it received."""
-    from .workload import RECV, SEND
-    users: dict[int, int] = {}
-    for i, op in enumerate(ops):
-        for d in op.deps:
-            users.setdefault(d, i)
-    for i, op in enumerate(ops):
-        if op.kind == SEND and op.deps:
-            op.phase = ops[max(op.deps)].phase
-        elif op.kind == RECV and i in users:
-            op.phase = ops[users[i]].phase
-
-
-def _target(p: Plan):
-    """The last stage's `target` (split into micro-batches like the batch; the model file's loss ignores it)."""
-    import torch
-    return torch.zeros(p.microbatches)
+def microbatch(inputs: tuple, micro: int, path: str, source: str) -> tuple:
+    """The first micro-batch of one rank's batch (what the first stage's module takes); `source` says where the
+    micro-batch count comes from."""
+    return split(inputs, micro, path, source)
