@@ -20,6 +20,7 @@ from . import pipeline
 from .mesh import check_axes, check_mesh, silent_axes
 from .parallelize import (apply_builtin, axis, build_mesh, ddp_modules, mesh_reads, meshes_outside_fake,
                           prepare_ddp, skip_cross_rank_checks)
+from .gpu_attention import cuda_attention_on_host
 from .gpu_autocast import cuda_autocast_on_host
 from .gpu_dropout import cuda_dropout_on_host
 from .gpu_foreach import cuda_foreach_on_host
@@ -183,7 +184,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
     recording = [None]   # the recorder while the recorded step runs (save_on_cpu's hooks report to it)
     with torch.enable_grad(), fake_world(world_size, rank), _quiet_fake_tensor_log(), meshes_outside_fake(), \
             _compiled_runs_eager(), _pinning_is_free(), _activations_to_host(lambda: recording[0]), \
-            cuda_autocast_on_host(), cuda_foreach_on_host(), cuda_dropout_on_host():
+            cuda_autocast_on_host(), cuda_foreach_on_host(), cuda_dropout_on_host(), cuda_attention_on_host():
         device_mesh = build_mesh(axes)  # outside fake mode: the mesh holds real rank tensors
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         what, carry = "build_model()", None
