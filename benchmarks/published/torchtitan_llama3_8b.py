@@ -4,8 +4,8 @@ benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3): the calibration ru
 parallelize_llama apply it.
 
 Model: L32 h4096, 32 heads with 8 key/value heads (grouped-query attention), SwiGLU feed-forward of 14336,
-V = 128,256, RMSNorm, rotary position embeddings (computed with cos/sin tables: torchtitan multiplies complex
-numbers, the same elementwise work), causal scaled-dot-product attention (flash attention on an H100), untied
+V = 128,256, RMSNorm, rotary position embeddings (torchtitan's: q and k widened to fp32, viewed as complex
+numbers and multiplied by the complex rotations, then cast back), causal scaled-dot-product attention (flash attention on an H100), untied
 output layer, cross-entropy on the logits cast to fp32. Local batch 2 x 8192 tokens per GPU.
 
 Training as torchtitan runs it (train_configs/llama3_8b.toml of that time; no torch.compile, no float8):
@@ -40,9 +40,9 @@ class RMSNorm(nn.Module):
         return normed.type_as(x) * self.weight
 
 
-def rope(x, cos, sin):
-    x1, x2 = x[..., ::2], x[..., 1::2]
-    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+def rope(x, rotations):
+    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(pairs * rotations).flatten(3).type_as(x)
 
 
 class Attention(nn.Module):
@@ -54,10 +54,10 @@ class Attention(nn.Module):
         self.wv = nn.Linear(DIM, KV_HEADS * self.hd, bias=False)
         self.wo = nn.Linear(HEADS * self.hd, DIM, bias=False)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, rotations):
         b, t, _ = x.shape
-        q = rope(self.wq(x).view(b, t, HEADS, self.hd), cos, sin)
-        k = rope(self.wk(x).view(b, t, KV_HEADS, self.hd), cos, sin)
+        q = rope(self.wq(x).view(b, t, HEADS, self.hd), rotations)
+        k = rope(self.wk(x).view(b, t, KV_HEADS, self.hd), rotations)
         v = self.wv(x).view(b, t, KV_HEADS, self.hd)
         rep = HEADS // KV_HEADS   # torchtitan's repeat_kv
         k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
@@ -81,8 +81,8 @@ class Block(nn.Module):
         self.attention_norm, self.ffn_norm = RMSNorm(DIM), RMSNorm(DIM)
         self.attention, self.feed_forward = Attention(), FeedForward()
 
-    def forward(self, x, cos, sin):
-        x = x + self.attention(self.attention_norm(x), cos, sin)
+    def forward(self, x, rotations):
+        x = x + self.attention(self.attention_norm(x), rotations)
         return x + self.feed_forward(self.ffn_norm(x))
 
 
@@ -95,13 +95,13 @@ class Llama(nn.Module):
         self.output = nn.Linear(DIM, VOCAB, bias=False)
         hd = DIM // HEADS
         angles = torch.outer(torch.arange(SEQ).float(), 1.0 / (ROPE_THETA ** (torch.arange(0, hd, 2).float() / hd)))
-        self.register_buffer("cos", angles.cos()[None, :, None, :], persistent=False)
-        self.register_buffer("sin", angles.sin()[None, :, None, :], persistent=False)
+        self.register_buffer("rotations", torch.polar(torch.ones_like(angles), angles)[None, :, None, :],
+                             persistent=False)
 
     def forward(self, tokens):
         x = self.tok_embeddings(tokens)
         for layer in self.layers:
-            x = layer(x, self.cos, self.sin)
+            x = layer(x, self.rotations)
         return self.output(self.norm(x))
 
 
