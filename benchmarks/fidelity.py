@@ -53,13 +53,23 @@ def predict(run: str) -> dict:
         raise SystemExit(f"fidelity: {run}: {' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
     report = json.loads(done.stdout)
     step = report["total_time_us"] / 1e6
-    memory = report.get("memory")
-    peak = memory.get("peak_bytes") if isinstance(memory, dict) else None
+    peak = peak_gib(report.get("memory"))
     return {"id": run, "predicted_s": step, "published_s": published, "error_pct": 100 * (step / published - 1),
             "tps_predicted": tokens / step, "tps_published": tokens / published,
-            "memory_gib_predicted": peak / GIB if peak else None, "memory_gib_published": published_gib,
+            "memory_gib_predicted": peak, "memory_gib_published": published_gib,
             "compute_s": report["compute_time_us"] / 1e6, "exposed_comm_s": report["exposed_comm_time_us"] / 1e6,
             "wall_s": wall}
+
+
+def peak_gib(memory) -> float | None:
+    """Peak memory per GPU in GiB from the report's `memory` object (added beside this script by another change:
+    its byte total under the first of these names it has), None where the report has none."""
+    if not isinstance(memory, dict):
+        return None
+    for key in ("peak_bytes", "total_bytes", "bytes"):
+        if isinstance(memory.get(key), (int, float)):
+            return memory[key] / GIB
+    return None
 
 
 def show(value, fmt: str) -> str:
