@@ -1,12 +1,13 @@
-"""torchtitan's Llama 3.1 8B as its December 2024 H100 benchmark trained it (pytorch/torchtitan
-benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3): the calibration runs T1 and T2
+"""torchtitan's Llama 3.1 8B as its December 2024 H100 benchmark trained it
+(pytorch/torchtitan/benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3): the calibration runs T1 and T2
 (../shared/published-runs/README.md), written in plain PyTorch the way torchtitan's llama3 model and
 parallelize_llama apply it.
 
 Model: L32 h4096, 32 heads with 8 key/value heads (grouped-query attention), SwiGLU feed-forward of 14336,
 V = 128,256, RMSNorm, rotary position embeddings (torchtitan's: q and k widened to fp32, viewed as complex
-numbers and multiplied by the complex rotations, then cast back), causal scaled-dot-product attention (flash attention on an H100), untied
-output layer, cross-entropy on the logits cast to fp32. Local batch 2 x 8192 tokens per GPU.
+numbers and multiplied by the complex rotations, then cast back), causal scaled-dot-product attention
+(flash attention on an H100), untied output layer, cross-entropy on the logits cast to fp32. Local batch 2 x 8192
+tokens per GPU.
 
 Training as torchtitan runs it (train_configs/llama3_8b.toml of that time; no torch.compile, no float8):
 - FSDP2 over every GPU: each transformer block its own `fully_shard` unit, the last one not resharded after the
