@@ -11,7 +11,8 @@ Training as Megatron 2020 ran it:
   unscales the fp16 gradients into them (dynamic loss scaling: the loss is multiplied by the scale before
   backward, the gradients checked for inf/nan), clips the gradient norm at 1.0 (the norm all-reduced over the
   tensor-parallel group) and copies the updated masters back into the fp16 parameters (FP16_Optimizer around
-  Adam with weight decay). The logits go to the cross-entropy in fp32 (the default, no --fp16-lm-cross-entropy).
+  Adam with weight decay: apex's FusedAdam, here PyTorch's fused AdamW). The logits go to the cross-entropy in
+  fp32 (the default, no --fp16-lm-cross-entropy).
 - Full activation checkpointing: every transformer layer runs under torch.utils.checkpoint, so its forward,
   tensor-parallel all-reduces included, runs again in the backward.
 - Tensor parallelism as Megatron writes it: column-parallel QKV and first MLP layer, row-parallel attention
@@ -20,8 +21,9 @@ Training as Megatron 2020 ran it:
   vocab-parallel cross-entropy (its max, sum of exponentials and target logit all-reduced).
 - Data parallelism: torch DistributedDataParallel over the dp group (Megatron's --DDP-impl torch), gradients
   all-reduced in fp16 in 25 MB buckets during the backward.
-- Attention as Megatron 2020 computes it without fused kernels: Q K^T scaled, the causal mask, softmax, dropout,
-  then times V (batched matmuls; no flash attention in 2020).
+- Attention as Megatron 2020 computes it: the scaling inside the Q K^T GEMM, then the causal mask, softmax,
+  dropout (Megatron fuses scale, mask and softmax in one CUDA kernel; plain PyTorch runs the mask and the softmax
+  as two), then times V (batched matmuls; no flash attention in 2020).
 
 Mesh: `tp` (the size's TP) and `dp`; a `spare` axis holds GPUs of a node the run leaves idle (A1a-c ran on 1, 2
 or 4 of a DGX-A100's 8 GPUs):
@@ -108,7 +110,9 @@ class Block(nn.Module):
         qkv = self.qkv(copy_to_tp(x, self.tp_group))
         q, k, v = qkv.view(b, t, self.heads, 3 * self.head_dim).split(self.head_dim, dim=-1)
         q, k, v = (z.permute(0, 2, 1, 3).reshape(b * self.heads, t, self.head_dim) for z in (q, k, v))
-        scores = torch.bmm(q, k.transpose(1, 2)) * (1.0 / math.sqrt(self.head_dim))
+        # Megatron scales inside the GEMM (baddbmm's alpha); scaling q is the same one pass over q, not a second
+        # pass over the s x s scores
+        scores = torch.bmm(q * (1.0 / math.sqrt(self.head_dim)), k.transpose(1, 2))
         causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         probs = F.dropout(scores.masked_fill(causal, -10000.0).softmax(dim=-1), DROPOUT, self.training)
         y = torch.bmm(probs, v).view(b, self.heads, t, self.head_dim).permute(0, 2, 1, 3).reshape(b, t, -1)
@@ -176,7 +180,8 @@ class FP16Optimizer(torch.optim.Optimizer):
         super().__init__(params, {})
         self.tp_group = tp_group
         self.masters = [p.detach().float() for p in params]
-        self.adam = torch.optim.AdamW(self.masters, lr=lr, weight_decay=weight_decay, foreach=True)
+        # apex's FusedAdam (Megatron 2020's) is one multi-tensor kernel per step: PyTorch's fused AdamW
+        self.adam = torch.optim.AdamW(self.masters, lr=lr, weight_decay=weight_decay, fused=True)
 
     @torch.no_grad()
     def step(self):
