@@ -150,7 +150,7 @@ class GPT(nn.Module):
     def cross_entropy(self, logits, labels):
         """Megatron's vocab-parallel cross-entropy on this rank's slice of the vocabulary, in fp32."""
         logits = logits.float()
-        top = logits.max(dim=-1).values
+        top = logits.max(dim=-1).values.detach()   # a shift the softmax does not see: no gradient through it
         if self.tp_group is not None:
             dist.all_reduce(top, op=dist.ReduceOp.MAX, group=self.tp_group)
         logits = logits - top.unsqueeze(-1)
