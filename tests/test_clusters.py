@@ -13,7 +13,7 @@ from astra_compile.network.errors import UserError
 from helpers import cli, refused
 
 HERE = os.path.dirname(__file__)
-NAMES = ("dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x")
+NAMES = ("dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x", "grand-teton")
 STEP = os.path.join(HERE, "ir", "step_two_ranks.mlir")   # a workload module on Ring(2)
 MLP = os.path.join(HERE, "..", "examples", "mlp_dp.py")
 GIB = 2 ** 30
@@ -43,6 +43,9 @@ def test_known_figures_and_the_topology_they_make():
     nvl72 = clusters.resolve("gb200-nvl72:4")
     assert nvl72.topology() == "Switch(72)_Switch(4)" and nvl72.gpus == 288 and nvl72.gpu == "gb200"
     assert [clusters.resolve(f"{n}:2").intra_gb_s for n in ("dgx-a100", "hgx-h200", "dgx-b200")] == [300, 450, 900]
+    teton = clusters.resolve("grand-teton:16")   # torchtitan's T2: 128 H100 96GB, 400 Gb/s RDMA per GPU
+    assert (teton.gpu, teton.gpus, teton.topology()) == ("h100-96gb", 128, "Switch(8)_Switch(16)")
+    assert [float(b) for b in teton.bandwidth().split(",")] == [450e9 / GIB, 50e9 / GIB]
     assert h100.describe() == {"name": "dgx-h100", "nodes": 16, "gpus": 128, "description": h100.description,
                                "source": "preset dgx-h100 (vendor datasheets, docs/clusters.md)"}
 

@@ -11,7 +11,7 @@ from astra_compile.network.errors import UserError
 from astra_compile.runtime.workload_engine import Roofline
 
 SCHEMA = json.load(open(devices.os.path.join(devices.os.path.dirname(devices.PRESETS_FILE), "device.schema.json")))
-NAMES = ("v100", "a100-40gb", "a100-80gb", "h100", "h100-pcie", "h200", "b200", "gb200", "mi300x", "mi325x", "mi355x")
+NAMES = ("v100", "a100-40gb", "a100-80gb", "h100", "h100-96gb", "h100-pcie", "h200", "b200", "gb200", "mi300x", "mi325x", "mi355x")
 
 
 def test_every_preset_loads_positive_with_a_source_for_every_number():
@@ -38,6 +38,9 @@ def test_known_datasheet_figures():
     assert a100.peak("bf16") == 312 and a100.peak("tf32") == 156 and a100.peak("fp32") == 19.5
     assert a100.mem_gbps == pytest.approx(2.039e12 / 2**30)
     assert devices.resolve("a100-40gb").mem_bw_tb_s == 1.555
+    # torchtitan's Grand Teton GPU: an H100 SXM5's peaks, 96 GB of HBM2e (six stacks at the PCIe card's 0.4 TB/s)
+    h100_96 = devices.resolve("h100-96gb")
+    assert h100_96.peak_tflops == h100.peak_tflops and (h100_96.mem_bw_tb_s, h100_96.memory_gb) == (2.4, 96)
 
 
 def test_unknown_name_lists_the_known_ones():
@@ -166,7 +169,7 @@ def test_api_gpu_override():
 
 def test_gpu_refusals(capsys, tmp_path):
     refused(capsys, STEP, "--gpu", "h300", match="--gpu 'h300': unknown GPU; known: v100, a100-40gb, a100-80gb, "
-                                                 "h100, h100-pcie, h200, b200, gb200, mi300x, mi325x, mi355x")
+                                                 "h100, h100-96gb, h100-pcie, h200, b200, gb200, mi300x, mi325x, mi355x")
     path = write(tmp_path, {**GOOD, "memory_gb": -3})
     refused(capsys, STEP, "--gpu", path, match=f"device file {path}: field 'memory_gb' is -3")
     refused(capsys, STEP, "--gpu", str(tmp_path / "none.yaml"), match="none.yaml")

@@ -78,8 +78,8 @@ def build_parser() -> Parser:
                    help="compute roofline: memory bandwidth per NPU in GB/s of 2^30 B (default 1896 = A100-80GB's "
                         "2039 decimal GB/s)")
     g.add_argument("--gpu", metavar="NAME|FILE",
-                   help="the GPU each NPU is: a preset (v100, a100-40gb, a100-80gb, h100, h100-pcie, h200, b200, "
-                        "gb200, mi300x, mi325x, mi355x) or a device file (.yaml/.json): its per-dtype peaks and "
+                   help="the GPU each NPU is: a preset (v100, a100-40gb, a100-80gb, h100, h100-96gb, h100-pcie, h200, "
+                        "b200, gb200, mi300x, mi325x, mi355x) or a device file (.yaml/.json): its per-dtype peaks and "
                         "memory bandwidth set the roofline; --peak-tflops/--mem-bw beside it override its fp32 peak "
                         "and bandwidth (docs/compute.md)")
     g.add_argument("--mem-latency", type=float, default=0.0, metavar="NS",
@@ -103,9 +103,9 @@ def build_parser() -> Parser:
                                          'or a graph: 4x8_bigraph, dgx1, 2_dgx1, a .edges file')
     g.add_argument("--cluster", metavar="NAME:NODES",
                    help="a cluster preset and its node count, e.g. dgx-h100:16 (dgx-a100, dgx-h100, hgx-h200, "
-                        "dgx-b200, gb200-nvl72, mi300x): sets the topology (the node's fabric, then a switch of the "
-                        "nodes) with its bandwidths and latencies, and the GPU; --topology, --bandwidth, --latency "
-                        "and --gpu typed beside it override that part (docs/clusters.md)")
+                        "dgx-b200, gb200-nvl72, mi300x, grand-teton): sets the topology (the node's fabric, then a "
+                        "switch of the nodes) with its bandwidths and latencies, and the GPU; --topology, --bandwidth, "
+                        "--latency and --gpu typed beside it override that part (docs/clusters.md)")
     g.add_argument("--bandwidth", help="GB/s per dimension, e.g. 50,50,50 (one value: every dimension)")
     g.add_argument("--latency", help="ns per hop per dimension, e.g. 500,500,500")
     g.add_argument("--links", help="links-count per dimension (multiplies bandwidth)")

@@ -21,8 +21,10 @@ from .accumulation import Accumulation, gradient_sync, split
 from .mesh import check_axes, check_mesh, silent_axes
 from .parallelize import (apply_builtin, axis, build_mesh, mesh_reads, meshes_outside_fake, prepare_ddp,
                           rebuild_ddp_buckets, skip_cross_rank_checks)
-from .gpu_autocast import cuda_autocast_on_host
 from .fake_params import fake_params_convertible
+from .gpu_attention import cuda_attention_on_host
+from .gpu_autocast import cuda_autocast_on_host
+from .gpu_dropout import cuda_dropout_on_host
 from .gpu_foreach import cuda_foreach_on_host
 from .own_world import script_world_set_aside
 from .recompute import recompute_marked
@@ -209,7 +211,8 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
     where = f" (pipeline stage {stage[1]})" if stage is not None else ""
     with torch.enable_grad(), fake_world(world_size, rank), _quiet_fake_tensor_log(), meshes_outside_fake(), \
             _compiled_runs_eager(), _pinning_is_free(), _activations_to_host(lambda: recording[0]), \
-            recompute_marked(lambda: recording[0]), cuda_autocast_on_host(), cuda_foreach_on_host():
+            recompute_marked(lambda: recording[0]), cuda_autocast_on_host(), cuda_foreach_on_host(), \
+            cuda_dropout_on_host(), cuda_attention_on_host():
         device_mesh = build_mesh(axes)  # outside fake mode: the mesh holds real rank tensors
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         what, rp, target = "build_model()", None, None

@@ -1,0 +1,34 @@
+"""The calibration set's model files (benchmarks/published/, docs/published-runs.md) capture the runs their sources
+describe: Megatron's GPT does the FLOPs of Megatron's own formula (the recomputed forward of full activation
+checkpointing included) and Megatron's tensor-parallel all-reduces."""
+import os
+import warnings
+
+import pytest
+
+from astra_compile.compiler.frontend.capture import capture
+from astra_compile.compiler.frontend.model_file import load_model_file
+
+PUBLISHED = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "published")
+
+
+def megatron_flops(layers, hidden, batch=16, seq=1024, vocab=51200):
+    """Megatron-LM's FLOPs per iteration with full recomputation (its README's 2020 table)."""
+    return 96 * batch * seq * layers * hidden ** 2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+
+
+def test_megatron_gpt_2b_on_tp2(monkeypatch):
+    monkeypatch.setenv("MEGATRON_SIZE", "2b")
+    with warnings.catch_warnings():   # torch warns of a collective autograd would differentiate (none here)
+        warnings.simplefilter("error", UserWarning)
+        w = capture(load_model_file(os.path.join(PUBLISHED, "megatron_gpt.py")), 2, {"dp": 1, "tp": 2})
+    ops = w.programs[0]
+    flops = sum(op.flops for op in ops if op.kind == "compute")
+    assert flops == pytest.approx(megatron_flops(30, 2304) / 2, rel=1e-3)   # per rank of TP 2
+    assert {op.dtype for op in ops if op.kind == "compute" and op.name == "aten.mm.default"} == {"fp16"}
+    reduces = sorted(op.bytes for op in ops if op.kind == "collective" and op.collective == "all_reduce")
+    activation = 16 * 1024 * 2304 * 2   # an fp16 [batch, seq, hidden]
+    # per layer: 2 in the forward (g), 2 in its recomputation, 2 in the backward (f); the vocab-parallel embedding's
+    # forward and the output layer's input gradient; the cross-entropy's max, target logit and sum of exponentials
+    # (fp32 per token); the gradient norm
+    assert reduces == [4] + [16 * 1024 * 4] * 3 + [activation] * (30 * 6 + 2)
