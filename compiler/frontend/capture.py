@@ -25,6 +25,7 @@ from .gpu_foreach import cuda_foreach_on_host
 from .own_world import script_world_set_aside
 from .recorder import AUTOGRAD, StepRecorder
 from .routing import AssumedRouting, check_routing
+from .step_memory import watching
 from .workload import COLLECTIVE, RECV, SEND, Workload
 
 
@@ -158,21 +159,22 @@ def _compiled_runs_eager():
 def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None) -> Workload:
     axes = mesh_axes_for(spec, world_size, mesh)
     if axes.get("pp", 1) == 1:
-        ops, _, offloaded = _capture_rank(spec, world_size, axes, 0)
+        ops, _, offloaded, memory = _capture_rank(spec, world_size, axes, 0)
         return Workload(world_size, {0: ops}, source=spec.path, spmd=True, mesh=axes, host_offload=offloaded,
-                        offload=spec.offload)
+                        offload=spec.offload, memory={0: memory})
     p = pipeline.plan(spec, axes)
-    programs, carried, offloaded = {}, None, False
+    programs, carried, offloaded, memory = {}, None, False, {}
     for s, rank in enumerate(p.reps):   # stage s's input is what stage s - 1 hands on
-        programs[rank], carried, host = _capture_rank(spec, world_size, axes, rank, (p, s, carried))
+        programs[rank], carried, host, memory[rank] = _capture_rank(spec, world_size, axes, rank, (p, s, carried))
         offloaded = offloaded or host
     return Workload(world_size, programs, source=spec.path, spmd=True, mesh=axes, stands_for=p.stands_for,
-                    host_offload=offloaded, offload=spec.offload)
+                    host_offload=offloaded, offload=spec.offload, memory=memory)
 
 
 def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: int, stage=None):
     """Record one rank's training step: (its ops, with groups named after the mesh axes; for a pipeline stage,
-    the shapes its micro-batch output hands to the next stage; whether FSDP2 offloads shards to the host).
+    the shapes its micro-batch output hands to the next stage; whether FSDP2 offloads shards to the host; its
+    memory, step_memory.StepMemory.result).
     `stage`: (pipeline.Plan, stage index, the previous stage's output shapes) or None."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -230,10 +232,9 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                     if stage is not None:   # micro-batches' forwards and backwards interleave: autograd tells
                         phase(AUTOGRAD)
                         pipeline.run_step(schedule, s, p, inputs)
-                    else:
+                    else:   # the output is dropped once the loss is taken, as training loops do (del pred)
                         phase("forward")
-                        out = model(*inputs)
-                        loss = loss_of(out)
+                        loss = loss_of(model(*inputs))
                         phase("backward")
                         loss.backward()
                 phase("optimizer")
@@ -249,9 +250,10 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                 ddp.reducer._rebuild_buckets()
             what = "the recorded training step"
             recorder = recording[0] = StepRecorder()
-            with fake, routing, recorder:
+            with fake, routing, watching(recorder.memory, model, opt), recorder:
                 step(recorder)
             recording[0] = None
+            memory = recorder.memory.result()
         except UserError:
             raise
         except SystemExit as e:  # the user's code called sys.exit(): never exit with its status as if done
@@ -265,7 +267,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
         op.group_name = names.get(op.group, op.group_name)
     if stage is not None:
         pipeline.message_phases(recorder.ops)
-    return recorder.ops, carry, offloaded
+    return recorder.ops, carry, offloaded, memory
 
 
 def check_axes_used(spec: ModelFile, axes: dict[str, int], ops: list, rank: int, read: set | None,
