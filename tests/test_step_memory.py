@@ -166,12 +166,13 @@ def test_json_memory_object_and_the_over_capacity_warning(tmp_path, capsys):
     code, out, err = cli(capsys, path, "--topology", "4_switch", "--gpu", "h100", "--json")
     assert code == 0, err
     m = json.loads(out)["memory"]
-    assert set(m) == {"peak_bytes", "peak_phase", "at_peak_bytes", "nccl_bytes", "cuda_context_bytes",
+    assert set(m) == {"peak_bytes", "reserved_bytes", "peak_phase", "at_peak_bytes", "nccl_bytes", "cuda_context_bytes",
                       "needs_bytes", "gpu", "capacity_bytes", "fits"}
     assert set(m["at_peak_bytes"]) == set(CATEGORIES)
     assert m["at_peak_bytes"]["parameters"] == 8 * 32768 * 32768 * 4
     assert m["nccl_bytes"] == NCCL_BYTES_PER_GROUP   # one process group: dp
-    assert m["needs_bytes"] == m["peak_bytes"] + NCCL_BYTES_PER_GROUP + CUDA_CONTEXT_BYTES
+    assert m["needs_bytes"] == m["reserved_bytes"] + NCCL_BYTES_PER_GROUP + CUDA_CONTEXT_BYTES
+    assert m["reserved_bytes"] >= m["peak_bytes"]
     assert m["gpu"] == "h100" and m["capacity_bytes"] == 80 * 10**9 and m["fits"] is False
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("astra-compile: warning: rank 0 needs ") and \
@@ -207,3 +208,26 @@ def test_the_capture_cache_keeps_the_memory(tmp_path):
     bad["memory"][0][1]["peak_bytes"] = -1
     with pytest.raises(ValueError):
         Workload.from_json(bad)
+
+
+def test_the_caching_allocator_by_hand():
+    from astra_compile.compiler.frontend.caching_allocator import CachingAllocator, reserved_bytes
+    a = CachingAllocator()
+    a.malloc(1, 8 * MIB)            # under 10 MiB: a 20 MiB segment, 12 MiB of it left free
+    a.malloc(2, 8 * MIB)            # fits the rest
+    assert a.reserved == 20 * MIB
+    a.malloc(3, 12 * MIB)           # a segment of its own (rounded to 2 MiB)
+    a.free(3)
+    a.malloc(4, 8 * MIB)            # best fit: the freed 12 MiB block, its 4 MiB tail left free
+    a.malloc(5, 6 * MIB)            # no free block holds it: a new 20 MiB segment (fragmentation)
+    assert a.reserved == 52 * MIB
+    a.free(1)
+    a.free(2)                       # merges with its free neighbours: the first segment is whole again
+    a.malloc(6, 18 * MIB)
+    assert a.reserved == 52 * MIB
+    small = CachingAllocator()
+    for i in range(2048):           # 1000 B rounds to 1 KiB: 2048 of them fill one 2 MiB small segment
+        small.malloc(i, 1000)
+    assert small.reserved == 2 * MIB
+    # a step that frees what it allocates reserves the same again on its next run (the steady state)
+    assert reserved_bytes([4 * MIB], [("x", 30 * MIB), ("x", None)], steps=3) == 20 * MIB + 30 * MIB

@@ -19,6 +19,8 @@ import weakref
 
 import torch
 
+from .caching_allocator import reserved_bytes
+
 # The CUDA caching allocator rounds every allocation up to a multiple of 512 bytes (kMinBlockSize); the
 # allocated-bytes statistics, max_memory_allocated among them, count the rounded sizes.
 ALLOCATOR_BLOCK = 512
@@ -153,7 +155,23 @@ class StepMemory:
         for nbytes, born, died, s in self._blocks:
             if born <= self._peak_at and (died is None or died > self._peak_at):
                 held[s.tag] += nbytes
-        return {"peak_bytes": self.peak, "peak_phase": self.peak_phase, **{f"{c}_bytes": b for c, b in held.items()}}
+        return {"peak_bytes": self.peak, "peak_phase": self.peak_phase, **{f"{c}_bytes": b for c, b in held.items()},
+                "reserved_bytes": self._reserved()}
+
+    def _reserved(self) -> int:
+        """What PyTorch's caching allocator reserves for this step's tensors (caching_allocator.py): the blocks
+        live before the step, then the step's allocations and frees in order, twice (the steady state)."""
+        before, events = [], []
+        for i, (nbytes, born, died, _) in enumerate(self._blocks):
+            ident = ("b", len(before)) if born == BEFORE_STEP else ("s", i)
+            if born == BEFORE_STEP:
+                before.append(nbytes)
+            else:
+                events.append((born, ident, nbytes))
+            if died is not None:
+                events.append((died, ident, None))
+        events.sort(key=lambda e: e[0])
+        return reserved_bytes(before, [e[1:] for e in events])
 
 
 def _upgrade(s: _Storage, tag: str) -> None:

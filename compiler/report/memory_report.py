@@ -2,11 +2,12 @@
 of a layout that does not fit.
 
 The capture measures the peak of live tensor bytes over the step (frontend/step_memory.py), the figure
-`torch.cuda.max_memory_allocated` gives. A GPU also holds what PyTorch's allocator never sees: NCCL's own buffers,
-one set per communicator (process group), and the CUDA context. Both are stated constants here, added to the peak
+`torch.cuda.max_memory_allocated` gives, and replays PyTorch's caching allocator on the step's allocations for the
+bytes it reserves from the GPU (frontend/caching_allocator.py; `max_memory_reserved`, what nvidia-smi and
+torchtitan show). A GPU also holds what PyTorch's allocator never sees: NCCL's own buffers, one set per
+communicator (process group), and the CUDA context. Both are stated constants here, added to the reserved bytes
 for the verdict against the GPU's memory (`memory_gb` of its preset or device file, decimal GB as datasheets give
-it). What the caching allocator reserves beyond the allocated peak (fragmentation) is not modelled:
-docs/memory.md, "Memory per rank", measures that gap on the calibration set's runs.
+it). docs/memory.md, "Memory per rank", checks the figures against the calibration set's runs.
 """
 from __future__ import annotations
 
@@ -30,11 +31,11 @@ def memory_object(held: dict | None, groups: int, gpu=None) -> dict | None:
     process groups (communicators) it runs collectives or messages on, `gpu` the --gpu device (None: no verdict)."""
     if not held:
         return None
-    peak = int(held["peak_bytes"])
+    reserved = int(held["reserved_bytes"])
     nccl = groups * NCCL_BYTES_PER_GROUP
-    needs = peak + nccl + CUDA_CONTEXT_BYTES
+    needs = reserved + nccl + CUDA_CONTEXT_BYTES
     capacity = int(gpu.memory_gb * 1e9) if gpu is not None else None
-    return {"peak_bytes": peak, "peak_phase": held["peak_phase"],
+    return {"peak_bytes": int(held["peak_bytes"]), "reserved_bytes": reserved, "peak_phase": held["peak_phase"],
             "at_peak_bytes": {c: int(held[f"{c}_bytes"]) for c in CATEGORIES},
             "nccl_bytes": nccl, "cuda_context_bytes": CUDA_CONTEXT_BYTES, "needs_bytes": needs,
             "gpu": gpu.name if gpu is not None else None, "capacity_bytes": capacity,
@@ -52,8 +53,9 @@ def format_memory(m: dict | None) -> list[str]:
     held = ", ".join(f"{c.replace('_', ' ')} {gib(b)}" for c, b in m["at_peak_bytes"].items() if b)
     lines = [f"memory per rank {gib(m['peak_bytes'])} at its peak ({m['peak_phase'] or 'step'}; as "
              f"max_memory_allocated): {held or 'nothing'}",
-             f"                + NCCL buffers {gib(m['nccl_bytes'])} + CUDA context {gib(m['cuda_context_bytes'])}"
-             f" = {gib(m['needs_bytes'])}" + ("" if m["capacity_bytes"] is None else
+             f"                {gib(m['reserved_bytes'])} reserved by the caching allocator + NCCL buffers "
+             f"{gib(m['nccl_bytes'])} + CUDA context {gib(m['cuda_context_bytes'])} = {gib(m['needs_bytes'])}"
+             + ("" if m["capacity_bytes"] is None else
                                              f" of the {m['gpu']}'s {m['capacity_bytes'] / 1e9:g} GB "
                                              f"({gib(m['capacity_bytes'])}): " + ("fits" if m["fits"] else
                                                                                   "DOES NOT FIT"))]
@@ -70,5 +72,6 @@ def warn_over_capacity(memory: dict, gpu) -> None:
     m = over[rank]
     stages = f" (and {len(over) - 1} other pipeline stage{'s' if len(over) > 2 else ''})" if len(over) > 1 else ""
     warnings.warn(f"rank {rank}{stages} needs {gib(m['needs_bytes'])} at its peak ({gib(m['peak_bytes'])} of tensors "
-                  f"in {m['peak_phase'] or 'the step'}, NCCL buffers and CUDA context), more than the {gpu.name}'s "
-                  f"{gpu.memory_gb:g} GB ({gib(m['capacity_bytes'])})", InputWarning, stacklevel=2)
+                  f"in {m['peak_phase'] or 'the step'}, {gib(m['reserved_bytes'])} reserved by the caching allocator, "
+                  f"NCCL buffers and CUDA context), more than the {gpu.name}'s {gpu.memory_gb:g} GB "
+                  f"({gib(m['capacity_bytes'])})", InputWarning, stacklevel=2)
