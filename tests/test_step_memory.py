@@ -183,7 +183,7 @@ def test_a_layout_that_fits_says_so_and_warns_nothing(tmp_path, capsys):
     code, out, err = cli(capsys, stack(tmp_path), "--topology", "4_switch", "--gpu", "h100")
     assert code == 0 and err == "", err
     line = next(s for s in out.splitlines() if "NCCL buffers" in s)
-    assert line.endswith("of the h100's 80 GB (74.506 GiB): fits"), line
+    assert line.endswith("of the h100's 80 GB (74.506 GiB), fits"), line
 
 
 def test_without_gpu_the_bytes_come_without_a_verdict(tmp_path, capsys):

@@ -50,15 +50,15 @@ def format_memory(m: dict | None) -> list[str]:
     """The text report's lines (with a blank line after)."""
     if m is None:
         return [f"memory per rank {NOT_KNOWN}", ""]
-    held = ", ".join(f"{c.replace('_', ' ')} {gib(b)}" for c, b in m["at_peak_bytes"].items() if b)
-    lines = [f"memory per rank {gib(m['peak_bytes'])} at its peak ({m['peak_phase'] or 'step'}; as "
-             f"max_memory_allocated): {held or 'nothing'}",
-             f"                {gib(m['reserved_bytes'])} reserved by the caching allocator + NCCL buffers "
-             f"{gib(m['nccl_bytes'])} + CUDA context {gib(m['cuda_context_bytes'])} = {gib(m['needs_bytes'])}"
+    held = ", ".join(f"{c.replace('_', ' ')} {b / GIB:.3f}" for c, b in m["at_peak_bytes"].items() if b)
+    lines = [f"memory per rank {gib(m['peak_bytes'])} allocated at the peak (in {m['peak_phase'] or 'the step'}), "
+             f"{gib(m['reserved_bytes'])} reserved by the caching allocator",
+             f"  at the peak   {held or 'nothing'} GiB",
+             f"  needs         {gib(m['needs_bytes'])} with NCCL buffers ({m['nccl_bytes'] / GIB:.3f}) and the CUDA "
+             f"context ({m['cuda_context_bytes'] / GIB:.3f})"
              + ("" if m["capacity_bytes"] is None else
-                                             f" of the {m['gpu']}'s {m['capacity_bytes'] / 1e9:g} GB "
-                                             f"({gib(m['capacity_bytes'])}): " + ("fits" if m["fits"] else
-                                                                                  "DOES NOT FIT"))]
+                f": of the {m['gpu']}'s {m['capacity_bytes'] / 1e9:g} GB ({gib(m['capacity_bytes'])}), "
+                + ("fits" if m["fits"] else "DOES NOT FIT"))]
     return lines + [""]
 
 
