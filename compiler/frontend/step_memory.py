@@ -6,11 +6,12 @@ that op; one first seen as an input was live before the step began (parameters, 
 the batch). A storage is freed when torch frees it: its Python object lives exactly as long as the storage
 (PyTorch keeps a storage's Python object alive with it), so a weak reference to it reports the free. FSDP2
 allocates and frees its unsharded parameters by resizing a storage in place (`UntypedStorage.resize_`), which
-`storage_resizes` reports. What is live at the peak, the figure `torch.cuda.max_memory_allocated` gives, is
+`watching` reports. What is live at the peak, the figure `torch.cuda.max_memory_allocated` gives, is
 classified by what each storage held: parameters (and buffers), gradients (what the optimizer finds in `.grad`),
 optimizer states, communication buffers (a collective's input or output, FSDP2's resized unsharded parameters),
 activations (made in the forward pass and kept for backward) and other (the rest: backward's intermediates, the
-optimizer's temporaries, the batch). The categories sum to the peak. docs/memory.md, "Memory per rank", says what is not counted.
+optimizer's temporaries, the batch). The categories sum to the peak. The bytes PyTorch's caching allocator
+reserves for them: caching_allocator.py. docs/memory.md, "Memory per rank", says what is not counted.
 """
 from __future__ import annotations
 
@@ -149,7 +150,8 @@ class StepMemory:
 
     def result(self) -> dict:
         """The peak of live bytes over the step (as max_memory_allocated), when (its phase) and what it held, bytes
-        per category (CATEGORIES, summing to the peak)."""
+        per category (CATEGORIES, summing to the peak), and the bytes the caching allocator reserves for the step
+        (as max_memory_reserved)."""
         self.recording = False
         held = dict.fromkeys(CATEGORIES, 0)
         for nbytes, born, died, s in self._blocks:
@@ -160,7 +162,8 @@ class StepMemory:
 
     def _reserved(self) -> int:
         """What PyTorch's caching allocator reserves for this step's tensors (caching_allocator.py): the blocks
-        live before the step, then the step's allocations and frees in order, twice (the steady state)."""
+        live before the step, then the step's allocations and frees in order, twice (the steady state: a third
+        run reserves nothing more on the calibration runs)."""
         before, events = [], []
         for i, (nbytes, born, died, _) in enumerate(self._blocks):
             ident = ("b", len(before)) if born == BEFORE_STEP else ("s", i)
@@ -190,7 +193,6 @@ def local(t):
 
 
 def state_tensors(optimizer) -> list:
-    import torch
     from torch.utils._pytree import tree_leaves
     return [local(v) for v in tree_leaves(list(getattr(optimizer, "state", {}).values()))
             if isinstance(v, torch.Tensor)]
