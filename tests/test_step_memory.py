@@ -6,9 +6,10 @@ import textwrap
 import pytest
 
 from astra_compile.compiler.api.api import load_workload
-from astra_compile.compiler.frontend.step_memory import ALLOCATOR_BLOCK, CATEGORIES, rounded
+from astra_compile.compiler.frontend.step_memory import ALLOCATOR_BLOCK, rounded
+from astra_compile.network.memory_record import CATEGORIES
 from astra_compile.compiler.report.memory_report import CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_GROUP
-from helpers import cli
+from helpers import cli, refused
 
 MIB = 2**20
 STEP_TENSOR = ALLOCATOR_BLOCK   # AdamW's per-parameter step count: one scalar, one allocator block
@@ -234,3 +235,25 @@ def test_the_caching_allocator_by_hand():
     assert small.reserved == 2 * MIB
     # a step that frees what it allocates reserves the same again on its next run (the steady state)
     assert reserved_bytes([4 * MIB], [("x", 30 * MIB), ("x", None)], steps=3) == 20 * MIB + 30 * MIB
+
+
+def test_the_module_and_the_tables_keep_the_memory_and_refuse_a_forged_one(tmp_path, capsys):
+    path = stack(tmp_path)
+    code, direct, err = cli(capsys, path, "--topology", "4_switch", "--json")
+    module = tmp_path / "step.mlir"
+    assert cli(capsys, path, "--topology", "4_switch", "--emit", "mlir", "-o", module)[0] == 0
+    tables = tmp_path / "tables"
+    assert cli(capsys, path, "--topology", "4_switch", "--emit", "tables", "-o", tables)[0] == 0
+    memory = json.loads(direct)["memory"]
+    for again in (module, tables):
+        code, out, err = cli(capsys, again, "--json")
+        assert code == 0, err
+        assert json.loads(out)["memory"] == memory
+    text = module.read_text()
+    forged = tmp_path / "forged.mlir"
+    forged.write_text(text.replace("peak_bytes = ", "peak_bytes = 1", 1))
+    refused(capsys, forged, match="wl.memory: the categories' bytes do not sum to peak_bytes")
+    meta = json.loads((tables / "meta.json").read_text())
+    meta["programs"][0]["memory"]["reserved_bytes"] = -1
+    (tables / "meta.json").write_text(json.dumps(meta))
+    refused(capsys, tables, match="programs[0].memory: reserved_bytes: -1 is not a byte count")

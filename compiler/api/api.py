@@ -253,7 +253,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
         program = lowered.programs[0].rank if runs is None else runs.get(rank, rank)
     if program not in result.ranks:
         raise UserError(f"rank {rank} is not among the workload's programs ({sorted(result.ranks)})")
-    memory = memory_per_program(lowered.programs, workload, gpu)
+    memory = memory_per_program(lowered.programs, gpu)
     info = {"source": recorded["source"], "topology": topo.name, "npus": topo.npus, "mesh": recorded["mesh"],
             **({"placement": recorded["placement"]} if recorded.get("placement") else {}),
             "backend": opts.run.backend, "scheduler": recorded["scheduler"], "peak_tflops": opts.roofline.peak_tflops,
@@ -281,16 +281,15 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
                        chakra_of=_chakra_writer(workload, topo, opts, times) if workload is not None else None)
 
 
-def memory_per_program(programs: list, workload: Workload | None, gpu) -> dict:
+def memory_per_program(programs: list, gpu) -> dict:
     """Program rank -> its report `memory` object (compiler/report/memory_report.py; None where not known: a
-    trace, a lowered module), and the one warning of a program that needs more than the --gpu device holds."""
+    trace), and the one warning of a program that needs more than the --gpu device holds."""
     from ..report.memory_report import memory_object, warn_over_capacity
-    held = workload.memory if workload is not None else {}
     memory = {}
     for prog in programs:
         groups = sum(1 for ranks in prog.groups.values() if len(ranks) > 1) + \
             any(op.kind in wl.P2P for op in prog.ops)
-        memory[prog.rank] = memory_object(held.get(prog.rank), groups, gpu)
+        memory[prog.rank] = memory_object(prog.memory, groups, gpu)
     if gpu is not None:
         warn_over_capacity(memory, gpu)
     return memory
@@ -330,7 +329,7 @@ def _compile_step_dir(path: str, job: Job, use_recorded: bool = True) -> Workloa
     lowered, topo, recorded, times, step_tables = step_dir.load(path, run_opts, step)
     opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, roofline(job.step), False,
                            *_memory(job.step.mem_latency_ns, job.step.pool, topo), step=step, gpu=_gpu(job.step))
-    return _timed(lowered, topo, opts, times, recorded, job.step.rank, step_tables=step_tables)
+    return _timed(lowered, topo, opts, times, recorded, job.step.rank, step_tables=step_tables, gpu=job.step.gpu)
 
 
 # the options a step directory and a workload module record (recorded_run.py), by compile()'s names

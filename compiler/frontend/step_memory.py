@@ -20,13 +20,12 @@ import weakref
 
 import torch
 
+from ...network.memory_record import CATEGORIES
 from .caching_allocator import reserved_bytes
 
 # The CUDA caching allocator rounds every allocation up to a multiple of 512 bytes (kMinBlockSize); the
 # allocated-bytes statistics, max_memory_allocated among them, count the rounded sizes.
 ALLOCATOR_BLOCK = 512
-# what live bytes at the peak held, in the order reports list them (the first tag a storage has wins)
-CATEGORIES = ("parameters", "gradients", "optimizer_states", "communication", "activations", "other")
 BEFORE_STEP = -1   # the clock of storages live when the step began
 
 

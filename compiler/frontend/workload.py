@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ...network.dtypes import DEFAULT, DTYPES
 from ...network.errors import UserError
 from ...network.kinds import COLLECTIVES
+from ...network import memory_record
 from ...network.op_classes import is_shapes, is_views
 
 COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
@@ -134,10 +135,11 @@ def _rank(value, world: int, low: int = 0) -> int:
 
 
 def _memory(held: dict) -> dict:
-    """A program's memory as step_memory.StepMemory.result gives it: byte counts and the peak's phase."""
-    if not isinstance(held, dict) or not isinstance(held.get("peak_phase"), str):
-        raise ValueError(f"memory = {held!r}")
-    return {k: v if k == "peak_phase" else _count(v, f"memory {k}") for k, v in held.items()}
+    """A program's memory as step_memory.StepMemory.result gives it (network/memory_record.py)."""
+    wrong = memory_record.problem(held)
+    if wrong:
+        raise ValueError(f"memory: {wrong}")
+    return held
 
 
 def _checked(op: Op, index: int, world: int) -> Op:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 
 from ...network.errors import InputWarning
-from ..frontend.step_memory import CATEGORIES
+from ...network.memory_record import CATEGORIES
 
 # NCCL's buffers per communicator: NCCL_BUFFSIZE (4 MiB by default) for the Simple protocol, plus the LL and LL128
 # protocols' smaller ones, for each channel and each of its ring and tree connections: about 256 MiB with the 16 to
@@ -23,12 +23,14 @@ NCCL_BYTES_PER_GROUP = 256 * 2**20
 # the CUDA context (its kernels' code, the driver's own allocations) on an H100 with CUDA 12's lazy module loading
 CUDA_CONTEXT_BYTES = 512 * 2**20
 GIB = 2**30
-NOT_KNOWN = "not known: only a captured model file records its tensors' allocations (traces and modules do not)"
+NOT_KNOWN = ("not known: the step records no allocations (a captured model file does, and the module and tables "
+             "written from it)")
 
 
 def memory_object(held: dict | None, groups: int, gpu=None) -> dict | None:
-    """The report's `memory` object for one program: `held` its step_memory result (None: not known), `groups` the
-    process groups (communicators) it runs collectives or messages on, `gpu` the --gpu device (None: no verdict)."""
+    """The report's `memory` object for one program: `held` its memory record (network/memory_record.py; None: not
+    known), `groups` the process groups (communicators) it runs collectives or messages on, `gpu` the --gpu device
+    (None: no verdict)."""
     if not held:
         return None
     reserved = int(held["reserved_bytes"])
