@@ -141,8 +141,13 @@ def test_gpt_tp_dp_example_parameters_by_hand():
     assert m["communication_bytes"] >= params - 2 * MIB          # DDP's buckets hold every gradient
 
 
-def test_pipeline_stages_each_have_their_own_peak():
-    w = load_workload("examples/llama_pp_tp_dp.py", 64)
+@pytest.fixture(scope="module")
+def pipelined():
+    return load_workload("examples/llama_pp_tp_dp.py", 64)
+
+
+def test_pipeline_stages_each_have_their_own_peak(pipelined):
+    w = pipelined
     assert set(w.memory) == set(w.programs)
     stages = [w.memory[r] for r in sorted(w.programs)]
     # 1F1B over 4 stages: stage s holds 4 - s micro-batches' activations at once (the last stage's peak is its
@@ -257,3 +262,23 @@ def test_the_module_and_the_tables_keep_the_memory_and_refuse_a_forged_one(tmp_p
     meta["programs"][0]["memory"]["reserved_bytes"] = -1
     (tables / "meta.json").write_text(json.dumps(meta))
     refused(capsys, tables, match="programs[0].memory: reserved_bytes: -1 is not a byte count")
+
+
+def test_the_warning_names_the_stage_that_needs_most(pipelined, tmp_path):
+    import warnings
+    import astra_compile
+    from astra_compile.network.errors import InputWarning
+    gpu = tmp_path / "tiny.json"   # a 3 GB GPU: two of the four stages need more
+    gpu.write_text(json.dumps({"name": "tiny", "peak_tflops": {"fp64": 1, "fp32": 2, "tf32": 3, "bf16": 4, "fp16": 4,
+                                                               "fp8": 8}, "mem_bw_tb_s": 1.5, "memory_gb": 3}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = astra_compile.compile(pipelined, "8x8_torus", gpu=str(gpu))
+    said = [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
+    stages = {r: astra_compile.compile(pipelined, "8x8_torus", rank=r).memory for r in pipelined.programs}
+    needs = {r: m["reserved_bytes"] + m["nccl_bytes"] + m["cuda_context_bytes"] for r, m in stages.items()}
+    over = [r for r in needs if needs[r] > 3e9]
+    worst = max(over, key=needs.get)
+    assert len(said) == 1 and said[0].startswith(f"rank {worst} (and {len(over) - 1} other pipeline stage") and \
+        "more than the tiny's 3 GB (2.794 GiB)" in said[0], said
+    assert report.memory["fits"] is (needs[0] <= 3e9)
