@@ -20,7 +20,8 @@ GPUs when it carries that attribute. Point-to-point messages are
 the comm dialect's `comm.send` / `comm.recv` (bytes, src, dst: global ranks, the program's own rank one of them);
 the k-th send from one rank to another meets the k-th receive posted for it there. A module holds one rank
 program per rank, or (wl.spmd) one that stands for every rank, or (wl.spmd, pipeline stages) one per stage, each
-listing the ranks that run it in `wl.stands_for`. Layout of a module:
+listing the ranks that run it in `wl.stands_for`; a captured program's `wl.memory` holds its memory per rank
+(network/memory_record.py). Layout of a module:
 
     module attributes {comm.topology = ..., wl.world_size = 64, wl.spmd = true, wl.source = "model.py",
                        wl.mesh = "dp=8,tp=8"} {
@@ -52,6 +53,7 @@ from torch_mlir import ir
 from . import comm
 from ..network.dtypes import DEFAULT as DEFAULT_DTYPE, DTYPES
 from ..network.errors import show
+from ..network import memory_record
 from ..network.memory import LOCATIONS
 from ..network.op_classes import MAX_SHAPES_TEXT, MAX_VIEWS, is_shapes, is_views
 
@@ -132,6 +134,10 @@ def check_module(module: ir.Module, where: str, shape: list[int]) -> None:
         groups = {n.name: comm.from_attr(n.attr) for n in op.attributes["wl.groups"]}
         if "wl.stands_for" in op.attributes:
             covered.append(_stands_for(comm.from_attr(op.attributes["wl.stands_for"]), rank, world, prog))
+        if "wl.memory" in op.attributes:
+            wrong = memory_record.problem(comm.from_attr(op.attributes["wl.memory"]))
+            if wrong:
+                raise comm.IRError(f"{prog}: wl.memory: {wrong}")
         for name, members in groups.items():
             if not isinstance(members, list) or not members or \
                     any(isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < world for m in members):
@@ -234,9 +240,10 @@ def drop_schedule_records(module: ir.Module) -> None:
 
 
 def add_program(module: ir.Module, rank: int, groups: dict[str, list[int]],
-                stands_for: list[int] | None = None) -> ir.InsertionPoint:
+                stands_for: list[int] | None = None, memory: dict | None = None) -> ir.InsertionPoint:
     """A nested module for one rank's program (for SPMD with several programs, `stands_for`: the ranks that run
-    it); returns the insertion point for its ops."""
+    it; `memory`: its memory as the capture measured it, network/memory_record.py); returns the insertion point
+    for its ops."""
     with module.context, ir.Location.unknown():
         prog = ir.Operation.create("builtin.module", regions=1, ip=ir.InsertionPoint(module.body))
         prog.regions[0].blocks.append()
@@ -245,6 +252,8 @@ def add_program(module: ir.Module, rank: int, groups: dict[str, list[int]],
                                                         for n, ranks in sorted(groups.items())})
         if stands_for is not None:
             prog.attributes["wl.stands_for"] = comm.to_attr([int(r) for r in stands_for])
+        if memory:
+            prog.attributes["wl.memory"] = comm.to_attr(memory)
         return ir.InsertionPoint(prog.regions[0].blocks[0])
 
 
@@ -384,6 +393,7 @@ class Program:
     groups: dict[str, list[int]]
     ops: list[ProgramOp]
     stands_for: list[int] | None = None   # SPMD with several programs: every rank that runs this one
+    memory: dict | None = None            # its memory as captured (network/memory_record.py); None: not known
 
 
 def programs(module: ir.Module) -> list[Program]:
@@ -403,7 +413,7 @@ def programs(module: ir.Module) -> list[Program]:
             deps = [index[v] for v in o.operands]
             index[o.results[0]] = len(ops)
             ops.append(ProgramOp(kind, comm.attrs(o).get("name", ""), comm.attrs(o), deps, int(a["wl.rank"])))
-        out.append(Program(int(a["wl.rank"]), groups, ops, a.get("wl.stands_for")))
+        out.append(Program(int(a["wl.rank"]), groups, ops, a.get("wl.stands_for"), a.get("wl.memory")))
     return out
 
 

@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 
 from . import atomic, run_record
+from ..network import memory_record
 from .errors import TableError, read_table_text
 from .meta import FORMAT as TABLES_FORMAT, read_json
 from .tables import DirSchedule, Schedule, fill_dir
@@ -97,6 +98,7 @@ class Program:
     ranks: list[int]
     groups: dict[str, list[int]]
     rows: list[ProgramRow]
+    memory: dict | None = None   # a captured program's memory (network/memory_record.py); None: not known
 
 
 @dataclass
@@ -256,8 +258,10 @@ def _check_meta(meta, where: str) -> None:
     files = set()
     for k, e in enumerate(progs):
         at = f"programs[{k}]"
-        if not isinstance(e, dict) or set(e) != {"file", "ranks", "groups"}:
-            _fail(where, f"{at}: needs exactly file, ranks, groups")
+        if not isinstance(e, dict) or set(e) - {"memory"} != {"file", "ranks", "groups"}:
+            _fail(where, f"{at}: needs exactly file, ranks, groups (and memory, where captured)")
+        if "memory" in e and memory_record.problem(e["memory"]):
+            _fail(where, f"{at}.memory: {memory_record.problem(e['memory'])}")
         if not isinstance(e["file"], str) or not _PROGRAM_FILE.match(e["file"]) or e["file"] in files:
             _fail(where, f"{at}.file: {show(e['file'])} is not a new program_<k>.csv name")
         files.add(e["file"])
@@ -384,4 +388,4 @@ def _read_program(path: str, entry: dict, meta: dict, meta_path: str) -> Program
                                measured, c, v["group"], ints["stream"], deps, peer, v["location"], switch,
                                "" if dtype == DEFAULT_DTYPE else dtype, shapes, causal == CAUSAL,
                                int(views) if views else 0))
-    return Program(entry["file"], entry["ranks"], entry["groups"], rows)
+    return Program(entry["file"], entry["ranks"], entry["groups"], rows, entry.get("memory"))

@@ -23,6 +23,7 @@ from ...network.topology import Topology
 from ..driver.workload_driver import (Lowered, StepSemantics, WorkloadOptions, emitted, lower, read_lowered, run,
                                       runner)
 from ..core.step_keys import group_key
+from ...dialects import workload as wl
 from ..report.step_timeline import step_trace
 from ..report.workload_report import WorkloadReport, make_report
 from ..core.job import DEFAULT_CAPTURE_LIMIT, Job, Network, RunOptions, StepOptions, roofline, with_cluster, \
@@ -225,7 +226,7 @@ def _compile(source, job: Job, use_recorded: bool) -> WorkloadReport:
     opts = WorkloadOptions(scheduler, defaults, _run_options(job.run), roofline(step), step.keep_tables,
                            *_memory(step.mem_latency_ns, step.pool, topo), step=semantics, gpu=_gpu(step))
     return _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, step.rank,
-                  None if step_module else workload)
+                  None if step_module else workload, gpu=step.gpu)
 
 
 def _gpu(step) -> dict | None:
@@ -241,9 +242,10 @@ def _run_options(run: RunOptions) -> RunOptions:
 
 
 def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recorded: dict, rank: int,
-           workload: Workload | None = None, step_tables=None) -> WorkloadReport:
+           workload: Workload | None = None, step_tables=None, gpu=None) -> WorkloadReport:
     """The step's report; `workload`: the step it was lowered from (its Chakra traces can be written), None for a
-    lowered module or step directory; `step_tables`: the tables of a step directory (else built when asked)."""
+    lowered module or step directory; `step_tables`: the tables of a step directory (else built when asked); `gpu`:
+    the --gpu device, whose memory the step's is held against."""
     result, times = run(lowered, topo, opts, times)
     program = rank   # the program rank `rank` runs: in an SPMD step, the one that stands for it
     if 0 <= rank < topo.npus:
@@ -251,6 +253,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
         program = lowered.programs[0].rank if runs is None else runs.get(rank, rank)
     if program not in result.ranks:
         raise UserError(f"rank {rank} is not among the workload's programs ({sorted(result.ranks)})")
+    memory = memory_per_program(lowered.programs, gpu)
     info = {"source": recorded["source"], "topology": topo.name, "npus": topo.npus, "mesh": recorded["mesh"],
             **({"placement": recorded["placement"]} if recorded.get("placement") else {}),
             "backend": opts.run.backend, "scheduler": recorded["scheduler"], "peak_tflops": opts.roofline.peak_tflops,
@@ -259,7 +262,8 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
             **({"pool": opts.pool.describe()} if opts.pool is not None else {}),
             **({"endpoint_delay_ns": topo.endpoint_delay_ns} if topo.endpoint_delay_ns else {}),
             **({"gpu": opts.gpu} if opts.gpu is not None else {}),
-            **({"cluster": recorded["cluster"]} if recorded.get("cluster") else {})}
+            **({"cluster": recorded["cluster"]} if recorded.get("cluster") else {}),
+            "memory": memory.get(program)}
     if step_tables is not None:
         step_tables_of = lambda fmt: step_tables   # noqa: E731 (the directory's own, whatever the format)
     elif opts.keep_schedules:
@@ -275,6 +279,20 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
                        timeline_of=lambda: step_trace(result, lowered.programs, times, info),
                        step_tables_of=step_tables_of,
                        chakra_of=_chakra_writer(workload, topo, opts, times) if workload is not None else None)
+
+
+def memory_per_program(programs: list, gpu) -> dict:
+    """Program rank -> its report `memory` object (compiler/report/memory_report.py; None where not known: a
+    trace), and the one warning of a program that needs more than the --gpu device holds."""
+    from ..report.memory_report import memory_object, warn_over_capacity
+    memory = {}
+    for prog in programs:
+        groups = sum(1 for ranks in prog.groups.values() if len(ranks) > 1) + \
+            any(op.kind in wl.P2P for op in prog.ops)
+        memory[prog.rank] = memory_object(prog.memory, groups, gpu)
+    if gpu is not None:
+        warn_over_capacity(memory, gpu)
+    return memory
 
 
 def _chakra_writer(workload: Workload, topo: Topology, opts: WorkloadOptions, times):
@@ -311,7 +329,7 @@ def _compile_step_dir(path: str, job: Job, use_recorded: bool = True) -> Workloa
     lowered, topo, recorded, times, step_tables = step_dir.load(path, run_opts, step)
     opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, roofline(job.step), False,
                            *_memory(job.step.mem_latency_ns, job.step.pool, topo), step=step, gpu=_gpu(job.step))
-    return _timed(lowered, topo, opts, times, recorded, job.step.rank, step_tables=step_tables)
+    return _timed(lowered, topo, opts, times, recorded, job.step.rank, step_tables=step_tables, gpu=job.step.gpu)
 
 
 # the options a step directory and a workload module record (recorded_run.py), by compile()'s names

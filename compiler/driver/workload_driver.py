@@ -57,7 +57,7 @@ def to_module(ctx, workload: Workload, topology: Topology):
     for rank, ops in sorted(workload.programs.items()):
         groups = {op.group_name: list(op.group) for op in ops if op.kind == COLLECTIVE}
         with ctx, wl.ir.Location.unknown():
-            ip = wl.add_program(module, rank, groups, workload.stands_for.get(rank))
+            ip = wl.add_program(module, rank, groups, workload.stands_for.get(rank), workload.memory.get(rank))
             values = []
             for i, op in enumerate(ops):
                 deps = [values[d] for d in op.deps]

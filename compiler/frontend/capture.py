@@ -30,6 +30,7 @@ from .own_world import script_world_set_aside
 from .recompute import recompute_marked
 from .recorder import AUTOGRAD, StepRecorder
 from .routing import AssumedRouting, check_routing
+from .step_memory import watching
 from .workload import COLLECTIVE, RECV, SEND, Workload
 
 
@@ -163,25 +164,25 @@ def _compiled_runs_eager():
 def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None) -> Workload:
     axes = mesh_axes_for(spec, world_size, mesh)
     if axes.get("pp", 1) == 1:
-        ops, offloaded, _ = _capture_rank(spec, world_size, axes, 0)
+        ops, offloaded, _, memory = _capture_rank(spec, world_size, axes, 0)
         return Workload(world_size, {0: ops}, source=spec.path, spmd=True, mesh=axes, host_offload=offloaded,
-                        offload=spec.offload)
+                        offload=spec.offload, memory={0: memory})
     if spec.accumulation is not None and spec.accumulation.microbatches > 1:
         raise UserError(f"{spec.path}: GRADIENT_ACCUMULATION with a pp axis: the pipeline's schedule runs the "
                         "micro-batches; set PIPELINE['microbatches'] (or the schedule's n_microbatches) instead")
     p = pipeline.plan(spec, axes)
-    programs, offloaded = {}, False
+    programs, offloaded, memory = {}, False, {}
     shapes: dict[int, list] = {}   # stage index -> its input's shapes, found along the chain of stages
     coord, outline = 0, None       # stage 0 is on pp coordinate 0
     while len(programs) < p.pp:
         known = len(shapes)
-        ops, host, rp = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes))
+        ops, host, rp, used = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes))
         if outline is not None and rp.outline() != outline:
             raise UserError(f"{spec.path}: pp coordinate {coord}'s schedule ({_outline_text(rp.outline())}) is not "
                             f"pp coordinate 0's ({_outline_text(outline)}): every rank builds the same schedule")
         outline = rp.outline()
         if ops is not None:
-            programs[p.reps[coord]], offloaded = ops, offloaded or host
+            programs[p.reps[coord]], memory[p.reps[coord]], offloaded = ops, used, offloaded or host
         elif len(shapes) == known:   # no stage advanced: cannot happen with torch's layouts; never loop on
             raise UserError(f"{spec.path}: the pipeline's stages {sorted(rp.owner)} cannot be followed in order")
         # the next capture: the rank of the first stage whose output is not known yet, else one not recorded yet
@@ -189,7 +190,8 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
         pending = [rp.owner[k] for k in range(rp.num_stages) if k + 1 not in shapes]
         coord = pending[0] if pending else min(set(range(p.pp)) - {p.reps.index(r) for r in programs}, default=0)
     return Workload(world_size, {r: programs[r] for r in p.reps}, source=spec.path, spmd=True, mesh=axes,
-                    stands_for=p.stands_for, host_offload=offloaded, offload=spec.offload)
+                    stands_for=p.stands_for, host_offload=offloaded, offload=spec.offload,
+                    memory={r: memory[r] for r in p.reps})
 
 
 def _outline_text(outline: tuple) -> str:
@@ -199,9 +201,10 @@ def _outline_text(outline: tuple) -> str:
 
 def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: int, stage=None):
     """Record one rank's training step: (its ops, with groups named after the mesh axes; whether FSDP2 offloads
-    shards to the host; for a pipeline, the rank's pipeline_schedule.RankPipeline). `stage`: (pipeline.Plan, the
-    rank's pp coordinate, the chain of stage shapes so far) or None. A pipeline rank whose stages' inputs are not
-    all known yet only advances the chain: its ops are None."""
+    shards to the host; for a pipeline, the rank's pipeline_schedule.RankPipeline; its memory,
+    step_memory.StepMemory.result). `stage`: (pipeline.Plan, the rank's pp coordinate, the chain of stage shapes so
+    far) or None. A pipeline rank whose stages' inputs are not all known yet only advances the chain: its ops (and
+    memory) are None."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -244,7 +247,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                     what = "the stages' forward on one micro-batch"
                     micro_in = _microbatch(spec, inputs, stage[0], rp.microbatches)
                     if not pipeline_schedule.infer_shapes(rp, stage[2], micro_in, spec.path):
-                        return None, False, rp
+                        return None, False, rp, None
                     pipeline_schedule.set_shapes(rp, stage[2])
                 prepare_ddp(model)
                 offloaded = host_offloaded(model)
@@ -281,9 +284,10 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
             rebuild_ddp_buckets(model)
             what = "the recorded training step"
             recorder = recording[0] = StepRecorder()
-            with fake, routing, recorder:
+            with fake, routing, watching(recorder.memory, model, opt), recorder:
                 step(recorder)
             recording[0] = None
+            memory = recorder.memory.result()
         except UserError:
             raise
         except SystemExit as e:  # the user's code called sys.exit(): never exit with its status as if done
@@ -296,7 +300,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
         op.group_name = names.get(op.group, op.group_name)
     if stage is not None:
         pipeline_schedule.message_phases(recorder.ops)
-    return recorder.ops, offloaded, rp
+    return recorder.ops, offloaded, rp, memory
 
 
 def _rank_pipeline(spec: ModelFile, model, device_mesh, axes: dict[str, int], stage, inputs: tuple, loss_of):

@@ -29,6 +29,7 @@ from ...network.op_classes import format_shapes
 from .op_bytes import moved_bytes, only_aliases
 from .op_causal import causal
 from .op_dtype import compute_dtype, tf32_allowed
+from .step_memory import StepMemory
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECOMPUTE, RECV, SEND, STORE, WAIT, Op
 
 # PyTorch's collective ops -> (comm dialect collective, which tensor is the full buffer: "in" | "out")
@@ -162,10 +163,11 @@ class StepRecorder(TorchDispatchMode):
         self.recomputing = 0                # > 0 while activation checkpointing reruns a forward (recompute.py)
         # storage -> (index of the last op that wrote it, live: a weak reference to the tensor it wrote)
         self._writer: dict[int, tuple] = {}
-        # capture: storages seen, kept alive while recording, since a freed storage's address could come back
-        # for a new tensor and tie it to an unrelated writer (dependencies that change from run to run); live:
+        # capture: the step's memory (step_memory.py), which also reports each freed storage: its writer is
+        # forgotten, since its address could come back for a new tensor and tie it to an unrelated writer; live:
         # the weak reference tells a writer whose tensor (and so storage) is gone
-        self._alive: list = []
+        self.memory = None if live else StepMemory(forget=lambda key: self._writer.pop(key, None))
+        self._alive: list = []              # capture: activations save_on_cpu packed (their ids stay theirs)
         self._saved: dict[int, int] = {}    # id of an activation save_on_cpu packed -> its store op
         # views and aliases dispatched since the last compute op: the next compute op's `views` (host time only)
         self._views = 0
@@ -181,6 +183,11 @@ class StepRecorder(TorchDispatchMode):
             return out
         inputs, outputs = _tensors((args, kwargs)), _tensors(out)
         mutates = any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
+        if self.memory is not None and self.memory.saw(inputs, outputs, self._phase(), name in COLLECTIVE_OPS,
+                                                       mutates, func.is_view and not mutates):
+            # fake mode's twins of a real tensor (DDP's buckets) are kept: fake mode hands the same twin to every
+            # later op while it lives, so those ops find the writer of the bytes the twin stands for
+            self._alive += [t.untyped_storage() for t in outputs]
         if func.is_view and not mutates:
             self._views += 1   # no kernel, but the host dispatched it
             return out  # a view aliases its input's storage: later readers already depend on its writer
@@ -233,7 +240,6 @@ class StepRecorder(TorchDispatchMode):
             if self.live:
                 self._writer[_storage(t)] = (len(self.ops) - 1, weakref.ref(t))
             else:
-                self._alive.append(t.untyped_storage())
                 self._writer[_storage(t)] = (len(self.ops) - 1, None)
         return out
 
@@ -247,6 +253,7 @@ class StepRecorder(TorchDispatchMode):
         self._saved[id(t)] = len(self.ops) - 1
         if not self.live:
             self._alive.append(t)   # its id must not come back for another tensor while recording
+            self.memory.to_host(t)
         return t
 
     def reload_saved(self, t: torch.Tensor) -> torch.Tensor:

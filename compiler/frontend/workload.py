@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ...network.dtypes import DEFAULT, DTYPES
 from ...network.errors import UserError
 from ...network.kinds import COLLECTIVES
+from ...network import memory_record
 from ...network.op_classes import is_shapes, is_views
 
 COMPUTE, COLLECTIVE, WAIT = "compute", "collective", "wait"
@@ -70,6 +71,9 @@ class Workload:
     # a trace run on more NPUs than its job had ranks: where it runs, or how its groups were re-targeted
     # (trace_world.py); the report says it. "": as recorded
     placement: str = ""
+    # a captured step: program rank -> its memory (frontend/step_memory.StepMemory.result: the peak of live bytes
+    # and what held them). Empty: not known (a trace records no allocations)
+    memory: dict = field(default_factory=dict)
 
     def collectives(self, rank: int) -> list[Op]:
         return [op for op in self.programs[rank] if op.kind == COLLECTIVE]
@@ -97,6 +101,7 @@ class Workload:
         return {"world_size": self.world_size, "source": self.source, "spmd": self.spmd, "mesh": self.mesh,
                 "host_offload": self.host_offload, "offload": list(self.offload), "placement": self.placement,
                 "stands_for": [[rank, list(ranks)] for rank, ranks in self.stands_for.items()],
+                "memory": [[rank, held] for rank, held in self.memory.items()],
                 "programs": [[rank, [dataclasses.asdict(op) for op in ops]] for rank, ops in self.programs.items()]}
 
     @classmethod
@@ -111,7 +116,8 @@ class Workload:
         return cls(world, programs, data["source"], bool(data["spmd"]), dict(data["mesh"]),
                    {_rank(rank, world): [_rank(r, world) for r in ranks] for rank, ranks in data.get("stands_for", [])},
                    bool(data.get("host_offload", False)), tuple(data.get("offload", ())),
-                   str(data.get("placement", "")))
+                   str(data.get("placement", "")),
+                   {_rank(rank, world): _memory(held) for rank, held in data.get("memory", [])})
 
 
 KINDS = (COMPUTE, COLLECTIVE, WAIT, SEND, RECV, LOAD, STORE)
@@ -129,6 +135,14 @@ def _rank(value, world: int, low: int = 0) -> int:
     if _count(value, "rank", low) >= world:
         raise ValueError(f"rank {value} outside a world of {world}")
     return value
+
+
+def _memory(held: dict) -> dict:
+    """A program's memory as step_memory.StepMemory.result gives it (network/memory_record.py)."""
+    wrong = memory_record.problem(held)
+    if wrong:
+        raise ValueError(f"memory: {wrong}")
+    return held
 
 
 def _checked(op: Op, index: int, world: int) -> Op:

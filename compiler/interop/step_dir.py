@@ -62,17 +62,18 @@ def build(lowered: Lowered, times: CollectiveTimes, info: dict, fmt: str) -> st.
                                           collective=index[times.key(op)], group=group,
                                           stream=streams.setdefault(group, len(streams) + 1), **common))
         groups = {name: [int(r) for r in ranks] for name, ranks in prog.groups.items()}
-        same = (json.dumps([r.__dict__ for r in rows], default=str), json.dumps(groups, sort_keys=True))
+        same = (json.dumps([r.__dict__ for r in rows], default=str), json.dumps(groups, sort_keys=True),
+                json.dumps(prog.memory, sort_keys=True))
         if same in files and not lowered.spmd:
             files[same].ranks.append(prog.rank)
             continue
         files[same] = st.Program(f"program_{len(programs)}.csv", sorted(prog.stands_for or [prog.rank]), groups,
-                                 rows)
+                                 rows, prog.memory)
         programs.append(files[same])
     meta = {"format": st.FORMAT, "version": st.VERSION, "npus": info["npus"], "topology": info["topology_dict"],
             "spmd": lowered.spmd, "source": info["source"], "mesh": info["mesh"], "scheduler": info["scheduler"],
-            "table_format": fmt, "programs": [{"file": p.file, "ranks": p.ranks, "groups": p.groups}
-                                              for p in programs],
+            "table_format": fmt, "programs": [{"file": p.file, "ranks": p.ranks, "groups": p.groups,
+                                               **({"memory": p.memory} if p.memory else {})} for p in programs],
             "collectives": collectives}
     if info.get("run"):   # the run options that shaped its figure, where not the defaults (recorded.of_step)
         meta["run"] = info["run"]
@@ -141,13 +142,13 @@ def load(path: str, run: driver.RunOptions, semantics: StepSemantics = StepSeman
     for prog in step.programs:
         if meta["spmd"]:   # the program of its first rank, standing for all of them
             ops = [_program_op(r, colls, prog.ranks[0]) for r in prog.rows]
-            programs.append(wl.Program(prog.ranks[0], prog.groups, ops, prog.ranks if several else None))
+            programs.append(wl.Program(prog.ranks[0], prog.groups, ops, prog.ranks if several else None, prog.memory))
         elif any(r.kind in st.MESSAGES for r in prog.rows):   # a message's key holds its rank
-            programs += [wl.Program(rank, prog.groups, [_program_op(r, colls, rank) for r in prog.rows])
-                         for rank in prog.ranks]
+            programs += [wl.Program(rank, prog.groups, [_program_op(r, colls, rank) for r in prog.rows],
+                                    memory=prog.memory) for rank in prog.ranks]
         else:
             ops = [_program_op(r, colls) for r in prog.rows]
-            programs += [wl.Program(rank, prog.groups, ops) for rank in prog.ranks]
+            programs += [wl.Program(rank, prog.groups, ops, memory=prog.memory) for rank in prog.ranks]
     programs.sort(key=lambda p: p.rank)
     times = CollectiveTimes(topology)
     for c, e in enumerate(colls):

@@ -17,6 +17,7 @@ from ...dialects.workload import MEMORY, P2P, dtype_of, peer
 from ...network.dtypes import DEFAULT as DEFAULT_DTYPE, DTYPES
 from ...runtime.workload_engine import BREAKDOWN
 from ..core.step_keys import key_parts
+from .memory_report import format_memory
 
 
 # keys --json leaves out where they do not apply (a placement, the congestion backend, a pool, an endpoint delay)
@@ -57,6 +58,7 @@ class WorkloadReport:
     remote_memory_time_us: float
     breakdown_us: dict
     memory_summary: list
+    memory: dict | None                    # memory per rank against the GPU's (memory_report.py); None: not known
     ops: int
     flops: int
     flops_by_dtype: dict | None            # DTYPES name -> FLOPs computed in it; None: all fp32
@@ -172,7 +174,7 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0, **made) 
     info = {key: module_info.get(key) for key in ("source", "topology", "npus", "mesh", "placement", "backend",
                                                    "scheduler", "peak_tflops", "switching", "mem_bw_gbps",
                                                    "mem_latency_ns", "rank", "pool", "endpoint_delay_ns", "gpu",
-                                                   "cluster")}
+                                                   "cluster", "memory")}
     data = {**info,
             "total_time_us": result.total_ns / 1e3, "compute_time_us": r.compute_ns / 1e3,
             "measured_compute_us": r.measured_ns / 1e3, "measured_ops": r.measured_ops,
@@ -308,6 +310,7 @@ def format_report(d: dict) -> str:
            else "") + ")",
         "",
     ]
+    lines += format_memory(d["memory"])
     if d["memory_summary"]:
         lines += [f"memory          local {d['local_memory_time_us']:.3f} us, remote {d['remote_memory_time_us']:.3f} us"
                   + (f" (pool: {d['pool']})" if d.get("pool") else ""),

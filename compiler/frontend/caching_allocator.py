@@ -1,0 +1,117 @@
+"""PyTorch's CUDA caching allocator replayed on a step's allocations and frees: the bytes it reserves from the GPU.
+
+`torch.cuda.max_memory_allocated` counts the tensors live at the peak (step_memory.py); the allocator reserves more
+(`max_memory_reserved`, what torchtitan and nvidia-smi report): it never returns a segment it took from the GPU
+during training, carves allocations out of the segments it holds, and cannot reuse a free gap smaller than the
+next request. Its rules (c10/cuda/CUDACachingAllocator.cpp), replayed here in the step's order:
+- sizes are rounded up to 512 B; requests of at most 1 MiB come from the small pool, in 2 MiB segments; larger
+  ones from the large pool: under 10 MiB in 20 MiB segments, else a segment of their own rounded up to 2 MiB;
+- a request takes the smallest free block of its pool that holds it (best fit); what is left over stays a free
+  block of the segment when it is 512 B or more (small pool) or more than 1 MiB (large pool);
+- a freed block merges with free neighbours of its segment; only a request that no free block holds takes a new
+  segment, so the reserved bytes only grow.
+Not replayed: streams (a block freed on one stream and reused on another waits for it), the garbage-collection
+and expandable-segment options, and the release of cached blocks when the GPU runs out (reserved bytes are then
+capped by the GPU's memory, which a layout close to the limit meets). docs/memory.md, "Memory per rank".
+"""
+from __future__ import annotations
+
+import bisect
+
+BLOCK = 512
+SMALL = 2**20                # requests up to this size come from the small pool
+SMALL_SEGMENT = 2 * 2**20
+MIN_LARGE_SEGMENT = 10 * 2**20
+LARGE_SEGMENT = 20 * 2**20
+ROUND_LARGE = 2 * 2**20
+
+
+class _Block:
+    __slots__ = ("size", "free", "prev", "next", "key")
+
+    def __init__(self, size: int, key: int):
+        self.size, self.free, self.prev, self.next, self.key = size, False, None, None, key
+
+
+class CachingAllocator:
+    """The reserved bytes of a caching allocator fed `malloc(id, bytes)` and `free(id)`."""
+
+    def __init__(self):
+        self.reserved = 0
+        self._free = {True: [], False: []}   # small pool?: sorted (size, key) of free blocks
+        self._blocks: dict[int, _Block] = {}  # key -> its free block (free lists hold keys)
+        self._held: dict[object, tuple] = {}  # allocation id -> (its block, its pool)
+        self._keys = 0
+
+    def malloc(self, ident, nbytes: int) -> None:
+        size = max(BLOCK, -(-nbytes // BLOCK) * BLOCK)
+        small = size <= SMALL
+        pool = self._free[small]
+        i = bisect.bisect_left(pool, (size, -1))
+        if i < len(pool):
+            _, key = pool.pop(i)
+            block = self._blocks.pop(key)
+            block.free = False
+        else:
+            segment = SMALL_SEGMENT if small else LARGE_SEGMENT if size < MIN_LARGE_SEGMENT else \
+                -(-size // ROUND_LARGE) * ROUND_LARGE
+            self.reserved += segment
+            block = self._new(segment)
+        rest = block.size - size
+        if rest >= BLOCK if small else rest > SMALL:
+            tail = self._new(rest)
+            tail.prev, tail.next = block, block.next
+            if block.next is not None:
+                block.next.prev = tail
+            block.next, block.size = tail, size
+            self._release(tail, small)
+        self._held[ident] = (block, small)
+
+    def free(self, ident) -> None:
+        held = self._held.pop(ident, None)
+        if held is None:
+            return
+        block, small = held
+        for neighbour in (block.prev, block.next):   # merge with free neighbours of the segment
+            if neighbour is not None and neighbour.free:
+                self._unlist(neighbour, small)
+                block.size += neighbour.size
+                if neighbour is block.prev:
+                    block.prev = neighbour.prev
+                    if neighbour.prev is not None:
+                        neighbour.prev.next = block
+                else:
+                    block.next = neighbour.next
+                    if neighbour.next is not None:
+                        neighbour.next.prev = block
+        self._release(block, small)
+
+    def _new(self, size: int) -> _Block:
+        self._keys += 1
+        return _Block(size, self._keys)
+
+    def _release(self, block: _Block, small: bool) -> None:
+        block.free = True
+        self._blocks[block.key] = block
+        bisect.insort(self._free[small], (block.size, block.key))
+
+    def _unlist(self, block: _Block, small: bool) -> None:
+        pool = self._free[small]
+        del pool[bisect.bisect_left(pool, (block.size, block.key))]
+        del self._blocks[block.key]
+
+
+def reserved_bytes(before: list[int], events: list[tuple], steps: int = 2) -> int:
+    """The bytes the allocator reserves: `before` the sizes live when the step began (allocated in that order),
+    then `steps` runs of the step's `events`, each (id, bytes) for an allocation or (id, None) for a free, in
+    order; an id freed that was live before the step is one of `before` by its index ("b", i)."""
+    alloc = CachingAllocator()
+    for i, nbytes in enumerate(before):
+        alloc.malloc(("b", i), nbytes)
+    for step in range(steps):
+        for ident, nbytes in events:
+            if nbytes is None:
+                alloc.free(ident if ident[0] == "b" else (step, ident))
+            else:
+                alloc.malloc((step, ident), nbytes)
+    return alloc.reserved

@@ -1,0 +1,226 @@
+"""Memory per rank of the recorded step: the live bytes of every tensor storage, op by op, and their peak.
+
+The capture runs the real step on FakeTensors, so the storages a GPU would allocate exist here too, with their
+sizes. The recorder (recorder.py) reports each op's tensors: a storage first seen as an op's output is allocated by
+that op; one first seen as an input was live before the step began (parameters, optimizer states, DDP's buckets,
+the batch). A storage is freed when torch frees it: its Python object lives exactly as long as the storage
+(PyTorch keeps a storage's Python object alive with it), so a weak reference to it reports the free. FSDP2
+allocates and frees its unsharded parameters by resizing a storage in place (`UntypedStorage.resize_`), which
+`watching` reports. What is live at the peak, the figure `torch.cuda.max_memory_allocated` gives, is
+classified by what each storage held: parameters (and buffers), gradients (what the optimizer finds in `.grad`),
+optimizer states, communication buffers (a collective's input or output, FSDP2's resized unsharded parameters),
+activations (made in the forward pass and kept for backward) and other (the rest: backward's intermediates, the
+optimizer's temporaries, the batch). The categories sum to the peak. The bytes PyTorch's caching allocator
+reserves for them: caching_allocator.py. docs/memory.md, "Memory per rank", says what is not counted.
+"""
+from __future__ import annotations
+
+import contextlib
+import weakref
+
+import torch
+
+from ...network.memory_record import CATEGORIES
+from .caching_allocator import reserved_bytes
+
+# The CUDA caching allocator rounds every allocation up to a multiple of 512 bytes (kMinBlockSize); the
+# allocated-bytes statistics, max_memory_allocated among them, count the rounded sizes.
+ALLOCATOR_BLOCK = 512
+BEFORE_STEP = -1   # the clock of storages live when the step began
+
+
+def rounded(nbytes: int) -> int:
+    return -(-int(nbytes) // ALLOCATOR_BLOCK) * ALLOCATOR_BLOCK
+
+
+class _Storage:
+    """One storage's tag and its current block: (bytes, clock it was allocated at, clock it was freed at)."""
+    __slots__ = ("tag", "block", "ref")
+
+    def __init__(self, tag: str):
+        self.tag, self.block, self.ref = tag, None, None
+
+
+class StepMemory:
+    """The storages of one recorded step; `result()` the peak and what was live at it. `forget(key)` is called when
+    a storage is freed (the recorder drops what it knew of it: its address may come back for a new storage)."""
+
+    def __init__(self, forget=None):
+        self._forget = forget
+        self._live: dict[int, _Storage] = {}   # storage address -> what it holds
+        self._blocks: list[list] = []          # [bytes, allocated at, freed at (None: live), _Storage]
+        self._clock = 0                        # one tick per allocation or free
+        self._now = 0                          # bytes live now
+        self.peak, self._peak_at, self.peak_phase = 0, BEFORE_STEP, ""
+        self._phase = ""
+        self.recording = True
+
+    # what was live when the step began, tagged by what holds it
+    def held_before(self, tensors, tag: str) -> None:
+        for t in tensors:
+            _upgrade(self._storage(t, tag, True), tag)
+
+    def tag(self, tensors, tag: str) -> None:
+        """Storages live now that hold `tag` (the gradients the optimizer steps with, a collective's buffers)."""
+        for t in tensors:
+            s = self._live.get(_key(t))
+            if s is not None:
+                _upgrade(s, tag)
+
+    def saw(self, inputs, outputs, phase: str, collective: bool, mutates: bool, view: bool) -> bool:
+        """An op ran: storages new among its inputs were live before the step, new among its outputs it allocated
+        (a view or an op that writes in place allocates nothing); a collective's buffers are communication buffers.
+        A real tensor (built outside fake mode: DDP's buckets) is counted as itself; what fake mode makes of it
+        for the op (a fake twin on the same bytes) allocates nothing. Returns whether the op made such twins."""
+        self._phase = phase
+        twins = any(type(t) is torch.Tensor for t in inputs)
+        if view and not twins:
+            return False
+        for t in inputs:
+            if _key(t) not in self._live:
+                self._storage(t, "other", True)
+        made = "twin" if twins or mutates or view else "activations" if phase == "forward" else "other"
+        for t in outputs:
+            if _key(t) not in self._live:
+                self._storage(t, made, False)
+        if collective:
+            self.tag(inputs + outputs, "communication")
+        return twins
+
+    def to_host(self, t) -> None:
+        """An activation moved to the host (save_on_cpu): its device bytes are freed here."""
+        s = self._live.get(_key(t))
+        if s is not None:
+            self._close(s)
+            s.block = None
+
+    def resized(self, storage, nbytes: int) -> None:
+        """A storage resized in place (FSDP2's unsharded parameters): its old bytes freed, the new ones allocated."""
+        key = storage._cdata
+        s = self._live.get(key)
+        if s is None:
+            s = self._register(storage, "communication", True)
+        _upgrade(s, "communication")
+        self._close(s)
+        s.block = None
+        if nbytes > 0:
+            self._open(s, nbytes, False)
+
+    def _storage(self, t, tag: str, before: bool) -> _Storage:
+        storage = t.untyped_storage()
+        s = self._live.get(storage._cdata)
+        return s if s is not None else self._register(storage, tag, before)
+
+    def _register(self, storage, tag: str, before: bool) -> _Storage:
+        """A storage first seen: `tag` "twin" stands for bytes counted as another storage (never counted here)."""
+        key = storage._cdata
+        s = self._live[key] = _Storage("other" if tag == "twin" else tag)
+        s.ref = weakref.ref(storage, lambda _, key=key, s=s: self._freed(key, s))
+        if storage.nbytes() > 0 and tag != "twin":
+            self._open(s, storage.nbytes(), before)
+        return s
+
+    def _open(self, s: _Storage, nbytes: int, before: bool) -> None:
+        nbytes = rounded(nbytes)
+        if before:   # live since the step began: at the peak found so far too
+            s.block = [nbytes, BEFORE_STEP, None, s]
+            self.peak += nbytes
+        else:
+            self._clock += 1
+            s.block = [nbytes, self._clock, None, s]
+        self._blocks.append(s.block)
+        self._now += nbytes
+        if self._now > self.peak:
+            self.peak, self._peak_at, self.peak_phase = self._now, self._clock, self._phase
+
+    def _close(self, s: _Storage) -> None:
+        if s.block is not None and s.block[2] is None:
+            self._clock += 1
+            s.block[2] = self._clock
+            self._now -= s.block[0]
+
+    def _freed(self, key: int, s: _Storage) -> None:
+        if not self.recording or self._live.get(key) is not s:
+            return
+        del self._live[key]
+        self._close(s)
+        if self._forget is not None:
+            self._forget(key)
+
+    def result(self) -> dict:
+        """The peak of live bytes over the step (as max_memory_allocated), when (its phase) and what it held, bytes
+        per category (CATEGORIES, summing to the peak), and the bytes the caching allocator reserves for the step
+        (as max_memory_reserved)."""
+        self.recording = False
+        held = dict.fromkeys(CATEGORIES, 0)
+        for nbytes, born, died, s in self._blocks:
+            if born <= self._peak_at and (died is None or died > self._peak_at):
+                held[s.tag] += nbytes
+        return {"peak_bytes": self.peak, "peak_phase": self.peak_phase, **{f"{c}_bytes": b for c, b in held.items()},
+                "reserved_bytes": self._reserved()}
+
+    def _reserved(self) -> int:
+        """What PyTorch's caching allocator reserves for this step's tensors (caching_allocator.py): the blocks
+        live before the step, then the step's allocations and frees in order, twice (the steady state: a third
+        run reserves nothing more on the calibration runs)."""
+        before, events = [], []
+        for i, (nbytes, born, died, _) in enumerate(self._blocks):
+            ident = ("b", len(before)) if born == BEFORE_STEP else ("s", i)
+            if born == BEFORE_STEP:
+                before.append(nbytes)
+            else:
+                events.append((born, ident, nbytes))
+            if died is not None:
+                events.append((died, ident, None))
+        events.sort(key=lambda e: e[0])
+        return reserved_bytes(before, [e[1:] for e in events])
+
+
+def _upgrade(s: _Storage, tag: str) -> None:
+    """A storage tagged by what it held that ranks first (a parameter is a parameter even as a collective's input)."""
+    if CATEGORIES.index(tag) < CATEGORIES.index(s.tag):
+        s.tag = tag
+
+
+def _key(t) -> int:
+    return t.untyped_storage()._cdata
+
+
+def local(t):
+    """A parameter's or state's storage on this rank: a DTensor's local shard, a plain tensor itself."""
+    return getattr(t, "_local_tensor", t)
+
+
+def state_tensors(optimizer) -> list:
+    from torch.utils._pytree import tree_leaves
+    return [local(v) for v in tree_leaves(list(getattr(optimizer, "state", {}).values()))
+            if isinstance(v, torch.Tensor)]
+
+
+@contextlib.contextmanager
+def watching(memory: StepMemory, model, optimizer):
+    """While the recorded step runs: the model's parameters, buffers and the optimizer's states as live before it,
+    the gradients the optimizer steps with tagged as they are, and storages resized in place reported."""
+    import torch
+    trained = [p for g in getattr(optimizer, "param_groups", ()) for p in g["params"]]
+    # the optimizer's parameters too: the module may not list every one it trains (built-in TP under DDP)
+    memory.held_before([local(t) for t in [*model.parameters(), *trained, *model.buffers()]], "parameters")
+    memory.held_before(state_tensors(optimizer), "optimizer_states")
+
+    def grads(opt, args, kwargs):
+        memory.tag([local(p.grad) for g in opt.param_groups for p in g["params"] if p.grad is not None], "gradients")
+    hook = optimizer.register_step_pre_hook(grads) if hasattr(optimizer, "register_step_pre_hook") else None
+    resize = torch.UntypedStorage.resize_
+
+    def resize_(storage, size):
+        out = resize(storage, size)
+        if memory.recording:
+            memory.resized(storage, int(size))
+        return out
+    torch.UntypedStorage.resize_ = resize_
+    try:
+        yield memory
+    finally:
+        torch.UntypedStorage.resize_ = resize
+        if hook is not None:
+            hook.remove()
