@@ -67,14 +67,11 @@ def predict(run: str) -> dict:
 
 
 def peak_gib(memory) -> float | None:
-    """Peak memory per GPU in GiB from the report's `memory` object (added beside this script by another change:
-    its byte total under the first of these names it has), None where the report has none."""
-    if not isinstance(memory, dict):
+    """Peak memory per GPU in GiB from the report's `memory` object: the caching allocator's reserved bytes, what
+    torchtitan's logs quote as the step's peak (torch.cuda.max_memory_reserved); None where the report has none."""
+    if not isinstance(memory, dict) or not isinstance(memory.get("reserved_bytes"), int):
         return None
-    for key in ("peak_bytes", "total_bytes", "bytes"):
-        if isinstance(memory.get(key), (int, float)):
-            return memory[key] / GIB
-    return None
+    return memory["reserved_bytes"] / GIB
 
 
 def show(value, fmt: str) -> str:

@@ -5,7 +5,8 @@ layouts by derived from it, and the table `astra-compile plan` prints.
 - tokens/s per GPU: global batch x tokens per sample / step time / GPUs;
 - MFU: the step's model FLOPs (every phase but the recomputed forward) per GPU over the step time and the peak of
   the dtype most of them run in, of the cluster's GPU;
-- memory: the report's peak bytes per rank where it has them (`memory`), against the GPU's capacity;
+- memory: what the rank needs at its peak (the report's `memory.needs_bytes`: the caching allocator's reserved
+  bytes, NCCL's buffers and the CUDA context), against the GPU's capacity;
 - exposed communication and idle time (on a pipeline, mostly its bubble), from the report's breakdown.
 """
 from __future__ import annotations
@@ -63,8 +64,8 @@ def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq
         o.tokens_per_gpu_s = global_batch * seq / (step_us / 1e6) / world
         o.mfu = _mfu(row, step_us, gpu)
         memory = _json(row.get("memory"), None)
-        if isinstance(memory, dict):
-            o.peak_bytes = memory.get("peak_bytes")
+        if isinstance(memory, dict):   # what the rank needs: the allocator's reserve, NCCL and the CUDA context
+            o.peak_bytes = memory.get("needs_bytes")
             o.capacity_bytes = memory.get("capacity_bytes")
         out.append(o)
     return sorted(out, key=lambda o: (o.error is not None, not o.fits, o.step_us, o.index))
