@@ -15,7 +15,7 @@ import logging
 import warnings
 
 from ...network.errors import InputWarning, UserError
-from .model_file import ModelFile, one_line
+from .model_file import ModelFile, one_line, step_context
 from . import pipeline, pipeline_schedule
 from .accumulation import Accumulation, gradient_sync, split
 from .mesh import check_axes, check_mesh, silent_axes
@@ -258,7 +258,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                 def phase(name):
                     if recorder is not None:
                         recorder.phase = name
-                with spec.step_context() if spec.step_context else contextlib.nullcontext():
+                with step_context(spec, model=model, inputs=inputs, mesh=device_mesh):
                     if stage is not None:   # micro-batches' forwards and backwards interleave: autograd tells
                         phase(AUTOGRAD)
                         pipeline_schedule.run_step(rp, inputs, target, phase)

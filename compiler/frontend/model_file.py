@@ -13,7 +13,8 @@ A model file is ordinary Python that provides:
     loss(output)                   -> scalar tensor (optional; default: the sum of the first output tensor)
     optimizer(parameters)          -> torch.optim.Optimizer (optional; default: AdamW)
     step_context()                 -> a context manager around forward, loss and backward (optional: what the
-                                      training loop wraps them in, e.g. loss_parallel() or torch.autocast(...))
+                                      training loop wraps them in, e.g. loss_parallel() or torch.autocast(...));
+                                      it may take any of model, inputs, mesh by name (context_parallel needs them)
     ROUTING = "balanced" | [shares per expert]   (optional: tokens per expert for data-dependent MoE routing;
                                                   routing.py)
     pipeline_stage(model, stage, num_stages) -> nn.Module  (required with a `pp` mesh axis: the stage's part of
@@ -61,6 +62,28 @@ class ModelFile:
     example_target: Callable | None = None  # example_target(): the target a pipeline schedule's loss_fn takes
     offload: tuple = ()                    # OFFLOAD: FSDP states kept in the remote pool (offload.STATES)
     accumulation: object = None            # GRADIENT_ACCUMULATION: accumulation.Accumulation
+
+
+STEP_CONTEXT_ARGS = ("model", "inputs", "mesh")
+
+
+def step_context(spec: ModelFile, **available):
+    """The file's step_context() entered as a training loop would: called with those of `available` (the model
+    being trained, this rank's inputs, the device mesh) its parameters name; a null context without one."""
+    import contextlib
+    import inspect
+    if spec.step_context is None:
+        return contextlib.nullcontext()
+    try:
+        params = inspect.signature(spec.step_context).parameters
+    except (TypeError, ValueError):   # a builtin or a callable without a signature: called bare
+        params = {}
+    wanted = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    unknown = [n for n in wanted if n not in STEP_CONTEXT_ARGS and params[n].default is params[n].empty]
+    if unknown:
+        raise UserError(f"{spec.path}: step_context({', '.join(wanted)}): it may take {', '.join(STEP_CONTEXT_ARGS)} "
+                        f"by name, not {', '.join(unknown)}")
+    return spec.step_context(**{n: available[n] for n in wanted if n in STEP_CONTEXT_ARGS})
 
 
 def one_line(e: BaseException) -> str:
