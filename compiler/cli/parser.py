@@ -228,14 +228,20 @@ def fail(message: str) -> int:
     return 2
 
 
-def run_subcommand(build_parser, run, argv: list[str]) -> int:
-    """A subcommand's main (calibrate, calibrate-compute): its arguments parsed and run; an AstraError (bad input,
-    an output that cannot be written) is one line and exit 2."""
+def run_subcommand(build_parser, run, argv: list[str], interrupted: str | None = None) -> int:
+    """A subcommand's main (calibrate, calibrate-compute, plan): its arguments parsed and run; an AstraError (bad
+    input, an output that cannot be written) is one line and exit 2; with `interrupted`, Ctrl-C prints that line
+    and exits 130."""
     args = build_parser().parse_args(argv)
     try:
         return run(args)
     except AstraError as e:
         return fail(str(e))
+    except KeyboardInterrupt:
+        if interrupted is None:
+            raise
+        sys.stderr.write(interrupted + "\n")
+        return 130
 
 
 def parse(argv: list[str]) -> tuple[dict, set[str], frozenset[str]]:

@@ -14,22 +14,14 @@ aten::scaled_dot_product_attention on the host takes CUDA's choice. Undone when 
 """
 from __future__ import annotations
 
-import contextlib
+from .host_kernel import as_cuda_runs_it
 
 FLASH_MAX_HEAD = 256    # the flash kernel's largest head size (sm80 and later)
 HEAD_ALIGN = 8          # head sizes both fused kernels take without padding
 
 
-@contextlib.contextmanager
 def cuda_attention_on_host():
-    import torch
-    lib = torch.library.Library("aten", "IMPL")
-    try:   # (a capture inside a capture finds its kernel there already)
-        if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::scaled_dot_product_attention", "AutogradCPU"):
-            lib.impl("scaled_dot_product_attention", _attention_as_cuda, "AutogradCPU")
-        yield
-    finally:
-        lib._destroy()
+    return as_cuda_runs_it("scaled_dot_product_attention", _attention_as_cuda)
 
 
 def kernel(dtype, head: int, masked: bool, same_heads: bool) -> str:

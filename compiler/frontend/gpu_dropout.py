@@ -12,19 +12,11 @@ dropout does nothing, and CUDA's own composite `mul` by zeros for p = 1. Undone 
 """
 from __future__ import annotations
 
-import contextlib
+from .host_kernel import as_cuda_runs_it
 
 
-@contextlib.contextmanager
 def cuda_dropout_on_host():
-    import torch
-    lib = torch.library.Library("aten", "IMPL")
-    try:   # (a capture inside a capture finds its kernel there already)
-        if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::dropout", "AutogradCPU"):
-            lib.impl("dropout", _dropout_as_cuda, "AutogradCPU")
-        yield
-    finally:
-        lib._destroy()
+    return as_cuda_runs_it("dropout", _dropout_as_cuda)
 
 
 def _dropout_as_cuda(x, p: float, train: bool):

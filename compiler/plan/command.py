@@ -20,7 +20,7 @@ import os
 import sys
 import tempfile
 
-from ...network.errors import AstraError, UserError
+from ...network.errors import UserError
 from ..frontend.layout import layout_file_text
 from ..sweep import command as sweep_command
 from ..sweep import results as results_mod
@@ -58,16 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from ..cli.parser import fail
-    args = build_parser().parse_args(argv)
-    try:
-        return run(args)
-    except AstraError as e:
-        return fail(str(e))
-    except KeyboardInterrupt:
-        sys.stderr.write("astra-compile plan: interrupted; with -o the finished layouts are kept and the same "
-                         "command resumes\n")
-        return 130
+    from ..cli.parser import run_subcommand
+    return run_subcommand(build_parser, run, argv, "astra-compile plan: interrupted; with -o the finished layouts "
+                                                   "are kept and the same command resumes")
 
 
 def run(args) -> int:
