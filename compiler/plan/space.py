@@ -22,7 +22,9 @@ from ..frontend.layout import CHECKPOINTING
 
 AXES = ("pp", "dp", "fsdp", "tp")   # mesh order: the last axis varies fastest (consecutive GPUs: one node)
 DATA_AXES = ("dp", "fsdp")
-SCHEDULES = ("1F1B", "GPipe")
+# the pipeline schedules a plan may try (PIPELINE's names, frontend/pipeline.py; the looped ones run torch's
+# default of 2 stages per rank)
+SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 SPACE_KEYS = ("axes", "dp", "fsdp", "tp", "pp", "micro_batch", "checkpointing", "schedule")
 
 
