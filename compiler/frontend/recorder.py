@@ -191,7 +191,12 @@ class StepRecorder(TorchDispatchMode):
         if func.is_view and not mutates:
             self._views += 1   # no kernel, but the host dispatched it
             return out  # a view aliases its input's storage: later readers already depend on its writer
-        deps = sorted({w[0] for w in map(self._writer.get, map(_storage, inputs + outputs))
+        # an op that writes no argument makes its outputs anew: their storages have no earlier writer, even where one
+        # sits at the address of a tensor freed earlier whose writer is not forgotten yet (step_memory reports a
+        # free when Python drops the storage, which may come later than the allocator reusing its address)
+        made_anew = [] if mutates else outputs
+        deps = sorted({w[0] for w in map(self._writer.get, map(_storage, [t for t in inputs + outputs
+                                                                           if not any(t is m for m in made_anew)]))
                        if w is not None and (w[1] is None or w[1]() is not None)})
         if func.namespace == "aten" and only_aliases(mutates, set(map(_storage, outputs)), set(map(_storage, inputs))):
             self._views += 1
