@@ -17,6 +17,7 @@ import warnings
 from ...network.errors import InputWarning, UserError
 from .model_file import ModelFile, one_line
 from . import pipeline
+from .chunk_replay import ChunkReplay, ReplayMismatch
 from .mesh import check_axes, check_mesh, silent_axes
 from .parallelize import (apply_builtin, axis, build_mesh, ddp_modules, mesh_reads, meshes_outside_fake,
                           prepare_ddp, skip_cross_rank_checks)
@@ -164,22 +165,29 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
     p = pipeline.plan(spec, axes)
     programs, carried, offloaded = {}, None, False
     for s, rank in enumerate(p.reps):   # stage s's input is what stage s - 1 hands on
-        programs[rank], carried, host = _capture_rank(spec, world_size, axes, rank, (p, s, carried))
+        try:
+            programs[rank], carried, host = _capture_rank(spec, world_size, axes, rank, (p, s, carried))
+        except ReplayMismatch:   # a micro-batch unlike the template: every one dispatched (chunk_replay.py)
+            programs[rank], carried, host = _capture_rank(spec, world_size, axes, rank, (p, s, carried),
+                                                          replay=False)
         offloaded = offloaded or host
     return Workload(world_size, programs, source=spec.path, spmd=True, mesh=axes, stands_for=p.stands_for,
                     host_offload=offloaded, offload=spec.offload)
 
 
-def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: int, stage=None):
+def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: int, stage=None,
+                  replay: bool = True):
     """Record one rank's training step: (its ops, with groups named after the mesh axes; for a pipeline stage,
     the shapes its micro-batch output hands to the next stage; whether FSDP2 offloads shards to the host).
-    `stage`: (pipeline.Plan, stage index, the previous stage's output shapes) or None."""
+    `stage`: (pipeline.Plan, stage index, the previous stage's output shapes) or None. `replay`: a pipeline
+    stage's later micro-batches copied from an earlier one's ops (chunk_replay.py), else each dispatched."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     # a training step needs autograd whatever mode the caller (or an earlier capture stopped midway by its CPU
     # limit, whose exception can land anywhere in torch) left the process in; enable_grad restores it afterwards
     recording = [None]   # the recorder while the recorded step runs (save_on_cpu's hooks report to it)
+    chunks = ChunkReplay(lambda: recording[0], enabled=replay and stage is not None)
     with torch.enable_grad(), fake_world(world_size, rank), _quiet_fake_tensor_log(), meshes_outside_fake(), \
             _compiled_runs_eager(), _pinning_is_free(), _activations_to_host(lambda: recording[0]), \
             cuda_autocast_on_host(), cuda_foreach_on_host():
@@ -242,17 +250,18 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
 
             what = "the warm-up training step"
             routing = AssumedRouting(check_routing(spec.routing, spec.path), spec.path)
-            with fake, routing:
+            with fake, routing, chunks.installed():
                 step()
             # DDP re-buckets gradients in the order they became ready; its index exchange reads real data
             for ddp in ddp_modules(model):
                 ddp.reducer._rebuild_buckets()
             what = "the recorded training step"
             recorder = recording[0] = StepRecorder()
-            with fake, routing, recorder:
+            with fake, routing, recorder, chunks.installed():
                 step(recorder)
+            chunks.check()
             recording[0] = None
-        except UserError:
+        except (UserError, ReplayMismatch):
             raise
         except SystemExit as e:  # the user's code called sys.exit(): never exit with its status as if done
             raise UserError(f"{spec.path}: {what} called sys.exit({e.code!r})") from None

@@ -168,9 +168,15 @@ class StepRecorder(TorchDispatchMode):
         self._saved: dict[int, int] = {}    # id of an activation save_on_cpu packed -> its store op
         # views and aliases dispatched since the last compute op: the next compute op's `views` (host time only)
         self._views = 0
+        # chunk_replay.py: while a pipeline chunk is logged, one entry per dispatch that recorded ops (first op,
+        # end op, storages read, storages written, those of them written for the first time); None: not logging
+        self.events: list | None = None
+        self.paused = 0   # > 0: ops run without being recorded (chunk_replay.py's stand-in tensors)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.paused:
+            return func(*args, **kwargs)
         # a tensor subclass (DTensor) handles the op first; its local ops then come back here
         if any(t is not torch.Tensor and not issubclass(t, FakeTensor) for t in types):
             return NotImplemented
@@ -183,7 +189,8 @@ class StepRecorder(TorchDispatchMode):
         if func.is_view and not mutates:
             self._views += 1   # no kernel, but the host dispatched it
             return out  # a view aliases its input's storage: later readers already depend on its writer
-        deps = sorted({w[0] for w in map(self._writer.get, map(_storage, inputs + outputs))
+        touched = list(map(_storage, inputs + outputs))
+        deps = sorted({w[0] for w in map(self._writer.get, touched)
                        if w is not None and (w[1] is None or w[1]() is not None)})
         if func.namespace == "aten" and only_aliases(mutates, set(map(_storage, outputs)), set(map(_storage, inputs))):
             self._views += 1
@@ -224,10 +231,14 @@ class StepRecorder(TorchDispatchMode):
                     causal=causal(name, func._schema, list(args), kwargs), views=self._views)
             self._views = 0
         op.phase = self._phase()
+        first = len(self.ops) - (len(messages) if name in ROOTED_EXCHANGES else 0)
         self.ops.append(op)
         written = written_args(func, args, kwargs) if mutates else []
         if op.kind == RECV or name in ROOTED_EXCHANGES:   # c10d.recv_, gather_, scatter_ fill their first
             written = _tensors(args[0])                     # argument (their schemas do not say so)
+        if self.events is not None:
+            writes = [_storage(t) for t in outputs + written]
+            self.events.append((first, len(self.ops), touched, writes, {s for s in writes if s not in self._writer}))
         for t in outputs + written:
             if self.live:
                 self._writer[_storage(t)] = (len(self.ops) - 1, weakref.ref(t))

@@ -1,0 +1,92 @@
+"""A pipeline stage's later micro-batches copied from an earlier one's ops (compiler/frontend/chunk_replay.py).
+
+The workload must be the one that dispatching every micro-batch records, op for op, while the stage's module
+runs only for the micro-batches the replay needs (the warm-up's first and last, the recorded step's 0, 1, 2 and
+last); a micro-batch whose ops differ from the template's makes the stage capture again with all dispatched.
+"""
+import textwrap
+
+import pytest
+
+from astra_compile.compiler.frontend import capture as capture_module
+from astra_compile.compiler.frontend.capture import capture
+from astra_compile.compiler.frontend.model_file import load_model_file
+
+M, P = 8, 4
+
+MODEL = """
+import torch
+from torch import nn
+from torch.nn import functional as F
+LAYERS, D, TOKENS = 8, 64, 32
+CALLS = []
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(D), nn.Linear(D, D)
+    def forward(self, x):
+        return x + F.gelu(self.fc(self.norm(x)))
+class Stage(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+    def forward(self, x):
+        CALLS.append(1)
+        %s
+        for layer in self.layers:
+            x = layer(x)
+        return x
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
+def build_model():
+    CALLS.clear()
+    return Net()
+def example_inputs():
+    return torch.randn(TOKENS, D)
+def pipeline_stage(model, stage, num_stages):
+    per = LAYERS // num_stages
+    return Stage(model.layers[stage * per:(stage + 1) * per])
+def loss(out):
+    return out.float().logsumexp(dim=-1).mean()
+PIPELINE = {"schedule": "%s", "microbatches": %d}
+def mesh_axes(world_size):
+    return {"pp": %d, "dp": world_size // %d}
+"""
+
+
+def spec(tmp_path, schedule="1F1B", odd=""):
+    path = tmp_path / "pp.py"
+    path.write_text(textwrap.dedent(MODEL % (odd or "pass", schedule, M, P, P)))
+    return load_model_file(str(path))
+
+
+def dispatching_all(monkeypatch):
+    """capture() with every micro-batch dispatched (replay off)."""
+    real = capture_module._capture_rank
+    monkeypatch.setattr(capture_module, "_capture_rank", lambda *a, replay=True, **k: real(*a, replay=False, **k))
+
+
+@pytest.mark.parametrize("schedule", ["1F1B", "GPipe"])
+def test_replayed_micro_batches_record_the_same_workload(tmp_path, monkeypatch, schedule):
+    s = spec(tmp_path, schedule)
+    replayed = capture(s, 2 * P).to_json()
+    # the last stage's capture: the probe of its output's shape, the warm-up's micro-batches 0 and M - 1, the
+    # recorded step's 0, 1, 2 and M - 1
+    assert len(s.build_model.__globals__["CALLS"]) == 1 + 2 + 4
+    dispatching_all(monkeypatch)
+    every = capture(s, 2 * P).to_json()
+    assert len(s.build_model.__globals__["CALLS"]) == 1 + 2 * M
+    assert replayed == every
+    ops = dict(every["programs"])[2 * (P - 1)]
+    assert sum(op["kind"] == "send" for op in ops) == M and len(ops) > 20 * M
+
+
+def test_a_micro_batch_unlike_the_template_is_captured_again_dispatching_all(tmp_path, monkeypatch):
+    # the recorded step's micro-batch 1 (the module's fifth call) runs one more op than micro-batch 2
+    s = spec(tmp_path, odd="x = x * 2 if len(CALLS) == 5 else x")
+    replayed = capture(s, 2 * P).to_json()
+    assert len(s.build_model.__globals__["CALLS"]) == 1 + 2 * M   # the last stage's capture dispatched all
+    dispatching_all(monkeypatch)
+    assert capture(s, 2 * P).to_json() == replayed
