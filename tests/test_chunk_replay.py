@@ -90,3 +90,22 @@ def test_a_micro_batch_unlike_the_template_is_captured_again_dispatching_all(tmp
     assert len(s.build_model.__globals__["CALLS"]) == 1 + 2 * M   # the last stage's capture dispatched all
     dispatching_all(monkeypatch)
     assert capture(s, 2 * P).to_json() == replayed
+
+
+def test_middle_stages_alike_are_recorded_once_and_moved(tmp_path, monkeypatch):
+    # GPipe, 8 stages: 0, 1, 2 and 7 recorded; 3..6 hold stage 1's program moved by their pp stride (under 1F1B
+    # each stage orders its micro-batches differently: every stage is recorded)
+    path = tmp_path / "pp8.py"
+    path.write_text(textwrap.dedent(MODEL % ("pass", "GPipe", M, 8, 8)).replace(
+        "def pipeline_stage(model, stage, num_stages):", "STAGES = []\ndef pipeline_stage(model, stage, num_stages):\n"
+        "    STAGES.append(stage)"))
+    s = load_model_file(str(path))
+    stages = s.build_model.__globals__["STAGES"]
+    moved = capture(s, 16)
+    assert stages == [0, 1, 2, 7]
+    assert moved.programs[6][0].group == () and any(op.peer == 4 for op in moved.programs[6])
+    stages.clear()
+    monkeypatch.setattr(capture_module.pipeline, "moved", lambda ops, shift: None)   # never alike: all recorded
+    every = capture(s, 16)
+    assert stages == list(range(8))
+    assert moved.to_json() == every.to_json()

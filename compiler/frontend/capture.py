@@ -164,13 +164,20 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
                         offload=spec.offload)
     p = pipeline.plan(spec, axes)
     programs, carried, offloaded = {}, None, False
+    alike = False   # stage 2 recorded stage 1's program moved by one pp step: so do the stages up to the last
     for s, rank in enumerate(p.reps):   # stage s's input is what stage s - 1 hands on
+        if alike and s < p.stages - 1:
+            programs[rank] = pipeline.moved(programs[p.reps[1]], rank - p.reps[1])
+            continue
+        before = carried
         try:
             programs[rank], carried, host = _capture_rank(spec, world_size, axes, rank, (p, s, carried))
         except ReplayMismatch:   # a micro-batch unlike the template: every one dispatched (chunk_replay.py)
             programs[rank], carried, host = _capture_rank(spec, world_size, axes, rank, (p, s, carried),
                                                           replay=False)
         offloaded = offloaded or host
+        if s == 2 and s < p.stages - 1:
+            alike = carried == before and programs[rank] == pipeline.moved(programs[p.reps[1]], rank - p.reps[1])
     return Workload(world_size, programs, source=spec.path, spmd=True, mesh=axes, stands_for=p.stands_for,
                     host_offload=offloaded, offload=spec.offload)
 

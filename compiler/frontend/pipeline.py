@@ -118,6 +118,20 @@ def run_step(schedule, stage: int, p: Plan, inputs: tuple) -> None:
         schedule.step()
 
 
+def moved(ops: list, shift: int) -> list:
+    """A middle stage's program as the stage `shift` ranks further on runs it: the same ops, with every rank they
+    name (group members, root, message peer) `shift` further (a stage's ranks differ from the previous stage's by
+    the pp axis's stride). The capture records stages 1 and 2, and where 2's is 1's moved so, gives the stages
+    after it up to the last this program instead of recording each: they hold the same layers and, under GPipe, run
+    them in the same order (1F1B's warm-up depends on the stage's place, so there each stage is recorded)."""
+    import dataclasses
+
+    def rank(r):
+        return r + shift if r >= 0 else r
+    return [dataclasses.replace(op, deps=list(op.deps), group=tuple(r + shift for r in op.group), root=rank(op.root),
+                                peer=rank(op.peer)) for op in ops]
+
+
 def message_phases(ops: list) -> None:
     """A stage's sends and receives run outside autograd's backward pass even when they carry gradients, so the
     phase autograd gives them says forward: a send takes the phase of what it sends (its latest dependency), a
