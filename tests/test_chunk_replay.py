@@ -4,13 +4,17 @@ The workload must be the one that dispatching every micro-batch records, op for 
 runs only for the micro-batches the replay needs (the warm-up's first and last, the recorded step's 0, 1, 2 and
 last); a micro-batch whose ops differ from the template's makes the stage capture again with all dispatched.
 """
+import json
 import textwrap
 
 import pytest
 
-from astra_compile.compiler.frontend import capture as capture_module
+from astra_compile.compiler.api import api
+from astra_compile.compiler.frontend import capture as capture_module, trace_memory
 from astra_compile.compiler.frontend.capture import capture
 from astra_compile.compiler.frontend.model_file import load_model_file
+
+from helpers import cli, refused
 
 M, P = 8, 4
 
@@ -109,3 +113,19 @@ def test_middle_stages_alike_are_recorded_once_and_moved(tmp_path, monkeypatch):
     every = capture(s, 16)
     assert stages == list(range(8))
     assert moved.to_json() == every.to_json()
+
+
+def test_a_captured_step_too_large_for_memory_is_refused_before_it_is_lowered(tmp_path, capsys, monkeypatch):
+    s = spec(tmp_path)
+    w = capture(s, 2 * P)
+    ops = sum(map(len, w.programs.values()))
+    need = trace_memory.captured_step(w).bytes
+    assert need > trace_memory.STEP_BASE + ops * (trace_memory.PER_KEPT_OP + trace_memory.PER_STEP_OP)
+    lowered = []
+    real = api.lower
+    monkeypatch.setattr(api, "lower", lambda *a: lowered.append(1) or real(*a))
+    err = refused(capsys, s.path, "--topology", "Ring(2)_Ring(4)", "--max-memory", str(need - 1),
+                  match=f"({ops:.3g} ops in {P} program(s))")
+    assert "capture a smaller step (fewer micro-batches, layers or pipeline stages)" in err and lowered == []
+    code, out, _ = cli(capsys, s.path, "--topology", "Ring(2)_Ring(4)", "--max-memory", str(need), "--json")
+    assert code == 0 and json.loads(out)["total_time_us"] > 0 and lowered == [1]
