@@ -56,13 +56,14 @@ def loss(out):
     return out.float().logsumexp(dim=-1).mean()
 PIPELINE = {"schedule": "%s", "microbatches": %d}
 def mesh_axes(world_size):
-    return {"pp": %d, "dp": world_size // %d}
+    return {"pp": %d, "%s": world_size // %d}
+FSDP_UNITS = ["layers.*"]
 """
 
 
-def spec(tmp_path, schedule="1F1B", odd=""):
+def spec(tmp_path, schedule="1F1B", odd="", axis="dp"):
     path = tmp_path / "pp.py"
-    path.write_text(textwrap.dedent(MODEL % (odd or "pass", schedule, M, P, P)))
+    path.write_text(textwrap.dedent(MODEL % (odd or "pass", schedule, M, P, axis, P)))
     return load_model_file(str(path))
 
 
@@ -72,13 +73,14 @@ def dispatching_all(monkeypatch):
     monkeypatch.setattr(capture_module, "_capture_rank", lambda *a, replay=True, **k: real(*a, replay=False, **k))
 
 
-@pytest.mark.parametrize("schedule", ["1F1B", "GPipe"])
-def test_replayed_micro_batches_record_the_same_workload(tmp_path, monkeypatch, schedule):
-    s = spec(tmp_path, schedule)
+# the last stage's capture runs its module for: the probe of its output's shape, the warm-up's micro-batches 0 and
+# M - 1, the recorded step's 0, 1, 2 and M - 1; under FSDP2 (chunks that depend on where they fall) for all of them
+@pytest.mark.parametrize("schedule, axis, calls", [("1F1B", "dp", 1 + 2 + 4), ("GPipe", "dp", 1 + 2 + 4),
+                                                   ("1F1B", "fsdp", 1 + 2 * M)])
+def test_replayed_micro_batches_record_the_same_workload(tmp_path, monkeypatch, schedule, axis, calls):
+    s = spec(tmp_path, schedule, axis=axis)
     replayed = capture(s, 2 * P).to_json()
-    # the last stage's capture: the probe of its output's shape, the warm-up's micro-batches 0 and M - 1, the
-    # recorded step's 0, 1, 2 and M - 1
-    assert len(s.build_model.__globals__["CALLS"]) == 1 + 2 + 4
+    assert len(s.build_model.__globals__["CALLS"]) == calls
     dispatching_all(monkeypatch)
     every = capture(s, 2 * P).to_json()
     assert len(s.build_model.__globals__["CALLS"]) == 1 + 2 * M
@@ -100,7 +102,7 @@ def test_middle_stages_alike_are_recorded_once_and_moved(tmp_path, monkeypatch):
     # GPipe, 8 stages: 0, 1, 2 and 7 recorded; 3..6 hold stage 1's program moved by their pp stride (under 1F1B
     # each stage orders its micro-batches differently: every stage is recorded)
     path = tmp_path / "pp8.py"
-    path.write_text(textwrap.dedent(MODEL % ("pass", "GPipe", M, 8, 8)).replace(
+    path.write_text(textwrap.dedent(MODEL % ("pass", "GPipe", M, 8, "dp", 8)).replace(
         "def pipeline_stage(model, stage, num_stages):", "STAGES = []\ndef pipeline_stage(model, stage, num_stages):\n"
         "    STAGES.append(stage)"))
     s = load_model_file(str(path))

@@ -73,6 +73,7 @@ class ChunkReplay:
         # why a prediction failed ("": none did); told after the step (raised inside it, torch's chunk code would
         # wrap it in its own RuntimeError), which then runs every call for real
         self.mismatch = ""
+        self._fsdp: dict = {}        # id of a PipelineStage -> whether FSDP2 shards its module (_sharded)
 
     def check(self) -> None:
         """After the recorded step: ReplayMismatch where a micro-batch was not its template's copy."""
@@ -126,7 +127,8 @@ class ChunkReplay:
     def call(self, stage, kind: str, args, last: bool, run):
         chunk, count = getattr(stage, "_astra_chunk", None), getattr(stage, "chunks", None)
         key = (id(stage), kind)
-        if not self.enabled or self.mismatch or last or chunk is None or not isinstance(count, int):
+        if not self.enabled or self.mismatch or last or chunk is None or not isinstance(count, int) or \
+                self._sharded(stage):
             return run()
         rec = self.recording()
         if rec is None:   # the warm-up: only what the recorded step needs built (grads, optimizer states)
@@ -144,10 +146,19 @@ class ChunkReplay:
             self._check(key, rec)
         return out
 
+    def _sharded(self, stage) -> bool:
+        """Does FSDP2 shard the stage's module? Its chunks then depend on where they fall in the schedule (whether
+        the parameters are still gathered from the call before: a forward after forwards gathers none, one after
+        a backward may), which micro-batch 2 cannot vouch for: every micro-batch is dispatched."""
+        if id(stage) not in self._fsdp:
+            from torch.distributed.fsdp import FSDPModule
+            self._fsdp[id(stage)] = any(isinstance(m, FSDPModule) for m in stage.submod.modules())
+        return self._fsdp[id(stage)]
+
     def logged(self, stage, chunk: int, args, run):
         """A call that always runs for real, logged while recording (a loss)."""
         rec = self.recording()
-        if not self.enabled or rec is None or not isinstance(chunk, int):
+        if not self.enabled or rec is None or not isinstance(chunk, int) or self._sharded(stage):
             return run()
         return self._real((id(stage), "loss"), chunk, args, run, rec)
 
