@@ -31,6 +31,7 @@ def step_programs(ops: int, members: int, programs: int, advice: str = TRACE_ADV
 
 
 def captured_step(workload) -> Estimate:
-    """Before a captured step (frontend/workload.Workload) is lowered: its programs' ops and group members."""
-    members = sum(len(op.group) for ops in workload.programs.values() for op in ops)
+    """Before a captured step (frontend/workload.Workload) is lowered: its programs' ops and the ranks of the
+    distinct groups each names (as step_programs counts a trace's)."""
+    members = sum(len(g) for ops in workload.programs.values() for g in {op.group for op in ops})
     return step_programs(sum(map(len, workload.programs.values())), members, len(workload.programs), STEP_ADVICE)
