@@ -21,6 +21,7 @@ import time
 from cli_scale import table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.path.join(HERE, "models")   # the model files (not scripts: test_benchmarks runs each script here)
 CASES = [
     ("gpt", "GPT 175B, TP 8 x PP 16 x DP 8 (1024 ranks), 1F1B, 192 micro-batches",
      ["gpt175b_pp.py", "--topology", "Switch(8)_Switch(8)_Switch(16)"]),
@@ -56,7 +57,7 @@ def _replace(m, name, value) -> str:
 def fidelity(directory: str) -> None:
     import astra_compile
     from astra_compile.compiler.frontend import capture as capture_module
-    path = sized(os.path.join(HERE, "gpt175b_pp.py"), directory, FIDELITY)
+    path = sized(os.path.join(MODELS, "gpt175b_pp.py"), directory, FIDELITY)
     real = capture_module._capture_rank
     print(f"GPT 175B shape with {FIDELITY['LAYERS']} layers, {FIDELITY['MICROBATCHES']} micro-batches, 1024 ranks:")
     step = {}
@@ -83,6 +84,6 @@ if __name__ == "__main__":
         if args.fidelity:
             fidelity(tmp)
         else:
-            cases = [(name, [os.path.join(HERE, argv[0]), *argv[1:], "--capture-limit", "3600"])
+            cases = [(name, [os.path.join(MODELS, argv[0]), *argv[1:], "--capture-limit", "3600"])
                      for key, name, argv in CASES if args.only in (None, key)]
             table(cases, args.runs, [args.exe], args.timeout, width=84)

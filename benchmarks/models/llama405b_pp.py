@@ -4,7 +4,7 @@ first and the last stage hold one layer fewer (7 of the 126; the others 8), as t
 and the output layer. 1F1B over 16 micro-batches of one sequence per pipeline (a global batch of 2048 sequences,
 16M tokens, as the paper's). benchmarks/capture_scale.py times its capture.
 
-    astra-compile benchmarks/llama405b_pp.py --topology "Switch(8)_Switch(128)_Switch(16)"
+    astra-compile benchmarks/models/llama405b_pp.py --topology "Switch(8)_Switch(128)_Switch(16)"
 """
 import torch
 from torch import nn

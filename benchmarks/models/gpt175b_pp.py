@@ -2,7 +2,7 @@
 96 heads, sequence 2048, vocabulary 51200, on TP 8 x PP 16 x DP 8 (1024 ranks), 1F1B over 192 micro-batches of
 one sequence each (a global batch of 1536 sequences). benchmarks/capture_scale.py times its capture.
 
-    astra-compile benchmarks/gpt175b_pp.py --topology "Switch(8)_Switch(8)_Switch(16)"
+    astra-compile benchmarks/models/gpt175b_pp.py --topology "Switch(8)_Switch(8)_Switch(16)"
 """
 import torch
 from torch import nn
