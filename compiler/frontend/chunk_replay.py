@@ -46,6 +46,7 @@ class Call:
     views_before: int = 0
     views_after: int = 0
     replayable: bool = True
+    writer_before: dict | None = None   # micro-batch CHECKED: the recorder's writers as the call began
 
 
 def _leaves(value):
