@@ -95,3 +95,26 @@ def test_compute_fidelity_reads_the_profiler_tables_by_op_class():
     assert measured["mlp_dp"]["matmul"] == pytest.approx(686.338 + 545.091 + 382.402)
     assert measured["mlp_dp"]["optimizer"] == pytest.approx(594.496 + 544.513 + 420.257 + 417.634 + 303.456 + 301.026
                                                             + 297.473)
+
+
+def test_capture_scale_sizes_its_model_files(tmp_path):
+    from astra_compile.compiler.frontend.model_file import load_model_file
+    import capture_scale
+    path = capture_scale.sized(os.path.join(capture_scale.MODELS, "gpt175b_pp.py"), str(tmp_path),
+                               capture_scale.FIDELITY)
+    glob = load_model_file(path).build_model.__globals__
+    assert (glob["LAYERS"], glob["MICROBATCHES"], glob["BATCH"], glob["DIM"], glob["PP"]) == (32, 24, 24, 12288, 16)
+    assert glob["PIPELINE"] == {"schedule": "1F1B", "microbatches": 24}
+    llama = load_model_file(os.path.join(capture_scale.MODELS, "llama405b_pp.py"))
+    assert llama.mesh_axes(16384) == {"pp": 16, "dp": 128, "tp": 8}
+    layers = [len(llama.pipeline_stage(_Model(), s, 16).layers) for s in range(16)]
+    assert layers == [7] + [8] * 14 + [7] and sum(layers) == 126
+
+
+class _Model:
+    """What llama405b_pp.py's Stage reads of the model, without building 405B parameters."""
+    def __init__(self):
+        import torch
+        self.layers = [torch.nn.Identity() for _ in range(126)]
+        self.tok_embeddings = self.norm = self.output = torch.nn.Identity()
+        self.cos = self.sin = torch.zeros(1)

@@ -215,6 +215,8 @@ def _compile(source, job: Job, use_recorded: bool) -> WorkloadReport:
         states = parse_states(",".join(offload) if isinstance(offload, (tuple, list)) else offload)
         states, at_states = host_states(workload, states, step.pool)
         workload = place(workload, states, step.in_switch, at_states)
+        from ..frontend.trace_memory import captured_step
+        captured_step(workload).check(job.run.max_memory)   # the lowering and the engine hold every op
         lowered = _lowered(workload, topo)
         recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items()),
                     **({"placement": workload.placement} if workload.placement else {})}

@@ -18,6 +18,7 @@ from ...network.errors import InputWarning, UserError
 from .model_file import ModelFile, one_line, step_context
 from . import pipeline, pipeline_schedule
 from .accumulation import Accumulation, gradient_sync, split
+from .chunk_replay import ChunkReplay, ReplayMismatch, replays
 from .mesh import check_axes, check_mesh, silent_axes
 from .parallelize import (apply_builtin, axis, build_mesh, mesh_reads, meshes_outside_fake, prepare_ddp,
                           rebuild_ddp_buckets, skip_cross_rank_checks)
@@ -176,7 +177,11 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
     coord, outline = 0, None       # stage 0 is on pp coordinate 0
     while len(programs) < p.pp:
         known = len(shapes)
-        ops, host, rp, used = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes))
+        try:
+            ops, host, rp, used = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes))
+        except ReplayMismatch:   # a micro-batch unlike the template: every one dispatched (chunk_replay.py)
+            ops, host, rp, used = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes),
+                                                replay=False)
         if outline is not None and rp.outline() != outline:
             raise UserError(f"{spec.path}: pp coordinate {coord}'s schedule ({_outline_text(rp.outline())}) is not "
                             f"pp coordinate 0's ({_outline_text(outline)}): every rank builds the same schedule")
@@ -199,12 +204,14 @@ def _outline_text(outline: tuple) -> str:
     return f"{kind}, {stages} stages, {micro} micro-batches"
 
 
-def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: int, stage=None):
+def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: int, stage=None,
+                  replay: bool = True):
     """Record one rank's training step: (its ops, with groups named after the mesh axes; whether FSDP2 offloads
     shards to the host; for a pipeline, the rank's pipeline_schedule.RankPipeline; its memory,
     step_memory.StepMemory.result). `stage`: (pipeline.Plan, the rank's pp coordinate, the chain of stage shapes so
     far) or None. A pipeline rank whose stages' inputs are not all known yet only advances the chain: its ops (and
-    memory) are None."""
+    memory) are None. `replay`: a pipeline stage's later micro-batches copied from an earlier one's ops
+    (chunk_replay.py), else each dispatched; its memory is then not known (the copies allocate nothing)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -212,6 +219,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
     # limit, whose exception can land anywhere in torch) left the process in; enable_grad restores it afterwards
     recording = [None]   # the recorder while the recorded step runs (save_on_cpu's hooks report to it)
     where = f" (pipeline stage {stage[1]})" if stage is not None else ""
+    chunks = ChunkReplay(lambda: recording[0], enabled=replay and stage is not None)
     with torch.enable_grad(), fake_world(world_size, rank), _quiet_fake_tensor_log(), meshes_outside_fake(), \
             _compiled_runs_eager(), _pinning_is_free(), _activations_to_host(lambda: recording[0]), \
             recompute_marked(lambda: recording[0]), cuda_autocast_on_host(), cuda_foreach_on_host(), \
@@ -235,6 +243,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                         what = "the pipeline's stages and schedule" if stage[0].schedule else what
                         rp = _rank_pipeline(spec, model, device_mesh, axes, stage, inputs, loss_of)
                         model = torch.nn.ModuleList(rp.modules)
+                        chunks.enabled &= replays(rp)
                     elif spec.parallelize is not None:
                         made = spec.parallelize(model, device_mesh)   # None: parallelized in place
                         model = model if made is None else made     # (not `or`: a module may define __len__)
@@ -279,16 +288,17 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
 
             what = "the warm-up training step"
             routing = AssumedRouting(check_routing(spec.routing, spec.path), spec.path)
-            with fake, routing:
+            with fake, routing, chunks.installed():
                 step()
             rebuild_ddp_buckets(model)
             what = "the recorded training step"
             recorder = recording[0] = StepRecorder()
-            with fake, routing, watching(recorder.memory, model, opt), recorder:
+            with fake, routing, watching(recorder.memory, model, opt), recorder, chunks.installed():
                 step(recorder)
+            chunks.check()
             recording[0] = None
-            memory = recorder.memory.result()
-        except UserError:
+            memory = recorder.memory.result() if not chunks.replayed else None
+        except (UserError, ReplayMismatch):
             raise
         except SystemExit as e:  # the user's code called sys.exit(): never exit with its status as if done
             raise UserError(f"{spec.path}: {what} called sys.exit({e.code!r})") from None

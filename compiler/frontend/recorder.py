@@ -88,8 +88,20 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
+# storage address -> how many storages at that address were freed while recording: a storage's key is its address
+# and that count, so a tensor allocated where a freed one lay is never taken for it (the writer map, chunk_replay's
+# storage mapping), whenever the free is reported
+_GENERATION: dict[int, int] = {}
+
+
+def _storage(t: torch.Tensor) -> tuple:
+    address = t.untyped_storage()._cdata
+    return address, _GENERATION.get(address, 0)
+
+
+def freed(address: int) -> None:
+    """The storage at `address` is gone: forget its writer (the caller) and give the next one there a new key."""
+    _GENERATION[address] = _GENERATION.get(address, 0) + 1
 
 
 def _first_uses(tensors: list) -> list[tuple]:
@@ -166,14 +178,25 @@ class StepRecorder(TorchDispatchMode):
         # capture: the step's memory (step_memory.py), which also reports each freed storage: its writer is
         # forgotten, since its address could come back for a new tensor and tie it to an unrelated writer; live:
         # the weak reference tells a writer whose tensor (and so storage) is gone
-        self.memory = None if live else StepMemory(forget=lambda key: self._writer.pop(key, None))
+        self.memory = None if live else StepMemory(forget=self._forget)
         self._alive: list = []              # capture: activations save_on_cpu packed (their ids stay theirs)
         self._saved: dict[int, int] = {}    # id of an activation save_on_cpu packed -> its store op
         # views and aliases dispatched since the last compute op: the next compute op's `views` (host time only)
         self._views = 0
+        # chunk_replay.py: while a pipeline chunk is logged, one entry per dispatch that recorded ops (first op,
+        # end op, storages read, storages written, those of them written for the first time); None: not logging
+        self.events: list | None = None
+        self.paused = 0   # > 0: ops run without being recorded (chunk_replay.py's stand-in tensors)
+
+    def _forget(self, address: int) -> None:
+        """step_memory: the storage at `address` was freed; its writer goes, and its address takes a new key."""
+        self._writer.pop((address, _GENERATION.get(address, 0)), None)
+        freed(address)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.paused:
+            return func(*args, **kwargs)
         # a tensor subclass (DTensor) handles the op first; its local ops then come back here
         if any(t is not torch.Tensor and not issubclass(t, FakeTensor) for t in types):
             return NotImplemented
@@ -195,8 +218,8 @@ class StepRecorder(TorchDispatchMode):
         # sits at the address of a tensor freed earlier whose writer is not forgotten yet (step_memory reports a
         # free when Python drops the storage, which may come later than the allocator reusing its address)
         made_anew = [] if mutates else outputs
-        deps = sorted({w[0] for w in map(self._writer.get, map(_storage, [t for t in inputs + outputs
-                                                                           if not any(t is m for m in made_anew)]))
+        touched = [_storage(t) for t in inputs + outputs if not any(t is m for m in made_anew)]
+        deps = sorted({w[0] for w in map(self._writer.get, touched)
                        if w is not None and (w[1] is None or w[1]() is not None)})
         if func.namespace == "aten" and only_aliases(mutates, set(map(_storage, outputs)), set(map(_storage, inputs))):
             self._views += 1
@@ -237,10 +260,16 @@ class StepRecorder(TorchDispatchMode):
                     causal=causal(name, func._schema, list(args), kwargs), views=self._views)
             self._views = 0
         op.phase = self._phase()
+        first = len(self.ops) - (len(messages) if name in ROOTED_EXCHANGES else 0)
         self.ops.append(op)
         written = written_args(func, args, kwargs) if mutates else []
         if op.kind == RECV or name in ROOTED_EXCHANGES:   # c10d.recv_, gather_, scatter_ fill their first
             written = _tensors(args[0])                     # argument (their schemas do not say so)
+        if self.events is not None:
+            writes = [_storage(t) for t in outputs + written]
+            anew = {_storage(t) for t in made_anew}   # new allocations, whatever a stale writer entry says
+            self.events.append((first, len(self.ops), touched, writes,
+                                {s for s in writes if s not in self._writer or s in anew}))
         for t in outputs + written:
             if self.live:
                 self._writer[_storage(t)] = (len(self.ops) - 1, weakref.ref(t))

@@ -1,6 +1,6 @@
 """The memory of a training step read from traces, estimated before it is read and before it is lowered
 (core/estimate.py): the Chakra reader (chakra.py) checks each file's nodes before building them, and the programs
-it will run before the step is lowered."""
+it will run before the step is lowered; a captured step's programs are checked the same way (api.py)."""
 from __future__ import annotations
 
 from ..core.estimate import Estimate
@@ -14,6 +14,7 @@ PER_KEPT_OP = 600            # an op read and kept (frontend/workload.Op), for t
 PER_STEP_OP = 3000           # an op of a program through the workload module, its lowering and the engine
 PER_GROUP_MEMBER = 64        # a rank of a process group a program names (each program's group attributes)
 TRACE_ADVICE = "give fewer ranks or a shorter trace (a slice of its iterations)"
+STEP_ADVICE = "capture a smaller step (fewer micro-batches, layers or pipeline stages)"
 
 
 def trace_nodes(reading: int, kept: int, where: str) -> Estimate:
@@ -22,8 +23,15 @@ def trace_nodes(reading: int, kept: int, where: str) -> Estimate:
                     what=f"reading {reading:.3g} nodes of {where}, {kept:.3g} ops kept", advice=TRACE_ADVICE)
 
 
-def step_programs(ops: int, members: int, programs: int) -> Estimate:
-    """Before a step read from traces is lowered: the ops of the programs it will run (one per rank, or one
-    standing for every rank) and the ranks of the groups each program names."""
+def step_programs(ops: int, members: int, programs: int, advice: str = TRACE_ADVICE) -> Estimate:
+    """Before a step read from traces (or captured: `advice` STEP_ADVICE) is lowered: the ops of the programs it
+    will run (one per rank, or one standing for every rank) and the ranks of the groups each program names."""
     return Estimate(STEP_BASE + ops * (PER_KEPT_OP + PER_STEP_OP) + members * PER_GROUP_MEMBER,
-                    what=f"{ops:.3g} ops in {programs} program(s)", advice=TRACE_ADVICE)
+                    what=f"{ops:.3g} ops in {programs} program(s)", advice=advice)
+
+
+def captured_step(workload) -> Estimate:
+    """Before a captured step (frontend/workload.Workload) is lowered: its programs' ops and the ranks of the
+    distinct groups each names (as step_programs counts a trace's)."""
+    members = sum(len(g) for ops in workload.programs.values() for g in {op.group for op in ops})
+    return step_programs(sum(map(len, workload.programs.values())), members, len(workload.programs), STEP_ADVICE)

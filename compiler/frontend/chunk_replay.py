@@ -1,0 +1,338 @@
+"""A pipeline stage's micro-batches dispatched once: later chunks recorded as copies of an earlier one.
+
+torch's schedule runs as it is (the order of forwards, backwards, sends and receives is torch's own), but
+PipelineStage's chunk execution is hooked (`forward_maybe_with_nosync`, `backward_maybe_with_nosync`: every
+schedule, GPipe to zero-bubble, goes through them, for each backward type: full, input, weight). Per stage and
+kind of call, micro-batches 0, 1 and 2 and the last run for real; micro-batch 1 is the template, and the ops of
+micro-batch 2 are predicted from it and compared with what it recorded: where they are equal, micro-batches 3 to
+M - 2 are not dispatched at all but appended as copies of the template, each op's dependencies found as the
+recorder finds them (recorder.py: the last writer of each storage it touches), with the template's storages
+mapped onto the copy's: its arguments onto the call's own, the storages it created onto fresh ones, the
+activations an earlier call of the same micro-batch created onto that call's (a backward onto its forward),
+everything else (parameters, gradients being accumulated) kept. A prediction that differs raises ReplayMismatch,
+and the stage is captured again with every micro-batch dispatched (capture.py). The warm-up step, which records
+nothing, dispatches micro-batches 0 and M - 1 only.
+
+Capture cost then stays flat in the number of micro-batches; the workload is the same op for op (tested against
+the capture that dispatches every micro-batch).
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+from dataclasses import dataclass, field
+
+from .workload import COMPUTE, LOAD, STORE, Op
+
+TEMPLATE, CHECKED = 1, 2   # the micro-batch copied, the one its prediction is checked on
+
+
+# micro-batches from which a stage's capture copies chunks: below it every micro-batch is dispatched (a few seconds
+# at most) and the stage's memory per rank is measured, which copies cannot give (they allocate nothing)
+REPLAY_FROM = 16
+
+
+def replays(rp) -> bool:
+    """Does a recorded rank's pipeline copy chunks? Only a rank holding one stage (a looped or V-shaped schedule's
+    ranks interleave several stages' chunks, which the template of one does not predict), over REPLAY_FROM
+    micro-batches or more."""
+    return len(rp.stages) == 1 and rp.microbatches >= REPLAY_FROM
+
+
+class ReplayMismatch(Exception):
+    """A micro-batch's ops are not the template's: capture the stage again dispatching every micro-batch."""
+
+
+@dataclass
+class Call:
+    """One recorded (or replayed) chunk call: where its ops lie and which storages it touched."""
+    key: tuple                     # (id of the PipelineStage, kind: forward | full | input | weight)
+    chunk: int
+    start: int = 0                 # its ops: recorder.ops[start:end]
+    end: int = 0
+    args: list = field(default_factory=list)      # storages of its tensor arguments, in order
+    results: list = field(default_factory=list)   # storages of the tensors it returned (None: not a tensor)
+    events: list = field(default_factory=list)    # (first op, end op, storages read, storages written)
+    created: dict = field(default_factory=dict)   # storage first written here -> (event, slot)
+    slots: dict = field(default_factory=dict)     # (event, slot) -> storage
+    views_before: int = 0
+    views_after: int = 0
+    replayable: bool = True
+    writer_before: dict | None = None   # micro-batch CHECKED: the recorder's writers as the call began
+
+
+def _leaves(value):
+    import torch
+    from torch.utils._pytree import tree_flatten
+    leaves, spec = tree_flatten(value)
+    return leaves, spec, [x for x in leaves if isinstance(x, torch.Tensor)]
+
+
+def _storage(t) -> tuple:
+    from .recorder import _storage as key   # the recorder's key: address and generation
+    return key(t)
+
+
+class ChunkReplay:
+    """Installed around a stage's capture (capture.py); `recording()` gives the StepRecorder while the recorded
+    step runs (None in the warm-up)."""
+
+    def __init__(self, recording, enabled: bool = True):
+        self.recording, self.enabled = recording, enabled
+        self.calls: dict = {}        # (key, chunk) -> Call of the recorded step
+        self.origin: dict = {}       # storage created in a call -> (key, chunk, event, slot)
+        self.checked: dict = {}      # key -> True once micro-batch CHECKED matched its prediction
+        self.results: dict = {}      # key -> (tree spec, leaves) a real call returned: a skipped call's shape
+        self._fresh = itertools.count(-1, -1)   # stand-in storages (never a real storage's address)
+        # why a prediction failed ("": none did); told after the step (raised inside it, torch's chunk code would
+        # wrap it in its own RuntimeError), which then runs every call for real
+        self.mismatch = ""
+        self._fsdp: dict = {}        # id of a PipelineStage -> whether FSDP2 shards its module (_sharded)
+        self.replayed = 0            # calls of the recorded step appended as copies (they allocate nothing)
+
+    def check(self) -> None:
+        """After the recorded step: ReplayMismatch where a micro-batch was not its template's copy."""
+        if self.mismatch:
+            raise ReplayMismatch(self.mismatch)
+
+    @contextlib.contextmanager
+    def installed(self):
+        from torch.distributed.pipelining.schedules import _PipelineSchedule as Schedule
+        from torch.distributed.pipelining.stage import _PipelineStageBase as Stage
+        saved = {name: getattr(Stage, name) for name in ("forward_one_chunk", "backward_one_chunk",
+                                                         "backward_weight_one_chunk", "forward_maybe_with_nosync",
+                                                         "backward_maybe_with_nosync")}
+        replay = self
+
+        def chunk_of(name):
+            def run(stage, chunk_id, *args, **kwargs):
+                stage._astra_chunk = chunk_id
+                try:
+                    return saved[name](stage, chunk_id, *args, **kwargs)
+                finally:
+                    stage._astra_chunk = None
+            return run
+
+        def forward(stage, *args, **kwargs):
+            return replay.call(stage, "forward", (args, kwargs), False,
+                               lambda: saved["forward_maybe_with_nosync"](stage, *args, **kwargs))
+
+        def backward(stage, backward_type, bwd_kwargs, last_backward=False):
+            return replay.call(stage, backward_type, bwd_kwargs, last_backward,
+                               lambda: saved["backward_maybe_with_nosync"](stage, backward_type, bwd_kwargs,
+                                                                           last_backward))
+        loss_of = Schedule._maybe_compute_loss
+
+        def loss(schedule, stage, output, target_mbs, mb_index, *args, **kwargs):
+            """The last stage's loss of a micro-batch: always computed, logged (its backward, in the template,
+            reads what it saved)."""
+            return replay.logged(stage, mb_index, (output,),
+                                 lambda: loss_of(schedule, stage, output, target_mbs, mb_index, *args, **kwargs))
+        for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
+            setattr(Stage, name, chunk_of(name))
+        Stage.forward_maybe_with_nosync, Stage.backward_maybe_with_nosync = forward, backward
+        Schedule._maybe_compute_loss = loss
+        try:
+            yield self
+        finally:
+            for name, fn in saved.items():
+                setattr(Stage, name, fn)
+            Schedule._maybe_compute_loss = loss_of
+
+    def call(self, stage, kind: str, args, last: bool, run):
+        chunk, count = getattr(stage, "_astra_chunk", None), getattr(stage, "chunks", None)
+        key = (id(stage), kind)
+        if not self.enabled or self.mismatch or last or chunk is None or not isinstance(count, int) or \
+                self._sharded(stage):
+            return run()
+        rec = self.recording()
+        if rec is None:   # the warm-up: only what the recorded step needs built (grads, optimizer states)
+            if 1 <= chunk <= count - 2 and key in self.results:
+                return self._stand_in(key, rec)
+            return self._real(key, chunk, args, run, None)
+        if CHECKED < chunk <= count - 2 and self.checked.get(key):
+            try:
+                out = self._replayed(key, chunk, args, rec)
+                self.replayed += 1
+                return out
+            except ReplayMismatch as e:   # the step goes on dispatching; the stage is captured again after it
+                self.mismatch = str(e)
+                return run()
+        out = self._real(key, chunk, args, run, rec)
+        if chunk == CHECKED and (key, TEMPLATE) in self.calls:
+            self._check(key, rec)
+        return out
+
+    def _sharded(self, stage) -> bool:
+        """Does FSDP2 shard the stage's module? Its chunks then depend on where they fall in the schedule (whether
+        the parameters are still gathered from the call before: a forward after forwards gathers none, one after
+        a backward may), which micro-batch 2 cannot vouch for: every micro-batch is dispatched."""
+        if id(stage) not in self._fsdp:
+            from torch.distributed.fsdp import FSDPModule
+            self._fsdp[id(stage)] = any(isinstance(m, FSDPModule) for m in stage.submod.modules())
+        return self._fsdp[id(stage)]
+
+    def logged(self, stage, chunk: int, args, run):
+        """A call that always runs for real, logged while recording (a loss)."""
+        rec = self.recording()
+        if not self.enabled or rec is None or not isinstance(chunk, int) or self._sharded(stage):
+            return run()
+        return self._real((id(stage), "loss"), chunk, args, run, rec)
+
+    # -- a real call, logged --------------------------------------------------------------------------------------
+    def _real(self, key, chunk, args, run, rec):
+        if rec is None:
+            out = run()
+            self._keep_shape(key, out)
+            return out
+        call = Call(key, chunk, start=len(rec.ops), args=[_storage(t) for t in _leaves(args)[2]],
+                    views_before=rec._views)
+        call.writer_before = dict(rec._writer) if chunk == CHECKED else None
+        rec.events = []
+        try:
+            out = run()
+        finally:
+            events, rec.events = rec.events, None
+        call.end, call.views_after = len(rec.ops), rec._views
+        call.results = [_storage(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
+        covered = call.start
+        for e, (first, end, reads, writes, fresh) in enumerate(events):
+            call.replayable &= first == covered and all(rec.ops[i].deps == rec.ops[first].deps
+                                                        for i in range(first, end))
+            covered = end
+            for slot, s in enumerate(writes):
+                if s in fresh and s not in call.created:
+                    call.created[s] = (e, slot)
+                    call.slots[(e, slot)] = s
+                    self.origin.setdefault(s, (key, chunk, e, slot))
+        call.events = [x[:4] for x in events]
+        call.replayable &= covered == call.end and not any(rec.ops[i].kind in (LOAD, STORE)
+                                                            for i in range(call.start, call.end))
+        self.calls[(key, chunk)] = call
+        self._keep_shape(key, out)
+        return out
+
+    def _keep_shape(self, key, out):
+        leaves, spec, _ = _leaves(out)
+        self.results[key] = (spec, [(tuple(x.shape), x.dtype, x.requires_grad) if _is_tensor(x) else x
+                                    for x in leaves])
+
+    def _check(self, key, rec):
+        template, actual = self.calls[(key, TEMPLATE)], self.calls[(key, CHECKED)]
+        if not template.replayable or not actual.replayable:
+            return   # e.g. activations offloaded to the host: every micro-batch dispatched
+        writer = actual.writer_before
+        actual.writer_before = None
+        try:
+            ops, _ = self._copy(template, CHECKED, actual.args, actual.results, writer, actual.views_before,
+                                actual.start, rec.ops, dry=True)
+        except ReplayMismatch as e:
+            self.mismatch = str(e)
+            return
+        if ops != rec.ops[actual.start:actual.end]:
+            self.mismatch = f"micro-batch {CHECKED}'s {key[1]} differs from micro-batch {TEMPLATE}'s"
+        else:
+            self.checked[key] = True
+
+    # -- a replayed call ------------------------------------------------------------------------------------------
+    def _replayed(self, key, chunk, args, rec):
+        template = self.calls[(key, TEMPLATE)]
+        out = self._stand_in(key, rec)
+        results = [_storage(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
+        call_args = [_storage(t) for t in _leaves(args)[2]]
+        ops, call = self._copy(template, chunk, call_args, results, rec._writer, rec._views, len(rec.ops),
+                               rec.ops, dry=False)
+        rec.ops.extend(ops)
+        if any(op.kind == COMPUTE for op in ops):
+            rec._views = template.views_after
+        else:
+            rec._views += template.views_after - template.views_before
+        # a result that is one of the template's arguments passed on: its writer is that argument's
+        for t_res, res in zip(template.results, results):
+            if t_res is not None and t_res in template.args:
+                w = rec._writer.get(call_args[template.args.index(t_res)])
+                if w is not None:
+                    rec._writer[res] = w
+        self.calls[(key, chunk)] = call
+        return out
+
+    def _stand_in(self, key, rec):
+        """Tensors shaped as a real call of this kind returned, made without recording."""
+        import torch
+        from torch.utils._pytree import tree_unflatten
+        spec, leaves = self.results[key]
+        if rec is not None:
+            rec.paused += 1
+        try:
+            made = [torch.empty(x[0], dtype=x[1], requires_grad=x[2]) if isinstance(x, tuple) and len(x) == 3
+                    and isinstance(x[1], torch.dtype) else x for x in leaves]
+        finally:
+            if rec is not None:
+                rec.paused -= 1
+        if rec is not None:
+            rec._alive.extend(t.untyped_storage() for t in made if _is_tensor(t))
+        return tree_unflatten(made, spec)
+
+    def _copy(self, template: Call, chunk: int, args: list, results: list, writer: dict, views: int, base: int,
+              ops: list, dry: bool):
+        """The template's ops as micro-batch `chunk` would record them, appended at index `base` with the
+        recorder's storage -> writer map `writer` (updated in place): (the ops, the Call they make)."""
+        sub = {}
+        for s_t, s in zip(template.args, args):
+            sub.setdefault(s_t, s)
+        for s_t, s in zip(template.results, results):
+            if s_t is not None and s is not None and s_t not in template.args:
+                sub.setdefault(s_t, s)
+        call = Call(template.key, chunk, start=base, args=args, results=results)
+
+        def mapped(s):
+            if s in sub:
+                return sub[s]
+            if s in template.created:
+                sub[s] = next(self._fresh)
+                return sub[s]
+            o = self.origin.get(s)
+            if o is not None and o[1] == template.chunk and o[0] != template.key:   # an earlier call's activation
+                other = self.calls.get((o[0], chunk))
+                if other is None or (o[2], o[3]) not in other.slots:
+                    raise ReplayMismatch(f"micro-batch {chunk}'s {template.key[1]} uses storages of a "
+                                         f"{o[0][1]} call not recorded for it")
+                sub[s] = other.slots[(o[2], o[3])]
+                return sub[s]
+            sub[s] = s
+            return s
+
+        made, first_compute = [], True
+        for e, (first, end, reads, writes) in enumerate(template.events):
+            deps = sorted({w[0] for w in map(writer.get, map(mapped, reads)) if w is not None})
+            for i in range(first, end):
+                op = _clone(ops[i], deps)
+                if op.kind == COMPUTE and first_compute:
+                    op.views = op.views - template.views_before + views
+                    first_compute = False
+                made.append(op)
+            last = base + len(made) - 1
+            for slot, s in enumerate(writes):
+                x = mapped(s)
+                writer[x] = (last, None)
+                if template.created.get(s) == (e, slot):
+                    call.slots[(e, slot)] = x
+                    if not dry:
+                        self.origin.setdefault(x, (template.key, chunk, e, slot))
+        call.end = base + len(made)
+        return made, call
+
+
+def _clone(op: Op, deps: list) -> Op:
+    """A copy of `op` with other dependencies (dataclasses.replace, which runs __init__ again, takes 3 times as
+    long: a 175B GPT's capture copies over a million ops)."""
+    made = object.__new__(Op)
+    made.__dict__.update(op.__dict__)
+    made.deps = list(deps)
+    return made
+
+
+def _is_tensor(x) -> bool:
+    import torch
+    return isinstance(x, torch.Tensor)
+

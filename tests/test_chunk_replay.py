@@ -1,0 +1,134 @@
+"""A pipeline stage's later micro-batches copied from an earlier one's ops (compiler/frontend/chunk_replay.py).
+
+The workload must be the one that dispatching every micro-batch records, op for op, while the stage's module
+runs only for the micro-batches the replay needs (the warm-up's first and last, the recorded step's 0, 1, 2 and
+last); a micro-batch whose ops differ from the template's makes the stage capture again with all dispatched.
+"""
+import json
+import textwrap
+
+import pytest
+
+from astra_compile.compiler.api import api
+from astra_compile.compiler.frontend import capture as capture_module, trace_memory
+from astra_compile.compiler.frontend.capture import capture
+from astra_compile.compiler.frontend.model_file import load_model_file
+
+from helpers import cli, refused
+
+M, P = 8, 4
+
+
+@pytest.fixture(autouse=True)
+def replay_from_four(monkeypatch):
+    """These pipelines run 8 micro-batches: copies start at REPLAY_FROM micro-batches, lowered here to 4."""
+    from astra_compile.compiler.frontend import chunk_replay
+    monkeypatch.setattr(chunk_replay, "REPLAY_FROM", 4)
+
+MODEL = """
+import torch
+from torch import nn
+from torch.nn import functional as F
+LAYERS, D, TOKENS = 8, 64, 32
+CALLS = []
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(D), nn.Linear(D, D)
+    def forward(self, x):
+        return x + F.gelu(self.fc(self.norm(x)))
+class Stage(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+    def forward(self, x):
+        CALLS.append(1)
+        %s
+        for layer in self.layers:
+            x = layer(x)
+        return x
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
+def build_model():
+    CALLS.clear()
+    return Net()
+def example_inputs():
+    return torch.randn(TOKENS, D)
+def pipeline_stage(model, stage, num_stages):
+    per = LAYERS // num_stages
+    return Stage(model.layers[stage * per:(stage + 1) * per])
+def loss(out):
+    return out.float().logsumexp(dim=-1).mean()
+PIPELINE = {"schedule": "%s", "microbatches": %d}
+def mesh_axes(world_size):
+    return {"pp": %d, "%s": world_size // %d}
+FSDP_UNITS = ["layers.*"]
+"""
+
+
+def spec(tmp_path, schedule="1F1B", odd="", axis="dp"):
+    path = tmp_path / "pp.py"
+    path.write_text(textwrap.dedent(MODEL % (odd or "pass", schedule, M, P, axis, P)))
+    return load_model_file(str(path))
+
+
+def dispatching_all(monkeypatch):
+    """capture() with every micro-batch dispatched (replay off)."""
+    real = capture_module._capture_rank
+    monkeypatch.setattr(capture_module, "_capture_rank", lambda *a, replay=True, **k: real(*a, replay=False, **k))
+
+
+# the last stage's capture runs its module for: the probe of its output's shape, the warm-up's micro-batches 0 and
+# M - 1, the recorded step's 0, 1, 2 and M - 1; under FSDP2 (chunks that depend on where they fall) for all of them
+@pytest.mark.parametrize("schedule, axis, calls", [("1F1B", "dp", 1 + 2 + 4), ("GPipe", "dp", 1 + 2 + 4),
+                                                   ("1F1B", "fsdp", 1 + 2 * M)])
+def test_replayed_micro_batches_record_the_same_workload(tmp_path, monkeypatch, schedule, axis, calls):
+    s = spec(tmp_path, schedule, axis=axis)
+    replayed = capture(s, 2 * P).to_json()
+    assert len(s.build_model.__globals__["CALLS"]) == calls
+    dispatching_all(monkeypatch)
+    every = capture(s, 2 * P).to_json()
+    assert len(s.build_model.__globals__["CALLS"]) == 1 + 2 * M
+    # copied micro-batches allocate nothing: a stage that copied some reports its memory as not known
+    memory = dict(replayed.pop("memory"))
+    every.pop("memory")
+    assert replayed == every
+    assert all(memory[r] is None for r in memory) if axis == "dp" else all(memory[r] is not None for r in memory)
+    ops = dict(every["programs"])[2 * (P - 1)]
+    assert sum(op["kind"] == "send" for op in ops) == M and len(ops) > 20 * M
+
+
+def test_a_micro_batch_unlike_the_template_is_captured_again_dispatching_all(tmp_path, monkeypatch):
+    # the recorded step's micro-batch 1 (the module's fifth call) runs one more op than micro-batch 2
+    s = spec(tmp_path, odd="x = x * 2 if len(CALLS) == 5 else x")
+    replayed = capture(s, 2 * P).to_json()
+    assert len(s.build_model.__globals__["CALLS"]) >= 2 * M   # the last stage's capture dispatched all
+    dispatching_all(monkeypatch)
+    assert capture(s, 2 * P).to_json() == replayed
+
+
+def test_a_captured_step_too_large_for_memory_is_refused_before_it_is_lowered(tmp_path, capsys, monkeypatch):
+    s = spec(tmp_path)
+    w = capture(s, 2 * P)
+    ops = sum(map(len, w.programs.values()))
+    need = trace_memory.captured_step(w).bytes
+    assert need > trace_memory.STEP_BASE + ops * (trace_memory.PER_KEPT_OP + trace_memory.PER_STEP_OP)
+    lowered = []
+    real = api.lower
+    monkeypatch.setattr(api, "lower", lambda *a: lowered.append(1) or real(*a))
+    err = refused(capsys, s.path, "--topology", "Ring(2)_Ring(4)", "--max-memory", str(need - 1),
+                  match=f"({ops:.3g} ops in {P} program(s))")
+    assert "capture a smaller step (fewer micro-batches, layers or pipeline stages)" in err and lowered == []
+    code, out, _ = cli(capsys, s.path, "--topology", "Ring(2)_Ring(4)", "--max-memory", str(need), "--json")
+    assert code == 0 and json.loads(out)["total_time_us"] > 0 and lowered == [1]
+
+
+def test_below_replay_from_every_micro_batch_runs_and_memory_is_known(tmp_path, monkeypatch):
+    from astra_compile.compiler.frontend import chunk_replay
+    monkeypatch.setattr(chunk_replay, "REPLAY_FROM", M + 1)
+    s = spec(tmp_path, "1F1B")
+    step = capture(s, 2 * P)
+    assert len(s.build_model.__globals__["CALLS"]) >= 2 * M
+    assert all(m is not None for m in step.memory.values())
