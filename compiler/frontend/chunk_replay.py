@@ -22,6 +22,7 @@ import contextlib
 import itertools
 from dataclasses import dataclass, field
 
+from ...network.errors import AstraError
 from .workload import COMPUTE, LOAD, STORE, Op
 
 TEMPLATE, CHECKED = 1, 2   # the micro-batch copied, the one its prediction is checked on
@@ -39,8 +40,9 @@ def replays(rp) -> bool:
     return len(rp.stages) == 1 and rp.microbatches >= REPLAY_FROM
 
 
-class ReplayMismatch(Exception):
-    """A micro-batch's ops are not the template's: capture the stage again dispatching every micro-batch."""
+class ReplayMismatch(AstraError):
+    """A micro-batch's ops are not the template's: capture the stage again dispatching every micro-batch (the
+    capture catches it; under the one error base like every error class of the package)."""
 
 
 @dataclass
