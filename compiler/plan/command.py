@@ -14,6 +14,7 @@ runs): an unknown cluster, a global batch no layout divides, a model too large f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ import sys
 import tempfile
 
 from ...network.errors import UserError
+from ...runtime import atomic
 from ..frontend.layout import layout_file_text
 from ..sweep import command as sweep_command
 from ..sweep import results as results_mod
@@ -101,10 +103,9 @@ def _inspect(path: str, cluster, seq: int | None):
     """The model file loaded (its names, for the search space), tokens per sample, and a check that refuses a
     cluster too small for the model at all (its parameters, gradients and Adam states fully sharded over every
     GPU already exceed a GPU's memory)."""
-    import sys as _sys
     from ..frontend.model_file import load_model_file, module_name
     spec = load_model_file(path)
-    names = dict(vars(_sys.modules[module_name(path)]))
+    names = dict(vars(sys.modules[module_name(path)]))
     params, param_bytes, seq_found = _model_sizes(spec)
     tokens = seq if seq is not None else seq_found
 
@@ -157,18 +158,15 @@ def _write_layouts(path: str, found: list, folder: str, world: int, cluster: str
 
 
 def _write_if_changed(file: str, text: str) -> None:
-    """Layout files are rewritten only when their text changes (a resumed plan keeps them), through a temporary
-    name so that no half-written file is ever read."""
+    """Layout files are rewritten only when their text changes (a resumed plan keeps them), whole or not at all
+    (runtime/atomic.py)."""
     try:
         with open(file, encoding="utf-8") as f:
             if f.read() == text:
                 return
     except OSError:
         pass
-    tmp = file + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, file)
+    atomic.write_text(file, text)
 
 
 def _run(args, sweep: Sweep, results_path: str, workers: int) -> list[dict]:
@@ -180,21 +178,12 @@ def _run(args, sweep: Sweep, results_path: str, workers: int) -> list[dict]:
     run_args = argparse.Namespace(sweep=args.model, output=results_path, no_cache=False, cache=args.cache,
                                   progress=args.progress, ray=args.ray)
     try:
-        with _quiet_stdout():
+        # the sweep's closing line goes to stderr: stdout holds the plan's own table or JSON
+        with contextlib.redirect_stdout(sys.stderr):
             sweep_command.run_points(run_args, sweep, results, done, ray, workers)
     finally:
         results.close()
     return read_results(results_path)[0]
-
-
-class _quiet_stdout:
-    """The sweep's closing line goes to stderr here: stdout holds the plan's own table or JSON."""
-
-    def __enter__(self):
-        self.saved, sys.stdout = sys.stdout, sys.stderr
-
-    def __exit__(self, *exc):
-        sys.stdout = self.saved
 
 
 def _show(args, ranked: list[Outcome], world: int) -> int:

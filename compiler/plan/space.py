@@ -15,6 +15,7 @@ own `mesh_axes()` where it has a parallelize(). Pruned before anything runs:
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from ...network.errors import UserError
@@ -139,7 +140,7 @@ def layouts(space: Space, world: int, gpus_per_node: int, global_batch: int) -> 
         choices.append([n for n in allowed if world % n == 0])
     for sizes in itertools.product(*choices):
         axes = dict(zip(space.axes, sizes))
-        if _prod(sizes) != world:
+        if math.prod(sizes) != world:
             continue
         if space.sizes.get("dp") is None and space.sizes.get("fsdp") is None and \
                 axes.get("dp", 1) > 1 and axes.get("fsdp", 1) > 1:
@@ -162,9 +163,3 @@ def layouts(space: Space, world: int, gpus_per_node: int, global_batch: int) -> 
                     out.append(Layout(mesh, mb, count, ck, sched))
     return out
 
-
-def _prod(values) -> int:
-    p = 1
-    for v in values:
-        p *= v
-    return p
