@@ -239,7 +239,38 @@ def test_the_caching_allocator_by_hand():
         small.malloc(i, 1000)
     assert small.reserved == 2 * MIB
     # a step that frees what it allocates reserves the same again on its next run (the steady state)
-    assert reserved_bytes([4 * MIB], [("x", 30 * MIB), ("x", None)], steps=3) == 20 * MIB + 30 * MIB
+    assert reserved_bytes([4 * MIB], [("x", 30 * MIB, 0), ("x", None, None)], steps=3) == 20 * MIB + 30 * MIB
+
+
+def test_each_stream_reuses_only_its_own_blocks():
+    from astra_compile.compiler.frontend.caching_allocator import CachingAllocator
+    a = CachingAllocator()
+    a.malloc(1, 30 * MIB)                # the compute stream's own 30 MiB segment
+    a.free(1)
+    a.malloc(2, 30 * MIB, stream=1)      # FSDP2's reduce-scatter stream cannot take the freed block: a segment
+    assert a.reserved == 60 * MIB
+    a.free(2)
+    a.malloc(3, 20 * MIB)                # each stream's freed block serves its own requests again
+    a.malloc(4, 20 * MIB, stream=1)
+    assert a.reserved == 60 * MIB
+
+
+def test_the_recording_tells_the_streams_apart():
+    """An allocation made while another stream is current (FSDP2 enters torch.cpu streams on the capture's host
+    device as it would CUDA's) is that stream's: a 30 MiB block the compute stream freed is not reused for it."""
+    import torch
+    from astra_compile.compiler.frontend.step_memory import StepMemory
+    memory = StepMemory()
+    a = torch.empty(30 * MIB, dtype=torch.uint8)
+    memory.saw([], [a], "forward", False, False, False)
+    del a
+    with torch.cpu.stream(torch.cpu.Stream()):
+        b = torch.empty(30 * MIB, dtype=torch.uint8)
+        memory.saw([], [b], "backward", False, False, False)
+    del b
+    result = memory.result()
+    assert result["peak_bytes"] == 30 * MIB
+    assert result["reserved_bytes"] == 60 * MIB   # one stream: 30 MiB, the second allocation reusing the first
 
 
 def test_the_module_and_the_tables_keep_the_memory_and_refuse_a_forged_one(tmp_path, capsys):
