@@ -13,8 +13,12 @@ next request. Its rules (c10/cuda/CUDACachingAllocator.cpp), replayed here in th
 - every segment belongs to the stream that allocated it, and a request is served only from free blocks of its own
   stream: FSDP2 allocates its all-gather buffers on its copy-in stream and the gradient shards the reduce-scatter
   writes on its reduce-scatter stream, so neither reuses the bytes the compute stream freed (nor the reverse).
+With expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which torchtitan's launch script sets)
+each stream's pool is one segment that grows at its end instead: a request no free block holds maps pages (2 MiB
+in the small pool, 20 MiB in the large) after the segment's last block, taking that block too when it is free,
+so the holes between live blocks are the only waste.
 Not replayed: a block freed while another stream still uses it (record_stream) waits for that stream; the
-garbage-collection and expandable-segment options, and the release of cached blocks when the GPU runs out (reserved bytes are then
+garbage-collection option, and the release of cached blocks when the GPU runs out (reserved bytes are then
 capped by the GPU's memory, which a layout close to the limit meets). docs/memory.md, "Memory per rank".
 """
 from __future__ import annotations
@@ -37,10 +41,13 @@ class _Block:
 
 
 class CachingAllocator:
-    """The reserved bytes of a caching allocator fed `malloc(id, bytes)` and `free(id)`."""
+    """The reserved bytes of a caching allocator fed `malloc(id, bytes, stream)` and `free(id)`; `expandable`:
+    with expandable segments."""
 
-    def __init__(self):
+    def __init__(self, expandable: bool = False):
         self.reserved = 0
+        self.expandable = expandable
+        self._last: dict[tuple, _Block] = {}  # expandable: a pool's segment -> its last block
         self._free: dict[tuple, list] = {}   # (stream, small pool?) -> sorted (size, key) of its free blocks
         self._blocks: dict[int, _Block] = {}  # key -> its free block (free lists hold keys)
         self._held: dict[object, tuple] = {}  # allocation id -> (its block, its pool)
@@ -56,6 +63,8 @@ class CachingAllocator:
             _, key = pool.pop(i)
             block = self._blocks.pop(key)
             block.free = False
+        elif self.expandable:
+            block = self._expand(which, size)
         else:
             segment = SMALL_SEGMENT if small else LARGE_SEGMENT if size < MIN_LARGE_SEGMENT else \
                 -(-size // ROUND_LARGE) * ROUND_LARGE
@@ -68,6 +77,8 @@ class CachingAllocator:
             if block.next is not None:
                 block.next.prev = tail
             block.next, block.size = tail, size
+            if self._last.get(which) is block:
+                self._last[which] = tail
             self._release(tail, which)
         self._held[ident] = (block, which)
 
@@ -88,7 +99,29 @@ class CachingAllocator:
                     block.next = neighbour.next
                     if neighbour.next is not None:
                         neighbour.next.prev = block
+                    if self._last.get(which) is neighbour:
+                        self._last[which] = block
         self._release(block, which)
+
+    def _expand(self, which: tuple, size: int) -> _Block:
+        """An expandable segment grown by whole pages to hold `size` after its last block (that block included
+        when it is free): the block holding the request."""
+        last = self._last.get(which)
+        spare = last.size if last is not None and last.free else 0
+        page = SMALL_SEGMENT if which[1] else LARGE_SEGMENT
+        grown = -(-(size - spare) // page) * page
+        self.reserved += grown
+        if spare:
+            self._unlist(last, which)
+            last.size += grown
+            last.free = False
+            return last
+        block = self._new(grown)
+        block.prev = last
+        if last is not None:
+            last.next = block
+        self._last[which] = block
+        return block
 
     def _new(self, size: int) -> _Block:
         self._keys += 1
@@ -105,12 +138,12 @@ class CachingAllocator:
         del self._blocks[block.key]
 
 
-def reserved_bytes(before: list[int], events: list[tuple], steps: int = 2) -> int:
+def reserved_bytes(before: list[int], events: list[tuple], steps: int = 2, expandable: bool = False) -> int:
     """The bytes the allocator reserves: `before` the sizes live when the step began (allocated in that order, on
     the compute stream 0), then `steps` runs of the step's `events`, each (id, bytes, stream) for an allocation
     or (id, None, None) for a free, in order; an id freed that was live before the step is one of `before` by its
-    index ("b", i)."""
-    alloc = CachingAllocator()
+    index ("b", i). `expandable`: with expandable segments."""
+    alloc = CachingAllocator(expandable)
     for i, nbytes in enumerate(before):
         alloc.malloc(("b", i), nbytes)
     for step in range(steps):

@@ -154,19 +154,19 @@ class StepMemory:
         if self._forget is not None:
             self._forget(key)
 
-    def result(self) -> dict:
+    def result(self, expandable_segments: bool = False) -> dict:
         """The peak of live bytes over the step (as max_memory_allocated), when (its phase) and what it held, bytes
         per category (CATEGORIES, summing to the peak), and the bytes the caching allocator reserves for the step
-        (as max_memory_reserved)."""
+        (as max_memory_reserved; `expandable_segments`: the allocator's option of that name on)."""
         self.recording = False
         held = dict.fromkeys(CATEGORIES, 0)
         for nbytes, born, died, s, _ in self._blocks:
             if born <= self._peak_at and (died is None or died > self._peak_at):
                 held[s.tag] += nbytes
         return {"peak_bytes": self.peak, "peak_phase": self.peak_phase, **{f"{c}_bytes": b for c, b in held.items()},
-                "reserved_bytes": self._reserved()}
+                "reserved_bytes": self._reserved(expandable_segments)}
 
-    def _reserved(self) -> int:
+    def _reserved(self, expandable_segments: bool) -> int:
         """What PyTorch's caching allocator reserves for this step's tensors (caching_allocator.py): the blocks
         live before the step, then the step's allocations (each on its stream) and frees in order, twice (the
         steady state: a third run reserves nothing more on the calibration runs)."""
@@ -180,7 +180,7 @@ class StepMemory:
             if died is not None:
                 events.append((died, ident, None, None))
         events.sort(key=lambda e: e[0])
-        return reserved_bytes(before, [e[1:] for e in events])
+        return reserved_bytes(before, [e[1:] for e in events], expandable=expandable_segments)
 
 
 def _upgrade(s: _Storage, tag: str) -> None:
