@@ -239,7 +239,75 @@ def test_the_caching_allocator_by_hand():
         small.malloc(i, 1000)
     assert small.reserved == 2 * MIB
     # a step that frees what it allocates reserves the same again on its next run (the steady state)
-    assert reserved_bytes([4 * MIB], [("x", 30 * MIB), ("x", None)], steps=3) == 20 * MIB + 30 * MIB
+    assert reserved_bytes([4 * MIB], [("x", 30 * MIB, 0), ("x", None, None)], steps=3) == 20 * MIB + 30 * MIB
+
+
+def test_each_stream_reuses_only_its_own_blocks():
+    from astra_compile.compiler.frontend.caching_allocator import CachingAllocator
+    a = CachingAllocator()
+    a.malloc(1, 30 * MIB)                # the compute stream's own 30 MiB segment
+    a.free(1)
+    a.malloc(2, 30 * MIB, stream=1)      # FSDP2's reduce-scatter stream cannot take the freed block: a segment
+    assert a.reserved == 60 * MIB
+    a.free(2)
+    a.malloc(3, 20 * MIB)                # each stream's freed block serves its own requests again
+    a.malloc(4, 20 * MIB, stream=1)
+    assert a.reserved == 60 * MIB
+
+
+def test_expandable_segments_grow_one_segment_per_pool():
+    from astra_compile.compiler.frontend.caching_allocator import CachingAllocator
+    fixed, grown = CachingAllocator(), CachingAllocator(expandable=True)
+    for a in (fixed, grown):
+        a.malloc(1, 100 * MIB)
+        a.malloc(2, 100 * MIB)
+        a.free(1)
+        a.free(2)
+        a.malloc(3, 200 * MIB)   # two freed neighbours: one block only where they share a segment
+    assert fixed.reserved == 400 * MIB and grown.reserved == 200 * MIB
+    a = CachingAllocator(expandable=True)
+    a.malloc(1, 30 * MIB)        # pages of 20 MiB in the large pool: 40 MiB mapped, its last 10 MiB free
+    assert a.reserved == 40 * MIB
+    a.malloc(2, 25 * MIB)        # the free 10 MiB at the end and one more page, not 25 MiB of a segment of its own
+    assert a.reserved == 60 * MIB
+    a.malloc(3, 4 * MIB, stream=1)   # another stream: a segment of its own
+    a.malloc(4, 1000)                # the small pool: 2 MiB pages
+    assert a.reserved == 60 * MIB + 20 * MIB + 2 * MIB
+
+
+def test_the_model_file_sets_the_allocator(tmp_path, capsys):
+    """CUDA_ALLOC_CONF (the PYTORCH_CUDA_ALLOC_CONF the run is launched with): expandable segments leave less than a
+    page of each pool unused; without, each of the stack's 8 MiB activations takes a 20 MiB segment."""
+    plain = memory_of(stack(tmp_path))
+    grown = memory_of(stack(tmp_path, "grown.py", extra='CUDA_ALLOC_CONF = "expandable_segments:True"\n'))
+    assert grown["peak_bytes"] == plain["peak_bytes"]
+    assert grown["reserved_bytes"] - grown["peak_bytes"] < 20 * MIB + 2 * MIB < \
+        plain["reserved_bytes"] - plain["peak_bytes"]
+    off = memory_of(stack(tmp_path, "off.py", extra='CUDA_ALLOC_CONF = "expandable_segments:False"\n'))
+    assert off["reserved_bytes"] == plain["reserved_bytes"]
+    for conf, says in (('"max_split_size_mb:512"', "'max_split_size_mb' is not modelled"),
+                       ('"expandable_segments:yes"', "expandable_segments must be True or False, got 'yes'"),
+                       ("True", "CUDA_ALLOC_CONF must be a string")):
+        path = stack(tmp_path, "bad.py", extra=f"CUDA_ALLOC_CONF = {conf}\n")
+        assert says in refused(capsys, path, "--topology", "4_switch")
+
+
+def test_the_recording_tells_the_streams_apart():
+    """An allocation made while another stream is current (FSDP2 enters torch.cpu streams on the capture's host
+    device as it would CUDA's) is that stream's: a 30 MiB block the compute stream freed is not reused for it."""
+    import torch
+    from astra_compile.compiler.frontend.step_memory import StepMemory
+    memory = StepMemory()
+    a = torch.empty(30 * MIB, dtype=torch.uint8)
+    memory.saw([], [a], "forward", False, False, False)
+    del a
+    with torch.cpu.stream(torch.cpu.Stream()):
+        b = torch.empty(30 * MIB, dtype=torch.uint8)
+        memory.saw([], [b], "backward", False, False, False)
+    del b
+    result = memory.result()
+    assert result["peak_bytes"] == 30 * MIB
+    assert result["reserved_bytes"] == 60 * MIB   # one stream: 30 MiB, the second allocation reusing the first
 
 
 def test_the_module_and_the_tables_keep_the_memory_and_refuse_a_forged_one(tmp_path, capsys):

@@ -17,6 +17,8 @@ Training as torchtitan runs it (train_configs/llama3_8b.toml of that time; no to
   checkpoint_wrapper with a selective-checkpoint context that saves the outputs of matmuls (but every second
   one), of the attention kernel and of reduce-scatters, and recomputes every other op in the backward.
 - AdamW (foreach), gradient norm clipped at 1.0 (its all-reduce over the FSDP group).
+- Launched as torchtitan's run_llama_train.sh launched it then: PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"
+  (CUDA_ALLOC_CONF below: the reserved bytes the published memory column quotes replay that allocator).
 
     astra-compile benchmarks/published/torchtitan_llama3_8b.py --cluster grand-teton:1     # T1: FSDP over 8
     astra-compile benchmarks/published/torchtitan_llama3_8b.py --cluster grand-teton:16    # T2: FSDP over 128
@@ -29,6 +31,7 @@ from torch.nn import functional as F
 
 VOCAB, DIM, HEADS, KV_HEADS, FFN, LAYERS, SEQ, BATCH = 128256, 4096, 32, 8, 14336, 32, 8192, 2
 ROPE_THETA, NORM_EPS, MAX_NORM = 500000.0, 1e-5, 1.0
+CUDA_ALLOC_CONF = "expandable_segments:True"
 
 
 class RMSNorm(nn.Module):

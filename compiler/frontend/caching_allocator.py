@@ -9,9 +9,16 @@ next request. Its rules (c10/cuda/CUDACachingAllocator.cpp), replayed here in th
 - a request takes the smallest free block of its pool that holds it (best fit); what is left over stays a free
   block of the segment when it is 512 B or more (small pool) or more than 1 MiB (large pool);
 - a freed block merges with free neighbours of its segment; only a request that no free block holds takes a new
-  segment, so the reserved bytes only grow.
-Not replayed: streams (a block freed on one stream and reused on another waits for it), the garbage-collection
-and expandable-segment options, and the release of cached blocks when the GPU runs out (reserved bytes are then
+  segment, so the reserved bytes only grow;
+- every segment belongs to the stream that allocated it, and a request is served only from free blocks of its own
+  stream: FSDP2 allocates its all-gather buffers on its copy-in stream and the gradient shards the reduce-scatter
+  writes on its reduce-scatter stream, so neither reuses the bytes the compute stream freed (nor the reverse).
+With expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which torchtitan's launch script sets)
+each stream's pool is one segment that grows at its end instead: a request no free block holds maps pages (2 MiB
+in the small pool, 20 MiB in the large) after the segment's last block, taking that block too when it is free,
+so the holes between live blocks are the only waste.
+Not replayed: a block freed while another stream still uses it (record_stream) waits for that stream; the
+garbage-collection option, and the release of cached blocks when the GPU runs out (reserved bytes are then
 capped by the GPU's memory, which a layout close to the limit meets). docs/memory.md, "Memory per rank".
 """
 from __future__ import annotations
@@ -34,24 +41,30 @@ class _Block:
 
 
 class CachingAllocator:
-    """The reserved bytes of a caching allocator fed `malloc(id, bytes)` and `free(id)`."""
+    """The reserved bytes of a caching allocator fed `malloc(id, bytes, stream)` and `free(id)`; `expandable`:
+    with expandable segments."""
 
-    def __init__(self):
+    def __init__(self, expandable: bool = False):
         self.reserved = 0
-        self._free = {True: [], False: []}   # small pool?: sorted (size, key) of free blocks
+        self.expandable = expandable
+        self._last: dict[tuple, _Block] = {}  # expandable: a pool's segment -> its last block
+        self._free: dict[tuple, list] = {}   # (stream, small pool?) -> sorted (size, key) of its free blocks
         self._blocks: dict[int, _Block] = {}  # key -> its free block (free lists hold keys)
         self._held: dict[object, tuple] = {}  # allocation id -> (its block, its pool)
         self._keys = 0
 
-    def malloc(self, ident, nbytes: int) -> None:
+    def malloc(self, ident, nbytes: int, stream: int = 0) -> None:
         size = max(BLOCK, -(-nbytes // BLOCK) * BLOCK)
         small = size <= SMALL
-        pool = self._free[small]
+        which = (stream, small)   # the pool: the stream's small or large blocks
+        pool = self._free.setdefault(which, [])
         i = bisect.bisect_left(pool, (size, -1))
         if i < len(pool):
             _, key = pool.pop(i)
             block = self._blocks.pop(key)
             block.free = False
+        elif self.expandable:
+            block = self._expand(which, size)
         else:
             segment = SMALL_SEGMENT if small else LARGE_SEGMENT if size < MIN_LARGE_SEGMENT else \
                 -(-size // ROUND_LARGE) * ROUND_LARGE
@@ -64,17 +77,19 @@ class CachingAllocator:
             if block.next is not None:
                 block.next.prev = tail
             block.next, block.size = tail, size
-            self._release(tail, small)
-        self._held[ident] = (block, small)
+            if self._last.get(which) is block:
+                self._last[which] = tail
+            self._release(tail, which)
+        self._held[ident] = (block, which)
 
     def free(self, ident) -> None:
         held = self._held.pop(ident, None)
         if held is None:
             return
-        block, small = held
+        block, which = held
         for neighbour in (block.prev, block.next):   # merge with free neighbours of the segment
             if neighbour is not None and neighbour.free:
-                self._unlist(neighbour, small)
+                self._unlist(neighbour, which)
                 block.size += neighbour.size
                 if neighbour is block.prev:
                     block.prev = neighbour.prev
@@ -84,34 +99,57 @@ class CachingAllocator:
                     block.next = neighbour.next
                     if neighbour.next is not None:
                         neighbour.next.prev = block
-        self._release(block, small)
+                    if self._last.get(which) is neighbour:
+                        self._last[which] = block
+        self._release(block, which)
+
+    def _expand(self, which: tuple, size: int) -> _Block:
+        """An expandable segment grown by whole pages to hold `size` after its last block (that block included
+        when it is free): the block holding the request."""
+        last = self._last.get(which)
+        spare = last.size if last is not None and last.free else 0
+        page = SMALL_SEGMENT if which[1] else LARGE_SEGMENT
+        grown = -(-(size - spare) // page) * page
+        self.reserved += grown
+        if spare:
+            self._unlist(last, which)
+            last.size += grown
+            last.free = False
+            return last
+        block = self._new(grown)
+        block.prev = last
+        if last is not None:
+            last.next = block
+        self._last[which] = block
+        return block
 
     def _new(self, size: int) -> _Block:
         self._keys += 1
         return _Block(size, self._keys)
 
-    def _release(self, block: _Block, small: bool) -> None:
+    def _release(self, block: _Block, which: tuple) -> None:
         block.free = True
         self._blocks[block.key] = block
-        bisect.insort(self._free[small], (block.size, block.key))
+        bisect.insort(self._free[which], (block.size, block.key))
 
-    def _unlist(self, block: _Block, small: bool) -> None:
-        pool = self._free[small]
+    def _unlist(self, block: _Block, which: tuple) -> None:
+        pool = self._free[which]
         del pool[bisect.bisect_left(pool, (block.size, block.key))]
         del self._blocks[block.key]
 
 
-def reserved_bytes(before: list[int], events: list[tuple], steps: int = 2) -> int:
-    """The bytes the allocator reserves: `before` the sizes live when the step began (allocated in that order),
-    then `steps` runs of the step's `events`, each (id, bytes) for an allocation or (id, None) for a free, in
-    order; an id freed that was live before the step is one of `before` by its index ("b", i)."""
-    alloc = CachingAllocator()
+def reserved_bytes(before: list[int], events: list[tuple], steps: int = 2, expandable: bool = False) -> int:
+    """The bytes the allocator reserves: `before` the sizes live when the step began (allocated in that order, on
+    the compute stream 0), then `steps` runs of the step's `events`, each (id, bytes, stream) for an allocation
+    or (id, None, None) for a free, in order; an id freed that was live before the step is one of `before` by its
+    index ("b", i). `expandable`: with expandable segments."""
+    alloc = CachingAllocator(expandable)
     for i, nbytes in enumerate(before):
         alloc.malloc(("b", i), nbytes)
     for step in range(steps):
-        for ident, nbytes in events:
+        for ident, nbytes, stream in events:
             if nbytes is None:
                 alloc.free(ident if ident[0] == "b" else (step, ident))
             else:
-                alloc.malloc((step, ident), nbytes)
+                alloc.malloc((step, ident), nbytes, stream)
     return alloc.reserved

@@ -297,7 +297,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                 step(recorder)
             chunks.check()
             recording[0] = None
-            memory = recorder.memory.result() if not chunks.replayed else None
+            memory = recorder.memory.result(spec.expandable_segments) if not chunks.replayed else None
         except (UserError, ReplayMismatch):
             raise
         except SystemExit as e:  # the user's code called sys.exit(): never exit with its status as if done

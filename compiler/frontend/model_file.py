@@ -30,6 +30,8 @@ A model file is ordinary Python that provides:
                                           offload.py, docs/memory.md)
     GRADIENT_ACCUMULATION = 4 | {"microbatches": 4, "sync": "last" | "every"}   (optional: forward and backward per
                                           micro-batch before one optimizer step; accumulation.py)
+    CUDA_ALLOC_CONF = "expandable_segments:True"   (optional: the PYTORCH_CUDA_ALLOC_CONF the run is launched with;
+                                          the reserved bytes of memory per rank replay it: caching_allocator.py)
 """
 from __future__ import annotations
 
@@ -62,6 +64,7 @@ class ModelFile:
     example_target: Callable | None = None  # example_target(): the target a pipeline schedule's loss_fn takes
     offload: tuple = ()                    # OFFLOAD: FSDP states kept in the remote pool (offload.STATES)
     accumulation: object = None            # GRADIENT_ACCUMULATION: accumulation.Accumulation
+    expandable_segments: bool = False      # CUDA_ALLOC_CONF: the caching allocator grows one segment per pool
 
 
 STEP_CONTEXT_ARGS = ("model", "inputs", "mesh")
@@ -192,7 +195,30 @@ def model_file_from_module(module, path: str | None = None) -> ModelFile:
                      pipeline_stage=getattr(module, "pipeline_stage", None), pipeline=getattr(module, "PIPELINE", None),
                      example_target=getattr(module, "example_target", None),
                      offload=_offload(getattr(module, "OFFLOAD", None), path),
-                     accumulation=accumulation.parse(getattr(module, "GRADIENT_ACCUMULATION", None), path))
+                     accumulation=accumulation.parse(getattr(module, "GRADIENT_ACCUMULATION", None), path),
+                     expandable_segments=_expandable_segments(getattr(module, "CUDA_ALLOC_CONF", None), path))
+
+
+def _expandable_segments(value, path: str) -> bool:
+    """CUDA_ALLOC_CONF, PyTorch's "key:value,key:value" allocator settings: whether expandable_segments is on. The
+    other settings (max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, ...) change the
+    reserved bytes in ways the replay does not follow: refused, not ignored."""
+    if value is None:
+        return False
+    if not isinstance(value, str):
+        raise UserError(f"model file {path}: CUDA_ALLOC_CONF must be a string such as \"expandable_segments:True\", "
+                        f"got {type(value).__name__}")
+    on = False
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        key, _, setting = (x.strip() for x in item.partition(":"))
+        if key != "expandable_segments":
+            raise UserError(f"model file {path}: CUDA_ALLOC_CONF: {key!r} is not modelled (the replayed allocator "
+                            "knows expandable_segments:True|False only)")
+        if setting not in ("True", "False"):
+            raise UserError(f"model file {path}: CUDA_ALLOC_CONF: expandable_segments must be True or False, got "
+                            f"{setting!r}")
+        on = setting == "True"
+    return on
 
 
 def _offload(value, path: str) -> tuple:

@@ -6,7 +6,8 @@ that op; one first seen as an input was live before the step began (parameters, 
 the batch). A storage is freed when torch frees it: its Python object lives exactly as long as the storage
 (PyTorch keeps a storage's Python object alive with it), so a weak reference to it reports the free. FSDP2
 allocates and frees its unsharded parameters by resizing a storage in place (`UntypedStorage.resize_`), which
-`watching` reports. What is live at the peak, the figure `torch.cuda.max_memory_allocated` gives, is
+`watching` reports. Each allocation is made on the stream current then (FSDP2 allocates its all-gather buffers and
+gradient shards on streams of its own; the caching allocator keeps each stream's blocks apart). What is live at the peak, the figure `torch.cuda.max_memory_allocated` gives, is
 classified by what each storage held: parameters (and buffers), gradients (what the optimizer finds in `.grad`),
 optimizer states, communication buffers (a collective's input or output, FSDP2's resized unsharded parameters),
 activations (made in the forward pass and kept for backward) and other (the rest: backward's intermediates, the
@@ -48,7 +49,8 @@ class StepMemory:
     def __init__(self, forget=None):
         self._forget = forget
         self._live: dict[int, _Storage] = {}   # storage address -> what it holds
-        self._blocks: list[list] = []          # [bytes, allocated at, freed at (None: live), _Storage]
+        self._blocks: list[list] = []          # [bytes, allocated at, freed at (None: live), _Storage, stream]
+        self._streams = {id(torch.cpu.current_stream()): 0}   # the stream current now is the compute stream, 0
         self._clock = 0                        # one tick per allocation or free
         self._now = 0                          # bytes live now
         self.peak, self._peak_at, self.peak_phase = 0, BEFORE_STEP, ""
@@ -122,16 +124,21 @@ class StepMemory:
 
     def _open(self, s: _Storage, nbytes: int, before: bool) -> None:
         nbytes = rounded(nbytes)
-        if before:   # live since the step began: at the peak found so far too
-            s.block = [nbytes, BEFORE_STEP, None, s]
+        if before:   # live since the step began (on the compute stream): at the peak found so far too
+            s.block = [nbytes, BEFORE_STEP, None, s, 0]
             self.peak += nbytes
         else:
             self._clock += 1
-            s.block = [nbytes, self._clock, None, s]
+            s.block = [nbytes, self._clock, None, s, self._stream()]
         self._blocks.append(s.block)
         self._now += nbytes
         if self._now > self.peak:
             self.peak, self._peak_at, self.peak_phase = self._now, self._clock, self._phase
+
+    def _stream(self) -> int:
+        """The stream allocations are made on now, numbered in the order first seen (0: the compute stream). The
+        capture's device is the host, whose torch.cpu streams FSDP2 enters as it would CUDA's."""
+        return self._streams.setdefault(id(torch.cpu.current_stream()), len(self._streams))
 
     def _close(self, s: _Storage) -> None:
         if s.block is not None and s.block[2] is None:
@@ -147,33 +154,33 @@ class StepMemory:
         if self._forget is not None:
             self._forget(key)
 
-    def result(self) -> dict:
+    def result(self, expandable_segments: bool = False) -> dict:
         """The peak of live bytes over the step (as max_memory_allocated), when (its phase) and what it held, bytes
         per category (CATEGORIES, summing to the peak), and the bytes the caching allocator reserves for the step
-        (as max_memory_reserved)."""
+        (as max_memory_reserved; `expandable_segments`: the allocator's option of that name on)."""
         self.recording = False
         held = dict.fromkeys(CATEGORIES, 0)
-        for nbytes, born, died, s in self._blocks:
+        for nbytes, born, died, s, _ in self._blocks:
             if born <= self._peak_at and (died is None or died > self._peak_at):
                 held[s.tag] += nbytes
         return {"peak_bytes": self.peak, "peak_phase": self.peak_phase, **{f"{c}_bytes": b for c, b in held.items()},
-                "reserved_bytes": self._reserved()}
+                "reserved_bytes": self._reserved(expandable_segments)}
 
-    def _reserved(self) -> int:
+    def _reserved(self, expandable_segments: bool) -> int:
         """What PyTorch's caching allocator reserves for this step's tensors (caching_allocator.py): the blocks
-        live before the step, then the step's allocations and frees in order, twice (the steady state: a third
-        run reserves nothing more on the calibration runs)."""
+        live before the step, then the step's allocations (each on its stream) and frees in order, twice (the
+        steady state: a third run reserves nothing more on the calibration runs)."""
         before, events = [], []
-        for i, (nbytes, born, died, _) in enumerate(self._blocks):
+        for i, (nbytes, born, died, _, stream) in enumerate(self._blocks):
             ident = ("b", len(before)) if born == BEFORE_STEP else ("s", i)
             if born == BEFORE_STEP:
                 before.append(nbytes)
             else:
-                events.append((born, ident, nbytes))
+                events.append((born, ident, nbytes, stream))
             if died is not None:
-                events.append((died, ident, None))
+                events.append((died, ident, None, None))
         events.sort(key=lambda e: e[0])
-        return reserved_bytes(before, [e[1:] for e in events])
+        return reserved_bytes(before, [e[1:] for e in events], expandable=expandable_segments)
 
 
 def _upgrade(s: _Storage, tag: str) -> None:
