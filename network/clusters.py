@@ -79,8 +79,11 @@ class Cluster:
 
     def describe(self) -> dict:
         """The report's "cluster" object."""
+        fitted = [dim for dim, e in (("node fabric", self.intra_efficiency), ("NICs", self.nic_efficiency))
+                  if e is not None]
+        also = f"; {' and '.join(fitted)} at the efficiency fitted to published nccl-tests logs" if fitted else ""
         return {"name": self.name, "nodes": self.nodes, "gpus": self.gpus, "description": self.description,
-                "source": f"preset {self.name} ({PRESET_SOURCE})"}
+                "source": f"preset {self.name} ({PRESET_SOURCE}{also})"}
 
 
 def presets() -> dict[str, Cluster]:
