@@ -5,7 +5,9 @@ The presets are clusters.json beside this file: per name, the node's GPU (a gpus
 intra-node fabric (a Switch of the node's GPUs for NVSwitch, FullyConnected for AMD's xGMI mesh) with its
 bandwidth per GPU per direction and latency, and the scale-out network (one NIC per GPU; a rail-optimised fat tree
 seen from one rank is a Switch of the nodes over its rail) with the NIC's bandwidth and a latency; every number
-with its source. `resolve` is the one reader of `--cluster`'s value; `Cluster.topology()` with `bandwidth()` and
+with its source, and per dimension the achieved collective efficiency fitted to published nccl-tests/rccl-tests
+logs of that machine (`astra-compile calibrate`, docs/clusters.md), or none where the repository has no log of it
+(the line rate then stands). `resolve` is the one reader of `--cluster`'s value; `Cluster.topology()` with `bandwidth()` and
 `latency()` are what `--topology`, `--bandwidth` and `--latency` would say for it.
 
 Units: the file holds the datasheets' own (decimal GB/s, decimal Gb/s); `bandwidth()` gives the project's GB/s of
@@ -25,7 +27,7 @@ PRESETS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster
 PRESET_SOURCE = "vendor datasheets, docs/clusters.md"
 BLOCKS = ("Switch", "FullyConnected")   # the intra-node fabrics a preset may name
 # what a preset's `sources` names: every number and choice it holds, and the collective efficiency it leaves out
-NUMBERS = ("gpu", "gpus_per_node", "intra_gb_s", "intra_latency_ns", "nic_gbit_s", "nic_latency_ns", "efficiency")
+NUMBERS = ("gpu", "gpus_per_node", "intra_gb_s", "intra_latency_ns", "nic_gbit_s", "nic_latency_ns", "efficiency")   # efficiency: both dimensions' (fitted or not)
 # the most GPUs a cluster may have: ten times the largest training clusters built; beyond it a topology of that many
 # NPUs is a typing mistake, refused here before any stage sizes arrays by the NPU count
 MAX_GPUS = 1 << 20
@@ -43,6 +45,9 @@ class Cluster:
     intra_latency_ns: float   # ns per hop
     nic_gbit_s: float         # decimal Gb/s per GPU (one NIC each)
     nic_latency_ns: float     # ns per hop
+    # the fraction of the line rate NCCL/RCCL reached in the fitted logs, per dimension; None: not fitted (1.0)
+    intra_efficiency: float | None = None
+    nic_efficiency: float | None = None
     sources: tuple = ()       # (field, text) pairs
     nodes: int = 1
 
@@ -53,9 +58,11 @@ class Cluster:
     def _dimensions(self) -> list[tuple[str, float, float]]:
         """(block, GB/s of 2^30 B, ns per hop) per dimension: the node's fabric, then the nodes' switch (none for
         one node: a dimension needs 2 NPUs)."""
-        dims = [(f"{self.intra_block}({self.gpus_per_node})", self.intra_gb_s * 1e9 / GIB, self.intra_latency_ns)]
+        intra, nic = (1.0 if e is None else e for e in (self.intra_efficiency, self.nic_efficiency))
+        dims = [(f"{self.intra_block}({self.gpus_per_node})", self.intra_gb_s * intra * 1e9 / GIB,
+                 self.intra_latency_ns)]
         if self.nodes > 1:
-            dims.append((f"Switch({self.nodes})", self.nic_gbit_s * 1e9 / 8 / GIB, self.nic_latency_ns))
+            dims.append((f"Switch({self.nodes})", self.nic_gbit_s * nic * 1e9 / 8 / GIB, self.nic_latency_ns))
         return dims
 
     def topology(self) -> str:
@@ -72,8 +79,11 @@ class Cluster:
 
     def describe(self) -> dict:
         """The report's "cluster" object."""
+        fitted = [dim for dim, e in (("node fabric", self.intra_efficiency), ("NICs", self.nic_efficiency))
+                  if e is not None]
+        also = f"; {' and '.join(fitted)} at the efficiency fitted to published nccl-tests logs" if fitted else ""
         return {"name": self.name, "nodes": self.nodes, "gpus": self.gpus, "description": self.description,
-                "source": f"preset {self.name} ({PRESET_SOURCE})"}
+                "source": f"preset {self.name} ({PRESET_SOURCE}{also})"}
 
 
 def presets() -> dict[str, Cluster]:
@@ -114,6 +124,11 @@ def _preset(name: str, data: dict) -> Cluster:
         raise UserError(f"{where}: fields {sorted(data)}; expected {sorted(fields)}")
     if data["intra_block"] not in BLOCKS:
         raise UserError(f"{where}: intra_block {show(data['intra_block'])}; expected one of {', '.join(BLOCKS)}")
+    for field in ("intra_efficiency", "nic_efficiency"):   # a fraction of the line rate, or null: not fitted
+        value = data[field]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or
+                                  not 0 < value <= 1):
+            raise UserError(f"{where}: {field} {show(value)}; expected a number in (0, 1] or null (not fitted)")
     if set(data["sources"]) != set(NUMBERS):
         raise UserError(f"{where}: sources name {sorted(data['sources'])}; expected {', '.join(NUMBERS)}")
     return Cluster(name=name, **{**data, "sources": tuple(data["sources"].items())})

@@ -637,8 +637,10 @@ NCCL_LOG = """# Collective test starting: all_reduce_perf
 def case_nccl_log(draw, workdir):
     data = draw(st.one_of(mutated_text(NCCL_LOG, edits=2), hostile_bytes()))
     path = hostile_file(draw, os.path.join(workdir, "all_reduce_perf.log"), data)
-    run("nccl-tests logs", ["calibrate", path, "--topology", "Switch(4)", "-o", "net.yml"], workdir,
-        outputs=("net.yml",))
+    # --hold over a two-dimension topology of the same 4 ranks: any text, or indices in and out of range
+    hold = draw(st.one_of(st.none(), st.sampled_from(["0", "1", "0,1", "0,0", "2", " 1 "]), st.text(max_size=6)))
+    topology = ["--topology", "Switch(4)"] if hold is None else ["--topology", "Switch(2)_Switch(2)", "--hold", hold]
+    run("nccl-tests logs", ["calibrate", path, *topology, "-o", "net.yml"], workdir, outputs=("net.yml",))
 
 
 SYSTEM_JSON = {"scheduling-policy": "FIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,

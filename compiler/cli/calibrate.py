@@ -1,7 +1,7 @@
 """`astra-compile calibrate`: fit the network's bandwidth and latency per dimension to nccl-tests logs.
 
     astra-compile calibrate LOG... --topology T [--algorithm A] [--chunks N] [--min-size S] [--check LOG...]
-                            [--collective C] [--json] [-o net.yml]
+                            [--collective C] [--hold DIMS] [--json] [-o net.yml]
 
 The model is the compiler's own: each logged collective and size is compiled on the topology (baseline
 scheduler, the given algorithm and chunks) and timed by the analytical runtime. That time is a sum over the
@@ -45,6 +45,7 @@ class Fit:
     rows: list                # (log, row, predicted_us) of the fitted logs' rows at or above --min-size
     checked: list             # the same for --check logs
     iterations: int
+    held: tuple = ()          # the dimensions --hold kept at their given bandwidth and latency
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "compiler's choice)")
     p.add_argument("--chunks", type=int, help="chunks per collective (default: the compiler's)")
     p.add_argument("--collective", help="what the logs measured, when neither the log nor its name says")
+    p.add_argument("--hold", metavar="DIMS", help="dimensions kept at their --bandwidth and --latency, not fitted "
+                   "(comma-separated, e.g. 0: the node's fabric, fitted before from a one-node log, under a "
+                   "multi-node log that fits the NICs)")
     p.add_argument("--min-size", help="leave out smaller sizes (e.g. 1MB: the latency-bound end)")
     p.add_argument("--check", nargs="+", default=[], metavar="LOG", help="predict these logs with the fitted "
                                                                           "network")
@@ -93,6 +97,7 @@ def run(args) -> int:
     start = parse_topology(args.topology, args.bandwidth, args.latency, args.links)
     if start.graph is not None:
         raise UserError("calibrate fits a dimension's bandwidth and latency; a graph topology has per-link values")
+    held = _held(args.hold, start.ndims)
     logs = [nccl_tests_log.read(p, args.collective) for p in args.logs]
     checks = [nccl_tests_log.read(p, args.collective) for p in args.check]
     for log in logs + checks:
@@ -100,7 +105,7 @@ def run(args) -> int:
             raise UserError(f"{log.path}: the log measured {log.ranks} ranks; --topology {args.topology} has "
                             f"{start.npus} NPUs")
     defaults = {k: v for k, v in (("algorithm", args.algorithm), ("chunks", args.chunks)) if v is not None}
-    fit = calibrate(args.topology, args.links, start, logs, checks, defaults, min_size)
+    fit = calibrate(args.topology, args.links, start, logs, checks, defaults, min_size, held)
     if args.output:
         from ...network.parse import network_yml
         from ...runtime import atomic
@@ -111,7 +116,22 @@ def run(args) -> int:
     return 0
 
 
-def calibrate(spec: str, links, start, logs, checks, defaults: dict, min_size: int) -> Fit:
+def _held(text: str | None, ndims: int) -> tuple[int, ...]:
+    """--hold's dimensions: distinct indices of the topology's dimensions, at least one left to fit."""
+    if text is None:
+        return ()
+    parts = [t.strip() for t in text.split(",")]
+    if not all(t.isascii() and t.isdigit() and len(t) <= 6 for t in parts):
+        raise UserError(f"--hold {text!r}: expected dimension indices, comma-separated (e.g. 0)")
+    held = tuple(int(t) for t in parts)
+    if any(d >= ndims for d in held) or len(set(held)) != len(held):
+        raise UserError(f"--hold {text!r}: the topology's dimensions are 0..{ndims - 1}, each named once")
+    if len(held) == ndims:
+        raise UserError(f"--hold {text!r} holds every dimension: nothing is left to fit")
+    return held
+
+
+def calibrate(spec: str, links, start, logs, checks, defaults: dict, min_size: int, held: tuple = ()) -> Fit:
     from ...network.parse import parse_topology
     rows = [(log, r) for log in logs for r in log.rows if r.bytes >= min_size]
     if not rows:
@@ -132,7 +152,8 @@ def calibrate(spec: str, links, start, logs, checks, defaults: dict, min_size: i
     for it in range(1, ITERATIONS + 1):
         coef = {case: _at_row(first[case], lambda: timer.coefficients(case, lat, gap)) for case in cases}
         a = np.array([coef[(log.collective, r.bytes)] for log, r in rows])
-        determined = [bool(np.any(a[:, j] > 0)) for j in range(2 * ndims)]
+        # a held dimension's two parameters stay where they started: left out of the solve like undetermined ones
+        determined = [bool(np.any(a[:, j] > 0)) and j % ndims not in held for j in range(2 * ndims)]
         x = _robust(a, measured, np.concatenate([lat, gap]), determined, ndims)
         new_lat, new_gap = x[:ndims], x[ndims:]
         moved = np.max(np.abs(np.concatenate([new_lat - lat, new_gap - gap])) /
@@ -151,7 +172,7 @@ def calibrate(spec: str, links, start, logs, checks, defaults: dict, min_size: i
     predict = lambda pairs: [(log, r, _at_row((log, r), lambda: final.time_ns(log.collective, r.bytes)) / 1e3)  # noqa: E731
                              for log, r in pairs]
     checked = predict([(log, r) for log in checks for r in log.rows if r.bytes >= min_size])
-    return Fit([1.0 / g for g in gap], list(lat), determined, note, predict(rows), checked, it)
+    return Fit([1.0 / g for g in gap], list(lat), determined, note, predict(rows), checked, it, held)
 
 
 def _at_row(row, compute):
@@ -200,7 +221,10 @@ def _solve(a: np.ndarray, y: np.ndarray, current: np.ndarray, determined: list, 
             free = [j for j in free_all if j not in held]
             for j in held:
                 x[j] = low[j]
-            rhs = root - w[:, list(held)] @ x[list(held)] if held else root
+            # every parameter not solved for (at its bound, held by --hold, or one no row depends on) keeps its
+            # value, and its share of each row's time comes off the right-hand side
+            fixed = [j for j in range(2 * ndims) if j not in free]
+            rhs = root - w[:, fixed] @ x[fixed]
             if free:
                 sol, *_ = np.linalg.lstsq(w[:, free], rhs, rcond=None)
                 x[free] = sol
@@ -282,6 +306,10 @@ def format_fit(fit: Fit, start, min_size: int) -> str:
     lines = [f"fitted network: {start.name}, {len(fit.rows)} row(s)"
              + (f" of at least {min_size} bytes" if min_size else "") + f" ({fit.iterations} iteration(s))"]
     for d in range(ndims):
+        if d in fit.held:
+            lines.append(f"  dim {d} {start.dims[d].block}({start.dims[d].size}): held at bandwidth "
+                         f"{fit.bandwidth_gbps[d]:.3f} GB/s of 2^30 B, latency {fit.latency_ns[d]:.1f} ns (--hold)")
+            continue
         bw = "not determined (no row depends on it)" if not fit.determined[ndims + d] else \
             f"{fit.bandwidth_gbps[d]:.3f} GB/s of 2^30 B ({decimal_gbps(fit.bandwidth_gbps[d]):.3f} GB/s of 10^9 B, " \
             "nccl-tests' busbw unit)"

@@ -435,6 +435,8 @@ def _run_collective(job: Job, given: set[str], sink: list | None) -> int:
                     f"{topology.name}: {report.backend} runtime, {report.scheduler} scheduler")
     if run.verify:
         report = report.with_(verified=True)
+    if job.network.cluster is not None:   # read by with_cluster: the header says which cluster, as a step's does
+        report = report.with_(cluster=job.network.cluster.describe())
     _report(job, report.to_json(), lambda: report.format() + (f"\n{VERIFIED}" if run.verify else ""), sink)
     return 0
 

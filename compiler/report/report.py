@@ -27,7 +27,7 @@ if TYPE_CHECKING:   # an annotation only: no import at run time
 SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "report.schema.json")
 # keys --json leaves out when they do not apply (congestion backend only, optimal scheduler only, --verify only)
 OPTIONAL = ("switching", "link_utilization", "optimal_choice", "themis_time_us", "cp_sat_time_us", "baseline_time_us",
-            "verified", "local_mem_gbps", "endpoint_delay_ns", "pass_pipeline")
+            "verified", "local_mem_gbps", "endpoint_delay_ns", "pass_pipeline", "cluster")
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,7 @@ class Report:
     local_mem_gbps: float | None = None    # --local-mem-bw: reductions cost local memory time
     endpoint_delay_ns: float | None = None  # --endpoint-delay: what every message spends at its endpoints
     pass_pipeline: str | None = None       # the passes that ran, every option resolved (None: no pass ran here)
+    cluster: dict | None = None            # --cluster: the preset the topology came from (Cluster.describe())
 
     def with_(self, **changes) -> "Report":
         return dataclasses.replace(self, **changes)
@@ -221,6 +222,10 @@ def _format(r: "Report") -> str:
     for c in r.collectives:
         lines.append(f"{c.name}: {c.kind} of {format_size(c.bytes)} over dims "
                      f"{','.join(map(str, c.dims))}, {c.chunks} chunks, ends at {c.end_us:.3f} us")
+    if r.cluster:   # the same line as a training step's report (workload_report.py)
+        c = r.cluster
+        lines.append(f"cluster         {c['name']} x {c['nodes']} nodes ({c['gpus']} GPUs): {c['description']}; "
+                     f"{c['source']}")
     lines += [
         f"topology        {r.topology} ({r.npus} NPUs)"
         + (f", endpoint delay {r.endpoint_delay_ns:g} ns per message" if r.endpoint_delay_ns else ""),
