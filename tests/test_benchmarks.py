@@ -118,3 +118,11 @@ class _Model:
         self.layers = [torch.nn.Identity() for _ in range(126)]
         self.tok_embeddings = self.norm = self.output = torch.nn.Identity()
         self.cos = self.sin = torch.zeros(1)
+
+
+def test_fit_matmul_recovers_the_factor_the_steps_were_made_with():
+    import fit_matmul
+    rows = [(run, m, r, 0.585 * m + r) for run, m, r in [("A", 1069.5, 511.2), ("B", 907.5, 489.6), ("C", 951.2, 575.3)]]
+    assert fit_matmul.factor(rows) == pytest.approx(0.585)
+    rows[0] = ("A", 1069.5, 511.2, 0.585 * 1069.5 + 511.2 + 60)   # one run 60 ms slower: pulled up, not to it
+    assert 0.585 < fit_matmul.factor(rows) < 0.585 + 60 / 1069.5

@@ -152,6 +152,22 @@ def test_communication_is_left_out_and_tf32_told_by_the_kernel(tmp_path):
     assert p.comm_ns == pytest.approx(54e3)
 
 
+def test_a_layer_norm_counts_its_weight_bias_and_outputs(tmp_path):
+    """native_layer_norm's weight and bias are `Tensor?` in its schema: the call runs on meta tensors with them,
+    so its bytes are the input, weight and bias read and the output, mean and rstd written, as the capture counts
+    them (the H200 GPT profile's fp32 [4, 1024, 2048] layer norms: 67,158,016 bytes, not the 33,570,816 of the
+    inputs alone), and a cuDNN batch norm is a class of its own."""
+    events = [_op("aten::native_layer_norm", 0, 1, [[4, 1024, 2048], [], [2048], [2048], []],
+                  ["float", "ScalarList", "float", "float", "Scalar"], ["", "[2048]", "", "", "1e-05"]),
+              _kernel(1, 1, 28.3)]
+    data = {"deviceProperties": [{"name": "NVIDIA H200", "numSms": 132}], "traceEvents": events}
+    (call,) = profile_ops.read_profile(write(tmp_path, data)).calls
+    out = 4 * 1024 * 2048 * 4 + 2 * 4 * 1024 * 4
+    assert call.nbytes == 4 * 1024 * 2048 * 4 + 2 * 2048 * 4 + out
+    from astra_compile.network.op_classes import classify
+    assert classify(call.name) == "norm" and classify("aten::cudnn_batch_norm") == "batch_norm"
+
+
 @pytest.mark.parametrize("make, args, expected", [
     (lambda: "{not json", [], "not JSON"),
     (lambda: {"nodes": []}, [], "not a torch.profiler (Kineto) trace"),

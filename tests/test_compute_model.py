@@ -24,7 +24,7 @@ BW = 4000.0                                          # bytes per ns (4 TB/s)
     ("aten._scaled_dot_product_efficient_attention_backward.default", "attention_backward"),
     ("aten::cudnn_convolution", "conv"), ("aten.convolution.default", "conv"),
     ("aten._conv_depthwise2d.default", "conv"),
-    ("aten.convolution_backward.default", "conv_backward"), ("aten::cudnn_batch_norm", "norm"),
+    ("aten.convolution_backward.default", "conv_backward"), ("aten::cudnn_batch_norm", "batch_norm"),
     ("aten.native_layer_norm_backward.default", "norm"), ("aten._fused_rms_norm.default", "norm"),
     ("aten._foreach_addcdiv_.ScalarList", "optimizer"), ("aten._fused_adamw_.default", "optimizer"),
     ("aten.gelu.default", "elementwise"), ("aten._softmax.default", "elementwise"),

@@ -296,7 +296,7 @@ def _bind(name: str, packet, inputs: list):
             continue
         args, kwargs = [], {}
         for a, v in zip(schema.arguments, values):
-            if isinstance(v, torch.Tensor) != isinstance(a.type, torch.TensorType):
+            if isinstance(v, torch.Tensor) != _takes_tensor(a.type):
                 break
             if a.kwarg_only:
                 kwargs[a.name] = v
@@ -305,6 +305,15 @@ def _bind(name: str, packet, inputs: list):
         else:
             return args, kwargs, getattr(packet, schema.overload_name or "default")
     raise ValueError("no overload takes the recorded arguments")
+
+
+def _takes_tensor(kind) -> bool:
+    """Whether a schema argument of this type takes one tensor: `Tensor`, or `Tensor?` (a layer norm's weight, a
+    convolution's bias), which the profiler records as a tensor when one was passed."""
+    import torch
+    if isinstance(kind, torch.OptionalType):
+        kind = kind.getElementType()
+    return isinstance(kind, torch.TensorType)
 
 
 def _value(kind: str, value):
