@@ -14,8 +14,9 @@ calibrate-compute`; the presets' values say where they were fitted):
   the `multiprocessors`, two at a time on each (split along K when there are fewer tiles than that, as cuBLAS
   does), and `matmul.k_overhead`, the prologue and epilogue of a tile in multiply-adds of K: a tile of depth K
   costs K + k_overhead. Its bytes take `elementwise`'s bandwidth; the op takes the larger.
-- memory classes (norm, elementwise, optimizer, cast): `CLASS` is the fraction of the memory bandwidth its kernels
-  reach, counting the bytes the op reads and writes once (a BatchNorm's extra passes show as a lower fraction).
+- memory classes (norm, batch_norm, elementwise, optimizer, cast): `CLASS` is the fraction of the memory bandwidth
+  its kernels reach, counting the bytes the op reads and writes once (a batch norm's extra passes show as its
+  lower fraction).
 - `launch_us`: added to every kernel (launch latency and the tail of a grid), and `host_us`: the host time to
   issue one op (eager dispatch, autograd and launch; `CLASS.host_us` for one class: a cuDNN convolution's
   backward costs the host far more than an add). The host issues ops one after another; an op's kernel starts no
