@@ -145,3 +145,42 @@ def test_bad_input_one_line_each(tmp_path, capsys):
     refused(capsys, "plan", big, "--cluster", "dgx-h100:1", "--global-batch", "8", match="too small for this model")
     bad = model(tmp_path, 'def plan_space():\n    return {"axes": ["ep"]}\n', name="bad.py")
     refused(capsys, "plan", bad, "--cluster", "dgx-h100:1", "--global-batch", "8", match="plan_space()['axes']")
+
+
+def test_memory_lower_bound_counts_what_the_rank_surely_holds(tmp_path):
+    from astra_compile.compiler.plan import memory
+    from astra_compile.compiler.report.memory_report import CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_GROUP
+    sizes = memory.sizes_of(load_model_file(model(tmp_path, width=1000, blocks=6)))
+    block = (1000 * 1000 + 1000) * 4                       # one Linear(1000, 1000) in fp32
+    assert (sizes.blocks, sizes.block_bytes, sizes.block_tp_bytes, sizes.other_bytes) == (6, block, 0, 0)
+    assert sizes.input_bytes_per_sample == 1000 * 4 and sizes.adam_states
+    fsdp = space_mod.Layout((("fsdp", 4),), 2, 1, "full", None)
+    # parameters, gradients and AdamW's two states sharded 4 ways; 6 block inputs of a 2-sample micro-batch
+    assert memory.lower_bound(sizes, fsdp) == 4 * 6 * block // 4 + 6 * 2 * 4000 + CUDA_CONTEXT_BYTES + \
+        NCCL_BYTES_PER_GROUP
+    pipe = space_mod.Layout((("pp", 4), ("dp", 2)), 1, 4, "none", "1F1B")   # a stage holds at least 6 // 4 blocks
+    assert memory.lower_bound(sizes, pipe) == 4 * block + 4000 + CUDA_CONTEXT_BYTES + 2 * NCCL_BYTES_PER_GROUP
+
+
+def test_layouts_over_memory_by_their_bound_do_not_run(tmp_path, capsys):
+    # 5B fp32 parameters: DDP's copy with gradients and AdamW states (80 GB) cannot fit an 80 GB H100, FSDP over 8 can
+    path = model(tmp_path, """
+        def plan_space():
+            return {"axes": ["dp", "fsdp"], "micro_batch": [8], "checkpointing": ["none"]}
+    """, width=25_000, blocks=8)
+    out_csv = str(tmp_path / "plan.csv")
+    code, out, err = cli(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "64", "--workers", "1",
+                         "-o", out_csv, "--json")
+    assert code == 0, err
+    by = {lay["mesh"]: lay for lay in json.loads(out)["layouts"]}
+    assert set(by) == {"dp=8", "fsdp=8"}
+    assert by["dp=8"]["memory_estimated"] and not by["dp=8"]["fits"] and by["dp=8"]["step_time_us"] == 0
+    assert by["dp=8"]["peak_memory_bytes"] > 4 * 25_000 * 25_000 * 4 * 8
+    assert by["fsdp=8"]["status"] == "ok" and not by["fsdp=8"]["memory_estimated"] and by["fsdp=8"]["fits"]
+    assert by["fsdp=8"]["step_time_us"] > 0
+    assert len(os.listdir(tmp_path / "plan.layouts")) == 1   # only the layout that ran was written
+    code, out, err = cli(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "64", "--workers", "1")
+    assert "2 layouts: 1 ran and fit, 1 over a GPU's memory (1 of them by their lower bound, not run)" in out
+    # no layout can fit: one line, nothing runs
+    ddp = model(tmp_path, 'def plan_space():\n    return {"axes": ["dp"]}\n', name="ddp.py", width=25_000, blocks=8)
+    refused(capsys, "plan", ddp, "--cluster", "dgx-h100:1", "--global-batch", "64", match="none of its 12 layouts on 8 GPUs fits")

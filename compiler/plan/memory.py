@@ -1,0 +1,121 @@
+"""A layout's memory per rank bounded from below before it runs, so `astra-compile plan` skips the layouts that
+clearly cannot fit a GPU (a capture of a 70B-parameter model takes minutes; this takes microseconds per layout).
+
+The bound counts only what the rank surely holds at the start of its backward, each term at its smallest:
+- the parameters and their gradients of the repeated blocks the rank's stage holds (at least floor(blocks / pp)),
+  the tensors TP_PLAN names divided by tp, all of them by fsdp; the rest of the model (embeddings, head) only
+  without a pipeline (a stage may hold none of it), divided by fsdp;
+- the default optimizer's (AdamW) two states per parameter, in the parameter's dtype, sharded as the parameters;
+  none for a file's own optimizer;
+- each of the stage's blocks' input for one micro-batch, which the backward needs whatever the checkpointing
+  (divided by tp where the TP_PLAN holds a style object, which may shard the sequence);
+- the CUDA context and NCCL's buffers of one communicator per mesh axis (compiler/report/memory_report.py).
+What it leaves out (activations inside a block, all-gathered FSDP units, more micro-batches in flight on a
+pipeline, the caching allocator's slack) only adds to the measured figure, which stays what a plan ranks by; the
+margin is in docs/plan.md ("Limits").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..report.memory_report import CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_GROUP
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What the bound needs of a model, measured once on fake tensors."""
+    params: int                  # every parameter of the model
+    param_bytes: int
+    seq: int                     # tokens per sample (the second dimension of an integer 2-D first input, else 1)
+    blocks: int                  # the repeated blocks (frontend/layout.repeated_blocks)
+    block_bytes: int             # parameter bytes of one block that TP_PLAN does not shard
+    block_tp_bytes: int          # ... and that it shards
+    other_bytes: int             # parameter bytes outside the blocks
+    other_tp_bytes: int
+    input_bytes_per_sample: int  # one block's input for one sample
+    adam_states: bool            # the default optimizer: two states per parameter
+    tp_may_shard_inputs: bool    # a TP_PLAN style other than the colwise/rowwise names (sequence parallelism)
+
+
+class _Stop(Exception):
+    """Raised by the hook on the first block: the forward stops once the block's input is known."""
+
+
+def sizes_of(spec) -> Sizes:
+    """The model file's Sizes, its model built on fake tensors and run up to its first repeated block."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from ...network.errors import UserError
+    from ..frontend.fake_params import fake_params_convertible
+    from ..frontend.layout import repeated_blocks
+    from ..frontend.model_file import one_line
+    from ..frontend.parallelize import _matching
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True), fake_params_convertible():
+            model = spec.build_model()
+            inputs = spec.example_inputs()
+            blocks = repeated_blocks(model) if isinstance(model, torch.nn.Module) else []
+            first_input = _first_block_input(model, blocks, inputs)
+    except Exception as e:  # the user's code: one line
+        raise UserError(f"{spec.path}: build_model() or example_inputs() failed: {one_line(e)}") from None
+    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    tp_ids = {id(p) for m in _matching(model, list(spec.tp_plan or {})) for p in m.parameters()} \
+        if params else set()
+    in_block = {id(p) for b in blocks for p in b.parameters()}
+    one = list(blocks[0].parameters()) if blocks else []
+
+    def nbytes(ps, sharded: bool) -> int:
+        return sum(p.numel() * p.element_size() for p in ps if (id(p) in tp_ids) == sharded)
+    others = [p for p in params if id(p) not in in_block]
+    first = inputs[0] if isinstance(inputs, tuple) and inputs else inputs
+    seq, batch = 1, 1
+    if isinstance(first, torch.Tensor) and first.dim() >= 1:
+        batch = max(int(first.shape[0]), 1)
+        if first.dim() == 2 and not first.is_floating_point():
+            seq = int(first.shape[1])
+    return Sizes(params=sum(p.numel() for p in params), param_bytes=sum(p.numel() * p.element_size() for p in params),
+                 seq=seq, blocks=len(blocks), block_bytes=nbytes(one, False), block_tp_bytes=nbytes(one, True),
+                 other_bytes=nbytes(others, False), other_tp_bytes=nbytes(others, True),
+                 input_bytes_per_sample=first_input // batch, adam_states=spec.optimizer is None,
+                 tp_may_shard_inputs=any(not isinstance(s, str) for s in (spec.tp_plan or {}).values()))
+
+
+def _first_block_input(model, blocks: list, inputs) -> int:
+    """Bytes of the first tensor the first repeated block is called with (0 without blocks, or when the forward
+    does not reach it)."""
+    import torch
+    if not blocks:
+        return 0
+    seen = []
+
+    def hook(_module, args, kwargs):   # the first tensor argument: the hidden state (buffers are shared)
+        seen.extend(t.numel() * t.element_size() for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor))
+        raise _Stop
+    handle = blocks[0].register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model(*(inputs if isinstance(inputs, tuple) else (inputs,)))
+    except _Stop:
+        pass
+    except Exception:   # a forward that needs the mesh or the pipeline: no activation term
+        return 0
+    finally:
+        handle.remove()
+    return seen[0] if seen else 0
+
+
+def lower_bound(s: Sizes, layout) -> int:
+    """Bytes the rank surely needs under `layout` (a plan/space.Layout); see the module's list."""
+    axes = layout.axes
+    tp, pp, fsdp = axes.get("tp", 1), axes.get("pp", 1), axes.get("fsdp", 1)
+    stage_blocks = s.blocks // pp
+    weights = stage_blocks * (s.block_bytes + s.block_tp_bytes // tp)
+    if pp == 1:
+        weights += s.other_bytes + s.other_tp_bytes // tp
+    weights //= fsdp
+    states = (2 + (2 if s.adam_states else 0)) * weights   # parameters, gradients, AdamW's two states
+    inputs = stage_blocks * s.input_bytes_per_sample * layout.micro_batch
+    if s.tp_may_shard_inputs:
+        inputs //= tp
+    groups = sum(1 for n in axes.values() if n > 1)
+    return states + inputs + CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
