@@ -184,3 +184,20 @@ def test_layouts_over_memory_by_their_bound_do_not_run(tmp_path, capsys):
     # no layout can fit: one line, nothing runs
     ddp = model(tmp_path, 'def plan_space():\n    return {"axes": ["dp"]}\n', name="ddp.py", width=25_000, blocks=8)
     refused(capsys, "plan", ddp, "--cluster", "dgx-h100:1", "--global-batch", "64", match="none of its 12 layouts on 8 GPUs fits")
+
+
+def test_cache_gives_a_later_plan_its_captures(tmp_path, capsys):
+    # without -o the layout files would go to a scratch folder of each plan, and the cache (which keys a capture by
+    # its file's path) would capture every layout again
+    path = model(tmp_path, 'def plan_space():\n    return {"axes": ["dp", "fsdp"], "micro_batch": [8], '
+                           '"checkpointing": ["none"]}\n')
+    cache = str(tmp_path / "cache")
+    args = ("plan", path, "--global-batch", "64", "--workers", "1", "--cache", cache, "--json")
+    code, out, err = cli(capsys, *args, "--cluster", "dgx-h100:1")
+    assert code == 0 and "captured 2 workload(s)" in err, err
+    h100 = {lay["mesh"]: lay["step_time_us"] for lay in json.loads(out)["layouts"]}
+    code, out, err = cli(capsys, *args, "--cluster", "dgx-a100:1")   # another cluster of the same shape
+    assert code == 0 and "captured 0 workload(s)" in err, err
+    a100 = {lay["mesh"]: lay["step_time_us"] for lay in json.loads(out)["layouts"]}
+    assert set(a100) == set(h100) == {"dp=8", "fsdp=8"} and all(a100[m] > h100[m] for m in a100)   # slower GPUs
+    assert len(os.listdir(tmp_path / "cache" / "plan-layouts")) == 1

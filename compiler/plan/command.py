@@ -94,7 +94,7 @@ def run(args) -> int:
         check_suffix(args.plot, "--plot")
     with tempfile.TemporaryDirectory(prefix="astra-plan-") as scratch:
         results_path = os.path.abspath(args.output) if args.output else os.path.join(scratch, "layouts.csv")
-        folder = os.path.splitext(results_path)[0] + ".layouts"
+        folder = _layouts_folder(path, results_path, args)
         sweep = _write_layouts(path, found, pruned, folder, world, args.cluster, results_path)
         rows = _run(args, sweep, results_path, workers)
     ranked = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned)
@@ -140,6 +140,18 @@ def _prune(path: str, found: list, sizes, cluster) -> dict:
                         "per rank (weights, gradients, optimizer states and block inputs; docs/plan.md): the cluster "
                         "is too small for this model at this global batch")
     return over
+
+
+def _layouts_folder(path: str, results_path: str, args) -> str:
+    """Where the layout files go: beside the results file with -o; else, with --cache, in the cache under the
+    model file's digest, so a later plan of the same file (another cluster of the same shape, another --top) names
+    the same files and the cache, which keys a capture by its file's path and content, gives their captures back;
+    else in the plan's scratch folder."""
+    if args.output or not args.cache:
+        return os.path.splitext(results_path)[0] + ".layouts"
+    from ..core import reuse
+    cache = reuse.open_dir(args.cache)   # a --cache that is not a directory: one line, before anything is written
+    return os.path.join(cache.directory, "plan-layouts", reuse.file_digest(path))
 
 
 def _write_layouts(path: str, found: list, pruned: dict, folder: str, world: int, cluster: str,
