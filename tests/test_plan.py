@@ -81,6 +81,9 @@ def test_pipeline_and_tensor_parallel_layouts(tmp_path):
     assert all(lay.schedule == "1F1B" for lay in found if "pp" in lay.axes)
     assert all(16 % (lay.axes.get("dp", 1) * lay.axes.get("fsdp", 1)) == 0 for lay in found)
     assert any(set(lay.axes) == {"pp", "dp", "tp"} for lay in found)
+    assert max(lay.axes.get("pp", 1) for lay in found) == 16
+    # the model's 4 blocks: no stage without one
+    assert max(lay.axes.get("pp", 1) for lay in space_mod.layouts(s, 16, 8, 16, blocks=4)) == 4
 
 
 def test_plan_space_restricts(tmp_path):

@@ -80,7 +80,7 @@ def run(args) -> int:
     path = os.path.abspath(args.model)
     spec, names, sizes, seq, fits_at_all = _inspect(path, cluster, args.seq)
     found = space_mod.layouts(space_mod.space_of(spec, names, args.model), world, cluster.gpus_per_node,
-                              args.global_batch)
+                              args.global_batch, sizes.blocks)
     if not found:
         raise UserError(f"--global-batch {args.global_batch}: no layout of {args.model} on {world} GPUs divides it "
                         "among its data-parallel ranks (give a multiple of the data-parallel sizes)")
