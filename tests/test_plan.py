@@ -204,3 +204,15 @@ def test_cache_gives_a_later_plan_its_captures(tmp_path, capsys):
     a100 = {lay["mesh"]: lay["step_time_us"] for lay in json.loads(out)["layouts"]}
     assert set(a100) == set(h100) == {"dp=8", "fsdp=8"} and all(a100[m] > h100[m] for m in a100)   # slower GPUs
     assert len(os.listdir(tmp_path / "cache" / "plan-layouts")) == 1
+
+
+def test_capture_limit_reaches_each_layout(tmp_path, capsys):
+    path = model(tmp_path, 'def plan_space():\n    return {"axes": ["dp"], "micro_batch": [8], '
+                           '"checkpointing": ["none"]}\n', blocks=64)
+    refused(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "64", "--capture-limit", "0",
+            match="--capture-limit must be a positive number of seconds, got 0.0")
+    code, out, err = cli(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "64", "--workers", "1",
+                         "--capture-limit", "0.01")
+    assert code == 1, err   # the one layout ran out of CPU time: listed, none fit
+    assert "1 layouts: 0 ran and fit, 0 over a GPU's memory, 1 failed" in out
+    assert "used more than 0.01 s of CPU without finishing" in out, out

@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="processes (default: this machine's cores)")
     p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS", help="run the layouts as Ray tasks")
     p.add_argument("--cache", metavar="DIR", help="keep captures and compiled collectives in DIR")
+    p.add_argument("--capture-limit", type=float, metavar="SECONDS",
+                   help="CPU seconds each layout's capture may take (default: astra-compile's, 600); a layout over "
+                        "it fails and is listed")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar on stderr (auto: when stderr is a terminal)")
     return p
@@ -74,6 +77,9 @@ def run(args) -> int:
         raise UserError(f"--global-batch {args.global_batch}: expected a sample count of 1 or more")
     if args.top < 1 or args.max_layouts < 1 or (args.seq is not None and args.seq < 1):
         raise UserError("--top, --max-layouts and --seq must be 1 or more")
+    if args.capture_limit is not None:
+        from ..cli.parser import capture_limit
+        capture_limit(args.capture_limit)
     workers = workers_mod.cpu_count() if args.workers is None else args.workers
     if not 1 <= workers <= 1024:
         raise UserError(f"--workers must be 1..1024, got {workers}")
@@ -95,7 +101,8 @@ def run(args) -> int:
     with tempfile.TemporaryDirectory(prefix="astra-plan-") as scratch:
         results_path = os.path.abspath(args.output) if args.output else os.path.join(scratch, "layouts.csv")
         folder = _layouts_folder(path, results_path, args)
-        sweep = _write_layouts(path, found, pruned, folder, world, args.cluster, results_path)
+        limit = {} if args.capture_limit is None else {"capture_limit": args.capture_limit}
+        sweep = _write_layouts(path, found, pruned, folder, world, args.cluster, results_path, limit)
         rows = _run(args, sweep, results_path, workers)
     ranked = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned)
     return _show(args, ranked, world)
@@ -155,7 +162,7 @@ def _layouts_folder(path: str, results_path: str, args) -> str:
 
 
 def _write_layouts(path: str, found: list, pruned: dict, folder: str, world: int, cluster: str,
-                   results_path: str) -> Sweep:
+                   results_path: str, options: dict) -> Sweep:
     """The sweep of the layouts not pruned, each point numbered as its layout (so a resumed plan whose pruning
     changed still finds its rows), each written as a layout file."""
     with open(path, "rb") as f:
@@ -169,7 +176,7 @@ def _write_layouts(path: str, found: list, pruned: dict, folder: str, world: int
         text = layout_file_text(path, digest, lay.micro_batch * lay.microbatches, lay.microbatches,
                                 lay.checkpointing, lay.schedule, "pp" in lay.axes, lay.label(world))
         _write_if_changed(file, text)
-        points.append(Point(i, {"input": file, "cluster": cluster, "mesh": lay.mesh_text(world)},
+        points.append(Point(i, {"input": file, "cluster": cluster, "mesh": lay.mesh_text(world), **options},
                             {"layout": lay.label(world)}))
     return Sweep(results_path, {}, ("layout",), tuple(points))
 
