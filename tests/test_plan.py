@@ -163,6 +163,13 @@ def test_memory_lower_bound_counts_what_the_rank_surely_holds(tmp_path):
         NCCL_BYTES_PER_GROUP
     pipe = space_mod.Layout((("pp", 4), ("dp", 2)), 1, 4, "none", "1F1B")   # a stage holds at least 6 // 4 blocks
     assert memory.lower_bound(sizes, pipe) == 4 * block + 4000 + CUDA_CONTEXT_BYTES + 2 * NCCL_BYTES_PER_GROUP
+    # a file's own parallelize() may shard over "dp" (torchtitan's FSDP does): no replica is assumed
+    own = memory.sizes_of(load_model_file(model(tmp_path, "def parallelize(model, mesh):\n    return model\n",
+                                                name="own.py", width=1000, blocks=6)))
+    dp = space_mod.Layout((("dp", 8),), 1, 1, "none", None)
+    assert not sizes.own_parallelize and own.own_parallelize
+    assert memory.lower_bound(sizes, dp) == 4 * 6 * block + 6 * 4000 + CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP
+    assert memory.lower_bound(own, dp) == 4 * 6 * block // 8 + 6 * 4000 + CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP
 
 
 def test_layouts_over_memory_by_their_bound_do_not_run(tmp_path, capsys):

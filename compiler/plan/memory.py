@@ -4,7 +4,8 @@ clearly cannot fit a GPU (a capture of a 70B-parameter model takes minutes; this
 The bound counts only what the rank surely holds at the start of its backward, each term at its smallest:
 - the parameters and their gradients of the repeated blocks the rank's stage holds (at least floor(blocks / pp)),
   the tensors TP_PLAN names divided by tp, all of them by fsdp; the rest of the model (embeddings, head) only
-  without a pipeline (a stage may hold none of it), divided by fsdp;
+  without a pipeline (a stage may hold none of it), divided by fsdp; with the file's own parallelize(), whose
+  axes mean what it makes of them, all of them divided by every axis but pp;
 - the default optimizer's (AdamW) two states per parameter, in the parameter's dtype, sharded as the parameters;
   none for a file's own optimizer;
 - each of the stage's blocks' input for one micro-batch, which the backward needs whatever the checkpointing
@@ -16,6 +17,7 @@ margin is in docs/plan.md ("Limits").
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..report.memory_report import CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_GROUP
@@ -35,6 +37,7 @@ class Sizes:
     input_bytes_per_sample: int  # one block's input for one sample
     adam_states: bool            # the default optimizer: two states per parameter
     tp_may_shard_inputs: bool    # a TP_PLAN style other than the colwise/rowwise names (sequence parallelism)
+    own_parallelize: bool        # the file's parallelize() gives the axes their meaning (torchtitan's FSDP on "dp")
 
 
 class _Stop(Exception):
@@ -77,7 +80,8 @@ def sizes_of(spec) -> Sizes:
                  seq=seq, blocks=len(blocks), block_bytes=nbytes(one, False), block_tp_bytes=nbytes(one, True),
                  other_bytes=nbytes(others, False), other_tp_bytes=nbytes(others, True),
                  input_bytes_per_sample=first_input // batch, adam_states=spec.optimizer is None,
-                 tp_may_shard_inputs=any(not isinstance(s, str) for s in (spec.tp_plan or {}).values()))
+                 tp_may_shard_inputs=any(not isinstance(s, str) for s in (spec.tp_plan or {}).values()),
+                 own_parallelize=spec.parallelize is not None)
 
 
 def _first_block_input(model, blocks: list, inputs) -> int:
@@ -109,13 +113,19 @@ def lower_bound(s: Sizes, layout) -> int:
     axes = layout.axes
     tp, pp, fsdp = axes.get("tp", 1), axes.get("pp", 1), axes.get("fsdp", 1)
     stage_blocks = s.blocks // pp
-    weights = stage_blocks * (s.block_bytes + s.block_tp_bytes // tp)
-    if pp == 1:
-        weights += s.other_bytes + s.other_tp_bytes // tp
-    weights //= fsdp
+    if s.own_parallelize:   # any axis may shard anything: the parameters as if sharded over every rank of a stage
+        weights = stage_blocks * (s.block_bytes + s.block_tp_bytes)
+        if pp == 1:
+            weights += s.other_bytes + s.other_tp_bytes
+        weights //= math.prod(n for a, n in axes.items() if a != "pp")
+    else:
+        weights = stage_blocks * (s.block_bytes + s.block_tp_bytes // tp)
+        if pp == 1:
+            weights += s.other_bytes + s.other_tp_bytes // tp
+        weights //= fsdp
     states = (2 + (2 if s.adam_states else 0)) * weights   # parameters, gradients, AdamW's two states
     inputs = stage_blocks * s.input_bytes_per_sample * layout.micro_batch
-    if s.tp_may_shard_inputs:
+    if s.tp_may_shard_inputs or s.own_parallelize:
         inputs //= tp
     groups = sum(1 for n in axes.values() if n > 1)
     return states + inputs + CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
