@@ -42,8 +42,9 @@ def search(global_batch: int, runs: int):
     return (*out, statistics.median(walls))
 
 
-def one_layout(layout, global_batch: int, directory: str) -> tuple[float, float, float]:
-    """(capture seconds, the rest's seconds, step ms) of one layout, run in this process without a cache."""
+def one_layout(layout, global_batch: int, directory: str) -> tuple[float, float, float, float]:
+    """(capture seconds, its CPU seconds, the rest's seconds, step ms) of one layout, run in this process without
+    a cache (CPU seconds: what a busy machine does not inflate)."""
     import astra_compile
     from astra_compile.compiler.api.api import load_workload
     from astra_compile.compiler.frontend.layout import layout_file_text
@@ -54,11 +55,11 @@ def one_layout(layout, global_batch: int, directory: str) -> tuple[float, float,
         f.write(layout_file_text(MODEL, "-", layout.micro_batch * layout.microbatches, layout.microbatches,
                                  layout.checkpointing, layout.schedule, "pp" in layout.axes, layout.label(world)))
     mesh = parse_mesh(layout.mesh_text(world))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     workload = load_workload(path, world, mesh, capture_limit=None)
-    captured = time.perf_counter() - start
+    captured, captured_cpu = time.perf_counter() - start, time.process_time() - cpu
     report = astra_compile.compile(workload, cluster=CLUSTER, mesh=mesh)
-    return captured, time.perf_counter() - start - captured, report.total_time_us / 1e3
+    return captured, captured_cpu, time.perf_counter() - start - captured, report.total_time_us / 1e3
 
 
 def spread(items: list, n: int) -> list:
@@ -102,13 +103,13 @@ def main() -> None:
     print(f"layouts {len(found)}, over memory by their lower bound {len(pruned)} (not run), to run {len(left)}; "
           f"enumerating and bounding {enum_s:.2f} s (median of {args.runs})")
     print(f"torch import in a fresh process {torch_import_seconds():.1f} s (once per sweep worker)")
-    print(f"{'layout':72s} {'capture s':>9s} {'rest s':>7s} {'step ms':>9s}")
+    print(f"{'layout':72s} {'capture s':>9s} {'CPU s':>7s} {'rest s':>7s} {'step ms':>9s}")
     per = []
     with tempfile.TemporaryDirectory() as d:
         for lay in reversed(spread(left, args.sample)):   # the pipelines first: a stage's capture is the cheapest
-            cap, rest, step = one_layout(lay, args.global_batch, d)
+            cap, cpu, rest, step = one_layout(lay, args.global_batch, d)
             per.append(cap + rest)
-            print(f"{lay.label(256):72s} {cap:9.1f} {rest:7.1f} {step:9.1f}", flush=True)
+            print(f"{lay.label(256):72s} {cap:9.1f} {cpu:7.1f} {rest:7.1f} {step:9.1f}", flush=True)
     if per:
         median = statistics.median(per)
         wall = len(left) * median / args.workers
