@@ -193,7 +193,8 @@ def test_layouts_over_memory_by_their_bound_do_not_run(tmp_path, capsys):
     assert "2 layouts: 1 ran and fit, 1 over a GPU's memory (1 of them by their lower bound, not run)" in out
     # no layout can fit: one line, nothing runs
     ddp = model(tmp_path, 'def plan_space():\n    return {"axes": ["dp"]}\n', name="ddp.py", width=25_000, blocks=8)
-    refused(capsys, "plan", ddp, "--cluster", "dgx-h100:1", "--global-batch", "64", match="none of its 12 layouts on 8 GPUs fits")
+    refused(capsys, "plan", ddp, "--cluster", "dgx-h100:1", "--global-batch", "64",
+            match="none of its 12 layouts on 8 GPUs fits")
 
 
 def test_cache_gives_a_later_plan_its_captures(tmp_path, capsys):

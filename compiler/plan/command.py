@@ -2,14 +2,16 @@
 
     astra-compile plan model.py --cluster dgx-h100:32 --global-batch 512 [--top 5] [-o layouts.csv] [--json]
 
-enumerates the layouts the file supports (plan/space.py), writes each as a small model file (frontend/layout.py),
-runs them all on the sweep engine (the local pool, or Ray with --ray; captures shared through the cache), and
-prints the fastest that fit a GPU's memory, with step time, tokens per second per GPU, MFU, memory per rank,
-exposed communication and idle time (the pipeline bubble). With -o the results file is kept and the same command
+enumerates the layouts the file supports (plan/space.py), skips those whose memory's lower bound exceeds a GPU's
+(plan/memory.py), writes each other as a small model file (frontend/layout.py), runs them on the sweep engine
+(the local pool, or Ray with --ray; captures shared through the cache), and prints the fastest
+that fit a GPU's memory, with step time, tokens per second per GPU, MFU, memory per rank, exposed communication
+and idle time (the pipeline bubble). With -o the results file is kept and the same command
 resumes; --plot draws step time against memory with the Pareto front.
 
 Exit status: 0 when a layout fits and ran, 1 when none did (every failure is listed), 2 for bad input (nothing
-runs): an unknown cluster, a global batch no layout divides, a model too large for the cluster at all.
+runs): an unknown cluster, a global batch no layout divides, a model too large for the cluster at all (or for
+every layout's bound).
 """
 from __future__ import annotations
 
@@ -163,8 +165,8 @@ def _layouts_folder(path: str, results_path: str, args) -> str:
 
 def _write_layouts(path: str, found: list, pruned: dict, folder: str, world: int, cluster: str,
                    results_path: str, options: dict) -> Sweep:
-    """The sweep of the layouts not pruned, each point numbered as its layout (so a resumed plan whose pruning
-    changed still finds its rows), each written as a layout file."""
+    """The sweep of the layouts not pruned, each point numbered as its layout in `found` (so the results file's
+    rows and the layout files keep their layout's number), each written as a layout file."""
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     os.makedirs(folder, exist_ok=True)
