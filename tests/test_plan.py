@@ -172,6 +172,37 @@ def test_memory_lower_bound_counts_what_the_rank_surely_holds(tmp_path):
     assert memory.lower_bound(own, dp) == 4 * 6 * block // 8 + 6 * 4000 + CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP
 
 
+def test_memory_bound_counts_the_smallest_block(tmp_path):
+    # blocks of one class but not one size: each block term is the fewest bytes of any block
+    from astra_compile.compiler.plan import memory
+    path = tmp_path / "shrinking.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList([nn.Linear(1000, 1000), nn.Linear(1000, 10), nn.Linear(10, 10)])
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x)
+                return x
+
+
+        def build_model():
+            return Net()
+
+
+        def example_inputs():
+            return torch.randn(4, 1000)
+    """))
+    sizes = memory.sizes_of(load_model_file(str(path)))
+    assert (sizes.blocks, sizes.block_bytes, sizes.input_bytes_per_sample) == (3, (10 * 10 + 10) * 4, 10 * 4)
+
+
 def test_layouts_over_memory_by_their_bound_do_not_run(tmp_path, capsys):
     # 5B fp32 parameters: DDP's copy with gradients and AdamW states (80 GB) cannot fit an 80 GB H100, FSDP over 8 can
     path = model(tmp_path, """

@@ -2,14 +2,14 @@
 clearly cannot fit a GPU (a capture of a 70B-parameter model takes minutes; this takes microseconds per layout).
 
 The bound counts only what the rank surely holds at the start of its backward, each term at its smallest:
-- the parameters and their gradients of the repeated blocks the rank's stage holds (at least floor(blocks / pp)),
-  the tensors TP_PLAN names divided by tp, all of them by fsdp; the rest of the model (embeddings, head) only
-  without a pipeline (a stage may hold none of it), divided by fsdp; with the file's own parallelize(), whose
-  axes mean what it makes of them, all of them divided by every axis but pp;
+- the parameters and their gradients of the repeated blocks the rank's stage holds (at least floor(blocks / pp),
+  each counted as the smallest), the tensors TP_PLAN names divided by tp, all of them by fsdp; the rest of the
+  model (embeddings, head) only without a pipeline (a stage may hold none of it), divided by fsdp; with the
+  file's own parallelize(), whose axes mean what it makes of them, all of them divided by every axis but pp;
 - the default optimizer's (AdamW) two states per parameter, in the parameter's dtype, sharded as the parameters;
   none for a file's own optimizer;
-- each of the stage's blocks' input for one micro-batch, which the backward needs whatever the checkpointing
-  (divided by tp where the TP_PLAN holds a style object, which may shard the sequence);
+- each of the stage's blocks' input for one micro-batch (the smallest block's), which the backward needs whatever
+  the checkpointing (divided by tp where the TP_PLAN holds a style object, which may shard the sequence);
 - the CUDA context and NCCL's buffers of one communicator per mesh axis (compiler/report/memory_report.py).
 What it leaves out (activations inside a block, all-gathered FSDP units, more micro-batches in flight on a
 pipeline, the caching allocator's slack) only adds to the measured figure, which stays what a plan ranks by; the
@@ -30,8 +30,8 @@ class Sizes:
     param_bytes: int
     seq: int                     # tokens per sample (the second dimension of an integer 2-D first input, else 1)
     blocks: int                  # the repeated blocks (frontend/layout.repeated_blocks)
-    block_bytes: int             # parameter bytes of one block that TP_PLAN does not shard
-    block_tp_bytes: int          # ... and that it shards
+    block_bytes: int             # parameter bytes of a block that TP_PLAN does not shard (the fewest of any block)
+    block_tp_bytes: int          # ... and that it shards (the fewest)
     other_bytes: int             # parameter bytes outside the blocks
     other_tp_bytes: int
     input_bytes_per_sample: int  # one block's input for one sample
@@ -40,12 +40,9 @@ class Sizes:
     own_parallelize: bool        # the file's parallelize() gives the axes their meaning (torchtitan's FSDP on "dp")
 
 
-class _Stop(Exception):
-    """Raised by the hook on the first block: the forward stops once the block's input is known."""
-
-
 def sizes_of(spec) -> Sizes:
-    """The model file's Sizes, its model built on fake tensors and run up to its first repeated block."""
+    """The model file's Sizes, its model built and its forward run on fake tensors. Each block figure is the fewest
+    bytes of any block (blocks of one class may differ in size), so the bound stays a bound."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from ...network.errors import UserError
@@ -58,17 +55,17 @@ def sizes_of(spec) -> Sizes:
             model = spec.build_model()
             inputs = spec.example_inputs()
             blocks = repeated_blocks(model) if isinstance(model, torch.nn.Module) else []
-            first_input = _first_block_input(model, blocks, inputs)
+            block_input = _smallest_block_input(model, blocks, inputs)
     except Exception as e:  # the user's code: one line
         raise UserError(f"{spec.path}: build_model() or example_inputs() failed: {one_line(e)}") from None
     params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
     tp_ids = {id(p) for m in _matching(model, list(spec.tp_plan or {})) for p in m.parameters()} \
         if params else set()
     in_block = {id(p) for b in blocks for p in b.parameters()}
-    one = list(blocks[0].parameters()) if blocks else []
 
     def nbytes(ps, sharded: bool) -> int:
         return sum(p.numel() * p.element_size() for p in ps if (id(p) in tp_ids) == sharded)
+    per_block = [list(b.parameters()) for b in blocks]
     others = [p for p in params if id(p) not in in_block]
     first = inputs[0] if isinstance(inputs, tuple) and inputs else inputs
     seq, batch = 1, 1
@@ -77,35 +74,37 @@ def sizes_of(spec) -> Sizes:
         if first.dim() == 2 and not first.is_floating_point():
             seq = int(first.shape[1])
     return Sizes(params=sum(p.numel() for p in params), param_bytes=sum(p.numel() * p.element_size() for p in params),
-                 seq=seq, blocks=len(blocks), block_bytes=nbytes(one, False), block_tp_bytes=nbytes(one, True),
+                 seq=seq, blocks=len(blocks),
+                 block_bytes=min((nbytes(ps, False) for ps in per_block), default=0),
+                 block_tp_bytes=min((nbytes(ps, True) for ps in per_block), default=0),
                  other_bytes=nbytes(others, False), other_tp_bytes=nbytes(others, True),
-                 input_bytes_per_sample=first_input // batch, adam_states=spec.optimizer is None,
+                 input_bytes_per_sample=block_input // batch, adam_states=spec.optimizer is None,
                  tp_may_shard_inputs=any(not isinstance(s, str) for s in (spec.tp_plan or {}).values()),
                  own_parallelize=spec.parallelize is not None)
 
 
-def _first_block_input(model, blocks: list, inputs) -> int:
-    """Bytes of the first tensor the first repeated block is called with (0 without blocks, or when the forward
-    does not reach it)."""
+def _smallest_block_input(model, blocks: list, inputs) -> int:
+    """Bytes of the first tensor each repeated block is called with (its hidden state: buffers passed along are
+    shared), the smallest of them; 0 without blocks, or when the forward fails (one that needs the mesh or the
+    pipeline) or does not call every block."""
     import torch
     if not blocks:
         return 0
-    seen = []
+    seen: dict = {}
 
-    def hook(_module, args, kwargs):   # the first tensor argument: the hidden state (buffers are shared)
-        seen.extend(t.numel() * t.element_size() for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor))
-        raise _Stop
-    handle = blocks[0].register_forward_pre_hook(hook, with_kwargs=True)
+    def hook(module, args, kwargs):
+        first = next((t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)), None)
+        seen.setdefault(id(module), first.numel() * first.element_size() if first is not None else 0)
+    handles = [b.register_forward_pre_hook(hook, with_kwargs=True) for b in blocks]
     try:
         with torch.no_grad():
             model(*(inputs if isinstance(inputs, tuple) else (inputs,)))
-    except _Stop:
-        pass
-    except Exception:   # a forward that needs the mesh or the pipeline: no activation term
+    except Exception:   # the user's forward outside its training setup: no activation term
         return 0
     finally:
-        handle.remove()
-    return seen[0] if seen else 0
+        for h in handles:
+            h.remove()
+    return min(seen.values()) if len(seen) == len(blocks) else 0
 
 
 def lower_bound(s: Sizes, layout) -> int:
