@@ -2,14 +2,16 @@
 
     astra-compile plan model.py --cluster dgx-h100:32 --global-batch 512 [--top 5] [-o layouts.csv] [--json]
 
-enumerates the layouts the file supports (plan/space.py), writes each as a small model file (frontend/layout.py),
-runs them all on the sweep engine (the local pool, or Ray with --ray; captures shared through the cache), and
-prints the fastest that fit a GPU's memory, with step time, tokens per second per GPU, MFU, memory per rank,
-exposed communication and idle time (the pipeline bubble). With -o the results file is kept and the same command
+enumerates the layouts the file supports (plan/space.py), skips those whose memory's lower bound exceeds a GPU's
+(plan/memory.py), writes each other as a small model file (frontend/layout.py), runs them on the sweep engine
+(the local pool, or Ray with --ray; captures shared through the cache), and prints the fastest
+that fit a GPU's memory, with step time, tokens per second per GPU, MFU, memory per rank, exposed communication
+and idle time (the pipeline bubble). With -o the results file is kept and the same command
 resumes; --plot draws step time against memory with the Pareto front.
 
 Exit status: 0 when a layout fits and ran, 1 when none did (every failure is listed), 2 for bad input (nothing
-runs): an unknown cluster, a global batch no layout divides, a model too large for the cluster at all.
+runs): an unknown cluster, a global batch no layout divides, a model too large for the cluster at all (or for
+every layout's bound).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from ..sweep import results as results_mod
 from ..sweep import workers as workers_mod
 from ..sweep.plot import read_results
 from ..sweep.spec import Point, Sweep
+from . import memory
 from . import space as space_mod
 from .rank import Outcome, outcomes, table
 
@@ -54,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="processes (default: this machine's cores)")
     p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS", help="run the layouts as Ray tasks")
     p.add_argument("--cache", metavar="DIR", help="keep captures and compiled collectives in DIR")
+    p.add_argument("--capture-limit", type=float, metavar="SECONDS",
+                   help="CPU seconds each layout's capture may take (default: astra-compile's, 600); a layout over "
+                        "it fails and is listed")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar on stderr (auto: when stderr is a terminal)")
     return p
@@ -73,13 +79,16 @@ def run(args) -> int:
         raise UserError(f"--global-batch {args.global_batch}: expected a sample count of 1 or more")
     if args.top < 1 or args.max_layouts < 1 or (args.seq is not None and args.seq < 1):
         raise UserError("--top, --max-layouts and --seq must be 1 or more")
+    if args.capture_limit is not None:
+        from ..cli.parser import capture_limit
+        capture_limit(args.capture_limit)
     workers = workers_mod.cpu_count() if args.workers is None else args.workers
     if not 1 <= workers <= 1024:
         raise UserError(f"--workers must be 1..1024, got {workers}")
     path = os.path.abspath(args.model)
-    spec, names, seq, fits_at_all = _inspect(path, cluster, args.seq)
+    spec, names, sizes, seq, fits_at_all = _inspect(path, cluster, args.seq)
     found = space_mod.layouts(space_mod.space_of(spec, names, args.model), world, cluster.gpus_per_node,
-                              args.global_batch)
+                              args.global_batch, sizes.blocks)
     if not found:
         raise UserError(f"--global-batch {args.global_batch}: no layout of {args.model} on {world} GPUs divides it "
                         "among its data-parallel ranks (give a multiple of the data-parallel sizes)")
@@ -87,27 +96,30 @@ def run(args) -> int:
         raise UserError(f"{args.model}: {len(found)} layouts on {world} GPUs, more than --max-layouts "
                         f"{args.max_layouts}; restrict the search with plan_space() (docs/plan.md)")
     fits_at_all()
+    pruned = _prune(args.model, found, sizes, cluster)
     if args.plot:
         from ..core.plotting import check_suffix
         check_suffix(args.plot, "--plot")
     with tempfile.TemporaryDirectory(prefix="astra-plan-") as scratch:
         results_path = os.path.abspath(args.output) if args.output else os.path.join(scratch, "layouts.csv")
-        folder = os.path.splitext(results_path)[0] + ".layouts"
-        sweep = _write_layouts(path, found, folder, world, args.cluster, results_path)
+        folder = _layouts_folder(path, results_path, args)
+        limit = {} if args.capture_limit is None else {"capture_limit": args.capture_limit}
+        sweep = _write_layouts(path, found, pruned, folder, world, args.cluster, results_path, limit)
         rows = _run(args, sweep, results_path, workers)
-    ranked = outcomes(rows, found, world, args.global_batch, seq, cluster)
+    ranked = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned)
     return _show(args, ranked, world)
 
 
 def _inspect(path: str, cluster, seq: int | None):
-    """The model file loaded (its names, for the search space), tokens per sample, and a check that refuses a
-    cluster too small for the model at all (its parameters, gradients and Adam states fully sharded over every
-    GPU already exceed a GPU's memory)."""
+    """The model file loaded (its names, for the search space), its sizes (plan/memory.py), tokens per sample, and
+    a check that refuses a cluster too small for the model at all (its parameters, gradients and Adam states fully
+    sharded over every GPU already exceed a GPU's memory)."""
     from ..frontend.model_file import load_model_file, module_name
     spec = load_model_file(path)
     names = dict(vars(sys.modules[module_name(path)]))
-    params, param_bytes, seq_found = _model_sizes(spec)
-    tokens = seq if seq is not None else seq_found
+    sizes = memory.sizes_of(spec)
+    params, param_bytes = sizes.params, sizes.param_bytes
+    tokens = seq if seq is not None else sizes.seq
 
     def fits_at_all():
         from ...network import devices
@@ -119,40 +131,54 @@ def _inspect(path: str, cluster, seq: int | None):
                             f"per GPU for weights, gradients and Adam states even fully sharded over "
                             f"{cluster.gpus} GPUs, more than a {gpu.name}'s {gpu.memory_gb:g} GB: the cluster is "
                             "too small for this model")
-    return spec, names, tokens, fits_at_all
+    return spec, names, sizes, tokens, fits_at_all
 
 
-def _model_sizes(spec) -> tuple[int, int, int]:
-    """(parameters, their bytes, tokens per sample) of the file's model, built on fake tensors."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from ..frontend.fake_params import fake_params_convertible
-    from ..frontend.model_file import one_line
-    try:
-        with FakeTensorMode(allow_non_fake_inputs=True), fake_params_convertible():
-            model = spec.build_model()
-            inputs = spec.example_inputs()
-    except Exception as e:  # the user's code: one line
-        raise UserError(f"{spec.path}: build_model() or example_inputs() failed: {one_line(e)}") from None
-    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
-    first = inputs[0] if isinstance(inputs, tuple) and inputs else inputs
-    seq = 1
-    if isinstance(first, torch.Tensor) and first.dim() == 2 and not first.is_floating_point():
-        seq = int(first.shape[1])
-    return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params), seq
+def _prune(path: str, found: list, sizes, cluster) -> dict:
+    """{layout index: its memory's lower bound} of the layouts that surely exceed a GPU's memory (plan/memory.py):
+    they are not run. Every layout pruned is bad input: no layout can fit."""
+    from ...network import devices
+    gpu = devices.resolve(cluster.gpu)
+    capacity = int(gpu.memory_gb * 1e9)
+    bounds = [memory.lower_bound(sizes, lay) for lay in found]
+    over = {i: b for i, b in enumerate(bounds) if b > capacity}
+    if len(over) == len(found):
+        least = min(bounds)
+        raise UserError(f"{os.path.basename(path)}: none of its {len(found)} layouts on {cluster.gpus} GPUs fits a "
+                        f"{gpu.name}'s {gpu.memory_gb:g} GB: the smallest needs at least {least / 2**30:.1f} GiB "
+                        "per rank (weights, gradients, optimizer states and block inputs; docs/plan.md): the cluster "
+                        "is too small for this model at this global batch")
+    return over
 
 
-def _write_layouts(path: str, found: list, folder: str, world: int, cluster: str, results_path: str) -> Sweep:
+def _layouts_folder(path: str, results_path: str, args) -> str:
+    """Where the layout files go: beside the results file with -o; else, with --cache, in the cache under the
+    model file's digest, so a later plan of the same file (another cluster of the same shape, another --top) names
+    the same files and the cache, which keys a capture by its file's path and content, gives their captures back;
+    else in the plan's scratch folder."""
+    if args.output or not args.cache:
+        return os.path.splitext(results_path)[0] + ".layouts"
+    from ..core import reuse
+    cache = reuse.open_dir(args.cache)   # a --cache that is not a directory: one line, before anything is written
+    return os.path.join(cache.directory, "plan-layouts", reuse.file_digest(path))
+
+
+def _write_layouts(path: str, found: list, pruned: dict, folder: str, world: int, cluster: str,
+                   results_path: str, options: dict) -> Sweep:
+    """The sweep of the layouts not pruned, each point numbered as its layout in `found` (so the results file's
+    rows and the layout files keep their layout's number), each written as a layout file."""
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     os.makedirs(folder, exist_ok=True)
     points = []
     for i, lay in enumerate(found):
+        if i in pruned:
+            continue
         file = os.path.join(folder, f"layout_{i:04d}.py")
         text = layout_file_text(path, digest, lay.micro_batch * lay.microbatches, lay.microbatches,
                                 lay.checkpointing, lay.schedule, "pp" in lay.axes, lay.label(world))
         _write_if_changed(file, text)
-        points.append(Point(i, {"input": file, "cluster": cluster, "mesh": lay.mesh_text(world)},
+        points.append(Point(i, {"input": file, "cluster": cluster, "mesh": lay.mesh_text(world), **options},
                             {"layout": lay.label(world)}))
     return Sweep(results_path, {}, ("layout",), tuple(points))
 

@@ -8,7 +8,7 @@ from ..sweep.plot import pareto_front
 
 
 def plot(ranked: list, out: str) -> None:
-    ran = [o for o in ranked if o.error is None and o.peak_bytes is not None]
+    ran = [o for o in ranked if o.error is None and o.peak_bytes is not None and not o.estimated]   # run: timed
     if not ran:
         raise UserError(f"--plot {out}: no layout that ran reports its memory per rank")
     plt = plotting.pyplot()

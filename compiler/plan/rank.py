@@ -29,6 +29,7 @@ class Outcome:
     capacity_bytes: int | None = None
     exposed_comm_us: float = 0.0
     idle_us: float = 0.0
+    estimated: bool = False     # not run: its memory's lower bound (plan/memory.py) already exceeds the GPU's
 
     @property
     def fits(self) -> bool:
@@ -41,16 +42,22 @@ class Outcome:
                 "status": "ok" if self.error is None else "error", "error": self.error or "",
                 "step_time_us": self.step_us, "tokens_per_s_per_gpu": self.tokens_per_gpu_s, "mfu": self.mfu,
                 "peak_memory_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
-                "exposed_comm_us": self.exposed_comm_us, "idle_us": self.idle_us}
+                "exposed_comm_us": self.exposed_comm_us, "idle_us": self.idle_us, "memory_estimated": self.estimated}
 
 
-def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq: int, cluster) -> list[Outcome]:
-    """Every layout's outcome, ranked: those that ran and fit by step time, then those over memory, then failures."""
+def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq: int, cluster,
+             pruned: dict | None = None) -> list[Outcome]:
+    """Every layout's outcome, ranked: those that ran and fit by step time, then those over memory (`pruned`:
+    {index: lower bound in bytes} of those not run, plan/memory.py), then failures."""
     from ...network import devices
     gpu = devices.resolve(cluster.gpu)
     by_index = {int(r["point"]): r for r in rows}
     out = []
     for i, lay in enumerate(layouts):
+        if pruned and i in pruned:
+            out.append(Outcome(i, lay, peak_bytes=pruned[i], capacity_bytes=int(gpu.memory_gb * 1e9),
+                               estimated=True))
+            continue
         row = by_index.get(i)
         if row is None:
             out.append(Outcome(i, lay, error="did not run"))
@@ -104,7 +111,9 @@ def table(ranked: list[Outcome], top: int, world: int) -> str:
     widths = [max(len(r[k]) for r in rows) for k in range(len(head))]
     lines = ["  ".join(c.ljust(w) if k == 1 else c.rjust(w) for k, (c, w) in enumerate(zip(r, widths)))
              for r in rows]
-    lines.append(f"{len(ranked)} layouts: {len(ok)} ran and fit, {len(over)} over a GPU's memory, "
+    estimated = sum(o.estimated for o in over)
+    before = f" ({estimated} of them by their lower bound, not run)" if estimated else ""
+    lines.append(f"{len(ranked)} layouts: {len(ok)} ran and fit, {len(over)} over a GPU's memory{before}, "
                  f"{len(failed)} failed")
     reasons: dict[str, int] = {}
     for o in failed:

@@ -9,7 +9,8 @@ own `mesh_axes()` where it has a parallelize(). Pruned before anything runs:
 - tensor parallelism beyond one node (its all-reduces would cross the scale-out network) and sizes that are not
   powers of two;
 - dp and fsdp together (HSDP is left to plan_space());
-- a pipeline with fewer micro-batches than stages (mostly bubble);
+- a pipeline with fewer micro-batches than stages (mostly bubble), or with more stages than the model has
+  repeated blocks (a stage without one);
 - a global batch the data-parallel ranks do not divide.
 """
 from __future__ import annotations
@@ -129,8 +130,10 @@ def _powers_of_two(n: int) -> list[int]:
     return [1 << k for k in range(n.bit_length()) if n % (1 << k) == 0]
 
 
-def layouts(space: Space, world: int, gpus_per_node: int, global_batch: int) -> list[Layout]:
-    """Every layout of `space` on `world` GPUs for `global_batch` samples per step, pruned as the module says."""
+def layouts(space: Space, world: int, gpus_per_node: int, global_batch: int,
+            blocks: int = 0) -> list[Layout]:
+    """Every layout of `space` on `world` GPUs for `global_batch` samples per step, pruned as the module says
+    (`blocks`: the model's repeated blocks, frontend/layout.repeated_blocks; 0: not known, no limit on stages)."""
     out = []
     choices = []
     for a in space.axes:
@@ -151,6 +154,8 @@ def layouts(space: Space, world: int, gpus_per_node: int, global_batch: int) -> 
         local = global_batch // data
         mesh = tuple((a, axes[a]) for a in AXES if axes.get(a, 1) > 1)
         pp = axes.get("pp", 1)
+        if blocks and pp > blocks:
+            continue
         micro_sizes = space.micro_batch or _powers_of_two(local)
         for mb in micro_sizes:
             if local % mb:

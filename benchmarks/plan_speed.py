@@ -1,0 +1,123 @@
+"""How fast `astra-compile plan` searches (issue 35): the Llama-3-70B-shaped model (models/llama70b_plan.py) on
+256 H100s (dgx-h100:32) for one global batch.
+
+It prints the search (layouts enumerated, those skipped by their memory's lower bound, those left to run, and the
+seconds enumerating and bounding took, median of --runs) and where one layout's seconds go, for --sample layouts
+spread over those left to run, each in this process: the capture (build, parallelize and record the step on fake
+tensors) and the rest (lowering, collectives, the engine); then the whole search's wall time projected for
+--workers processes (the sweep's workers import torch once each, not once per layout). With --full it runs the
+real `astra-compile plan` too and prints its wall time, layouts per second and captures run.
+
+    python benchmarks/plan_speed.py [--global-batch 256] [--sample 3] [--workers 2] [--full]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL = os.path.join(HERE, "models", "llama70b_plan.py")
+CLUSTER = "dgx-h100:32"
+
+
+def search(global_batch: int, runs: int):
+    """(the layouts, {index: bound} of those skipped, median seconds to load the file, enumerate and bound)."""
+    from astra_compile.compiler.plan import command, space
+    from astra_compile.network import clusters
+    cluster = clusters.resolve(CLUSTER)
+    walls, out = [], None
+    for _ in range(runs):
+        start = time.perf_counter()
+        spec, names, sizes, _seq, _fits = command._inspect(MODEL, cluster, None)
+        found = space.layouts(space.space_of(spec, names, MODEL), cluster.gpus, cluster.gpus_per_node, global_batch,
+                              sizes.blocks)
+        pruned = command._prune(MODEL, found, sizes, cluster)
+        walls.append(time.perf_counter() - start)
+        out = found, pruned
+    return (*out, statistics.median(walls))
+
+
+def one_layout(layout, global_batch: int, directory: str) -> tuple[float, float, float, float]:
+    """(capture seconds, its CPU seconds, the rest's seconds, step ms) of one layout, run in this process without
+    a cache (CPU seconds: what a busy machine does not inflate)."""
+    import astra_compile
+    from astra_compile.compiler.api.api import load_workload
+    from astra_compile.compiler.frontend.layout import layout_file_text
+    from astra_compile.compiler.frontend.mesh import parse_mesh
+    world = 256
+    path = os.path.join(directory, f"layout_{abs(hash(layout))}.py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(layout_file_text(MODEL, "-", layout.micro_batch * layout.microbatches, layout.microbatches,
+                                 layout.checkpointing, layout.schedule, "pp" in layout.axes, layout.label(world)))
+    mesh = parse_mesh(layout.mesh_text(world))
+    start, cpu = time.perf_counter(), time.process_time()
+    workload = load_workload(path, world, mesh, capture_limit=None)
+    captured, captured_cpu = time.perf_counter() - start, time.process_time() - cpu
+    report = astra_compile.compile(workload, cluster=CLUSTER, mesh=mesh)
+    return captured, captured_cpu, time.perf_counter() - start - captured, report.total_time_us / 1e3
+
+
+def spread(items: list, n: int) -> list:
+    """n items evenly spaced over the list (its first and last among them)."""
+    if n >= len(items):
+        return list(items)
+    return [items[round(k * (len(items) - 1) / max(n - 1, 1))] for k in range(n)]
+
+
+def torch_import_seconds() -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.perf_counter() - start
+
+
+def full(global_batch: int, workers: int) -> None:
+    import json
+    with tempfile.TemporaryDirectory() as d:
+        start = time.perf_counter()
+        done = subprocess.run(["astra-compile", "plan", MODEL, "--cluster", CLUSTER, "--global-batch",
+                               str(global_batch), "--workers", str(workers), "--json", "-o",
+                               os.path.join(d, "plan.csv")], capture_output=True, text=True)
+        wall = time.perf_counter() - start
+    layouts = json.loads(done.stdout)["layouts"] if done.returncode in (0, 1) else []
+    ran = sum(not lay["memory_estimated"] for lay in layouts)
+    print(f"full plan: {len(layouts)} layouts, {ran} run (captures), {wall:.0f} s wall, "
+          f"{len(layouts) / wall:.3f} layouts/s; exit {done.returncode}; {done.stderr.strip().splitlines()[-1:]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--global-batch", type=int, default=256)
+    ap.add_argument("--sample", type=int, default=3, help="layouts timed one by one (default 3)")
+    ap.add_argument("--runs", type=int, default=3, help="runs of the enumeration and bounding (median)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--full", action="store_true", help="also run the whole plan (hours at this size)")
+    args = ap.parse_args()
+    found, pruned, enum_s = search(args.global_batch, args.runs)
+    left = [lay for i, lay in enumerate(found) if i not in pruned]
+    print(f"Llama-3-70B shape on {CLUSTER} (256 GPUs), global batch {args.global_batch}")
+    print(f"layouts {len(found)}, over memory by their lower bound {len(pruned)} (not run), to run {len(left)}; "
+          f"enumerating and bounding {enum_s:.2f} s (median of {args.runs})")
+    print(f"torch import in a fresh process {torch_import_seconds():.1f} s (once per sweep worker)")
+    print(f"{'layout':72s} {'capture s':>9s} {'CPU s':>7s} {'rest s':>7s} {'step ms':>9s}")
+    per = []
+    with tempfile.TemporaryDirectory() as d:
+        for lay in reversed(spread(left, args.sample)):   # the pipelines first: a stage's capture is the cheapest
+            cap, cpu, rest, step = one_layout(lay, args.global_batch, d)
+            per.append(cap + rest)
+            print(f"{lay.label(256):72s} {cap:9.1f} {cpu:7.1f} {rest:7.1f} {step:9.1f}", flush=True)
+    if per:
+        median = statistics.median(per)
+        wall = len(left) * median / args.workers
+        print(f"median per layout {median:.1f} s; projected search {wall / 60:.0f} min on {args.workers} workers "
+              f"({len(found) / wall:.3f} layouts/s, one capture per layout run)")
+    if args.full:
+        full(args.global_batch, args.workers)
+
+
+if __name__ == "__main__":
+    main()
