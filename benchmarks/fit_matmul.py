@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-from astra_compile.network import devices
+from astra_compile.network import clusters, devices
 from astra_compile.network.op_classes import classify
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -58,14 +58,15 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", default="fp16", help="the runs' matmul dtype (the fitted key: matmul.DTYPE)")
     args = parser.parse_args(argv)
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
-    gpus = {fidelity.GPU.get(r) or fidelity.RUNS[r][2].split(":")[0] for r in runs}
-    if len(gpus) != 1 or any(r not in fidelity.RUNS for r in runs):
-        raise SystemExit(f"fit_matmul: --runs {args.runs!r}: expected calibration runs of one GPU")
+    if not runs or any(r not in fidelity.RUNS for r in runs):
+        raise SystemExit(f"fit_matmul: --runs {args.runs!r}: expected ids of {', '.join(fidelity.RUNS)}")
+    # the run's GPU: fidelity's --gpu where it gives one, else its cluster preset's
+    gpus = {fidelity.GPU.get(r) or clusters.presets()[fidelity.RUNS[r][2].split(":")[0]].gpu for r in runs}
+    if len(gpus) != 1:
+        raise SystemExit(f"fit_matmul: --runs {args.runs!r} ran on {', '.join(sorted(gpus))}: one GPU at a time")
     (gpu,) = gpus
     key = f"matmul.{args.dtype}"
-    now = devices.presets()[gpu].compute_model().value(key) if gpu in devices.presets() else None
-    if now is None:   # a cluster name: its GPU preset
-        raise SystemExit(f"fit_matmul: {gpu!r} is not a GPU preset")
+    now = devices.presets()[gpu].compute_model().value(key)
     print("| run | matmul ms | rest ms | predicted ms | published ms | error | with the fit ms | error |")
     print("|---|---|---|---|---|---|---|---|")
     rows = []

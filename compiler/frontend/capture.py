@@ -334,7 +334,7 @@ def _rank_pipeline(spec: ModelFile, model, device_mesh, axes: dict[str, int], st
 
 def _microbatch(spec: ModelFile, inputs: tuple, p, micro: int) -> tuple:
     source = "PIPELINE['microbatches']" if p.schedule else "the schedule's n_microbatches"
-    return pipeline.microbatch(inputs, micro, spec.path, source)
+    return split(inputs, micro, spec.path, source)   # the first stage's module takes the first micro-batch
 
 
 def check_axes_used(spec: ModelFile, axes: dict[str, int], ops: list, rank: int, read: set | None,

@@ -23,6 +23,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from ...network.errors import AstraError
+from .recorder import storage_key   # the recorder's key of a storage: address and generation
 from .workload import COMPUTE, LOAD, STORE, Op
 
 TEMPLATE, CHECKED = 1, 2   # the micro-batch copied, the one its prediction is checked on
@@ -68,11 +69,6 @@ def _leaves(value):
     from torch.utils._pytree import tree_flatten
     leaves, spec = tree_flatten(value)
     return leaves, spec, [x for x in leaves if isinstance(x, torch.Tensor)]
-
-
-def _storage(t) -> tuple:
-    from .recorder import _storage as key   # the recorder's key: address and generation
-    return key(t)
 
 
 class ChunkReplay:
@@ -187,7 +183,7 @@ class ChunkReplay:
             out = run()
             self._keep_shape(key, out)
             return out
-        call = Call(key, chunk, start=len(rec.ops), args=[_storage(t) for t in _leaves(args)[2]],
+        call = Call(key, chunk, start=len(rec.ops), args=[storage_key(t) for t in _leaves(args)[2]],
                     views_before=rec._views)
         call.writer_before = dict(rec._writer) if chunk == CHECKED else None
         rec.events = []
@@ -196,7 +192,7 @@ class ChunkReplay:
         finally:
             events, rec.events = rec.events, None
         call.end, call.views_after = len(rec.ops), rec._views
-        call.results = [_storage(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
+        call.results = [storage_key(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
         covered = call.start
         for e, (first, end, reads, writes, fresh) in enumerate(events):
             call.replayable &= first == covered and all(rec.ops[i].deps == rec.ops[first].deps
@@ -240,8 +236,8 @@ class ChunkReplay:
     def _replayed(self, key, chunk, args, rec):
         template = self.calls[(key, TEMPLATE)]
         out = self._stand_in(key, rec)
-        results = [_storage(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
-        call_args = [_storage(t) for t in _leaves(args)[2]]
+        results = [storage_key(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
+        call_args = [storage_key(t) for t in _leaves(args)[2]]
         ops, call = self._copy(template, chunk, call_args, results, rec._writer, rec._views, len(rec.ops),
                                rec.ops, dry=False)
         rec.ops.extend(ops)

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...network.errors import UserError
-from .accumulation import split
 from .mesh import mesh_coords
 
 # PIPELINE's schedule names (torch's get_schedule_class names, any case) -> torch's class, how the stages sit on
@@ -125,7 +124,3 @@ def build_schedule(spec, model, p: Plan, coord: int, group, parallelize_part, lo
                 loss_fn=lambda out, target: loss(out))
 
 
-def microbatch(inputs: tuple, micro: int, path: str, source: str) -> tuple:
-    """The first micro-batch of one rank's batch (what the first stage's module takes); `source` says where the
-    micro-batch count comes from."""
-    return split(inputs, micro, path, source)

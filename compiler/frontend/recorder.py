@@ -94,7 +94,8 @@ def _nbytes(t: torch.Tensor) -> int:
 _GENERATION: dict[int, int] = {}
 
 
-def _storage(t: torch.Tensor) -> tuple:
+def storage_key(t: torch.Tensor) -> tuple:
+    """A tensor's storage as the recorder tells storages apart (chunk_replay maps them the same way)."""
     address = t.untyped_storage()._cdata
     return address, _GENERATION.get(address, 0)
 
@@ -218,10 +219,10 @@ class StepRecorder(TorchDispatchMode):
         # sits at the address of a tensor freed earlier whose writer is not forgotten yet (step_memory reports a
         # free when Python drops the storage, which may come later than the allocator reusing its address)
         made_anew = [] if mutates else outputs
-        touched = [_storage(t) for t in inputs + outputs if not any(t is m for m in made_anew)]
+        touched = [storage_key(t) for t in inputs + outputs if not any(t is m for m in made_anew)]
         deps = sorted({w[0] for w in map(self._writer.get, touched)
                        if w is not None and (w[1] is None or w[1]() is not None)})
-        if func.namespace == "aten" and only_aliases(mutates, set(map(_storage, outputs)), set(map(_storage, inputs))):
+        if func.namespace == "aten" and only_aliases(mutates, set(map(storage_key, outputs)), set(map(storage_key, inputs))):
             self._views += 1
             return out  # _unsafe_view and the like: storage shared as a view's, no work, the writer already known
         if name in COLLECTIVE_OPS:
@@ -266,22 +267,22 @@ class StepRecorder(TorchDispatchMode):
         if op.kind == RECV or name in ROOTED_EXCHANGES:   # c10d.recv_, gather_, scatter_ fill their first
             written = _tensors(args[0])                     # argument (their schemas do not say so)
         if self.events is not None:
-            writes = [_storage(t) for t in outputs + written]
-            anew = {_storage(t) for t in made_anew}   # new allocations, whatever a stale writer entry says
+            writes = [storage_key(t) for t in outputs + written]
+            anew = {storage_key(t) for t in made_anew}   # new allocations, whatever a stale writer entry says
             self.events.append((first, len(self.ops), touched, writes,
                                 {s for s in writes if s not in self._writer or s in anew}))
         for t in outputs + written:
             if self.live:
-                self._writer[_storage(t)] = (len(self.ops) - 1, weakref.ref(t))
+                self._writer[storage_key(t)] = (len(self.ops) - 1, weakref.ref(t))
             else:
-                self._writer[_storage(t)] = (len(self.ops) - 1, None)
+                self._writer[storage_key(t)] = (len(self.ops) - 1, None)
         return out
 
     def offload_saved(self, t: torch.Tensor) -> torch.Tensor:
         """torch.autograd.graph.save_on_cpu's pack hook as the capture runs it (capture.py): the activation autograd
         saves goes to the host (a store of the remote memory, the host being the pool) once its writer is done;
         the tensor itself stays, as the capture's device is the host already."""
-        w = self._writer.get(_storage(t))
+        w = self._writer.get(storage_key(t))
         self.ops.append(Op("save_on_cpu: activation to host", STORE, [w[0]] if w is not None else [],
                            bytes=_nbytes(t), location="remote", phase=self._phase()))
         self._saved[id(t)] = len(self.ops) - 1
@@ -295,7 +296,7 @@ class StepRecorder(TorchDispatchMode):
         stored = self._saved.get(id(t))
         self.ops.append(Op("save_on_cpu: activation from host", LOAD, [stored] if stored is not None else [],
                            bytes=_nbytes(t), location="remote", phase=self._phase()))
-        self._writer[_storage(t)] = (len(self.ops) - 1, weakref.ref(t) if self.live else None)
+        self._writer[storage_key(t)] = (len(self.ops) - 1, weakref.ref(t) if self.live else None)
         return t
 
     def _phase(self) -> str:
