@@ -1,6 +1,7 @@
 """Compile a captured or imported workload: workload MLIR -> comm schedules per collective -> workload engine.
 
-    Workload (frontend) --to_module--> wl + comm MLIR (`--emit mlir`)
+    Workload (frontend) --to_module--> wl + comm MLIR (`--emit mlir`; a captured step's programs, what the
+        engine reads of it, are made without building it: to_programs)
         --each distinct collective (kind, bytes, topology dims)--> the comm pipeline of driver.py, lowered to
           schedule tables and executed by the chosen network runtime -> its time
         --program tables (numpy) + those times--> runtime.workload_engine -> step time, compute, exposed comm
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import driver
-from ..core import reuse
+from ..core import heap, reuse
 from .recorded_run import in_module
 from ..core.step_keys import group_span, key_parts, key_root, p2p_stream, part_key, span_key
 from ...dialects import workload as wl
@@ -522,7 +523,9 @@ class Lowered:
 
 def lower(workload: Workload, topology: Topology) -> Lowered:
     ctx = wl.new_context()
-    return Lowered(None, to_programs(ctx, workload, topology), bool(workload.spmd),
+    with heap.paused():
+        programs = to_programs(ctx, workload, topology)
+    return Lowered(None, programs, bool(workload.spmd),
                    make=lambda: to_module(ctx, workload, topology), context=ctx)
 
 
@@ -639,9 +642,10 @@ def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions, times: Coll
     """Time the step; `times` given (a step table directory's collectives) are used as they are."""
     if times is None:
         times = time_collectives(lowered.programs, topology, opts, lowered.context)
-    tables = program_tables(lowered.programs, times, lowered.spmd, opts.memory())
-    try:
-        result = run_workload(tables, opts.roofline, lowered.spmd, opts.step.name)
-    except WorkloadError as e:
-        raise UserError(str(e)) from None
+    with heap.paused():
+        tables = program_tables(lowered.programs, times, lowered.spmd, opts.memory())
+        try:
+            result = run_workload(tables, opts.roofline, lowered.spmd, opts.step.name)
+        except WorkloadError as e:
+            raise UserError(str(e)) from None
     return result, times
