@@ -94,3 +94,18 @@ def test_the_engine_runs_with_the_collector_paused(monkeypatch):
                         lambda *a, **k: (seen.append(gc.isenabled()), real(*a, **k))[1])
     astra_compile.compile(os.path.join(EXAMPLES, "mlp_dp.py"), "Ring(4)")
     assert seen == [False] and gc.isenabled()
+
+
+def test_kept_freezes_what_was_just_made_without_a_collection():
+    heap.kept()
+    assert gc.get_freeze_count() == 0   # outside a compile: nothing
+    collections = []
+    gc.callbacks.append(collect := lambda phase, info: collections.append(phase))
+    try:
+        with heap.compiling():
+            made = [Node() for _ in range(500)]
+            heap.kept()
+            assert gc.get_freeze_count() >= len(made) and collections == []
+    finally:
+        gc.callbacks.remove(collect)
+    assert gc.get_freeze_count() == 0

@@ -53,3 +53,11 @@ def paused():
     finally:
         if was:
             gc.enable()
+
+
+def kept() -> None:
+    """Objects just made that live for the rest of the compile (a replayed micro-batch's copied ops): frozen at
+    once, without a collection (settled() collects the stage's garbage when it ends; what is frozen with them
+    waits for the compile's end)."""
+    if _active[0] and gc.isenabled():
+        gc.freeze()

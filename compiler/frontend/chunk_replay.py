@@ -23,6 +23,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from ...network.errors import AstraError
+from ..core import heap
 from .workload import COMPUTE, LOAD, STORE, Op
 
 TEMPLATE, CHECKED = 1, 2   # the micro-batch copied, the one its prediction is checked on
@@ -242,9 +243,11 @@ class ChunkReplay:
         out = self._stand_in(key, rec)
         results = [_storage(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
         call_args = [_storage(t) for t in _leaves(args)[2]]
-        ops, call = self._copy(template, chunk, call_args, results, rec._writer, rec._views, len(rec.ops),
-                               rec.ops, dry=False)
+        with heap.paused():   # copies hold no cycles; kept for the whole compile
+            ops, call = self._copy(template, chunk, call_args, results, rec._writer, rec._views, len(rec.ops),
+                                   rec.ops, dry=False)
         rec.ops.extend(ops)
+        heap.kept()
         if any(op.kind == COMPUTE for op in ops):
             rec._views = template.views_after
         else:
