@@ -155,7 +155,7 @@ def token_type() -> ir.Type:
 
 # ---- attribute conversion -----------------------------------------------------------------------------------
 
-def _int64(value: int) -> int:
+def check_int64(value: int) -> int:
     """The IR's integers are i64: a larger one is refused in one line (the bindings would throw std::bad_cast)."""
     if not -2**63 <= value < 2**63:
         raise IRError(f"{value} does not fit in the IR's 64-bit integers")
@@ -169,7 +169,7 @@ def to_attr(value: Any) -> ir.Attribute:
     if isinstance(value, bool):
         return ir.BoolAttr.get(value)
     if isinstance(value, int):
-        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), _int64(value))
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), check_int64(value))
     if isinstance(value, float):
         return ir.FloatAttr.get_f64(value)
     if isinstance(value, str):
@@ -181,7 +181,7 @@ def to_attr(value: Any) -> ir.Attribute:
         if vals and all(isinstance(v, dict) for v in vals):
             return ir.ArrayAttr.get([to_attr(v) for v in vals])
         if all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
-            return ir.DenseI64ArrayAttr.get([_int64(v) for v in vals])
+            return ir.DenseI64ArrayAttr.get([check_int64(v) for v in vals])
         if all(isinstance(v, (int, float)) for v in vals):
             return ir.DenseF64ArrayAttr.get([float(v) for v in vals])
         if all(isinstance(v, str) for v in vals):

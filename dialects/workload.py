@@ -65,6 +65,7 @@ sys.modules.setdefault(f"{__package__}.wl", sys.modules[__name__])
 _IRDL_FILE = os.path.join(os.path.dirname(__file__), "workload.irdl.mlir")
 COMPUTE, WAIT, LOAD, STORE = "wl.compute", "wl.wait", "wl.load", "wl.store"
 OWN_KINDS = {COMPUTE: "compute", WAIT: "wait", LOAD: "load", STORE: "store"}   # ProgramOp.kind of the wl ops
+_OWN_NAMES = {kind: name for name, kind in OWN_KINDS.items()}
 MEMORY = ("load", "store")   # ProgramOp kinds that move data between the accelerator and a memory
 P2P = comm.POINT_TO_POINT   # comm.send / comm.recv: a message between the program's rank and one peer
 
@@ -257,41 +258,87 @@ def add_program(module: ir.Module, rank: int, groups: dict[str, list[int]],
         return ir.InsertionPoint(prog.regions[0].blocks[0])
 
 
-def create_compute(name: str, flops: int, nbytes: int, deps, ip) -> ir.Operation:
-    return ir.Operation.create(COMPUTE, results=[comm.token_type()], operands=list(deps), ip=ip,
-                               attributes={"name": comm.to_attr(name), "flops": comm.to_attr(int(flops)),
-                                           "bytes": comm.to_attr(int(nbytes))})
+# ---- building: each op's attributes as Python values (to_attr makes them attributes; `read_back` gives them as
+# `programs` reads them, so a step can be timed without building its module) ---------------------------------------
+
+def create(kind: str, attributes: dict, deps, ip) -> ir.Operation:
+    """An op of a rank program: `kind` as ProgramOp.kind names it ("compute", "all_reduce", "send", ...), its
+    attributes from the builders below, token operands `deps` and one token result."""
+    return ir.Operation.create(full_name(kind), results=[comm.token_type()], operands=list(deps), ip=ip,
+                               attributes={k: comm.to_attr(v) for k, v in attributes.items()})
 
 
-def create_wait(name: str, deps, ip) -> ir.Operation:
-    return ir.Operation.create(WAIT, results=[comm.token_type()], operands=list(deps), ip=ip,
-                               attributes={"name": comm.to_attr(name)})
+def full_name(kind: str) -> str:
+    """The op name of a ProgramOp kind: "wl.compute" for the wl ops, "comm.<kind>" for the comm ones."""
+    return _OWN_NAMES.get(kind) or f"comm.{kind}"
 
 
-def create_memory(kind: str, name: str, nbytes: int, location: str, in_switch: int, deps, ip) -> ir.Operation:
-    """A load or store (`kind`) of `nbytes` at `location` (local or remote); in_switch > 1: the pool's switches
-    gather (reduce-scatter) it on the way for a group of that many GPUs."""
-    op = ir.Operation.create(LOAD if kind == "load" else STORE, results=[comm.token_type()], operands=list(deps),
-                             ip=ip, attributes={"name": comm.to_attr(name), "bytes": comm.to_attr(int(nbytes)),
-                                                "location": comm.to_attr(location)})
+def read_back(attributes: dict) -> dict:
+    """The attributes `programs` reads from an op `create` made with `attributes` (the builders' value kinds:
+    bool, int, float, str, list of int): sorted by name as MLIR keeps them, an int that does not fit the IR's i64
+    refused as to_attr refuses it."""
+    return {k: _read_back(attributes[k]) for k in sorted(attributes)}
+
+
+def _read_back(value):
+    if isinstance(value, bool) or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return comm.check_int64(value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return [comm.check_int64(v) for v in value]
+    raise TypeError(f"read_back: {show(value)} is not a kind the op builders make")
+
+
+def compute_attrs(name: str, flops: int, nbytes: int, measured_ns: float = -1.0, dtype: str = DEFAULT_DTYPE,
+                  shapes: str = "", causal: bool = False, views: int = 0) -> dict:
+    """A compute op: `wl.measured_ns` (a profiler's time: the engine uses it instead of the roofline) where
+    measured, `wl.dtype` where not fp32 (so fp32 steps read as before), `wl.shapes` where known, `wl.causal` where
+    it masked causally, `wl.views` where the host dispatched kernel-less ops before it."""
+    a = {"name": name, "flops": int(flops), "bytes": int(nbytes)}
+    if measured_ns >= 0:
+        a["wl.measured_ns"] = float(measured_ns)
+    if dtype != DEFAULT_DTYPE:
+        a["wl.dtype"] = dtype
+    if shapes:
+        a["wl.shapes"] = shapes
+    if causal:
+        a["wl.causal"] = True
+    if views:
+        a["wl.views"] = int(views)
+    return a
+
+
+def wait_attrs(name: str) -> dict:
+    return {"name": name}
+
+
+def memory_attrs(name: str, nbytes: int, location: str, in_switch: int) -> dict:
+    """A load or store of `nbytes` at `location` (local or remote); in_switch > 1: the pool's switches gather
+    (reduce-scatter) it on the way for a group of that many GPUs."""
+    a = {"name": name, "bytes": int(nbytes), "location": location}
     if in_switch > 1:
-        op.attributes["wl.in_switch"] = comm.to_attr(int(in_switch))
-    return op
+        a["wl.in_switch"] = int(in_switch)
+    return a
 
 
-def create_message(kind: str, name: str, nbytes: int, rank: int, peer: int, deps, ip) -> ir.Operation:
+def message_attrs(kind: str, name: str, nbytes: int, rank: int, peer: int) -> dict:
     """A point-to-point op of rank `rank`'s program: kind "send" (to global rank `peer`) or "recv" (from it)."""
     src, dst = (rank, peer) if kind == "send" else (peer, rank)
-    return comm.create(kind, {"bytes": int(nbytes), "name": name, "src": int(src), "dst": int(dst)}, deps, ip)
+    return {"bytes": int(nbytes), "name": name, "src": int(src), "dst": int(dst)}
 
 
-def create_collective(kind: str, nbytes: int, dims: list[int], name: str, group: str, deps, ip,
-                      root: int = -1) -> ir.Operation:
+def collective_attrs(kind: str, nbytes: int, dims: list[int], name: str, group: str, root: int = -1) -> dict:
     """A comm collective of a rank's program; a broadcast names its source NPU (`root`), a reduce its target."""
     rooted = {"root": int(root)} if kind in comm.ROOTED else {}
-    op = comm.create(kind, {"bytes": int(nbytes), "dims": list(dims), "name": name, **rooted}, deps, ip)
-    op.attributes["wl.group"] = comm.to_attr(group)
-    return op
+    return {"bytes": int(nbytes), "dims": [int(d) for d in dims], "name": name, **rooted, "wl.group": group}
+
+
+def part_of(phase: str, iteration: int) -> dict:
+    """Where in the training run an op belongs: `wl.phase` and, for traces of several iterations, `wl.iteration`."""
+    return ({"wl.phase": phase} if phase else {}) | ({"wl.iteration": int(iteration)} if iteration >= 0 else {})
 
 
 def part_attrs(dims: list[int], parts: dict[int, tuple[int, int]]) -> dict:
@@ -304,11 +351,6 @@ def part_attrs(dims: list[int], parts: dict[int, tuple[int, int]]) -> dict:
             "wl.stride": [parts[d][1] if d in parts else 1 for d in dims]}
 
 
-def set_parts(op: ir.Operation, dims: list[int], parts: dict[int, tuple[int, int]]) -> None:
-    for name, value in part_attrs(dims, parts).items():
-        op.attributes[name] = comm.to_attr(value)
-
-
 def parts(a: dict) -> dict[int, tuple[int, int]]:
     """{dim: (members, stride)} of a collective's attributes (part_attrs); empty for whole dimensions."""
     if "wl.part" not in a:
@@ -316,29 +358,9 @@ def parts(a: dict) -> dict[int, tuple[int, int]]:
     return {d: (m, s) for d, m, s in zip(a["dims"], a["wl.part"], a["wl.stride"]) if m}
 
 
-def set_measured(op: ir.Operation, measured_ns: float) -> None:
-    """A compute op's time as a profiler measured it (`wl.measured_ns`): the engine uses it instead of the
-    roofline."""
-    if measured_ns >= 0:
-        op.attributes["wl.measured_ns"] = comm.to_attr(float(measured_ns))
-
-
-def set_dtype(op: ir.Operation, dtype: str) -> None:
-    """The dtype a compute op computed in (`wl.dtype`), left out where it is fp32 (so fp32 steps read as
-    before)."""
-    if dtype != DEFAULT_DTYPE:
-        op.attributes["wl.dtype"] = comm.to_attr(dtype)
-
-
 def dtype_of(attrs: dict) -> str:
     """A compute op's dtype as its attributes give it (ProgramOp.attrs; checked by check_module)."""
     return attrs.get("wl.dtype", DEFAULT_DTYPE)
-
-
-def set_shapes(op: ir.Operation, shapes: str) -> None:
-    """A compute op's tensor arguments' sizes (`wl.shapes`), left out where not known."""
-    if shapes:
-        op.attributes["wl.shapes"] = comm.to_attr(shapes)
 
 
 def shapes_of(attrs: dict) -> str:
@@ -346,34 +368,14 @@ def shapes_of(attrs: dict) -> str:
     return attrs.get("wl.shapes", "")
 
 
-def set_causal(op: ir.Operation, causal: bool) -> None:
-    """An attention op that masked causally (`wl.causal = true`), left out where not."""
-    if causal:
-        op.attributes["wl.causal"] = comm.to_attr(True)
-
-
 def causal_of(attrs: dict) -> bool:
     """Whether a compute op masked causally as its attributes say (checked by check_module)."""
     return attrs.get("wl.causal", False) is True
 
 
-def set_views(op: ir.Operation, views: int) -> None:
-    """The kernel-less ops the host dispatched before a compute op (`wl.views`), left out where none."""
-    if views:
-        op.attributes["wl.views"] = comm.to_attr(int(views))
-
-
 def views_of(attrs: dict) -> int:
     """A compute op's views as its attributes give them (0: none; checked by check_module)."""
     return attrs.get("wl.views", 0)
-
-
-def set_part(op: ir.Operation, phase: str, iteration: int) -> None:
-    """Where in the training run an op belongs: `wl.phase` and, for traces of several iterations, `wl.iteration`."""
-    if phase:
-        op.attributes["wl.phase"] = comm.to_attr(phase)
-    if iteration >= 0:
-        op.attributes["wl.iteration"] = comm.to_attr(int(iteration))
 
 
 # ---- reading ----------------------------------------------------------------------------------------------------

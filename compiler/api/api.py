@@ -13,7 +13,7 @@ import sys
 from types import ModuleType
 
 from ..driver import driver, recorded_run
-from ..core import reuse
+from ..core import heap, reuse
 from ...network.errors import UserError
 from ..frontend import readers
 from ..frontend.workload import Workload
@@ -159,10 +159,11 @@ def compile(source, topology=..., *, job: Job | None = None, use_recorded: bool 
     job = job_of(job, topology, **overrides)
     cache = job.step.cache
     shared = reuse.current()
-    if cache and (shared is None or shared.directory != os.path.abspath(cache)):
-        with reuse.using(reuse.open_dir(cache)):
-            return _compile(source, job, use_recorded)
-    return _compile(source, job, use_recorded)
+    with heap.compiling():
+        if cache and (shared is None or shared.directory != os.path.abspath(cache)):
+            with reuse.using(reuse.open_dir(cache)):
+                return _compile(source, job, use_recorded)
+        return _compile(source, job, use_recorded)
 
 
 def _compile(source, job: Job, use_recorded: bool) -> WorkloadReport:
@@ -218,6 +219,7 @@ def _compile(source, job: Job, use_recorded: bool) -> WorkloadReport:
         from ..frontend.trace_memory import captured_step
         captured_step(workload).check(job.run.max_memory)   # the lowering and the engine hold every op
         lowered = _lowered(workload, topo)
+        heap.settled()   # the workload and its programs live until the step is timed
         recorded = {"source": workload.source, "mesh": ",".join(f"{k}={v}" for k, v in workload.mesh.items()),
                     **({"placement": workload.placement} if workload.placement else {})}
     if net.cluster is not None:   # read by job_of (with_cluster): the report's header says it

@@ -1,6 +1,7 @@
 """Compile a captured or imported workload: workload MLIR -> comm schedules per collective -> workload engine.
 
-    Workload (frontend) --to_module--> wl + comm MLIR (`--emit mlir`)
+    Workload (frontend) --to_module--> wl + comm MLIR (`--emit mlir`; a captured step's programs, what the
+        engine reads of it, are made without building it: to_programs)
         --each distinct collective (kind, bytes, topology dims)--> the comm pipeline of driver.py, lowered to
           schedule tables and executed by the chosen network runtime -> its time
         --program tables (numpy) + those times--> runtime.workload_engine -> step time, compute, exposed comm
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import driver
-from ..core import reuse
+from ..core import heap, reuse
 from .recorded_run import in_module
 from ..core.step_keys import group_span, key_parts, key_root, p2p_stream, part_key, span_key
 from ...dialects import workload as wl
@@ -48,42 +49,74 @@ KIND_CODE = {"compute": engine.COMPUTE, "wait": engine.WAIT}
 
 def to_module(ctx, workload: Workload, topology: Topology):
     """The workload as MLIR: one nested module per rank program, collectives as comm ops bound to dimensions."""
-    if workload.world_size != topology.npus:
-        raise UserError(f"the workload has {workload.world_size} ranks but {topology.name} has {topology.npus} NPUs")
+    _check_world(workload, topology)
     mesh = ",".join(f"{k}={v}" for k, v in workload.mesh.items())
     module = wl.new_workload_module(ctx, topology.to_dict(), workload.world_size, workload.spmd, workload.source,
                                     mesh)
     schedules: dict[tuple, str] = {}   # collective key -> the symbol of its compiled schedule (with_schedules)
     for rank, ops in sorted(workload.programs.items()):
-        groups = {op.group_name: list(op.group) for op in ops if op.kind == COLLECTIVE}
         with ctx, wl.ir.Location.unknown():
-            ip = wl.add_program(module, rank, groups, workload.stands_for.get(rank), workload.memory.get(rank))
+            ip = wl.add_program(module, rank, _groups(ops), workload.stands_for.get(rank), workload.memory.get(rank))
             values = []
-            for i, op in enumerate(ops):
-                deps = [values[d] for d in op.deps]
-                if op.kind == COMPUTE:
-                    made = wl.create_compute(op.name, op.flops, op.bytes, deps, ip)
-                    wl.set_measured(made, op.measured_ns)
-                    wl.set_dtype(made, op.dtype)
-                    wl.set_shapes(made, op.shapes)
-                    wl.set_causal(made, op.causal)
-                    wl.set_views(made, op.views)
-                elif op.kind == COLLECTIVE and len(op.group) > 1:
-                    dims, parts = group_span(topology, op.group)
-                    made = wl.create_collective(op.collective, op.bytes, dims, f"{op.collective}_{i}",
-                                                op.group_name, deps, ip, op.root)
-                    wl.set_parts(made, dims, parts)
-                    key = span_key(op.collective, op.bytes, dims, op.root, topology, part_key(dims, parts))
-                    made.attributes["wl.schedule"] = wl.comm.to_attr(schedules.setdefault(key, f"c{len(schedules)}"))
-                elif op.kind in (SEND, RECV):
-                    made = wl.create_message(op.kind, op.name, op.bytes, rank, op.peer, deps, ip)
-                elif op.kind in (LOAD, STORE):
-                    made = wl.create_memory(op.kind, op.name, op.bytes, op.location, op.in_switch, deps, ip)
-                else:  # a wait, or a collective on a group of one rank (nothing to move): a point of order only
-                    made = wl.create_wait(op.name, deps, ip)
-                wl.set_part(made, op.phase, op.iteration)
-                values.append(made.results[0])
+            for op, (kind, attributes) in zip(ops, _op_records(ops, topology, rank, schedules)):
+                values.append(wl.create(kind, attributes, [values[d] for d in op.deps], ip).results[0])
     return module
+
+
+def to_programs(ctx, workload: Workload, topology: Topology) -> list:
+    """The rank programs `wl.programs` reads from `to_module`'s module, made without building it: a 175B GPT's
+    step holds over a million ops, whose MLIR ops took most of the lowering to make and read back."""
+    _check_world(workload, topology)
+    schedules: dict[tuple, str] = {}
+    out = []
+    for rank, ops in sorted(workload.programs.items()):
+        groups = {name: [int(r) for r in ranks] for name, ranks in sorted(_groups(ops).items())}
+        stands_for, memory = workload.stands_for.get(rank), workload.memory.get(rank)
+        if memory:   # as the module holds it (nested dicts sorted by key, tuples as lists)
+            with ctx:
+                memory = driver.comm.from_attr(driver.comm.to_attr(memory))
+        made = [wl.ProgramOp(kind, attributes.get("name", ""), wl.read_back(attributes), list(op.deps), int(rank))
+                for op, (kind, attributes) in zip(ops, _op_records(ops, topology, rank, schedules))]
+        out.append(wl.Program(int(rank), groups, made, None if stands_for is None else [int(r) for r in stands_for],
+                              memory or None))
+    return out
+
+
+def _check_world(workload: Workload, topology: Topology) -> None:
+    if workload.world_size != topology.npus:
+        raise UserError(f"the workload has {workload.world_size} ranks but {topology.name} has {topology.npus} NPUs")
+
+
+def _groups(ops: list) -> dict:
+    """A program's process groups: name -> ranks (its `wl.groups`)."""
+    return {op.group_name: list(op.group) for op in ops if op.kind == COLLECTIVE}
+
+
+def _op_records(ops: list, topology: Topology, rank: int, schedules: dict):
+    """Each op of a program as (ProgramOp kind, its attributes as Python values, wl.create's input); `schedules`
+    (collective key -> the symbol of its compiled schedule, with_schedules) is shared by the step's programs."""
+    spans = {}   # group -> group_span's (dims, parts): a step's thousands of collectives run on a few groups
+    for i, op in enumerate(ops):
+        if op.kind == COMPUTE:
+            kind = COMPUTE
+            attributes = wl.compute_attrs(op.name, op.flops, op.bytes, op.measured_ns, op.dtype, op.shapes,
+                                          op.causal, op.views)
+        elif op.kind == COLLECTIVE and len(op.group) > 1:
+            if op.group not in spans:
+                spans[op.group] = group_span(topology, op.group)
+            dims, parts = spans[op.group]
+            key = span_key(op.collective, op.bytes, dims, op.root, topology, part_key(dims, parts))
+            kind = op.collective
+            attributes = wl.collective_attrs(op.collective, op.bytes, dims, f"{op.collective}_{i}", op.group_name,
+                                             op.root) | wl.part_attrs(dims, parts) | \
+                {"wl.schedule": schedules.setdefault(key, f"c{len(schedules)}")}
+        elif op.kind in (SEND, RECV):
+            kind, attributes = op.kind, wl.message_attrs(op.kind, op.name, op.bytes, rank, op.peer)
+        elif op.kind in (LOAD, STORE):
+            kind, attributes = op.kind, wl.memory_attrs(op.name, op.bytes, op.location, op.in_switch)
+        else:  # a wait, or a collective on a group of one rank (nothing to move): a point of order only
+            kind, attributes = "wait", wl.wait_attrs(op.name)
+        yield kind, attributes | wl.part_of(op.phase, op.iteration)
 
 
 def collective_key(op, topology: Topology) -> tuple:
@@ -467,20 +500,33 @@ def _nth(k: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
-@dataclass
 class Lowered:
-    """A workload lowered for one topology: its MLIR module (in memory; printed only by --emit mlir, `emitted`) and
-    what the engine reads from it. It depends on the workload and the topology only, so the points of a sweep that
-    share both share it (api.compile): nothing changes the module after it is made."""
-    module: object        # the workload module (wl + comm dialects); None: none (a step table directory)
-    programs: list        # wl.programs of the module: read once, a step of thousands of ops takes a while to walk
-    spmd: bool
+    """A workload lowered for one topology: what the engine reads (`programs`: wl.programs of its module; `spmd`)
+    and its MLIR module, made when first asked for (printed only by --emit mlir, `emitted`; a captured step's
+    programs are made without it, to_programs). It depends on the workload and the topology only, so the points of
+    a sweep that share both share it (api.compile): nothing changes the module after it is made. `context`: the
+    module's MLIR context, where each collective is compiled (time_collectives); None: none (a step table
+    directory)."""
+
+    def __init__(self, module, programs: list, spmd: bool, make=None, context=None):
+        self._module, self._make = module, make
+        self.programs, self.spmd = programs, spmd
+        self.context = context if context is not None or module is None else module.context
+
+    @property
+    def module(self):
+        """The workload module (None: none, a step table directory)."""
+        if self._module is None and self._make is not None:
+            self._module, self._make = self._make(), None
+        return self._module
 
 
 def lower(workload: Workload, topology: Topology) -> Lowered:
     ctx = wl.new_context()
-    module = to_module(ctx, workload, topology)
-    return Lowered(module, wl.programs(module), bool(driver.comm.attrs(module).get("wl.spmd", False)))
+    with heap.paused():
+        programs = to_programs(ctx, workload, topology)
+    return Lowered(None, programs, bool(workload.spmd),
+                   make=lambda: to_module(ctx, workload, topology), context=ctx)
 
 
 def read_lowered(path: str, override: Topology | None, endpoint_delay=None) -> tuple[Lowered, Topology, dict]:
@@ -595,11 +641,11 @@ def with_run_record(module, record: dict) -> None:
 def run(lowered: Lowered, topology: Topology, opts: WorkloadOptions, times: CollectiveTimes | None = None):
     """Time the step; `times` given (a step table directory's collectives) are used as they are."""
     if times is None:
-        times = time_collectives(lowered.programs, topology, opts,
-                                 lowered.module.context if lowered.module is not None else None)
-    tables = program_tables(lowered.programs, times, lowered.spmd, opts.memory())
-    try:
-        result = run_workload(tables, opts.roofline, lowered.spmd, opts.step.name)
-    except WorkloadError as e:
-        raise UserError(str(e)) from None
+        times = time_collectives(lowered.programs, topology, opts, lowered.context)
+    with heap.paused():
+        tables = program_tables(lowered.programs, times, lowered.spmd, opts.memory())
+        try:
+            result = run_workload(tables, opts.roofline, lowered.spmd, opts.step.name)
+        except WorkloadError as e:
+            raise UserError(str(e)) from None
     return result, times

@@ -15,6 +15,7 @@ import logging
 import warnings
 
 from ...network.errors import InputWarning, UserError
+from ..core import heap
 from .model_file import ModelFile, one_line, step_context
 from . import pipeline, pipeline_schedule
 from .accumulation import Accumulation, gradient_sync, split
@@ -188,6 +189,7 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
         outline = rp.outline()
         if ops is not None:
             programs[p.reps[coord]], memory[p.reps[coord]], offloaded = ops, used, offloaded or host
+            heap.settled()   # the stage's ops live until the step is timed
         elif len(shapes) == known:   # no stage advanced: cannot happen with torch's layouts; never loop on
             raise UserError(f"{spec.path}: the pipeline's stages {sorted(rp.owner)} cannot be followed in order")
         # the next capture: the rank of the first stage whose output is not known yet, else one not recorded yet

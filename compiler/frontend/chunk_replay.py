@@ -23,6 +23,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from ...network.errors import AstraError
+from ..core import heap
 from .recorder import storage_key   # the recorder's key of a storage: address and generation
 from .workload import COMPUTE, LOAD, STORE, Op
 
@@ -238,9 +239,11 @@ class ChunkReplay:
         out = self._stand_in(key, rec)
         results = [storage_key(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
         call_args = [storage_key(t) for t in _leaves(args)[2]]
-        ops, call = self._copy(template, chunk, call_args, results, rec._writer, rec._views, len(rec.ops),
-                               rec.ops, dry=False)
+        with heap.paused():   # copies hold no cycles; kept for the whole compile
+            ops, call = self._copy(template, chunk, call_args, results, rec._writer, rec._views, len(rec.ops),
+                                   rec.ops, dry=False)
         rec.ops.extend(ops)
+        heap.kept()
         if any(op.kind == COMPUTE for op in ops):
             rec._views = template.views_after
         else:
