@@ -37,7 +37,8 @@ _CONV = re.compile(r"conv(olution)?(\d?d|_transpose\d?d|_tbc|_depthwise\dd)?$|"
                    r"^(cudnn|miopen|mkldnn|_slow|_nnpack|thnn)_?conv")
 # BatchNorm is a class of its own: its kernels reduce each channel over the batch and the image (cuDNN's NCHW
 # kernels pass over the tensor more than once), far below the bandwidth a layer or RMS norm's one pass over each
-# row reaches (an H200's fp32 batch norm 0.24 of its bandwidth counting each byte once, its layer norm 0.38)
+# row reaches (an H200's fp32 cuDNN batch norm forward at 0.18 of its bandwidth counting each byte once, its layer
+# norms at 0.41: docs/compute.md)
 _BATCH_NORM = re.compile(r"batch_norm")
 _NORM = re.compile(r"(layer|group|instance|rms)_norm|native_norm|norm_backward")
 _OPTIMIZER = re.compile(r"^_foreach_|^_fused_(adam|adamw|sgd|adagrad)")
