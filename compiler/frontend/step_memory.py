@@ -163,7 +163,7 @@ class StepMemory:
         before the template's micro-batch) is the template's alone."""
         for s, nbytes, stream, phase in log:
             if nbytes is None:
-                c = copies.get(s)
+                c = copies.pop(s, None)   # freed once: the map keeps only what a later call may free
                 if c is not None:
                     self._close(c)
                 continue
