@@ -213,7 +213,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
     step_memory.StepMemory.result). `stage`: (pipeline.Plan, the rank's pp coordinate, the chain of stage shapes so
     far) or None. A pipeline rank whose stages' inputs are not all known yet only advances the chain: its ops (and
     memory) are None. `replay`: a pipeline stage's later micro-batches copied from an earlier one's ops
-    (chunk_replay.py), else each dispatched; its memory is then not known (the copies allocate nothing)."""
+    (chunk_replay.py; each copy allocates and frees what its template did), else each dispatched."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -299,7 +299,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                 step(recorder)
             chunks.check()
             recording[0] = None
-            memory = recorder.memory.result(spec.expandable_segments) if not chunks.replayed else None
+            memory = recorder.memory.result(spec.expandable_segments)
         except (UserError, ReplayMismatch):
             raise
         except SystemExit as e:  # the user's code called sys.exit(): never exit with its status as if done

@@ -14,7 +14,9 @@ and the stage is captured again with every micro-batch dispatched (capture.py). 
 nothing, dispatches micro-batches 0 and M - 1 only.
 
 Capture cost then stays flat in the number of micro-batches; the workload is the same op for op (tested against
-the capture that dispatches every micro-batch).
+the capture that dispatches every micro-batch). So is the memory per rank: a copy allocates and frees what its
+template did (step_memory.StepMemory.replay), on storages of its own, its stand-in results adopting the storages
+the template's results had, and holding the arguments the template's results' autograd graph held.
 """
 from __future__ import annotations
 
@@ -63,6 +65,9 @@ class Call:
     views_after: int = 0
     replayable: bool = True
     writer_before: dict | None = None   # micro-batch CHECKED: the recorder's writers as the call began
+    memory: list | None = None   # the template: its allocations and frees (step_memory.StepMemory.log)
+    result_storages: list = field(default_factory=list)   # the template: step_memory's storage of each result
+    held_args: set = field(default_factory=set)   # the template: its arguments its results' autograd graph holds
 
 
 def _leaves(value):
@@ -87,7 +92,9 @@ class ChunkReplay:
         # wrap it in its own RuntimeError), which then runs every call for real
         self.mismatch = ""
         self._fsdp: dict = {}        # id of a PipelineStage -> whether FSDP2 shards its module (_sharded)
-        self.replayed = 0            # calls of the recorded step appended as copies (they allocate nothing)
+        self.replayed = 0            # calls of the recorded step appended as copies
+        # micro-batch -> step_memory's storages its template allocated -> the copy's (StepMemory.replay)
+        self._copied_storages: dict = {}
 
     def check(self) -> None:
         """After the recorded step: ReplayMismatch where a micro-batch was not its template's copy."""
@@ -125,8 +132,13 @@ class ChunkReplay:
         def loss(schedule, stage, output, target_mbs, mb_index, *args, **kwargs):
             """The last stage's loss of a micro-batch: always computed, logged (its backward, in the template,
             reads what it saved)."""
-            return replay.logged(stage, mb_index, (output,),
-                                 lambda: loss_of(schedule, stage, output, target_mbs, mb_index, *args, **kwargs))
+            losses = getattr(schedule, "_internal_losses", None)   # where torch keeps them
+            made = len(losses) if isinstance(losses, list) else None
+            out = replay.logged(stage, mb_index, (output,),
+                                lambda: loss_of(schedule, stage, output, target_mbs, mb_index, *args, **kwargs))
+            if made is not None:
+                replay.hold(output, losses[made:])
+            return out
         for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
             setattr(Stage, name, chunk_of(name))
         Stage.forward_maybe_with_nosync, Stage.backward_maybe_with_nosync = forward, backward
@@ -178,6 +190,16 @@ class ChunkReplay:
             return run()
         return self._real((id(stage), "loss"), chunk, args, run, rec)
 
+    @staticmethod
+    def hold(output, losses: list) -> None:
+        """The last stage detaches its output after the backward (torch's backward_one_chunk): the arguments a
+        copy's output holds as its graph would are then held by the graph of its loss, which the schedule keeps to
+        the step's end."""
+        held = [x for t in _leaves(output)[2] for x in t.__dict__.pop("_astra_holds", ())]
+        for t in losses if held else ():
+            if _is_tensor(t):
+                t._astra_holds = held
+
     # -- a real call, logged --------------------------------------------------------------------------------------
     def _real(self, key, chunk, args, run, rec):
         if rec is None:
@@ -187,11 +209,19 @@ class ChunkReplay:
         call = Call(key, chunk, start=len(rec.ops), args=[storage_key(t) for t in _leaves(args)[2]],
                     views_before=rec._views)
         call.writer_before = dict(rec._writer) if chunk == CHECKED else None
+        memory = rec.memory if chunk == TEMPLATE or key[1] == "loss" else None   # a loss: every one (_replayed)
         rec.events = []
+        if memory is not None:
+            outer, memory.log = memory.log, []
         try:
             out = run()
         finally:
             events, rec.events = rec.events, None
+            if memory is not None:
+                call.memory, memory.log = memory.log, outer
+        if memory is not None:
+            call.result_storages = [memory.holding(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
+            call.held_args = _held(_leaves(args)[2], _leaves(out)[2])
         call.end, call.views_after = len(rec.ops), rec._views
         call.results = [storage_key(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
         covered = call.start
@@ -244,6 +274,25 @@ class ChunkReplay:
                                    rec.ops, dry=False)
         rec.ops.extend(ops)
         heap.kept()
+        copies = self._copied_storages.setdefault(chunk, {})
+        if rec.memory is not None:   # what the template allocated and freed, as this micro-batch's
+            # the loss runs for real: what the template's loss allocated is this micro-batch's loss's (its backward
+            # frees them)
+            loss = self.calls.get(((key[0], "loss"), chunk)), self.calls.get(((key[0], "loss"), TEMPLATE))
+            if None not in loss:
+                mine, theirs = ([e[0] for e in c.memory if e[1] is not None] for c in loss)
+                copies.update(zip(theirs, mine))
+            rec.memory.replay(template.memory, copies)
+        held = [a for i, a in enumerate(_leaves(args)[2]) if i in template.held_args]
+        for t in _leaves(out)[2] if held else ():
+            t._astra_holds = held   # as the template's result's autograd graph holds these arguments
+        for s, t in zip(template.result_storages or itertools.repeat(None), _leaves(out)[0]):
+            if not _is_tensor(t):
+                continue
+            if s in copies:   # freed when torch drops it, as the result; its address then takes a new key
+                rec.memory.adopt(t.untyped_storage(), copies[s])
+            else:   # kept: its key must not come back for another storage while recording
+                rec._alive.append(t.untyped_storage())
         if any(op.kind == COMPUTE for op in ops):
             rec._views = template.views_after
         else:
@@ -270,8 +319,6 @@ class ChunkReplay:
         finally:
             if rec is not None:
                 rec.paused -= 1
-        if rec is not None:
-            rec._alive.extend(t.untyped_storage() for t in made if _is_tensor(t))
         return tree_unflatten(made, spec)
 
     def _copy(self, template: Call, chunk: int, args: list, results: list, writer: dict, views: int, base: int,
@@ -331,6 +378,24 @@ def _clone(op: Op, deps: list) -> Op:
     made.__dict__.update(op.__dict__)
     made.deps = list(deps)
     return made
+
+
+def _held(args: list, results: list) -> set:
+    """The positions of the `args` the autograd graph of `results` holds (a leaf's AccumulateGrad node holds the
+    leaf: a received activation lives as long as the graph of the output made from it)."""
+    ids = {id(a): i for i, a in enumerate(args)}
+    held, seen = set(), set()
+    todo = [t.grad_fn for t in results if t.grad_fn is not None]
+    while todo:
+        fn = todo.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        variable = getattr(fn, "variable", None)
+        if variable is not None and id(variable) in ids:
+            held.add(ids[id(variable)])
+        todo.extend(f for f, _ in fn.next_functions)
+    return held
 
 
 def _is_tensor(x) -> bool:

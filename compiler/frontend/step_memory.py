@@ -56,6 +56,9 @@ class StepMemory:
         self.peak, self._peak_at, self.peak_phase = 0, BEFORE_STEP, ""
         self._phase = ""
         self.recording = True
+        # while a pipeline chunk copied later runs (chunk_replay.py): its allocations (storage, bytes, stream, phase)
+        # and frees (storage, None, None, None) in order, replayed for each copy (`replay`), which allocates nothing
+        self.log: list | None = None
 
     # what was live when the step began, tagged by what holds it
     def held_before(self, tensors, tag: str) -> None:
@@ -130,8 +133,13 @@ class StepMemory:
         else:
             self._clock += 1
             s.block = [nbytes, self._clock, None, s, self._stream()]
-        self._blocks.append(s.block)
-        self._now += nbytes
+            if self.log is not None:
+                self.log.append((s, nbytes, s.block[4], self._phase))
+        self._add(s.block)
+
+    def _add(self, block: list) -> None:
+        self._blocks.append(block)
+        self._now += block[0]
         if self._now > self.peak:
             self.peak, self._peak_at, self.peak_phase = self._now, self._clock, self._phase
 
@@ -145,6 +153,36 @@ class StepMemory:
             self._clock += 1
             s.block[2] = self._clock
             self._now -= s.block[0]
+            if self.log is not None:
+                self.log.append((s, None, None, None))
+
+    def replay(self, log: list, copies: dict) -> None:
+        """A copied chunk's allocations and frees: its template's `log`, each storage it allocated a fresh one of the
+        same bytes, stream and tag (entered in `copies`, template storage -> the copy's, which the copy's later
+        calls free: a backward the activations of its forward); a free of a storage the copies do not hold (live
+        before the template's micro-batch) is the template's alone."""
+        for s, nbytes, stream, phase in log:
+            if nbytes is None:
+                c = copies.pop(s, None)   # freed once: the map keeps only what a later call may free
+                if c is not None:
+                    self._close(c)
+                continue
+            c = copies[s] = _Storage(s.tag)
+            self._clock += 1
+            self._phase = phase
+            c.block = [nbytes, self._clock, None, c, stream]
+            self._add(c.block)
+
+    def holding(self, t):
+        """The storage a tensor's bytes are counted as (None: not seen by any op yet)."""
+        return self._live.get(_key(t))
+
+    def adopt(self, storage, s: _Storage) -> None:
+        """A real storage standing in for a copied chunk's result (chunk_replay.py) is the copy's storage `s`:
+        freed when torch frees it, as the result would be."""
+        key = storage._cdata
+        self._live[key] = s
+        s.ref = weakref.ref(storage, lambda _, key=key, s=s: self._freed(key, s))
 
     def _freed(self, key: int, s: _Storage) -> None:
         if not self.recording or self._live.get(key) is not s:
