@@ -47,12 +47,18 @@ RUNS = {
 GPU = {run: "a100-40gb" for run in RUNS if run[0] in "AB"}
 
 
-def predict(run: str) -> dict:
-    path, env, cluster, mesh, tokens, published, published_gib = RUNS[run]
+def command(run: str) -> tuple[list, dict]:
+    """(argv, environment) of one run's prediction: the model file on its cluster and mesh, --json."""
+    path, env, cluster, mesh = RUNS[run][:4]
     argv = [sys.executable, "-m", "astra_compile", path, "--cluster", cluster, "--mesh", mesh, "--json"]
-    argv += ["--gpu", GPU[run]] if run in GPU else []
+    return argv + (["--gpu", GPU[run]] if run in GPU else []), {**os.environ, **env}
+
+
+def predict(run: str) -> dict:
+    _, _, _, _, tokens, published, published_gib = RUNS[run]
+    argv, env = command(run)
     start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **env})
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"fidelity: {run}: {' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")

@@ -34,11 +34,9 @@ import fidelity   # noqa: E402  (the calibration set's runs, one table)
 
 def split(run: str, folder: str) -> tuple[float, float]:
     """(matmul us, step us) of one run's prediction."""
-    path, env, cluster, mesh, _, _, _ = fidelity.RUNS[run]
     timeline = os.path.join(folder, f"{run}.json")
-    argv = [sys.executable, "-m", "astra_compile", path, "--cluster", cluster, "--mesh", mesh, "--json",
-            "--timeline", timeline] + (["--gpu", fidelity.GPU[run]] if run in fidelity.GPU else [])
-    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **env})
+    argv, env = fidelity.command(run)
+    done = subprocess.run(argv + ["--timeline", timeline], capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"fit_matmul: {run}: exited {done.returncode}: {done.stderr.strip()[-400:]}")
     with open(timeline) as f:

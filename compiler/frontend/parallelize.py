@@ -25,7 +25,7 @@ def axis(mesh, name: str):
     return mesh if mesh.ndim == 1 else mesh[name]
 
 
-def _matching(module, patterns) -> list:
+def matching(module, patterns) -> list:
     """Submodules whose dotted name matches a pattern; `*` stands for one name segment (blocks.* is each block,
     not every module inside one)."""
     regexes = [re.compile(re.escape(p).replace(r"\*", r"[^.]+") + "$") for p in patterns]
@@ -60,7 +60,7 @@ def apply_builtin(module, mesh, axes: dict[str, int], tp_plan: dict | None, fsdp
     if axes.get("fsdp", 1) > 1:
         from torch.distributed.fsdp import fully_shard
         fsdp_mesh = axis(mesh, "fsdp")
-        for sub in _matching(module, fsdp_units or []):
+        for sub in matching(module, fsdp_units or []):
             fully_shard(sub, mesh=fsdp_mesh)
         fully_shard(module, mesh=fsdp_mesh)
     if axes.get("dp", 1) > 1:

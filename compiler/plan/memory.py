@@ -49,7 +49,7 @@ def sizes_of(spec) -> Sizes:
     from ..frontend.fake_params import fake_params_convertible
     from ..frontend.layout import repeated_blocks
     from ..frontend.model_file import one_line
-    from ..frontend.parallelize import _matching
+    from ..frontend.parallelize import matching
     try:
         with FakeTensorMode(allow_non_fake_inputs=True), fake_params_convertible():
             model = spec.build_model()
@@ -59,7 +59,7 @@ def sizes_of(spec) -> Sizes:
     except Exception as e:  # the user's code: one line
         raise UserError(f"{spec.path}: build_model() or example_inputs() failed: {one_line(e)}") from None
     params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
-    tp_ids = {id(p) for m in _matching(model, list(spec.tp_plan or {})) for p in m.parameters()} \
+    tp_ids = {id(p) for m in matching(model, list(spec.tp_plan or {})) for p in m.parameters()} \
         if params else set()
     in_block = {id(p) for b in blocks for p in b.parameters()}
 
