@@ -37,11 +37,18 @@ TEMPLATE, CHECKED = 1, 2   # the micro-batch copied, the one its prediction is c
 REPLAY_FROM = 16
 
 
+# a schedule whose ranks hold several stages and copy chunks all the same: each stage's calls have their own
+# template (calls are keyed by stage), a backward is one call per micro-batch as in 1F1B, and each stage runs its
+# micro-batches in torch's interleaved order. Not LoopedBFS, the zero-bubble schedules or DualPipeV: their copies
+# are not the ops that dispatching every micro-batch records (tests/test_chunk_replay.py compares both kinds with
+# that capture), so those dispatch every micro-batch
+LOOPED = ("ScheduleInterleaved1F1B",)
+
+
 def replays(rp) -> bool:
-    """Does a recorded rank's pipeline copy chunks? Only a rank holding one stage (a looped or V-shaped schedule's
-    ranks interleave several stages' chunks, which the template of one does not predict), over REPLAY_FROM
-    micro-batches or more."""
-    return len(rp.stages) == 1 and rp.microbatches >= REPLAY_FROM
+    """Does a recorded rank's pipeline copy chunks? A rank holding one stage, or several under a LOOPED schedule,
+    over REPLAY_FROM micro-batches or more."""
+    return rp.microbatches >= REPLAY_FROM and (len(rp.stages) == 1 or type(rp.schedule).__name__ in LOOPED)
 
 
 class ReplayMismatch(AstraError):
