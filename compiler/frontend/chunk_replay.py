@@ -39,9 +39,10 @@ REPLAY_FROM = 16
 
 # a schedule whose ranks hold several stages and copy chunks all the same: each stage's calls have their own
 # template (calls are keyed by stage), a backward is one call per micro-batch as in 1F1B, and each stage runs its
-# micro-batches in torch's interleaved order. Not LoopedBFS, the zero-bubble schedules or DualPipeV: their copies
-# are not the ops that dispatching every micro-batch records (tests/test_chunk_replay.py compares both kinds with
-# that capture), so those dispatch every micro-batch
+# micro-batches in torch's interleaved order. Not LoopedBFS (its backwards come in another order than its
+# forwards, which the replay notices and then dispatches every micro-batch: twice the work), the zero-bubble
+# schedules or DualPipeV (their weight-gradient calls run apart from the input-gradient ones): those dispatch
+# every micro-batch (tests/test_chunk_replay.py compares each kind with the capture that does)
 LOOPED = ("ScheduleInterleaved1F1B",)
 
 
@@ -71,6 +72,7 @@ class Call:
     views_before: int = 0
     views_after: int = 0
     replayable: bool = True
+    copied: bool = False               # appended as a copy of the template, not dispatched
     writer_before: dict | None = None   # micro-batch CHECKED: the recorder's writers as the call began
     memory: list | None = None   # the template: its allocations and frees (step_memory.StepMemory.log)
     result_storages: list = field(default_factory=list)   # the template: step_memory's storage of each result
@@ -168,6 +170,14 @@ class ChunkReplay:
             if 1 <= chunk <= count - 2 and key in self.results:
                 return self._stand_in(key, rec)
             return self._real(key, chunk, args, run, None)
+        forward = self.calls.get(((id(stage), "forward"), chunk))
+        if kind != "forward" and forward is not None and forward.copied:
+            if not (CHECKED < chunk <= count - 2 and self.checked.get(key)):
+                # a backward dispatched on a copied forward's stand-in output would record no backward at all
+                # (the stand-in has no autograd graph): a schedule that runs micro-batches' backwards in another
+                # order than their forwards (LoopedBFS's) is captured again with every micro-batch dispatched
+                self.mismatch = f"micro-batch {chunk}'s {kind} would run for real after its forward was copied"
+                return run()
         if CHECKED < chunk <= count - 2 and self.checked.get(key):
             try:
                 out = self._replayed(key, chunk, args, rec)
@@ -310,6 +320,7 @@ class ChunkReplay:
                 w = rec._writer.get(call_args[template.args.index(t_res)])
                 if w is not None:
                     rec._writer[res] = w
+        call.copied = True
         self.calls[(key, chunk)] = call
         return out
 
