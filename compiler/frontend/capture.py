@@ -33,6 +33,7 @@ from .recompute import recompute_marked
 from .recorder import AUTOGRAD, StepRecorder
 from .routing import AssumedRouting, check_routing
 from .step_memory import watching
+from .weight_grad_order import weight_groups_ordered
 from .workload import COLLECTIVE, RECV, SEND, Workload
 
 
@@ -225,7 +226,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
     with torch.enable_grad(), fake_world(world_size, rank), _quiet_fake_tensor_log(), meshes_outside_fake(), \
             _compiled_runs_eager(), _pinning_is_free(), _activations_to_host(lambda: recording[0]), \
             recompute_marked(lambda: recording[0]), cuda_autocast_on_host(), cuda_foreach_on_host(), \
-            cuda_dropout_on_host(), cuda_attention_on_host():
+            cuda_dropout_on_host(), cuda_attention_on_host(), weight_groups_ordered():
         device_mesh = build_mesh(axes)  # outside fake mode: the mesh holds real rank tensors
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         what, rp, target = "build_model()", None, None
