@@ -76,3 +76,35 @@ def test_refused_with_a_pipeline(tmp_path, capsys):
     path.write_text(open(model(tmp_path, "GRADIENT_ACCUMULATION = 2")).read() +
                     "\n\ndef pipeline_stage(model, stage, num_stages):\n    return model\n")
     refused(capsys, str(path), "--topology", "Ring(2)", "--mesh", "pp=2", match="set PIPELINE['microbatches']")
+
+
+# micro-batches 3 to M - 2 copied from micro-batch 1 (chunk_replay.py, from REPLAY_FROM micro-batches): the model
+# runs for the warm-up's first and last and the recorded step's 0, 1, 2 and last, and the workload and memory per
+# rank are the ones dispatching every micro-batch records, under DDP and FSDP2. DDP synchronising every micro-batch
+# rebuilds its buckets in micro-batch 1, so micro-batch 2 is not its copy: the capture notices and dispatches all
+@pytest.mark.parametrize("mesh, sync, copies", [({"dp": 2}, "last", True), ({"fsdp": 2}, "last", True),
+                                                ({"fsdp": 2}, "every", True), ({"dp": 2}, "every", False)])
+def test_copied_micro_batches_record_what_dispatching_each_does(tmp_path, monkeypatch, mesh, sync, copies):
+    from astra_compile.compiler.frontend import capture as capture_module, chunk_replay
+    micro = 8
+    monkeypatch.setattr(chunk_replay, "REPLAY_FROM", micro)
+    path = tmp_path / "counted.py"
+    path.write_text(open(model(tmp_path, f'GRADIENT_ACCUMULATION = {{"microbatches": {micro}, "sync": "{sync}"}}',
+                               batch=2 * micro)).read() + textwrap.dedent("""
+        CALLS = []
+        _built = build_model
+        def build_model():
+            CALLS.clear()
+            m = _built()
+            m.register_forward_pre_hook(lambda *a: CALLS.append(1))
+            return m
+    """))
+    spec = load_model_file(str(path))
+    copied = capture(spec, 2, mesh)
+    assert len(spec.build_model.__globals__["CALLS"]) == (2 + 4 if copies else 2 * micro)
+    real = capture_module._capture_rank
+    monkeypatch.setattr(capture_module, "_capture_rank", lambda *a, replay=True, **k: real(*a, replay=False, **k))
+    every = capture(spec, 2, mesh)
+    assert len(spec.build_model.__globals__["CALLS"]) == 2 * micro
+    assert copied.to_json() == every.to_json()
+    assert every.memory[0]["peak_bytes"] > 0

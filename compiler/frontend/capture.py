@@ -19,7 +19,7 @@ from ..core import heap
 from .model_file import ModelFile, one_line, step_context
 from . import pipeline, pipeline_schedule
 from .accumulation import Accumulation, gradient_sync, split
-from .chunk_replay import ChunkReplay, ReplayMismatch, replays
+from .chunk_replay import ChunkReplay, ReplayMismatch, replays, replays_accumulation
 from .mesh import check_axes, check_mesh, silent_axes
 from .parallelize import (apply_builtin, axis, build_mesh, mesh_reads, meshes_outside_fake, prepare_ddp,
                           rebuild_ddp_buckets, skip_cross_rank_checks)
@@ -167,7 +167,10 @@ def _compiled_runs_eager():
 def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None) -> Workload:
     axes = mesh_axes_for(spec, world_size, mesh)
     if axes.get("pp", 1) == 1:
-        ops, offloaded, _, memory = _capture_rank(spec, world_size, axes, 0)
+        try:
+            ops, offloaded, _, memory = _capture_rank(spec, world_size, axes, 0)
+        except ReplayMismatch:   # an accumulated micro-batch unlike the template: every one dispatched
+            ops, offloaded, _, memory = _capture_rank(spec, world_size, axes, 0, replay=False)
         return Workload(world_size, {0: ops}, source=spec.path, spmd=True, mesh=axes, host_offload=offloaded,
                         offload=spec.offload, memory={0: memory})
     if spec.accumulation is not None and spec.accumulation.microbatches > 1:
@@ -222,7 +225,9 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
     # limit, whose exception can land anywhere in torch) left the process in; enable_grad restores it afterwards
     recording = [None]   # the recorder while the recorded step runs (save_on_cpu's hooks report to it)
     where = f" (pipeline stage {stage[1]})" if stage is not None else ""
-    chunks = ChunkReplay(lambda: recording[0], enabled=replay and stage is not None)
+    acc = spec.accumulation or Accumulation()
+    chunks = ChunkReplay(lambda: recording[0],
+                         enabled=replay and (stage is not None or replays_accumulation(acc.microbatches)))
     with torch.enable_grad(), fake_world(world_size, rank), _quiet_fake_tensor_log(), meshes_outside_fake(), \
             _compiled_runs_eager(), _pinning_is_free(), _activations_to_host(lambda: recording[0]), \
             recompute_marked(lambda: recording[0]), cuda_autocast_on_host(), cuda_foreach_on_host(), \
@@ -275,16 +280,22 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                         phase(AUTOGRAD)
                         pipeline_schedule.run_step(rp, inputs, target, phase)
                     else:
-                        acc = spec.accumulation or Accumulation()
                         micro_in = split(inputs, acc.microbatches, spec.path)
-                        for k in range(acc.microbatches):
-                            if k:
-                                rebuild_ddp_buckets(model)   # after a synchronised micro-batch, once per run
+
+                        def micro_batch(k):
                             with gradient_sync(model, acc.sync == "every" or k == acc.microbatches - 1):
                                 phase("forward")
                                 loss = loss_of(model(*micro_in))
                                 phase("backward")
                                 loss.backward()
+                            return loss
+                        for k in range(acc.microbatches):
+                            if k:
+                                rebuild_ddp_buckets(model)   # after a synchronised micro-batch, once per run
+                            # the loss lives on to the next micro-batch's, the last one's through the optimizer
+                            # step, as a training loop's `loss` variable does
+                            loss = chunks.micro_batch(model, k, acc.microbatches, micro_in,
+                                                      lambda k=k: micro_batch(k))
                 phase("optimizer")
                 opt.step()
                 opt.zero_grad(set_to_none=True)

@@ -1,4 +1,5 @@
-"""A pipeline stage's micro-batches dispatched once: later chunks recorded as copies of an earlier one.
+"""A pipeline stage's micro-batches (or gradient accumulation's) dispatched once: later chunks recorded as copies of
+an earlier one.
 
 torch's schedule runs as it is (the order of forwards, backwards, sends and receives is torch's own), but
 PipelineStage's chunk execution is hooked (`forward_maybe_with_nosync`, `backward_maybe_with_nosync`: every
@@ -11,7 +12,8 @@ mapped onto the copy's: its arguments onto the call's own, the storages it creat
 activations an earlier call of the same micro-batch created onto that call's (a backward onto its forward),
 everything else (parameters, gradients being accumulated) kept. A prediction that differs raises ReplayMismatch,
 and the stage is captured again with every micro-batch dispatched (capture.py). The warm-up step, which records
-nothing, dispatches micro-batches 0 and M - 1 only.
+nothing, dispatches micro-batches 0 and M - 1 only. Gradient accumulation's micro-batches (capture.py's loop, not a
+schedule's) go through the same calls, each micro-batch's forward and backward as one (`micro_batch`).
 
 Capture cost then stays flat in the number of micro-batches; the workload is the same op for op (tested against
 the capture that dispatches every micro-batch). So is the memory per rank: a copy allocates and frees what its
@@ -32,9 +34,8 @@ from .workload import COMPUTE, LOAD, STORE, Op
 TEMPLATE, CHECKED = 1, 2   # the micro-batch copied, the one its prediction is checked on
 
 
-# micro-batches from which a stage's capture copies chunks: below it every micro-batch is dispatched (a few seconds
-# at most) and the stage's memory per rank is measured, which copies cannot give (they allocate nothing)
-REPLAY_FROM = 16
+# micro-batches from which a capture copies chunks: the fewest with one copy (0, 1, 2 and the last run)
+REPLAY_FROM = 5
 
 
 # a schedule whose ranks hold several stages and copy chunks all the same: each stage's calls have their own
@@ -44,6 +45,11 @@ REPLAY_FROM = 16
 # schedules or DualPipeV (their weight-gradient calls run apart from the input-gradient ones): those dispatch
 # every micro-batch (tests/test_chunk_replay.py compares each kind with the capture that does)
 LOOPED = ("ScheduleInterleaved1F1B",)
+
+
+def replays_accumulation(microbatches: int) -> bool:
+    """Does a step of gradient accumulation over `microbatches` copy micro-batches? From REPLAY_FROM."""
+    return microbatches >= REPLAY_FROM
 
 
 def replays(rp) -> bool:
@@ -160,25 +166,37 @@ class ChunkReplay:
             Schedule._maybe_compute_loss = loss_of
 
     def call(self, stage, kind: str, args, last: bool, run):
+        """A PipelineStage's chunk call of `kind` (forward, full, input, weight)."""
         chunk, count = getattr(stage, "_astra_chunk", None), getattr(stage, "chunks", None)
-        key = (id(stage), kind)
-        if not self.enabled or self.mismatch or last or chunk is None or not isinstance(count, int) or \
-                self._sharded(stage):
+        if not self.enabled or chunk is None or not isinstance(count, int) or self._sharded(stage):
+            return run()
+        return self._chunk((id(stage), kind), chunk, count, args, last, run)
+
+    def micro_batch(self, model, k: int, count: int, args, run):
+        """Gradient accumulation's micro-batch `k` of `count`, its forward and backward one call (capture.py);
+        the last, which synchronises the gradients, always runs. Under FSDP2 too: unlike a pipeline's chunks,
+        every micro-batch but the first and the last gathers and frees the same parameters."""
+        if not self.enabled:
+            return run()
+        return self._chunk((id(model), "micro-batch"), k, count, args, k == count - 1, run)
+
+    def _chunk(self, key, chunk: int, count: int, args, last: bool, run):
+        if self.mismatch or last:
             return run()
         rec = self.recording()
         if rec is None:   # the warm-up: only what the recorded step needs built (grads, optimizer states)
             if 1 <= chunk <= count - 2 and key in self.results:
                 return self._stand_in(key, rec)
             return self._real(key, chunk, args, run, None)
-        forward = self.calls.get(((id(stage), "forward"), chunk))
-        if kind != "forward" and forward is not None and forward.copied:
-            if not (CHECKED < chunk <= count - 2 and self.checked.get(key)):
-                # a backward dispatched on a copied forward's stand-in output would record no backward at all
-                # (the stand-in has no autograd graph): a schedule that runs micro-batches' backwards in another
-                # order than their forwards (LoopedBFS's) is captured again with every micro-batch dispatched
-                self.mismatch = f"micro-batch {chunk}'s {kind} would run for real after its forward was copied"
-                return run()
-        if CHECKED < chunk <= count - 2 and self.checked.get(key):
+        copies = CHECKED < chunk <= count - 2 and self.checked.get(key)
+        forward = self.calls.get(((key[0], "forward"), chunk))
+        if key[1] != "forward" and forward is not None and forward.copied and not copies:
+            # a backward dispatched on a copied forward's stand-in output would record no backward at all (the
+            # stand-in has no autograd graph): a schedule that runs micro-batches' backwards in another order than
+            # their forwards (LoopedBFS's) is captured again with every micro-batch dispatched
+            self.mismatch = f"micro-batch {chunk}'s {key[1]} would run for real after its forward was copied"
+            return run()
+        if copies:
             try:
                 out = self._replayed(key, chunk, args, rec)
                 self.replayed += 1
