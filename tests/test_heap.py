@@ -63,6 +63,8 @@ def test_outside_a_compile_or_beside_a_process_own_freeze_nothing_changes():
 
 
 def test_a_pipeline_capture_settles_each_stage_and_the_lowered_step(monkeypatch):
+    from astra_compile.compiler.frontend import chunk_replay
+    monkeypatch.setattr(chunk_replay, "REPLAY_FROM", 1000)   # a copied micro-batch settles its ops too: none here
     calls = []
     real = gc.freeze
     monkeypatch.setattr(gc, "freeze", lambda: (calls.append(gc.get_freeze_count()), real())[1])
