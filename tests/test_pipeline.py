@@ -9,6 +9,7 @@ time `a` from the network (one routed hop); the schedule then has to give the te
 the bubble (p - 1) / (m + p - 1) of the compute, plus the activation and gradient messages on the critical path
 (a stage posts the receive of micro-batch k + 1 after its compute of k, so each one it waits for is exposed).
 """
+import logging
 import textwrap
 
 import pytest
@@ -150,3 +151,30 @@ def test_a_stage_sends_what_its_fsdp_mixed_precision_computes(tmp_path, output, 
         assert len(messages) == 8   # 4 activations and 4 gradients each way
         assert {op.bytes for op in messages} == {width * 256 // 4 * 1024}
     assert astra_compile.compile(str(path), "Ring(4)").total_time_us > 0   # the sends meet their receives
+
+
+def test_a_stage_failing_inside_the_schedule_is_one_line_with_its_cause(tmp_path, capsys):
+    """torch's PipelineStage re-raises a stage's error as "[Stage 0] failed to run forward:" followed by its
+    arguments, the error itself only chained (`from e`), and its schedule logs its whole action table: the line
+    named the wrapper without the cause, under some 30 lines of torch's log."""
+    path = model_file(tmp_path, "Interleaved1F1B", extra=textwrap.dedent("""
+        class Broken(nn.Module):
+            def __init__(self, stage):
+                super().__init__()
+                self.stage = stage
+            def forward(self, x):
+                raise ValueError("no kernel for this layer")
+        def parallelize(stage, mesh):
+            return Broken(stage)
+        """))
+    logged = []
+    log = logging.getLogger("torch.distributed.pipelining.schedules")
+    handler = logging.Handler()
+    handler.emit = logged.append
+    log.addHandler(handler)
+    try:
+        err = refused(capsys, path, "--topology", "Ring(4)",
+                      match="failed to run forward: ValueError: no kernel for this layer")
+    finally:
+        log.removeHandler(handler)
+    assert "[Stage 0]" in err and not logged
