@@ -49,7 +49,7 @@ mg = blocks.megatron_gpt("_megatron_gpt3_175b", LAYERS=LAYERS, HIDDEN=HIDDEN, HE
 class Stage(torch.nn.Module):
     """Layers [first, last) of the model, built at their tensor-parallel sizes; the embeddings on the first stage,
     the final norm, the output layer and the loss on the last."""
-    embed, cross_entropy = mg.GPT.embed, mg.GPT.cross_entropy
+    words, embed, cross_entropy = mg.GPT.words, mg.GPT.embed, mg.GPT.cross_entropy
 
     def __init__(self, first, last):
         super().__init__()
