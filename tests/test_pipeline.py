@@ -9,6 +9,7 @@ time `a` from the network (one routed hop); the schedule then has to give the te
 the bubble (p - 1) / (m + p - 1) of the compute, plus the activation and gradient messages on the critical path
 (a stage posts the receive of micro-batch k + 1 after its compute of k, so each one it waits for is exposed).
 """
+import logging
 import textwrap
 
 import pytest
@@ -114,3 +115,66 @@ def test_pipeline_mistakes_are_one_line(tmp_path, capsys):
     refused(capsys, path, "--topology", "Ring(4)", match="returned int, not an nn.Module")
     with pytest.raises(UserError, match="expected a count from 1 to 4096"):
         astra_compile.compile(model_file(tmp_path, "GPipe", micro=0), "Ring(4)")
+
+
+FSDP_BF16 = """
+import torch
+from torch import nn
+D, TOKENS = 1024, 256
+def build_model():
+    return nn.Sequential(*(nn.Linear(D, D, bias=False) for _ in range(4)))
+def example_inputs():
+    return torch.randn(TOKENS, D)
+def pipeline_stage(model, stage, num_stages):
+    return nn.Sequential(*model[2 * stage:2 * stage + 2])
+def parallelize(stage, mesh):
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    return fully_shard(stage, mesh=mesh["dp"], mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16%s))
+def optimizer(parameters):
+    return torch.optim.SGD(parameters, lr=0.1)
+PIPELINE = {"schedule": "1F1B", "microbatches": 4}
+def mesh_axes(world_size):
+    return {"pp": 2, "dp": world_size // 2}
+"""
+
+
+@pytest.mark.parametrize("output, width", [("", 2), (", output_dtype=torch.float32", 4)])
+def test_a_stage_sends_what_its_fsdp_mixed_precision_computes(tmp_path, output, width):
+    """The simple way learns a stage's output from its module before it is parallelized (fp32 here); FSDP2's
+    MixedPrecisionPolicy then computes it in bf16 (or in its output_dtype), and the next stage must receive that:
+    before, the bf16 activation met an fp32 receive and the capture stopped at the message match."""
+    path = tmp_path / "pp_fsdp.py"
+    path.write_text(textwrap.dedent(FSDP_BF16 % output))
+    w = capture(load_model_file(str(path)), 4, None)
+    for rank, ops in w.programs.items():
+        messages = [op for op in ops if op.kind in (SEND, RECV)]
+        assert len(messages) == 8   # 4 activations and 4 gradients each way
+        assert {op.bytes for op in messages} == {width * 256 // 4 * 1024}
+    assert astra_compile.compile(str(path), "Ring(4)").total_time_us > 0   # the sends meet their receives
+
+
+def test_a_stage_failing_inside_the_schedule_is_one_line_with_its_cause(tmp_path, capsys):
+    """torch's PipelineStage re-raises a stage's error as "[Stage 0] failed to run forward:" followed by its
+    arguments, the error itself only chained (`from e`), and its schedule logs its whole action table: the line
+    named the wrapper without the cause, under some 30 lines of torch's log."""
+    path = model_file(tmp_path, "Interleaved1F1B", extra=textwrap.dedent("""
+        class Broken(nn.Module):
+            def __init__(self, stage):
+                super().__init__()
+                self.stage = stage
+            def forward(self, x):
+                raise ValueError("no kernel for this layer")
+        def parallelize(stage, mesh):
+            return Broken(stage)
+        """))
+    logged = []
+    log = logging.getLogger("torch.distributed.pipelining.schedules")
+    handler = logging.Handler()
+    handler.emit = logged.append
+    log.addHandler(handler)
+    try:
+        err = refused(capsys, path, "--topology", "Ring(4)",
+                      match="failed to run forward: ValueError: no kernel for this layer")
+    finally:
+        log.removeHandler(handler)
+    assert "[Stage 0]" in err and not logged

@@ -350,3 +350,21 @@ def test_the_warning_names_the_stage_that_needs_most(pipelined, tmp_path):
     assert len(said) == 1 and said[0].startswith(f"rank {worst} (and {len(over) - 1} other pipeline stage") and \
         "more than the tiny's 3 GB (2.794 GiB)" in said[0], said
     assert report.memory["fits"] is (needs[0] <= 3e9)
+
+
+def test_the_states_of_an_optimizer_a_file_wraps_are_optimizer_states(tmp_path):
+    """Megatron's FP16 optimizer and ZeroRedundancyOptimizer hold a torch optimizer of their own (its AdamW on the
+    fp32 masters, on this rank's shard): its states were counted as `other`, their wrapper's `state` being empty."""
+    m = memory_of(stack(tmp_path, extra="""
+        class Wrapped(torch.optim.Optimizer):
+            def __init__(self, params):
+                params = list(params)
+                super().__init__(params, {})
+                self.inner = torch.optim.AdamW(params)
+            def step(self, closure=None):
+                self.inner.step()
+        def optimizer(parameters):
+            return Wrapped(parameters)
+        """))
+    weight = 256 * 256 * 4
+    assert m["optimizer_states_bytes"] == 2 * 8 * weight + 8 * STEP_TENSOR

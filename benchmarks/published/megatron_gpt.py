@@ -136,14 +136,18 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(tp) for _ in range(LAYERS))
         self.ln = nn.LayerNorm(HIDDEN, dtype=DTYPE)
 
-    def embed(self, tokens):
+    def words(self, tokens):
+        """The vocab-parallel word embedding (benchmarks/models/ reuses it for other models)."""
         if self.tp_group is None:
-            words = self.word(tokens)
-        else:   # this rank's vocabulary slice: other tokens look up row 0 and are zeroed, then all-reduced
-            first = self.tp_rank * (VOCAB // self.tp)
-            outside = (tokens < first) | (tokens >= first + VOCAB // self.tp)
-            words = self.word((tokens - first).masked_fill(outside, 0)).masked_fill(outside.unsqueeze(-1), 0.0)
-            words = reduce_from_tp(words, self.tp_group)
+            return self.word(tokens)
+        # this rank's vocabulary slice: other tokens look up row 0 and are zeroed, then all-reduced
+        first = self.tp_rank * (VOCAB // self.tp)
+        outside = (tokens < first) | (tokens >= first + VOCAB // self.tp)
+        words = self.word((tokens - first).masked_fill(outside, 0)).masked_fill(outside.unsqueeze(-1), 0.0)
+        return reduce_from_tp(words, self.tp_group)
+
+    def embed(self, tokens):
+        words = self.words(tokens)
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         return F.dropout(words + self.position(positions), DROPOUT, self.training)
 

@@ -60,10 +60,12 @@ class Attention(nn.Module):
 
     def forward(self, x, rotations):
         b, t, _ = x.shape
-        q = rope(self.wq(x).view(b, t, HEADS, self.hd), rotations)
-        k = rope(self.wk(x).view(b, t, KV_HEADS, self.hd), rotations)
-        v = self.wv(x).view(b, t, KV_HEADS, self.hd)
-        rep = HEADS // KV_HEADS   # torchtitan's repeat_kv
+        # -1 heads, as torchtitan writes it: under tensor parallelism a rank holds some of the heads
+        # (benchmarks/models/llama3_405b.py)
+        q = rope(self.wq(x).view(b, t, -1, self.hd), rotations)
+        k = rope(self.wk(x).view(b, t, -1, self.hd), rotations)
+        v = self.wv(x).view(b, t, -1, self.hd)
+        rep = q.shape[2] // k.shape[2]   # torchtitan's repeat_kv
         k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
         y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
         return self.wo(y.transpose(1, 2).reshape(b, t, -1))

@@ -89,17 +89,23 @@ def mesh_axes_for(spec: ModelFile, world_size: int, mesh: dict[str, int] | None)
     return axes
 
 
+# torch loggers that report an error of the user's model before raising it: fake-tensor mode logs the traceback
+# of a model op that fails (a shape mismatch), a pipeline schedule its whole action table (some 30 lines per pp
+# rank); the capture turns the exception into its one-line error, so what they log is only noise
+_ERROR_LOGS = ("torch._subclasses.fake_tensor", "torch.distributed.pipelining.schedules")
+
+
 @contextlib.contextmanager
-def _quiet_fake_tensor_log():
-    """Fake-tensor mode logs the traceback of a model op that fails (a shape mismatch in the user's model) before
-    raising; the capture turns that exception into its one-line error, so the logged traceback is only noise."""
-    log = logging.getLogger("torch._subclasses.fake_tensor")
-    was = log.disabled
-    log.disabled = True
+def _quiet_error_logs():
+    logs = [logging.getLogger(name) for name in _ERROR_LOGS]
+    was = [log.disabled for log in logs]
+    for log in logs:
+        log.disabled = True
     try:
         yield
     finally:
-        log.disabled = was
+        for log, disabled in zip(logs, was):
+            log.disabled = disabled
 
 
 @contextlib.contextmanager
@@ -228,7 +234,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
     acc = spec.accumulation or Accumulation()
     chunks = ChunkReplay(lambda: recording[0],
                          enabled=replay and (stage is not None or replays_accumulation(acc.microbatches)))
-    with torch.enable_grad(), fake_world(world_size, rank), _quiet_fake_tensor_log(), meshes_outside_fake(), \
+    with torch.enable_grad(), fake_world(world_size, rank), _quiet_error_logs(), meshes_outside_fake(), \
             _compiled_runs_eager(), _pinning_is_free(), _activations_to_host(lambda: recording[0]), \
             recompute_marked(lambda: recording[0]), cuda_autocast_on_host(), cuda_foreach_on_host(), \
             cuda_dropout_on_host(), cuda_attention_on_host(), weight_groups_ordered():

@@ -90,8 +90,14 @@ def step_context(spec: ModelFile, **available):
 
 
 def one_line(e: BaseException) -> str:
+    """`Type: first line` of an exception; where that line ends in a colon and the error it announces is chained
+    (torch's PipelineStage: "[Stage 0] failed to run forward:", its arguments on the lines below, `from` the model's
+    own error), the chained error's line follows it."""
     text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+    line = f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+    if line.endswith(":") and e.__cause__ is not None:
+        line = f"{line} {one_line(e.__cause__)}"
+    return line
 
 
 def read_source(path: str) -> str:

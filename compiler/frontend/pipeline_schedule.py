@@ -118,6 +118,21 @@ def advance(shapes: dict, k: int, module, first_input: tuple, last: bool, path: 
     shapes[k + 1] = boundary(out, path, k, last=last)
 
 
+def computed_dtype(module, carried: list) -> list:
+    """What a stage hands on once parallelized, where advance() ran it before: an FSDP2 root with a
+    MixedPrecisionPolicy casts its inputs to param_dtype and computes in it (its outputs in output_dtype where
+    set), so its floating outputs are of that dtype, not of the fp32 module advance() ran. Otherwise unchanged."""
+    from torch.distributed.fsdp import FSDPModule
+    module = _unwrapped(module)
+    if not isinstance(module, FSDPModule):
+        return carried
+    policy = module._get_fsdp_state()._mp_policy
+    dtype = policy.output_dtype or policy.param_dtype
+    if dtype is None:
+        return carried
+    return [(shape, dtype if kind.is_floating_point else kind) for shape, kind in carried]
+
+
 def _unwrapped(module):
     """The module DistributedDataParallel wraps: DDP's forward outside a training step leaves its reducer expecting
     the gradients of that forward, which the step's first backward then lacks."""

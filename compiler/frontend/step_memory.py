@@ -237,9 +237,19 @@ def local(t):
 
 
 def state_tensors(optimizer) -> list:
+    """The optimizer's states and those of the torch optimizers it holds (ZeroRedundancyOptimizer's `optim` on
+    this rank's shard, a mixed-precision wrapper's AdamW on its fp32 masters), whose wrapper's own `state` is empty.
+    The masters themselves, tensors in a list of the wrapper's, are not told from other tensors: `other`."""
     from torch.utils._pytree import tree_leaves
-    return [local(v) for v in tree_leaves(list(getattr(optimizer, "state", {}).values()))
-            if isinstance(v, torch.Tensor)]
+    out, seen, todo = [], set(), [optimizer]
+    while todo:
+        opt = todo.pop()
+        if id(opt) in seen:
+            continue
+        seen.add(id(opt))
+        out += [local(v) for v in tree_leaves(list(getattr(opt, "state", {}).values())) if isinstance(v, torch.Tensor)]
+        todo += [v for v in getattr(opt, "__dict__", {}).values() if isinstance(v, torch.optim.Optimizer)]
+    return out
 
 
 @contextlib.contextmanager
