@@ -22,7 +22,7 @@ import torch
 from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
                                            unset_fake_temporarily)
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map
 
 from ...network.errors import UserError
 
@@ -87,8 +87,9 @@ class AssumedRouting(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = str(func.overloadpacket.__name__)
-        flat, _ = tree_flatten((args, kwargs))
-        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+        # the leaves alone: every op of the step comes through here, and tree_flatten's spec, never used, took most
+        # of this mode's own time
+        tensors = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         shadows = [self.shadow(t) for t in tensors] if self.shadows else [None] * len(tensors)
         if func is torch.ops.aten._local_scalar_dense.default:
             if shadows and shadows[0] is not None:
