@@ -7,7 +7,7 @@ over 192 micro-batches, and Llama 3 405B on TP 8 x PP 16 x DP 128 (16,384 ranks)
 once with the micro-batches replayed (compiler/frontend/chunk_replay.py) and once with every one dispatched:
 their step times, which must agree (the workloads are the same op for op), and each capture's time.
 
-    python benchmarks/capture_scale.py [--runs 3] [--timeout 900] [--only gpt|llama] [--fidelity]
+    python benchmarks/capture_scale.py [--runs 3] [--timeout 900] [--only gpt|llama] [--fidelity] [--exe EXE ...]
 """
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--only", choices=[c[0] for c in CASES])
-    parser.add_argument("--exe", default=shutil.which("astra-compile") or "astra-compile")
+    parser.add_argument("--exe", action="append", help="astra-compile executable(s), runs interleaved (default: the "
+                        "one on PATH)")
     parser.add_argument("--fidelity", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="astra-capture-scale-") as tmp:
@@ -86,4 +87,5 @@ if __name__ == "__main__":
         else:
             cases = [(name, [os.path.join(MODELS, argv[0]), *argv[1:], "--capture-limit", "3600"])
                      for key, name, argv in CASES if args.only in (None, key)]
-            table(cases, args.runs, [args.exe], args.timeout, width=84)
+            table(cases, args.runs, args.exe or [shutil.which("astra-compile") or "astra-compile"], args.timeout,
+                  width=84)

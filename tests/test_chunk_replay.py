@@ -1,8 +1,8 @@
 """A pipeline stage's later micro-batches copied from an earlier one's ops (compiler/frontend/chunk_replay.py).
 
 The workload must be the one that dispatching every micro-batch records, op for op, while the stage's module
-runs only for the micro-batches the replay needs (the warm-up's first and last, the recorded step's 0, 1, 2 and
-last); a micro-batch whose ops differ from the template's makes the stage capture again with all dispatched.
+runs only for the micro-batches the replay needs (the warm-up's first forward and last, the recorded step's 0, 1, 2
+and last); a micro-batch whose ops differ from the template's makes the stage capture again with all dispatched.
 """
 import json
 import textwrap
@@ -121,6 +121,18 @@ def test_a_backward_out_of_its_forwards_order_is_captured_again_dispatching_all(
     replayed = capture(s, 2 * P).to_json()
     dispatching_all(monkeypatch)
     assert capture(s, 2 * P).to_json() == replayed
+
+
+@pytest.mark.parametrize("schedule", ["1F1B", "GPipe"])
+def test_the_warm_up_runs_the_last_backward_only(tmp_path, monkeypatch, schedule):
+    """The warm-up dispatches micro-batch 0's forward (for the shapes of its stand-ins) but of the backwards only
+    the last, which builds what the recorded step needs (the test above: the same workload and memory as
+    dispatching every micro-batch): each stage's backward runs 5 times, the recorded step's 0, 1, 2 and last."""
+    from torch.distributed.pipelining import stage as torch_stage
+    real, ran = torch_stage.stage_backward, []
+    monkeypatch.setattr(torch_stage, "stage_backward", lambda *a, **k: ran.append(1) or real(*a, **k))
+    capture(spec(tmp_path, schedule), 2 * P)
+    assert len(ran) == P * (1 + 4)
 
 
 def test_a_micro_batch_unlike_the_template_is_captured_again_dispatching_all(tmp_path, monkeypatch):

@@ -93,6 +93,22 @@ def test_fair_rates_never_overfill_a_resource_and_leave_none_idle_that_could_gro
             assert any(u > 1e-12 and load[res] >= 1 - 1e-9 for res, u in use.items())
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.integers(0, 6), st.dictionaries(st.integers(0, 8), st.sampled_from(
+    [0.0, 1e-13, 0.25, 1 / 3, 0.7, 1.0, 1.0000001, 1.5]), max_size=3), min_size=1, max_size=5))
+def test_collectives_sharing_no_resource_take_the_shortcut_to_the_same_rates(uses):
+    """fair_rates answers "all at rate 1" without the filling where no resource has two users and no user needs
+    more than all of it; its rates are the filling's to the last bit either way, and the shortcut is taken."""
+    from astra_compile.runtime.link_sharing import _filled, _unshared
+    assert fair_rates(uses) == _filled(uses)
+    users = {}
+    for use in uses.values():
+        for res, u in use.items():
+            if u > 1e-12:
+                users.setdefault(res, []).append(u)
+    assert _unshared(uses) == all(len(us) == 1 and us[0] <= 1.0 for us in users.values())
+
+
 def test_the_engine_stretches_only_what_overlaps():
     # two 100 ns collectives, each on dimension 0 for all its time; the second starts 50 ns later: they share
     # 50..150 at half rate each, so the first ends at 150 and the second at 200

@@ -3,6 +3,8 @@ must be, op for op and attribute for attribute, what wl.programs reads from the 
 still builds when asked."""
 import os
 
+import numpy as np
+
 import pytest
 
 from astra_compile.compiler.api.api import load_workload
@@ -86,3 +88,23 @@ def test_the_module_is_made_only_when_asked_for():
     module = lowered.module
     assert module is lowered.module and module.context is lowered.context
     same(lowered.programs, wl.programs(module))
+
+
+def test_ops_equal_in_every_attribute_share_one_dict_and_their_table_rows_are_as_read_from_the_module():
+    """A pipeline's copied micro-batches repeat their template's compute ops: to_programs gives equal ones one
+    attributes dict (made and read back once, as program_tables then reads them once), never one that differs in
+    any attribute (here the phase and the shapes); the engine's tables are those of the module's programs."""
+    def mm(deps, phase="forward", shapes="4x8,8x16"):
+        return Op("aten.mm.default", COMPUTE, deps, flops=1024, bytes=96, phase=phase, shapes=shapes)
+    ops = [mm([]), mm([0]), mm([1], phase="backward"), mm([2], shapes="8x8,8x16"), mm([3]), Op("wait", WAIT, [4])]
+    workload = Workload(2, {0: ops}, source="repeats", spmd=True)
+    direct, read = both(workload, parse_topology("Ring(2)"))
+    same(direct, read)
+    a = [op.attrs for op in direct[0].ops]
+    assert a[0] is a[1] is a[4] and a[2] is not a[0] and a[3] is not a[0] and a[2] is not a[3]
+    times = workload_driver.CollectiveTimes(parse_topology("Ring(2)"))
+    mine, theirs = (workload_driver.program_tables(p, times, spmd=True)[0] for p in (direct, read))
+    for column in ("kind", "flops", "nbytes", "duration_ns", "dtype", "op_class", "gemm"):
+        assert np.array_equal(getattr(mine, column), getattr(theirs, column)), column
+    assert np.array_equal(mine.measured_ns, theirs.measured_ns, equal_nan=True)
+    assert mine.gemm[:, 1:].tolist() == [[4, 16, 8]] * 3 + [[8, 16, 8], [4, 16, 8], [0, 0, 0]]

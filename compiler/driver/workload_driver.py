@@ -75,8 +75,15 @@ def to_programs(ctx, workload: Workload, topology: Topology) -> list:
         if memory:   # as the module holds it (nested dicts sorted by key, tuples as lists)
             with ctx:
                 memory = driver.comm.from_attr(driver.comm.to_attr(memory))
-        made = [wl.ProgramOp(kind, attributes.get("name", ""), wl.read_back(attributes), list(op.deps), int(rank))
-                for op, (kind, attributes) in zip(ops, _op_records(ops, topology, rank, schedules))]
+        same, read = {}, {}   # _op_records' shared attributes; id of one -> its read_back, made once
+        made = []
+        for op, (kind, attributes) in zip(ops, _op_records(ops, topology, rank, schedules, same)):
+            back = read.get(id(attributes))   # (ids of dicts `same` keeps alive: never another dict's)
+            if back is None:
+                back = wl.read_back(attributes)
+                if kind == COMPUTE:
+                    read[id(attributes)] = back
+            made.append(wl.ProgramOp(kind, attributes.get("name", ""), back, list(op.deps), int(rank)))
         out.append(wl.Program(int(rank), groups, made, None if stands_for is None else [int(r) for r in stands_for],
                               memory or None))
     return out
@@ -92,16 +99,27 @@ def _groups(ops: list) -> dict:
     return {op.group_name: list(op.group) for op in ops if op.kind == COLLECTIVE}
 
 
-def _op_records(ops: list, topology: Topology, rank: int, schedules: dict):
+def _op_records(ops: list, topology: Topology, rank: int, schedules: dict, same: dict | None = None):
     """Each op of a program as (ProgramOp kind, its attributes as Python values, wl.create's input); `schedules`
-    (collective key -> the symbol of its compiled schedule, with_schedules) is shared by the step's programs."""
+    (collective key -> the symbol of its compiled schedule, with_schedules) is shared by the step's programs.
+    `same` (a dict the caller keeps): a compute op equal to an earlier one in every attribute (a pipeline's copied
+    micro-batches repeat their template's ops) gets that op's attributes dict itself, which no caller changes."""
     spans = {}   # group -> group_span's (dims, parts): a step's thousands of collectives run on a few groups
     for i, op in enumerate(ops):
         if op.kind == COMPUTE:
             kind = COMPUTE
+            key = (op.name, op.flops, op.bytes, op.measured_ns, op.dtype, op.shapes, op.causal, op.views, op.phase,
+                   op.iteration)
+            if same is not None and key in same:
+                yield kind, same[key]
+                continue
             attributes = wl.compute_attrs(op.name, op.flops, op.bytes, op.measured_ns, op.dtype, op.shapes,
-                                          op.causal, op.views)
-        elif op.kind == COLLECTIVE and len(op.group) > 1:
+                                          op.causal, op.views) | wl.part_of(op.phase, op.iteration)
+            if same is not None:
+                same[key] = attributes
+            yield kind, attributes
+            continue
+        if op.kind == COLLECTIVE and len(op.group) > 1:
             if op.group not in spans:
                 spans[op.group] = group_span(topology, op.group)
             dims, parts = spans[op.group]
@@ -386,6 +404,10 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
     classes = link_classes(times.topology)
     kernels = {}   # (name, shapes, flops) -> (op class code, GEMM dims): the same layer's ops repeat them
     for prog in progs:
+        # id of a compute op's attributes -> its row's values: to_programs gives a program's ops that are equal in
+        # every attribute one dict (a pipeline's copied micro-batches), which the program keeps alive (so an id is
+        # never another dict's meanwhile)
+        rows = {}
         n = len(prog.ops)
         kind, flops, nbytes, measured = np.zeros(n, np.int8), np.zeros(n), np.zeros(n), np.full(n, np.nan)
         dtype = np.full(n, DTYPE_CODE[DEFAULT_DTYPE], np.int8)
@@ -398,18 +420,12 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
         streams, seq = {}, {}
         for i, op in enumerate(prog.ops):
             if op.kind in KIND_CODE:
-                kind[i] = KIND_CODE[op.kind]
-                flops[i], nbytes[i] = op.attrs.get("flops", 0), op.attrs.get("bytes", 0)
-                measured[i] = op.attrs.get("wl.measured_ns", np.nan)
-                dtype[i] = DTYPE_CODE[wl.dtype_of(op.attrs)]
-                if op.kind == "compute":
-                    key = (op.name, wl.shapes_of(op.attrs), flops[i])
-                    if key not in kernels:
-                        kernels[key] = (CLASS_CODE[classify(op.name)], gemm_dims(op.name, parse_shapes(key[1]),
-                                                                                 flops[i]))
-                    op_class[i], gemm[i] = kernels[key]
-                    causal[i] = wl.causal_of(op.attrs)
-                    views[i] = wl.views_of(op.attrs)
+                row = rows.get(id(op.attrs)) if op.kind == "compute" else None
+                if row is None:
+                    row = _compute_row(op, kernels)
+                    if op.kind == "compute":
+                        rows[id(op.attrs)] = row
+                kind[i], flops[i], nbytes[i], measured[i], dtype[i], op_class[i], gemm[i], causal[i], views[i] = row
                 continue
             if op.kind in wl.MEMORY:
                 kind[i] = engine.MEMORY
@@ -443,6 +459,21 @@ def program_tables(progs: list, times: CollectiveTimes, spmd: bool = False,
                                    measured, use, sends, dtype, op_class, gemm, causal if causal.any() else None,
                                    views if views.any() else None))
     return tables
+
+
+def _compute_row(op, kernels: dict) -> tuple:
+    """A compute or wait op's values in program_tables' columns: (kind, flops, bytes, measured ns, dtype code, op
+    class code, GEMM dims, causal, views)."""
+    flops, nbytes = op.attrs.get("flops", 0), op.attrs.get("bytes", 0)
+    op_class, gemm, causal, views = 0, (0, 0, 0, 0), False, 0
+    if op.kind == "compute":
+        key = (op.name, wl.shapes_of(op.attrs), float(flops))
+        if key not in kernels:
+            kernels[key] = (CLASS_CODE[classify(op.name)], gemm_dims(op.name, parse_shapes(key[1]), key[2]))
+        op_class, gemm = kernels[key]
+        causal, views = wl.causal_of(op.attrs), wl.views_of(op.attrs)
+    return (KIND_CODE[op.kind], flops, nbytes, op.attrs.get("wl.measured_ns", np.nan), DTYPE_CODE[wl.dtype_of(op.attrs)],
+            op_class, gemm, causal, views)
 
 
 def runner(progs: list, spmd: bool) -> dict[int, int] | None:

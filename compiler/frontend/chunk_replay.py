@@ -12,8 +12,9 @@ mapped onto the copy's: its arguments onto the call's own, the storages it creat
 activations an earlier call of the same micro-batch created onto that call's (a backward onto its forward),
 everything else (parameters, gradients being accumulated) kept. A prediction that differs raises ReplayMismatch,
 and the stage is captured again with every micro-batch dispatched (capture.py). The warm-up step, which records
-nothing, dispatches micro-batches 0 and M - 1 only. Gradient accumulation's micro-batches (capture.py's loop, not a
-schedule's) go through the same calls, each micro-batch's forward and backward as one (`micro_batch`).
+nothing, dispatches micro-batches 0 (its forward only, for the shapes its stand-ins take) and M - 1 only.
+Gradient accumulation's micro-batches (capture.py's loop, not a schedule's) go through the same calls, each
+micro-batch's forward and backward as one (`micro_batch`).
 
 Capture cost then stays flat in the number of micro-batches; the workload is the same op for op (tested against
 the capture that dispatches every micro-batch). So is the memory per rank: a copy allocates and frees what its
@@ -187,6 +188,10 @@ class ChunkReplay:
         if rec is None:   # the warm-up: only what the recorded step needs built (grads, optimizer states)
             if 1 <= chunk <= count - 2 and key in self.results:
                 return self._stand_in(key, rec)
+            if chunk == 0 and key[1] == "full":   # the last backward (always run) builds them: none before it runs
+                out = _input_gradients(args)
+                self._keep_shape(key, out)
+                return out
             return self._real(key, chunk, args, run, None)
         copies = CHECKED < chunk <= count - 2 and self.checked.get(key)
         forward = self.calls.get(((key[0], "forward"), chunk))
@@ -414,6 +419,17 @@ def _clone(op: Op, deps: list) -> Op:
     made.__dict__.update(op.__dict__)
     made.deps = list(deps)
     return made
+
+
+def _input_gradients(bwd_kwargs: dict):
+    """What a full backward returns (torch's stage_backward, no parameter groups), made without running it: a
+    gradient for each tensor input that requires one (shaped as the input), None for the others. The warm-up's
+    first backward: the warm-up records nothing, and the optimizer states and DDP's bucket order it exists for come
+    from the last backward, which always runs (one of the six backwards a stage dispatches, saved)."""
+    import torch
+    grads = tuple(torch.empty_like(v) if isinstance(v, torch.Tensor) and v.requires_grad else None
+                  for v in bwd_kwargs["input_values"])
+    return grads, None
 
 
 def _held(args: list, results: list) -> set:

@@ -22,7 +22,7 @@ import torch
 from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
                                            unset_fake_temporarily)
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map
 
 from ...network.errors import UserError
 
@@ -87,8 +87,7 @@ class AssumedRouting(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = str(func.overloadpacket.__name__)
-        flat, _ = tree_flatten((args, kwargs))
-        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+        tensors = _tensors_in((args, kwargs), [])
         shadows = [self.shadow(t) for t in tensors] if self.shadows else [None] * len(tensors)
         if func is torch.ops.aten._local_scalar_dense.default:
             if shadows and shadows[0] is not None:
@@ -165,6 +164,27 @@ class AssumedRouting(TorchDispatchMode):
             value = value.reshape(target.shape)
         self.assign(target, value)
         return out
+
+
+_SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _tensors_in(value, out: list) -> list:
+    """The tensors among `value`'s pytree leaves, in tree_leaves' order, appended to `out`. Every op of the step
+    passes this mode, and pytree's walk was most of its own time: an op's arguments nest tuples, lists and dicts,
+    walked here; any other container goes to tree_leaves."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        for v in value:
+            _tensors_in(v, out)
+    elif kind is dict:
+        for v in value.values():
+            _tensors_in(v, out)
+    elif isinstance(value, torch.Tensor):
+        out.append(value)
+    elif kind not in _SCALARS:
+        out.extend(t for t in tree_leaves(value) if isinstance(t, torch.Tensor))
+    return out
 
 
 def _small_ints(out) -> bool:
