@@ -32,3 +32,12 @@ def test_megatron_gpt_2b_on_tp2(monkeypatch):
     # forward and the output layer's input gradient; the cross-entropy's max, target logit and sum of exponentials
     # (fp32 per token); the gradient norm
     assert reduces == [4] + [16 * 1024 * 4] * 3 + [activation] * (30 * 6 + 2)
+
+
+@pytest.mark.parametrize("name, pipeline", [("gpt3_175b_megatron.py", "Interleaved1F1B"), ("bloom_176b.py", "1F1B"),
+                                            ("llama3_405b.py", "Interleaved1F1B")])
+def test_the_papers_runs_load_from_a_clone(name, pipeline):
+    # they load benchmarks/models/megatron_pipeline.py and the calibration files beside them: an installed (not
+    # editable) package holds no benchmarks, so a path from astra_compile's own folder finds nothing there
+    spec = load_model_file(os.path.join(PUBLISHED, "..", "models", name))
+    assert spec.pipeline["schedule"] == pipeline and spec.pipeline["microbatches"] >= 16

@@ -32,9 +32,12 @@ _TP_GROUP = []
 
 
 def _blocks():
-    """megatron_pipeline.py, found in the installed checkout (a sized copy of this file may sit elsewhere)."""
+    """megatron_pipeline.py, beside this file (a clone's benchmarks/models/) or else in the astra_compile checkout
+    (a sized copy of this file may sit elsewhere; an installed package holds no benchmarks)."""
     import astra_compile
-    path = os.path.join(os.path.dirname(astra_compile.__file__), "benchmarks", "models", "megatron_pipeline.py")
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_pipeline.py")
+    path = beside if os.path.exists(beside) else \
+        os.path.join(os.path.dirname(astra_compile.__file__), "benchmarks", "models", "megatron_pipeline.py")
     spec = importlib.util.spec_from_file_location("_megatron_pipeline", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -19,9 +19,12 @@ import torch.distributed as dist
 
 
 def published(filename, name, **sizes):
-    """benchmarks/published/`filename` as a module of its own called `name`, with `sizes` set in its globals."""
+    """benchmarks/published/`filename` (beside this file's folder, else in the astra_compile checkout: an installed
+    package holds no benchmarks) as a module of its own called `name`, with `sizes` set in its globals."""
     import astra_compile
-    path = os.path.join(os.path.dirname(astra_compile.__file__), "benchmarks", "published", filename)
+    near = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "published", filename)
+    path = near if os.path.exists(near) else \
+        os.path.join(os.path.dirname(astra_compile.__file__), "benchmarks", "published", filename)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
