@@ -19,7 +19,7 @@ from ..core import heap
 from .model_file import ModelFile, one_line, step_context
 from . import pipeline, pipeline_schedule
 from .accumulation import Accumulation, gradient_sync, split
-from .chunk_replay import ChunkReplay, ReplayMismatch, replays, replays_accumulation
+from .chunk_replay import ChunkReplay, ReplayMismatch, replays, replays_microbatches
 from .mesh import check_axes, check_mesh, silent_axes
 from .parallelize import (apply_builtin, axis, build_mesh, mesh_reads, meshes_outside_fake, prepare_ddp,
                           rebuild_ddp_buckets, skip_cross_rank_checks)
@@ -233,7 +233,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
     where = f" (pipeline stage {stage[1]})" if stage is not None else ""
     acc = spec.accumulation or Accumulation()
     chunks = ChunkReplay(lambda: recording[0],
-                         enabled=replay and (stage is not None or replays_accumulation(acc.microbatches)))
+                         enabled=replay and (stage is not None or replays_microbatches(acc.microbatches)))
     with torch.enable_grad(), fake_world(world_size, rank), _quiet_error_logs(), meshes_outside_fake(), \
             _compiled_runs_eager(), _pinning_is_free(), _activations_to_host(lambda: recording[0]), \
             recompute_marked(lambda: recording[0]), cuda_autocast_on_host(), cuda_foreach_on_host(), \

@@ -48,15 +48,16 @@ REPLAY_FROM = 5
 LOOPED = ("ScheduleInterleaved1F1B",)
 
 
-def replays_accumulation(microbatches: int) -> bool:
-    """Does a step of gradient accumulation over `microbatches` copy micro-batches? From REPLAY_FROM."""
-    return microbatches >= REPLAY_FROM
+def replays_microbatches(count: int) -> bool:
+    """Does a step of `count` micro-batches (gradient accumulation's, or a pipeline rank's) copy some? From
+    REPLAY_FROM."""
+    return count >= REPLAY_FROM
 
 
 def replays(rp) -> bool:
     """Does a recorded rank's pipeline copy chunks? A rank holding one stage, or several under a LOOPED schedule,
     over REPLAY_FROM micro-batches or more."""
-    return rp.microbatches >= REPLAY_FROM and (len(rp.stages) == 1 or type(rp.schedule).__name__ in LOOPED)
+    return replays_microbatches(rp.microbatches) and (len(rp.stages) == 1 or type(rp.schedule).__name__ in LOOPED)
 
 
 class ReplayMismatch(AstraError):
@@ -194,8 +195,8 @@ class ChunkReplay:
                 return out
             return self._real(key, chunk, args, run, None)
         copies = CHECKED < chunk <= count - 2 and self.checked.get(key)
-        forward = self.calls.get(((key[0], "forward"), chunk))
-        if key[1] != "forward" and forward is not None and forward.copied and not copies:
+        if not copies and key[1] != "forward" and \
+                getattr(self.calls.get(((key[0], "forward"), chunk)), "copied", False):
             # a backward dispatched on a copied forward's stand-in output would record no backward at all (the
             # stand-in has no autograd graph): a schedule that runs micro-batches' backwards in another order than
             # their forwards (LoopedBFS's) is captured again with every micro-batch dispatched
