@@ -32,6 +32,8 @@ STEP = ("backend", "intra", "switching", "local_mem_gbps", "peak_tflops", "mem_b
         "step_semantics", "astra_link_gbps", "pool")
 # a workload module is compiled again when it runs: the compile options too (checked by compiler/driver/recorded_run.py)
 COMPILE = ("scheduler", "chunks", "algorithm", "all_reduce")
+# `chunks` is a count or this: each collective ran with the fastest of several chunk counts (--chunks fastest)
+FASTEST_CHUNKS = "fastest"
 MODULE = STEP + COMPILE
 
 
@@ -59,6 +61,8 @@ def _value(key: str, value, at: str, ndims: int):
     if key in words:
         if value not in words[key] or not isinstance(value, str):
             raise TableError(f"{at} must be one of {', '.join(words[key])}, got {show(value)}")
+        return value
+    if key == "chunks" and value == FASTEST_CHUNKS:
         return value
     if key in ("active_chunks", "chunks"):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2 ** 31:

@@ -100,7 +100,9 @@ def test_a_collective_on_a_cluster_is_the_hand_written_topology(capsys):
     assert by_cluster.pop("cluster") == clusters.resolve("dgx-h100:2").describe()
     jsonschema.validate({**by_cluster, "cluster": clusters.resolve("mi300x:3").describe()}, json.load(open(
         os.path.join(HERE, "..", "compiler", "report", "report.schema.json"))))
-    assert by_cluster == collective(capsys, *hand, "--bandwidth", f"{450e9 / GIB!r},{50e9 / GIB!r}")
+    # ... with NCCL's pipelining: the fastest chunk count (below)
+    assert by_cluster == collective(capsys, *hand, "--bandwidth", f"{450e9 / GIB!r},{50e9 / GIB!r}", "--chunks",
+                                    "fastest")
     assert "cluster" not in collective(capsys, *hand, "--bandwidth", "100")
     code, out, err = cli(capsys, "--collective", "all_reduce", "--size", "64MB", "--cluster", "mi300x:1")
     assert ("cluster         mi300x x 1 nodes (8 GPUs): AMD Instinct MI300X platform" in out and
@@ -108,7 +110,7 @@ def test_a_collective_on_a_cluster_is_the_hand_written_topology(capsys):
             "logs)" in out)
     # a --bandwidth (or --latency) typed replaces the cluster's, as on any topology
     assert {**collective(capsys, "--cluster", "dgx-h100:2", "--bandwidth", "100"), "cluster": None} == \
-        {**collective(capsys, *hand, "--bandwidth", "100"), "cluster": None}
+        {**collective(capsys, *hand, "--bandwidth", "100", "--chunks", "fastest"), "cluster": None}
     # a --topology typed wins: the cluster's bandwidths belong to its own topology, so they go too
     assert {**collective(capsys, "--cluster", "dgx-h100:2", "--topology", "Ring(4)"), "cluster": None} == \
         {**collective(capsys, "--topology", "Ring(4)"), "cluster": None}
@@ -149,9 +151,20 @@ def test_a_training_step_on_a_cluster_is_the_hand_written_command(capsys):
         HERE, "..", "compiler", "report", "workload_report.schema.json"))))
     assert by_cluster.pop("cluster")["gpus"] == 16
     code, out, err = cli(capsys, *args, "--topology", "Switch(8)_Switch(2)", "--bandwidth",
-                         f"{450e9 / GIB!r},{50e9 / GIB!r}", "--latency", "300,1350", "--gpu", "h100")
+                         f"{450e9 / GIB!r},{50e9 / GIB!r}", "--latency", "300,1350", "--gpu", "h100", "--chunks",
+                         "fastest")
     assert code == 0, err
-    assert by_cluster == json.loads(out)   # every figure, exactly
+    hand = json.loads(out)
+    assert by_cluster == hand   # every figure, exactly
+    # the cluster's collectives run in the fastest chunk count (NCCL's pipelining): in one chunk the gradients'
+    # all-reduces over the node and the NICs ran their phases one after another, 1.4 ms exposed instead of 0.1
+    code, out, err = cli(capsys, *args, "--cluster", "dgx-h100:2", "--chunks", "1")
+    one = json.loads(out)
+    assert hand["exposed_comm_time_us"] < 0.1 * one["exposed_comm_time_us"], (hand, one)
+    # the choice is in the step's IR: each collective's module beside the step, and the run's record
+    code, out, err = cli(capsys, MLP, "--mesh", "dp=16", "--cluster", "dgx-h100:2", "--emit", "mlir")
+    assert code == 0, err
+    assert 'chunks = "fastest"' in out and re.search(r"comm.chunks_chosen = ([2-9]|16) : i64", out)
     code, out, err = cli(capsys, MLP, "--mesh", "dp=16", "--cluster", "dgx-h100:2")
     assert "cluster         dgx-h100 x 2 nodes (16 GPUs): NVIDIA DGX H100" in out
     assert "topology        Switch(8)_Switch(2) (16 NPUs)" in out
@@ -216,3 +229,35 @@ def test_sweep_over_clusters(capsys, tmp_path):
     import csv
     rows = {r["cluster"]: r for r in csv.DictReader(open(tmp_path / "out.csv"))}
     assert rows["dgx-h100:2"]["topology"] == "Switch(8)_Switch(2)" and rows["mi300x:4"]["npus"] == "32"
+
+
+def test_a_collective_over_the_node_and_the_nics_runs_in_the_fastest_chunk_count(capsys, tmp_path):
+    """NCCL moves a collective in pieces, so the node's phase of one piece overlaps the NICs' phase of another: a
+    cluster's collective (and `--chunks fastest` anywhere) is compiled in 1, 2, 4, 8 and 16 chunks and runs in the
+    fastest, each candidate's time and the choice recorded in its module. One chunk ran the phases one after
+    another: 64 MB over 2 DGX H100s took a third longer."""
+    hand = ["--topology", "Switch(8)_Switch(2)", "--latency", "300,1350", "--bandwidth",
+            f"{450e9 / GIB!r},{50e9 / GIB!r}"]
+    each = {n: collective(capsys, *hand, "--chunks", str(n))["total_time_us"] for n in (1, 2, 4, 8, 16)}
+    fastest = min(each, key=lambda n: (each[n], n))
+    assert fastest > 1 and each[1] > 1.2 * each[fastest], each
+    by_cluster = collective(capsys, "--cluster", "dgx-h100:2")
+    assert by_cluster["total_time_us"] == each[fastest]
+    assert {c["chunks"] for c in by_cluster["collectives"]} == {fastest}
+    code, out, err = cli(capsys, "--collective", "all_reduce", "--size", "64MB", "--cluster", "dgx-h100:2",
+                         "--emit", "mlir")
+    assert code == 0, err
+    assert f"comm.chunks_chosen = {fastest} : i64" in out
+    for n, us in each.items():   # every candidate's time, as --chunks N runs it
+        assert re.search(rf"comm.chunks_{n}_time_ns = ([0-9.e+]+)", out).group(1) == repr(us * 1e3) or \
+            abs(float(re.search(rf"comm.chunks_{n}_time_ns = ([0-9.e+]+)", out).group(1)) - us * 1e3) < 1e-3
+    # a collective within one dimension has no phases to overlap: one chunk, no candidates tried
+    code, out, err = cli(capsys, "--collective", "all_reduce", "--size", "64MB", "--cluster", "dgx-h100:1",
+                         "--emit", "mlir")
+    assert code == 0, err
+    assert "chunks = 1 : i64" in out and "comm.chunks_chosen" not in out
+    # --chunks typed wins over the cluster's choice
+    assert collective(capsys, "--cluster", "dgx-h100:2", "--chunks", "1")["total_time_us"] == each[1]
+    code, out, err = cli(capsys, "--collective", "all_reduce", "--size", "64MB", "--cluster", "dgx-h100:2",
+                         "--chunks", "quickest")
+    assert code == 2 and err == "astra-compile: error: --chunks must be a positive integer, got 'quickest' (or 'fastest')\n"

@@ -26,7 +26,7 @@ from ..core.step_keys import group_key
 from ...dialects import workload as wl
 from ..report.step_timeline import step_trace
 from ..report.workload_report import WorkloadReport, make_report
-from ..core.job import DEFAULT_CAPTURE_LIMIT, Job, Network, RunOptions, StepOptions, roofline, with_cluster, \
+from ..core.job import DEFAULT_CAPTURE_LIMIT, FASTEST_CHUNKS, Job, Network, RunOptions, StepOptions, roofline, with_cluster, \
     with_gpu
 
 
@@ -225,7 +225,9 @@ def _compile(source, job: Job, use_recorded: bool) -> WorkloadReport:
     if net.cluster is not None:   # read by job_of (with_cluster): the report's header says it
         recorded = {**recorded, "cluster": net.cluster.describe()}
     scheduler = job.compile.scheduler or driver.DEFAULT_SCHEDULER
-    defaults = {k: v for k, v in (("chunks", job.compile.chunks), ("algorithm", job.compile.algorithm),
+    # with a --cluster, each collective runs in the fastest of several chunk counts, as NCCL pipelines it
+    chunks = job.compile.chunks if job.compile.chunks is not None or net.cluster is None else FASTEST_CHUNKS
+    defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", job.compile.algorithm),
                                   ("all_reduce", job.compile.all_reduce)) if v is not None}
     opts = WorkloadOptions(scheduler, defaults, _run_options(job.run), roofline(step), step.keep_tables,
                            *_memory(step.mem_latency_ns, step.pool, topo), step=semantics, gpu=_gpu(step))

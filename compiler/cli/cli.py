@@ -11,8 +11,8 @@ import warnings
 from ...runtime import atomic
 from ...network.errors import AstraError, InputWarning, UserError, one_line
 from ..frontend import readers
-from ..core.job import Job, from_options
-from .parser import capture_limit, fail, int_list, parse, positive_int
+from ..core.job import FASTEST_CHUNKS, Job, from_options
+from .parser import capture_limit, chunk_count, fail, int_list, parse, positive_int
 
 VERIFIED = "verified: every NPU's buffer matches the collective's definition"
 
@@ -62,7 +62,7 @@ def _run_workload(job: Job, given: set[str], step_dir: bool, sink: list | None) 
     else:
         if not job.network.topology and readers.kind_of(list(inputs)) != readers.WORKLOAD_MODULE:
             raise UserError("--topology is required")
-        chunks = positive_int(job.compile.chunks, "--chunks") if job.compile.chunks is not None else None
+        chunks = chunk_count(job.compile.chunks) if job.compile.chunks is not None else None
         with reuse.using(reuse.open_dir(job.step.cache) if job.step.cache else reuse.current()):
             job = job.replace("compile", chunks=chunks)
             job = job.replace("step", capture_limit=capture_limit(job.step.capture_limit),
@@ -356,13 +356,15 @@ def _run_collective(job: Job, given: set[str], sink: list | None) -> int:
 
     defaults = {}
     if opts.chunks is not None:
-        defaults["chunks"] = positive_int(opts.chunks, "--chunks")
+        defaults["chunks"] = chunk_count(opts.chunks)
         if source and not any(v.opname in comm.COLLECTIVES and v.chunks is None
                               for v in map(comm.view, comm.ops(module))):
             # the chunk pass fills only collectives without a count: here --chunks would change nothing
             raise UserError(f"--chunks {opts.chunks}: every collective of {source} already carries its chunk "
                             "count (or has been decomposed into phases); drop --chunks, or edit the count in the "
                             "module")
+    elif net.cluster is not None and not source:   # NCCL pipelines a collective over the node and the NICs
+        defaults["chunks"] = FASTEST_CHUNKS
     if opts.algorithm:
         defaults["algorithm"] = opts.algorithm
     if opts.all_reduce:

@@ -9,7 +9,7 @@ import sys
 
 from ...network.errors import AstraError, UserError, one_line
 from ...network.kinds import COLLECTIVES
-from ..core.job import DEFAULT_CAPTURE_LIMIT
+from ..core.job import DEFAULT_CAPTURE_LIMIT, FASTEST_CHUNKS
 
 EPILOG = """examples:
   astra-compile --collective all_reduce --size 1GB --topology "Switch(8)_Switch(8)_Switch(8)" \\
@@ -122,7 +122,9 @@ def build_parser() -> Parser:
     g.add_argument("--system", metavar="SYS.json",
                    help="an ASTRA-sim system configuration: scheduling, chunks, implementations, peak-perf mapped to "
                         "these options (options given here win); keys not modelled are named (docs/astra-sim.md)")
-    g.add_argument("--chunks", help="chunks per collective (ASTRA-sim preferred-dataset-splits; default 1)")
+    g.add_argument("--chunks", help="chunks per collective (ASTRA-sim preferred-dataset-splits; default 1, and "
+                   "'fastest' with --cluster), or 'fastest': each collective that spans several dimensions runs "
+                   "with the fastest of 1, 2, 4, 8 and 16 chunks, as NCCL overlaps a node's and its NICs' phases")
     g.add_argument("--all-reduce", choices=ALL_REDUCE_SPLITS,
                    help="an all-reduce over several dimensions: hierarchical (default: reduce-scatter up the "
                         "dimensions, all-gather back; ASTRA-sim's localBWAware) or per-dimension (a whole "
@@ -279,6 +281,17 @@ def positive_int(text: str, what: str) -> int:
     if not 0 < v < 2**31:
         raise UserError(f"{what} must be a positive integer below 2^31, got {v}")
     return v
+
+
+def chunk_count(text, what: str = "--chunks"):
+    """--chunks: a count (positive_int), or FASTEST_CHUNKS: each collective runs with the fastest of 1, 2, 4, 8
+    and 16 chunks (driver._fastest_chunks)."""
+    if text == FASTEST_CHUNKS:
+        return text
+    try:
+        return positive_int(text, what)
+    except UserError as e:
+        raise UserError(f"{e} (or '{FASTEST_CHUNKS}')") from None
 
 
 def capture_limit(seconds: float) -> float:

@@ -27,6 +27,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ...network.errors import UserError
+from ...runtime.run_record import FASTEST_CHUNKS   # noqa: F401  (the --chunks value every layer names from here)
 
 DEFAULT_CAPTURE_LIMIT = 600.0   # CPU seconds a model file may take to load and capture (--capture-limit)
 
@@ -68,7 +69,9 @@ class CompileOptions:
     """How collectives are compiled (the pass pipeline's options)."""
     scheduler: str | None = None   # baseline | themis | optimal; None: optimal (a .mlir module keeps its own)
     algorithm: str | None = None   # one, or one per dimension, comma-separated; None: each block's own
-    chunks: int | None = None      # chunks per collective; None: 1 (or what a module's collectives carry)
+    # chunks per collective, or FASTEST_CHUNKS; None: 1 (or what a module's collectives carry), and with a
+    # --cluster FASTEST_CHUNKS
+    chunks: int | str | None = None
     all_reduce: str | None = None  # hierarchical | per-dimension; None: hierarchical
     ports: int | None = None       # multitree's injection ports
     pass_pipeline: str | None = None
@@ -189,6 +192,7 @@ OPTIONS = {
                                    "force", "list_passes")},
 }
 COUNTS = ("chunks", "ports", "active_chunks")
+
 
 
 def from_options(values: dict) -> Job:

@@ -15,11 +15,11 @@ from ...network.kinds import COLLECTIVES
 from ...network.user_files import read_text
 from ..lowering.lower import Schedule
 from ..lowering.plans import plans_from_module
-from ...passes import DEFAULT_PIPELINE, PassContext, PassManager, parse_pipeline
+from ...passes import DEFAULT_PIPELINE, PassContext, PassError, PassManager, parse_pipeline
 from ...passes.dimension_order import buffer_groups
 from ...network.topology import Topology
 from ...network.units import MAX_BYTES, format_size
-from ..core.job import RunOptions   # how the tables execute: the Job's run options, taken as they are
+from ..core.job import FASTEST_CHUNKS, RunOptions   # how the tables execute: the Job's run options, taken as they are
 from ..report.report import Report, make_report
 
 
@@ -89,6 +89,9 @@ SCHEDULERS = {
 DEFAULT_SCHEDULER, DEFAULT_INTRA = "optimal", "scf"
 # whole-network algorithms (network and ranks scope, algorithms/) schedule one phase over every dimension: no
 # per-dimension phases, no dimension orders
+# --chunks fastest (the default of a training step on a --cluster): the chunk counts tried per collective; 16 is
+# what NCCL's overlap of a 2 x 8 H100 all-reduce's node and NIC phases fits (docs/calibrate.md, the A3 Mega row)
+CHUNK_CHOICES = (1, 2, 4, 8, 16)
 FLAT_PIPELINE = "decompose-all-reduce,chunk,flat-decompose,select-algorithm{{algorithm={}}}"
 
 
@@ -135,6 +138,8 @@ def compile_schedule(source, ctx, topology: Topology, scheduler: str | None, def
     baseline: its choose-schedule pass times them on this run's cost model and keeps the fastest, recording the
     choice in the module; the report repeats it (`optimal_choice`)."""
     run = run or RunOptions()
+    if defaults.get("chunks") == FASTEST_CHUNKS:
+        return _fastest_chunks(source, ctx, topology, scheduler, defaults, run, print_ir, pipeline, timing)
     # the ordering passes weigh a step's latency by how many chunks share the dimension in the runtime
     defaults = {"active": run.active_chunks, **defaults}
     timed: dict = {}  # module body text -> (schedule, result, stand-in): a schedule timed is not run again
@@ -188,6 +193,55 @@ def compile_schedule(source, ctx, topology: Topology, scheduler: str | None, def
         return one(DEFAULT_PIPELINE, recorded, print_ir, recorded=True)
     scheduler = scheduler or DEFAULT_SCHEDULER
     return one(SCHEDULERS[scheduler], scheduler, print_ir)
+
+
+def _fastest_chunks(source, ctx, topology: Topology, scheduler, defaults: dict, run: RunOptions, print_ir: bool,
+                    pipeline, timing: bool) -> Compiled:
+    """--chunks fastest: compile the module with each of CHUNK_CHOICES chunks per collective, keep the fastest on
+    this run's cost model (ties: the fewest chunks) and record every candidate's time in the module
+    (`comm.chunks_<n>_time_ns`) beside the choice (`comm.chunks_chosen`). This is what NCCL does to a collective
+    over a node's fabric and its NICs: it moves the data in pieces, so the node's phase of one piece runs while the
+    NICs carry another, where one chunk runs the phases one after another; and it is no slower than one chunk where
+    the pieces' extra steps cost more than the overlap gains. A module whose collectives each span one dimension
+    (of more than one NPU) has no phases to overlap: with one active chunk per dimension, more chunks only add
+    steps, so it runs in one chunk without trying the others."""
+    module = comm.parse_module(source, ctx) if isinstance(source, str) else source
+    one = {**defaults, "chunks": 1}
+    if not _spans_dimensions(module, topology):
+        return compile_schedule(module, ctx, topology, scheduler, one, run, print_ir, pipeline, timing)
+    times, best, first_error = {}, None, None
+    for chunks in CHUNK_CHOICES:
+        try:
+            compiled = compile_schedule(comm.copy_module(module), ctx, topology, scheduler,
+                                        {**defaults, "chunks": chunks}, run, False, pipeline)
+        except (UserError, comm.IRError, PassError) as e:   # too small to split into so many chunks
+            first_error = first_error or e
+            continue
+        times[chunks] = compiled.result.total_ns
+        if best is None or times[chunks] < times[best[0]]:
+            best = (chunks, compiled)
+    if best is None:
+        raise first_error
+    chunks, compiled = best
+    if print_ir or timing:   # the winner's passes printed as a run with --chunks N prints them
+        compiled = compile_schedule(module, ctx, topology, scheduler, {**defaults, "chunks": chunks}, run,
+                                    print_ir, pipeline, timing)
+    with ctx:
+        comm.set_attr(compiled.module.operation, "comm.chunks_chosen", chunks)
+        for n, ns in times.items():
+            comm.set_attr(compiled.module.operation, f"comm.chunks_{n}_time_ns", float(ns))
+    return compiled
+
+
+def _spans_dimensions(module, topology: Topology) -> bool:
+    """Does a collective of the module span two or more dimensions of more than one NPU?"""
+    for op in comm.ops(module):
+        v = comm.view(op)
+        if v.opname in comm.COLLECTIVES:
+            dims = range(len(topology.shape)) if v.dims is None else v.dims
+            if sum(topology.shape[d] > 1 for d in dims) > 1:
+                return True
+    return False
 
 
 def whole_network_run(module, defaults: dict) -> algorithms.Algorithm | None:
