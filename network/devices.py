@@ -66,7 +66,8 @@ class Device:
 
     def describe(self) -> dict:
         """The report's "gpu" object: the device's name and where its numbers came from."""
-        source = f"preset {self.name} ({PRESET_SOURCE})" if self.origin == "preset" else f"device file {self.origin}"
+        source = f"preset {self.name} ({PRESET_SOURCE})" if self.origin == "preset" else \
+            "a device file's fields, recorded with the step" if self.origin == RECORDED else f"device file {self.origin}"
         return {"name": self.name, "description": self.description, "source": source}
 
     def to_dict(self) -> dict:
@@ -79,6 +80,7 @@ class Device:
 
 
 PRESET_SOURCE = "vendor datasheets, docs/compute.md"
+RECORDED = "recorded"   # the origin of a device read back from a step's run record (a device file's fields)
 
 
 def presets() -> dict[str, Device]:
@@ -89,9 +91,12 @@ def presets() -> dict[str, Device]:
 
 
 def resolve(spec) -> Device:
-    """`--gpu`'s value: a preset's name, or a device file's path (.yaml, .yml or .json)."""
+    """`--gpu`'s value: a preset's name, or a device file's path (.yaml, .yml or .json); or a Device, or a
+    device's fields (a run record's)."""
     if isinstance(spec, Device):
         return spec
+    if isinstance(spec, dict):   # a device's fields, as a step's run record holds a device file's (run_record)
+        return parse(spec, "the step's recorded gpu", RECORDED)
     if not isinstance(spec, str) or not spec:
         raise UserError(f"--gpu must be a GPU name or a device file, got {show(spec)}")
     table = presets()

@@ -29,7 +29,7 @@ SEMANTICS = (STREAMS, ASTRA_SIM)
 TABLES = ("backend", "execution", "intra", "active_chunks", "switching", "local_mem_gbps")
 # how a step's collectives execute, its roofline, memories and step semantics: what a step directory records
 STEP = ("backend", "intra", "switching", "local_mem_gbps", "peak_tflops", "mem_bw_gbps", "mem_latency_ns",
-        "step_semantics", "astra_link_gbps", "pool")
+        "step_semantics", "astra_link_gbps", "pool", "gpu")
 # a workload module is compiled again when it runs: the compile options too (checked by compiler/driver/recorded_run.py)
 COMPILE = ("scheduler", "chunks", "algorithm", "all_reduce")
 # `chunks` is a count or this: each collective ran with the fastest of several chunk counts (--chunks fastest)
@@ -77,6 +77,8 @@ def _value(key: str, value, at: str, ndims: int):
             raise TableError(f"{at} must list {ndims} bandwidths (GB/s, {MIN_GBPS:g} to {MAX_GBPS:g}), one per "
                              f"dimension, got {show(value)}")
         return [float(v) for v in value]
+    if key == "gpu":   # --gpu's device: a preset's name, or a device file's fields (network/devices.py)
+        return _device(value, at)
     if key == "pool":
         from ..network import pool_file
         try:
@@ -89,6 +91,26 @@ def _value(key: str, value, at: str, ndims: int):
         return checks[key](value, at)
     except UserError as e:
         raise TableError(str(e)) from None
+
+
+def _device(value, at: str):
+    """A recorded device, checked, as recorded (network/devices.resolve reads either form)."""
+    from ..network import devices
+    if isinstance(value, str):
+        if value not in devices.presets():
+            raise TableError(f"{at} must be a GPU preset ({', '.join(devices.presets())}) or a device's fields, "
+                             f"got {show(value)}")
+        return value
+    try:
+        devices.parse(value, at, devices.RECORDED)
+    except UserError as e:
+        raise TableError(str(e)) from None
+    return value
+
+
+def recorded_device(device) -> str | dict:
+    """A --gpu device as a record holds it: a preset by its name, any other device by its fields."""
+    return device.name if device.origin == "preset" else device.to_dict()
 
 
 def _rate(value) -> bool:

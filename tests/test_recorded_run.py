@@ -266,7 +266,39 @@ def test_the_brief_s_model_file_runs_again_at_its_figure(capsys, tmp_path):
     assert err == ""
 
 
+def test_a_recorded_gpu_runs_again(capsys, tmp_path):
+    """--gpu's compute model times every compute op: a step module or directory written with it runs again with the
+    same device (before, a re-run kept only its fp32 peak and bandwidth and timed compute by the roofline: mlp_dp
+    on dgx-h100:2 7156 us against the written 8345, silently)."""
+    run = [os.path.join(EXAMPLES, "mlp_dp.py"), "--topology", "Switch(8)_Switch(2)", "--mesh", "dp=16"]
+    want = figure(capsys, *run, "--gpu", "h100")
+    assert want != figure(capsys, *run, "--peak-tflops", "67", "--mem-bw", "3119.930624961853")
+    written(capsys, *run, "--gpu", "h100", "--emit", "mlir", "-o", tmp_path / "m.mlir")
+    assert 'gpu = "h100"' in (tmp_path / "m.mlir").read_text()
+    assert figure(capsys, tmp_path / "m.mlir") == want
+    assert astra_compile.compile(str(tmp_path / "m.mlir"), None).to_dict()["total_time_us"] == want
+    written(capsys, *run, "--gpu", "h100", "--emit", "tables", "-o", tmp_path / "s")
+    assert figure(capsys, tmp_path / "s") == want
+    # a device file is recorded by its fields: the run needs no file
+    device = tmp_path / "slow.json"
+    device.write_text(json.dumps({**astra_compile.network.devices.resolve("h100").to_dict(), "name": "slow",
+                                  "efficiency": {"host_us": 40}}))
+    slow = figure(capsys, *run, "--gpu", device)
+    assert slow > want
+    written(capsys, *run, "--gpu", device, "--emit", "mlir", "-o", tmp_path / "slow.mlir")
+    os.remove(device)
+    code, out, err = cli(capsys, tmp_path / "slow.mlir")
+    assert code == 0 and "a device file's fields, recorded with the step" in out, err
+    assert figure(capsys, tmp_path / "slow.mlir") == slow
+    # --gpu typed again wins, and the run says so
+    code, out, err = cli(capsys, tmp_path / "m.mlir", "--gpu", "h200", "--json")
+    assert json.loads(out)["total_time_us"] == figure(capsys, *run, "--gpu", "h200")
+    assert err == f"astra-compile: note: {tmp_path / 'm.mlir'}: wl.run records --gpu h100; this run takes h200\n"
+
+
 @pytest.mark.parametrize("run, match", [
+    ({"gpu": "h1000"}, "meta.json: run.gpu must be a GPU preset (v100, "),
+    ({"gpu": {"name": "x"}}, "run.gpu: field 'peak_tflops' is missing"),
     ({"peak_tflops": -1}, "meta.json: run.peak_tflops must be a number of TFLOPS"),
     ({"mem_bw_gbps": "fast"}, "meta.json: run.mem_bw_gbps must be a number of GB/s"),
     ({"mem_latency_ns": 1e300}, "run.mem_latency_ns: latency must be"),

@@ -230,7 +230,8 @@ def _compile(source, job: Job, use_recorded: bool) -> WorkloadReport:
     defaults = {k: v for k, v in (("chunks", chunks), ("algorithm", job.compile.algorithm),
                                   ("all_reduce", job.compile.all_reduce)) if v is not None}
     opts = WorkloadOptions(scheduler, defaults, _run_options(job.run), roofline(step), step.keep_tables,
-                           *_memory(step.mem_latency_ns, step.pool, topo), step=semantics, gpu=_gpu(step))
+                           *_memory(step.mem_latency_ns, step.pool, topo), step=semantics, gpu=_gpu(step),
+                           device=step.gpu)
     return _timed(lowered, topo, opts, None, recorded | {"scheduler": scheduler}, step.rank,
                   None if step_module else workload, gpu=step.gpu)
 
@@ -334,13 +335,14 @@ def _compile_step_dir(path: str, job: Job, use_recorded: bool = True) -> Workloa
     run_opts = _run_options(job.run)
     lowered, topo, recorded, times, step_tables = step_dir.load(path, run_opts, step)
     opts = WorkloadOptions(recorded["scheduler"], {}, run_opts, roofline(job.step), False,
-                           *_memory(job.step.mem_latency_ns, job.step.pool, topo), step=step, gpu=_gpu(job.step))
+                           *_memory(job.step.mem_latency_ns, job.step.pool, topo), step=step, gpu=_gpu(job.step),
+                           device=job.step.gpu)
     return _timed(lowered, topo, opts, times, recorded, job.step.rank, step_tables=step_tables, gpu=job.step.gpu)
 
 
 # the options a step directory and a workload module record (recorded_run.py), by compile()'s names
 RECORDED_BY_STEP = ("backend", "intra", "switching", "local_mem_gbps", "peak_tflops", "mem_bw_gbps", "mem_latency_ns",
-                    "step_semantics", "pool")
+                    "step_semantics", "pool", "gpu")
 RECORDED_BY_MODULE = RECORDED_BY_STEP + ("scheduler", "chunks", "algorithm", "all_reduce")
 
 

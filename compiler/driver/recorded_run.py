@@ -35,7 +35,7 @@ DEST = {"backend": "backend", "execution": "execution", "intra": "intra", "activ
         "switching": "switching", "local_mem_gbps": "local_mem_bw", "peak_tflops": "peak_tflops",
         "mem_bw_gbps": "mem_bw", "mem_latency_ns": "mem_latency", "step_semantics": "step_semantics",
         "astra_link_gbps": "astra_link_gbps", "pool": "pool", "scheduler": "scheduler", "chunks": "chunks",
-        "algorithm": "algorithm", "all_reduce": "all_reduce"}
+        "algorithm": "algorithm", "all_reduce": "all_reduce", "gpu": "gpu"}
 
 
 def of_tables(run: driver.RunOptions) -> dict:
@@ -54,9 +54,14 @@ def of_step(opts) -> dict:
               "mem_bw_gbps": (opts.roofline.mem_gbps, roof.mem_gbps),
               "mem_latency_ns": (opts.mem_latency_ns, 0.0), "step_semantics": (opts.step.name, "streams"),
               "astra_link_gbps": (list(opts.step.link_gbps) if opts.step.link_gbps else None, None)}
+    if opts.device is not None:   # the device's own fp32 peak and bandwidth come with it (`gpu` below)
+        values["peak_tflops"] = (opts.roofline.peak_tflops, opts.device.peak("fp32"))
+        values["mem_bw_gbps"] = (opts.roofline.mem_gbps, opts.device.mem_gbps)
     out.update({k: v for k, (v, default) in values.items() if v != default})
     if opts.pool is not None:
         out["pool"] = pool_file.to_data(opts.pool)
+    if opts.device is not None:   # the compute model's device: without it a re-run times compute by the roofline
+        out["gpu"] = run_record.recorded_device(opts.device)
     return out
 
 
@@ -201,6 +206,9 @@ def _shown(key: str, value) -> str:
         return "none" if key == "pool" else "(not given)"
     if key == "pool":
         return f"({value.describe()})"
+    if key == "gpu":
+        from ...network import devices
+        return devices.resolve(value).name
     if key == "astra_link_gbps":
         return ",".join(map(_number, value))
     return _number(value) if isinstance(value, float) else str(value)
@@ -213,6 +221,10 @@ def _number(value: float) -> str:
 
 
 def _same(key: str, a, b) -> bool:
+    if key == "gpu":   # the same device whatever named it: their fields agree
+        from ...network import devices
+        return (a is None) == (b is None) and (a is None or devices.resolve(a).to_dict() ==
+                                                 devices.resolve(b).to_dict())
     if key == "pool":   # the same memory whatever file or object described it: their file forms agree
         from ...network import pool_file
         return (a is None) == (b is None) and (a is None or pool_file.to_data(a) == pool_file.to_data(b))

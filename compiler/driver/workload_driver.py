@@ -205,6 +205,7 @@ class WorkloadOptions:
     pool: object | None = None     # the remote memory pool (--pool; network/memory_pool.py), None: none
     step: StepSemantics = field(default_factory=StepSemantics)   # --step-semantics
     gpu: dict | None = None        # --gpu: the device's name and where its numbers came from (the report's header)
+    device: object | None = None   # --gpu's Device (network/devices.py): recorded with the step (recorded_run)
 
     def memory(self) -> MemorySystem:
         return MemorySystem(LocalMemory(self.mem_latency_ns, self.roofline.mem_gbps), self.pool)
