@@ -153,6 +153,57 @@ def test_a_stage_sends_what_its_fsdp_mixed_precision_computes(tmp_path, output, 
     assert astra_compile.compile(str(path), "Ring(4)").total_time_us > 0   # the sends meet their receives
 
 
+SEQUENCE_PARALLEL = """
+import torch
+from torch import nn
+D, SEQ = 512, 256
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.up, self.down = nn.LayerNorm(D), nn.Linear(D, 4 * D, bias=False), nn.Linear(4 * D, D, bias=False)
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(self.norm(x))))
+def build_model():
+    return nn.Sequential(nn.Linear(D, D, bias=False), *(Block() for _ in range(4)))
+def example_inputs():
+    return torch.randn(4, SEQ, D)
+def pipeline_stage(model, stage, num_stages):
+    return model[:3] if stage == 0 else model[3:]
+def parallelize(stage, mesh):
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
+    blocks = [m for m in stage if isinstance(m, Block)]
+    if len(blocks) < len(stage):   # the input layer (an embedding's place) scatters the sequence
+        parallelize_module(stage[0], mesh["tp"], RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)))
+    for block in blocks:   # Megatron's sequence parallelism: the norm on a slice of the sequence, gathered for up
+        parallelize_module(block, mesh["tp"], {"norm": SequenceParallel(),
+                                               "up": ColwiseParallel(input_layouts=Shard(1)),
+                                               "down": RowwiseParallel(output_layouts=Shard(1))})
+    return stage
+def optimizer(parameters):
+    return torch.optim.SGD(parameters, lr=0.1)
+PIPELINE = {"schedule": "1F1B", "microbatches": 4}
+def mesh_axes(world_size):
+    return {"pp": 2, "tp": world_size // 2}
+"""
+
+
+def test_a_stage_with_sequence_parallelism_hands_on_its_slice_of_the_sequence(tmp_path):
+    """Under sequence parallelism each tensor-parallel rank of a stage hands on its 1/tp slice of the sequence. The
+    capture learned a pipeline_stage() stage's hand-off from its module before parallelize (the whole sequence):
+    the next stage received 4x the bytes and the first backward stopped on torch's shape mismatch. The warm-up now
+    checks each stage's output against that chain and, where it differs, finds the chain from the parallelized
+    stages (as for a file that builds its own)."""
+    path = tmp_path / "pp_sp.py"
+    path.write_text(textwrap.dedent(SEQUENCE_PARALLEL))
+    w = capture(load_model_file(str(path)), 8, None)
+    for rank, ops in w.programs.items():
+        messages = [op for op in ops if op.kind in (SEND, RECV)]
+        assert len(messages) == 8   # 4 activations and 4 gradients each way
+        assert {op.bytes for op in messages} == {256 // 4 * 512 * 4}   # one sequence's SEQ / tp x D, fp32
+    assert astra_compile.compile(str(path), "Ring(8)").total_time_us > 0   # the sends meet their receives
+
+
 def test_a_stage_failing_inside_the_schedule_is_one_line_with_its_cause(tmp_path, capsys):
     """torch's PipelineStage re-raises a stage's error as "[Stage 0] failed to run forward:" followed by its
     arguments, the error itself only chained (`from e`), and its schedule logs its whole action table: the line

@@ -7,8 +7,11 @@ BF16 with FP32 gradient reduction, FSDP over dp that does not reshard the weight
 Not a calibration run: nothing was fitted on it (docs/published-runs.md, "Beyond the calibration set"). The layers
 (RMSNorm, torchtitan's rotary embedding, grouped-query attention, SwiGLU) are the calibration file
 benchmarks/published/torchtitan_llama3_8b.py's, loaded with this model's sizes (megatron_pipeline.py); here:
-- Tensor parallelism with torch's DTensor (column-parallel q, k, v, w1, w3; row-parallel wo, w2; the embedding
-  row-parallel, the output layer column-parallel, its logits left sharded), then FSDP2 over dp on each block with
+- Tensor parallelism with torch's DTensor as Megatron-LM and torchtitan apply it, with sequence parallelism
+  (column-parallel q, k, v, w1, w3; row-parallel wo, w2 reduce-scattering onto the sequence; the norms and the
+  residual stream on each rank's 1/8 of the sequence, gathered before attention and the feed-forward; the
+  embedding row-parallel onto the sequence, the output layer column-parallel, its logits left sharded; stages hand
+  on their slice of the sequence), then FSDP2 over dp on each block with
   MixedPrecisionPolicy(bf16 parameters, fp32 gradient reduce-scatter) and reshard_after_forward=False (the paper:
   the weights are not resharded after the forward, so the backward needs no second all-gather).
 - Interleaved 1F1B with two stages per rank (the paper does not give its count here): 32 stages of 4 layers,
@@ -90,19 +93,26 @@ def example_inputs():
 
 def parallelize(stage, mesh):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
     tp = mesh["tp"]
-    for block in stage.layers:
+    for block in stage.layers:   # torchtitan's plan: the norms on the sequence's slices, gathered for the matmuls
         parallelize_module(block, tp, {
+            "attention_norm": SequenceParallel(),
+            "attention": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
             "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
-            "attention.wo": RowwiseParallel(), "feed_forward.w1": ColwiseParallel(),
-            "feed_forward.w3": ColwiseParallel(), "feed_forward.w2": RowwiseParallel()})
+            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+            "ffn_norm": SequenceParallel(),
+            "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1))})
     ends = {}
-    if stage.tok_embeddings is not None:
-        ends["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate())   # every rank has the tokens
+    if stage.tok_embeddings is not None:   # every rank has the tokens; each keeps its slice of the sequence
+        ends["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
     if stage.output is not None:
-        ends["output"] = ColwiseParallel()   # this rank's slice of the vocabulary's logits
+        ends["norm"] = SequenceParallel()
+        ends["output"] = ColwiseParallel(input_layouts=Shard(1))   # this rank's slice of the vocabulary's logits
     if ends:
         parallelize_module(stage, tp, ends)
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)

@@ -189,10 +189,19 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
     while len(programs) < p.pp:
         known = len(shapes)
         try:
-            ops, host, rp, used = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes))
-        except ReplayMismatch:   # a micro-batch unlike the template: every one dispatched (chunk_replay.py)
-            ops, host, rp, used = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes),
-                                                replay=False)
+            try:
+                ops, host, rp, used = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes))
+            except ReplayMismatch:   # a micro-batch unlike the template: every one dispatched (chunk_replay.py)
+                ops, host, rp, used = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes),
+                                                    replay=False)
+        except pipeline_schedule.HandOffChanged as e:
+            # the chain found before parallelize is wrong from this stage on (sequence parallelism): it is found
+            # again from the parallelized stages, and this coordinate captured again
+            for k in [k for k in shapes if isinstance(k, int) and k > e.stage]:
+                del shapes[k]
+            shapes[pipeline_schedule.PARALLELIZED] = True
+            programs.clear()   # a rank recorded before held the wrong chain's shapes only after this stage: none
+            continue
         if outline is not None and rp.outline() != outline:
             raise UserError(f"{spec.path}: pp coordinate {coord}'s schedule ({_outline_text(rp.outline())}) is not "
                             f"pp coordinate 0's ({_outline_text(outline)}): every rank builds the same schedule")
@@ -308,8 +317,13 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
 
             what = "the warm-up training step"
             routing = AssumedRouting(check_routing(spec.routing, spec.path), spec.path)
-            with fake, routing, chunks.installed():
-                step()
+            checks = pipeline_schedule.handoff_check(rp, stage[2], spec.path) if stage is not None else []
+            try:
+                with fake, routing, chunks.installed():
+                    step()
+            finally:
+                for handle in checks:
+                    handle.remove()
             rebuild_ddp_buckets(model)
             what = "the recorded training step"
             recorder = recording[0] = StepRecorder()
@@ -323,6 +337,9 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
         except SystemExit as e:  # the user's code called sys.exit(): never exit with its status as if done
             raise UserError(f"{spec.path}: {what} called sys.exit({e.code!r})") from None
         except Exception as e:  # the user's model failed to build or trace: bad input, one line
+            changed = pipeline_schedule.handoff_changed(e)   # torch's schedule wraps what the hook raised
+            if changed is not None:
+                raise changed from None
             raise UserError(f"{spec.path}: {what}{where} failed: {one_line(e)}") from None
         names = axis_names(device_mesh, axes)
     check_axes_used(spec, axes, recorder.ops, rank, read, None if stage is None else stage[1])

@@ -107,21 +107,26 @@ def build_schedule(spec, model, p: Plan, coord: int, group, parallelize_part, lo
     (pipeline_stage() for each stage id torch's layout gives the rank, each through `parallelize_part`) wrapped in
     PipelineStage over the pp group; `loss(output)` is the last stage's loss per micro-batch. Each stage module
     advances the chain of stage shapes (pipeline_schedule.advance) before it is parallelized, the dtype its
-    parallelized form computes in then set (pipeline_schedule.computed_dtype)."""
+    parallelized form computes in then set (pipeline_schedule.computed_dtype); where the warm-up found a stage
+    handing on other shapes once parallelized (pipeline_schedule.HandOffChanged), the chain is marked PARALLELIZED
+    and found from the parallelized stages instead, as for a file that builds its own (capture.py)."""
     import torch
     from torch.distributed import pipelining
     from torch.distributed.pipelining._utils import generate_rank_to_stage_mapping
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle
-    from .pipeline_schedule import advance, computed_dtype
+    from .pipeline_schedule import PARALLELIZED, advance, computed_dtype
     name, style, _ = SCHEDULES[p.schedule]
     n = p.pp * p.virtual
     stages = []
     for k in generate_rank_to_stage_mapping(p.pp, n, style)[coord]:
         part = stage_module(spec, model, k, n)
-        advance(shapes, k, part, micro_in, k == n - 1, spec.path)
-        made = parallelize_part(part)
-        if k < n - 1 and k + 1 in shapes:   # (a looped rank may not know its later stages' inputs yet)
-            shapes[k + 1] = computed_dtype(made, shapes[k + 1])
+        if shapes.get(PARALLELIZED):   # the stages' hand-off changes once parallelized: infer_shapes finds it
+            made = parallelize_part(part)
+        else:
+            advance(shapes, k, part, micro_in, k == n - 1, spec.path)
+            made = parallelize_part(part)
+            if k < n - 1 and k + 1 in shapes:   # (a looped rank may not know its later stages' inputs yet)
+                shapes[k + 1] = computed_dtype(made, shapes[k + 1])
         stages.append(pipelining.PipelineStage(made, k, n, torch.device("cpu"), group=group))
     kind = getattr(pipelining, name)
     return kind(stages[0] if issubclass(kind, PipelineScheduleSingle) else stages, p.microbatches,

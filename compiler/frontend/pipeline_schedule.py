@@ -92,6 +92,48 @@ def _short(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
 
 
+# A key of the chain of stage shapes: set, the chain is found from the parallelized stages' forwards (infer_shapes),
+# not from pipeline_stage()'s modules before parallelize (advance in pipeline.build_schedule)
+PARALLELIZED = "parallelized"
+
+
+class HandOffChanged(Exception):
+    """A stage built by the capture (pipeline_stage()) handed on other shapes, once parallelized, than its module
+    did before parallelize: sequence parallelism sends each tensor-parallel rank its 1/tp slice of the sequence.
+    The capture then finds the chain from the parallelized stages (capture.py)."""
+
+    def __init__(self, stage: int):
+        super().__init__(f"stage {stage} hands on other shapes once parallelized")
+        self.stage = stage
+
+
+def handoff_check(rp: RankPipeline, shapes: dict, path: str):
+    """Forward hooks that raise HandOffChanged where a stage's output (but the last's) is not the shapes its next
+    stage was given: the warm-up step runs under them, so a chain found before parallelize is never recorded
+    wrong. Returns the hooks' handles (remove them after the warm-up)."""
+    handles = []
+    for s in rp.stages:
+        if s.is_last or shapes.get(PARALLELIZED):
+            continue
+
+        def check(module, args, output, k=s.stage_index):
+            if boundary(output, path, k, last=False) != shapes.get(k + 1):
+                raise HandOffChanged(k)
+        handles.append(_unwrapped(s.submod).register_forward_hook(check))
+    return handles
+
+
+def handoff_changed(error: BaseException) -> HandOffChanged | None:
+    """The HandOffChanged behind an exception torch's schedule raised around it, if any."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, HandOffChanged):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def infer_shapes(rp: RankPipeline, shapes: dict, first_input: tuple, path: str) -> bool:
     """Advance the chain of stage shapes through the rank's stages (`advance`). True when every stage of the rank
     knew its input and output before: only then is the rank's step recorded in this capture. A parallelized stage
