@@ -12,7 +12,8 @@ mapped onto the copy's: its arguments onto the call's own, the storages it creat
 activations an earlier call of the same micro-batch created onto that call's (a backward onto its forward),
 everything else (parameters, gradients being accumulated) kept. A prediction that differs raises ReplayMismatch,
 and the stage is captured again with every micro-batch dispatched (capture.py). The warm-up step, which records
-nothing, dispatches micro-batches 0 (its forward only, for the shapes its stand-ins take) and M - 1 only.
+nothing, dispatches micro-batches 0 (its forward only, for the shapes its stand-ins take) and M - 1 only, and none
+of the schedule's sends and receives.
 Gradient accumulation's micro-batches (capture.py's loop, not a schedule's) go through the same calls, each
 micro-batch's forward and backward as one (`micro_batch`).
 
@@ -121,6 +122,7 @@ class ChunkReplay:
 
     @contextlib.contextmanager
     def installed(self):
+        from torch.distributed.pipelining import schedules
         from torch.distributed.pipelining.schedules import _PipelineSchedule as Schedule
         from torch.distributed.pipelining.stage import _PipelineStageBase as Stage
         saved = {name: getattr(Stage, name) for name in ("forward_one_chunk", "backward_one_chunk",
@@ -146,6 +148,13 @@ class ChunkReplay:
                                lambda: saved["backward_maybe_with_nosync"](stage, backward_type, bwd_kwargs,
                                                                            last_backward))
         loss_of = Schedule._maybe_compute_loss
+        batch_p2p = schedules._batch_p2p
+
+        def p2p(ops, desc=None):
+            """The schedule's sends and receives (every schedule issues them through this function): not dispatched
+            in the warm-up, which records nothing, and whose messages would carry fake tensors the schedule has
+            allocated already (received activations and gradients have no values to fill in)."""
+            return [] if replay.recording() is None else batch_p2p(ops, desc)
 
         def loss(schedule, stage, output, target_mbs, mb_index, *args, **kwargs):
             """The last stage's loss of a micro-batch: always computed, logged (its backward, in the template,
@@ -161,12 +170,14 @@ class ChunkReplay:
             setattr(Stage, name, chunk_of(name))
         Stage.forward_maybe_with_nosync, Stage.backward_maybe_with_nosync = forward, backward
         Schedule._maybe_compute_loss = loss
+        schedules._batch_p2p = p2p
         try:
             yield self
         finally:
             for name, fn in saved.items():
                 setattr(Stage, name, fn)
             Schedule._maybe_compute_loss = loss_of
+            schedules._batch_p2p = batch_p2p
 
     def call(self, stage, kind: str, args, last: bool, run):
         """A PipelineStage's chunk call of `kind` (forward, full, input, weight)."""
