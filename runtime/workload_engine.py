@@ -199,14 +199,15 @@ class _Rank:
         self.comm_ready: list = []                # astra-sim semantics: collectives and sends ready, by row
         self.comm_busy = -1                       # the one in flight (-1: none)
         self.succ: list[list[int]] = [[] for _ in range(n)]
-        kind, ptr, idx = table.kind.tolist(), table.dep_ptr.tolist(), table.dep_idx.tolist()
+        kind, ptr, idx = self.kind, table.dep_ptr.tolist(), table.dep_idx.tolist()
+        streams = table.stream.tolist()
         last_on: dict = {}   # stream -> its latest row; the compute stream is -1
         for i in range(n):
             preds = set(idx[ptr[i]:ptr[i + 1]])
             if kind[i] == MEMORY:   # no stream order: it queues at its memory (_Simulation.memory)
                 on = None
             else:
-                on = int(table.stream[i]) if kind[i] in COMMUNICATION else -1
+                on = streams[i] if kind[i] in COMMUNICATION else -1
             if on in last_on:
                 preds.add(last_on[on])
             if kind[i] in COMMUNICATION and -1 in last_on:   # the communication stream waits for the compute
