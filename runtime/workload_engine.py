@@ -190,18 +190,24 @@ class _Rank:
         self.dur = np.where(table.kind == COMPUTE, compute, np.where(moves, table.duration_ns, 0.0))
         self.start, self.end = np.full(n, np.nan), np.full(n, np.nan)
         self.took = self.dur.copy()               # a collective's time in the step: longer when it was slowed
-        self.waiting = np.zeros(n, np.int64)      # predecessors not yet ended
+        # the simulation reads these once per row and per successor (a million rows for a 175B GPT's pipeline):
+        # Python lists, an element of which is read several times faster than a numpy array's
+        self.waiting = [0] * n                    # predecessors not yet ended
+        self.kind = table.kind.tolist()
+        self.durs = self.dur.tolist()
+        self.issued_at = None if self.issued is None else self.issued.tolist()
         self.comm_ready: list = []                # astra-sim semantics: collectives and sends ready, by row
         self.comm_busy = -1                       # the one in flight (-1: none)
         self.succ: list[list[int]] = [[] for _ in range(n)]
-        kind, ptr, idx = table.kind.tolist(), table.dep_ptr.tolist(), table.dep_idx.tolist()
+        kind, ptr, idx = self.kind, table.dep_ptr.tolist(), table.dep_idx.tolist()
+        streams = table.stream.tolist()
         last_on: dict = {}   # stream -> its latest row; the compute stream is -1
         for i in range(n):
             preds = set(idx[ptr[i]:ptr[i + 1]])
             if kind[i] == MEMORY:   # no stream order: it queues at its memory (_Simulation.memory)
                 on = None
             else:
-                on = int(table.stream[i]) if kind[i] in COMMUNICATION else -1
+                on = streams[i] if kind[i] in COMMUNICATION else -1
             if on in last_on:
                 preds.add(last_on[on])
             if kind[i] in COMMUNICATION and -1 in last_on:   # the communication stream waits for the compute
@@ -252,7 +258,7 @@ class _Simulation:
 
     def run(self) -> None:
         for r in self.ranks:
-            for i in np.flatnonzero(r.waiting == 0).tolist():
+            for i in [i for i, w in enumerate(r.waiting) if w == 0]:
                 self._release(r, i, 0.0)
             self._issue(r, 0.0)
         while self.events or self.active:
@@ -276,18 +282,19 @@ class _Simulation:
 
     def _release(self, r: _Rank, i: int, now: float) -> None:
         """Row i of r has every predecessor done at `now`."""
-        t = r.t
-        if t.kind[i] == MEMORY:
+        t, kind = r.t, r.kind[i]
+        if kind == MEMORY:
             key = (r.index, int(t.stream[i]))
             if key in self.memory:
                 self.memory[key].append(i)
                 return
             self.memory[key] = collections.deque()
-        if t.kind[i] not in COMMUNICATION:
-            start = now if r.issued is None or t.kind[i] != COMPUTE else max(now, float(r.issued[i]))
+        if kind != COLLECTIVE and kind != P2P:   # not COMMUNICATION
+            start = now if r.issued_at is None or kind != COMPUTE else max(now, r.issued_at[i])
             r.host_wait += start - now
             r.start[i] = start
-            self._push(start + r.dur[i], r.index, i)
+            self.seq += 1   # _push, inline
+            heapq.heappush(self.events, (start + r.durs[i], self.seq, r.index, i))
             return
         if self.astra and (t.kind[i] == COLLECTIVE or self._sends(r, i)):
             heapq.heappush(r.comm_ready, i)   # issued by _issue once the NPU has none in flight
@@ -389,17 +396,18 @@ class _Simulation:
             r.comm_busy = -1
             if self._sends(r, i) and r.t.group_size[i] > 1:
                 self._delivered(r, i, now)
-        if r.t.kind[i] == MEMORY:   # the memory takes the next row waiting for it
+        if r.kind[i] == MEMORY:   # the memory takes the next row waiting for it
             key = (r.index, int(r.t.stream[i]))
             if self.memory[key]:
                 j = self.memory[key].popleft()
                 r.start[j] = now
-                self._push(now + r.dur[j], r.index, j)
+                self._push(now + r.durs[j], r.index, j)
             else:
                 del self.memory[key]
+        waiting = r.waiting
         for j in r.succ[i]:
-            r.waiting[j] -= 1
-            if r.waiting[j] == 0:
+            waiting[j] -= 1
+            if waiting[j] == 0:
                 self._release(r, j, now)
         if self.astra:   # after every row the end made ready: the first of them by row may take the NPU
             self._issue(r, now)

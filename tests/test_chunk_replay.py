@@ -135,6 +135,19 @@ def test_the_warm_up_runs_the_last_backward_only(tmp_path, monkeypatch, schedule
     assert len(ran) == P * (1 + 4)
 
 
+@pytest.mark.parametrize("schedule", ["1F1B", "Interleaved1F1B"])
+def test_the_warm_up_sends_and_receives_nothing(tmp_path, monkeypatch, schedule):
+    """The warm-up records nothing and its messages would carry fake tensors the schedule has allocated already:
+    the schedule's sends and receives are dispatched in the recorded step only, each once (the capture dispatched
+    every one twice, 7 % of a 175B GPT's capture)."""
+    from torch.distributed.pipelining import schedules
+    real, issued = schedules._batch_p2p, []
+    monkeypatch.setattr(schedules, "_batch_p2p", lambda ops, desc=None: issued.extend(ops) or real(ops, desc))
+    workload = capture(spec(tmp_path, schedule), 2 * P)
+    messages = sum(op.kind in ("send", "recv") for ops in workload.programs.values() for op in ops)
+    assert len(issued) == messages and messages >= 2 * (P - 1) * M
+
+
 def test_a_micro_batch_unlike_the_template_is_captured_again_dispatching_all(tmp_path, monkeypatch):
     # the recorded step's micro-batch 1 (the module's fifth call) runs one more op than micro-batch 2
     s = spec(tmp_path, odd="x = x * 2 if len(CALLS) == 5 else x")

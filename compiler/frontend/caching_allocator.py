@@ -57,6 +57,7 @@ class CachingAllocator:
         self._keys = 0
 
     def malloc(self, ident, nbytes: int, stream: int = 0) -> None:
+        # run millions of times for a 175B GPT's pipeline stages: the block lists and dicts are reached once each
         size = max(BLOCK, -(-nbytes // BLOCK) * BLOCK)
         small = size <= SMALL
         which = (stream, small)   # the pool: the stream's small or large blocks
@@ -73,17 +74,22 @@ class CachingAllocator:
             segment = SMALL_SEGMENT if small else LARGE_SEGMENT if size < MIN_LARGE_SEGMENT else \
                 -(-size // ROUND_LARGE) * ROUND_LARGE
             self.reserved += segment
-            block = self._new(segment)
+            self._keys += 1
+            block = _Block(segment, self._keys)
         rest = block.size - size
         if rest >= BLOCK if small else rest > SMALL:
-            tail = self._new(rest)
+            self._keys += 1
+            tail = _Block(rest, self._keys)
             tail.prev, tail.next = block, block.next
             if block.next is not None:
                 block.next.prev = tail
             block.next, block.size = tail, size
-            if self._last.get(which) is block:
+            if self._last and self._last.get(which) is block:
                 self._last[which] = tail
-            self._release(tail, which)
+            tail.free = True   # _release, inline
+            entry = rest * KEYS + tail.key
+            self._blocks[entry] = tail
+            bisect.insort(pool, entry)
         self._held[ident] = (block, which)
 
     def free(self, ident) -> None:
@@ -91,20 +97,21 @@ class CachingAllocator:
         if held is None:
             return
         block, which = held
-        for neighbour in (block.prev, block.next):   # merge with free neighbours of the segment
-            if neighbour is not None and neighbour.free:
-                self._unlist(neighbour, which)
-                block.size += neighbour.size
-                if neighbour is block.prev:
-                    block.prev = neighbour.prev
-                    if neighbour.prev is not None:
-                        neighbour.prev.next = block
-                else:
-                    block.next = neighbour.next
-                    if neighbour.next is not None:
-                        neighbour.next.prev = block
-                    if self._last.get(which) is neighbour:
-                        self._last[which] = block
+        prev, after = block.prev, block.next
+        if prev is not None and prev.free:   # merge with free neighbours of the segment
+            self._unlist(prev, which)
+            block.size += prev.size
+            block.prev = prev.prev
+            if prev.prev is not None:
+                prev.prev.next = block
+        if after is not None and after.free:
+            self._unlist(after, which)
+            block.size += after.size
+            block.next = after.next
+            if after.next is not None:
+                after.next.prev = block
+            if self._last and self._last.get(which) is after:
+                self._last[which] = block
         self._release(block, which)
 
     def _expand(self, which: tuple, size: int) -> _Block:
@@ -152,10 +159,11 @@ def reserved_bytes(before: list[int], events: list[tuple], steps: int = 2, expan
     alloc = CachingAllocator(expandable)
     for i, nbytes in enumerate(before):
         alloc.malloc(("b", i), nbytes)
+    malloc, free = alloc.malloc, alloc.free
     for step in range(steps):
         for ident, nbytes, stream in events:
             if nbytes is None:
-                alloc.free(ident if ident[0] == "b" else (step, ident))
+                free(ident if ident[0] == "b" else (step, ident))
             else:
-                alloc.malloc((step, ident), nbytes, stream)
+                malloc((step, ident), nbytes, stream)
     return alloc.reserved

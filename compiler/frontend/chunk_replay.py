@@ -12,7 +12,8 @@ mapped onto the copy's: its arguments onto the call's own, the storages it creat
 activations an earlier call of the same micro-batch created onto that call's (a backward onto its forward),
 everything else (parameters, gradients being accumulated) kept. A prediction that differs raises ReplayMismatch,
 and the stage is captured again with every micro-batch dispatched (capture.py). The warm-up step, which records
-nothing, dispatches micro-batches 0 (its forward only, for the shapes its stand-ins take) and M - 1 only.
+nothing, dispatches micro-batches 0 (its forward only, for the shapes its stand-ins take) and M - 1 only, and none
+of the schedule's sends and receives.
 Gradient accumulation's micro-batches (capture.py's loop, not a schedule's) go through the same calls, each
 micro-batch's forward and backward as one (`micro_batch`).
 
@@ -85,6 +86,7 @@ class Call:
     memory: list | None = None   # the template: its allocations and frees (step_memory.StepMemory.log)
     result_storages: list = field(default_factory=list)   # the template: step_memory's storage of each result
     held_args: set = field(default_factory=set)   # the template: its arguments its results' autograd graph holds
+    created_at: dict | None = None   # the template: `created` by event (_created_at)
 
 
 def _leaves(value):
@@ -120,6 +122,7 @@ class ChunkReplay:
 
     @contextlib.contextmanager
     def installed(self):
+        from torch.distributed.pipelining import schedules
         from torch.distributed.pipelining.schedules import _PipelineSchedule as Schedule
         from torch.distributed.pipelining.stage import _PipelineStageBase as Stage
         saved = {name: getattr(Stage, name) for name in ("forward_one_chunk", "backward_one_chunk",
@@ -145,6 +148,13 @@ class ChunkReplay:
                                lambda: saved["backward_maybe_with_nosync"](stage, backward_type, bwd_kwargs,
                                                                            last_backward))
         loss_of = Schedule._maybe_compute_loss
+        batch_p2p = schedules._batch_p2p
+
+        def p2p(ops, desc=None):
+            """The schedule's sends and receives (every schedule issues them through this function): not dispatched
+            in the warm-up, which records nothing, and whose messages would carry fake tensors the schedule has
+            allocated already (received activations and gradients have no values to fill in)."""
+            return [] if replay.recording() is None else batch_p2p(ops, desc)
 
         def loss(schedule, stage, output, target_mbs, mb_index, *args, **kwargs):
             """The last stage's loss of a micro-batch: always computed, logged (its backward, in the template,
@@ -160,12 +170,14 @@ class ChunkReplay:
             setattr(Stage, name, chunk_of(name))
         Stage.forward_maybe_with_nosync, Stage.backward_maybe_with_nosync = forward, backward
         Schedule._maybe_compute_loss = loss
+        schedules._batch_p2p = p2p
         try:
             yield self
         finally:
             for name, fn in saved.items():
                 setattr(Stage, name, fn)
             Schedule._maybe_compute_loss = loss_of
+            schedules._batch_p2p = batch_p2p
 
     def call(self, stage, kind: str, args, last: bool, run):
         """A PipelineStage's chunk call of `kind` (forward, full, input, weight)."""
@@ -392,34 +404,54 @@ class ChunkReplay:
             sub[s] = s
             return s
 
-        made, first_compute = [], True
+        # the loop runs once per op of every copy (a million for a 175B GPT): a storage already mapped is looked up
+        # in `sub` inline, and the first op of an event takes the event's fresh list of dependencies as its own
+        made, first_compute, known, last_writer = [], True, sub.get, writer.get
+        created_at = _created_at(template)
         for e, (first, end, reads, writes) in enumerate(template.events):
-            deps = sorted({w[0] for w in map(writer.get, map(mapped, reads)) if w is not None})
+            found = set()
+            for s in reads:
+                x = known(s)
+                w = last_writer(mapped(s) if x is None else x)
+                if w is not None:
+                    found.add(w[0])
+            deps = sorted(found)
             for i in range(first, end):
-                op = _clone(ops[i], deps)
-                if op.kind == COMPUTE and first_compute:
+                op = _clone(ops[i], deps if i == first else list(deps))
+                if first_compute and op.kind == COMPUTE:
                     op.views = op.views - template.views_before + views
                     first_compute = False
                 made.append(op)
-            last = base + len(made) - 1
-            for slot, s in enumerate(writes):
-                x = mapped(s)
-                writer[x] = (last, None)
-                if template.created.get(s) == (e, slot):
-                    call.slots[(e, slot)] = x
-                    if not dry:
-                        self.origin.setdefault(x, (template.key, chunk, e, slot))
+            last = (base + len(made) - 1, None)
+            for s in writes:
+                x = known(s)
+                writer[mapped(s) if x is None else x] = last
+            for slot, s in created_at.get(e, ()):
+                x = sub[s]
+                call.slots[(e, slot)] = x
+                if not dry:
+                    self.origin.setdefault(x, (template.key, chunk, e, slot))
         call.end = base + len(made)
         return made, call
 
 
 def _clone(op: Op, deps: list) -> Op:
-    """A copy of `op` with other dependencies (dataclasses.replace, which runs __init__ again, takes 3 times as
-    long: a 175B GPT's capture copies over a million ops)."""
+    """A copy of `op` with the dependencies `deps` (its own list; dataclasses.replace, which runs __init__ again,
+    takes 3 times as long: a 175B GPT's capture copies over a million ops)."""
     made = object.__new__(Op)
     made.__dict__.update(op.__dict__)
-    made.deps = list(deps)
+    made.deps = deps
     return made
+
+
+def _created_at(template: Call) -> dict:
+    """event -> [(slot, storage)] the template created there (its `created` turned round, made once per template
+    and kept on it: every copy walks it)."""
+    if template.created_at is None:
+        template.created_at = {}
+        for s, (e, slot) in template.created.items():
+            template.created_at.setdefault(e, []).append((slot, s))
+    return template.created_at
 
 
 def _input_gradients(bwd_kwargs: dict):

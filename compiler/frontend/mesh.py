@@ -76,7 +76,7 @@ def silent_axes(axes: dict[str, int], groups) -> list[str]:
     (`groups`: the ranks of each collective and message): their ranks never exchange anything, so they would
     train as unsynchronised copies. Ranks are laid out row-major over the axes, the last varying fastest."""
     spanned = set()
-    for ranks in groups:
+    for ranks in dict.fromkeys(map(tuple, groups)):   # each distinct group once: a step repeats a few thousandfold
         at = mesh_coords(list(ranks), axes)
         spanned |= {name for name, column in zip(axes, at.T) if len(set(column.tolist())) > 1}
     return [a for a in axes if axes[a] > 1 and a != "pp" and a not in spanned]

@@ -161,17 +161,21 @@ class StepMemory:
         same bytes, stream and tag (entered in `copies`, template storage -> the copy's, which the copy's later
         calls free: a backward the activations of its forward); a free of a storage the copies do not hold (live
         before the template's micro-batch) is the template's alone."""
-        for s, nbytes, stream, phase in log:
+        close = self._close
+        for s, nbytes, stream, phase in log:   # once per allocation of every copy: _add inline
             if nbytes is None:
                 c = copies.pop(s, None)   # freed once: the map keeps only what a later call may free
                 if c is not None:
-                    self._close(c)
+                    close(c)
                 continue
             c = copies[s] = _Storage(s.tag)
             self._clock += 1
             self._phase = phase
-            c.block = [nbytes, self._clock, None, c, stream]
-            self._add(c.block)
+            c.block = block = [nbytes, self._clock, None, c, stream]
+            self._blocks.append(block)
+            self._now += nbytes
+            if self._now > self.peak:
+                self.peak, self._peak_at, self.peak_phase = self._now, self._clock, phase
 
     def holding(self, t):
         """The storage a tensor's bytes are counted as (None: not seen by any op yet)."""
