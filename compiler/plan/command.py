@@ -102,8 +102,8 @@ def run(args) -> int:
                         f"{args.max_layouts}; restrict the search with plan_space() (docs/plan.md)")
     fits_at_all()
     pruned = _prune(args.model, found, sizes, cluster)
-    depths = depth_mod.plan(spec, names, args.model, sizes.blocks, found, set(pruned),
-                            False if args.depth == "full" else searched.depth)
+    depths = depth_mod.plan(spec, names, args.model, sizes.blocks, found, set(pruned), searched.depth,
+                            whole=args.depth == "full")
     _say_depth(depths, len(found) - len(pruned))
     if args.plot:
         from ..core.plotting import check_suffix

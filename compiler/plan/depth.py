@@ -11,12 +11,12 @@ The depth is changed the way the file itself would build a shallower model: its 
 counts the blocks (`plan_space()`'s "depth" names it; else the one top-level int equal to the model's repeated
 blocks, frontend/layout.repeated_blocks) is set before the file's own code runs on (frontend/model_file.py), so
 constants derived from it and the file's pipeline_stage() follow. The constant is used only once the model built
-with it set to D1 and to D2 (on fake tensors, once per plan) really has D1 and D2 repeated blocks, and, for each
+with it set to D2 and D2 + 1 (on fake tensors, once per plan) really has that many repeated blocks, and, for each
 pipeline shape, each of its stages really holds D blocks.
 
-A layout runs whole where no constant changes the depth, where its stages would hold fewer than D1 + D2 + 1
-blocks (two shallower runs would cost as much as the real one), with a pipeline the file's own parallelize()
-builds, and with --depth full.
+A layout runs whole where no constant changes the depth, where the two shallower models together hold as many
+blocks as the real one (D1 + D2 per stage times the stages: their captures would cost as much), with a pipeline
+the file's own parallelize() builds, and with --depth full.
 """
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ from ...network.errors import UserError
 D1, D2 = 2, 3   # blocks per pipeline stage (in all without a pipeline) of the two shallower runs: both keep a
 #                 first and a last block, so edge effects (FSDP's prefetch of the next block, a last block that
 #                 does not reshard, DDP's bucket boundaries) are in both points
+CHECKED = (D2, D2 + 1)   # a constant sets the depth when the model built with it at these has that many blocks (2
+#                          or more: a single block is no repeated layer, frontend/layout.repeated_blocks)
 
 
 @dataclass(frozen=True)
@@ -54,15 +56,16 @@ class DepthPlan:
     layouts: dict                    # layout index -> Extrapolation (the others run whole)
 
 
-def plan(spec, names: dict, path: str, blocks: int, found: list, skip: set, asked) -> DepthPlan:
+def plan(spec, names: dict, path: str, blocks: int, found: list, skip: set, asked, whole: bool = False) \
+        -> DepthPlan:
     """Which layouts run at reduced depth. `asked`: plan_space()'s "depth" (None: look for the constant);
-    `skip`: layouts that do not run; `blocks`: the model's repeated blocks."""
-    if asked is False:
+    `skip`: layouts that do not run; `blocks`: the model's repeated blocks; `whole`: --depth full."""
+    if whole:
         return DepthPlan(None, "--depth full", {})
     name = _checked_name(spec, names, path, blocks, asked)
     if name is None:
-        return DepthPlan(None, f"no top-level int of {os.path.basename(path)} equal to its {blocks} repeated blocks builds a "
-                               "shallower model when set (name it with plan_space()'s \"depth\")", {})
+        return DepthPlan(None, f"no top-level int of {os.path.basename(path)} equal to its {blocks} repeated blocks "
+                               "builds a shallower model when set (name it with plan_space()'s \"depth\")", {})
     shapes: dict = {}
     out = {}
     for i, lay in enumerate(found):
@@ -99,17 +102,17 @@ def _checked_name(spec, names: dict, path: str, blocks: int, asked) -> str | Non
         if not isinstance(value, int) or isinstance(value, bool):
             raise UserError(f"{path}: plan_space()['depth'] = {asked!r}: expected the name of the file's top-level "
                             "int that counts its repeated blocks")
-        got = _blocks_at(spec.path, asked, (D1, D2))
-        if got != [D1, D2]:
-            raise UserError(f"{path}: plan_space()['depth'] = {asked!r}: setting {asked} to {D1} and {D2} builds "
-                            f"models of {got[0]} and {got[1]} repeated blocks, not {D1} and {D2}: it does not set "
-                            "the model's depth")
+        got = _blocks_at(spec.path, asked, CHECKED)
+        if got != list(CHECKED):
+            raise UserError(f"{path}: plan_space()['depth'] = {asked!r}: setting {asked} to {CHECKED[0]} and "
+                            f"{CHECKED[1]} builds models of {got[0]} and {got[1]} repeated blocks, not {CHECKED[0]} "
+                            f"and {CHECKED[1]}: it does not set the model's depth")
         return asked
     if blocks <= D2:
         return None
     for candidate in sorted(n for n, v in names.items()
                             if type(v) is int and v == blocks and not n.startswith("_")):
-        if _blocks_at(spec.path, candidate, (D1, D2)) == [D1, D2]:
+        if _blocks_at(spec.path, candidate, CHECKED) == list(CHECKED):
             return candidate
     return None
 
@@ -162,14 +165,17 @@ def _built(path: str, name: str | None, value: int | None, spec=None) -> _Built 
 
 def _shape(spec, path: str, name: str, stages: tuple | None, blocks: int) -> tuple | None:
     """(real blocks per stage, the constant's value at D1 and D2) of one pipeline shape (None: no pipeline), or
-    None where it runs whole: the largest stage holds D1 + D2 blocks or fewer, or a shallower model's stages do not
-    hold D blocks each."""
+    None where it runs whole: the two shallower models hold as many blocks as the real one or more (D1 + D2 per
+    stage: the captures would cost as much), or a shallower model's stages do not hold D blocks each."""
     if stages is None:
         return (blocks, (D1, D2)) if blocks > D1 + D2 else None
     count = stages[0] * stages[1]
-    real = max(_per_stage(_built(path, None, None, spec), count) or [0])
-    if real <= D1 + D2:
+    if (D1 + D2) * count >= blocks:
         return None
+    whole = _per_stage(_built(path, None, None, spec), count)
+    if not whole:
+        return None
+    real = max(whole)   # the largest stage's blocks: the slowest stage sets a pipeline's pace
     settings = (D1 * count, D2 * count)
     for d, setting in zip((D1, D2), settings):
         if _per_stage(_built(path, name, setting), count) != [d] * count:

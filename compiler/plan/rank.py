@@ -104,7 +104,7 @@ def _from_row(i: int, lay, row: dict | None, world: int, global_batch: int, seq:
 
 def _extrapolated(runs: list[Outcome], ex, world: int, global_batch: int, seq: int) -> Outcome:
     """The layout at its real depth from its two shallower runs (plan/depth.py): step, exposed communication, idle
-    time and the step's FLOPs (MFU x step time) on the line through the two; tokens/s from the step. Memory: the
+    time (below) and the step's FLOPs (MFU x step time) on the line through the two; tokens/s from the step. Memory: the
     tensors live at the peak on the line (exact where the peak stays in one phase), plus the deeper run's
     remainder (the caching allocator's slack, NCCL's buffers, the CUDA context): the slack grows with depth, but
     not on a line (docs/plan.md, "Limits")."""
@@ -115,11 +115,16 @@ def _extrapolated(runs: list[Outcome], ex, world: int, global_batch: int, seq: i
         return Outcome(first.index, first.layout, error=f"at {ex.name} = {ex.settings[runs.index(failed)]} "
                                                         f"({at} blocks{_per_stage(first.layout)}): {failed.error}",
                        extrapolation=ex)
-    step_us = ex.at(first.step_us, second.step_us)
-    o = Outcome(first.index, first.layout, step_us=step_us,
-                exposed_comm_us=ex.at(first.exposed_comm_us, second.exposed_comm_us),
-                idle_us=ex.at(first.idle_us, second.idle_us), capacity_bytes=second.capacity_bytes,
-                extrapolation=ex)
+    # exposed communication and idle time are what a collective or a wait leaves after the overlap: on a line only
+    # while it lasts (DDP's last bucket, exposed at 2 blocks, hides under 8 blocks' backward), so each is
+    # extrapolated apart and floored at zero, and the step is the line of the rest (compute, exposed memory)
+    # plus them
+    comm = max(ex.at(first.exposed_comm_us, second.exposed_comm_us), 0.0)
+    idle = max(ex.at(first.idle_us, second.idle_us), 0.0)
+    busy = ex.at(*(r.step_us - r.exposed_comm_us - r.idle_us for r in runs))
+    step_us = busy + comm + idle
+    o = Outcome(first.index, first.layout, step_us=step_us, exposed_comm_us=comm, idle_us=idle,
+                capacity_bytes=second.capacity_bytes, extrapolation=ex)
     if step_us <= 0:
         o.error = f"extrapolated step time {step_us:.0f} us from {first.step_us:.0f} and {second.step_us:.0f} us"
         return o
