@@ -8,7 +8,10 @@ both, and both plans' wall times.
 The search covers DDP, FSDP, tensor parallelism, pipelines (1F1B and Interleaved1F1B), checkpointing none and
 full, and gradient accumulation (micro-batches of 1 and 2 sequences). --depths 1,2 measures the shallower pair.
 
-    python benchmarks/plan_depth.py [--layers 24] [--cluster dgx-h100:1] [--global-batch 16] [--workers 2]
+With --keep DIR the model and both plans' results files stay in DIR and a second run resumes them (a run with
+--depths 1,2 and the same DIR runs only the shallower layouts again: the whole plan's file is complete).
+
+    python benchmarks/plan_depth.py [--layers 24] [--cluster dgx-h100:1] [--global-batch 16] [--workers 2] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -74,12 +77,15 @@ def main() -> None:
     ap.add_argument("--global-batch", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--depths", default="2,3", help="the two shallower depths (default 2,3)")
+    ap.add_argument("--keep", metavar="DIR", help="keep the model and results files here (a later run resumes)")
     args = ap.parse_args()
     from astra_compile.compiler.plan import depth as depth_mod
     depth_mod.D1, depth_mod.D2 = (int(d) for d in args.depths.split(","))
-    with tempfile.TemporaryDirectory() as d:
+    with contextlib.ExitStack() as stack:
+        d = args.keep or stack.enter_context(tempfile.TemporaryDirectory())
+        os.makedirs(d, exist_ok=True)
         path = narrow_model(d, args.layers, args.dim, args.seq)
-        short, short_s = plan(path, args, "auto", os.path.join(d, "auto.csv"))
+        short, short_s = plan(path, args, "auto", os.path.join(d, f"auto{depth_mod.D1}{depth_mod.D2}.csv"))
         whole, whole_s = plan(path, args, "full", os.path.join(d, "full.csv"))
     print(f"Llama-3 shape, width {args.dim}, {args.layers} blocks, on {args.cluster}, global batch "
           f"{args.global_batch}, depths {depth_mod.D1},{depth_mod.D2}")

@@ -107,7 +107,9 @@ def full(global_batch: int, workers: int, depth: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--global-batch", type=int, default=256)
-    ap.add_argument("--sample", type=int, default=3, help="layouts timed one by one (default 3)")
+    ap.add_argument("--sample", type=int, default=3,
+                    help="layouts at reduced depth timed one by one (default 3)")
+    ap.add_argument("--sample-whole", type=int, default=1, help="layouts run whole timed one by one (default 1)")
     ap.add_argument("--runs", type=int, default=3, help="runs of the enumeration and bounding (median)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--depth", choices=("auto", "full"), default="auto",
@@ -122,19 +124,24 @@ def main() -> None:
           f"(median of {args.runs})")
     print(f"torch import in a fresh process {torch_import_seconds():.1f} s (once per sweep worker)")
     print(f"{'layout':72s} {'depth':>7s} {'capture s':>9s} {'CPU s':>7s} {'rest s':>7s} {'step ms':>9s}")
-    per = []
+    per: dict = {"reduced": [], "whole": []}
+    short = [(i, lay) for i, lay in left if i in depths]
+    whole = [(i, lay) for i, lay in left if i not in depths]
     with tempfile.TemporaryDirectory() as d:
-        for i, lay in reversed(spread(left, args.sample)):   # the pipelines first: a stage's capture is the cheapest
+        for i, lay in spread(short, args.sample) + spread(whole, args.sample_whole):
             ex = depths.get(i)
             cap, cpu, rest, step = one_layout(lay, args.global_batch, d, ex)
-            per.append(cap + rest)
+            per["whole" if ex is None else "reduced"].append(cap + rest)
             how = "whole" if ex is None else f"{ex.depths[0]},{ex.depths[1]}"
             print(f"{lay.label(256):72s} {how:>7s} {cap:9.1f} {cpu:7.1f} {rest:7.1f} {step:9.1f}", flush=True)
-    if per:
-        median = statistics.median(per)
-        wall = len(left) * median / args.workers
-        print(f"median per layout {median:.1f} s; projected search {wall / 60:.0f} min on {args.workers} workers "
-              f"({len(found) / wall:.3f} layouts/s); a 200-layout search {200 * median / args.workers / 60:.0f} min")
+    medians = {k: statistics.median(v) for k, v in per.items() if v}
+    for kind, layouts in (("reduced", short), ("whole", whole)):
+        if kind in medians:
+            print(f"{kind}: {len(layouts)} layouts, median {medians[kind]:.1f} s a layout, "
+                  f"{len(layouts) * medians[kind] / args.workers / 60:.0f} min on {args.workers} workers")
+    if len(medians) == 2 or (medians and not (short and whole)):
+        wall = sum(len(ls) * medians.get(k, 0.0) for k, ls in (("reduced", short), ("whole", whole))) / args.workers
+        print(f"projected search {wall / 60:.0f} min on {args.workers} workers ({len(found) / wall:.3f} layouts/s)")
     if args.full:
         full(args.global_batch, args.workers, args.depth)
 
