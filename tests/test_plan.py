@@ -351,13 +351,13 @@ def test_reduced_depth_needs_a_constant_that_sets_the_depth(tmp_path, capsys):
                          ("12", "plan_space()['depth'] = 12: expected the name")):
         path = deep_model(tmp_path, f"""
             def plan_space():
-                return {{"axes": ["fsdp"], "micro_batch": [8], "checkpointing": ["none"], "depth": {depth}}}
+                return {{"axes": ["fsdp"], "micro_batch": [1], "checkpointing": ["none"], "depth": {depth}}}
         """)
         refused(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "8", match=match)
     # found by value, an int equal to the block count that does not build the blocks is not taken: whole runs
     path = model(tmp_path, 'STEPS = 6\n\ndef plan_space():\n    return {"axes": ["fsdp"], "micro_batch": [8], '
                            '"checkpointing": ["none"]}\n', name="nodepth.py", blocks=6)
-    code, out, err = cli(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "8", "--workers", "1",
+    code, out, err = cli(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "64", "--workers", "1",
                          "--json")
     assert code == 0 and "every layout runs whole: no top-level int of nodepth.py equal to its 6 repeated" in err
     assert [lay["extrapolated"] for lay in json.loads(out)["layouts"]] == [False]
