@@ -173,12 +173,12 @@ def load_model_file(path: str, set_names: dict | None = None) -> ModelFile:
     name = module_name(path)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    code = compile(source, path, "exec") if not set_names else _names_set(source, path, set_names)
+    code = None if not set_names else _names_set(source, path, set_names)
     sys.modules[name] = module  # dataclasses and pickling inside the file look their module up here
     try:
         # run the file's code directly, not through the import machinery: the CPU limit defers while an import
         # runs (cpu_limit.inside_import), so the file's own top-level code must not count as one
-        exec(code, module.__dict__)
+        exec(code or compile(source, path, "exec"), module.__dict__)
     except SystemExit as e:  # sys.exit() at import: the file is a script, not a model file; never exit 0 with it
         sys.modules.pop(name, None)
         raise UserError(f"model file {path} called sys.exit({e.code!r}) while being imported; a model file defines "
