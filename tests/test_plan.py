@@ -255,3 +255,121 @@ def test_capture_limit_reaches_each_layout(tmp_path, capsys):
     assert code == 1, err   # the one layout ran out of CPU time: listed, none fit
     assert "1 layouts: 0 ran and fit, 0 over a GPU's memory, 1 failed" in out
     assert "used more than 0.01 s of CPU without finishing" in out, out
+
+
+DEEP = """
+    import torch
+    from torch import nn
+
+    WIDTH, LAYERS = 256, {layers}
+    HALF = LAYERS // 2     # derived from the depth: a shallower model's file must see it follow
+    FSDP_UNITS = ["layers.*"]
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, WIDTH)
+            self.layers = nn.ModuleList(nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(),
+                                                      nn.Linear(4 * WIDTH, WIDTH)) for _ in range(LAYERS))
+
+        def forward(self, x):
+            return Stage(self, 0, LAYERS)(x)
+
+
+    class Stage(nn.Module):
+        def __init__(self, model, first, last):
+            super().__init__()
+            self.embed = model.embed if first == 0 else None
+            self.layers = nn.ModuleList(model.layers[first:last])
+            self.head = model.head if last == LAYERS else None
+
+        def forward(self, x):
+            x = self.embed(x) if self.embed is not None else x
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(x) if self.head is not None else x
+
+
+    def build_model():
+        assert len(range(HALF, LAYERS)) == LAYERS - LAYERS // 2
+        return Net()
+
+
+    def pipeline_stage(model, stage, num_stages):
+        per = LAYERS // num_stages
+        return Stage(model, stage * per, LAYERS if stage == num_stages - 1 else (stage + 1) * per)
+
+
+    def example_inputs():
+        return torch.randn(8, 128, WIDTH)
+"""
+
+
+def deep_model(tmp_path, space: str, layers: int = 12, name: str = "deep.py") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(DEEP.format(layers=layers)) + textwrap.dedent(space))
+    return str(path)
+
+
+def test_reduced_depth_extrapolates_to_the_whole_run(tmp_path, capsys):
+    # 12 blocks: each layout timed at 2 and 3 blocks (per pipeline stage) with LAYERS set as the file would set
+    # it, and extrapolated to 12 (6 per stage); against the layouts run whole
+    path = deep_model(tmp_path, """
+        def plan_space():
+            return {"axes": ["fsdp", "pp"], "pp": [1, 2], "micro_batch": [2], "checkpointing": ["none", "full"]}
+    """)
+    args = ("plan", path, "--cluster", "dgx-h100:1", "--global-batch", "16", "--workers", "1", "--json")
+    code, out, err = cli(capsys, *args, "-o", str(tmp_path / "short.csv"))
+    assert code == 0 and "4 of 4 layouts timed with LAYERS set for 2 and 3 blocks" in err, err
+    short = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
+    assert sorted(os.listdir(tmp_path / "short.layouts")) == [f"layout_{i:04d}_depth{d}.py" for i in range(4)
+                                                              for d in (2, 3)]
+    code, out, err = cli(capsys, *args, "--depth", "full", "-o", str(tmp_path / "whole.csv"))
+    assert code == 0 and "every layout runs whole: --depth full" in err, err
+    whole = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
+    assert set(short) == set(whole) and len(whole) == 4
+    for k, w in whole.items():
+        s = short[k]
+        assert s["status"] == w["status"] == "ok", (s["error"], w["error"])
+        assert s["extrapolated"] and s["depths"] == [2, 3] and s["blocks"] == (6 if "pp=2" in k else 12)
+        assert not w["extrapolated"] and w["depths"] is None
+        assert s["step_time_us"] == pytest.approx(w["step_time_us"], rel=0.01), k
+        assert s["peak_memory_bytes"] == pytest.approx(w["peak_memory_bytes"], rel=0.03), k
+        assert s["mfu"] == pytest.approx(w["mfu"], rel=0.01), k
+        assert s["tokens_per_s_per_gpu"] == pytest.approx(16 / (s["step_time_us"] / 1e6) / 8)   # samples/s: float input
+    assert [k for k in short] == [k for k in whole]   # the same ranking
+    code, out, err = cli(capsys, *args[:-1], "-o", str(tmp_path / "short.csv"))   # the table says which
+    lines = out.splitlines()
+    assert lines[0].split()[-1] == "depth" and {line.split()[-1] for line in lines[1:5]} == {"2,3->6", "2,3->12"}
+
+
+def test_reduced_depth_needs_a_constant_that_sets_the_depth(tmp_path, capsys):
+    # plan_space() names a depth that is no int, or one that does not change the block count: one line, exit 2
+    for depth, match in (('"NOPE"', "plan_space()['depth'] = 'NOPE': expected the name of the file's top-level int"),
+                         ('"WIDTH"', "setting WIDTH to 3 and 4 builds models of 12 and 12 repeated blocks"),
+                         ("12", "plan_space()['depth'] = 12: expected the name")):
+        path = deep_model(tmp_path, f"""
+            def plan_space():
+                return {{"axes": ["fsdp"], "micro_batch": [1], "checkpointing": ["none"], "depth": {depth}}}
+        """)
+        refused(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "8", match=match)
+    # found by value, an int equal to the block count that does not build the blocks is not taken: whole runs
+    path = model(tmp_path, 'STEPS = 6\n\ndef plan_space():\n    return {"axes": ["fsdp"], "micro_batch": [8], '
+                           '"checkpointing": ["none"]}\n', name="nodepth.py", blocks=6)
+    code, out, err = cli(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "64", "--workers", "1",
+                         "--json")
+    assert code == 0 and "every layout runs whole: no top-level int of nodepth.py equal to its 6 repeated" in err
+    assert [lay["extrapolated"] for lay in json.loads(out)["layouts"]] == [False]
+
+
+def test_a_depth_constant_is_set_where_the_file_assigns_it(tmp_path):
+    path = deep_model(tmp_path, "", layers=12)
+    spec = load_model_file(path, {"LAYERS": 3})
+    import sys
+    from astra_compile.compiler.frontend.model_file import module_name
+    names = vars(sys.modules[module_name(path)])
+    assert (names["LAYERS"], names["HALF"], names["WIDTH"]) == (3, 1, 256)   # in a tuple; derived ones follow
+    assert len(spec.build_model().layers) == 3
+    with pytest.raises(Exception, match="no top-level statement assigns DEPTH"):
+        load_model_file(path, {"DEPTH": 3})

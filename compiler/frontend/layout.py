@@ -14,6 +14,9 @@ What each choice does to the user's file, as a training script would do it:
   recompute every second matmul and the rest). The block's forward is replaced on the instance, so module names
   (TP plans, FSDP units) stay the file's.
 - `schedule`: the pipeline schedule (PIPELINE["schedule"]) with a `pp` axis.
+- `depth`: (name, blocks): the file run with its top-level constant `name` set to `blocks`, as the file itself
+  would build a shallower model (its pipeline_stage() splitting by the same constant); `astra-compile plan` times a
+  layout at two such depths and extrapolates (compiler/plan/depth.py).
 """
 from __future__ import annotations
 
@@ -26,13 +29,14 @@ CHECKPOINTING = ("none", "selective", "full")
 
 
 def layout(path: str, batch: int | None = None, microbatches: int = 1, checkpointing: str = "none",
-           schedule: str | None = None, pipelined: bool = False) -> dict:
+           schedule: str | None = None, pipelined: bool = False, depth: tuple | None = None) -> dict:
     """The user's model file's names with the layout's choices applied (a dict for the layout file's globals)."""
     from .model_file import load_model_file
     if checkpointing not in CHECKPOINTING:
         raise UserError(f"layout of {path}: checkpointing {checkpointing!r}: expected one of "
                         f"{', '.join(CHECKPOINTING)}")
-    load_model_file(os.fspath(path))          # the file's own checks and its one-line errors
+    # the file's own checks and its one-line errors
+    load_model_file(os.fspath(path), None if depth is None else {depth[0]: depth[1]})
     import sys
     from .model_file import module_name
     names = dict(vars(sys.modules[module_name(os.fspath(path))]))
@@ -130,10 +134,13 @@ def op_policy():
 
 
 def layout_file_text(path: str, digest: str, batch: int, microbatches: int, checkpointing: str,
-                     schedule: str | None, pipelined: bool, title: str) -> str:
-    """The source of a layout's model file (`astra-compile plan` writes it beside its results)."""
+                     schedule: str | None, pipelined: bool, title: str, depth: tuple | None = None) -> str:
+    """The source of a layout's model file (`astra-compile plan` writes it beside its results); `depth`: (name,
+    blocks) for a shallower model (layout())."""
+    shallower = "" if depth is None else f", depth={tuple(depth)!r}"
+    title += "" if depth is None else f" (the model at {depth[0]} = {depth[1]})"
     return (f'"""{title}\n\nWritten by astra-compile plan from {path} (sha256 {digest}); run it as any model file:\n'
             f'    astra-compile THIS_FILE --cluster ... --mesh ...\n"""\n'
             "from astra_compile.compiler.frontend.layout import layout\n\n"
             f"globals().update(layout({path!r}, batch={batch}, microbatches={microbatches}, "
-            f"checkpointing={checkpointing!r}, schedule={schedule!r}, pipelined={pipelined}))\n")
+            f"checkpointing={checkpointing!r}, schedule={schedule!r}, pipelined={pipelined}{shallower}))\n")

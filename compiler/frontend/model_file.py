@@ -165,16 +165,20 @@ def module_name(path: str) -> str:
     return "astra_model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
 
 
-def load_model_file(path: str) -> ModelFile:
+def load_model_file(path: str, set_names: dict | None = None) -> ModelFile:
+    """The model file run as a module. `set_names` ({name: value}) runs it as if each top-level statement that
+    assigns one of those names assigned the value instead (`astra-compile plan`'s shallower model, which the file's
+    own constants derived from the name then follow); a name no top-level statement assigns is bad input."""
     source = read_source(path)
     name = module_name(path)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    code = None if not set_names else _names_set(source, path, set_names)
     sys.modules[name] = module  # dataclasses and pickling inside the file look their module up here
     try:
         # run the file's code directly, not through the import machinery: the CPU limit defers while an import
         # runs (cpu_limit.inside_import), so the file's own top-level code must not count as one
-        exec(compile(source, path, "exec"), module.__dict__)
+        exec(code or compile(source, path, "exec"), module.__dict__)
     except SystemExit as e:  # sys.exit() at import: the file is a script, not a model file; never exit 0 with it
         sys.modules.pop(name, None)
         raise UserError(f"model file {path} called sys.exit({e.code!r}) while being imported; a model file defines "
@@ -184,6 +188,30 @@ def load_model_file(path: str) -> ModelFile:
         sys.modules.pop(name, None)
         raise UserError(f"model file {path} failed to import: {one_line(e)}") from None
     return model_file_from_module(module, path)
+
+
+def _names_set(source: str, path: str, values: dict):
+    """The file's code with `name = value` run after each top-level statement that assigns `name` (alone or in a
+    tuple, as `VOCAB, DIM, LAYERS = ...`), for each of `values`."""
+    try:
+        tree = ast.parse(source, path)
+    except (SyntaxError, ValueError) as e:
+        raise UserError(f"model file {path} failed to import: {one_line(e)}") from None
+    body, seen = [], set()
+    for stmt in tree.body:
+        body.append(stmt)
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else \
+            [stmt.target] if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) else []
+        bound = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        for name in sorted(bound & set(values)):
+            seen.add(name)
+            body.append(ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], ast.Constant(values[name])),
+                                          stmt))
+    missing = sorted(set(values) - seen)
+    if missing:
+        raise UserError(f"model file {path}: no top-level statement assigns {', '.join(missing)}")
+    tree.body = body
+    return compile(ast.fix_missing_locations(tree), path, "exec")
 
 
 def model_file_from_module(module, path: str | None = None) -> ModelFile:

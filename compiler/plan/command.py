@@ -31,6 +31,7 @@ from ..sweep import results as results_mod
 from ..sweep import workers as workers_mod
 from ..sweep.plot import read_results
 from ..sweep.spec import Point, Sweep
+from . import depth as depth_mod
 from . import memory
 from . import space as space_mod
 from .rank import Outcome, outcomes, table
@@ -60,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--capture-limit", type=float, metavar="SECONDS",
                    help="CPU seconds each layout's capture may take (default: astra-compile's, 600); a layout over "
                         "it fails and is listed")
+    p.add_argument("--depth", choices=("auto", "full"), default="auto",
+                   help="auto: time each layout on the model at 2 and 3 blocks per pipeline stage and extrapolate "
+                        "where the file's depth can be set (docs/plan.md, 'Reduced depth'); full: run every layout "
+                        "whole")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="progress bar on stderr (auto: when stderr is a terminal)")
     return p
@@ -87,8 +92,8 @@ def run(args) -> int:
         raise UserError(f"--workers must be 1..1024, got {workers}")
     path = os.path.abspath(args.model)
     spec, names, sizes, seq, fits_at_all = _inspect(path, cluster, args.seq)
-    found = space_mod.layouts(space_mod.space_of(spec, names, args.model), world, cluster.gpus_per_node,
-                              args.global_batch, sizes.blocks)
+    searched = space_mod.space_of(spec, names, args.model)
+    found = space_mod.layouts(searched, world, cluster.gpus_per_node, args.global_batch, sizes.blocks)
     if not found:
         raise UserError(f"--global-batch {args.global_batch}: no layout of {args.model} on {world} GPUs divides it "
                         "among its data-parallel ranks (give a multiple of the data-parallel sizes)")
@@ -97,6 +102,9 @@ def run(args) -> int:
                         f"{args.max_layouts}; restrict the search with plan_space() (docs/plan.md)")
     fits_at_all()
     pruned = _prune(args.model, found, sizes, cluster)
+    depths = depth_mod.plan(spec, names, args.model, sizes.blocks, found, set(pruned), searched.depth,
+                            whole=args.depth == "full")
+    _say_depth(depths, len(found) - len(pruned))
     if args.plot:
         from ..core.plotting import check_suffix
         check_suffix(args.plot, "--plot")
@@ -104,9 +112,10 @@ def run(args) -> int:
         results_path = os.path.abspath(args.output) if args.output else os.path.join(scratch, "layouts.csv")
         folder = _layouts_folder(path, results_path, args)
         limit = {} if args.capture_limit is None else {"capture_limit": args.capture_limit}
-        sweep = _write_layouts(path, found, pruned, folder, world, args.cluster, results_path, limit)
+        sweep = _write_layouts(path, found, pruned, depths.layouts, folder, world, args.cluster, results_path,
+                               limit)
         rows = _run(args, sweep, results_path, workers)
-    ranked = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned)
+    ranked = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts)
     return _show(args, ranked, world)
 
 
@@ -163,10 +172,22 @@ def _layouts_folder(path: str, results_path: str, args) -> str:
     return os.path.join(cache.directory, "plan-layouts", reuse.file_digest(path))
 
 
-def _write_layouts(path: str, found: list, pruned: dict, folder: str, world: int, cluster: str,
+def _say_depth(depths, running: int) -> None:
+    """One line on stderr (stdout holds the table or JSON): how many layouts run shallower, or why none does."""
+    n = len(depths.layouts)
+    if n:
+        print(f"astra-compile plan: {n} of {running} layouts timed with {depths.name} set for {depth_mod.D1} and "
+              f"{depth_mod.D2} blocks per pipeline stage (in all without one) and extrapolated to the real depth; "
+              f"{running - n} run whole (--depth full: all)", file=sys.stderr)
+    else:
+        print(f"astra-compile plan: every layout runs whole: {depths.why_whole}", file=sys.stderr)
+
+
+def _write_layouts(path: str, found: list, pruned: dict, depths: dict, folder: str, world: int, cluster: str,
                    results_path: str, options: dict) -> Sweep:
     """The sweep of the layouts not pruned, each point numbered as its layout in `found` (so the results file's
-    rows and the layout files keep their layout's number), each written as a layout file."""
+    rows and the layout files keep their layout's number), each written as a layout file; a layout in `depths`
+    (plan/depth.py) runs twice, at its two shallower depths: points i and i + len(found)."""
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     os.makedirs(folder, exist_ok=True)
@@ -174,13 +195,18 @@ def _write_layouts(path: str, found: list, pruned: dict, folder: str, world: int
     for i, lay in enumerate(found):
         if i in pruned:
             continue
-        file = os.path.join(folder, f"layout_{i:04d}.py")
-        text = layout_file_text(path, digest, lay.micro_batch * lay.microbatches, lay.microbatches,
-                                lay.checkpointing, lay.schedule, "pp" in lay.axes, lay.label(world))
-        _write_if_changed(file, text)
-        points.append(Point(i, {"input": file, "cluster": cluster, "mesh": lay.mesh_text(world), **options},
-                            {"layout": lay.label(world)}))
-    return Sweep(results_path, {}, ("layout",), tuple(points))
+        ex = depths.get(i)
+        runs = [(i, "full", None, "")] if ex is None else \
+            [(i + k * len(found), str(d), (ex.name, setting), f"_depth{d}")
+             for k, (d, setting) in enumerate(zip(ex.depths, ex.settings))]
+        for index, depth, shallower, suffix in runs:
+            file = os.path.join(folder, f"layout_{i:04d}{suffix}.py")
+            text = layout_file_text(path, digest, lay.micro_batch * lay.microbatches, lay.microbatches,
+                                    lay.checkpointing, lay.schedule, "pp" in lay.axes, lay.label(world), shallower)
+            _write_if_changed(file, text)
+            points.append(Point(index, {"input": file, "cluster": cluster, "mesh": lay.mesh_text(world), **options},
+                                {"layout": lay.label(world), "depth": depth}))
+    return Sweep(results_path, {}, ("layout", "depth"), tuple(points))
 
 
 def _write_if_changed(file: str, text: str) -> None:

@@ -8,6 +8,8 @@ layouts by derived from it, and the table `astra-compile plan` prints.
 - memory: what the rank needs at its peak (the report's `memory.needs_bytes`: the caching allocator's reserved
   bytes, NCCL's buffers and the CUDA context), against the GPU's capacity;
 - exposed communication and idle time (on a pipeline, mostly its bubble), from the report's breakdown.
+A layout run at two shallower depths (plan/depth.py) has each of these on the line through its two runs, at its
+real depth; the table's `depth` column and the JSON's `extrapolated`, `depths` and `blocks` say so.
 """
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ class Outcome:
     exposed_comm_us: float = 0.0
     idle_us: float = 0.0
     estimated: bool = False     # not run: its memory's lower bound (plan/memory.py) already exceeds the GPU's
+    extrapolation: object = None   # plan/depth.Extrapolation: figures from two shallower runs (None: run whole)
+    allocated_bytes: int | None = None   # the report's memory.peak_bytes: the tensors live at the peak
 
     @property
     def fits(self) -> bool:
@@ -42,40 +46,98 @@ class Outcome:
                 "status": "ok" if self.error is None else "error", "error": self.error or "",
                 "step_time_us": self.step_us, "tokens_per_s_per_gpu": self.tokens_per_gpu_s, "mfu": self.mfu,
                 "peak_memory_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
-                "exposed_comm_us": self.exposed_comm_us, "idle_us": self.idle_us, "memory_estimated": self.estimated}
+                "exposed_comm_us": self.exposed_comm_us, "idle_us": self.idle_us, "memory_estimated": self.estimated,
+                **self.depth_dict()}
+
+    def depth_dict(self) -> dict:
+        """Whether the figures are extrapolated, from which depths (blocks per pipeline stage, in all without a
+        pipeline) to which (the largest stage's blocks)."""
+        ex = self.extrapolation
+        if ex is None:
+            return {"extrapolated": False, "depths": None, "blocks": None}
+        return {"extrapolated": True, "depths": list(ex.depths), "blocks": ex.real}
 
 
 def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq: int, cluster,
-             pruned: dict | None = None) -> list[Outcome]:
+             pruned: dict | None = None, depths: dict | None = None) -> list[Outcome]:
     """Every layout's outcome, ranked: those that ran and fit by step time, then those over memory (`pruned`:
-    {index: lower bound in bytes} of those not run, plan/memory.py), then failures."""
+    {index: lower bound in bytes} of those not run, plan/memory.py), then failures. `depths`: {index:
+    plan/depth.Extrapolation} of the layouts run at two shallower depths (point index, then index + len(layouts)),
+    whose figures are extrapolated to the real depth."""
     from ...network import devices
     gpu = devices.resolve(cluster.gpu)
     by_index = {int(r["point"]): r for r in rows}
+    depths = depths or {}
     out = []
     for i, lay in enumerate(layouts):
         if pruned and i in pruned:
             out.append(Outcome(i, lay, peak_bytes=pruned[i], capacity_bytes=int(gpu.memory_gb * 1e9),
                                estimated=True))
             continue
-        row = by_index.get(i)
-        if row is None:
-            out.append(Outcome(i, lay, error="did not run"))
-            continue
-        if row.get("status") != "ok":
-            out.append(Outcome(i, lay, error=row.get("error") or "failed"))
-            continue
-        step_us = float(row["total_time_us"])
-        o = Outcome(i, lay, step_us=step_us, exposed_comm_us=float(row["exposed_comm_time_us"] or 0.0))
-        o.idle_us = float(_json(row.get("breakdown_us"), {}).get("idle", 0.0))
-        o.tokens_per_gpu_s = global_batch * seq / (step_us / 1e6) / world
-        o.mfu = _mfu(row, step_us, gpu)
-        memory = _json(row.get("memory"), None)
-        if isinstance(memory, dict):   # what the rank needs: the allocator's reserve, NCCL and the CUDA context
-            o.peak_bytes = memory.get("needs_bytes")
-            o.capacity_bytes = memory.get("capacity_bytes")
-        out.append(o)
+        made = [_from_row(i, lay, by_index.get(i), world, global_batch, seq, gpu)]
+        if i in depths:
+            made.append(_from_row(i, lay, by_index.get(i + len(layouts)), world, global_batch, seq, gpu))
+            out.append(_extrapolated(made, depths[i], world, global_batch, seq))
+        else:
+            out.append(made[0])
     return sorted(out, key=lambda o: (o.error is not None, not o.fits, o.step_us, o.index))
+
+
+def _from_row(i: int, lay, row: dict | None, world: int, global_batch: int, seq: int, gpu) -> Outcome:
+    """One run's outcome, from its results row."""
+    if row is None:
+        return Outcome(i, lay, error="did not run")
+    if row.get("status") != "ok":
+        return Outcome(i, lay, error=row.get("error") or "failed")
+    step_us = float(row["total_time_us"])
+    o = Outcome(i, lay, step_us=step_us, exposed_comm_us=float(row["exposed_comm_time_us"] or 0.0))
+    o.idle_us = float(_json(row.get("breakdown_us"), {}).get("idle", 0.0))
+    o.tokens_per_gpu_s = global_batch * seq / (step_us / 1e6) / world
+    o.mfu = _mfu(row, step_us, gpu)
+    memory = _json(row.get("memory"), None)
+    if isinstance(memory, dict):   # what the rank needs: the allocator's reserve, NCCL and the CUDA context
+        o.peak_bytes = memory.get("needs_bytes")
+        o.capacity_bytes = memory.get("capacity_bytes")
+        o.allocated_bytes = memory.get("peak_bytes")
+    return o
+
+
+def _extrapolated(runs: list[Outcome], ex, world: int, global_batch: int, seq: int) -> Outcome:
+    """The layout at its real depth from its two shallower runs (plan/depth.py): step, exposed communication, idle
+    time (below) and the step's FLOPs (MFU x step time) on the line through the two; tokens/s from the step. Memory: the
+    tensors live at the peak on the line (exact where the peak stays in one phase), plus the deeper run's
+    remainder (the caching allocator's slack, NCCL's buffers, the CUDA context): the slack grows with depth, but
+    not on a line (docs/plan.md, "Limits")."""
+    first, second = runs
+    failed = next((o for o in runs if o.error is not None), None)
+    if failed is not None:
+        at = ex.depths[runs.index(failed)]
+        return Outcome(first.index, first.layout, error=f"at {ex.name} = {ex.settings[runs.index(failed)]} "
+                                                        f"({at} blocks{_per_stage(first.layout)}): {failed.error}",
+                       extrapolation=ex)
+    # exposed communication and idle time are what a collective or a wait leaves after the overlap: on a line only
+    # while it lasts (DDP's last bucket, exposed at 2 blocks, hides under 8 blocks' backward), so each is
+    # extrapolated apart and floored at zero, and the step is the line of the rest (compute, exposed memory)
+    # plus them
+    comm = max(ex.at(first.exposed_comm_us, second.exposed_comm_us), 0.0)
+    idle = max(ex.at(first.idle_us, second.idle_us), 0.0)
+    busy = ex.at(*(r.step_us - r.exposed_comm_us - r.idle_us for r in runs))
+    step_us = busy + comm + idle
+    o = Outcome(first.index, first.layout, step_us=step_us, exposed_comm_us=comm, idle_us=idle,
+                capacity_bytes=second.capacity_bytes, extrapolation=ex)
+    if step_us <= 0:
+        o.error = f"extrapolated step time {step_us:.0f} us from {first.step_us:.0f} and {second.step_us:.0f} us"
+        return o
+    o.tokens_per_gpu_s = global_batch * seq / (step_us / 1e6) / world
+    o.mfu = ex.at(first.mfu * first.step_us, second.mfu * second.step_us) / step_us
+    if None not in (first.allocated_bytes, second.allocated_bytes, second.peak_bytes):
+        o.allocated_bytes = round(ex.at(first.allocated_bytes, second.allocated_bytes))
+        o.peak_bytes = o.allocated_bytes + second.peak_bytes - second.allocated_bytes
+    return o
+
+
+def _per_stage(lay) -> str:
+    return " per stage" if lay.axes.get("pp", 1) > 1 else ""
 
 
 def _json(text, default):
@@ -96,18 +158,24 @@ def _mfu(row: dict, step_us: float, gpu) -> float:
     return flops / (step_us / 1e6) / peak if peak > 0 and step_us > 0 else 0.0
 
 
+def _depth_text(o: Outcome) -> str:
+    """"full", or "2,3->80": the figures extrapolated from 2 and 3 blocks (per pipeline stage) to 80."""
+    ex = o.extrapolation
+    return "full" if ex is None else f"{ex.depths[0]},{ex.depths[1]}->{ex.real}"
+
+
 def table(ranked: list[Outcome], top: int, world: int) -> str:
     """The best `top` layouts that ran and fit, then one line per kind of failure."""
     ok = [o for o in ranked if o.error is None and o.fits]
     over = [o for o in ranked if o.error is None and not o.fits]
     failed = [o for o in ranked if o.error is not None]
-    head = ("rank", "layout", "step ms", "tokens/s/GPU", "MFU", "memory GiB", "exposed comm ms", "idle ms")
+    head = ("rank", "layout", "step ms", "tokens/s/GPU", "MFU", "memory GiB", "exposed comm ms", "idle ms", "depth")
     rows = [head]
     for n, o in enumerate(ok[:top], start=1):
         mem = f"{o.peak_bytes / 2**30:.1f}" if o.peak_bytes is not None else "-"
         comm, idle = max(o.exposed_comm_us, 0.0) / 1e3, max(o.idle_us, 0.0) / 1e3   # no "-0.0" from rounding
         rows.append((str(n), o.layout.label(world), f"{o.step_us / 1e3:.1f}", f"{o.tokens_per_gpu_s:,.0f}",
-                     f"{100 * o.mfu:.1f}%", mem, f"{comm:.1f}", f"{idle:.1f}"))
+                     f"{100 * o.mfu:.1f}%", mem, f"{comm:.1f}", f"{idle:.1f}", _depth_text(o)))
     widths = [max(len(r[k]) for r in rows) for k in range(len(head))]
     lines = ["  ".join(c.ljust(w) if k == 1 else c.rjust(w) for k, (c, w) in enumerate(zip(r, widths)))
              for r in rows]

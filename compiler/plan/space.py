@@ -27,7 +27,7 @@ DATA_AXES = ("dp", "fsdp")
 # the pipeline schedules a plan may try (PIPELINE's names, frontend/pipeline.py; the looped ones run torch's
 # default of 2 stages per rank)
 SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
-SPACE_KEYS = ("axes", "dp", "fsdp", "tp", "pp", "micro_batch", "checkpointing", "schedule")
+SPACE_KEYS = ("axes", "dp", "fsdp", "tp", "pp", "micro_batch", "checkpointing", "schedule", "depth")
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ class Space:
     micro_batch: tuple | None  # allowed micro-batch sizes (None: any power of two dividing the local batch)
     checkpointing: tuple
     schedule: tuple
+    depth: str | None = None   # the file's constant that counts its repeated blocks (plan/depth.py)
 
 
 def space_of(spec, names: dict, path: str) -> Space:
@@ -103,7 +104,8 @@ def space_of(spec, names: dict, path: str) -> Space:
     if not sched or set(sched) - set(SCHEDULES):
         raise UserError(f"{path}: plan_space()['schedule'] = {list(sched)!r}: expected a list among "
                         f"{', '.join(SCHEDULES)}")
-    return Space(tuple(sorted(set(axes), key=_axis_order)), sizes, tuple(micro) if micro else None, ck, sched)
+    return Space(tuple(sorted(set(axes), key=_axis_order)), sizes, tuple(micro) if micro else None, ck, sched,
+                 given.get("depth"))
 
 
 def _file_axes(spec) -> list:

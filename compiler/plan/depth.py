@@ -1,0 +1,202 @@
+"""Layouts timed on a shallower model and extrapolated to the real depth (docs/plan.md, "Reduced depth").
+
+A layout's step time, exposed communication, idle time, FLOPs and memory per rank are, to first order, affine in
+the number of repeated blocks a rank's stage holds: each block adds its compute, its collectives, its parameters,
+gradients and optimizer states and its saved activations; the embedding, the head, the optimizer's launch and a
+pipeline's fill and drain are the constant part. So `astra-compile plan` runs each layout at D1 and D2 blocks per
+pipeline stage (without a pipeline: D1 and D2 blocks in all) and evaluates the line through the two at the real
+depth: two small captures instead of one of the whole model.
+
+The depth is changed the way the file itself would build a shallower model: its top-level int constant that
+counts the blocks (`plan_space()`'s "depth" names it; else the one top-level int equal to the model's repeated
+blocks, frontend/layout.repeated_blocks) is set before the file's own code runs on (frontend/model_file.py), so
+constants derived from it and the file's pipeline_stage() follow. The constant is used only once the model built
+with it set to D2 and D2 + 1 (on fake tensors, once per plan) really has that many repeated blocks, and, for each
+pipeline shape, each of its stages really holds D blocks.
+
+A layout runs whole where no constant changes the depth, where the two shallower models together hold as many
+blocks as the real one (D1 + D2 per stage times the stages: their captures would cost as much), with a pipeline
+the file's own parallelize() builds, and with --depth full.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+from ...network.errors import UserError
+
+D1, D2 = 2, 3   # blocks per pipeline stage (in all without a pipeline) of the two shallower runs: both keep a
+#                 first and a last block, so edge effects (FSDP's prefetch of the next block, a last block that
+#                 does not reshard, DDP's bucket boundaries) are in both points
+CHECKED = (D2, D2 + 1)   # a constant sets the depth when the model built with it at these has that many blocks (2
+#                          or more: a single block is no repeated layer, frontend/layout.repeated_blocks)
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """How one layout is timed: at `depths` (blocks per stage, in all without a pipeline) with the file's
+    `name` set to `settings` (the blocks in all at each depth), extrapolated to `real` blocks (the largest
+    stage's)."""
+    name: str
+    depths: tuple      # (D1, D2)
+    settings: tuple    # the constant's value at each depth
+    real: int
+
+    def at(self, first: float, second: float) -> float:
+        """The line through (D1, first) and (D2, second) at the real depth."""
+        d1, d2 = self.depths
+        return first + (second - first) * (self.real - d1) / (d2 - d1)
+
+
+@dataclass(frozen=True)
+class DepthPlan:
+    name: str | None                 # the depth constant; None: every layout runs whole
+    why_whole: str                   # why none is used (name None), for the plan's closing line
+    layouts: dict                    # layout index -> Extrapolation (the others run whole)
+
+
+def plan(spec, names: dict, path: str, blocks: int, found: list, skip: set, asked, whole: bool = False) \
+        -> DepthPlan:
+    """Which layouts run at reduced depth. `asked`: plan_space()'s "depth" (None: look for the constant);
+    `skip`: layouts that do not run; `blocks`: the model's repeated blocks; `whole`: --depth full."""
+    if whole:
+        return DepthPlan(None, "--depth full", {})
+    _BUILT.clear()   # one plan's builds: the file may have changed since the last plan in this process
+    name = _checked_name(spec, names, path, blocks, asked)
+    if name is None:
+        return DepthPlan(None, f"no top-level int of {os.path.basename(path)} equal to its {blocks} repeated blocks "
+                               "builds a shallower model when set (name it with plan_space()'s \"depth\")", {})
+    shapes: dict = {}
+    out = {}
+    for i, lay in enumerate(found):
+        if i in skip:
+            continue
+        stages = _stages(lay)
+        if stages is not None and spec.pipeline_stage is None:   # the file's own parallelize() splits it
+            continue
+        key = stages or (1, 1)
+        if key not in shapes:
+            shapes[key] = _shape(spec, path, name, stages, blocks)
+        if shapes[key] is not None:
+            real, settings = shapes[key]
+            out[i] = Extrapolation(name, (D1, D2), settings, real)
+    why = "" if out else "every layout's stages hold too few blocks to gain from running shallower"
+    return DepthPlan(name, why, out)
+
+
+def _stages(lay) -> tuple | None:
+    """(pp ranks, stages per rank) of a pipelined layout (frontend/pipeline.py), else None."""
+    pp = lay.axes.get("pp", 1)
+    if pp == 1:
+        return None
+    from ..frontend.pipeline import LOOPED_DEFAULT, SCHEDULES
+    fixed = SCHEDULES[(lay.schedule or "1F1B").lower()][2]
+    return pp, fixed or LOOPED_DEFAULT
+
+
+def _checked_name(spec, names: dict, path: str, blocks: int, asked) -> str | None:
+    """The depth constant: plan_space()'s (checked: bad input when it is no top-level int or does not change the
+    block count), else the first top-level int equal to `blocks` that does, else None."""
+    if asked is not None:
+        value = names.get(asked) if isinstance(asked, str) else None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UserError(f"{path}: plan_space()['depth'] = {asked!r}: expected the name of the file's top-level "
+                            "int that counts its repeated blocks")
+        got = _blocks_at(spec.path, asked, CHECKED)
+        if got != list(CHECKED):
+            raise UserError(f"{path}: plan_space()['depth'] = {asked!r}: setting {asked} to {CHECKED[0]} and "
+                            f"{CHECKED[1]} builds models of {got[0]} and {got[1]} repeated blocks, not {CHECKED[0]} "
+                            f"and {CHECKED[1]}: it does not set the model's depth")
+        return asked
+    if blocks <= D2:
+        return None
+    for candidate in sorted(n for n, v in names.items()
+                            if type(v) is int and v == blocks and not n.startswith("_")):
+        if _blocks_at(spec.path, candidate, CHECKED) == list(CHECKED):
+            return candidate
+    return None
+
+
+def _blocks_at(path: str, name: str, depths: tuple) -> list:
+    """The repeated blocks of the model the file builds with `name` set to each of `depths` (-1 where it fails)."""
+    return [len(made.blocks) if made else -1 for made in (_built(path, name, d) for d in depths)]
+
+
+@dataclass(frozen=True)
+class _Built:
+    spec: object       # the file's ModelFile at this depth
+    blocks: list       # its model's repeated blocks
+    model: object
+    mode: object       # the FakeTensorMode it was built in (its stages are built in the same)
+
+
+_BUILT: dict = {}   # (path, name, value) -> _Built, within one plan()
+
+
+def _built(path: str, name: str | None, value: int | None, spec=None) -> _Built | None:
+    """The file run with `name` = `value` (None: `spec`, the file as written), its model built on fake tensors;
+    None where that fails. The file's module in sys.modules is put back: the plan's own spec stays the
+    full-depth one."""
+    key = (path, name, value)
+    if key in _BUILT:
+        return _BUILT[key]
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from ..frontend.fake_params import fake_params_convertible
+    from ..frontend.layout import repeated_blocks
+    from ..frontend.model_file import load_model_file, module_name
+    module = module_name(path)
+    before = sys.modules.get(module)
+    try:
+        if name is not None:
+            spec = load_model_file(path, {name: value})
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        with mode, fake_params_convertible():
+            model = spec.build_model()
+        made = _Built(spec, repeated_blocks(model), model, mode) if isinstance(model, torch.nn.Module) else None
+    except Exception:   # the user's code at another depth (UserError included): not a depth constant
+        made = None
+    finally:
+        if before is not None:
+            sys.modules[module] = before
+    _BUILT[key] = made
+    return made
+
+
+def _shape(spec, path: str, name: str, stages: tuple | None, blocks: int) -> tuple | None:
+    """(real blocks per stage, the constant's value at D1 and D2) of one pipeline shape (None: no pipeline), or
+    None where it runs whole: the two shallower models hold as many blocks as the real one or more (D1 + D2 per
+    stage: the captures would cost as much), or a shallower model's stages do not hold D blocks each."""
+    if stages is None:
+        return (blocks, (D1, D2)) if blocks > D1 + D2 else None
+    count = stages[0] * stages[1]
+    if (D1 + D2) * count >= blocks:
+        return None
+    whole = _per_stage(_built(path, None, None, spec), count)
+    if not whole:
+        return None
+    real = max(whole)   # the largest stage's blocks: the slowest stage sets a pipeline's pace
+    settings = (D1 * count, D2 * count)
+    for d, setting in zip((D1, D2), settings):
+        if _per_stage(_built(path, name, setting), count) != [d] * count:
+            return None
+    return real, settings
+
+
+def _per_stage(made: _Built | None, count: int) -> list | None:
+    """How many of the model's repeated blocks each of `count` stages of the file's pipeline_stage() holds (None
+    where the model or a stage fails to build)."""
+    from ..frontend.fake_params import fake_params_convertible
+    if made is None:
+        return None
+    ids = {id(b) for b in made.blocks}
+    out = []
+    try:
+        with made.mode, fake_params_convertible():
+            for s in range(count):
+                stage = made.spec.pipeline_stage(made.model, s, count)
+                out.append(sum(id(m) in ids for m in stage.modules()))
+    except Exception:   # the user's stage function on this many stages: no reduced depth for this shape
+        return None
+    return out
