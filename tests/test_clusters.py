@@ -235,7 +235,7 @@ def test_a_collective_over_the_node_and_the_nics_runs_in_the_fastest_chunk_count
     """NCCL moves a collective in pieces, so the node's phase of one piece overlaps the NICs' phase of another: a
     cluster's collective (and `--chunks fastest` anywhere) is compiled in 1, 2, 4, 8 and 16 chunks and runs in the
     fastest, each candidate's time and the choice recorded in its module. One chunk ran the phases one after
-    another: 64 MB over 2 DGX H100s took a third longer."""
+    another: 64 MB over 2 DGX H100s took 437.8 us against 275.4 in 4 chunks."""
     hand = ["--topology", "Switch(8)_Switch(2)", "--latency", "300,1350", "--bandwidth",
             f"{450e9 / GIB!r},{50e9 / GIB!r}"]
     each = {n: collective(capsys, *hand, "--chunks", str(n))["total_time_us"] for n in (1, 2, 4, 8, 16)}
