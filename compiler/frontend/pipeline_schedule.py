@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...network.errors import UserError
+from ...network.errors import AstraError, UserError
 
 # the schedules the capture follows (torch's own; a subclass may run another order of actions, so it is refused)
 KNOWN = ("ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleLoopedBFS",
@@ -97,10 +97,11 @@ def _short(ranks: list[int]) -> str:
 PARALLELIZED = "parallelized"
 
 
-class HandOffChanged(Exception):
+class HandOffChanged(AstraError):
     """A stage built by the capture (pipeline_stage()) handed on other shapes, once parallelized, than its module
     did before parallelize: sequence parallelism sends each tensor-parallel rank its 1/tp slice of the sequence.
-    The capture then finds the chain from the parallelized stages (capture.py)."""
+    The capture then finds the chain from the parallelized stages (capture.py; under the one error base like every
+    error class of the package)."""
 
     def __init__(self, stage: int):
         super().__init__(f"stage {stage} hands on other shapes once parallelized")
