@@ -87,11 +87,11 @@ SCHEDULERS = {
     "optimal": DEFAULT_PIPELINE + ",optimal-balance,choose-schedule",
 }
 DEFAULT_SCHEDULER, DEFAULT_INTRA = "optimal", "scf"
+# --chunks fastest (a --cluster's default): the chunk counts tried per collective; 16 is what NCCL's overlap of a
+# 2 x 8 H100 all-reduce's node and NIC phases fits (docs/calibrate.md, the A3 Mega row)
+CHUNK_CHOICES = (1, 2, 4, 8, 16)
 # whole-network algorithms (network and ranks scope, algorithms/) schedule one phase over every dimension: no
 # per-dimension phases, no dimension orders
-# --chunks fastest (the default of a training step on a --cluster): the chunk counts tried per collective; 16 is
-# what NCCL's overlap of a 2 x 8 H100 all-reduce's node and NIC phases fits (docs/calibrate.md, the A3 Mega row)
-CHUNK_CHOICES = (1, 2, 4, 8, 16)
 FLAT_PIPELINE = "decompose-all-reduce,chunk,flat-decompose,select-algorithm{{algorithm={}}}"
 
 

@@ -200,7 +200,7 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
             for k in [k for k in shapes if isinstance(k, int) and k > e.stage]:
                 del shapes[k]
             shapes[pipeline_schedule.PARALLELIZED] = True
-            programs.clear()   # a rank recorded before held the wrong chain's shapes only after this stage: none
+            programs.clear()   # every rank captured again on the new chain (only such a file pays for it)
             continue
         if outline is not None and rp.outline() != outline:
             raise UserError(f"{spec.path}: pp coordinate {coord}'s schedule ({_outline_text(rp.outline())}) is not "
