@@ -11,21 +11,32 @@ CATEGORIES = ("parameters", "gradients", "optimizer_states", "communication", "a
 BYTES = ("peak_bytes", "reserved_bytes") + tuple(f"{c}_bytes" for c in CATEGORIES)
 PHASES = ("", "forward", "backward", "optimizer")
 MAX_BYTES = 2**63 - 1
+PHASE_PEAKS = "phase_peak_bytes"   # optional: {phase: its own peak of live bytes}
 
 
 def problem(record) -> str:
     """What is wrong with a memory record ("" when nothing is): exactly BYTES (non-negative counts whose
-    categories sum to the peak, reserved at least the peak) and peak_phase."""
-    if not isinstance(record, dict) or set(record) != set(BYTES) | {"peak_phase"}:
-        return f"needs exactly {', '.join(BYTES)}, peak_phase; got {show(record)}"
+    categories sum to the peak, reserved at least the peak), peak_phase and, in records written since it was
+    added, phase_peak_bytes (each phase's own peak: at most the step's)."""
+    if not isinstance(record, dict) or set(record) - {PHASE_PEAKS} != set(BYTES) | {"peak_phase"}:
+        return f"needs exactly {', '.join(BYTES)}, peak_phase (and optionally {PHASE_PEAKS}); got {show(record)}"
     for key in BYTES:
         v = record[key]
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_BYTES:
+        if not _is_bytes(v):
             return f"{key}: {show(v)} is not a byte count"
     if record["peak_phase"] not in PHASES:
         return f"peak_phase: {show(record['peak_phase'])} is not one of {', '.join(map(repr, PHASES))}"
+    peaks = record.get(PHASE_PEAKS, {})
+    if not isinstance(peaks, dict) or set(peaks) - set(PHASES[1:]) or \
+            not all(_is_bytes(v) and v <= record["peak_bytes"] for v in peaks.values()):
+        return (f"{PHASE_PEAKS}: {show(peaks)} is not a byte count of at most peak_bytes for each of "
+                f"{', '.join(PHASES[1:])}")
     if sum(record[f"{c}_bytes"] for c in CATEGORIES) != record["peak_bytes"]:
         return "the categories' bytes do not sum to peak_bytes"
     if record["reserved_bytes"] < record["peak_bytes"]:
         return "reserved_bytes is less than peak_bytes"
     return ""
+
+
+def _is_bytes(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int) and 0 <= v <= MAX_BYTES

@@ -373,3 +373,25 @@ def test_a_depth_constant_is_set_where_the_file_assigns_it(tmp_path):
     assert len(spec.build_model().layers) == 3
     with pytest.raises(Exception, match="no top-level statement assigns DEPTH"):
         load_model_file(path, {"DEPTH": 3})
+
+
+def test_reduced_depth_extrapolates_each_phases_peak_apart():
+    # DDP with full checkpointing on benchmarks/models/llama70b_plan.py at width 512 (its dp=8, micro-batch 2
+    # layout, measured 2026-11-27): at 2 and 3 blocks the step's peak is the backward's (the loss's logits), at 24
+    # the optimizer's (24 blocks of gradients and Adam states); each phase's peak is on its line, the step's is not
+    from astra_compile.compiler.plan.depth import Extrapolation
+    from astra_compile.compiler.plan.rank import Outcome, _extrapolated
+    from astra_compile.compiler.plan.space import Layout
+    lay = Layout((("dp", 8),), 2, 1, "full", None)
+    runs = [Outcome(0, lay, step_us=1000.0 * d, peak_bytes=peaks["backward"] + 2**30, allocated_bytes=peaks["backward"],
+                    phase_bytes=peaks)
+            for d, peaks in ((2, {"forward": 171030016, "backward": 254920704, "optimizer": 173130752}),
+                             (3, {"forward": 196208640, "backward": 280099328, "optimizer": 209323520}))]
+    o = _extrapolated(runs, Extrapolation("LAYERS", (2, 3), (2, 3), 24), 8, 16, 512)
+    whole = 969371648   # the 24-block run's peak, in its optimizer step
+    assert o.allocated_bytes == pytest.approx(whole, rel=0.001)
+    assert o.peak_bytes == o.allocated_bytes + 2**30   # the deeper run's allocator slack, NCCL and context as they are
+    for run in runs:   # a record without its phases' peaks (written before they were kept): the step's on its line
+        run.phase_bytes = None
+    assert _extrapolated(runs, Extrapolation("LAYERS", (2, 3), (2, 3), 24), 8, 16, 512).allocated_bytes == \
+        254920704 + 22 * (280099328 - 254920704)

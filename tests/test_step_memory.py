@@ -76,6 +76,21 @@ def test_categories_sum_to_the_peak_and_a_stack_counts_by_hand(tmp_path):
     assert m["peak_bytes"] == 8 * weight + 2 * 8 * weight + 8 * STEP_TENSOR + weight + 10 * act + 3 * ALLOCATOR_BLOCK
 
 
+def test_each_phase_has_its_own_peak(tmp_path):
+    # plan's reduced depth extrapolates each phase's peak apart (compiler/plan/rank.py): the step's peak is the
+    # backward's; the forward's is at the last ReLU (its input, the 7 ReLU outputs before it and its own output, the
+    # batch, and the warm-up step's loss, a scalar, still held as a training loop's `loss` variable holds it); the
+    # optimizer's holds no activations: parameters, gradients, AdamW's two states and one foreach temporary (the
+    # denominators), the step counts, the batch and the loss
+    m = memory_of(stack(tmp_path))
+    weight, act = 256 * 256 * 4, 8 * MIB
+    peaks = m["phase_peak_bytes"]
+    assert set(peaks) == {"forward", "backward", "optimizer"}
+    assert peaks["backward"] == m["peak_bytes"]
+    assert peaks["forward"] == 8 * weight + 2 * 8 * weight + 8 * STEP_TENSOR + 10 * act + ALLOCATOR_BLOCK
+    assert peaks["optimizer"] == 5 * 8 * weight + 8 * STEP_TENSOR + act + ALLOCATOR_BLOCK
+
+
 def test_activation_checkpointing_keeps_only_each_layers_input(tmp_path):
     plain = memory_of(stack(tmp_path))
     kept = memory_of(stack(tmp_path, "ckpt.py", checkpoint=True))
@@ -176,8 +191,9 @@ def test_json_memory_object_and_the_over_capacity_warning(tmp_path, capsys):
     assert code == 0, err
     m = json.loads(out)["memory"]
     assert set(m) == {"peak_bytes", "reserved_bytes", "peak_phase", "at_peak_bytes", "nccl_bytes", "cuda_context_bytes",
-                      "needs_bytes", "gpu", "capacity_bytes", "fits"}
+                      "needs_bytes", "gpu", "capacity_bytes", "fits", "phase_peak_bytes"}
     assert set(m["at_peak_bytes"]) == set(CATEGORIES)
+    assert max(m["phase_peak_bytes"].values()) == m["peak_bytes"]
     assert m["at_peak_bytes"]["parameters"] == 8 * 32768 * 32768 * 4
     assert m["nccl_bytes"] == NCCL_BYTES_PER_GROUP   # one process group: dp
     assert m["needs_bytes"] == m["reserved_bytes"] + NCCL_BYTES_PER_GROUP + CUDA_CONTEXT_BYTES
@@ -330,6 +346,10 @@ def test_the_module_and_the_tables_keep_the_memory_and_refuse_a_forged_one(tmp_p
     meta["programs"][0]["memory"]["reserved_bytes"] = -1
     (tables / "meta.json").write_text(json.dumps(meta))
     refused(capsys, tables, match="programs[0].memory: reserved_bytes: -1 is not a byte count")
+    meta["programs"][0]["memory"]["reserved_bytes"] = memory["reserved_bytes"]
+    meta["programs"][0]["memory"]["phase_peak_bytes"]["forward"] = memory["peak_bytes"] + 1
+    (tables / "meta.json").write_text(json.dumps(meta))
+    refused(capsys, tables, match="programs[0].memory: phase_peak_bytes: ")
 
 
 def test_the_warning_names_the_stage_that_needs_most(pipelined, tmp_path):

@@ -21,7 +21,7 @@ import weakref
 
 import torch
 
-from ...network.memory_record import CATEGORIES
+from ...network.memory_record import CATEGORIES, PHASES
 from .caching_allocator import reserved_bytes
 
 # The CUDA caching allocator rounds every allocation up to a multiple of 512 bytes (kMinBlockSize); the
@@ -54,6 +54,9 @@ class StepMemory:
         self._clock = 0                        # one tick per allocation or free
         self._now = 0                          # bytes live now
         self.peak, self._peak_at, self.peak_phase = 0, BEFORE_STEP, ""
+        # each phase's own peak (forward, backward, optimizer): plan's reduced depth extrapolates them apart, as the
+        # step's peak may move from one phase to another with depth (compiler/plan/rank.py)
+        self.phase_peaks: dict[str, int] = {}
         self._phase = ""
         self.recording = True
         # while a pipeline chunk copied later runs (chunk_replay.py): its allocations (storage, bytes, stream, phase)
@@ -127,9 +130,11 @@ class StepMemory:
 
     def _open(self, s: _Storage, nbytes: int, before: bool) -> None:
         nbytes = rounded(nbytes)
-        if before:   # live since the step began (on the compute stream): at the peak found so far too
+        if before:   # live since the step began (on the compute stream): at the peaks found so far too
             s.block = [nbytes, BEFORE_STEP, None, s, 0]
             self.peak += nbytes
+            for phase in self.phase_peaks:
+                self.phase_peaks[phase] += nbytes
         else:
             self._clock += 1
             s.block = [nbytes, self._clock, None, s, self._stream()]
@@ -140,6 +145,8 @@ class StepMemory:
     def _add(self, block: list) -> None:
         self._blocks.append(block)
         self._now += block[0]
+        if self._now > self.phase_peaks.get(self._phase, -1) and self._phase:
+            self.phase_peaks[self._phase] = self._now
         if self._now > self.peak:
             self.peak, self._peak_at, self.peak_phase = self._now, self._clock, self._phase
 
@@ -161,7 +168,7 @@ class StepMemory:
         same bytes, stream and tag (entered in `copies`, template storage -> the copy's, which the copy's later
         calls free: a backward the activations of its forward); a free of a storage the copies do not hold (live
         before the template's micro-batch) is the template's alone."""
-        close = self._close
+        close, peaks = self._close, self.phase_peaks
         for s, nbytes, stream, phase in log:   # once per allocation of every copy: _add inline
             if nbytes is None:
                 c = copies.pop(s, None)   # freed once: the map keeps only what a later call may free
@@ -174,6 +181,8 @@ class StepMemory:
             c.block = block = [nbytes, self._clock, None, c, stream]
             self._blocks.append(block)
             self._now += nbytes
+            if self._now > peaks.get(phase, -1) and phase:
+                peaks[phase] = self._now
             if self._now > self.peak:
                 self.peak, self._peak_at, self.peak_phase = self._now, self._clock, phase
 
@@ -198,15 +207,17 @@ class StepMemory:
 
     def result(self, expandable_segments: bool = False) -> dict:
         """The peak of live bytes over the step (as max_memory_allocated), when (its phase) and what it held, bytes
-        per category (CATEGORIES, summing to the peak), and the bytes the caching allocator reserves for the step
-        (as max_memory_reserved; `expandable_segments`: the allocator's option of that name on)."""
+        per category (CATEGORIES, summing to the peak), the bytes the caching allocator reserves for the step
+        (as max_memory_reserved; `expandable_segments`: the allocator's option of that name on), and each phase's
+        own peak of live bytes (the phases that allocated)."""
         self.recording = False
         held = dict.fromkeys(CATEGORIES, 0)
         for nbytes, born, died, s, _ in self._blocks:
             if born <= self._peak_at and (died is None or died > self._peak_at):
                 held[s.tag] += nbytes
         return {"peak_bytes": self.peak, "peak_phase": self.peak_phase, **{f"{c}_bytes": b for c, b in held.items()},
-                "reserved_bytes": self._reserved(expandable_segments)}
+                "reserved_bytes": self._reserved(expandable_segments),
+                "phase_peak_bytes": {p: self.phase_peaks[p] for p in PHASES if p in self.phase_peaks}}
 
     def _reserved(self, expandable_segments: bool) -> int:
         """What PyTorch's caching allocator reserves for this step's tensors (caching_allocator.py): the blocks

@@ -34,6 +34,7 @@ class Outcome:
     estimated: bool = False     # not run: its memory's lower bound (plan/memory.py) already exceeds the GPU's
     extrapolation: object = None   # plan/depth.Extrapolation: figures from two shallower runs (None: run whole)
     allocated_bytes: int | None = None   # the report's memory.peak_bytes: the tensors live at the peak
+    phase_bytes: dict | None = None      # its phase_peak_bytes: each phase's own peak of live tensors
 
     @property
     def fits(self) -> bool:
@@ -99,6 +100,7 @@ def _from_row(i: int, lay, row: dict | None, world: int, global_batch: int, seq:
         o.peak_bytes = memory.get("needs_bytes")
         o.capacity_bytes = memory.get("capacity_bytes")
         o.allocated_bytes = memory.get("peak_bytes")
+        o.phase_bytes = memory.get("phase_peak_bytes") or None
     return o
 
 
@@ -131,9 +133,20 @@ def _extrapolated(runs: list[Outcome], ex, world: int, global_batch: int, seq: i
     o.tokens_per_gpu_s = global_batch * seq / (step_us / 1e6) / world
     o.mfu = ex.at(first.mfu * first.step_us, second.mfu * second.step_us) / step_us
     if None not in (first.allocated_bytes, second.allocated_bytes, second.peak_bytes):
-        o.allocated_bytes = round(ex.at(first.allocated_bytes, second.allocated_bytes))
+        o.allocated_bytes = round(_allocated(first, second, ex))
         o.peak_bytes = o.allocated_bytes + second.peak_bytes - second.allocated_bytes
     return o
+
+
+def _allocated(first: Outcome, second: Outcome, ex) -> float:
+    """The tensors live at the real depth's peak: each phase's own peak on its line and the largest taken, as the
+    peak may move from one phase to another with depth (full checkpointing without a pipeline: the backward's
+    logits at 2 and 3 blocks, the forward's gathered or saved blocks at 24); the step's peak on its line where the
+    runs do not give their phases' (a record written before they were kept)."""
+    a, b = first.phase_bytes, second.phase_bytes
+    if a and b and set(a) == set(b):
+        return max(ex.at(a[p], b[p]) for p in a)
+    return ex.at(first.allocated_bytes, second.allocated_bytes)
 
 
 def _per_stage(lay) -> str:

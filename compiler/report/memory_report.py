@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 
 from ...network.errors import InputWarning
-from ...network.memory_record import CATEGORIES
+from ...network.memory_record import CATEGORIES, PHASE_PEAKS
 
 # NCCL's buffers per communicator: NCCL_BUFFSIZE (4 MiB by default) for the Simple protocol, plus the LL and LL128
 # protocols' smaller ones, for each channel and each of its ring and tree connections: about 256 MiB with the 16 to
@@ -39,6 +39,7 @@ def memory_object(held: dict | None, groups: int, gpu=None) -> dict | None:
     capacity = int(gpu.memory_gb * 1e9) if gpu is not None else None
     return {"peak_bytes": int(held["peak_bytes"]), "reserved_bytes": reserved, "peak_phase": held["peak_phase"],
             "at_peak_bytes": {c: int(held[f"{c}_bytes"]) for c in CATEGORIES},
+            "phase_peak_bytes": {p: int(b) for p, b in held.get(PHASE_PEAKS, {}).items()},
             "nccl_bytes": nccl, "cuda_context_bytes": CUDA_CONTEXT_BYTES, "needs_bytes": needs,
             "gpu": gpu.name if gpu is not None else None, "capacity_bytes": capacity,
             "fits": needs <= capacity if capacity is not None else None}
