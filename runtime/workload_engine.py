@@ -160,6 +160,7 @@ class RankTimes:
     remote_memory_ns: float = 0.0   # sum of remote loads' and stores' times
     breakdown_ns: dict = field(default_factory=dict)   # BREAKDOWN -> ns; they add up to total_ns
     host_wait_ns: float = 0.0       # compute stream idle, its next op ready but not yet issued by the host
+    host_issue_ns: float = 0.0      # when the host has issued the step's last compute op (0: no compute model)
 
 
 @dataclass
@@ -458,7 +459,7 @@ def run_workload(tables: list[ProgramTable], roofline: Roofline, spmd: bool = Fa
                                         int(r.measured.sum()), float(r.dur[local].sum()), float(r.dur[remote].sum()),
                                         breakdown(r.start, r.end, [kind == COMPUTE, local, remote,
                                                                    np.isin(kind, COMMUNICATION)], step),
-                                        r.host_wait)
+                                        r.host_wait, float(r.issued[-1]) if r.issued is not None and len(kind) else 0.0)
     return out
 
 

@@ -395,3 +395,43 @@ def test_reduced_depth_extrapolates_each_phases_peak_apart():
         run.phase_bytes = None
     assert _extrapolated(runs, Extrapolation("LAYERS", (2, 3), (2, 3), 24), 8, 16, 512).allocated_bytes == \
         254920704 + 22 * (280099328 - 254920704)
+
+
+def test_a_layout_whose_host_falls_behind_with_depth_runs_again_whole(tmp_path, capsys):
+    # width 1024, 256 tokens a micro-batch on an H100: a block's ops take the GPU about as long as the host takes
+    # to issue them, so the GPU's lead over the host shrinks with every block: at 2 and 3 blocks the GPU never
+    # waits, at 12 it does (the line through 2 and 3 blocks came out 13 to 27 % short); such a layout runs again
+    # whole, and plan's figures are the whole run's
+    path = deep_model(tmp_path, """
+        def plan_space():
+            return {"axes": ["dp", "fsdp"], "pp": [1], "micro_batch": [2], "checkpointing": ["none"]}
+    """)
+    text = open(path).read().replace("WIDTH, LAYERS = 256, 12", "WIDTH, LAYERS = 1024, 12")
+    text = text.replace("nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, WIDTH)", "nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, 64 * WIDTH)")
+    open(path, "w").write(text)
+    args = ("plan", path, "--cluster", "dgx-h100:1", "--global-batch", "16", "--workers", "1", "--json")
+    code, out, err = cli(capsys, *args, "-o", str(tmp_path / "short.csv"))
+    assert code == 0 and "2 layouts run again whole: the host issues a block's ops more slowly" in err, err
+    short = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
+    assert sorted(os.listdir(tmp_path / "short.layouts")) == sorted(
+        [f"layout_{i:04d}_depth{d}.py" for i in range(2) for d in (2, 3)] + ["layout_0000.py", "layout_0001.py"])
+    code, out, err = cli(capsys, *args, "--depth", "full", "-o", str(tmp_path / "whole.csv"))
+    whole = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
+    assert set(short) == set(whole) and len(whole) == 2
+    for k, w in whole.items():
+        assert not short[k]["extrapolated"]
+        assert short[k]["step_time_us"] == w["step_time_us"] and short[k]["peak_memory_bytes"] == w["peak_memory_bytes"]
+    # the line through the shallower runs alone, as plan took it before
+    from astra_compile.compiler.plan.depth import Extrapolation
+    from astra_compile.compiler.plan.rank import outcomes
+    from astra_compile.compiler.sweep.plot import read_results
+    from astra_compile.compiler.plan import space as space_mod
+    from astra_compile.network import clusters
+    rows = [r for r in read_results(str(tmp_path / "short.csv"))[0] if int(r["point"]) < 4]
+    layouts = [space_mod.Layout((("fsdp", 8),), 2, 1, "none", None), space_mod.Layout((("dp", 8),), 2, 1, "none", None)]
+    labels = {int(r["point"]): r["layout"] for r in rows}
+    layouts = sorted(layouts, key=lambda lay: [k for k, v in labels.items() if v == lay.label(8)][0])
+    ex = Extrapolation("LAYERS", (2, 3), (2, 3), 12)
+    line = outcomes(rows, layouts, 8, 16, 128, clusters.resolve("dgx-h100:1"), depths={0: ex, 1: ex})
+    for o in line:
+        assert o.step_us < 0.9 * whole[o.layout.label(8)]["step_time_us"]

@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from ...network.dtypes import DTYPES
 
 
+# a lead that shrinks by less than this share of the step between the two depths is taken as steady (host_limited)
+LEAD_NOISE = 1e-4
+
+
 @dataclass
 class Outcome:
     index: int
@@ -76,7 +80,10 @@ def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq
                                estimated=True))
             continue
         made = [_from_row(i, lay, by_index.get(i), world, global_batch, seq, gpu)]
-        if i in depths:
+        whole = by_index.get(i + 2 * len(layouts))   # run again whole (host_limited)
+        if i in depths and whole is not None:
+            out.append(_from_row(i, lay, whole, world, global_batch, seq, gpu))
+        elif i in depths:
             made.append(_from_row(i, lay, by_index.get(i + len(layouts)), world, global_batch, seq, gpu))
             out.append(_extrapolated(made, depths[i], world, global_batch, seq))
         else:
@@ -102,6 +109,25 @@ def _from_row(i: int, lay, row: dict | None, world: int, global_batch: int, seq:
         o.allocated_bytes = memory.get("peak_bytes")
         o.phase_bytes = memory.get("phase_peak_bytes") or None
     return o
+
+
+def host_limited(rows: list[dict], layouts: list, depths: dict) -> set:
+    """The layouts run at reduced depth (`depths`) whose host issues a block's ops more slowly than their step
+    grows by a block: the lead the GPU's work has over the host's issuing (the step's end less the host's last
+    issue) shrinks with depth, and where it runs out, at the real depth or within a phase of it, the GPU waits for
+    the host, which the shallower runs' line cannot show (docs/plan.md, "Limits"). A step host-bound at both
+    depths, or one whose lead grows, stays on its line. Runs without a compute model (no host time) are none of
+    them."""
+    by_index = {int(r["point"]): r for r in rows}
+    out = set()
+    for i in depths:
+        runs = [by_index.get(i), by_index.get(i + len(layouts))]
+        if any(r is None or r.get("status") != "ok" or not r.get("host_issue_us") for r in runs):
+            continue
+        lead = [float(r["total_time_us"]) - float(r["host_issue_us"]) for r in runs]
+        if lead[1] < lead[0] - LEAD_NOISE * float(runs[1]["total_time_us"]):
+            out.add(i)
+    return out
 
 
 def _extrapolated(runs: list[Outcome], ex, world: int, global_batch: int, seq: int) -> Outcome:

@@ -22,7 +22,8 @@ from .memory_report import format_memory
 
 # keys --json leaves out where they do not apply (a placement, the congestion backend, a pool, an endpoint delay)
 # and the FLOPs per compute dtype (a step whose compute is all fp32), the GPU (no --gpu) and the cluster (no --cluster)
-OPTIONAL = ("placement", "switching", "pool", "endpoint_delay_ns", "gpu", "cluster", "host_wait_us", "flops_by_dtype")
+OPTIONAL = ("placement", "switching", "pool", "endpoint_delay_ns", "gpu", "cluster", "host_wait_us", "host_issue_us",
+            "flops_by_dtype")
 NOT_JSON = {"json": False}
 
 
@@ -53,6 +54,7 @@ class WorkloadReport:
     measured_ops: int
     exposed_comm_time_us: float
     host_wait_us: float | None             # --gpu: compute stream idle, waiting for the host to issue its next op
+    host_issue_us: float | None            # --gpu: when the host has issued the step's last compute op
     comm_time_us: float
     local_memory_time_us: float
     remote_memory_time_us: float
@@ -179,7 +181,8 @@ def make_report(module_info: dict, result, times, progs, rank: int = 0, **made) 
             "total_time_us": result.total_ns / 1e3, "compute_time_us": r.compute_ns / 1e3,
             "measured_compute_us": r.measured_ns / 1e3, "measured_ops": r.measured_ops,
             "exposed_comm_time_us": (result.total_ns - r.compute_ns - r.host_wait_ns) / 1e3,
-            "host_wait_us": r.host_wait_ns / 1e3 if info.get("gpu") else None, "comm_time_us": r.comm_ns / 1e3,
+            "host_wait_us": r.host_wait_ns / 1e3 if info.get("gpu") else None,
+            "host_issue_us": r.host_issue_ns / 1e3 if info.get("gpu") else None, "comm_time_us": r.comm_ns / 1e3,
             "local_memory_time_us": r.local_memory_ns / 1e3, "remote_memory_time_us": r.remote_memory_ns / 1e3,
             "breakdown_us": {name: r.breakdown_ns.get(name, 0.0) / 1e3 for name in BREAKDOWN},
             "memory_summary": list(memory.values()),
