@@ -127,6 +127,20 @@ def test_fsdp_divides_parameters_gradients_and_states_by_its_size(tmp_path):
     assert sharded["communication_bytes"] >= weight
 
 
+def test_fsdp_unsharded_parameters_count_only_while_gathered(tmp_path):
+    # FSDP2 gathers a layer's parameters by growing a storage it emptied at the end of the step before (resize_):
+    # such a storage, first seen at that resize, held nothing before it, not the bytes it grows to (which counted
+    # every layer's unsharded parameters as live from the step's start: 109 of 186 MB at 12 layers)
+    path = stack(tmp_path, width=1024, batch=64, extra=FSDP)
+    path.write_text(path.read_text().replace(", 4, 64,", ", 12, 64,"))
+    m = memory_of(path, world=4)
+    layer = 2 * 1024 * 1024 * 4   # a layer's two weights, unsharded
+    assert m["parameters_bytes"] == 12 * layer // 4
+    assert m["peak_phase"] == "backward"
+    assert m["communication_bytes"] <= 3 * layer   # the layer running, the one gathered ahead, and its gradient's
+    assert m["phase_peak_bytes"]["forward"] < m["peak_bytes"]
+
+
 def hand_count(shapes) -> int:
     """Bytes of fp32 tensors of these numels, each rounded up to the allocator's block."""
     return sum(rounded(4 * n) for n in shapes)

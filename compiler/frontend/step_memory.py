@@ -102,12 +102,14 @@ class StepMemory:
             self._close(s)
             s.block = None
 
-    def resized(self, storage, nbytes: int) -> None:
-        """A storage resized in place (FSDP2's unsharded parameters): its old bytes freed, the new ones allocated."""
+    def resized(self, storage, nbytes: int, before: int) -> None:
+        """A storage resized in place (FSDP2's unsharded parameters) from `before` bytes to `nbytes`: its old bytes
+        freed, the new ones allocated. One first seen here held its `before` bytes since the step began (none
+        where FSDP2 freed it at the end of the step before, the usual case)."""
         key = storage._cdata
         s = self._live.get(key)
         if s is None:
-            s = self._register(storage, "communication", True)
+            s = self._register(storage, "communication", True, before)
         _upgrade(s, "communication")
         self._close(s)
         s.block = None
@@ -119,13 +121,15 @@ class StepMemory:
         s = self._live.get(storage._cdata)
         return s if s is not None else self._register(storage, tag, before)
 
-    def _register(self, storage, tag: str, before: bool) -> _Storage:
-        """A storage first seen: `tag` "twin" stands for bytes counted as another storage (never counted here)."""
+    def _register(self, storage, tag: str, before: bool, nbytes: int | None = None) -> _Storage:
+        """A storage first seen, of `nbytes` (None: its size now): `tag` "twin" stands for bytes counted as another
+        storage (never counted here)."""
         key = storage._cdata
         s = self._live[key] = _Storage("other" if tag == "twin" else tag)
         s.ref = weakref.ref(storage, lambda _, key=key, s=s: self._freed(key, s))
-        if storage.nbytes() > 0 and tag != "twin":
-            self._open(s, storage.nbytes(), before)
+        nbytes = storage.nbytes() if nbytes is None else nbytes
+        if nbytes > 0 and tag != "twin":
+            self._open(s, nbytes, before)
         return s
 
     def _open(self, s: _Storage, nbytes: int, before: bool) -> None:
@@ -283,9 +287,10 @@ def watching(memory: StepMemory, model, optimizer):
     resize = torch.UntypedStorage.resize_
 
     def resize_(storage, size):
+        before = storage.nbytes()   # a storage first seen here is counted at its size before the resize
         out = resize(storage, size)
         if memory.recording:
-            memory.resized(storage, int(size))
+            memory.resized(storage, int(size), before)
         return out
     torch.UntypedStorage.resize_ = resize_
     try:
