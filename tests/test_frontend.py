@@ -213,6 +213,26 @@ def test_compute_ops_carry_flop_counter_flops(tmp_path):
     assert all(d < i for i, op in enumerate(w.programs[0]) for d in op.deps)
 
 
+def test_a_model_file_imports_its_own_modules_beside_it(tmp_path):
+    # as `python model.py` would: the file's folder is importable, at its top and when the capture calls it
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    (folder / "my_layers_e1.py").write_text("import torch\nWIDTH = 32\ndef block():\n    return torch.nn.Linear(WIDTH, 48)\n")
+    (folder / "my_inputs_e1.py").write_text("import torch\ndef batch():\n    return torch.randn(16, 32)\n")
+    path = folder / "model.py"
+    path.write_text(textwrap.dedent("""
+        from my_layers_e1 import block
+        def build_model():
+            return block()
+        def example_inputs():
+            import my_inputs_e1   # imported only when the capture calls example_inputs()
+            return my_inputs_e1.batch()
+    """))
+    w = capture(load_model_file(str(path)), 2)
+    assert [op.flops for op in w.programs[0] if op.name == "aten.addmm.default" and op.phase == "forward"] == \
+        [2 * 16 * 32 * 48]
+
+
 @pytest.mark.parametrize("body, message", [
     ("raise RuntimeError('broken file')", "failed to import: RuntimeError: broken file"),
     ("def build_model(): pass", "defines no example_inputs()"),

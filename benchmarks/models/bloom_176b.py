@@ -21,11 +21,11 @@ layers and tensor parallelism are benchmarks/published/megatron_gpt.py's, loaded
 
     astra-compile benchmarks/models/bloom_176b.py --cluster dgx-a100:48 --json
 """
-import importlib.util
 import math
-import os
 
 import torch
+
+import megatron_pipeline as blocks   # beside this file (docs/workloads.md: a model file's own modules)
 
 LAYERS, HIDDEN, HEADS, VOCAB, SEQ = 70, 14336, 112, 250880, 2048
 PP, TP, MICROBATCHES, MICRO_BATCH = 12, 4, 128, 2
@@ -34,20 +34,6 @@ DTYPE = torch.bfloat16
 _DP_GROUP = []   # the data-parallel group parallelize() used, for ZeRO's shards
 
 
-def _blocks():
-    """megatron_pipeline.py, beside this file (a clone's benchmarks/models/) or else in the astra_compile checkout
-    (a sized copy of this file may sit elsewhere; an installed package holds no benchmarks)."""
-    import astra_compile
-    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_pipeline.py")
-    path = beside if os.path.exists(beside) else \
-        os.path.join(os.path.dirname(astra_compile.__file__), "benchmarks", "models", "megatron_pipeline.py")
-    spec = importlib.util.spec_from_file_location("_megatron_pipeline", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-blocks = _blocks()
 mg = blocks.megatron_gpt("_megatron_bloom_176b", LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, TP=TP, VOCAB=VOCAB,
                          SEQ=SEQ, DTYPE=DTYPE, DROPOUT=0.0, LOSS_SCALE=1.0)
 

@@ -20,10 +20,10 @@ and the loss scaling are benchmarks/published/megatron_gpt.py's, loaded with thi
 
     astra-compile benchmarks/models/gpt3_175b_megatron.py --cluster dgx-a100:128 --json
 """
-import importlib.util
-import os
 
 import torch
+
+import megatron_pipeline as blocks   # beside this file (docs/workloads.md: a model file's own modules)
 
 LAYERS, HIDDEN, HEADS, VOCAB, SEQ = 96, 12288, 96, 51200, 2048
 PP, TP, VIRTUAL, MICROBATCHES = 16, 8, 2, 192
@@ -31,20 +31,6 @@ PIPELINE = {"schedule": "Interleaved1F1B", "microbatches": MICROBATCHES, "virtua
 _TP_GROUP = []
 
 
-def _blocks():
-    """megatron_pipeline.py, beside this file (a clone's benchmarks/models/) or else in the astra_compile checkout
-    (a sized copy of this file may sit elsewhere; an installed package holds no benchmarks)."""
-    import astra_compile
-    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_pipeline.py")
-    path = beside if os.path.exists(beside) else \
-        os.path.join(os.path.dirname(astra_compile.__file__), "benchmarks", "models", "megatron_pipeline.py")
-    spec = importlib.util.spec_from_file_location("_megatron_pipeline", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-blocks = _blocks()
 mg = blocks.megatron_gpt("_megatron_gpt3_175b", LAYERS=LAYERS, HIDDEN=HIDDEN, HEADS=HEADS, TP=TP, VOCAB=VOCAB,
                          SEQ=SEQ)
 

@@ -20,31 +20,18 @@ benchmarks/published/torchtitan_llama3_8b.py's, loaded with this model's sizes (
 
     astra-compile benchmarks/models/llama3_405b.py --cluster dgx-h100:2048 --json
 """
-import importlib.util
-import os
 
 import torch
+
+import megatron_pipeline as blocks   # beside this file (docs/workloads.md: a model file's own modules)
 
 VOCAB, DIM, HEADS, KV_HEADS, FFN, LAYERS, SEQ = 128256, 16384, 128, 8, 53248, 126, 8192
 PP, TP, VIRTUAL, MICROBATCHES = 16, 8, 2, 16
 PIPELINE = {"schedule": "Interleaved1F1B", "microbatches": MICROBATCHES, "virtual_stages": VIRTUAL}
 
 
-def _blocks():
-    """megatron_pipeline.py, beside this file (a clone's benchmarks/models/) or else in the astra_compile checkout
-    (a sized copy of this file may sit elsewhere; an installed package holds no benchmarks)."""
-    import astra_compile
-    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_pipeline.py")
-    path = beside if os.path.exists(beside) else \
-        os.path.join(os.path.dirname(astra_compile.__file__), "benchmarks", "models", "megatron_pipeline.py")
-    spec = importlib.util.spec_from_file_location("_megatron_pipeline", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tt = _blocks().published("torchtitan_llama3_8b.py", "_torchtitan_llama3_405b", VOCAB=VOCAB, DIM=DIM, HEADS=HEADS,
-                         KV_HEADS=KV_HEADS, FFN=FFN, LAYERS=LAYERS, SEQ=SEQ)
+tt = blocks.published("torchtitan_llama3_8b.py", "_torchtitan_llama3_405b", VOCAB=VOCAB, DIM=DIM, HEADS=HEADS,
+                      KV_HEADS=KV_HEADS, FFN=FFN, LAYERS=LAYERS, SEQ=SEQ)
 
 
 class Stage(torch.nn.Module):

@@ -171,6 +171,7 @@ def load_model_file(path: str, set_names: dict | None = None) -> ModelFile:
     own constants derived from the name then follow); a name no top-level statement assigns is bad input."""
     source = read_source(path)
     name = module_name(path)
+    _folder_importable(path)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     code = None if not set_names else _names_set(source, path, set_names)
@@ -188,6 +189,15 @@ def load_model_file(path: str, set_names: dict | None = None) -> ModelFile:
         sys.modules.pop(name, None)
         raise UserError(f"model file {path} failed to import: {one_line(e)}") from None
     return model_file_from_module(module, path)
+
+
+def _folder_importable(path: str) -> None:
+    """The model file's folder on sys.path, as `python model.py` puts a script's: the file may import its own
+    modules beside it (`import my_layers`), at its top or inside build_model() and the rest when the capture
+    calls them, so the folder stays (each model file's folder is added once, ahead of the rest)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
 
 
 def _names_set(source: str, path: str, values: dict):
