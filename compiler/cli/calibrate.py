@@ -27,6 +27,7 @@ import numpy as np
 
 from ...network.errors import UserError
 from ...network.units import MAX_GBPS, MIN_GBPS, parse_size
+from .parser import chunk_count
 
 STEP = 0.01          # relative perturbation of a parameter for its coefficient
 ITERATIONS = 8
@@ -61,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--links", help="links per dimension, as for a run")
     p.add_argument("--algorithm", help="the algorithm the library ran, one or one per dimension (default: the "
                                        "compiler's choice)")
-    p.add_argument("--chunks", type=int, help="chunks per collective (default: the compiler's)")
+    p.add_argument("--chunks", help="chunks per collective (default: the compiler's), or 'fastest': each logged "
+                                    "collective and size in the fastest of 1, 2, 4, 8 and 16 at the network being "
+                                    "fitted, as NCCL pipelines a collective over a node and its NICs")
     p.add_argument("--collective", help="what the logs measured, when neither the log nor its name says")
     p.add_argument("--hold", metavar="DIMS", help="dimensions kept at their --bandwidth and --latency, not fitted "
                    "(comma-separated, e.g. 0: the node's fabric, fitted before from a one-node log, under a "
@@ -88,8 +91,8 @@ def run(args) -> int:
         raise UserError("--topology is required: the network whose bandwidth and latency are fitted")
     if args.collective is not None and args.collective not in nccl_tests_log.KINDS:
         raise UserError(f"--collective must be one of {', '.join(nccl_tests_log.KINDS)}, got '{args.collective}'")
-    if args.chunks is not None and not 0 < args.chunks < 2 ** 31:
-        raise UserError(f"--chunks must be a positive integer below 2^31, got {args.chunks}")
+    if args.chunks is not None:
+        args.chunks = chunk_count(args.chunks)   # a count, or fastest (the driver compiles each and keeps the best)
     try:
         min_size = parse_size(args.min_size) if args.min_size else 0
     except UserError as e:
