@@ -149,7 +149,7 @@ class StepMemory:
     def _add(self, block: list) -> None:
         self._blocks.append(block)
         self._now += block[0]
-        if self._now > self.phase_peaks.get(self._phase, -1) and self._phase:
+        if self._phase and self._now > self.phase_peaks.get(self._phase, -1):
             self.phase_peaks[self._phase] = self._now
         if self._now > self.peak:
             self.peak, self._peak_at, self.peak_phase = self._now, self._clock, self._phase
@@ -185,7 +185,7 @@ class StepMemory:
             c.block = block = [nbytes, self._clock, None, c, stream]
             self._blocks.append(block)
             self._now += nbytes
-            if self._now > peaks.get(phase, -1) and phase:
+            if phase and self._now > peaks.get(phase, -1):
                 peaks[phase] = self._now
             if self._now > self.peak:
                 self.peak, self._peak_at, self.peak_phase = self._now, self._clock, phase

@@ -166,9 +166,9 @@ def _extrapolated(runs: list[Outcome], ex, world: int, global_batch: int, seq: i
 
 def _allocated(first: Outcome, second: Outcome, ex) -> float:
     """The tensors live at the real depth's peak: each phase's own peak on its line and the largest taken, as the
-    peak may move from one phase to another with depth (full checkpointing without a pipeline: the backward's
-    logits at 2 and 3 blocks, the forward's gathered or saved blocks at 24); the step's peak on its line where the
-    runs do not give their phases' (a record written before they were kept)."""
+    peak may move from one phase to another with depth (DDP with full checkpointing: the backward's logits at 2 and
+    3 blocks, the optimizer step's gradients and states at 24); the step's peak on its line where the runs do not
+    give their phases' (a record written before they were kept)."""
     a, b = first.phase_bytes, second.phase_bytes
     if a and b and set(a) == set(b):
         return max(ex.at(a[p], b[p]) for p in a)
