@@ -217,7 +217,8 @@ def test_a_model_file_imports_its_own_modules_beside_it(tmp_path):
     # as `python model.py` would: the file's folder is importable, at its top and when the capture calls it
     folder = tmp_path / "proj"
     folder.mkdir()
-    (folder / "my_layers_e1.py").write_text("import torch\nWIDTH = 32\ndef block():\n    return torch.nn.Linear(WIDTH, 48)\n")
+    (folder / "my_layers_e1.py").write_text("import torch\nWIDTH = 32\n"
+                                            "def block():\n    return torch.nn.Linear(WIDTH, 48)\n")
     (folder / "my_inputs_e1.py").write_text("import torch\ndef batch():\n    return torch.randn(16, 32)\n")
     path = folder / "model.py"
     path.write_text(textwrap.dedent("""

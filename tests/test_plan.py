@@ -407,7 +407,8 @@ def test_a_layout_whose_host_falls_behind_with_depth_runs_again_whole(tmp_path, 
             return {"axes": ["dp", "fsdp"], "pp": [1], "micro_batch": [2], "checkpointing": ["none"]}
     """)
     text = open(path).read().replace("WIDTH, LAYERS = 256, 12", "WIDTH, LAYERS = 1024, 12")
-    text = text.replace("nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, WIDTH)", "nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, 64 * WIDTH)")
+    text = text.replace("nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, WIDTH)",
+                        "nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, 64 * WIDTH)")   # a wide head: 64k logits
     open(path, "w").write(text)
     args = ("plan", path, "--cluster", "dgx-h100:1", "--global-batch", "16", "--workers", "1", "--json")
     code, out, err = cli(capsys, *args, "-o", str(tmp_path / "short.csv"))
@@ -428,9 +429,10 @@ def test_a_layout_whose_host_falls_behind_with_depth_runs_again_whole(tmp_path, 
     from astra_compile.compiler.plan import space as space_mod
     from astra_compile.network import clusters
     rows = [r for r in read_results(str(tmp_path / "short.csv"))[0] if int(r["point"]) < 4]
-    layouts = [space_mod.Layout((("fsdp", 8),), 2, 1, "none", None), space_mod.Layout((("dp", 8),), 2, 1, "none", None)]
-    labels = {int(r["point"]): r["layout"] for r in rows}
-    layouts = sorted(layouts, key=lambda lay: [k for k, v in labels.items() if v == lay.label(8)][0])
+    by_label = {lay.label(8): lay for lay in (space_mod.Layout((("fsdp", 8),), 2, 1, "none", None),
+                                              space_mod.Layout((("dp", 8),), 2, 1, "none", None))}
+    label = {int(r["point"]): r["layout"] for r in rows}
+    layouts = [by_label[label[0]], by_label[label[1]]]   # points 0 and 1: the layouts as plan numbered them
     ex = Extrapolation("LAYERS", (2, 3), (2, 3), 12)
     line = outcomes(rows, layouts, 8, 16, 128, clusters.resolve("dgx-h100:1"), depths={0: ex, 1: ex})
     for o in line:
