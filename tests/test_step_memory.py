@@ -402,3 +402,34 @@ def test_the_states_of_an_optimizer_a_file_wraps_are_optimizer_states(tmp_path):
         """))
     weight = 256 * 256 * 4
     assert m["optimizer_states_bytes"] == 2 * 8 * weight + 8 * STEP_TENSOR
+
+
+def test_a_damaged_memory_record_is_named_never_raised():
+    # network/memory_record.problem checks every record read back (capture cache, wl.memory, meta.json): any JSON
+    # value, the valid record damaged anywhere included, gives a reason or "", never an exception
+    from hypothesis import given, settings, strategies as st
+    from astra_compile.network.memory_record import problem
+    valid = {"peak_bytes": 3072, "reserved_bytes": 4096, "peak_phase": "backward", "parameters_bytes": 1024,
+             "gradients_bytes": 0, "optimizer_states_bytes": 1024, "communication_bytes": 0,
+             "activations_bytes": 512, "other_bytes": 512,
+             "phase_peak_bytes": {"forward": 2048, "backward": 3072, "optimizer": 2560}}
+    assert problem(valid) == "" and problem({k: v for k, v in valid.items() if k != "phase_peak_bytes"}) == ""
+    scalars = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=5)
+    json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) |
+                               st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.sampled_from(sorted(valid) + ["phase_peak_bytes.forward", "phase_peak_bytes.x", "extra"]), json_values)
+    def damaged(key, value):
+        record = json.loads(json.dumps(valid))
+        if key.startswith("phase_peak_bytes."):
+            record["phase_peak_bytes"][key.split(".")[1]] = value
+        else:
+            record[key] = value
+        assert isinstance(problem(record), str)
+        if key in ("extra", "phase_peak_bytes.x"):
+            assert problem(record)   # an unknown key or phase is refused
+
+    damaged()
+    for value in (None, [], "x", 1, {"forward": -1}, {"forward": 2**64}, {"forward": 4096}, {"": 1}):
+        assert problem({**valid, "phase_peak_bytes": value}).startswith("phase_peak_bytes: ")
