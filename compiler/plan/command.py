@@ -34,7 +34,7 @@ from ..sweep.spec import Point, Sweep
 from . import depth as depth_mod
 from . import memory
 from . import space as space_mod
-from .rank import Outcome, host_limited, outcomes, table
+from .rank import FIRST_DEPTH, SECOND_DEPTH, WHOLE_AGAIN, Outcome, host_limited, outcomes, point, table
 
 MAX_LAYOUTS = 100_000
 
@@ -116,14 +116,14 @@ def run(args) -> int:
                                limit)
         rows = _run(args, sweep, results_path, workers)
         # a layout whose GPU's lead over the host shrinks with depth may turn host-bound only at the real depth,
-        # which its shallower runs cannot show: it runs again whole (points i + 2 len(found))
+        # which its shallower runs cannot show: it runs again whole (rank.WHOLE_AGAIN)
         again = host_limited(rows, found, depths.layouts)
         if again:
             print(f"astra-compile plan: {len(again)} layout{'s' if len(again) > 1 else ''} run again whole: the host "
                   "issues a block's ops more slowly than the step grows by a block, so the GPU may wait for it only "
                   "at the real depth", file=sys.stderr)
             whole = _write_layouts(path, found, pruned, {}, folder, world, args.cluster, results_path, limit,
-                                   only=again, first=2 * len(found))
+                                   only=again)
             rows = _run(args, Sweep(results_path, {}, sweep.axes, sweep.points + whole.points), results_path,
                         workers)
     ranked = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts)
@@ -195,11 +195,11 @@ def _say_depth(depths, running: int) -> None:
 
 
 def _write_layouts(path: str, found: list, pruned: dict, depths: dict, folder: str, world: int, cluster: str,
-                   results_path: str, options: dict, only: set | None = None, first: int = 0) -> Sweep:
+                   results_path: str, options: dict, only: set | None = None) -> Sweep:
     """The sweep of the layouts not pruned, each point numbered as its layout in `found` (so the results file's
-    rows and the layout files keep their layout's number), each written as a layout file; a layout in `depths`
-    (plan/depth.py) runs twice, at its two shallower depths: points i and i + len(found). `only`: these layouts,
-    whole, numbered from `first` (a layout run again whole after its shallower runs: i + 2 len(found))."""
+    rows and the layout files keep their layout's number; rank.point), each written as a layout file; a layout in
+    `depths` (plan/depth.py) runs twice, at its two shallower depths. `only`: these layouts, run again whole after
+    their shallower runs (rank.WHOLE_AGAIN)."""
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     os.makedirs(folder, exist_ok=True)
@@ -208,9 +208,10 @@ def _write_layouts(path: str, found: list, pruned: dict, depths: dict, folder: s
         if i in pruned or (only is not None and i not in only):
             continue
         ex = depths.get(i)
-        runs = [(first + i, "full", None, "")] if ex is None else \
-            [(i + k * len(found), str(d), (ex.name, setting), f"_depth{d}")
-             for k, (d, setting) in enumerate(zip(ex.depths, ex.settings))]
+        whole = point(i, FIRST_DEPTH if only is None else WHOLE_AGAIN, len(found))
+        runs = [(whole, "full", None, "")] if ex is None else \
+            [(point(i, k, len(found)), str(d), (ex.name, setting), f"_depth{d}")
+             for k, (d, setting) in zip((FIRST_DEPTH, SECOND_DEPTH), zip(ex.depths, ex.settings))]
         for index, depth, shallower, suffix in runs:
             file = os.path.join(folder, f"layout_{i:04d}{suffix}.py")
             text = layout_file_text(path, digest, lay.micro_batch * lay.microbatches, lay.microbatches,

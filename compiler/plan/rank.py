@@ -21,6 +21,15 @@ from ...network.dtypes import DTYPES
 
 # a lead that shrinks by less than this share of the step between the two depths is taken as steady (host_limited)
 LEAD_NOISE = 1e-4
+# a layout's runs, as the results file numbers them (point): whole, or at its two shallower depths (the first at
+# the layout's own number), and whole again where its host falls behind with depth (host_limited)
+FIRST_DEPTH, SECOND_DEPTH, WHOLE_AGAIN = 0, 1, 2
+
+
+def point(i: int, run: int, layouts: int) -> int:
+    """The results file's point number of layout `i`'s `run` (FIRST_DEPTH, a whole run too, SECOND_DEPTH or
+    WHOLE_AGAIN) in a plan of `layouts` layouts."""
+    return i + run * layouts
 
 
 @dataclass
@@ -68,26 +77,25 @@ def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq
     """Every layout's outcome, ranked: those that ran and fit by step time, then those over memory (`pruned`:
     {index: lower bound in bytes} of those not run, plan/memory.py), then failures. `depths`: {index:
     plan/depth.Extrapolation} of the layouts run at two shallower depths (point index, then index + len(layouts)),
-    whose figures are extrapolated to the real depth."""
+    whose figures are extrapolated to the real depth, or taken from the layout's whole run where it ran again
+    whole (host_limited)."""
     from ...network import devices
     gpu = devices.resolve(cluster.gpu)
     by_index = {int(r["point"]): r for r in rows}
     depths = depths or {}
+    n = len(layouts)
     out = []
     for i, lay in enumerate(layouts):
         if pruned and i in pruned:
             out.append(Outcome(i, lay, peak_bytes=pruned[i], capacity_bytes=int(gpu.memory_gb * 1e9),
                                estimated=True))
-            continue
-        made = [_from_row(i, lay, by_index.get(i), world, global_batch, seq, gpu)]
-        whole = by_index.get(i + 2 * len(layouts))   # run again whole (host_limited)
-        if i in depths and whole is not None:
-            out.append(_from_row(i, lay, whole, world, global_batch, seq, gpu))
-        elif i in depths:
-            made.append(_from_row(i, lay, by_index.get(i + len(layouts)), world, global_batch, seq, gpu))
-            out.append(_extrapolated(made, depths[i], world, global_batch, seq))
+        elif i in depths and point(i, WHOLE_AGAIN, n) not in by_index:
+            runs = [_from_row(i, lay, by_index.get(point(i, k, n)), world, global_batch, seq, gpu)
+                    for k in (FIRST_DEPTH, SECOND_DEPTH)]
+            out.append(_extrapolated(runs, depths[i], world, global_batch, seq))
         else:
-            out.append(made[0])
+            whole = point(i, WHOLE_AGAIN if i in depths else FIRST_DEPTH, n)
+            out.append(_from_row(i, lay, by_index.get(whole), world, global_batch, seq, gpu))
     return sorted(out, key=lambda o: (o.error is not None, not o.fits, o.step_us, o.index))
 
 
@@ -121,7 +129,7 @@ def host_limited(rows: list[dict], layouts: list, depths: dict) -> set:
     by_index = {int(r["point"]): r for r in rows}
     out = set()
     for i in depths:
-        runs = [by_index.get(i), by_index.get(i + len(layouts))]
+        runs = [by_index.get(point(i, k, len(layouts))) for k in (FIRST_DEPTH, SECOND_DEPTH)]
         if any(r is None or r.get("status") != "ok" or not r.get("host_issue_us") for r in runs):
             continue
         lead = [float(r["total_time_us"]) - float(r["host_issue_us"]) for r in runs]
@@ -132,10 +140,10 @@ def host_limited(rows: list[dict], layouts: list, depths: dict) -> set:
 
 def _extrapolated(runs: list[Outcome], ex, world: int, global_batch: int, seq: int) -> Outcome:
     """The layout at its real depth from its two shallower runs (plan/depth.py): step, exposed communication, idle
-    time (below) and the step's FLOPs (MFU x step time) on the line through the two; tokens/s from the step. Memory: the
-    tensors live at the peak on the line (exact where the peak stays in one phase), plus the deeper run's
-    remainder (the caching allocator's slack, NCCL's buffers, the CUDA context): the slack grows with depth, but
-    not on a line (docs/plan.md, "Limits")."""
+    time (below) and the step's FLOPs (MFU x step time) on the line through the two; tokens/s from the step. Memory:
+    the tensors live at the peak, each phase's on its line and the largest taken (_allocated), plus the deeper
+    run's remainder (the caching allocator's slack, NCCL's buffers, the CUDA context): the slack grows with depth,
+    but not on a line (docs/plan.md, "Limits")."""
     first, second = runs
     failed = next((o for o in runs if o.error is not None), None)
     if failed is not None:
