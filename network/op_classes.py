@@ -28,10 +28,12 @@ MAX_VIEWS = 2**31 - 1    # kernel-less ops counted on one compute op (`views`: a
 
 _MATMUL = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "addbmm", "matmul", "linear", "dot", "mv", "addmv",
            "_addmm_activation", "_int_mm", "_scaled_grouped_mm", "_grouped_mm"}
+# cuDNN's own ops (_cudnn_attention_forward / _backward) are what a profiler records launching the kernels of
+# _scaled_dot_product_cudnn_attention, the kernel PyTorch 2.11 picks for bf16 on an H200
 _ATTENTION_BACKWARD = re.compile(r"^_?(scaled_dot_product|flash_attention|efficient_attention|"
                                  r"_scaled_dot_product)\w*backward|^_?flash_attention_backward|"
-                                 r"^_?efficient_attention_backward")
-_ATTENTION = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|flex_attention")
+                                 r"^_?efficient_attention_backward|^_?cudnn_attention_backward")
+_ATTENTION = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|flex_attention|cudnn_attention")
 _CONV_BACKWARD = re.compile(r"convolution_backward|conv\w*backward|cudnn_convolution_backward")
 _CONV = re.compile(r"conv(olution)?(\d?d|_transpose\d?d|_tbc|_depthwise\dd)?$|"
                    r"^(cudnn|miopen|mkldnn|_slow|_nnpack|thnn)_?conv")

@@ -114,10 +114,31 @@ def read_text(path: str, expected: str, label: str = "", limit: int | None = DEF
     """A user's UTF-8 text file (read_bytes' checks); a file that is not text is one UserError naming it (`label`,
     e.g. "sweep file ", says what the file was to be; `expected`, what it should hold)."""
     data = read_bytes(path, label, limit, regular)
+    if data[:2] == GZIP_MAGIC:
+        data = _gunzip(data, path, label, DEFAULT_LIMIT if limit is None else limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise UserError(f"{path} is not text (a binary file?); expected {expected}") from None
+
+
+# A gzip-compressed file (torch.profiler's export_chrome_trace("trace.json.gz") writes one) is read as the text it
+# holds, under the same limit on the text's size: the decompressor stops one byte past it.
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gunzip(data: bytes, path: str, label: str, limit: int) -> bytes:
+    import zlib
+    inflate = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
+    try:
+        text = inflate.decompress(data, limit + 1)
+    except zlib.error as e:
+        raise UserError(f"{path}: a damaged gzip file ({e})") from None
+    if len(text) > limit:
+        raise UserError(_too_big(path, label, f"more than {limit} bytes once decompressed", limit))
+    if not inflate.eof:
+        raise UserError(f"{path}: a damaged gzip file (it ends before its compressed data does)")
+    return text
 
 
 # ---- JSON ----------------------------------------------------------------------------------------------------------

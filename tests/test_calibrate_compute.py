@@ -13,6 +13,7 @@ from astra_compile.compiler.frontend import profile_ops
 from astra_compile.compiler.main import main
 from astra_compile.network import devices
 from astra_compile.network.compute_model import ComputeModel
+from astra_compile.network.op_classes import classify
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MLP = os.path.join(HERE, "data", "gpu_1rank", "mlp_kineto_rank0.json")
@@ -256,3 +257,32 @@ def test_op_times_of_a_bad_profile_is_one_line(tmp_path, capsys):
     assert main([ET, "--topology", "Switch(2)", "--op-times", bad]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no deviceProperties" in err
+
+
+def test_the_attention_kernels_own_ops_count_as_the_attention_they_run(tmp_path):
+    """A profile records the ops that launch scaled_dot_product_attention's kernels: cuDNN's (PyTorch 2.11's bf16
+    choice on an H200; [batch, heads, sequence, dim], no meta kernel) and flash's ([batch, sequence, heads, dim]).
+    Each is an attention op of the SDPA FLOPs it runs, causal as recorded (the H200's and the H100's Llama 3 8B
+    layer at S=8192, 32 heads of 128: 2.2 TFLOP forward, 5.5 backward). Before, cuDNN's read as elementwise and
+    both as no FLOPs: no fit could tell an attention fraction from them."""
+    bhsd, bshd = [2, 32, 8192, 128], [2, 8192, 32, 128]
+    scalars = ["Scalar"] * 6
+    events = [_op("aten::_cudnn_attention_forward", 0, 1, [bhsd] * 3 + [[]] * 10,
+                  ["c10::BFloat16"] * 3 + ["", "", ""] + scalars + [""],
+                  ["", "", "", "", "", "", "8192", "8192", "True", "0.", "True", "False", ""]),
+              _kernel(1, 1, 1852.1),
+              _op("aten::_cudnn_attention_backward", 10, 2, [bhsd] * 5 + [[2, 32, 8192, 1]] + [[]] * 10,
+                  ["c10::BFloat16"] * 5 + ["float", "long int", "long int", "", "", ""] + ["Scalar"] * 4 + [""],
+                  [""] * 11 + ["8192", "8192", "0.", "True", ""]),
+              _kernel(2, 11, 5594.5),
+              _op("aten::_flash_attention_forward", 20, 3, [bshd] * 3 + [[]] * 7,
+                  ["c10::BFloat16"] * 3 + ["", ""] + ["Scalar"] * 5,
+                  ["", "", "", "", "", "8192", "8192", "0.", "True", "False"]),
+              _kernel(3, 21, 3240.2)]
+    data = {"deviceProperties": [{"name": "NVIDIA H200", "numSms": 132}], "traceEvents": events}
+    calls = profile_ops.read_profile(write(tmp_path, data)).calls
+    got = [(c.name.split("::")[1], classify(c.name), c.flops, c.causal, c.dtype) for c in calls]
+    forward = 4 * 2 * 32 * 8192 ** 2 * 128          # two products of 2 b h s^2 d; the backward's 2.5 times it
+    assert got == [("_cudnn_attention_forward", "attention", forward, True, "bf16"),
+                   ("_cudnn_attention_backward", "attention_backward", forward * 5 // 2, True, "bf16"),
+                   ("_flash_attention_forward", "attention", forward, True, "bf16")]

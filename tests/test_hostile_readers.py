@@ -220,6 +220,29 @@ def test_dev_null_reads_as_empty(tmp_path):
     assert user_files.read_bytes("/dev/null") == b""
 
 
+def test_a_gzip_file_reads_as_the_text_it_holds_within_the_limit(tmp_path):
+    """torch.profiler writes a trace.json.gz as gzip: it reads as its JSON. A file that inflates past the limit
+    (a gzip bomb: 64 MiB of zeros in some 64 KiB) stops one byte past it, and a truncated or damaged one is one
+    line."""
+    import gzip
+    path = tmp_path / "trace.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    assert user_files.read_json(str(path), "a trace") == {"traceEvents": []}
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(gzip.compress(b"0" * (64 << 20)))
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(UserError, match="more than 1048576 bytes once decompressed; a profile is read whole"):
+        user_files.read_json(str(bomb), "a trace", "profile ", limit=1 << 20)
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(path.read_bytes()[:-12])
+    with pytest.raises(UserError, match="cut.json.gz: a damaged gzip file"):
+        user_files.read_json(str(cut), "a trace")
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"\x1f\x8b" + b"not deflate at all")
+    with pytest.raises(UserError, match="bad.json.gz: a damaged gzip file"):
+        user_files.read_json(str(bad), "a trace")
+
+
 # ---- table and step directories ----------------------------------------------------------------------------------------
 
 from astra_compile.compiler.main import main   # noqa: E402

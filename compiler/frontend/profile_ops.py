@@ -241,6 +241,9 @@ def _work(name: str, inputs: list) -> tuple:
     first = next(([v] if kind == "tensor" else v for kind, v in inputs if kind in ("tensor", "list")), [])
     unrun = moved_bytes(name, in_bytes, [], sum(_numel(sz) * ELEMENT_BYTES.get(t, 0) for sz, t in first or [])
                         if op_name(name).endswith("_") else 0)
+    kernel = _KERNEL_ATTENTION.get(op_name(name))
+    if kernel and len(in_tensors) >= kernel[0] and all(len(s) == 4 for s, _ in in_tensors[:kernel[0]]):
+        return _kernel_attention(name, in_tensors, in_bytes, in_types)
     packet = getattr(torch.ops.aten, op_name(name), None) if name.startswith("aten::") else None
     if packet is None or not in_tensors:   # a factory (zeros, arange) is not run: it would allocate on the host
         return 0, unrun, in_types, []
@@ -263,6 +266,32 @@ def _work(name: str, inputs: list) -> tuple:
     written = 0 if results else sum(t.numel() * t.element_size()
                                     for t in written_args(overload, args, kwargs, read_too=True))
     return flops, moved_bytes(name, in_bytes, out_bytes, written), in_types, out_types
+
+
+# The attention kernels' own ops, which a profiler records launching the kernels of scaled_dot_product_attention:
+# flash's and the memory-efficient kernel's (query, key and value laid out [batch, sequence, heads, dim]) and
+# cuDNN's (PyTorch 2.11's bf16 choice on Hopper; [batch, heads, sequence, dim]). cuDNN's have no meta kernel and
+# flash's do not run on meta tensors of the recorded arguments, so each is counted as the scaled-dot-product
+# attention it implements (torch's formula), from its leading tensors: forward query, key, value; backward
+# grad_out, query, key, value. name: (tensors needed, sequence before heads).
+_KERNEL_ATTENTION = {"_cudnn_attention_forward": (3, False), "_cudnn_attention_backward": (4, False),
+                     "_flash_attention_forward": (3, True), "_flash_attention_backward": (4, True),
+                     "_efficient_attention_forward": (3, True), "_efficient_attention_backward": (4, True)}
+
+
+def _kernel_attention(name: str, in_tensors: list, in_bytes: list, in_types: list) -> tuple:
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+    needed, sequence_first = _KERNEL_ATTENTION[op_name(name)]
+    shapes = [list(s) for s, _ in in_tensors[:needed]]
+    if sequence_first:   # [b, s, h, d] -> [b, h, s, d], the layout torch's formula takes
+        shapes = [[s[0], s[2], s[1], s[3]] for s in shapes]
+    if needed == 3:
+        flops = sdpa_flop_count(*shapes)
+        out_bytes = [in_bytes[0]]                     # the output, as the query
+    else:
+        flops = sdpa_backward_flop_count(*shapes)
+        out_bytes = in_bytes[1:4]                     # the gradients of query, key and value
+    return int(flops), moved_bytes(name, in_bytes, out_bytes, 0), in_types, [in_types[0]] * len(out_bytes)
 
 
 def _numel(sizes) -> int:

@@ -1,0 +1,128 @@
+"""Real-GPU ground truth for the compute model's matmul and attention constants: bf16 GEMMs and flash attention.
+
+Each GEMM is timed as autograd runs a linear layer's three products: the forward `x @ w.t()` ("nt": M tokens,
+N outputs, K inputs), the input gradient `dy @ w` ("nn": M tokens, N inputs, K outputs) and the weight gradient
+`dy.t() @ x` ("tn": M outputs, N inputs, K tokens), at the layer shapes of the published runs (Llama 3 8B and
+70B, GPT-3 175B's tensor-parallel slices), plus square, K and M sweeps. Scaled-dot-product attention (flash, bf16)
+is timed forward and forward+backward, causal and not. Each time is the median of 5 batches of back-to-back calls
+(CUDA events, at least ~20 ms a batch) after warm-ups, in microseconds per call.
+
+    python3 record_kernels.py OUT_DIR [--dry]      # --dry: tiny shapes on the CPU, to check the code path
+"""
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+from torch.nn import functional as F
+
+OUT = sys.argv[1]
+DRY = "--dry" in sys.argv
+DEV = "cpu" if DRY else "cuda"
+SCALE = 64 if DRY else 1      # the dry run divides every dimension
+os.makedirs(OUT, exist_ok=True)
+
+
+def sync():
+    if not DRY:
+        torch.cuda.synchronize()
+
+
+def per_call_us(fn) -> float:
+    """Median over 5 batches of one call's time; a batch runs enough calls for ~20 ms."""
+    fn(); fn(); sync()
+    t = time.perf_counter(); fn(); sync(); first = time.perf_counter() - t
+    calls = max(1, min(200, int(0.02 / max(first, 1e-6))))
+    batches = []
+    for _ in range(5):
+        sync()
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        batches.append((time.perf_counter() - t) / calls)
+    return statistics.median(batches) * 1e6
+
+
+def gemm(m, n, k, layout, dtype=torch.bfloat16):
+    """us of one product of layout nt (a[m,k] @ b[n,k].t()), nn (a[m,k] @ b[k,n]) or tn (a[k,m].t() @ b[k,n])."""
+    m, n, k = max(1, m // SCALE), max(1, n // SCALE), max(1, k // SCALE)
+    g = torch.Generator(device=DEV).manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, dtype=dtype, device=DEV, generator=g)
+    if layout == "nt":
+        a, b = rand(m, k), rand(n, k).t()
+    elif layout == "nn":
+        a, b = rand(m, k), rand(k, n)
+    else:
+        a, b = rand(k, m).t(), rand(k, n)
+    out = torch.empty(m, n, dtype=dtype, device=DEV)
+    us = per_call_us(lambda: torch.mm(a, b, out=out))
+    return {"m": m, "n": n, "k": k, "layout": layout, "dtype": str(dtype).split(".")[-1], "us": us,
+            "tflops": 2 * m * n * k / (us * 1e-6) / 1e12}
+
+
+def linear_shapes():
+    """(model, tokens, inputs, outputs) of each linear layer of the published runs' shapes."""
+    rows = []
+    llama8 = [(4096, 4096), (4096, 1024), (4096, 14336), (14336, 4096), (4096, 128256)]
+    for tokens in (2048, 8192, 16384):
+        rows += [("llama3_8b", tokens, i, o) for i, o in llama8]
+    rows += [("llama3_70b", 8192, i, o) for i, o in ((8192, 8192), (8192, 1024), (8192, 28672), (28672, 8192))]
+    # GPT-3 175B at tensor parallelism 8, one micro-batch of 2048 tokens: qkv, projection, fc1, fc2 of one rank
+    rows += [("gpt3_175b_tp8", 2048, i, o) for i, o in ((12288, 4608), (1536, 12288), (12288, 6144), (6144, 12288))]
+    return rows
+
+
+def attention(b, h, s, d, causal):
+    b, s = max(1, b), max(8, s // SCALE)
+    g = torch.Generator(device=DEV).manual_seed(0)
+    q, k, v = (torch.randn(b, h, s, d, dtype=torch.bfloat16, device=DEV, generator=g, requires_grad=True)
+               for _ in range(3))
+    fwd = per_call_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    dy = torch.randn_like(y)
+
+    def both():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.autograd.grad(out, (q, k, v), dy)
+    total = per_call_us(both)
+    flops = 4 * b * h * s * s * d   # forward, unmasked (torch.utils.flop_counter's count); backward 2.5x
+    return {"b": b, "h": h, "s": s, "d": d, "causal": causal, "fwd_us": fwd, "fwd_bwd_us": total,
+            "bwd_us": total - fwd, "fwd_flops_unmasked": flops}
+
+
+def main():
+    res = {"device": "cpu" if DRY else torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "sms": None if DRY else torch.cuda.get_device_properties(0).multi_processor_count,
+           "linear": [], "square": [], "k_sweep": [], "m_sweep": [], "attention": []}
+    t0 = time.time()
+    for model, tokens, i, o in linear_shapes():
+        for layout, (m, n, k) in (("nt", (tokens, o, i)), ("nn", (tokens, i, o)), ("tn", (o, i, tokens))):
+            r = gemm(m, n, k, layout)
+            r.update(model=model, tokens=tokens, inputs=i, outputs=o)
+            res["linear"].append(r)
+        print(model, tokens, i, o, [round(x["tflops"]) for x in res["linear"][-3:]], flush=True)
+    for s in (256, 512, 1024, 2048, 4096, 8192, 16384):
+        res["square"].append(gemm(s, s, s, "nn"))
+    for k in (128, 256, 512, 1024, 2048, 4096, 8192, 16384):
+        res["k_sweep"].append(gemm(8192, 8192, k, "nt"))
+    for m in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384):
+        res["m_sweep"].append(gemm(m, 4096, 4096, "nt"))
+    for name in ("square", "k_sweep", "m_sweep"):
+        print(name, [round(x["tflops"]) for x in res[name]], flush=True)
+    for b, h, s in ((2, 32, 8192), (4, 32, 4096), (8, 32, 2048), (16, 32, 1024), (2, 64, 8192)):
+        for causal in (True, False):
+            res["attention"].append(attention(b, h, s, 128, causal))
+            print("attention", res["attention"][-1], flush=True)
+    res["seconds"] = time.time() - t0
+    with open(os.path.join(OUT, "kernels.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    print("kernels done", round(res["seconds"], 1), "s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

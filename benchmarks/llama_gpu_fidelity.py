@@ -1,0 +1,99 @@
+"""Predicted step and memory of torchtitan's Llama 3.1 8B at reduced depth on one GPU against real H200 and H100
+steps (benchmarks/data/h200_llama8b_steps.json, h100_llama8b_steps.json; recorded by
+benchmarks/data/record_llama_step.py).
+
+The recording ran benchmarks/published/torchtitan_llama3_8b.py as written (selective checkpointing, FSDP2 with
+bf16 parameters, clipped AdamW) on a one-rank mesh. Here the same file, its LAYERS set to the recorded depth, is
+timed with `--gpu h200` or `--gpu h100`: a topology has at least 2 NPUs, so the mesh is `rep=2,dp=1` on
+"Switch(2)", FSDP over the one-rank `dp` axis and the second rank a copy (the tool's warning about it is
+expected). Printed per run: the measured and predicted step, the peak of allocated bytes (as
+max_memory_allocated) and the reserved bytes' peak, with the errors.
+
+The capture runs scaled_dot_product_attention as the flash kernel (compiler/frontend/gpu_attention.py), as the
+published run did; PyTorch 2.11 picks cuDNN's kernel on Hopper instead, which runs attention about 1.8 times
+faster and which the file's checkpointing policy does not save (the backward runs the forward again). The `_flash`
+runs turned cuDNN's kernel off: they are the like-for-like comparison.
+
+    python benchmarks/llama_gpu_fidelity.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FILE = os.path.join(HERE, "published", "torchtitan_llama3_8b.py")
+DATA = {"h200": os.path.join(HERE, "data", "h200_llama8b_steps.json"),
+        "h100": os.path.join(HERE, "data", "h100_llama8b_steps.json")}
+GIB = 2 ** 30
+# The file as one GPU ran it: FSDP over a one-rank axis; the second NPU a copy of the step.
+WORLD_ONE = '''import os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama import *          # noqa: F401,F403
+from llama import parallelize as _parallelize
+
+
+def mesh_axes(world_size):
+    return {"rep": 2, "dp": 1}
+
+
+def parallelize(model, mesh):
+    mesh["rep"]
+    return _parallelize(model, {"dp": mesh["dp"]})
+'''
+
+
+def at_depth(folder: str, layers: int) -> str:
+    """The published file with LAYERS = layers and its one-GPU wrapper, written to folder; the wrapper's path."""
+    os.makedirs(folder, exist_ok=True)
+    with open(FILE) as f:
+        text = f.read()
+    constants = re.compile(r"^(VOCAB, DIM, HEADS, KV_HEADS, FFN, LAYERS, SEQ, BATCH = )(.*)$", re.M)
+    match = constants.search(text)
+    values = [v.strip() for v in match.group(2).split(",")]
+    values[5] = str(layers)
+    text = text[:match.start()] + match.group(1) + ", ".join(values) + text[match.end():]
+    with open(os.path.join(folder, "llama.py"), "w") as f:
+        f.write(text)
+    path = os.path.join(folder, "world1.py")
+    with open(path, "w") as f:
+        f.write(WORLD_ONE)
+    return path
+
+
+def predict(path: str, gpu: str) -> dict:
+    argv = [sys.executable, "-m", "astra_compile", path, "--topology", "Switch(2)", "--mesh", "rep=2,dp=1",
+            "--gpu", gpu, "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"llama_gpu_fidelity: {' '.join(argv)} exited {done.returncode}: {done.stderr[-400:]}")
+    return json.loads(done.stdout)
+
+
+def main() -> None:
+    print("| GPU | run | attention kernel | measured step ms | predicted ms | error | peak GiB measured / predicted "
+          "| error | reserved GiB measured / predicted | error |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for gpu, path in DATA.items():
+            with open(path) as f:
+                runs = json.load(f)["runs"]
+            for name, run in runs.items():
+                report = predict(at_depth(os.path.join(tmp, f"L{run['layers']}"), run["layers"]), gpu)
+                step, memory = report["total_time_us"] / 1e3, report["memory"]
+                peak, reserved = memory["peak_bytes"] / GIB, memory["reserved_bytes"] / GIB
+                measured = run["memory_gib"]
+                kernel = "cuDNN" if run.get("cudnn_attention", True) else "flash"
+                print(f"| {gpu} | {name} | {kernel} | {run['step_ms']:.1f} | {step:.1f} "
+                      f"| {100 * (step / run['step_ms'] - 1):+.1f} % "
+                      f"| {measured['step_peak']:.2f} / {peak:.2f} | {100 * (peak / measured['step_peak'] - 1):+.1f} % "
+                      f"| {measured['reserved_peak_whole_run']:.2f} / {reserved:.2f} "
+                      f"| {100 * (reserved / measured['reserved_peak_whole_run'] - 1):+.1f} % |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
