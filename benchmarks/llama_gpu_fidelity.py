@@ -14,10 +14,11 @@ published run did; PyTorch 2.11 picks cuDNN's kernel on Hopper instead, which ru
 faster and which the file's checkpointing policy does not save (the backward runs the forward again). The `_flash`
 runs turned cuDNN's kernel off: they are the like-for-like comparison.
 
-    python benchmarks/llama_gpu_fidelity.py
+    python benchmarks/llama_gpu_fidelity.py [--gpus h200,h100]
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -74,13 +75,19 @@ def predict(path: str, gpu: str) -> dict:
     return json.loads(done.stdout)
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", default=",".join(DATA), help=f"comma-separated recorded GPUs ({', '.join(DATA)})")
+    args = parser.parse_args(argv)
+    gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
+    if not gpus or any(g not in DATA for g in gpus):
+        raise SystemExit(f"llama_gpu_fidelity: --gpus {args.gpus!r}: expected some of {', '.join(DATA)}")
     print("| GPU | run | attention kernel | measured step ms | predicted ms | error | peak GiB measured / predicted "
           "| error | reserved GiB measured / predicted | error |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for gpu, path in DATA.items():
-            with open(path) as f:
+        for gpu in gpus:
+            with open(DATA[gpu]) as f:
                 runs = json.load(f)["runs"]
             for name, run in runs.items():
                 report = predict(at_depth(os.path.join(tmp, f"L{run['layers']}"), run["layers"]), gpu)

@@ -8,6 +8,14 @@ is timed forward and forward+backward, causal and not. Each time is the median o
 (CUDA events, at least ~20 ms a batch) after warm-ups, in microseconds per call.
 
     python3 record_kernels.py OUT_DIR [--dry]      # --dry: tiny shapes on the CPU, to check the code path
+    python3 record_kernels.py OUT_DIR --extra      # kernels_extra.json: what follows
+
+`--extra` records, in a fresh process: the bytes the first matmul allocates besides its output (cuBLAS's
+workspace, which PyTorch takes from its caching allocator); fp8 GEMMs (`torch._scaled_mm`, e4m3 x e4m3 with
+tensor-wise scales and a bf16 output, the layout it takes: the forward's `x @ w.t()`) at Llama 3 8B's layers;
+three bf16 GEMMs on three kinds of data (random normal as above, a weight as nn.Linear initialises it, zeros), to
+tell whether the data moves the rate; and the attention configurations above with PyTorch's cuDNN attention
+turned off (the flash kernel).
 """
 import json
 import os
@@ -95,7 +103,70 @@ def attention(b, h, s, d, causal):
             "bwd_us": total - fwd, "fwd_flops_unmasked": flops}
 
 
+def workspace_bytes() -> dict:
+    """What the process's first matmul allocates besides its output (run first in a fresh process)."""
+    if DRY:
+        return {}
+    before = torch.cuda.memory_allocated()
+    a = torch.randn(256, 256, dtype=torch.bfloat16, device=DEV)
+    after_input = torch.cuda.memory_allocated()
+    c = a @ a
+    torch.cuda.synchronize()
+    return {"first_bf16_matmul_extra_bytes": torch.cuda.memory_allocated() - after_input - c.numel() * 2,
+            "input_bytes": after_input - before}
+
+
+def fp8_gemm(m, n, k) -> dict:
+    m, n, k = max(16, m // SCALE), max(16, n // SCALE), max(16, k // SCALE)
+    a = torch.randn(m, k, device=DEV).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device=DEV).to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device=DEV)
+    us = per_call_us(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+    return {"m": m, "n": n, "k": k, "us": us, "tflops": 2 * m * n * k / (us * 1e-6) / 1e12}
+
+
+def data_kinds(m, n, k) -> dict:
+    m, n, k = max(1, m // SCALE), max(1, n // SCALE), max(1, k // SCALE)
+    x = torch.randn(m, k, dtype=torch.bfloat16, device=DEV)
+    weights = {"random_normal": torch.randn(n, k, dtype=torch.bfloat16, device=DEV),
+               "linear_init": torch.empty(n, k, dtype=torch.bfloat16, device=DEV).uniform_(-k ** -0.5, k ** -0.5),
+               "zeros": torch.zeros(n, k, dtype=torch.bfloat16, device=DEV)}
+    out = {}
+    for name, w in weights.items():
+        a = torch.zeros_like(x) if name == "zeros" else x
+        us = per_call_us(lambda: a @ w.t())
+        out[name] = {"us": us, "tflops": 2 * m * n * k / (us * 1e-6) / 1e12}
+    return {"m": m, "n": n, "k": k, **out}
+
+
+def extra():
+    res = {"device": "cpu" if DRY else torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "workspace": workspace_bytes(), "fp8": [], "data": [], "flash_attention": []}
+    print("workspace", res["workspace"], flush=True)
+    for tokens in (8192, 16384):
+        for i, o in ((4096, 4096), (4096, 1024), (4096, 14336), (14336, 4096), (4096, 128256)):
+            try:
+                r = fp8_gemm(tokens, o, i)
+            except Exception as e:   # noqa: BLE001 - a GPU or build without fp8 GEMMs: recorded, not fatal
+                r = {"m": tokens, "n": o, "k": i, "error": repr(e)[:200]}
+            res["fp8"].append(r)
+            print("fp8", r, flush=True)
+    for m, n, k in ((16384, 14336, 4096), (8192, 8192, 8192), (16384, 4096, 4096)):
+        res["data"].append(data_kinds(m, n, k))
+        print("data", res["data"][-1], flush=True)
+    if not DRY:
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    for b, h, s in ((2, 32, 8192), (4, 32, 4096), (8, 32, 2048), (16, 32, 1024)):
+        for causal in (True, False):
+            res["flash_attention"].append(attention(b, h, s, 128, causal))
+            print("flash", res["flash_attention"][-1], flush=True)
+    with open(os.path.join(OUT, "kernels_extra.json"), "w") as f:
+        json.dump(res, f, indent=1)
+
+
 def main():
+    if "--extra" in sys.argv:
+        return extra()
     res = {"device": "cpu" if DRY else torch.cuda.get_device_name(0), "torch": torch.__version__,
            "sms": None if DRY else torch.cuda.get_device_properties(0).multi_processor_count,
            "linear": [], "square": [], "k_sweep": [], "m_sweep": [], "attention": []}
