@@ -1,15 +1,17 @@
 """How exact `astra-compile plan`'s reduced depth is (compiler/plan/depth.py, docs/plan.md "Reduced depth"): every
 layout of a narrow Llama-3-shaped model (models/llama70b_plan.py with a smaller width and --layers blocks) planned
-twice on one cluster, each layout timed at 2 and 3 blocks per pipeline stage and extrapolated (--depth auto), and
+twice on one cluster, each layout timed at two shallower depths and extrapolated (--depth auto: 3 and 4 blocks,
+2 and 3 per pipeline stage, compiler/plan/depth.py), and
 run whole (--depth full); it prints, per layout, the extrapolated figures' error against the whole run's (step
 time, memory per rank, exposed communication, idle time, MFU), the largest errors, the rank of each layout under
 both, and both plans' wall times.
 
 The search covers DDP, FSDP, tensor parallelism, pipelines (1F1B and Interleaved1F1B), checkpointing none and
-full, and gradient accumulation (micro-batches of 1 and 2 sequences). --depths 1,2 measures the shallower pair.
+full, and gradient accumulation (micro-batches of 1 and 2 sequences). --depths 2,3 (--pipeline-depths 1,2)
+measures another pair.
 
 With --keep DIR the model and both plans' results files stay in DIR and a second run resumes them (a run with
---depths 1,2 and the same DIR runs only the shallower layouts again: the whole plan's file is complete).
+other --depths and the same DIR runs only the shallower layouts again: the whole plan's file is complete).
 
     python benchmarks/plan_depth.py [--layers 24] [--cluster dgx-h100:1] [--global-batch 16] [--workers 2] [--keep DIR]
 """
@@ -76,19 +78,25 @@ def main() -> None:
     ap.add_argument("--cluster", default="dgx-h100:1")
     ap.add_argument("--global-batch", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--depths", default="2,3", help="the two shallower depths (default 2,3)")
+    from astra_compile.compiler.plan import depth as depth_mod
+    pair = lambda t: ",".join(map(str, t))   # noqa: E731
+    ap.add_argument("--depths", default=pair(depth_mod.DEPTHS),
+                    help=f"the two shallower depths without a pipeline (default {pair(depth_mod.DEPTHS)})")
+    ap.add_argument("--pipeline-depths", default=pair(depth_mod.PIPELINE_DEPTHS),
+                    help=f"the two per pipeline stage (default {pair(depth_mod.PIPELINE_DEPTHS)})")
     ap.add_argument("--keep", metavar="DIR", help="keep the model and results files here (a later run resumes)")
     args = ap.parse_args()
-    from astra_compile.compiler.plan import depth as depth_mod
-    depth_mod.D1, depth_mod.D2 = (int(d) for d in args.depths.split(","))
+    depth_mod.DEPTHS = tuple(int(d) for d in args.depths.split(","))
+    depth_mod.PIPELINE_DEPTHS = tuple(int(d) for d in args.pipeline_depths.split(","))
+    tag = f"{pair(depth_mod.DEPTHS)}_{pair(depth_mod.PIPELINE_DEPTHS)}".replace(",", "")
     with contextlib.ExitStack() as stack:
         d = args.keep or stack.enter_context(tempfile.TemporaryDirectory())
         os.makedirs(d, exist_ok=True)
         path = narrow_model(d, args.layers, args.dim, args.seq)
-        short, short_s = plan(path, args, "auto", os.path.join(d, f"auto{depth_mod.D1}{depth_mod.D2}.csv"))
+        short, short_s = plan(path, args, "auto", os.path.join(d, f"auto{tag}.csv"))
         whole, whole_s = plan(path, args, "full", os.path.join(d, "full.csv"))
     print(f"Llama-3 shape, width {args.dim}, {args.layers} blocks, on {args.cluster}, global batch "
-          f"{args.global_batch}, depths {depth_mod.D1},{depth_mod.D2}")
+          f"{args.global_batch}, depths {pair(depth_mod.DEPTHS)} ({pair(depth_mod.PIPELINE_DEPTHS)} per stage)")
     ok = lambda r: r["status"] == "ok" and r["fits"]   # noqa: E731
     rank_whole = {k: n for n, k in enumerate(k for k, r in whole.items() if ok(r))}
     rank_short = {k: n for n, k in enumerate(k for k, r in short.items() if ok(r))}

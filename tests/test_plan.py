@@ -313,18 +313,22 @@ def deep_model(tmp_path, space: str, layers: int = 12, name: str = "deep.py") ->
 
 
 def test_reduced_depth_extrapolates_to_the_whole_run(tmp_path, capsys):
-    # 12 blocks: each layout timed at 2 and 3 blocks (per pipeline stage) with LAYERS set as the file would set
-    # it, and extrapolated to 12 (6 per stage); against the layouts run whole
+    # 12 blocks: each layout timed at 3 and 4 blocks (2 and 3 per pipeline stage) with LAYERS set as the file
+    # would set it, and extrapolated to 12 (6 per stage); against the layouts run whole
     path = deep_model(tmp_path, """
         def plan_space():
             return {"axes": ["fsdp", "pp"], "pp": [1, 2], "micro_batch": [2], "checkpointing": ["none", "full"]}
     """)
     args = ("plan", path, "--cluster", "dgx-h100:1", "--global-batch", "16", "--workers", "1", "--json")
     code, out, err = cli(capsys, *args, "-o", str(tmp_path / "short.csv"))
-    assert code == 0 and "4 of 4 layouts timed with LAYERS set for 2 and 3 blocks" in err, err
+    assert code == 0 and "4 of 4 layouts timed with LAYERS set for 3 and 4 blocks (2 and 3 per pipeline stage)" \
+        in err, err
     short = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
-    assert sorted(os.listdir(tmp_path / "short.layouts")) == [f"layout_{i:04d}_depth{d}.py" for i in range(4)
-                                                              for d in (2, 3)]
+    files = sorted(os.listdir(tmp_path / "short.layouts"))
+    by_layout = {f[:11]: [] for f in files}
+    for f in files:
+        by_layout[f[:11]].append(int(f[len("layout_0000_depth"):-3]))
+    assert len(files) == 8 and sorted(by_layout.values()) == [[2, 3], [2, 3], [3, 4], [3, 4]], files
     code, out, err = cli(capsys, *args, "--depth", "full", "-o", str(tmp_path / "whole.csv"))
     assert code == 0 and "every layout runs whole: --depth full" in err, err
     whole = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
@@ -332,7 +336,8 @@ def test_reduced_depth_extrapolates_to_the_whole_run(tmp_path, capsys):
     for k, w in whole.items():
         s = short[k]
         assert s["status"] == w["status"] == "ok", (s["error"], w["error"])
-        assert s["extrapolated"] and s["depths"] == [2, 3] and s["blocks"] == (6 if "pp=2" in k else 12)
+        assert s["extrapolated"] and s["depths"] == ([2, 3] if "pp=2" in k else [3, 4])
+        assert s["blocks"] == (6 if "pp=2" in k else 12)
         assert not w["extrapolated"] and w["depths"] is None
         assert s["step_time_us"] == pytest.approx(w["step_time_us"], rel=0.01), k
         assert s["peak_memory_bytes"] == pytest.approx(w["peak_memory_bytes"], rel=0.03), k
@@ -341,7 +346,7 @@ def test_reduced_depth_extrapolates_to_the_whole_run(tmp_path, capsys):
     assert [k for k in short] == [k for k in whole]   # the same ranking
     code, out, err = cli(capsys, *args[:-1], "-o", str(tmp_path / "short.csv"))   # the table says which
     lines = out.splitlines()
-    assert lines[0].split()[-1] == "depth" and {line.split()[-1] for line in lines[1:5]} == {"2,3->6", "2,3->12"}
+    assert lines[0].split()[-1] == "depth" and {line.split()[-1] for line in lines[1:5]} == {"2,3->6", "3,4->12"}
 
 
 def test_reduced_depth_needs_a_constant_that_sets_the_depth(tmp_path, capsys):
@@ -415,7 +420,7 @@ def test_a_layout_whose_host_falls_behind_with_depth_runs_again_whole(tmp_path, 
     assert code == 0 and "2 layouts run again whole: the host issues a block's ops more slowly" in err, err
     short = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
     assert sorted(os.listdir(tmp_path / "short.layouts")) == sorted(
-        [f"layout_{i:04d}_depth{d}.py" for i in range(2) for d in (2, 3)] + ["layout_0000.py", "layout_0001.py"])
+        [f"layout_{i:04d}_depth{d}.py" for i in range(2) for d in (3, 4)] + ["layout_0000.py", "layout_0001.py"])
     code, out, err = cli(capsys, *args, "--depth", "full", "-o", str(tmp_path / "whole.csv"))
     whole = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
     assert set(short) == set(whole) and len(whole) == 2
@@ -433,7 +438,7 @@ def test_a_layout_whose_host_falls_behind_with_depth_runs_again_whole(tmp_path, 
                                               space_mod.Layout((("dp", 8),), 2, 1, "none", None))}
     label = {int(r["point"]): r["layout"] for r in rows}
     layouts = [by_label[label[0]], by_label[label[1]]]   # points 0 and 1: the layouts as plan numbered them
-    ex = Extrapolation("LAYERS", (2, 3), (2, 3), 12)
+    ex = Extrapolation("LAYERS", (3, 4), (3, 4), 12)
     line = outcomes(rows, layouts, 8, 16, 128, clusters.resolve("dgx-h100:1"), depths={0: ex, 1: ex})
     for o in line:
         assert o.step_us < 0.9 * whole[o.layout.label(8)]["step_time_us"]

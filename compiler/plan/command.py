@@ -187,9 +187,10 @@ def _say_depth(depths, running: int) -> None:
     """One line on stderr (stdout holds the table or JSON): how many layouts run shallower, or why none does."""
     n = len(depths.layouts)
     if n:
-        print(f"astra-compile plan: {n} of {running} layouts timed with {depths.name} set for {depth_mod.D1} and "
-              f"{depth_mod.D2} blocks per pipeline stage (in all without one) and extrapolated to the real depth; "
-              f"{running - n} run whole (--depth full: all)", file=sys.stderr)
+        flat, staged = depth_mod.DEPTHS, depth_mod.PIPELINE_DEPTHS
+        print(f"astra-compile plan: {n} of {running} layouts timed with {depths.name} set for {flat[0]} and "
+              f"{flat[1]} blocks ({staged[0]} and {staged[1]} per pipeline stage) and extrapolated to the real "
+              f"depth; {running - n} run whole (--depth full: all)", file=sys.stderr)
     else:
         print(f"astra-compile plan: every layout runs whole: {depths.why_whole}", file=sys.stderr)
 

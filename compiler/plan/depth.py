@@ -3,19 +3,19 @@
 A layout's step time, exposed communication, idle time, FLOPs and memory per rank are, to first order, affine in
 the number of repeated blocks a rank's stage holds: each block adds its compute, its collectives, its parameters,
 gradients and optimizer states and its saved activations; the embedding, the head, the optimizer's launch and a
-pipeline's fill and drain are the constant part. So `astra-compile plan` runs each layout at D1 and D2 blocks per
-pipeline stage (without a pipeline: D1 and D2 blocks in all) and evaluates the line through the two at the real
-depth: two small captures instead of one of the whole model.
+pipeline's fill and drain are the constant part. So `astra-compile plan` runs each layout at two shallower depths,
+DEPTHS blocks in all without a pipeline and PIPELINE_DEPTHS blocks per stage with one, and evaluates the line
+through the two at the real depth: two small captures instead of one of the whole model.
 
 The depth is changed the way the file itself would build a shallower model: its top-level int constant that
 counts the blocks (`plan_space()`'s "depth" names it; else the one top-level int equal to the model's repeated
 blocks, frontend/layout.repeated_blocks) is set before the file's own code runs on (frontend/model_file.py), so
 constants derived from it and the file's pipeline_stage() follow. The constant is used only once the model built
-with it set to D2 and D2 + 1 (on fake tensors, once per plan) really has that many repeated blocks, and, for each
-pipeline shape, each of its stages really holds D blocks.
+with it set to CHECKED (on fake tensors, once per plan) really has that many repeated blocks, and, for each
+pipeline shape, each of its stages really holds as many blocks as it is set for.
 
 A layout runs whole where no constant changes the depth, where the two shallower models together hold as many
-blocks as the real one (D1 + D2 per stage times the stages: their captures would cost as much), with a pipeline
+blocks as the real one (their captures would cost as much), with a pipeline
 the file's own parallelize() builds, and with --depth full.
 """
 from __future__ import annotations
@@ -26,11 +26,17 @@ from dataclasses import dataclass
 
 from ...network.errors import UserError
 
-D1, D2 = 2, 3   # blocks per pipeline stage (in all without a pipeline) of the two shallower runs: both keep a
-#                 first and a last block, so edge effects (FSDP's prefetch of the next block, a last block that
-#                 does not reshard, DDP's bucket boundaries) are in both points
-CHECKED = (D2, D2 + 1)   # a constant sets the depth when the model built with it at these has that many blocks (2
-#                          or more: a single block is no repeated layer, frontend/layout.repeated_blocks)
+# Blocks in all of the two shallower runs of a layout without a pipeline. Both hold a first, a last and a middle
+# block, so edge effects (FSDP's prefetch of the next block, a last block that does not reshard, DDP's bucket
+# boundaries) are in both points, and FSDP2's gathers have reached their steady depth: it keeps about three
+# units' parameters gathered at a time, so a 2-block model gathers fewer and a line from 2 to 3 blocks overshot a
+# 12-block model's memory by 44 % (docs/plan.md, Limits).
+DEPTHS = (3, 4)
+# Blocks per stage of a pipeline's two shallower runs: 2 and 3 keep a first and a last block in each stage, and a
+# pipeline's capture costs its stages more than its blocks (docs/plan.md, Limits: FSDP inside a stage).
+PIPELINE_DEPTHS = (2, 3)
+CHECKED = (3, 4)   # a constant sets the depth when the model built with it at these has that many blocks (2 or
+#                    more: a single block is no repeated layer, frontend/layout.repeated_blocks)
 
 
 @dataclass(frozen=True)
@@ -39,12 +45,12 @@ class Extrapolation:
     `name` set to `settings` (the blocks in all at each depth), extrapolated to `real` blocks (the largest
     stage's)."""
     name: str
-    depths: tuple      # (D1, D2)
+    depths: tuple      # the two shallower runs' blocks (per stage with a pipeline)
     settings: tuple    # the constant's value at each depth
     real: int
 
     def at(self, first: float, second: float) -> float:
-        """The line through (D1, first) and (D2, second) at the real depth."""
+        """The line through (depths[0], first) and (depths[1], second) at the real depth."""
         d1, d2 = self.depths
         return first + (second - first) * (self.real - d1) / (d2 - d1)
 
@@ -79,8 +85,8 @@ def plan(spec, names: dict, path: str, blocks: int, found: list, skip: set, aske
         if key not in shapes:
             shapes[key] = _shape(spec, path, name, stages, blocks)
         if shapes[key] is not None:
-            real, settings = shapes[key]
-            out[i] = Extrapolation(name, (D1, D2), settings, real)
+            real, depths, settings = shapes[key]
+            out[i] = Extrapolation(name, depths, settings, real)
     why = "" if out else "every layout's stages hold too few blocks to gain from running shallower"
     return DepthPlan(name, why, out)
 
@@ -109,7 +115,7 @@ def _checked_name(spec, names: dict, path: str, blocks: int, asked) -> str | Non
                             f"{CHECKED[1]} builds models of {got[0]} and {got[1]} repeated blocks, not {CHECKED[0]} "
                             f"and {CHECKED[1]}: it does not set the model's depth")
         return asked
-    if blocks <= D2:
+    if blocks <= PIPELINE_DEPTHS[1]:
         return None
     for candidate in sorted(n for n, v in names.items()
                             if type(v) is int and v == blocks and not n.startswith("_")):
@@ -165,23 +171,23 @@ def _built(path: str, name: str | None, value: int | None, spec=None) -> _Built 
 
 
 def _shape(spec, path: str, name: str, stages: tuple | None, blocks: int) -> tuple | None:
-    """(real blocks per stage, the constant's value at D1 and D2) of one pipeline shape (None: no pipeline), or
-    None where it runs whole: the two shallower models hold as many blocks as the real one or more (D1 + D2 per
-    stage: the captures would cost as much), or a shallower model's stages do not hold D blocks each."""
+    """(real blocks per stage, the two depths, the constant's value at each) of one pipeline shape (None: no
+    pipeline), or None where it runs whole: the two shallower models hold as many blocks as the real one or more
+    (the captures would cost as much), or a shallower model's stages do not hold their depth's blocks each."""
     if stages is None:
-        return (blocks, (D1, D2)) if blocks > D1 + D2 else None
+        return (blocks, DEPTHS, DEPTHS) if blocks > sum(DEPTHS) else None
     count = stages[0] * stages[1]
-    if (D1 + D2) * count >= blocks:
+    if sum(PIPELINE_DEPTHS) * count >= blocks:
         return None
     whole = _per_stage(_built(path, None, None, spec), count)
     if not whole:
         return None
     real = max(whole)   # the largest stage's blocks: the slowest stage sets a pipeline's pace
-    settings = (D1 * count, D2 * count)
-    for d, setting in zip((D1, D2), settings):
+    settings = tuple(d * count for d in PIPELINE_DEPTHS)
+    for d, setting in zip(PIPELINE_DEPTHS, settings):
         if _per_stage(_built(path, name, setting), count) != [d] * count:
             return None
-    return real, settings
+    return real, PIPELINE_DEPTHS, settings
 
 
 def _per_stage(made: _Built | None, count: int) -> list | None:
