@@ -84,22 +84,12 @@ def main():
     res["step_ms_all"] = [x * 1e3 for x in times]
     print(TAG, "step", round(res["step_ms"], 2), "ms", flush=True)
     if not DRY:   # one step's peaks of allocated bytes, phase by phase
-        torch.cuda.reset_peak_memory_stats()
-        start = torch.cuda.memory_allocated()
-        l = mod.loss(model(tokens)); sync()
-        fwd = torch.cuda.max_memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        l.backward(); sync()
-        bwd = torch.cuda.max_memory_allocated()
-        del l
-        torch.cuda.reset_peak_memory_stats()
-        opt.step(); opt.zero_grad(set_to_none=True); sync()
-        optim = torch.cuda.max_memory_allocated()
-        stats = torch.cuda.memory_stats()
-        res["memory_gib"] = {"at_step_start": gib(start), "forward_peak": gib(fwd), "backward_peak": gib(bwd),
-                             "optimizer_peak": gib(optim), "step_peak": gib(max(fwd, bwd, optim)),
-                             "reserved_peak_whole_run": gib(stats["reserved_bytes.all.peak"]),
-                             "alloc_retries": stats.get("num_alloc_retries", 0)}
+        from phase_peaks import phase_peaks
+        peaks = phase_peaks(lambda: mod.loss(model(tokens)), opt)
+        res["memory_gib"] = {k: gib(peaks[k]) for k in ("at_step_start", "forward_peak", "backward_peak",
+                                                        "optimizer_peak", "step_peak")}
+        res["memory_gib"].update(reserved_peak_whole_run=gib(peaks["reserved_peak"]),
+                                 alloc_retries=peaks["alloc_retries"])
         print(json.dumps(res["memory_gib"]), flush=True)
     from torch.profiler import ProfilerActivity, profile
     acts = [ProfilerActivity.CPU] + ([] if DRY else [ProfilerActivity.CUDA])

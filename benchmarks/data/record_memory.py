@@ -62,19 +62,10 @@ def phases(mod, model, inputs, opt, amp):
     sync()
     if DRY:
         return {}
-    torch.cuda.reset_peak_memory_stats()
-    start = torch.cuda.memory_allocated()
-    l = forward(); sync()
-    fwd = torch.cuda.max_memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    l.backward(); sync()
-    bwd = torch.cuda.max_memory_allocated()
-    del l
-    torch.cuda.reset_peak_memory_stats()
-    opt.step(); opt.zero_grad(set_to_none=True); sync()
-    optim = torch.cuda.max_memory_allocated()
-    return {"at_step_start": start, "forward_peak": fwd, "backward_peak": bwd, "optimizer_peak": optim,
-            "step_peak": max(fwd, bwd, optim), "reserved_peak": torch.cuda.memory_stats()["reserved_bytes.all.peak"]}
+    from phase_peaks import phase_peaks
+    peaks = phase_peaks(forward, opt)
+    del peaks["alloc_retries"]
+    return peaks
 
 
 def profiled(mod, model, inputs, opt, path):
