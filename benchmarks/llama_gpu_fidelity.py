@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -31,38 +30,32 @@ FILE = os.path.join(HERE, "published", "torchtitan_llama3_8b.py")
 DATA = {"h200": os.path.join(HERE, "data", "h200_llama8b_steps.json"),
         "h100": os.path.join(HERE, "data", "h100_llama8b_steps.json")}
 GIB = 2 ** 30
-# The file as one GPU ran it: FSDP over a one-rank axis; the second NPU a copy of the step.
-WORLD_ONE = '''import os, sys
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama import *          # noqa: F401,F403
-from llama import parallelize as _parallelize
+# The file as one GPU ran it: its module's LAYERS set before the model is built, as record_llama_step.py set it
+# (Llama() and parallelize() read it when they run); FSDP over a one-rank axis; the second NPU a copy of the step.
+WORLD_ONE = '''import sys
+sys.path.insert(0, {folder!r})
+import {module} as _file
+_file.LAYERS = {layers}
+from {module} import *          # noqa: F401,F403
+from {module} import parallelize as _parallelize
 
 
 def mesh_axes(world_size):
-    return {"rep": 2, "dp": 1}
+    return {{"rep": 2, "dp": 1}}
 
 
 def parallelize(model, mesh):
     mesh["rep"]
-    return _parallelize(model, {"dp": mesh["dp"]})
+    return _parallelize(model, {{"dp": mesh["dp"]}})
 '''
 
 
 def at_depth(folder: str, layers: int) -> str:
-    """The published file with LAYERS = layers and its one-GPU wrapper, written to folder; the wrapper's path."""
+    """The one-GPU wrapper of the published file at `layers` layers, written to folder; its path."""
     os.makedirs(folder, exist_ok=True)
-    with open(FILE) as f:
-        text = f.read()
-    constants = re.compile(r"^(VOCAB, DIM, HEADS, KV_HEADS, FFN, LAYERS, SEQ, BATCH = )(.*)$", re.M)
-    match = constants.search(text)
-    values = [v.strip() for v in match.group(2).split(",")]
-    values[5] = str(layers)
-    text = text[:match.start()] + match.group(1) + ", ".join(values) + text[match.end():]
-    with open(os.path.join(folder, "llama.py"), "w") as f:
-        f.write(text)
     path = os.path.join(folder, "world1.py")
     with open(path, "w") as f:
-        f.write(WORLD_ONE)
+        f.write(WORLD_ONE.format(folder=os.path.dirname(FILE), module=os.path.basename(FILE)[:-3], layers=layers))
     return path
 
 

@@ -113,9 +113,10 @@ def read_text(path: str, expected: str, label: str = "", limit: int | None = DEF
               regular: bool = False) -> str:
     """A user's UTF-8 text file (read_bytes' checks); a file that is not text is one UserError naming it (`label`,
     e.g. "sweep file ", says what the file was to be; `expected`, what it should hold)."""
+    limit = DEFAULT_LIMIT if limit is None else limit
     data = read_bytes(path, label, limit, regular)
     if data[:2] == GZIP_MAGIC:
-        data = _gunzip(data, path, label, DEFAULT_LIMIT if limit is None else limit)
+        data = _gunzip(data, path, label, limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

@@ -236,14 +236,14 @@ def _work(name: str, inputs: list) -> tuple:
             in_tensors += value
     in_types = [_TORCH_DTYPE.get(t, t) for _, t in in_tensors]
     in_bytes = [_numel(s) * ELEMENT_BYTES.get(t, 0) for s, t in in_tensors]
+    kernel = _KERNEL_ATTENTION.get(op_name(name))
+    if kernel and len(in_tensors) >= kernel[0] and all(len(s) == 4 for s, _ in in_tensors[:kernel[0]]):
+        return _kernel_attention(name, in_tensors, in_bytes, in_types)
     # where the call does not run on meta tensors: an in-place op (the trailing underscore) writes its first
     # argument back without returning it, as the optimizer's foreach ops do (op_bytes.py)
     first = next(([v] if kind == "tensor" else v for kind, v in inputs if kind in ("tensor", "list")), [])
     unrun = moved_bytes(name, in_bytes, [], sum(_numel(sz) * ELEMENT_BYTES.get(t, 0) for sz, t in first or [])
                         if op_name(name).endswith("_") else 0)
-    kernel = _KERNEL_ATTENTION.get(op_name(name))
-    if kernel and len(in_tensors) >= kernel[0] and all(len(s) == 4 for s, _ in in_tensors[:kernel[0]]):
-        return _kernel_attention(name, in_tensors, in_bytes, in_types)
     packet = getattr(torch.ops.aten, op_name(name), None) if name.startswith("aten::") else None
     if packet is None or not in_tensors:   # a factory (zeros, arange) is not run: it would allocate on the host
         return 0, unrun, in_types, []
