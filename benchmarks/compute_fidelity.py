@@ -15,6 +15,10 @@ host issuing the ops one after another). `--by-class` splits the predicted compu
 most CUDA time only).
 
     python benchmarks/compute_fidelity.py [--models mlp_dp,gpt_tp_dp] [--modes fp32,bf16_autocast] [--by-class]
+    python benchmarks/compute_fidelity.py --examples benchmarks/models/heldout --data benchmarks/data/h200_heldout.json
+
+`--examples DIR --data FILE`: other model files and their measurements in the same format (the held-out models,
+which no constant was fitted on).
 """
 from __future__ import annotations
 
@@ -45,9 +49,9 @@ AUTOCAST = ("\n\ndef step_context():\n"
             "    return torch.autocast(\"cuda\", dtype=torch.bfloat16)\n")
 
 
-def mode_file(directory: str, model: str, mode: str) -> str:
+def mode_file(directory: str, model: str, mode: str, examples: str = EXAMPLES) -> str:
     """The example as the recording ran it in `mode`, written to directory/mode/model.py."""
-    with open(os.path.join(EXAMPLES, model + ".py")) as f:
+    with open(os.path.join(examples, model + ".py")) as f:
         text = f.read()
     if re.search(r"^def step_context\b", text, re.M):
         raise SystemExit(f"compute_fidelity: examples/{model}.py has its own step_context(); bf16 would replace it")
@@ -123,8 +127,11 @@ def main() -> None:
     ap.add_argument("--by-class", action="store_true", help="also the predicted compute per op class")
     ap.add_argument("--gpu", default="h200", help="the device to predict with (default: the h200 preset; a device "
                                                   "file to try other constants)")
+    ap.add_argument("--examples", default=EXAMPLES, help="the folder of the model files (default: examples/)")
+    ap.add_argument("--data", default=os.path.join(DATA, "h200_examples.json"),
+                    help="their measurements (default: benchmarks/data/h200_examples.json)")
     args = ap.parse_args()
-    with open(os.path.join(DATA, "h200_examples.json")) as f:
+    with open(args.data) as f:
         data = json.load(f)
     models = args.models.split(",") if args.models else list(data["models"])
     modes = args.modes.split(",") if args.modes else list(data["modes"])
@@ -135,7 +142,7 @@ def main() -> None:
         cache = os.path.join(tmp, "cache")
         for model in models:
             for mode in modes:
-                path = mode_file(tmp, model, mode)
+                path = mode_file(tmp, model, mode, args.examples)
                 timeline = os.path.join(tmp, f"{model}.{mode}.timeline.json") if args.by_class else None
                 h200 = predict(path, args.gpu, cache, timeline)
                 a100 = predict(path, None, cache, None)

@@ -13,10 +13,14 @@ calibrate-compute`; the presets' values say where they were fitted):
   rate of a smaller tile's fewer multiply-adds per element loaded) padded at the matrix edges, waves of tiles over
   the `multiprocessors`, two at a time on each (split along K when there are fewer tiles than that, as cuBLAS
   does), and `matmul.k_overhead`, the prologue and epilogue of a tile in multiply-adds of K: a tile of depth K
-  costs K + k_overhead. Its bytes take `elementwise`'s bandwidth; the op takes the larger.
-- memory classes (norm, batch_norm, elementwise, optimizer, cast): `CLASS` is the fraction of the memory bandwidth
-  its kernels reach, counting the bytes the op reads and writes once (a batch norm's extra passes show as its
-  lower fraction).
+  costs K + k_overhead. Its bytes take `elementwise`'s bandwidth; the op takes the larger. A tensor-core GEMM
+  (tf32, bf16, fp16, fp8) one of whose dimensions is not a multiple of 16 bytes of its elements runs at
+  `matmul.unaligned` of that rate: cuBLAS's fast kernels load 16-byte vectors (BERT's 30522-word decoder in bf16
+  ran at 0.31-0.41 of the aligned rate on an H200; fp32 without TF32 does not use them and is unaffected).
+- memory classes (norm, batch_norm, elementwise, optimizer, cast, broadcast): `CLASS` is the fraction of the memory
+  bandwidth its kernels reach, counting the bytes the op reads and writes once (a batch norm's extra passes show
+  as its lower fraction). `broadcast.DTYPE` too: that kernel is bound by elements, so its fraction of the
+  bandwidth depends on the element's size (PER_DTYPE_MEMORY).
 - `launch_us`: added to every kernel (launch latency and the tail of a grid), and `host_us`: the host time to
   issue one op (eager dispatch, autograd and launch; `CLASS.host_us` for one class: a cuDNN convolution's
   backward costs the host far more than an add). The host issues ops one after another; an op's kernel starts no
@@ -51,6 +55,10 @@ MEMORY_CLASSES = tuple(c for c in CLASSES if c not in TENSOR_CORE)
 GEMM_CLASSES = ("matmul",)
 TILE, SMALL_TILE = 128, 64
 MIN_SPLIT_K = 256   # cuBLAS splits K only while each part keeps at least this depth
+# ... and the tiles of a last, partial wave only into parts of at least this depth: an H200's bf16 GEMMs of 1.45 and
+# 2.25 waves ran as if the tail were spread over the whole GPU at K of 2304 and more, and kept most of it at K = 768
+# (ViT-B's and BERT-base's layers, benchmarks/data/h200_vit_b16_bf16_kineto.json.gz)
+MIN_TAIL_SPLIT_K = 1024
 # Tiles a multiprocessor runs at once to reach its rate (one hides too little latency: an H200's fp32 GEMM of
 # M = 64, one 128x64 tile per SM after split-K, runs at half the rate of a large one, profiled)
 TILES_PER_SM = 2
@@ -60,6 +68,13 @@ TILES_PER_SM = 2
 # 34.4 counted GFLOP, 67 TFLOP/s counted, the whole fp32 peak: 33 executed)
 CAUSAL_WORK = 0.5
 ATTENTION_CLASSES = ("attention", "attention_backward")
+# Elements of each dtype in 16 bytes, the vector a tensor-core GEMM's fast kernels load: a dimension not a multiple
+# of it takes `matmul.unaligned` (0: no such kernels, fp64 and fp32 without TF32 run the same either way)
+ALIGN = {"fp64": 0, "fp32": 0, "tf32": 4, "bf16": 8, "fp16": 8, "fp8": 16}
+# Memory classes whose bandwidth fraction is also given per dtype: the general elementwise kernel of a broadcast
+# operand runs at about as many elements a second whatever their size (an H200: 0.34 of the bandwidth for 16-bit
+# elements, 0.56 for fp32; benchmarks/data/h200_broadcast.json)
+PER_DTYPE_MEMORY = ("broadcast",)
 
 # Each key: (low, high, meaning); a fraction's low bound is exclusive.
 KEYS: dict[str, tuple] = {}
@@ -69,8 +84,13 @@ for _c in TENSOR_CORE:
         KEYS[f"{_c}.{_d}"] = (0.0, 1.0, f"fraction of the {_d} peak a large {_c} op reaches")
 for _c in GEMM_CLASSES:
     KEYS[f"{_c}.k_overhead"] = (0.0, 1e5, f"a {_c} tile's fixed cost, in multiply-adds of K")
+    KEYS[f"{_c}.unaligned"] = (0.0, 1.0, f"fraction of its rate a tensor-core {_c} keeps when a dimension is not a "
+                                         "multiple of 16 bytes")
 for _c in MEMORY_CLASSES:
     KEYS[_c] = (0.0, 1.0, f"fraction of the memory bandwidth {_c} kernels reach")
+for _c in PER_DTYPE_MEMORY:
+    for _d in DTYPES:
+        KEYS[f"{_c}.{_d}"] = (0.0, 1.0, f"fraction of the memory bandwidth {_c} kernels of {_d} reach")
 KEYS["launch_us"] = (0.0, 1e3, "microseconds added to every kernel")
 KEYS["host_us"] = (0.0, 1e4, "microseconds of host time to issue one op")
 for _c in CLASSES:
@@ -97,8 +117,8 @@ def check_efficiency(where: str, value) -> tuple:
     for key, v in value.items():
         if key not in KEYS:
             raise UserError(f"{where}: unknown field {show(f'efficiency.{key}')}; expected an op class "
-                            f"({', '.join(CLASSES)}), CLASS.DTYPE, matmul.k_overhead, launch_us, host_us, "
-                            "CLASS.host_us or view_us")
+                            f"({', '.join(CLASSES)}), CLASS.DTYPE, matmul.k_overhead, matmul.unaligned, launch_us, "
+                            "host_us, CLASS.host_us or view_us")
         low, high, meaning = KEYS[key]
         fraction = key in FRACTIONS
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
@@ -112,7 +132,7 @@ def check_efficiency(where: str, value) -> tuple:
 @dataclass(frozen=True)
 class ComputeModel:
     """A device's efficiency constants, resolved (DEFAULTS under the device's own) into the tables `kernel_ns`
-    indexes: fraction[class, dtype], bandwidth fraction per class, k_overhead per class."""
+    indexes: fraction[class, dtype], bandwidth fraction[class, dtype], k_overhead per class."""
     efficiency: tuple = ()            # (key, value) pairs, check_efficiency's form
     multiprocessors: int = 0          # 0: not known, no wave quantisation
 
@@ -140,7 +160,9 @@ class ComputeModel:
     def _tables(self) -> tuple:
         """kernel_ns's tables, resolved once per model (a run times every rank's program with the same one)."""
         frac = np.array([[self.value(f"{c}.{d}") if c in TENSOR_CORE else 1.0 for d in DTYPES] for c in CLASSES])
-        bw = np.array([self.value(c) if c in MEMORY_CLASSES else self.value("elementwise") for c in CLASSES])
+        bw = np.array([[self.value(f"{c}.{d}") if c in PER_DTYPE_MEMORY else
+                        self.value(c) if c in MEMORY_CLASSES else self.value("elementwise") for d in DTYPES]
+                       for c in CLASSES])
         k0 = np.array([self.value(f"{c}.k_overhead") if c in GEMM_CLASSES else 0.0 for c in CLASSES])
         return frac, bw, k0
 
@@ -163,8 +185,12 @@ class ComputeModel:
             flops = np.where(np.asarray(causal, bool) & attention, flops * CAUSAL_WORK, flops)
         compute = flops / rate
         if gemm is not None and len(cls):
-            compute = compute * gemm_factor(np.asarray(gemm, np.int64), k0[cls], self.multiprocessors)
-        memory = nbytes / (mem_bytes_per_ns * bw[cls])
+            gemm = np.asarray(gemm, np.int64)
+            tensor_cores = np.array([ALIGN[d] > 0 for d in DTYPES])[codes]
+            compute = compute * gemm_factor(gemm, k0[cls], self.multiprocessors, tensor_cores)
+            gemms = np.isin(cls, [CLASS_CODE[c] for c in GEMM_CLASSES]) & unaligned(gemm, codes)
+            compute = np.where(gemms, compute / self.value("matmul.unaligned"), compute)
+        memory = nbytes / (mem_bytes_per_ns * bw[cls, codes])
         return np.maximum(compute, memory) + self.value("launch_us") * 1e3
 
     @functools.cached_property
@@ -180,10 +206,22 @@ class ComputeModel:
         return host + np.asarray(views, dtype=float) * (self.value("view_us") * 1e3)
 
 
-def gemm_factor(gemm: np.ndarray, k_overhead: np.ndarray, multiprocessors: int) -> np.ndarray:
+def unaligned(gemm: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Per op: a known GEMM (gemm's (batch, m, n, k) rows; zeros: not one) of a tensor-core dtype (codes) with a
+    dimension that is not a multiple of 16 bytes of its elements (ALIGN)."""
+    align = np.array([ALIGN[d] for d in DTYPES])[codes]
+    dims = gemm[:, 1:]
+    known = (dims > 0).all(axis=1) & (align > 0)
+    return known & ((dims % np.maximum(align, 1)[:, None]) != 0).any(axis=1)
+
+
+def gemm_factor(gemm: np.ndarray, k_overhead: np.ndarray, multiprocessors: int,
+                tensor_cores: np.ndarray | None = None) -> np.ndarray:
     """How much longer a GEMM of these dimensions takes than its FLOPs at the class's large-op rate: tiles padded
-    at the edges, the last wave's idle multiprocessors (K split to fill them when tiles are few) and each tile's
-    fixed cost of `k_overhead` multiply-adds. 1 where the dimensions are not known (zeros)."""
+    at the edges, the last wave's idle multiprocessors (K split to fill them when tiles are few, and a partial last
+    wave's tiles split over the idle slots when K is deep enough) and each tile's fixed cost of `k_overhead`
+    multiply-adds. 1 where the dimensions are not known (zeros). `tensor_cores`: per op, a tensor-core dtype, whose
+    kernels split a partial last wave (None: all); fp32's SIMT kernels split only a GEMM of less than one wave."""
     b, m, n, k = (gemm[:, i].astype(float) for i in range(4))
     known = (b > 0) & (m > 0) & (n > 0) & (k > 0)
     b, m, n, k = (np.where(known, x, 1.0) for x in (b, m, n, k))
@@ -197,14 +235,28 @@ def gemm_factor(gemm: np.ndarray, k_overhead: np.ndarray, multiprocessors: int) 
     pad = pad * (TILE / 2) / (tm * tn / (tm + tn))
     tiles = b * rows * cols
     if multiprocessors > 0:
+        # the time of the tiles in units of one tile's multiply-adds over depth 1, the shortest of three ways
+        # cuBLAS runs them: (a) tiles in waves over the slots, K split to fill them when tiles are fewer; (b) the
+        # full waves, then a partial last wave's tiles split along K over the slots they leave idle; (c) the full
+        # waves, then every remaining tile cut into parts of at least MIN_TAIL_SPLIT_K spread over all slots
+        # (stream-K). (b) and (c) only where K is deep enough for a part (an H200's bf16 GEMMs of 0.55 to 2.25 waves
+        # ran as if their tail were spread at K of 2304 and more, not at 768), and after full waves only on tensor
+        # cores (fp32's SIMT kernels of 1.45 and 2.25 waves kept most of their tail: 1.15-1.20 of the work's time
+        # against the 1.33-1.38 of whole waves; ViT-B's fp32 profile, benchmarks/data/h200_heldout_ops.txt)
         slots = multiprocessors * TILES_PER_SM
         fill = np.maximum(1.0, np.minimum(np.floor(slots / tiles), np.floor(k / MIN_SPLIT_K)))
         split = np.where(tiles < slots, fill, 1.0)
-        units = tiles * split
-        waves = np.ceil(units / slots)
-        idle = waves * slots / units
+        time = np.ceil(tiles * split / slots) * (k / split + k_overhead)
+        full, rest = np.floor(tiles / slots), np.mod(tiles, slots)
+        parts = np.maximum(1.0, np.floor(k / MIN_TAIL_SPLIT_K))
+        tail = np.maximum(1.0, np.minimum(np.floor(slots / np.maximum(rest, 1.0)), parts))
+        rest_b = np.where(rest > 0, np.ceil(rest * tail / slots) * (k / tail + k_overhead), 0.0)
+        rest_c = np.where(rest > 0, np.ceil(rest * parts / slots) * (k / parts + k_overhead), 0.0)
+        deep = parts > 1
+        if tensor_cores is not None:
+            deep &= np.asarray(tensor_cores, bool) | (tiles < slots)
+        time = np.where(deep, np.minimum(time, full * (k + k_overhead) + np.minimum(rest_b, rest_c)), time)
+        factor = pad * time * slots / (tiles * k)
     else:
-        split, idle = np.ones_like(k), np.ones_like(k)
-    depth = k / split
-    factor = pad * idle * (depth + k_overhead) / depth
+        factor = pad * (k + k_overhead) / k
     return np.where(known, factor, 1.0)

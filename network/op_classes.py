@@ -4,9 +4,15 @@ The compute model (network/compute_model.py) times each class its own way: matri
 attention on the tensor cores (FLOPs at a fraction of the dtype's peak, matmuls and convolutions also paying for
 tile and wave quantisation), normalisation, elementwise ops, the optimizer's foreach kernels and dtype casts on
 memory bandwidth. A cast (`_to_copy`: what autocast inserts before a matmul) is a class of its own for the host:
-autocast issues it inside the op it feeds, at a fraction of a Python-issued op's host time.
-The class comes from the ATen op's name alone; the GEMM dimensions from the shapes of its tensor arguments, as the
-frontends record them in `wl.shapes` (format below) and a profiler records them in "Input Dims".
+autocast issues it inside the op it feeds, at a fraction of a Python-issued op's host time. An elementwise op one
+of whose tensor arguments broadcasts over the others (a norm's weight [N] over [M, N], a column [M, 1], a causal
+mask [S, S] over [B, H, S, S]) is the class `broadcast`: PyTorch's CUDA elementwise ops run their vectorized
+kernel only when every operand is contiguous in the output's shape, and the general kernel, which indexes each
+element through its strides, is bound by elements rather than bytes (an H200: 0.34 of the bandwidth for bf16,
+0.56 for fp32, against 0.9 vectorized; benchmarks/data/h200_broadcast.json).
+The class comes from the ATen op's name (`classify`) and, for the broadcast kind, the shapes of its tensor
+arguments (`op_class`); the GEMM dimensions from those shapes, as the frontends record them in `wl.shapes` (format
+below) and a profiler records them in "Input Dims".
 
 Shapes text (`format_shapes` / `parse_shapes`): the op's tensor arguments in schema order, non-tensor arguments
 left out; a tensor is its sizes joined by "x" ("64x4096"; a 0-dim tensor is "s"), a list of tensors is its
@@ -20,7 +26,7 @@ import re
 
 # (a new class goes at the end: a program table stores each op's class as its index here)
 CLASSES = ("matmul", "attention", "attention_backward", "conv", "conv_backward", "norm", "elementwise", "optimizer",
-           "cast", "batch_norm")
+           "cast", "batch_norm", "broadcast")
 CODE = {name: code for code, name in enumerate(CLASSES)}
 TENSOR_CORE = ("matmul", "attention", "attention_backward", "conv", "conv_backward")   # FLOP-bound classes
 MAX_SHAPES_TEXT = 4096   # characters kept of an op's shapes (a foreach op over hundreds of tensors is cut)
@@ -45,6 +51,9 @@ _BATCH_NORM = re.compile(r"batch_norm")
 _NORM = re.compile(r"(layer|group|instance|rms)_norm|native_norm|norm_backward")
 _OPTIMIZER = re.compile(r"^_foreach_|^_fused_(adam|adamw|sgd|adagrad)")
 _CAST = {"_to_copy", "to", "_to_dtype", "type_as"}
+# elementwise-class ops that are no pointwise TensorIterator kernel, whatever their arguments' shapes (a masked
+# softmax's mask, a loss's targets, an index): never the broadcast class
+_NOT_POINTWISE = re.compile(r"softmax|embedding|gather|scatter|index|nll_loss|cross_entropy|sort|topk|cum")
 
 
 def op_name(name: str) -> str:
@@ -75,6 +84,36 @@ def classify(name: str) -> str:
     if _NORM.search(op):
         return "norm"
     return "elementwise"
+
+
+def op_class(name: str, shapes: str) -> str:
+    """The op class of a compute op by its name and its tensor arguments' shapes text: classify's, an elementwise
+    op with a broadcast operand being `broadcast` (broadcasts)."""
+    cls = classify(name)
+    if cls != "elementwise" or not shapes or "," not in shapes or _NOT_POINTWISE.search(op_name(name)):
+        return cls
+    try:
+        return "broadcast" if broadcasts(parse_shapes(shapes)) else cls
+    except ValueError:
+        return cls
+
+
+def broadcasts(args: list) -> bool:
+    """Do these tensor arguments (parse_shapes' list) broadcast: each tensor's sizes, aligned on the right, equal
+    the largest tensor's or are 1 (or missing), and one of them has fewer elements than the largest but more than
+    one? Tensor lists and 0-dim tensors (which a profiler does not tell from a Python scalar, and which CUDA takes
+    as one) do not count; arguments of other shapes (a gather's indices, an embedding's table) are no broadcast."""
+    tensors = [tuple(a) for a in args if a and not isinstance(a[0], (list, tuple))]
+    if len(tensors) < 2:
+        return False
+    full = max(tensors, key=math.prod)
+    whole = math.prod(full)
+    smaller = False
+    for t in tensors:
+        if len(t) > len(full) or any(s not in (f, 1) for s, f in zip(reversed(t), reversed(full))):
+            return False
+        smaller = smaller or 1 < math.prod(t) < whole
+    return smaller
 
 
 def format_shapes(args: list) -> str:

@@ -18,7 +18,7 @@ from astra_compile.network.op_classes import classify
 HERE = os.path.dirname(os.path.abspath(__file__))
 MLP = os.path.join(HERE, "data", "gpu_1rank", "mlp_kineto_rank0.json")
 SCHEMA = os.path.join(HERE, "..", "network", "device.schema.json")
-TRUE = {"matmul.fp32": 0.6, "matmul.k_overhead": 20.0, "elementwise": 0.7, "launch_us": 3.0}
+TRUE = {"matmul.fp32": 0.6, "matmul.k_overhead": 20.0, "elementwise": 0.7, "launch_us": 3.0, "broadcast.bf16": 0.3}
 
 
 def _op(name, ts, ext, dims, types, concrete=None, tid=1, cat="cpu_op"):
@@ -33,7 +33,8 @@ def _kernel(ext, ts, dur, name="some_kernel"):
 
 
 def synthetic(times=None, gpu="NVIDIA H200") -> dict:
-    """Matmuls of 5 shapes and adds of 4, one call each, 10 us apart; kernel times `times` (default 1 us)."""
+    """Matmuls of 5 shapes, adds of 4 and bf16 adds of a broadcast row of 2, one call each, 10 us apart; kernel
+    times `times` (default 1 us)."""
     events, ext = [], 0
     shapes = [((m, k), (k, n)) for m, k, n in [(4096, 4096, 4096), (1024, 2048, 512), (64, 4096, 4096),
                                                (8192, 1024, 8192), (256, 256, 256)]]
@@ -43,6 +44,10 @@ def synthetic(times=None, gpu="NVIDIA H200") -> dict:
     for n in (1 << 16, 1 << 20, 1 << 24, 1 << 26):
         ext += 1
         events.append(_op("aten::add", ext * 10, ext, [[n], [n], []], ["float", "float", "Scalar"], ["", "", "1"]))
+    for n in (1 << 24, 1 << 26):
+        ext += 1
+        events.append(_op("aten::add", ext * 10, ext, [[n // 4096, 4096], [4096], []],
+                          ["c10::BFloat16", "c10::BFloat16", "Scalar"], ["", "", "1"]))
     for i in range(1, ext + 1):
         events.append(_kernel(i, i * 10 + 1, times[i - 1] / 1e3 if times is not None else 1.0))
     return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": gpu, "numSms": 132}], "traceEvents": events}
@@ -77,6 +82,7 @@ def test_the_fit_recovers_the_constants_a_profile_was_made_with(true_profile, tm
     assert device.peak_tflops == devices.presets()["h200"].peak_tflops
     assert eff["host_us"] == pytest.approx(10.0)   # the calls start 10 us apart
     assert "total" in text and "matmul.fp32" in text and "fitted (5 group(s))" in text
+    assert "broadcast.bf16" in text and "fitted (2 group(s))" in text   # the broadcast adds: their own class
     total = next(line for line in text.splitlines() if line.startswith("total"))
     assert abs(float(total.split()[-1])) < 0.5          # error % of the whole
     import yaml
@@ -207,8 +213,8 @@ def test_the_fit_weighs_groups_by_their_time_share(true_profile):
     table = cc._Table(profile_ops.group(p.calls), devices.presets()["h200"])
     assert np.isclose(table.total.sum(), sum(c.kernel_ns for c in p.calls))
     free, counts = cc.free_keys(table)
-    assert free == ["matmul.fp32", "matmul.k_overhead", "elementwise", "launch_us"]
-    assert counts["launch_us"] == 9
+    assert free == ["matmul.fp32", "matmul.k_overhead", "elementwise", "broadcast.bf16", "launch_us"]
+    assert counts["launch_us"] == 11
 
 
 # ------------------------------------------------------------------------------------------------- --op-times
@@ -240,7 +246,7 @@ def test_op_times_matches_by_name_dtype_flops_and_bytes_and_leaves_the_workload_
            Op("aten.mm.default", COMPUTE, flops=flops + 2, bytes=nbytes),      # no such call
            Op("aten.mm.default", COMPUTE, flops=flops, bytes=nbytes, measured_ns=5.0)]   # measured already
     workload = Workload(1, {0: ops})
-    profile = write(tmp_path, synthetic(times=[1e6 + i for i in range(9)]))
+    profile = write(tmp_path, synthetic(times=[1e6 + i for i in range(11)]))
     timed = with_op_times(workload, profile)
     assert [op.measured_ns for op in timed.programs[0]] == [1e6, -1.0, 5.0]
     assert ops[0].measured_ns == -1.0

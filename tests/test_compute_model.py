@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 
 from astra_compile.network.compute_model import DEFAULTS, ComputeModel, gemm_factor
 from astra_compile.network.dtypes import CODE as DTYPE, DTYPES
-from astra_compile.network.op_classes import CODE, classify, format_shapes, gemm_dims, parse_shapes
+from astra_compile.network.op_classes import CODE, classify, format_shapes, gemm_dims, op_class, parse_shapes
 from astra_compile.runtime.workload_engine import COLLECTIVE, COMPUTE, WAIT, Roofline, run_workload
 
 from test_workload_engine import program
@@ -31,6 +31,38 @@ BW = 4000.0                                          # bytes per ns (4 TB/s)
     ("aten.embedding_dense_backward.default", "elementwise")])
 def test_op_class_from_the_aten_name(name, cls):
     assert classify(name) == cls
+
+
+@pytest.mark.parametrize("name, shapes, cls", [
+    ("aten.mul.Tensor", "2x8192x4096,4096", "broadcast"),                  # an RMS norm's weight over its rows
+    ("aten::sub", "4x1024x32000,4x1024x1", "broadcast"),                   # a column: the max a softmax subtracts
+    ("aten.masked_fill_.Scalar", "4x16x1024x1024,1024x1024", "broadcast"),  # a causal mask over the heads
+    ("aten.add.Tensor", "4x1024x2048,1024x2048", "broadcast"),             # position embeddings over the batch
+    ("aten.mul.Tensor", "4096x2048,4096x2048", "elementwise"),             # same shapes: the vectorized kernel
+    ("aten.div.Tensor", "4x16x1024x1024,s", "elementwise"),                # a 0-dim tensor: taken as a scalar
+    ("aten.gelu.default", "4x1024x8192", "elementwise"),
+    ("aten.embedding_dense_backward.default", "2x8192x4096,2x8192", "elementwise"),   # not broadcast-compatible
+    ("aten::gather", "32000x2048,4096x2048,4096x2048", "elementwise"),
+    ("aten.cat.default", "[4x16x1024x128;4x16x1024x128]", "elementwise"),
+    ("aten._masked_softmax.default", "4x16x1024x1024,1024x1024", "elementwise"),   # one softmax kernel
+    ("aten::index_add_", "1024x64,64,64x64", "elementwise"),
+    ("aten.mm.default", "4096x2048,2048", "matmul"),                       # only elementwise ops are refined
+    ("aten.mul.Tensor", "", "elementwise"), ("aten.mul.Tensor", "4x4,4x", "elementwise")])   # unknown, malformed
+def test_an_elementwise_op_with_a_broadcast_operand_is_its_own_class(name, shapes, cls):
+    assert op_class(name, shapes) == cls
+
+
+def test_a_broadcast_op_takes_its_dtypes_bandwidth_fraction():
+    model = ComputeModel((("broadcast", 0.5), ("broadcast.bf16", 0.25), ("launch_us", 0.0)))
+    cls = np.full(3, CODE["broadcast"])
+    t = model.kernel_ns(PEAKS, BW, cls, np.array([DTYPE["fp32"], DTYPE["bf16"], DTYPE["fp16"]]), np.zeros(3),
+                        np.full(3, 1e9))
+    assert t[0] == pytest.approx(1e9 / (BW * 0.5))
+    assert t[1] == pytest.approx(1e9 / (BW * 0.25))
+    # fp16 not given: the device's class-wide value, not the preset's broadcast.fp16
+    assert t[2] == pytest.approx(1e9 / (BW * 0.5))
+    # the h200 preset: a bf16 broadcast op well below a plain elementwise one (benchmarks/data/h200_broadcast.json)
+    assert DEFAULTS["broadcast.bf16"] < DEFAULTS["broadcast"] < DEFAULTS["elementwise"]
 
 
 sizes = st.lists(st.integers(0, 10**6), max_size=4).map(tuple)
@@ -74,6 +106,20 @@ def test_gemm_factor_by_hand():
     assert gemm_factor(np.array([[0, 0, 0, 0]]), k0, 132)[0] == 1.0          # not known: no penalty
 
 
+def test_a_partial_last_wave_splits_along_k_on_tensor_cores():
+    # 19 x 20 = 380 tiles on 264 slots: one full wave and 116 tiles, which on tensor cores split in 2 along K = 3072
+    # (parts of at least 1024) and run as half a wave: 1.5 waves of the 380 / 264 the work needs
+    gemm, k0 = np.array([[1, 2432, 2560, 3072]] * 2 + [[1, 2432, 2560, 768]]), np.zeros(3)
+    f = gemm_factor(gemm, k0, 132, np.array([True, False, True]))
+    assert f[0] == pytest.approx(1.5 * 264 / 380)
+    assert f[1] == pytest.approx(2 * 264 / 380)     # fp32's SIMT kernels: two whole waves
+    assert f[2] == pytest.approx(2 * 264 / 380)     # K = 768: too shallow to split
+    # less than one wave splits on either: 144 tiles (the weight gradient of a ViT-B layer), K = 12608 in 12 parts
+    # of 1050.7 spread over the slots: 1740 parts in 7 rounds
+    w = gemm_factor(np.array([[1, 768, 3072, 12608]]), np.zeros(1), 132, np.array([False]))
+    assert w[0] == pytest.approx(7 * (12608 / 12) * 264 / (144 * 12608))
+
+
 def test_each_class_takes_its_own_rate():
     model = ComputeModel((("matmul.bf16", 0.8), ("norm", 0.25), ("launch_us", 2.0)), multiprocessors=0)
     cls = np.array([CODE["matmul"], CODE["norm"], CODE["elementwise"], CODE["matmul"]])
@@ -85,6 +131,24 @@ def test_each_class_takes_its_own_rate():
     assert t[1] == pytest.approx(1e9 / (BW * 0.25) + 2000)                 # a norm at a quarter of the bandwidth
     assert t[2] == pytest.approx(1e9 / (BW * DEFAULTS["elementwise"]) + 2000)
     assert t[3] == pytest.approx(1e12 / (100e3 * DEFAULTS["matmul"]) + 2000)   # fp32: the default fraction
+
+
+def test_a_tensor_core_gemm_with_a_dimension_off_16_bytes_runs_at_the_unaligned_fraction():
+    model = ComputeModel((("matmul", 0.5), ("matmul.unaligned", 0.25), ("launch_us", 0.0), ("matmul.k_overhead", 0.0)))
+    # BERT's decoder: 30522 words is no multiple of 8 bf16 elements; 30528 is
+    gemm = np.array([[1, 8192, 30522, 768], [1, 8192, 30528, 768], [1, 8192, 30522, 768], [1, 8192, 30522, 768],
+                     [0, 0, 0, 0]])
+    dtype = np.array([DTYPE["bf16"], DTYPE["bf16"], DTYPE["fp32"], DTYPE["tf32"], DTYPE["bf16"]])
+    flops = np.array([2.0 * 8192 * 30522 * 768, 2.0 * 8192 * 30528 * 768, 2.0 * 8192 * 30522 * 768,
+                      2.0 * 8192 * 30522 * 768, 1e12])
+    t = model.kernel_ns(PEAKS, BW, np.full(5, CODE["matmul"]), dtype, flops, np.zeros(5), gemm)
+    plain = model.kernel_ns(PEAKS, BW, np.full(5, CODE["matmul"]), dtype, flops, np.zeros(5),
+                            np.array([[1, 8192, 30528, 768]] * 4 + [[0, 0, 0, 0]]))
+    assert t[0] == pytest.approx(plain[0] * 30528 / 30522 / 0.25, rel=1e-6)    # bf16: 4x as long
+    assert t[1] == pytest.approx(plain[1])                                     # aligned
+    assert t[2] == pytest.approx(plain[2] * 30528 / 30522, rel=1e-6)           # fp32 without TF32: no such kernels
+    assert t[3] == pytest.approx(plain[3] * 30528 / 30522 / 0.25, rel=1e-6)    # tf32: 4 elements of 16 bytes
+    assert t[4] == pytest.approx(plain[4])                                     # dimensions not known
 
 
 def test_a_class_wide_fraction_stands_for_every_dtype():

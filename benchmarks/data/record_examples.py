@@ -4,7 +4,11 @@ For each bundled example model (unsharded, one rank's batch): the measured time 
 (forward, loss, backward, AdamW step, zero_grad) on this GPU in fp32 (TF32 off), fp32 with TF32, and bf16
 autocast; the GPU's measured matmul and copy ceilings; a per-op profile; and one real execution trace +
 Kineto trace of a DDP step (NCCL, world size 1) for the trace importer.
-Usage: python3 record_examples.py EXAMPLES_DIR OUT_DIR [--cpu-dry-run] [--gpt-only]
+Usage: python3 record_examples.py EXAMPLES_DIR OUT_DIR [--cpu-dry-run] [--gpt-only] [--models a,b] [--no-traces]
+       [--bf16-profiles]
+--models: these model files of EXAMPLES_DIR instead of the four examples (benchmarks/models/heldout: models the
+compute model was not fitted on); --no-traces: no DDP execution traces; --bf16-profiles: also one bf16-autocast
+step's Kineto trace per model (NAME_bf16_kineto.json, with shapes).
 """
 import importlib.util, json, os, statistics, sys, time
 import torch
@@ -15,6 +19,11 @@ dev = "cpu" if DRY else "cuda"
 torch.set_default_device(dev)   # the examples make masks with torch.ones(...) and no device
 os.makedirs(OUT, exist_ok=True)
 res = {"device": "cpu" if DRY else torch.cuda.get_device_name(0), "torch": torch.__version__, "models": {}}
+MODELS = ("mlp_dp", "gpt_tp_dp", "resnet_dp", "llama_fsdp_tp")
+if "--models" in sys.argv:
+    MODELS = tuple(sys.argv[sys.argv.index("--models") + 1].split(","))
+elif "--gpt-only" in sys.argv:
+    MODELS = ("gpt_tp_dp",)
 
 
 def sync():
@@ -67,7 +76,7 @@ def step_fn(mod, model, inputs, opt, amp):
     return step
 
 
-for name in (("gpt_tp_dp",) if "--gpt-only" in sys.argv else ("mlp_dp", "gpt_tp_dp", "resnet_dp", "llama_fsdp_tp")):
+for name in MODELS:
     try:
         mod = load(name)
         torch.manual_seed(0)
@@ -102,6 +111,11 @@ for name in (("gpt_tp_dp",) if "--gpt-only" in sys.argv else ("mlp_dp", "gpt_tp_
         with open(os.path.join(OUT, "ops.txt"), "a") as f:
             f.write(f"\n===== {name} (fp32, one step)\n")
             f.write(prof.key_averages(group_by_input_shape=True).table(sort_by=key, row_limit=40, max_name_column_width=50, max_shapes_column_width=60))
+        if "--bf16-profiles" in sys.argv:
+            st = step_fn(mod, model, inputs, opt, True)
+            with profile(activities=acts, record_shapes=True) as prof:
+                st(); sync()
+            prof.export_chrome_trace(os.path.join(OUT, f"{name}_bf16_kineto.json"))
         res["models"][name] = r
         print(name, json.dumps(r), flush=True)
         del model, opt
@@ -115,6 +129,12 @@ for name in (("gpt_tp_dp",) if "--gpt-only" in sys.argv else ("mlp_dp", "gpt_tp_
 
 with open(os.path.join(OUT, "gpu_results.json"), "w") as f:
     json.dump(res, f, indent=1)
+if "--no-traces" in sys.argv:
+    for f in os.listdir(OUT):   # what comes back is at most 16 MiB a file
+        if f.endswith("_kineto.json"):
+            os.system(f"gzip -f {os.path.join(OUT, f)}")
+    print("done", flush=True)
+    sys.exit(0)
 
 # One real DDP step's execution trace + Kineto trace (NCCL, world size 1) for mlp_dp and gpt_tp_dp.
 import torch.distributed as dist

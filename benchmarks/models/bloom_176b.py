@@ -9,7 +9,7 @@ Not a calibration run: nothing was fitted on it (docs/published-runs.md, "Beyond
 layers and tensor parallelism are benchmarks/published/megatron_gpt.py's, loaded with BLOOM's sizes and bf16
 (megatron_pipeline.py); here:
 - ALiBi: each head's linear bias added to the scores inside the Q K^T GEMM (baddbmm, as Megatron-DeepSpeed's
-  BLOOM does), then the causal mask and softmax as Megatron's.
+  BLOOM does), then the causal mask and softmax in Megatron's fused kernel (megatron_gpt.py's FUSED_SOFTMAX).
 - The pipeline split Megatron-DeepSpeed's `--pp-partition-method type:transformer|embedding` makes: the embedding
   and the output layer count as layers, so 72 over 12 stages: the first stage the embedding and 5 blocks, the last
   5 blocks and the output layer, the others 6 blocks each.
@@ -60,8 +60,7 @@ class Block(mg.Block):
         slopes = torch.tensor(mine, dtype=DTYPE, device=x.device)
         alibi = (slopes.view(-1, 1, 1) * torch.arange(t, device=x.device, dtype=DTYPE).view(1, 1, t)).repeat(b, 1, 1)
         scores = torch.baddbmm(alibi, q, k.transpose(1, 2), alpha=1.0 / math.sqrt(self.head_dim))
-        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
-        probs = scores.masked_fill(causal, -10000.0).softmax(dim=-1)
+        probs = mg.FUSED_SOFTMAX(scores)
         y = torch.bmm(probs, v).view(b, self.heads, t, self.head_dim).permute(0, 2, 1, 3).reshape(b, t, -1)
         return mg.reduce_from_tp(self.proj(y), self.tp_group) + self.proj_bias
 

@@ -23,10 +23,10 @@ import sys
 
 import numpy as np
 
-from ...network.compute_model import FRACTIONS, GEMM_CLASSES, KEYS, MEMORY_CLASSES, ComputeModel
+from ...network.compute_model import FRACTIONS, GEMM_CLASSES, KEYS, MEMORY_CLASSES, PER_DTYPE_MEMORY, ComputeModel
 from ...network.dtypes import DTYPES
 from ...network.errors import UserError, show
-from ...network.op_classes import CLASSES, CODE as CLASS_CODE, TENSOR_CORE, classify, gemm_dims, parse_shapes
+from ...network.op_classes import CLASSES, CODE as CLASS_CODE, TENSOR_CORE, gemm_dims, op_class, parse_shapes
 
 MIN_GROUPS = 3            # groups of ops (distinct name, shapes, dtype) a constant needs to be fitted
 MIN_MEMORY_GROUPS = 2     # a memory class's one bandwidth fraction: a layer norm's forward and backward suffice
@@ -126,7 +126,7 @@ class _Table:
 
     def __init__(self, groups: list, device):
         self.groups = groups
-        self.cls = np.array([CLASS_CODE[classify(g.name)] for g in groups], dtype=np.int64)
+        self.cls = np.array([CLASS_CODE[op_class(g.name, g.shapes)] for g in groups], dtype=np.int64)
         self.dtype = np.array([DTYPES.index(g.dtype) for g in groups], dtype=np.int64)
         self.flops = np.array([float(g.flops) for g in groups])
         self.nbytes = np.array([float(g.nbytes) for g in groups])
@@ -152,7 +152,7 @@ def _shapes(text: str) -> list:
 
 
 def needed(key: str) -> int:
-    return MIN_MEMORY_GROUPS if key in MEMORY_CLASSES else MIN_GROUPS
+    return MIN_MEMORY_GROUPS if key.split(".")[0] in MEMORY_CLASSES and not key.endswith("host_us") else MIN_GROUPS
 
 
 def free_keys(table: _Table) -> tuple[list, dict]:
@@ -163,7 +163,8 @@ def free_keys(table: _Table) -> tuple[list, dict]:
         # a memory-bound op tells its class's bandwidth only if its bytes take a while (a 1 MB gelu takes 0.3 us
         # at full bandwidth: its time is its launch)
         tells = name in TENSOR_CORE or nbytes / table.bandwidth >= MIN_MEMORY_NS
-        keys = [f"{name}.{DTYPES[d]}"] if name in TENSOR_CORE else [name] if tells else []
+        keys = [f"{name}.{DTYPES[d]}"] if name in TENSOR_CORE or name in PER_DTYPE_MEMORY and tells \
+            else [name] if tells else []
         if name in GEMM_CLASSES and g[0] > 0:
             keys.append(f"{name}.k_overhead")
         for k in keys + ["launch_us"]:

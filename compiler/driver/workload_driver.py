@@ -38,7 +38,7 @@ from ...runtime import workload_engine as engine
 from ...runtime.workload_engine import ProgramTable, Roofline, run_workload, WorkloadError
 from ...network.links import LinkMap
 from ...network.memory import LocalMemory, MemorySystem
-from ...network.op_classes import CODE as CLASS_CODE, classify, gemm_dims, parse_shapes
+from ...network.op_classes import CODE as CLASS_CODE, gemm_dims, op_class as class_of, parse_shapes
 from ...network import astra_network
 from ...network.message import message
 from ...network.parse import with_endpoint_delay
@@ -487,7 +487,7 @@ def _compute_row(op, kernels: dict) -> tuple:
     if op.kind == "compute":
         key = (op.name, wl.shapes_of(op.attrs), float(flops))
         if key not in kernels:
-            kernels[key] = (CLASS_CODE[classify(op.name)], gemm_dims(op.name, parse_shapes(key[1]), key[2]))
+            kernels[key] = (CLASS_CODE[class_of(op.name, key[1])], gemm_dims(op.name, parse_shapes(key[1]), key[2]))
         op_class, gemm = kernels[key]
         causal, views = wl.causal_of(op.attrs), wl.views_of(op.attrs)
     return (KIND_CODE[op.kind], flops, nbytes, op.attrs.get("wl.measured_ns", np.nan), DTYPE_CODE[wl.dtype_of(op.attrs)],

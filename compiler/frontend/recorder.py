@@ -26,6 +26,7 @@ from torch.utils.flop_counter import flop_registry
 from ...network.errors import UserError
 from ...network.kinds import IN_PLACE
 from ...network.op_classes import format_shapes
+from .gpu_composites import CUDA_COMPOSITES
 from .op_bytes import moved_bytes, only_aliases
 from .op_causal import causal
 from .op_dtype import compute_dtype, tf32_allowed
@@ -201,8 +202,17 @@ class StepRecorder(TorchDispatchMode):
         # a tensor subclass (DTensor) handles the op first; its local ops then come back here
         if any(t is not torch.Tensor and not issubclass(t, FakeTensor) for t in types):
             return NotImplemented
-        out = func(*args, **kwargs)
         name = _packet_name(func)
+        composite = CUDA_COMPOSITES.get(name)
+        if composite is not None:   # the ops CUDA runs for it, each recorded (gpu_composites.py)
+            out = composite(lambda f, a, k: self._record(f, _packet_name(f), a, k), func, args, kwargs)
+            if out is not None:
+                return out
+        return self._record(func, name, args, kwargs)
+
+    def _record(self, func, name: str, args: tuple, kwargs: dict):
+        """Run one op on (fake) plain tensors and record it."""
+        out = func(*args, **kwargs)
         if func.namespace in SKIP_NAMESPACES or name in SKIP_OPS:
             return out
         inputs, outputs = _tensors((args, kwargs)), _tensors(out)

@@ -1,0 +1,43 @@
+"""ATen ops that CUDA runs as more than one kernel, recorded as the ops it runs (recorder.py).
+
+The capture records the ops that reach the dispatcher; on a GPU, some of them run further ATen ops inside their
+CUDA implementation, each with its own kernel, that the dispatcher never shows the capture (a profiler does: they
+are nested inside the op). Measured on an H200 with PyTorch 2.11 (benchmarks/data/h200_composites.json,
+record_composites.py):
+
+- `masked_fill` (out of place, either overload) is `clone` (a device copy) and then `masked_fill_` on the copy:
+  two kernels, and the fill runs at the rate of its operands (a broadcast mask: network/op_classes.py `broadcast`).
+  A GPT's causal mask ([B, H, S, S] scores, a [S, S] mask) ran 64 us of copy and 181 us of fill where the
+  capture's one op was timed 77 us.
+- `_softmax_backward_data` multiplies the gradient by the softmax's output (`mul`, a kernel over the whole tensor
+  in their dtype) before its own kernel, at every row size from 128 to 32768, fp32 or from bf16 (log-softmax's
+  backward does not).
+
+Each entry takes `record(func, args)` (records one op through the recorder, returning its result), the op and its
+arguments, and returns the op's result as CUDA computes it.
+"""
+from __future__ import annotations
+
+
+def _masked_fill(record, func, args, kwargs):
+    import torch
+    self, rest = args[0], args[1:]
+    copy = record(torch.ops.aten.clone.default, (self,), {})
+    in_place = torch.ops.aten.masked_fill_.Tensor if func._overloadname == "Tensor" \
+        else torch.ops.aten.masked_fill_.Scalar
+    return record(in_place, (copy, *rest), kwargs)
+
+
+def _softmax_backward(record, func, args, kwargs):
+    import torch
+    grad, output = args[0], args[1]
+    record(torch.ops.aten.mul.Tensor, (grad, output), {})
+    return None   # then the op itself, as recorded
+
+
+# the op's packet name (recorder._packet_name) -> how CUDA runs it; an entry returning None records the op itself
+# after what it recorded
+CUDA_COMPOSITES = {
+    "aten.masked_fill": _masked_fill,
+    "aten._softmax_backward_data": _softmax_backward,
+}
