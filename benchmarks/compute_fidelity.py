@@ -99,19 +99,21 @@ def predicted_classes(timeline: str) -> dict:
     return out
 
 
-def measured_classes() -> dict:
-    """{model: CUDA microseconds per op class} from the fp32 profiler tables (their top 40 rows only)."""
+def measured_classes(models, gpu: str = "h200") -> dict:
+    """{model: CUDA microseconds per op class} of these models from the fp32 profiler tables recorded on `gpu`
+    (benchmarks/data/GPU_*.txt; their top 40 rows only)."""
     out, model = {}, None
     unit = {"us": 1.0, "ms": 1e3, "s": 1e6}
     for name in sorted(os.listdir(DATA)):
-        if not name.endswith(".txt"):
+        if not (name.startswith(gpu + "_") and name.endswith(".txt")):
             continue
         with open(os.path.join(DATA, name)) as f:
             for line in f:
                 header = re.match(r"===== (\S+) \(fp32", line)
                 if header:
-                    model = header.group(1)
-                    out[model] = dict.fromkeys(CLASSES, 0.0)
+                    model = header.group(1) if header.group(1) in models else None
+                    if model:
+                        out[model] = dict.fromkeys(CLASSES, 0.0)
                     continue
                 row = re.match(r"\s*(aten::\S+)\s+(.*)$", line)
                 if model and row:   # columns: Self CPU %, Self CPU, CPU total %, CPU total, CPU avg, Self CUDA
@@ -170,7 +172,7 @@ def main() -> None:
           "grad; predicted: the end of the forward phase);\nhost: of the prediction, time the GPU waited for the "
           "host to issue kernels; a100: predicted step without --gpu (the A100 roofline)")
     if classes:
-        measured = measured_classes()
+        measured = measured_classes(models, os.path.basename(args.data).split("_")[0])
         print("\npredicted compute per op class, ms (--gpu h200); 'meas' rows: fp32 profiler CUDA time, top 40 rows")
         width = {c: max(11, len(c)) for c in CLASSES}
         print(f"{'model':<14} {'mode':<17} " + " ".join(f"{c:>{width[c]}}" for c in CLASSES))

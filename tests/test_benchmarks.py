@@ -89,8 +89,9 @@ def test_compute_fidelity_reads_the_profiler_tables_by_op_class():
             ("aten.convolution_backward.default", "backward"), ("aten::native_layer_norm", ""),
             ("aten.mul_.Tensor", "optimizer"), ("aten::_foreach_mul_", ""), ("aten.gelu.default", "forward"))] == \
         ["matmul", "matmul", "conv_backward", "norm", "optimizer", "optimizer", "elementwise"]
-    measured = cf.measured_classes()
-    assert set(measured) == {"mlp_dp", "resnet_dp", "llama_fsdp_tp", "gpt_tp_dp"}
+    measured = cf.measured_classes(["mlp_dp", "resnet_dp", "llama_fsdp_tp", "gpt_tp_dp", "moe_ep"])
+    assert set(measured) == {"mlp_dp", "resnet_dp", "llama_fsdp_tp", "gpt_tp_dp"}   # the H200's tables only
+    assert set(cf.measured_classes(["vit_b16", "bert_base"], "h100")) == {"vit_b16", "bert_base"}
     # mlp_dp's table: addmm 686.338 us + mm 545.091 + 382.402; AdamW's foreach ops 2578.859 us
     assert measured["mlp_dp"]["matmul"] == pytest.approx(686.338 + 545.091 + 382.402)
     assert measured["mlp_dp"]["optimizer"] == pytest.approx(594.496 + 544.513 + 420.257 + 417.634 + 303.456 + 301.026
