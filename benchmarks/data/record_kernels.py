@@ -9,6 +9,8 @@ is timed forward and forward+backward, causal and not. Each time is the median o
 
     python3 record_kernels.py OUT_DIR [--dry]      # --dry: tiny shapes on the CPU, to check the code path
     python3 record_kernels.py OUT_DIR --extra      # kernels_extra.json: what follows
+    python3 record_kernels.py OUT_DIR --short-attention   # kernels_short_attention.json: bf16 attention
+    #   by kernel at 128-2048 tokens, head sizes 64 and 128 (short_attention())
 
 `--extra` records, in a fresh process: the bytes the first matmul allocates besides its output (cuBLAS's
 workspace, which PyTorch takes from its caching allocator); fp8 GEMMs (`torch._scaled_mm`, e4m3 x e4m3 with
@@ -164,9 +166,36 @@ def extra():
         json.dump(res, f, indent=1)
 
 
+def short_attention():
+    """bf16 attention by kernel (cuDNN, flash, memory-efficient) at 128 to 2048 tokens and head sizes 64 and 128,
+    causal or not, about 2^30 query-key pairs a call (ViT-B's 197 tokens of head size 64 among them)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    res = {"device": "cpu" if DRY else torch.cuda.get_device_name(0), "torch": torch.__version__, "attention": []}
+    kernels = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+               "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    for name, backend in ([("math", SDPBackend.MATH)] if DRY else kernels.items()):
+        for s_ in (128, 197, 256, 512, 1024, 2048):
+            for d in (64, 128):
+                for causal in (False, True):
+                    h = 12
+                    b = max(1, round(2 ** 30 / (s_ * s_ * h)) // (1024 if DRY else 1))
+                    try:
+                        with sdpa_kernel([backend]):
+                            r = attention(b, h, s_ * SCALE, d, causal)
+                    except Exception as e:   # noqa: BLE001 - a kernel that refuses the shape: recorded
+                        r = {"b": b, "h": h, "s": s_, "d": d, "causal": causal, "error": repr(e)[:200]}
+                    r["kernel"] = name
+                    res["attention"].append(r)
+                    print(name, r, flush=True)
+    with open(os.path.join(OUT, "kernels_short_attention.json"), "w") as f:
+        json.dump(res, f, indent=1)
+
+
 def main():
     if "--extra" in sys.argv:
         return extra()
+    if "--short-attention" in sys.argv:
+        return short_attention()
     res = {"device": "cpu" if DRY else torch.cuda.get_device_name(0), "torch": torch.__version__,
            "sms": None if DRY else torch.cuda.get_device_properties(0).multi_processor_count,
            "linear": [], "square": [], "k_sweep": [], "m_sweep": [], "attention": []}
