@@ -15,6 +15,8 @@ import sys
 
 import torch
 
+from kernel_profile import kernels_of as _kernels_of   # beside this file
+
 OUT = sys.argv[1]
 DRY = "--dry" in sys.argv
 DEV = "cpu" if DRY else "cuda"
@@ -23,22 +25,7 @@ os.makedirs(OUT, exist_ok=True)
 
 
 def kernels_of(fn) -> dict:
-    """The kernels CALLS calls of `fn` launched (name, mean microseconds per call), after 3 warm-up calls."""
-    from torch.profiler import ProfilerActivity, profile
-    for _ in range(3):
-        fn()
-    if not DRY:
-        torch.cuda.synchronize()
-    acts = [ProfilerActivity.CPU] + ([] if DRY else [ProfilerActivity.CUDA])
-    with profile(activities=acts) as prof:
-        for _ in range(CALLS):
-            fn()
-        if not DRY:
-            torch.cuda.synchronize()
-    events = [e for e in prof.events() if (e.device_type.name == "CUDA") or DRY and e.name.startswith("aten::")]
-    got = [{"name": e.name[:120], "us": (e.device_time if not DRY else e.cpu_time) / CALLS} for e in events]
-    return {"kernels": got[:len(got) // CALLS] if len(got) >= CALLS else got,
-            "count": len(got) / CALLS, "us": sum(k["us"] for k in got)}
+    return _kernels_of(fn, DRY, CALLS)
 
 
 def cases(m: int, n: int, dtype):
