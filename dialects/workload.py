@@ -11,7 +11,7 @@ computed in (one of network/dtypes.DTYPES: "bf16", "tf32", ...; absent: "fp32"),
 and `wl.shapes`, its tensor arguments' sizes in schema order ("4096,64x4096,4096x4096" for an addmm:
 network/op_classes.format_shapes; absent: not known), from which its op class's GEMM dimensions come, and
 `wl.causal = true` on an attention op that masked causally (compiler/frontend/op_causal.py; absent: not), whose
-kernels run about half its counted FLOPs (network/compute_model.CAUSAL_WORK; the FLOPs themselves are unchanged),
+kernels run the blocks on and below the diagonal (network/compute_model.attention_factor; the FLOPs are unchanged),
 and `wl.views`, the kernel-less ops (views, aliases) the host dispatched since the previous compute op (absent: 0),
 whose host time the --gpu model adds to its issue (network/compute_model.py `view_us`).
 `wl.load` / `wl.store` move `bytes` between the accelerator and its local memory or the remote pool (`location`;

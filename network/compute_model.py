@@ -27,9 +27,16 @@ calibrate-compute`; the presets' values say where they were fitted):
   earlier than its issue (the workload engine's compute stream), so a step of many small ops is host-bound.
   `view_us`: the host time of each kernel-less op (a view, an alias) dispatched before an op (the op's `views`),
   added to that op's host time.
-- causal attention: an attention or attention_backward op that masked causally (`is_causal=True`; the op's
-  `causal`) runs CAUSAL_WORK (half) of the FLOPs torch's counter gives it, which counts attention unmasked: its
-  kernels skip the masked blocks. The FLOPs reported stay the counted ones.
+- attention (attention, attention_backward) of known shapes (the scores' batch, query and key length and head
+  size, op_classes.gemm_dims) pays for its blocks: the kernels run the scores in blocks of ATTENTION_BLOCK queries
+  by ATTENTION_BLOCK keys, padded at the edges, and each row of blocks costs `CLASS.s_overhead` more keys (its
+  prologue and epilogue: loading the queries, the softmax's final rescaling and the output), times 128 / head
+  size (the fixed cost is per row, the work per key grows with the head size); fp32 runs the memory-efficient
+  kernel, whose overhead measured 4-29 keys, taken as none. One that masked causally (`is_causal=True`; the op's
+  `causal`) runs only the blocks on and below the diagonal, the diagonal's whole. Short sequences run far below
+  the large-op rate (an H200's bf16 flash forward: 0.14-0.21 of the peak at 128-197 tokens, 0.33 at 2048;
+  benchmarks/data/h200_kernels_short_attention.json). Of unknown shapes, a causal op runs CAUSAL_WORK (half) of
+  the FLOPs torch's counter gives it, which counts attention unmasked. The FLOPs reported stay the counted ones.
 
 Times are ns; peaks TFLOP/s per network/dtypes code; bandwidth bytes/ns. The device file reader
 (network/devices.py) checks a mapping with `check_efficiency`; what a mapping leaves out is the h200 preset's
@@ -68,6 +75,8 @@ TILES_PER_SM = 2
 # 34.4 counted GFLOP, 67 TFLOP/s counted, the whole fp32 peak: 33 executed)
 CAUSAL_WORK = 0.5
 ATTENTION_CLASSES = ("attention", "attention_backward")
+# The query and key block of the flash and cuDNN kernels (FlashAttention-2's tiles on sm80/sm90)
+ATTENTION_BLOCK = 128
 # Elements of each dtype in 16 bytes, the vector a tensor-core GEMM's fast kernels load: a dimension not a multiple
 # of it takes `matmul.unaligned` (0: no such kernels, fp64 and fp32 without TF32 run the same either way)
 ALIGN = {"fp64": 0, "fp32": 0, "tf32": 4, "bf16": 8, "fp16": 8, "fp8": 16}
@@ -82,6 +91,9 @@ for _c in TENSOR_CORE:
     KEYS[_c] = (0.0, 1.0, f"fraction of peak a large {_c} op reaches, every dtype")
     for _d in DTYPES:
         KEYS[f"{_c}.{_d}"] = (0.0, 1.0, f"fraction of the {_d} peak a large {_c} op reaches")
+for _c in ATTENTION_CLASSES:
+    KEYS[f"{_c}.s_overhead"] = (0.0, 1e5, f"a {_c} op's fixed cost per row of blocks, in keys at head size 128 "
+                                         "(fp16, bf16, fp8: flash and cuDNN kernels)")
 for _c in GEMM_CLASSES:
     KEYS[f"{_c}.k_overhead"] = (0.0, 1e5, f"a {_c} tile's fixed cost, in multiply-adds of K")
     KEYS[f"{_c}.unaligned"] = (0.0, 1.0, f"fraction of its rate a tensor-core {_c} keeps when a dimension is not a "
@@ -164,15 +176,17 @@ class ComputeModel:
                         self.value(c) if c in MEMORY_CLASSES else self.value("elementwise") for d in DTYPES]
                        for c in CLASSES])
         k0 = np.array([self.value(f"{c}.k_overhead") if c in GEMM_CLASSES else 0.0 for c in CLASSES])
-        return frac, bw, k0
+        s0 = np.array([self.value(f"{c}.s_overhead") if c in ATTENTION_CLASSES else 0.0 for c in CLASSES])
+        return frac, bw, k0, s0
 
     def kernel_ns(self, dtype_tflops, mem_bytes_per_ns: float, op_class: np.ndarray, dtype: np.ndarray,
                   flops: np.ndarray, nbytes: np.ndarray, gemm: np.ndarray | None = None,
                   causal: np.ndarray | None = None) -> np.ndarray:
         """Each op's kernel time. `dtype_tflops`: dense TFLOP/s per dtype code; `op_class`, `dtype`: codes per op
-        (dtype -1: fp32); `gemm`: (n, 4) batch, m, n, k per op (zeros: not a GEMM or not known); `causal`: True per
-        op that masked causally (None: none did), an attention op's FLOPs then counted at CAUSAL_WORK."""
-        frac, bw, k0 = self._tables
+        (dtype -1: fp32); `gemm`: (n, 4) batch, m, n, k per op (zeros: not a GEMM or not known; an attention op's
+        scores, op_classes.gemm_dims); `causal`: True per op that masked causally (None: none did): an attention op
+        of known shape then runs the blocks on and below the diagonal, of unknown shape CAUSAL_WORK of its FLOPs."""
+        frac, bw, k0, s0 = self._tables
         cls = np.asarray(op_class, dtype=np.int64)
         codes = np.asarray(dtype, dtype=np.int64)
         codes = np.where(codes < 0, DTYPES.index("fp32"), codes)
@@ -180,16 +194,21 @@ class ComputeModel:
         flops, nbytes = np.asarray(flops, float), np.asarray(nbytes, float)
         tensor = np.isin(cls, [CLASS_CODE[c] for c in TENSOR_CORE])
         rate = np.where(tensor, peaks[codes] * frac[cls, codes], peaks[DTYPES.index("fp32")]) * 1e3  # flops/ns
-        if causal is not None and len(cls):
-            attention = np.isin(cls, [CLASS_CODE[c] for c in ATTENTION_CLASSES])
-            flops = np.where(np.asarray(causal, bool) & attention, flops * CAUSAL_WORK, flops)
+        attention = np.isin(cls, [CLASS_CODE[c] for c in ATTENTION_CLASSES])
+        gemm = np.zeros((len(cls), 4), np.int64) if gemm is None else np.asarray(gemm, np.int64).reshape(-1, 4)
+        shaped = attention & (gemm[:, 1:] > 0).all(axis=1)
+        masked = np.zeros(len(cls), bool) if causal is None else np.asarray(causal, bool)
+        flops = np.where(masked & attention & ~shaped, flops * CAUSAL_WORK, flops)
         compute = flops / rate
-        if gemm is not None and len(cls):
-            gemm = np.asarray(gemm, np.int64)
+        if len(cls):
             tensor_cores = np.array([ALIGN[d] > 0 for d in DTYPES])[codes]
-            compute = compute * gemm_factor(gemm, k0[cls], self.multiprocessors, tensor_cores)
+            compute = compute * np.where(attention, 1.0,
+                                         gemm_factor(gemm, k0[cls], self.multiprocessors, tensor_cores))
             gemms = np.isin(cls, [CLASS_CODE[c] for c in GEMM_CLASSES]) & unaligned(gemm, codes)
             compute = np.where(gemms, compute / self.value("matmul.unaligned"), compute)
+            if shaped.any():   # fp16, bf16, fp8 run flash's and cuDNN's kernels; fp32 the memory-efficient one
+                overhead = np.where(tensor_cores & (codes != DTYPES.index("tf32")), s0[cls], 0.0)
+                compute[shaped] *= attention_factor(gemm[shaped], masked[shaped], overhead[shaped])
         memory = nbytes / (mem_bytes_per_ns * bw[cls, codes])
         return np.maximum(compute, memory) + self.value("launch_us") * 1e3
 
@@ -204,6 +223,20 @@ class ComputeModel:
         if views is None:
             return host
         return host + np.asarray(views, dtype=float) * (self.value("view_us") * 1e3)
+
+
+def attention_factor(dims: np.ndarray, causal: np.ndarray, overhead: np.ndarray) -> np.ndarray:
+    """How much longer attention of these scores' dimensions ((batch, queries, keys, head size) rows, all known)
+    takes than its counted (unmasked) FLOPs at the class's rate: query and key blocks of ATTENTION_BLOCK padded, a
+    row of blocks costing `overhead` more keys at head size 128, and where `causal` only the blocks on and below the
+    diagonal (queries aligned with the first keys, as torch's is_causal)."""
+    q, k, d = (dims[:, i].astype(float) for i in (1, 2, 3))
+    rows, cols = np.ceil(q / ATTENTION_BLOCK), np.ceil(k / ATTENTION_BLOCK)
+    # blocks a causal row runs: row i (from 0) sees min(cols, i + 1) key blocks
+    tri = np.where(rows <= cols, rows * (rows + 1) / 2, cols * (cols + 1) / 2 + (rows - cols) * cols)
+    blocks = np.where(causal, tri, rows * cols)
+    keys = blocks * ATTENTION_BLOCK + rows * overhead * 128.0 / np.maximum(d, 1.0)
+    return keys * ATTENTION_BLOCK / (q * k)
 
 
 def unaligned(gemm: np.ndarray, codes: np.ndarray) -> np.ndarray:

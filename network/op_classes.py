@@ -198,13 +198,28 @@ def _sizes(t: str) -> tuple:
     return tuple(int(s) for s in t.split("x"))
 
 
+# attention kernels' own ops whose tensors are [batch, sequence, heads, head size]; every other attention op's
+# (scaled_dot_product_*, cuDNN's, flex) are [batch, heads, sequence, head size]
+_SEQUENCE_SECOND = re.compile(r"^_?(flash_attention|efficient_attention)_")
+
+
 def gemm_dims(name: str, args: list, flops: float) -> tuple:
     """(batch, m, n, k) of the GEMM a matmul or convolution runs, or (0, 0, 0, 0) where it is not one or its shapes
     are not known. A convolution is the implicit GEMM cuDNN runs: m = N*Hout*Wout (from the op's FLOPs, as the
-    output size depends on stride and padding), n = output channels, k = input channels per group * kernel area."""
+    output size depends on stride and padding), n = output channels, k = input channels per group * kernel area.
+    An attention op (forward or backward) gives its scores' product Q K^T: batch * heads, query length, key
+    length, head size (its query and key: the first two tensors, after the gradient in a backward)."""
     op = op_name(name)
     mats = [a for a in args if a and not isinstance(a[0], (list, tuple))]
     try:
+        cls = classify(name)
+        if cls in ("attention", "attention_backward"):
+            q, k = mats[1:3] if cls == "attention_backward" else mats[0:2]
+            if len(q) != 4 or len(k) != 4:
+                return (0, 0, 0, 0)
+            if _SEQUENCE_SECOND.search(op):
+                return (q[0] * q[2], q[1], k[1], q[3])
+            return (q[0] * q[1], q[2], k[2], q[3])
         if op in ("mm", "_scaled_mm", "_int_mm") and len(mats) >= 2:
             (m, k), (_, n) = mats[0][-2:], mats[1][-2:]
             return (1, m, n, k)
@@ -220,7 +235,6 @@ def gemm_dims(name: str, args: list, flops: float) -> tuple:
         if op == "baddbmm" and len(mats) >= 3 and len(mats[1]) == 3:
             (b, m, k), n = mats[1], mats[2][-1]
             return (b, m, n, k)
-        cls = classify(name)
         if cls == "conv_backward" and len(mats) >= 3 and len(mats[0]) >= 3:
             grad, weight = mats[0], mats[2]
             return (1, grad[0] * math.prod(grad[2:]), weight[0], math.prod(weight[1:]))
@@ -229,6 +243,6 @@ def gemm_dims(name: str, args: list, flops: float) -> tuple:
             n, k = weight[0], math.prod(weight[1:])
             m = int(round(flops / (2 * n * k))) if n * k else 0
             return (1, m, n, k) if m > 0 else (0, 0, 0, 0)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, IndexError):
         pass
     return (0, 0, 0, 0)

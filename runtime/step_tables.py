@@ -14,7 +14,7 @@ routed message's on the topology (network/message.py); a load or store row its `
 column is left out of a program whose compute is all fp32 (as it is of directories written before it); and its
 `shapes` (its tensor arguments' sizes, network/op_classes.format_shapes; "": not known) after the dtype column,
 where a program has a compute row whose shapes are known (a program without any keeps the columns before); and
-`causal` ("1": an attention op that masked causally, network/compute_model.CAUSAL_WORK; "": not) after the shapes
+`causal` ("1": an attention op that masked causally, network/compute_model.attention_factor; "": not) after the shapes
 column, where a program has such a row; and `views` (the kernel-less ops the host dispatched before a compute
 row, network/compute_model.py view_us; "": none) after the causal column, where a program has a row with views. The
 step's rows of accelerator k are its program's rows plus its rows in each collective directory. Nothing read

@@ -138,7 +138,7 @@ class ProgramTable:
     # compute rows: (batch, m, n, k) of the GEMM a matmul or convolution runs (op_classes.gemm_dims), an (n, 4)
     # int64 array; zeros where it is none or its shapes are not known (None: not known for any row)
     gemm: np.ndarray | None = None
-    # compute rows: True where an attention op masked causally (network/compute_model.CAUSAL_WORK; None: no row did)
+    # compute rows: True where an attention op masked causally (network/compute_model.attention_factor; None: none)
     causal: np.ndarray | None = None
     # compute rows: the kernel-less ops (views) the host dispatched before each, int32 (network/compute_model.py
     # view_us; None: no row has any)

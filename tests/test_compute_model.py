@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from astra_compile.network.compute_model import DEFAULTS, ComputeModel, gemm_factor
+from astra_compile.network.compute_model import DEFAULTS, ComputeModel, attention_factor, gemm_factor
 from astra_compile.network.dtypes import CODE as DTYPE, DTYPES
 from astra_compile.network.op_classes import CODE, classify, format_shapes, gemm_dims, op_class, parse_shapes
 from astra_compile.runtime.workload_engine import COLLECTIVE, COMPUTE, WAIT, Roofline, run_workload
@@ -149,6 +149,43 @@ def test_a_tensor_core_gemm_with_a_dimension_off_16_bytes_runs_at_the_unaligned_
     assert t[2] == pytest.approx(plain[2] * 30528 / 30522, rel=1e-6)           # fp32 without TF32: no such kernels
     assert t[3] == pytest.approx(plain[3] * 30528 / 30522 / 0.25, rel=1e-6)    # tf32: 4 elements of 16 bytes
     assert t[4] == pytest.approx(plain[4])                                     # dimensions not known
+
+
+def test_attention_dimensions_by_kernel_layout():
+    # scaled_dot_product_* and cuDNN's: [batch, heads, sequence, head]; the flash and memory-efficient kernels' own
+    # ops: [batch, sequence, heads, head]; a backward's query and key follow its gradient
+    q = "2x32x8192x128"
+    assert gemm_dims("aten._scaled_dot_product_flash_attention.default", parse_shapes(f"{q},{q},{q}"), 0) == \
+        (64, 8192, 8192, 128)
+    assert gemm_dims("aten._scaled_dot_product_efficient_attention_backward.default",
+                     parse_shapes(f"{q},{q},2x32x4096x128,{q}"), 0) == (64, 8192, 4096, 128)
+    assert gemm_dims("aten::_flash_attention_forward", parse_shapes("2x8192x32x128,2x1024x32x128,2x1024x32x128"),
+                     0) == (64, 8192, 1024, 128)
+    assert gemm_dims("aten::_cudnn_attention_backward", parse_shapes("64x12x197x64," * 3 + "64x12x197x64"), 0) == \
+        (768, 197, 197, 64)
+    assert gemm_dims("aten._scaled_dot_product_flash_attention.default", parse_shapes("8x128,8x128"), 0) == \
+        (0, 0, 0, 0)   # not 4-D: not known
+
+
+def test_attention_pays_for_its_blocks_and_each_row_of_them():
+    dims = np.array([[64, 8192, 8192, 128], [64, 8192, 8192, 128], [768, 197, 197, 64], [1, 2048, 2048, 128]])
+    f = attention_factor(dims, np.array([False, True, False, True]), np.array([0.0, 0.0, 81.0, 81.0]))
+    assert f[0] == pytest.approx(1.0)                           # whole blocks, no fixed cost
+    assert f[1] == pytest.approx(64 * 65 / 2 / 64 ** 2)         # causal: the diagonal's blocks whole, 0.5078
+    # 197 tokens: 2 x 2 blocks of 128 and 81 keys x 128 / 64 more a row: 2.76 times the work of 197 x 197
+    assert f[2] == pytest.approx((4 * 128 + 2 * 162) * 128 / 197 ** 2)
+    assert f[3] == pytest.approx((136 * 128 + 16 * 81) * 128 / 2048 ** 2)
+    # in the model: a short sequence's bf16 attention runs at a fraction of a long one's rate; fp32 takes no
+    # fixed cost (the memory-efficient kernel)
+    model = ComputeModel((("attention.bf16", 0.4), ("attention.fp32", 0.4), ("attention.s_overhead", 100.0),
+                          ("launch_us", 0.0)))
+    dims = np.array([[64, 8192, 8192, 128], [4096, 256, 256, 128], [4096, 256, 256, 128]])
+    flops = 4.0 * dims[:, 0] * dims[:, 1] * dims[:, 2] * dims[:, 3]
+    t = model.kernel_ns(PEAKS, BW, np.full(3, CODE["attention"]), np.array([DTYPE["bf16"], DTYPE["bf16"],
+                        DTYPE["fp32"]]), flops, np.zeros(3), dims, np.zeros(3, bool))
+    rates = flops / t
+    assert rates[0] / rates[1] == pytest.approx((256 + 100) / 256 / ((8192 + 100) / 8192))
+    assert t[2] == pytest.approx(flops[2] / (PEAKS[DTYPE["fp32"]] * 1e3 * 0.4))
 
 
 def test_a_class_wide_fraction_stands_for_every_dtype():

@@ -12,7 +12,7 @@ Nodes become the workload's ops (frontend/workload.py):
   attributes: `astra_flops` and `astra_bytes` (the op's FLOPs and bytes), `astra_measured_ns`, `astra_dtype` (the
   dtype it computed in, network/dtypes.py; absent: fp32), `astra_shapes` (its tensor arguments' sizes,
   network/op_classes.format_shapes; absent: not known), `astra_causal` (true: an attention op that masked
-  causally, network/compute_model.CAUSAL_WORK; absent: not), `astra_views` (the kernel-less ops the host
+  causally, network/compute_model.attention_factor; absent: not), `astra_views` (the kernel-less ops the host
   dispatched before it; absent: 0);
 - MEM_LOAD_NODE / MEM_STORE_NODE: a load / store of `tensor_size` bytes in local memory or the remote pool
   (`tensor_loc` 1 or 2, ASTRA-sim's LOCAL_MEMORY / REMOTE_MEMORY; absent: local), docs/memory.md; written back

@@ -1,6 +1,7 @@
 """Whether an attention op masks causally: the one rule every frontend applies (the capture's recorder.py, the
 execution-trace importer et_import.py, the Kineto-alone conversion through it, and the profile reader
-profile_ops.py); the --gpu compute model counts such an op's FLOPs at network/compute_model.CAUSAL_WORK.
+profile_ops.py); the --gpu compute model runs such an op's blocks on and below the diagonal
+(network/compute_model.attention_factor).
 
 torch.utils.flop_counter counts scaled-dot-product attention as if unmasked, but flash and memory-efficient
 kernels called with is_causal=True skip the blocks the mask removes. An op of an attention class
