@@ -57,8 +57,9 @@ from .errors import UserError, show
 from .op_classes import CLASSES, CODE as CLASS_CODE, TENSOR_CORE
 
 MEMORY_CLASSES = tuple(c for c in CLASSES if c not in TENSOR_CORE)
-# the classes whose shape costs them (tiles and waves); not convolutions: cuDNN picks among implicit GEMM,
-# Winograd and FFT algorithms per shape, which a GEMM's tiles do not describe (their fraction is fitted whole)
+# the classes cuBLAS runs: a tile's k_overhead, K split over idle slots, matmul.unaligned. A convolution pays the
+# tiles and waves of the implicit GEMM cuDNN runs (op_classes.gemm_dims; its fractions were fitted with them), not
+# these: cuDNN picks among implicit GEMM, Winograd and FFT algorithms per shape
 GEMM_CLASSES = ("matmul",)
 TILE, SMALL_TILE = 128, 64
 MIN_SPLIT_K = 256   # cuBLAS splits K only while each part keeps at least this depth
@@ -202,10 +203,10 @@ class ComputeModel:
         compute = flops / rate
         if len(cls):
             tensor_cores = np.array([ALIGN[d] > 0 for d in DTYPES])[codes]
+            cublas = np.isin(cls, [CLASS_CODE[c] for c in GEMM_CLASSES])
             compute = compute * np.where(attention, 1.0,
-                                         gemm_factor(gemm, k0[cls], self.multiprocessors, tensor_cores))
-            gemms = np.isin(cls, [CLASS_CODE[c] for c in GEMM_CLASSES]) & unaligned(gemm, codes)
-            compute = np.where(gemms, compute / self.value("matmul.unaligned"), compute)
+                                         gemm_factor(gemm, k0[cls], self.multiprocessors, tensor_cores, cublas))
+            compute = np.where(cublas & unaligned(gemm, codes), compute / self.value("matmul.unaligned"), compute)
             if shaped.any():   # fp16, bf16, fp8 run flash's and cuDNN's kernels; fp32 the memory-efficient one
                 overhead = np.where(tensor_cores & (codes != DTYPES.index("tf32")), s0[cls], 0.0)
                 compute[shaped] *= attention_factor(gemm[shaped], masked[shaped], overhead[shaped])
@@ -249,12 +250,13 @@ def unaligned(gemm: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 
 def gemm_factor(gemm: np.ndarray, k_overhead: np.ndarray, multiprocessors: int,
-                tensor_cores: np.ndarray | None = None) -> np.ndarray:
+                tensor_cores: np.ndarray | None = None, cublas: np.ndarray | None = None) -> np.ndarray:
     """How much longer a GEMM of these dimensions takes than its FLOPs at the class's large-op rate: tiles padded
     at the edges, the last wave's idle multiprocessors (K split to fill them when tiles are few, and a partial last
     wave's tiles split over the idle slots when K is deep enough) and each tile's fixed cost of `k_overhead`
-    multiply-adds. 1 where the dimensions are not known (zeros). `tensor_cores`: per op, a tensor-core dtype, whose
-    kernels split a partial last wave (None: all); fp32's SIMT kernels split only a GEMM of less than one wave."""
+    multiply-adds. 1 where the dimensions are not known (zeros). `cublas`: per op, a GEMM cuBLAS runs (a matmul;
+    None: all), whose kernels split a GEMM of less than one wave along K in parts of MIN_TAIL_SPLIT_K too, and on
+    `tensor_cores` (per op; None: all) a partial last wave; a convolution's implicit GEMM (cuDNN) splits neither."""
     b, m, n, k = (gemm[:, i].astype(float) for i in range(4))
     known = (b > 0) & (m > 0) & (n > 0) & (k > 0)
     b, m, n, k = (np.where(known, x, 1.0) for x in (b, m, n, k))
@@ -288,6 +290,8 @@ def gemm_factor(gemm: np.ndarray, k_overhead: np.ndarray, multiprocessors: int,
         deep = parts > 1
         if tensor_cores is not None:
             deep &= np.asarray(tensor_cores, bool) | (tiles < slots)
+        if cublas is not None:
+            deep &= np.asarray(cublas, bool)
         time = np.where(deep, np.minimum(time, full * (k + k_overhead) + np.minimum(rest_b, rest_c)), time)
         factor = pad * time * slots / (tiles * k)
     else:

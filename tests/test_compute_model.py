@@ -114,6 +114,8 @@ def test_a_partial_last_wave_splits_along_k_on_tensor_cores():
     assert f[0] == pytest.approx(1.5 * 264 / 380)
     assert f[1] == pytest.approx(2 * 264 / 380)     # fp32's SIMT kernels: two whole waves
     assert f[2] == pytest.approx(2 * 264 / 380)     # K = 768: too shallow to split
+    # a convolution's implicit GEMM (cuDNN, not cuBLAS) pays its tiles and waves whole
+    assert gemm_factor(gemm[:1], k0[:1], 132, np.array([True]), np.array([False]))[0] == pytest.approx(2 * 264 / 380)
     # less than one wave splits on either: 144 tiles (the weight gradient of a ViT-B layer), K = 12608 in 12 parts
     # of 1050.7 spread over the slots: 1740 parts in 7 rounds
     w = gemm_factor(np.array([[1, 768, 3072, 12608]]), np.zeros(1), 132, np.array([False]))
