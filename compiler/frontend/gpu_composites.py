@@ -13,8 +13,9 @@ record_composites.py):
   in their dtype) before its own kernel, at every row size from 128 to 32768, fp32 or from bf16 (log-softmax's
   backward does not).
 
-Each entry takes `record(func, args)` (records one op through the recorder, returning its result), the op and its
-arguments, and returns the op's result as CUDA computes it.
+Each entry takes `record(func, args, kwargs)` (records one op through the recorder, returning its result), the op,
+its arguments and keyword arguments, and returns the op's result as CUDA computes it, or None where the op itself
+is then recorded after what the entry recorded.
 """
 from __future__ import annotations
 
