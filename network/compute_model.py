@@ -54,7 +54,7 @@ import numpy as np
 
 from .dtypes import DTYPES
 from .errors import UserError, show
-from .op_classes import CLASSES, CODE as CLASS_CODE, TENSOR_CORE
+from .op_classes import ATTENTION_CLASSES, CLASSES, CODE as CLASS_CODE, TENSOR_CORE
 
 MEMORY_CLASSES = tuple(c for c in CLASSES if c not in TENSOR_CORE)
 # the classes cuBLAS runs: a tile's k_overhead, K split over idle slots, matmul.unaligned. A convolution pays the
@@ -75,12 +75,12 @@ TILES_PER_SM = 2
 # diagonal, about half of them (an H200's fp32 _efficient_attention_forward, B=1 S=2048 H=16 D=128: 0.515 ms for
 # 34.4 counted GFLOP, 67 TFLOP/s counted, the whole fp32 peak: 33 executed)
 CAUSAL_WORK = 0.5
-ATTENTION_CLASSES = ("attention", "attention_backward")
 # The query and key block of the flash and cuDNN kernels (FlashAttention-2's tiles on sm80/sm90)
 ATTENTION_BLOCK = 128
 # Elements of each dtype in 16 bytes, the vector a tensor-core GEMM's fast kernels load: a dimension not a multiple
 # of it takes `matmul.unaligned` (0: no such kernels, fp64 and fp32 without TF32 run the same either way)
 ALIGN = {"fp64": 0, "fp32": 0, "tf32": 4, "bf16": 8, "fp16": 8, "fp8": 16}
+_ALIGN_BY_CODE = np.array([ALIGN[d] for d in DTYPES])   # ALIGN indexed by dtype code
 # Memory classes whose bandwidth fraction is also given per dtype: the general elementwise kernel of a broadcast
 # operand runs at about as many elements a second whatever their size (an H200: 0.34 of the bandwidth for 16-bit
 # elements, 0.56 for fp32; benchmarks/data/h200_broadcast.json)
@@ -202,7 +202,7 @@ class ComputeModel:
         flops = np.where(masked & attention & ~shaped, flops * CAUSAL_WORK, flops)
         compute = flops / rate
         if len(cls):
-            tensor_cores = np.array([ALIGN[d] > 0 for d in DTYPES])[codes]
+            tensor_cores = _ALIGN_BY_CODE[codes] > 0
             cublas = np.isin(cls, [CLASS_CODE[c] for c in GEMM_CLASSES])
             compute = compute * np.where(attention, 1.0,
                                          gemm_factor(gemm, k0[cls], self.multiprocessors, tensor_cores, cublas))
@@ -243,7 +243,7 @@ def attention_factor(dims: np.ndarray, causal: np.ndarray, overhead: np.ndarray)
 def unaligned(gemm: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """Per op: a known GEMM (gemm's (batch, m, n, k) rows; zeros: not one) of a tensor-core dtype (codes) with a
     dimension that is not a multiple of 16 bytes of its elements (ALIGN)."""
-    align = np.array([ALIGN[d] for d in DTYPES])[codes]
+    align = _ALIGN_BY_CODE[codes]
     dims = gemm[:, 1:]
     known = (dims > 0).all(axis=1) & (align > 0)
     return known & ((dims % np.maximum(align, 1)[:, None]) != 0).any(axis=1)

@@ -29,6 +29,7 @@ CLASSES = ("matmul", "attention", "attention_backward", "conv", "conv_backward",
            "cast", "batch_norm", "broadcast")
 CODE = {name: code for code, name in enumerate(CLASSES)}
 TENSOR_CORE = ("matmul", "attention", "attention_backward", "conv", "conv_backward")   # FLOP-bound classes
+ATTENTION_CLASSES = ("attention", "attention_backward")
 MAX_SHAPES_TEXT = 4096   # characters kept of an op's shapes (a foreach op over hundreds of tensors is cut)
 MAX_VIEWS = 2**31 - 1    # kernel-less ops counted on one compute op (`views`: an int32 column of a program table)
 
@@ -86,16 +87,13 @@ def classify(name: str) -> str:
     return "elementwise"
 
 
-def op_class(name: str, shapes: str) -> str:
-    """The op class of a compute op by its name and its tensor arguments' shapes text: classify's, an elementwise
-    op with a broadcast operand being `broadcast` (broadcasts)."""
+def op_class(name: str, args: list) -> str:
+    """The op class of a compute op by its name and its tensor arguments' sizes (parse_shapes' list, as gemm_dims
+    takes them): classify's, an elementwise op with a broadcast operand being `broadcast` (broadcasts)."""
     cls = classify(name)
-    if cls != "elementwise" or not shapes or "," not in shapes or _NOT_POINTWISE.search(op_name(name)):
-        return cls
-    try:
-        return "broadcast" if broadcasts(parse_shapes(shapes)) else cls
-    except ValueError:
-        return cls
+    if cls == "elementwise" and not _NOT_POINTWISE.search(op_name(name)) and broadcasts(args):
+        return "broadcast"
+    return cls
 
 
 def broadcasts(args: list) -> bool:
@@ -213,7 +211,7 @@ def gemm_dims(name: str, args: list, flops: float) -> tuple:
     mats = [a for a in args if a and not isinstance(a[0], (list, tuple))]
     try:
         cls = classify(name)
-        if cls in ("attention", "attention_backward"):
+        if cls in ATTENTION_CLASSES:
             q, k = mats[1:3] if cls == "attention_backward" else mats[0:2]
             if len(q) != 4 or len(k) != 4:
                 return (0, 0, 0, 0)

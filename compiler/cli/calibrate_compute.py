@@ -126,11 +126,12 @@ class _Table:
 
     def __init__(self, groups: list, device):
         self.groups = groups
-        self.cls = np.array([CLASS_CODE[op_class(g.name, g.shapes)] for g in groups], dtype=np.int64)
+        args = [_shapes(g.shapes) for g in groups]
+        self.cls = np.array([CLASS_CODE[op_class(g.name, a)] for g, a in zip(groups, args)], dtype=np.int64)
         self.dtype = np.array([DTYPES.index(g.dtype) for g in groups], dtype=np.int64)
         self.flops = np.array([float(g.flops) for g in groups])
         self.nbytes = np.array([float(g.nbytes) for g in groups])
-        self.gemm = np.array([gemm_dims(g.name, _shapes(g.shapes), g.flops) for g in groups], dtype=np.int64)
+        self.gemm = np.array([gemm_dims(g.name, a, g.flops) for g, a in zip(groups, args)], dtype=np.int64)
         self.causal = np.array([g.causal for g in groups], dtype=bool)
         self.measured = np.array([g.kernel_ns for g in groups])
         self.calls = np.array([g.calls for g in groups], dtype=float)

@@ -487,7 +487,8 @@ def _compute_row(op, kernels: dict) -> tuple:
     if op.kind == "compute":
         key = (op.name, wl.shapes_of(op.attrs), float(flops))
         if key not in kernels:
-            kernels[key] = (CLASS_CODE[class_of(op.name, key[1])], gemm_dims(op.name, parse_shapes(key[1]), key[2]))
+            args = parse_shapes(key[1])
+            kernels[key] = (CLASS_CODE[class_of(op.name, args)], gemm_dims(op.name, args, key[2]))
         op_class, gemm = kernels[key]
         causal, views = wl.causal_of(op.attrs), wl.views_of(op.attrs)
     return (KIND_CODE[op.kind], flops, nbytes, op.attrs.get("wl.measured_ns", np.nan), DTYPE_CODE[wl.dtype_of(op.attrs)],

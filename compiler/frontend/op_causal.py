@@ -12,9 +12,8 @@ did not record) the op is not causal: its time stays the unmasked one, an upper 
 """
 from __future__ import annotations
 
-from ...network.op_classes import classify, op_name
+from ...network.op_classes import ATTENTION_CLASSES, classify, op_name
 
-ATTENTION_CLASSES = ("attention", "attention_backward")
 CAUSAL_FLAG = "is_causal"
 MASK_TYPE = "custom_mask_type"   # the memory-efficient kernels': 0 none, 1 causal top-left, 2 causal bottom-right
 CAUSAL_MASK_TYPES = (1, 2)
