@@ -19,8 +19,9 @@ calibrate-compute`; the presets' values say where they were fitted):
   ran at 0.31-0.41 of the aligned rate on an H200; fp32 without TF32 does not use them and is unaffected).
 - memory classes (norm, batch_norm, elementwise, optimizer, cast, broadcast): `CLASS` is the fraction of the memory
   bandwidth its kernels reach, counting the bytes the op reads and writes once (a batch norm's extra passes show
-  as its lower fraction). `broadcast.DTYPE` too: that kernel is bound by elements, so its fraction of the
-  bandwidth depends on the element's size (PER_DTYPE_MEMORY).
+  as its lower fraction). `broadcast.DTYPE` and `batch_norm.DTYPE` too: the broadcast kernel is bound by
+  elements, so its fraction of the bandwidth depends on the element's size, and a 16-bit batch norm runs other
+  kernels than an fp32 one (PER_DTYPE_MEMORY).
 - `launch_us`: added to every kernel (launch latency and the tail of a grid), and `host_us`: the host time to
   issue one op (eager dispatch, autograd and launch; `CLASS.host_us` for one class: a cuDNN convolution's
   backward costs the host far more than an add). The host issues ops one after another; an op's kernel starts no
@@ -83,8 +84,10 @@ ALIGN = {"fp64": 0, "fp32": 0, "tf32": 4, "bf16": 8, "fp16": 8, "fp8": 16}
 _ALIGN_BY_CODE = np.array([ALIGN[d] for d in DTYPES])   # ALIGN indexed by dtype code
 # Memory classes whose bandwidth fraction is also given per dtype: the general elementwise kernel of a broadcast
 # operand runs at about as many elements a second whatever their size (an H200: 0.34 of the bandwidth for 16-bit
-# elements, 0.56 for fp32; benchmarks/data/h200_broadcast.json)
-PER_DTYPE_MEMORY = ("broadcast",)
+# elements, 0.56 for fp32; benchmarks/data/h200_broadcast.json); a batch norm of bf16 or fp16 activations with
+# fp32 weights (autocast's) runs PyTorch's own kernels, not cuDNN's (an H200: 0.064 of the bandwidth against 0.21
+# in fp32; ResNet-18's profiles)
+PER_DTYPE_MEMORY = ("broadcast", "batch_norm")
 
 # Each key: (low, high, meaning); a fraction's low bound is exclusive.
 KEYS: dict[str, tuple] = {}

@@ -292,3 +292,25 @@ def test_the_attention_kernels_own_ops_count_as_the_attention_they_run(tmp_path)
     assert got == [("_cudnn_attention_forward", "attention", forward, True, "bf16"),
                    ("_cudnn_attention_backward", "attention_backward", forward * 5 // 2, True, "bf16"),
                    ("_flash_attention_forward", "attention", forward, True, "bf16")]
+
+
+def test_cudnn_s_convolution_and_batch_norm_ops_count_as_the_aten_ops_they_run(tmp_path):
+    """A profile of an fp32 CNN records cudnn_convolution, cudnn_batch_norm and its backward launching the
+    kernels; none has a meta kernel, so each is counted as the aten op it implements, which the capture records:
+    ResNet-18's first layer ([32, 3, 224, 224] by [64, 3, 7, 7], stride 2, padding 3: 7.55 GFLOP) and its batch
+    norm (input and output, 205,522,432 bytes; backward 308,283,136), as an H200's profile recorded them
+    (benchmarks/data/h200_resnet_dp_fp32_kineto.json.gz). Before, the convolution counted no FLOPs and the batch
+    norms their inputs alone: a fit read their time as launches."""
+    x, bn = [32, 64, 112, 112], [64]
+    events = [_op("aten::cudnn_convolution", 0, 1, [[32, 3, 224, 224], [64, 3, 7, 7]] + [[]] * 7,
+                  ["float", "float"] + ["ScalarList"] * 3 + ["Scalar"] * 4,
+                  ["", "", "[3, 3]", "[2, 2]", "[1, 1]", "1", "False", "False", "False"]), _kernel(1, 1, 373.0),
+              _op("aten::cudnn_batch_norm", 10, 2, [x, bn, bn, bn, bn, [], [], []], ["float"] * 5 + ["Scalar"] * 3,
+                  ["", "", "", "", "", "True", "0.1", "1e-05"]), _kernel(2, 11, 300.0),
+              _op("aten::cudnn_batch_norm_backward", 20, 3, [x, x, bn, bn, bn, bn, bn, [], [0]],
+                  ["float"] * 7 + ["Scalar", "unsigned char"], [""] * 7 + ["1e-05", ""]), _kernel(3, 21, 500.0)]
+    data = {"deviceProperties": [{"name": "NVIDIA H200", "numSms": 132}], "traceEvents": events}
+    calls = profile_ops.read_profile(write(tmp_path, data)).calls
+    assert [(classify(c.name), c.flops, c.nbytes) for c in calls] == [
+        ("conv", 2 * 32 * 112 * 112 * 64 * 3 * 7 * 7, (32 * 3 * 224 * 224 + 64 * 3 * 7 * 7 + 32 * 64 * 112 * 112) * 4),
+        ("batch_norm", 0, 205522432), ("batch_norm", 0, 308283136)]

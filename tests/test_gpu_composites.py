@@ -67,3 +67,30 @@ def test_log_softmax_backward_is_one_kernel(tmp_path):
     ops = _ops(tmp_path, "return s.log_softmax(dim=-1).sum()")
     names = [op.name for op in ops if op.phase == "backward"]
     assert "aten._log_softmax_backward_data.default" in names and "aten.mul.Tensor" not in names
+
+
+def test_logsumexp_is_the_reductions_and_passes_cuda_runs(tmp_path):
+    ops = _ops(tmp_path, "return s.logsumexp(dim=-1).mean()")
+    forward = [op for op in ops if op.phase == "forward"]
+    names = [op.name.rsplit(".", 1)[0] for op in forward]
+    assert "aten.logsumexp" not in names
+    at = names.index("aten.amax")
+    assert names[at:at + 9] == ["aten.amax", "aten.abs", "aten.eq", "aten.masked_fill_", "aten.sub", "aten.exp_",
+                                "aten.sum", "aten.log_", "aten.add_"]
+    n = B * H * S * S * 4
+    sub, exp = forward[at + 4], forward[at + 5]
+    assert sub.bytes == 2 * n + n // S and exp.bytes == 2 * n   # the full scores read and written each pass
+
+
+def test_adam_s_step_counters_are_host_dispatches(tmp_path):
+    """torch.optim's AdamW keeps each parameter's step counter on the host: one add_ each a step and two .item()
+    reads (its bias corrections), each a dispatch of the host and none a kernel: counted as views, the step's
+    foreach kernels the only optimizer ops."""
+    ops = _ops(tmp_path, "return s.sum()")
+    path = tmp_path / "model.py"
+    w = capture(load_model_file(str(path)), 2, {"dp": 2})
+    optimizer = [op for op in w.programs[0] if op.kind == "compute" and op.phase == "optimizer"]
+    assert optimizer and all(op.name.startswith("aten._foreach_") and op.bytes > 0 for op in optimizer), \
+        [op.name for op in optimizer]
+    assert sum(op.views for op in optimizer) >= 3   # one parameter: its counter's add_ and two reads
+    assert ops

@@ -5,11 +5,11 @@ For each bundled example model (unsharded, one rank's batch): the measured time 
 autocast; the GPU's measured matmul and copy ceilings; a per-op profile; and one real execution trace +
 Kineto trace of a DDP step (NCCL, world size 1) for the trace importer.
 Usage: python3 record_examples.py EXAMPLES_DIR OUT_DIR [--cpu-dry-run] [--gpt-only] [--models a,b] [--no-traces]
-       [--bf16-profiles] [--tf32-profiles]
+       [--bf16-profiles] [--tf32-profiles] [--fp32-profiles]
 --models: these model files of EXAMPLES_DIR instead of the four examples (benchmarks/models/heldout: models the
-compute model was not fitted on); --no-traces: no DDP execution traces; --bf16-profiles (--tf32-profiles): also
-one bf16-autocast (fp32 with TF32) step's Kineto trace per model (NAME_bf16_kineto.json, NAME_tf32_kineto.json,
-with shapes).
+compute model was not fitted on); --no-traces: no DDP execution traces; --bf16-profiles (--tf32-profiles, --fp32-profiles):
+also one bf16-autocast (fp32 with TF32, fp32) step's Kineto trace per model (NAME_bf16_kineto.json,
+NAME_tf32_kineto.json, NAME_fp32_kineto.json, with shapes).
 """
 import importlib.util, json, os, statistics, sys, time
 import torch
@@ -112,7 +112,7 @@ for name in MODELS:
         with open(os.path.join(OUT, "ops.txt"), "a") as f:
             f.write(f"\n===== {name} (fp32, one step)\n")
             f.write(prof.key_averages(group_by_input_shape=True).table(sort_by=key, row_limit=40, max_name_column_width=50, max_shapes_column_width=60))
-        for short, tf32, amp in (("bf16", False, True), ("tf32", True, False)):
+        for short, tf32, amp in (("bf16", False, True), ("tf32", True, False), ("fp32", False, False)):
             if f"--{short}-profiles" in sys.argv:
                 torch.backends.cuda.matmul.allow_tf32 = tf32; torch.backends.cudnn.allow_tf32 = tf32
                 st = step_fn(mod, model, inputs, opt, amp)

@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 
 FORMAT = "astra-compile-reuse"
 KINDS = ("workload", "collective")   # the values kept on disk, one folder each
-VERSION = 10  # 2: a collective's time keeps its per-dimension busy time (link sharing); 3: captures hold
+VERSION = 11  # 2: a collective's time keeps its per-dimension busy time (link sharing); 3: captures hold
 #                point-to-point ops and pipeline stages; 4: and its per-link-class busy time (congestion); 5:
 #                captures hold each compute op's dtype (an older one would read as all fp32); 6: and its
 #                tensor arguments' shapes; 7: and whether an attention op masked causally; 8: and the views
 #                the host dispatched before each compute op; 9: a zero-bubble stage's weight gradients in its
 #                parameters' order, an accumulated micro-batch's loss held to the next one's end; 10: masked_fill
-#                and softmax's backward as the ops CUDA runs for them (frontend/gpu_composites.py)
+#                and softmax's backward as the ops CUDA runs for them (frontend/gpu_composites.py); 11: host
+#                scalars' .item() and an optimizer's step counters counted as the host's dispatches (views)
 
 
 @dataclass

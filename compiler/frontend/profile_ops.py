@@ -234,6 +234,9 @@ def _work(name: str, inputs: list) -> tuple:
             in_tensors.append(value)
         elif kind == "list" and value:
             in_tensors += value
+    stand_in = _STAND_IN.get(op_name(name))
+    if stand_in and len(inputs) == stand_in[1] and name.startswith("aten::"):
+        name, inputs = "aten::" + stand_in[0], stand_in[2](inputs)
     in_types = [_TORCH_DTYPE.get(t, t) for _, t in in_tensors]
     in_bytes = [_numel(s) * ELEMENT_BYTES.get(t, 0) for s, t in in_tensors]
     kernel = _KERNEL_ATTENTION.get(op_name(name))
@@ -266,6 +269,38 @@ def _work(name: str, inputs: list) -> tuple:
     written = 0 if results else sum(t.numel() * t.element_size()
                                     for t in written_args(overload, args, kwargs, read_too=True))
     return flops, moved_bytes(name, in_bytes, out_bytes, written), in_types, out_types
+
+
+# cuDNN's own ops, which a profiler records launching a convolution's or batch norm's kernels (PyTorch's choice for
+# fp32 on CUDA), have no meta kernel: each is counted as the aten op it implements, which the capture records, from
+# its recorded arguments rearranged as that op takes them. name: (the aten op, its own argument count, the
+# rearrangement)
+
+
+def _as_convolution(order: tuple):
+    """cudnn_convolution(_transpose)'s arguments (`order`: theirs after input and weight) as aten::convolution's:
+    input, weight, bias (none: cuDNN adds it in a kernel of its own), stride, padding, dilation, transposed,
+    output_padding, groups."""
+    def rearrange(inputs: list) -> list:
+        given = dict(zip(order, inputs[2:]))
+        spatial = len(inputs[1][1][0]) - 2 if inputs[1][0] == "tensor" else 2
+        return inputs[:2] + [("value", ""), given["stride"], given["padding"], given["dilation"],
+                             ("value", str("output_padding" in order)),
+                             given.get("output_padding", ("value", str([0] * spatial))), given["groups"]]
+    return rearrange
+
+
+def _as_batch_norm_backward(inputs: list) -> list:
+    """cudnn_batch_norm_backward(input, grad_output, weight, running mean and var, saved mean and var, eps, reserve)
+    as native_batch_norm_backward(grad_out, input, weight, running, saved, train, eps, output_mask)."""
+    return [inputs[1], inputs[0]] + inputs[2:7] + [("value", "True"), inputs[7], ("value", "[True, True, True]")]
+
+
+_STAND_IN = {"cudnn_convolution": ("convolution", 9, _as_convolution(("padding", "stride", "dilation", "groups"))),
+             "cudnn_convolution_transpose": ("convolution", 10, _as_convolution(
+                 ("padding", "output_padding", "stride", "dilation", "groups"))),
+             "cudnn_batch_norm": ("native_batch_norm", 8, list),
+             "cudnn_batch_norm_backward": ("native_batch_norm_backward", 9, _as_batch_norm_backward)}
 
 
 # The attention kernels' own ops, which a profiler records launching the kernels of scaled_dot_product_attention:
@@ -325,7 +360,8 @@ def _bind(name: str, packet, inputs: list):
             continue
         args, kwargs = [], {}
         for a, v in zip(schema.arguments, values):
-            if isinstance(v, torch.Tensor) != _takes_tensor(a.type):
+            if isinstance(v, torch.Tensor) != _takes_tensor(a.type) and \
+                    not (v is None and isinstance(a.type, torch.OptionalType)):   # a `Tensor?` not passed
                 break
             if a.kwarg_only:
                 kwargs[a.name] = v

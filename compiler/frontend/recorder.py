@@ -74,7 +74,10 @@ ROOTED_EXCHANGES = ("c10d.gather_", "c10d.scatter_")
 AUTOGRAD = None
 # ops that only describe tensors or the profiler: no work, no dependency of their own
 SKIP_NAMESPACES = ("profiler", "prim")
-SKIP_OPS = ("aten._local_scalar_dense", "aten.lift_fresh", "aten.lift_fresh_copy")
+# ops the host dispatches that launch no kernel and make no tensor a later op waits for: `.item()` of a host scalar
+# (torch.optim's Adam and AdamW read each parameter's step counter, which they keep on the host, twice a step),
+# torch.tensor() of a literal. Counted as views: host time only
+HOST_ONLY_OPS = ("aten._local_scalar_dense", "aten.lift_fresh", "aten.lift_fresh_copy")
 
 
 def _packet_name(func) -> str:
@@ -213,9 +216,18 @@ class StepRecorder(TorchDispatchMode):
     def _record(self, func, name: str, args: tuple, kwargs: dict):
         """Run one op on (fake) plain tensors and record it."""
         out = func(*args, **kwargs)
-        if func.namespace in SKIP_NAMESPACES or name in SKIP_OPS:
+        if func.namespace in SKIP_NAMESPACES:
+            return out
+        if name in HOST_ONLY_OPS:
+            self._views += 1
             return out
         inputs, outputs = _tensors((args, kwargs)), _tensors(out)
+        if name.startswith("aten._foreach_") and inputs and all(t.dim() == 0 for t in inputs):
+            # a foreach op over scalars: torch.optim's step counters, which Adam and AdamW (neither capturable nor
+            # fused) keep on the host and count up every step, one add_ each on the host (a CUDA run launches no
+            # kernel for it): so many host dispatches
+            self._views += len(_tensors(args[0]) if args else inputs)
+            return out
         mutates = any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
         if self.memory is not None and self.memory.saw(inputs, outputs, self._phase(), name in COLLECTIVE_OPS,
                                                        mutates, func.is_view and not mutates):
