@@ -5,11 +5,13 @@ For each bundled example model (unsharded, one rank's batch): the measured time 
 autocast; the GPU's measured matmul and copy ceilings; a per-op profile; and one real execution trace +
 Kineto trace of a DDP step (NCCL, world size 1) for the trace importer.
 Usage: python3 record_examples.py EXAMPLES_DIR OUT_DIR [--cpu-dry-run] [--gpt-only] [--models a,b] [--no-traces]
-       [--bf16-profiles] [--tf32-profiles] [--fp32-profiles]
+       [--bf16-profiles] [--tf32-profiles] [--fp32-profiles] [--host-counters]
 --models: these model files of EXAMPLES_DIR instead of the four examples (benchmarks/models/heldout: models the
 compute model was not fitted on); --no-traces: no DDP execution traces; --bf16-profiles (--tf32-profiles, --fp32-profiles):
 also one bf16-autocast (fp32 with TF32, fp32) step's Kineto trace per model (NAME_bf16_kineto.json,
-NAME_tf32_kineto.json, NAME_fp32_kineto.json, with shapes).
+NAME_tf32_kineto.json, NAME_fp32_kineto.json, with shapes); --host-counters: AdamW's step counters kept on the host
+after its first step, as the examples' reference recording had them (PyTorch 2.11 makes them on the default device,
+the GPU here, where each of their two .item() reads a parameter waits for the GPU).
 """
 import importlib.util, json, os, statistics, sys, time
 import torch
@@ -67,6 +69,17 @@ def load(name):
     m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); return m
 
 
+HOST_COUNTERS = "--host-counters" in sys.argv
+
+
+def counters_to_host(opt):
+    """AdamW's step counters moved to the host, where PyTorch keeps them without a CUDA default device (2.15: always):
+    under set_default_device("cuda") PyTorch 2.11 makes them on the GPU, and each .item() of one waits for it."""
+    for state in opt.state.values():
+        if torch.is_tensor(state.get("step")) and state["step"].device.type != "cpu":
+            state["step"] = state["step"].cpu()
+
+
 def step_fn(mod, model, inputs, opt, amp):
     lossf = getattr(mod, "loss", None)
     def step():
@@ -74,6 +87,8 @@ def step_fn(mod, model, inputs, opt, amp):
             out = model(inputs)
             l = lossf(out) if lossf else out.float().mean()
         l.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        if HOST_COUNTERS:
+            counters_to_host(opt)
     return step
 
 
