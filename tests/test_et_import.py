@@ -488,3 +488,29 @@ def test_a_bad_tensor_size_names_the_file_the_node_and_the_field(tmp_path, numel
     at = "node 3 (c10d::allreduce_): inputs[0]" if where == "collective" else "node 4 (aten::relu): outputs"
     msg = one_line_error([str(p)], f"{p}: {at}: tensor {bad} has numel {shown} and element size 4", world_size=4)
     assert "each must be a whole number of at least 0" in msg
+
+
+def test_a_call_cuda_runs_as_its_nested_calls_is_those_calls(tmp_path):
+    """logsumexp and an out-of-place masked_fill launch no kernel of their own on CUDA: the calls nested in them do
+    (gpu_composites.RUN_AS_CHILDREN; the H200 GPT example's trace: logsumexp over amax, sub, exp_, sum, log_,
+    add_). Those are the ops, as a capture records them; a logsumexp recorded without its nested calls stays one."""
+    x, m, r = [10, 11, 0, 4096, 4, "cpu"], [12, 13, 0, 64, 4, "cpu"], [14, 15, 0, 64, 4, "cpu"]
+    y = [16, 17, 0, 4096, 4, "cpu"]
+    t = ["Tensor(float)"]
+    lse = "aten::logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor"
+    nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1),
+             node(2, "aten::logsumexp", 1, [x, [-1], False], t + ["GenericList[Int]", "Bool"], [r], t, lse),
+             node(3, "aten::amax", 2, [x, [-1], True], t + ["GenericList[Int]", "Bool"], [m], t,
+                  "aten::amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"),
+             node(4, "aten::sub", 2, [x, m], t * 2, [y], t,
+                  "aten::sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"),
+             node(5, "aten::sum", 2, [x, [-1], False], t + ["GenericList[Int]", "Bool"], [r], t,
+                  "aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) "
+                  "-> Tensor"),
+             node(6, "aten::logsumexp", 1, [x, [-1], False], t + ["GenericList[Int]", "Bool"], [r], t, lse)]
+    p = tmp_path / "lse.json"
+    p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
+    ops = load_traces([str(p)]).programs[0]
+    assert [op.name for op in ops] == ["aten.amax.default", "aten.sub.Tensor", "aten.sum.dim_IntList",
+                                       "aten.logsumexp.default"]
+    assert ops[1].bytes == (4096 + 64 + 4096) * 4   # the scores and the maxima read, the difference written

@@ -14,7 +14,8 @@ collectives (_c10d_functional::*) and, on NCCL only, `record_param_comms` childr
 How the trace becomes ops:
 - Each outermost operator call becomes one op; the operator calls nested inside it are its implementation
   (aten::linear -> t, addmm -> expand, copy_), and record_function ranges (module/autograd/optimizer labels) are
-  only containers. Collectives and waits nested inside a compute op (DTensor dispatch) are still taken out.
+  only containers. A call that CUDA runs as the calls nested in it (gpu_composites.RUN_AS_CHILDREN: an
+  out-of-place masked_fill, logsumexp) is a container too: its nested calls are the ops, as a capture has them. Collectives and waits nested inside a compute op (DTensor dispatch) are still taken out.
 - Compute: flops from torch.utils.flop_counter's registry, called on meta tensors rebuilt from the recorded shapes;
   an op on DTensors (a "PythonSubclass" node under it, its shapes global) counts the FLOPs and bytes of the
   calls DTensor made under that node on this rank's shards;
@@ -78,6 +79,7 @@ from pathlib import Path
 from ...dialects.comm import ROOTED
 from ...network.errors import InputWarning, UserError
 from ...network.op_classes import format_shapes
+from .gpu_composites import RUN_AS_CHILDREN
 from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
 from .op_bytes import moved_bytes, only_aliases
 from .op_causal import causal
@@ -503,6 +505,12 @@ class _Builder:
             return COMPUTE
         return None
 
+    def runs_as_children(self, node: dict) -> bool:
+        """A call CUDA runs as the calls nested in it (gpu_composites.RUN_AS_CHILDREN: an out-of-place masked_fill
+        is a clone and a masked_fill_, logsumexp an amax, a sub, an exp_, ...): those are the ops, not the call, as
+        a capture records them. A call with nothing nested (a trace that recorded no children) stays one op."""
+        return _op_name(node).rsplit(".", 1)[0] in RUN_AS_CHILDREN and bool(self.children[node["id"]])
+
     def enclosing(self) -> dict[int, tuple[bool, bool]]:
         """node id -> (inside an operator call, inside a collective/wait), following callers upwards."""
         memo: dict[int, tuple[bool, bool]] = {}
@@ -521,7 +529,8 @@ class _Builder:
                 parent = self.parent[child["id"]]
                 in_op, in_comm = memo[parent["id"]]
                 kind = self.kind(parent)
-                memo[child["id"]] = (in_op or kind is not None, in_comm or kind in (COLLECTIVE, WAIT))
+                around = kind is not None and not (kind == COMPUTE and self.runs_as_children(parent))
+                memo[child["id"]] = (in_op or around, in_comm or kind in (COLLECTIVE, WAIT))
         return memo
 
     def run(self):
@@ -533,7 +542,7 @@ class _Builder:
         for node in self.nodes:
             kind = self.kind(node)
             in_op, in_comm = inside[node["id"]]
-            if kind == COMPUTE and not in_op:
+            if kind == COMPUTE and not in_op and not self.runs_as_children(node):
                 move = host_copy(node)
                 self.add(node, *(self.memory(node, *move) if move else self.compute(node)))
             elif kind in (COLLECTIVE, WAIT) and not in_comm:

@@ -58,6 +58,10 @@ def _logsumexp(record, func, args, kwargs):
     return record(aten.add_.Tensor, (result, squeezed), {})
 
 
+# ops CUDA runs as the ATen ops nested in it and no kernel of its own: an execution trace records those as the
+# op's children, which its importer takes instead of the op (et_import.py)
+RUN_AS_CHILDREN = ("aten.masked_fill", "aten.logsumexp")
+
 # the op's packet name (recorder._packet_name) -> how CUDA runs it; an entry returning None records the op itself
 # after what it recorded
 CUDA_COMPOSITES = {
