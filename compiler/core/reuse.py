@@ -33,7 +33,8 @@ VERSION = 11  # 2: a collective's time keeps its per-dimension busy time (link s
 #                the host dispatched before each compute op; 9: a zero-bubble stage's weight gradients in its
 #                parameters' order, an accumulated micro-batch's loss held to the next one's end; 10: masked_fill
 #                and softmax's backward as the ops CUDA runs for them (frontend/gpu_composites.py); 11: host
-#                scalars' .item() and an optimizer's step counters counted as the host's dispatches (views)
+#                scalars' .item() and an optimizer's step counters counted as the host's dispatches (views),
+#                logsumexp as the ops CUDA runs for it
 
 
 @dataclass

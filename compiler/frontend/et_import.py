@@ -15,7 +15,8 @@ How the trace becomes ops:
 - Each outermost operator call becomes one op; the operator calls nested inside it are its implementation
   (aten::linear -> t, addmm -> expand, copy_), and record_function ranges (module/autograd/optimizer labels) are
   only containers. A call that CUDA runs as the calls nested in it (gpu_composites.RUN_AS_CHILDREN: an
-  out-of-place masked_fill, logsumexp) is a container too: its nested calls are the ops, as a capture has them. Collectives and waits nested inside a compute op (DTensor dispatch) are still taken out.
+  out-of-place masked_fill, logsumexp) is a container too: its nested calls are the ops, as a capture has them.
+  Collectives and waits nested inside a compute op (DTensor dispatch) are still taken out.
 - Compute: flops from torch.utils.flop_counter's registry, called on meta tensors rebuilt from the recorded shapes;
   an op on DTensors (a "PythonSubclass" node under it, its shapes global) counts the FLOPs and bytes of the
   calls DTensor made under that node on this rank's shards;

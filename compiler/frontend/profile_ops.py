@@ -271,12 +271,6 @@ def _work(name: str, inputs: list) -> tuple:
     return flops, moved_bytes(name, in_bytes, out_bytes, written), in_types, out_types
 
 
-# cuDNN's own ops, which a profiler records launching a convolution's or batch norm's kernels (PyTorch's choice for
-# fp32 on CUDA), have no meta kernel: each is counted as the aten op it implements, which the capture records, from
-# its recorded arguments rearranged as that op takes them. name: (the aten op, its own argument count, the
-# rearrangement)
-
-
 def _as_convolution(order: tuple):
     """cudnn_convolution(_transpose)'s arguments (`order`: theirs after input and weight) as aten::convolution's:
     input, weight, bias (none: cuDNN adds it in a kernel of its own), stride, padding, dilation, transposed,
@@ -296,6 +290,10 @@ def _as_batch_norm_backward(inputs: list) -> list:
     return [inputs[1], inputs[0]] + inputs[2:7] + [("value", "True"), inputs[7], ("value", "[True, True, True]")]
 
 
+# cuDNN's own ops, which a profiler records launching a convolution's or batch norm's kernels (PyTorch's choice for
+# fp32 on CUDA), have no meta kernel: each is counted as the aten op it implements, which the capture records, from
+# its recorded arguments rearranged as that op takes them (a batch norm's forward takes them as they are). name:
+# (the aten op, its own argument count, the rearrangement)
 _STAND_IN = {"cudnn_convolution": ("convolution", 9, _as_convolution(("padding", "stride", "dilation", "groups"))),
              "cudnn_convolution_transpose": ("convolution", 10, _as_convolution(
                  ("padding", "output_padding", "stride", "dilation", "groups"))),
