@@ -514,3 +514,21 @@ def test_a_call_cuda_runs_as_its_nested_calls_is_those_calls(tmp_path):
     assert [op.name for op in ops] == ["aten.amax.default", "aten.sub.Tensor", "aten.sum.dim_IntList",
                                        "aten.logsumexp.default"]
     assert ops[1].bytes == (4096 + 64 + 4096) * 4   # the scores and the maxima read, the difference written
+
+
+def test_softmax_backward_is_its_multiply_then_its_own_kernel(tmp_path):
+    """CUDA's softmax backward multiplies the gradient by the output (a nested aten::mul, its own kernel) and then
+    runs its kernel (gpu_composites.RUN_WITH_CHILDREN): two ops, the multiply first, as the capture records them."""
+    g, o, p, q = ([i, i + 1, 0, 4096, 4, "cpu"] for i in (10, 12, 14, 16))
+    t = ["Tensor(float)"]
+    nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1),
+             node(2, "aten::_softmax_backward_data", 1, [g, o, -1, 6], t * 2 + ["Int", "Int"], [q], t,
+                  "aten::_softmax_backward_data(Tensor grad_output, Tensor output, int dim, ScalarType input_dtype) "
+                  "-> Tensor"),
+             node(3, "aten::mul", 2, [g, o], t * 2, [p], t,
+                  "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor")]
+    path = tmp_path / "softmax.json"
+    path.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
+    ops = load_traces([str(path)]).programs[0]
+    assert [(op.name, op.bytes) for op in ops] == [("aten.mul.Tensor", 3 * 4096 * 4),
+                                                   ("aten._softmax_backward_data.default", 3 * 4096 * 4)]

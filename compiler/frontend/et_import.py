@@ -15,7 +15,8 @@ How the trace becomes ops:
 - Each outermost operator call becomes one op; the operator calls nested inside it are its implementation
   (aten::linear -> t, addmm -> expand, copy_), and record_function ranges (module/autograd/optimizer labels) are
   only containers. A call that CUDA runs as the calls nested in it (gpu_composites.RUN_AS_CHILDREN: an
-  out-of-place masked_fill, logsumexp) is a container too: its nested calls are the ops, as a capture has them.
+  out-of-place masked_fill, logsumexp) is a container too: its nested calls are the ops, as a capture has them;
+  softmax's backward (RUN_WITH_CHILDREN) is an op and so is the multiply nested in it.
   Collectives and waits nested inside a compute op (DTensor dispatch) are still taken out.
 - Compute: flops from torch.utils.flop_counter's registry, called on meta tensors rebuilt from the recorded shapes;
   an op on DTensors (a "PythonSubclass" node under it, its shapes global) counts the FLOPs and bytes of the
@@ -80,7 +81,7 @@ from pathlib import Path
 from ...dialects.comm import ROOTED
 from ...network.errors import InputWarning, UserError
 from ...network.op_classes import format_shapes
-from .gpu_composites import RUN_AS_CHILDREN
+from .gpu_composites import RUN_AS_CHILDREN, RUN_WITH_CHILDREN
 from .kineto import Kineto, as_execution_trace, is_kineto, read_kineto
 from .op_bytes import moved_bytes, only_aliases
 from .op_causal import causal
@@ -506,11 +507,25 @@ class _Builder:
             return COMPUTE
         return None
 
-    def runs_as_children(self, node: dict) -> bool:
+    def runs_as_children(self, node: dict, too: bool = False) -> bool:
         """A call CUDA runs as the calls nested in it (gpu_composites.RUN_AS_CHILDREN: an out-of-place masked_fill
         is a clone and a masked_fill_, logsumexp an amax, a sub, an exp_, ...): those are the ops, not the call, as
-        a capture records them. A call with nothing nested (a trace that recorded no children) stays one op."""
-        return _op_name(node).rsplit(".", 1)[0] in RUN_AS_CHILDREN and bool(self.children[node["id"]])
+        a capture records them. `too`: or one whose nested calls are ops beside its own (RUN_WITH_CHILDREN:
+        softmax's backward multiplies first). A call with nothing nested (a trace that recorded no children) stays
+        one op."""
+        name = _op_name(node).rsplit(".", 1)[0]
+        return (name in RUN_AS_CHILDREN or too and name in RUN_WITH_CHILDREN) and bool(self.children[node["id"]])
+
+    def last_nested(self, node: dict) -> int:
+        """The id of the last call nested in `node`, at any depth (the nodes run in id order)."""
+        last, stack, seen = node["id"], list(self.children[node["id"]]), {node["id"]}
+        while stack:
+            n = stack.pop()
+            if n["id"] not in seen:
+                seen.add(n["id"])
+                last = max(last, n["id"])
+                stack.extend(self.children[n["id"]])
+        return last
 
     def enclosing(self) -> dict[int, tuple[bool, bool]]:
         """node id -> (inside an operator call, inside a collective/wait), following callers upwards."""
@@ -530,7 +545,7 @@ class _Builder:
                 parent = self.parent[child["id"]]
                 in_op, in_comm = memo[parent["id"]]
                 kind = self.kind(parent)
-                around = kind is not None and not (kind == COMPUTE and self.runs_as_children(parent))
+                around = kind is not None and not (kind == COMPUTE and self.runs_as_children(parent, too=True))
                 memo[child["id"]] = (in_op or around, in_comm or kind in (COLLECTIVE, WAIT))
         return memo
 
@@ -540,14 +555,21 @@ class _Builder:
         self.ranged = {n["id"]: self.range_phase(n) for n in calls}
         self.iteration = self.iterations(calls)
         self.backward_spans = self.backward_runs(calls)
+        # a call whose nested calls run before its own kernel (RUN_WITH_CHILDREN) goes after the last of them
+        after: dict[int, list] = defaultdict(list)
         for node in self.nodes:
             kind = self.kind(node)
             in_op, in_comm = inside[node["id"]]
-            if kind == COMPUTE and not in_op and not self.runs_as_children(node):
+            if kind == COMPUTE and not in_op and self.runs_as_children(node, too=True) \
+                    and not self.runs_as_children(node):
+                after[self.last_nested(node)].append(node)
+            elif kind == COMPUTE and not in_op and not self.runs_as_children(node):
                 move = host_copy(node)
                 self.add(node, *(self.memory(node, *move) if move else self.compute(node)))
             elif kind in (COLLECTIVE, WAIT) and not in_comm:
                 self.add(node, *self.comm(node, kind))
+            for waiting in after.pop(node["id"], ()):
+                self.add(waiting, *self.compute(waiting))
         if self.trace.measured_ns:
             self.measure()
 

@@ -61,6 +61,8 @@ def _logsumexp(record, func, args, kwargs):
 # ops CUDA runs as the ATen ops nested in it and no kernel of its own: an execution trace records those as the
 # op's children, which its importer takes instead of the op (et_import.py)
 RUN_AS_CHILDREN = ("aten.masked_fill", "aten.logsumexp")
+# ops CUDA runs as the ATen ops nested in it and then a kernel of its own: the importer takes those and the op
+RUN_WITH_CHILDREN = ("aten._softmax_backward_data",)
 
 # the op's packet name (recorder._packet_name) -> how CUDA runs it; an entry returning None records the op itself
 # after what it recorded
