@@ -479,6 +479,14 @@ class _Builder:
         for n in self.nodes:
             if self.parent[n["id"]] is not None:
                 self.children[self.parent[n["id"]]["id"]].append(n)
+        # calls CUDA runs as the calls nested in them (runs_as_children): id -> True, or False where the call's own
+        # kernel runs too; a call with nothing nested (a trace that recorded no children) is none
+        self.composite: dict[int, bool] = {}
+        for n in self.nodes:
+            if self.children[n["id"]]:
+                name = _op_name(n).rsplit(".", 1)[0]
+                if name in RUN_AS_CHILDREN or name in RUN_WITH_CHILDREN:
+                    self.composite[n["id"]] = name in RUN_AS_CHILDREN
         self.last_writer: dict = {}
 
     def _caller(self, node: dict, written: dict) -> dict | None:
@@ -513,8 +521,8 @@ class _Builder:
         a capture records them. `too`: or one whose nested calls are ops beside its own (RUN_WITH_CHILDREN:
         softmax's backward multiplies first). A call with nothing nested (a trace that recorded no children) stays
         one op."""
-        name = _op_name(node).rsplit(".", 1)[0]
-        return (name in RUN_AS_CHILDREN or too and name in RUN_WITH_CHILDREN) and bool(self.children[node["id"]])
+        whole = self.composite.get(node["id"])
+        return whole is True or too and whole is False
 
     def last_nested(self, node: dict) -> int:
         """The id of the last call nested in `node`, at any depth (the nodes run in id order)."""
