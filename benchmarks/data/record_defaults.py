@@ -6,7 +6,6 @@ profiled step whose names say TF32 or fp32 and their time. ResNet-18's "defaults
 
     python3 record_defaults.py EXAMPLES_DIR OUT_DIR [--models resnet_dp]
 """
-import importlib.util
 import json
 import os
 import re
@@ -15,6 +14,8 @@ import sys
 import time
 
 import torch
+
+from model_steps import counters_to_host, load_model
 
 EX, OUT = sys.argv[1], sys.argv[2]
 MODELS = sys.argv[sys.argv.index("--models") + 1].split(",") if "--models" in sys.argv else ["resnet_dp"]
@@ -41,13 +42,6 @@ START = flags()   # before anything sets them
 torch.set_default_device("cuda")
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(EX, name + ".py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
-
-
 def run(mod, mode):
     torch.manual_seed(0)
     model = mod.build_model().to("cuda")
@@ -60,9 +54,7 @@ def run(mod, mode):
         (lossf(out) if lossf else out.float().mean()).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        for s in opt.state.values():
-            if torch.is_tensor(s.get("step")) and s["step"].device.type != "cpu":
-                s["step"] = s["step"].cpu()
+        counters_to_host(opt)
     for _ in range(3):
         step()
     torch.cuda.synchronize()
@@ -91,7 +83,7 @@ def run(mod, mode):
 def main():
     res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "flags_at_start": START, "models": {}}
     for name in MODELS:
-        mod = load(name)
+        mod = load_model(EX, name)
         rows = [run(mod, "defaults")]
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         rows.append(run(mod, "tf32"))

@@ -13,8 +13,9 @@ NAME_tf32_kineto.json, NAME_fp32_kineto.json, with shapes); --host-counters: Ada
 after its first step, as the examples' reference recording had them (PyTorch 2.11 makes them on the default device,
 the GPU here, where each of their two .item() reads a parameter waits for the GPU).
 """
-import importlib.util, json, os, statistics, sys, time
+import json, os, statistics, sys, time
 import torch
+from model_steps import counters_to_host, load_model
 
 EX, OUT = sys.argv[1], sys.argv[2]
 DRY = "--cpu-dry-run" in sys.argv
@@ -64,20 +65,7 @@ res["ceilings"] = ceilings()
 print(json.dumps(res["ceilings"]), flush=True)
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(EX, name + ".py"))
-    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); return m
-
-
 HOST_COUNTERS = "--host-counters" in sys.argv
-
-
-def counters_to_host(opt):
-    """AdamW's step counters moved to the host, where PyTorch keeps them without a CUDA default device (2.15: always):
-    under set_default_device("cuda") PyTorch 2.11 makes them on the GPU, and each .item() of one waits for it."""
-    for state in opt.state.values():
-        if torch.is_tensor(state.get("step")) and state["step"].device.type != "cpu":
-            state["step"] = state["step"].cpu()
 
 
 def step_fn(mod, model, inputs, opt, amp):
@@ -94,7 +82,7 @@ def step_fn(mod, model, inputs, opt, amp):
 
 for name in MODELS:
     try:
-        mod = load(name)
+        mod = load_model(EX, name)
         torch.manual_seed(0)
         model = mod.build_model().to(dev)
         inputs = mod.example_inputs()
@@ -165,7 +153,7 @@ os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER
 dist.init_process_group("gloo" if DRY else "nccl", rank=0, world_size=1)
 for name in (("gpt_tp_dp",) if "--gpt-only" in sys.argv else ("mlp_dp", "gpt_tp_dp")):
     try:
-        mod = load(name)
+        mod = load_model(EX, name)
         model = mod.build_model().to(dev)
         ddp = DDP(model, device_ids=None if DRY else [0])
         opt = torch.optim.AdamW(ddp.parameters())

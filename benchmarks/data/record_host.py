@@ -13,7 +13,6 @@ mode, at its own batch and at one sample of it (where the kernels are short and 
 
     python3 record_host.py MODELS_DIR OUT_DIR --models a,b [--dry]
 """
-import importlib.util
 import json
 import os
 import statistics
@@ -22,6 +21,8 @@ import time
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from model_steps import load_model
 
 MODELS_DIR, OUT = sys.argv[1], sys.argv[2]
 DRY = "--dry" in sys.argv
@@ -35,13 +36,6 @@ torch.set_default_device(DEV)
 def sync():
     if not DRY:
         torch.cuda.synchronize()
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(MODELS_DIR, name + ".py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
 
 
 class Counter(TorchDispatchMode):
@@ -98,7 +92,7 @@ def record(mod, model, inputs, amp) -> dict:
 def main():
     res = {"device": "cpu" if DRY else torch.cuda.get_device_name(0), "torch": torch.__version__, "models": {}}
     for name in NAMES:
-        mod = load(name)
+        mod = load_model(MODELS_DIR, name)
         res["models"][name] = {}
         for mode, amp in (("fp32", False), ("bf16_autocast", True)):
             for batch in ("own", "one"):

@@ -10,7 +10,6 @@ to tell whether the two modes' measured gap (11.6 against 9.1 ms) is the mode or
 
     python3 record_memory.py EXAMPLES_DIR OUT_DIR [--dry]
 """
-import importlib.util
 import json
 import os
 import statistics
@@ -18,6 +17,8 @@ import sys
 import time
 
 import torch
+
+from model_steps import load_model
 
 EX, OUT = sys.argv[1], sys.argv[2]
 DRY = "--dry" in sys.argv
@@ -31,15 +32,8 @@ def sync():
         torch.cuda.synchronize()
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(EX, name + ".py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
-
-
 def setup(name):
-    mod = load(name)
+    mod = load_model(EX, name)
     torch.manual_seed(0)
     model = mod.build_model().to(DEV)
     inputs = mod.example_inputs()
