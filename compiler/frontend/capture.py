@@ -19,6 +19,7 @@ from ..core import heap
 from .model_file import ModelFile, one_line, step_context
 from . import pipeline, pipeline_schedule
 from .accumulation import Accumulation, gradient_sync, split
+from .chunk_lending import Lender
 from .chunk_replay import ChunkReplay, ReplayMismatch, replays, replays_microbatches
 from .mesh import check_axes, check_mesh, silent_axes
 from .parallelize import (apply_builtin, axis, build_mesh, mesh_reads, meshes_outside_fake, prepare_ddp,
@@ -32,7 +33,7 @@ from .own_world import script_world_set_aside
 from .recompute import recompute_marked
 from .recorder import AUTOGRAD, StepRecorder
 from .routing import AssumedRouting, check_routing
-from .step_memory import watching
+from .step_memory import trained_tensors, watching
 from .weight_grad_order import weight_groups_ordered
 from .workload import COLLECTIVE, RECV, SEND, Workload
 
@@ -186,11 +187,13 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
     programs, offloaded, memory = {}, False, {}
     shapes: dict[int, list] = {}   # stage index -> its input's shapes, found along the chain of stages
     coord, outline = 0, None       # stage 0 is on pp coordinate 0
+    lender = Lender(axes)          # a stage's chunk templates for the stages after it (chunk_lending.py)
     while len(programs) < p.pp:
         known = len(shapes)
         try:
             try:
-                ops, host, rp, used = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes))
+                ops, host, rp, used = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes),
+                                                    lender=lender)
             except ReplayMismatch:   # a micro-batch unlike the template: every one dispatched (chunk_replay.py)
                 ops, host, rp, used = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes),
                                                     replay=False)
@@ -201,6 +204,7 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
                 del shapes[k]
             shapes[pipeline_schedule.PARALLELIZED] = True
             programs.clear()   # every rank captured again on the new chain (only such a file pays for it)
+            lender.donor = None
             continue
         if outline is not None and rp.outline() != outline:
             raise UserError(f"{spec.path}: pp coordinate {coord}'s schedule ({_outline_text(rp.outline())}) is not "
@@ -226,13 +230,14 @@ def _outline_text(outline: tuple) -> str:
 
 
 def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: int, stage=None,
-                  replay: bool = True):
+                  replay: bool = True, lender: Lender | None = None):
     """Record one rank's training step: (its ops, with groups named after the mesh axes; whether FSDP2 offloads
     shards to the host; for a pipeline, the rank's pipeline_schedule.RankPipeline; its memory,
     step_memory.StepMemory.result). `stage`: (pipeline.Plan, the rank's pp coordinate, the chain of stage shapes so
     far) or None. A pipeline rank whose stages' inputs are not all known yet only advances the chain: its ops (and
     memory) are None. `replay`: a pipeline stage's later micro-batches copied from an earlier one's ops
-    (chunk_replay.py; each copy allocates and frees what its template did), else each dispatched."""
+    (chunk_replay.py; each copy allocates and frees what its template did), else each dispatched; `lender`: the
+    templates of an earlier stage, which this one may take, and where it leaves its own (chunk_lending.py)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -242,7 +247,8 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
     where = f" (pipeline stage {stage[1]})" if stage is not None else ""
     acc = spec.accumulation or Accumulation()
     chunks = ChunkReplay(lambda: recording[0],
-                         enabled=replay and (stage is not None or replays_microbatches(acc.microbatches)))
+                         enabled=replay and (stage is not None or replays_microbatches(acc.microbatches)),
+                         lender=lender, coord=stage[1] if stage is not None else 0)
     with torch.enable_grad(), fake_world(world_size, rank), _quiet_error_logs(), meshes_outside_fake(), \
             _compiled_runs_eager(), _pinning_is_free(), _activations_to_host(lambda: recording[0]), \
             recompute_marked(lambda: recording[0]), cuda_autocast_on_host(), cuda_foreach_on_host(), \
@@ -267,6 +273,9 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                         rp = _rank_pipeline(spec, model, device_mesh, axes, stage, inputs, loss_of)
                         model = torch.nn.ModuleList(rp.modules)
                         chunks.enabled &= replays(rp)
+                        # a middle stage lends and borrows: the first computes no input gradient, the last a loss
+                        chunks.lending = lender is not None and len(rp.stages) == 1 and \
+                            not rp.stages[0].is_first and not rp.stages[0].is_last
                     elif spec.parallelize is not None:
                         made = spec.parallelize(model, device_mesh)   # None: parallelized in place
                         model = model if made is None else made     # (not `or`: a module may define __len__)
@@ -285,6 +294,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                 offloaded = host_offloaded(model)
                 what = "optimizer(parameters)"
                 opt = spec.optimizer(model.parameters()) if spec.optimizer else torch.optim.AdamW(model.parameters())
+                chunks.trained = lambda: (trained_tensors(model, opt), list(model.buffers()))
 
             def step(recorder=None):
                 def phase(name):
@@ -330,6 +340,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
             with fake, routing, watching(recorder.memory, model, opt), recorder, chunks.installed():
                 step(recorder)
             chunks.check()
+            chunks.lend(recorder.ops)
             recording[0] = None
             memory = recorder.memory.result(spec.expandable_segments)
         except (UserError, ReplayMismatch):

@@ -17,6 +17,9 @@ of the schedule's sends and receives.
 Gradient accumulation's micro-batches (capture.py's loop, not a schedule's) go through the same calls, each
 micro-batch's forward and backward as one (`micro_batch`).
 
+A middle stage may take an earlier middle stage's templates instead of its own (chunk_lending.py): where its
+micro-batch 0 records what that stage's did, its micro-batches 1 to M - 2 are all copies, and neither 1 nor 2 runs.
+
 Capture cost then stays flat in the number of micro-batches; the workload is the same op for op (tested against
 the capture that dispatches every micro-batch). So is the memory per rank: a copy allocates and frees what its
 template did (step_memory.StepMemory.replay), on storages of its own, its stand-in results adopting the storages
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 
 from ...network.errors import AstraError
 from ..core import heap
+from .chunk_lending import LENT_KINDS, Donor, Lender, NoImage, kept_map, log_shape, persistent
 from .recorder import storage_key   # the recorder's key of a storage: address and generation
 from .workload import COMPUTE, LOAD, STORE, Op
 
@@ -87,6 +91,16 @@ class Call:
     result_storages: list = field(default_factory=list)   # the template: step_memory's storage of each result
     held_args: set = field(default_factory=set)   # the template: its arguments its results' autograd graph holds
     created_at: dict | None = None   # the template: `created` by event (_created_at)
+    memory_shape: tuple | None = None   # a stage that may lend or borrow: chunk_lending.log_shape(memory)
+
+
+@dataclass
+class _Source:
+    """Where a copy's template lies: this stage's own calls, or a donor's (chunk_lending.py)."""
+    ops: list                      # the program holding the template's ops
+    origin: dict                   # its storages -> (key, chunk, event, slot) of the call that made them
+    kept: dict | None = None       # lent: the donor's persistent storages -> this stage's (None: own template)
+    shift: object = None           # lent: chunk_lending.RankShift, the donor's ranks as this stage's
 
 
 def _leaves(value):
@@ -100,8 +114,16 @@ class ChunkReplay:
     """Installed around a stage's capture (capture.py); `recording()` gives the StepRecorder while the recorded
     step runs (None in the warm-up)."""
 
-    def __init__(self, recording, enabled: bool = True):
+    def __init__(self, recording, enabled: bool = True, lender: Lender | None = None, coord: int = 0):
         self.recording, self.enabled = recording, enabled
+        # a pipeline's stages in turn (chunk_lending.py): the earlier stage whose templates this one may take, and
+        # this stage's pp coordinate; `lending` is set once the rank is known to hold one stage
+        self.lender, self.coord, self.lending = lender, coord, False
+        self.borrowed: dict = {}     # key -> True where its copies take the donor's template (checked on chunk 0)
+        self.held: dict = {}         # (kind, chunk) -> chunk_lending.persistent() as micro-batch 0's and 1's began
+        self._kept: dict = {}        # key -> the donor's persistent storages -> this stage's, for its copies
+        # capture.py, once the rank's optimizer is made: (the tensors it trains, the module's buffers)
+        self.trained = lambda: ([], [])
         self.calls: dict = {}        # (key, chunk) -> Call of the recorded step
         self.origin: dict = {}       # storage created in a call -> (key, chunk, event, slot)
         self.checked: dict = {}      # key -> True once micro-batch CHECKED matched its prediction
@@ -206,7 +228,8 @@ class ChunkReplay:
                 self._keep_shape(key, out)
                 return out
             return self._real(key, chunk, args, run, None)
-        copies = CHECKED < chunk <= count - 2 and self.checked.get(key)
+        borrowed = TEMPLATE <= chunk <= count - 2 and self.borrowed.get(key)
+        copies = borrowed or (CHECKED < chunk <= count - 2 and self.checked.get(key))
         if not copies and key[1] != "forward" and \
                 getattr(self.calls.get(((key[0], "forward"), chunk)), "copied", False):
             # a backward dispatched on a copied forward's stand-in output would record no backward at all (the
@@ -216,7 +239,7 @@ class ChunkReplay:
             return run()
         if copies:
             try:
-                out = self._replayed(key, chunk, args, rec)
+                out = self._replayed(key, chunk, args, rec, borrowed)
                 self.replayed += 1
                 return out
             except ReplayMismatch as e:   # the step goes on dispatching; the stage is captured again after it
@@ -225,6 +248,8 @@ class ChunkReplay:
         out = self._real(key, chunk, args, run, rec)
         if chunk == CHECKED and (key, TEMPLATE) in self.calls:
             self._check(key, rec)
+        elif chunk == 0 and self._lent(key) is not None:
+            self._check_lent(key, rec)
         return out
 
     def _sharded(self, stage) -> bool:
@@ -261,8 +286,13 @@ class ChunkReplay:
             return out
         call = Call(key, chunk, start=len(rec.ops), args=[storage_key(t) for t in _leaves(args)[2]],
                     views_before=rec._views)
-        call.writer_before = dict(rec._writer) if chunk == CHECKED else None
-        memory = rec.memory if chunk == TEMPLATE or key[1] == "loss" else None   # a loss: every one (_replayed)
+        lent = chunk == 0 and self._lent(key) is not None
+        call.writer_before = dict(rec._writer) if chunk == CHECKED or lent else None
+        lends = self.lending and chunk in (0, TEMPLATE) and key[1] in LENT_KINDS
+        if lends:
+            self.held[(key[1], chunk)] = persistent(*self.trained())
+        # a loss: every one (_replayed); micro-batch 0 of a stage that may lend or borrow: for _check_lent
+        memory = rec.memory if chunk == TEMPLATE or key[1] == "loss" or lends else None
         rec.events = []
         if memory is not None:
             outer, memory.log = memory.log, []
@@ -275,6 +305,7 @@ class ChunkReplay:
         if memory is not None:
             call.result_storages = [memory.holding(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
             call.held_args = _held(_leaves(args)[2], _leaves(out)[2])
+            call.memory_shape = log_shape(call.memory) if lends else None
         call.end, call.views_after = len(rec.ops), rec._views
         call.results = [storage_key(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
         covered = call.start
@@ -306,8 +337,8 @@ class ChunkReplay:
         writer = actual.writer_before
         actual.writer_before = None
         try:
-            ops, _ = self._copy(template, CHECKED, actual.args, actual.results, writer, actual.views_before,
-                                actual.start, rec.ops, dry=True)
+            ops, _ = self._copy(template, key, CHECKED, actual.args, actual.results, writer, actual.views_before,
+                                actual.start, _Source(rec.ops, self.origin), dry=True)
         except ReplayMismatch as e:
             self.mismatch = str(e)
             return
@@ -316,15 +347,76 @@ class ChunkReplay:
         else:
             self.checked[key] = True
 
+    # -- templates lent by an earlier stage (chunk_lending.py) -------------------------------------------------------
+    def _lent(self, key):
+        """The donor's micro-batch 0 call of this kind, where this stage may take the donor's templates."""
+        donor = self.lender.donor if self.lending and self.lender is not None else None
+        if donor is None or donor.coord == self.coord:
+            return None
+        return donor.firsts.get(key[1])
+
+    def _check_lent(self, key, rec) -> None:
+        """This stage's micro-batch 0 of `key`, just recorded, against the donor's put on this stage's storages and
+        ranks: where they are the same op for op, micro-batches 1 to M - 2 copy the donor's template."""
+        donor, actual = self.lender.donor, self.calls[(key, 0)]
+        first, writer, actual.writer_before = donor.firsts[key[1]], actual.writer_before, None
+        self.borrowed[key] = False
+        kept = kept_map(donor.held.get((key[1], 0), []), self.held.get((key[1], 0), [None]))
+        if kept is None or not first.replayable or not actual.replayable or first.memory_shape is None or \
+                first.memory_shape != actual.memory_shape:
+            return
+        try:
+            ops, _ = self._copy(first, key, 0, actual.args, actual.results, writer, actual.views_before,
+                                actual.start, _Source(donor.ops, donor.origin, kept, self.lender.shift(self.coord)),
+                                dry=True)
+        except ReplayMismatch:
+            return
+        mine = rec.ops[actual.start:actual.end]
+        # the donor's ops carry its groups' final names (capture.py names them by their ranks after its step)
+        self.borrowed[key] = len(ops) == len(mine) and all(
+            {**a.__dict__, "group_name": ""} == {**b.__dict__, "group_name": ""} for a, b in zip(ops, mine))
+
+    def _lent_source(self, key) -> tuple[Call, _Source]:
+        """The donor's template of `key` and where it lies, its persistent storages mapped onto this stage's as
+        they are at its first copy."""
+        donor = self.lender.donor
+        kept = self._kept.get(key)
+        if kept is None:
+            kept = kept_map(donor.held.get((key[1], TEMPLATE), []), persistent(*self.trained()))
+            if kept is None:
+                raise ReplayMismatch(f"pipeline stage {self.coord}'s {key[1]} holds other parameters than stage "
+                                     f"{donor.coord}'s, whose template it took")
+            self._kept[key] = kept
+        return donor.templates[key[1]], _Source(donor.ops, donor.origin, kept, self.lender.shift(self.coord))
+
+    def lend(self, ops: list) -> None:
+        """After the recorded step: this stage's templates for the stages after it, where each was checked on its
+        micro-batch 2 (a stage that borrowed leaves the donor it took them from)."""
+        if not self.lending or not self.enabled or self.mismatch or any(self.borrowed.values()):
+            return
+        # torch asks every stage for its loss, which only the last computes: a stage whose loss calls ran ops lends
+        # nothing (the last stage's copies pair its losses with its backwards, _replayed)
+        if any(key[1] == "loss" and call.end > call.start for (key, _), call in self.calls.items()):
+            return
+        keys = [key for key, chunk in self.calls if chunk == TEMPLATE and key[1] != "loss"]
+        if not keys or any(key[1] not in LENT_KINDS or not self.checked.get(key) or (key, 0) not in self.calls
+                           or {(key[1], 0), (key[1], TEMPLATE)} - set(self.held) for key in keys):
+            return
+        self.lender.donor = Donor(self.coord, ops, self.origin, {k[1]: self.calls[(k, 0)] for k in keys},
+                                  {k[1]: self.calls[(k, TEMPLATE)] for k in keys}, dict(self.held))
+
     # -- a replayed call ------------------------------------------------------------------------------------------
-    def _replayed(self, key, chunk, args, rec):
-        template = self.calls[(key, TEMPLATE)]
+    def _replayed(self, key, chunk, args, rec, borrowed: bool):
+        if borrowed:
+            template, source = self._lent_source(key)
+        else:
+            template, source = self.calls[(key, TEMPLATE)], _Source(rec.ops, self.origin)
         out = self._stand_in(key, rec)
         results = [storage_key(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
         call_args = [storage_key(t) for t in _leaves(args)[2]]
         with heap.paused():   # copies hold no cycles; kept for the whole compile
-            ops, call = self._copy(template, chunk, call_args, results, rec._writer, rec._views, len(rec.ops),
-                                   rec.ops, dry=False)
+            ops, call = self._copy(template, key, chunk, call_args, results, rec._writer, rec._views, len(rec.ops),
+                                   source, dry=False)
         rec.ops.extend(ops)
         heap.kept()
         copies = self._copied_storages.setdefault(chunk, {})
@@ -375,17 +467,19 @@ class ChunkReplay:
                 rec.paused -= 1
         return tree_unflatten(made, spec)
 
-    def _copy(self, template: Call, chunk: int, args: list, results: list, writer: dict, views: int, base: int,
-              ops: list, dry: bool):
-        """The template's ops as micro-batch `chunk` would record them, appended at index `base` with the
-        recorder's storage -> writer map `writer` (updated in place): (the ops, the Call they make)."""
+    def _copy(self, template: Call, key, chunk: int, args: list, results: list, writer: dict, views: int,
+              base: int, source: _Source, dry: bool):
+        """The template's ops (in `source`) as this stage's call `key` of micro-batch `chunk` would record them,
+        appended at index `base` with the recorder's storage -> writer map `writer` (updated in place): (the ops,
+        the Call they make)."""
         sub = {}
         for s_t, s in zip(template.args, args):
             sub.setdefault(s_t, s)
         for s_t, s in zip(template.results, results):
             if s_t is not None and s is not None and s_t not in template.args:
                 sub.setdefault(s_t, s)
-        call = Call(template.key, chunk, start=base, args=args, results=results)
+        call = Call(key, chunk, start=base, args=args, results=results)
+        kept, shift, ops = source.kept, source.shift, source.ops
 
         def mapped(s):
             if s in sub:
@@ -393,14 +487,20 @@ class ChunkReplay:
             if s in template.created:
                 sub[s] = next(self._fresh)
                 return sub[s]
-            o = self.origin.get(s)
+            o = source.origin.get(s)
             if o is not None and o[1] == template.chunk and o[0] != template.key:   # an earlier call's activation
-                other = self.calls.get((o[0], chunk))
+                other = self.calls.get((o[0] if kept is None else (key[0], o[0][1]), chunk))
                 if other is None or (o[2], o[3]) not in other.slots:
                     raise ReplayMismatch(f"micro-batch {chunk}'s {template.key[1]} uses storages of a "
                                          f"{o[0][1]} call not recorded for it")
                 sub[s] = other.slots[(o[2], o[3])]
                 return sub[s]
+            if kept is not None:   # a parameter, buffer or gradient of the donor: this stage's at its place
+                if s not in kept:
+                    raise ReplayMismatch(f"micro-batch {chunk}'s {template.key[1]} uses a storage of the stage it "
+                                         "took its template from that this stage has no counterpart of")
+                s = sub[s] = kept[s]
+                return s
             sub[s] = s
             return s
 
@@ -418,6 +518,12 @@ class ChunkReplay:
             deps = sorted(found)
             for i in range(first, end):
                 op = _clone(ops[i], deps if i == first else list(deps))
+                if shift is not None:
+                    try:
+                        shift.apply(op)
+                    except NoImage as e:
+                        raise ReplayMismatch(f"micro-batch {chunk}'s {template.key[1]} reaches rank {e} of another "
+                                             "pipeline stage than the one it took its template from") from None
                 if first_compute and op.kind == COMPUTE:
                     op.views = op.views - template.views_before + views
                     first_compute = False
@@ -430,7 +536,7 @@ class ChunkReplay:
                 x = sub[s]
                 call.slots[(e, slot)] = x
                 if not dry:
-                    self.origin.setdefault(x, (template.key, chunk, e, slot))
+                    self.origin.setdefault(x, (key, chunk, e, slot))
         call.end = base + len(made)
         return made, call
 

@@ -271,14 +271,25 @@ def state_tensors(optimizer) -> list:
     return out
 
 
+def trained_tensors(model, optimizer) -> list:
+    """The module's parameters, then those the optimizer trains that the module does not list (built-in TP under
+    DDP), each once."""
+    out = list(model.parameters())
+    seen = {id(p) for p in out}
+    for g in getattr(optimizer, "param_groups", ()):
+        for p in g["params"]:
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+    return out
+
+
 @contextlib.contextmanager
 def watching(memory: StepMemory, model, optimizer):
     """While the recorded step runs: the model's parameters, buffers and the optimizer's states as live before it,
     the gradients the optimizer steps with tagged as they are, and storages resized in place reported."""
     import torch
-    trained = [p for g in getattr(optimizer, "param_groups", ()) for p in g["params"]]
-    # the optimizer's parameters too: the module may not list every one it trains (built-in TP under DDP)
-    memory.held_before([local(t) for t in [*model.parameters(), *trained, *model.buffers()]], "parameters")
+    memory.held_before([local(t) for t in [*trained_tensors(model, optimizer), *model.buffers()]], "parameters")
     memory.held_before(state_tensors(optimizer), "optimizer_states")
 
     def grads(opt, args, kwargs):
