@@ -133,3 +133,11 @@ def traced(recorded: str, et: str, kineto: str | None = None, profile: str = "")
     return (observer + f"with profile(activities=[ProfilerActivity.CPU], {options}execution_trace_observer=et,\n"
             f"             on_trace_ready=lambda p: p.export_chrome_trace({kineto})) as prof:\n"
             + textwrap.indent(recorded, "    "))
+
+
+def dispatching_all(monkeypatch):
+    """capture() from now on with every micro-batch dispatched (compiler/frontend/chunk_replay.py off): what a
+    capture that copies micro-batches must record the same as."""
+    from astra_compile.compiler.frontend import capture as capture_module
+    real = capture_module._capture_rank
+    monkeypatch.setattr(capture_module, "_capture_rank", lambda *a, replay=True, **k: real(*a, replay=False, **k))

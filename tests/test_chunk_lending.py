@@ -10,6 +10,8 @@ from astra_compile.compiler.frontend.capture import capture
 from astra_compile.compiler.frontend.chunk_lending import NoImage, RankShift, kept_map
 from astra_compile.compiler.frontend.model_file import load_model_file
 
+from helpers import dispatching_all
+
 M, P, TP = 8, 4, 2
 
 MODEL = """
@@ -81,20 +83,16 @@ def forwards_per_stage(monkeypatch, s) -> dict:
     return runs
 
 
-def dispatching_all(monkeypatch):
-    real = capture_module._capture_rank
-    monkeypatch.setattr(capture_module, "_capture_rank", lambda *a, replay=True, **k: real(*a, replay=False, **k))
 
-
-@pytest.mark.parametrize("schedule", ["1F1B", "GPipe"])
-def test_a_middle_stage_takes_the_templates_of_the_one_before(tmp_path, monkeypatch, schedule):
+@pytest.mark.parametrize("schedule, v", [("1F1B", 1), ("GPipe", 1), ("Interleaved1F1B", 2)])
+def test_a_middle_stage_takes_the_templates_of_the_one_before(tmp_path, monkeypatch, schedule, v):
     s = spec(tmp_path, schedule)
     runs = forwards_per_stage(monkeypatch, s)
     lent = capture(s, 2 * P * TP).to_json()
-    # each stage's module runs for: the probe of its output's shape, the warm-up's micro-batches 0 and M - 1, the
-    # recorded step's 0, 1, 2 and M - 1; stage 2 takes stage 1's templates and so runs neither 1 nor 2. Stage 1 is
-    # unlike stage 0 (no shapes differ here, but stage 0 receives no activation) and stage 3 computes the loss
-    assert runs == {0: 7, 1: 7, 2: 5, 3: 7}
+    # each of a rank's v stages runs its module for: the warm-up's micro-batches 0 and M - 1, the recorded step's 0,
+    # 1, 2 and M - 1; once more for the probe of its output's shape. Rank 2 takes rank 1's templates and so runs
+    # neither 1 nor 2. Rank 0 holds the first stage (which computes no input gradient), rank 3 the last (the loss)
+    assert runs == {0: 1 + 6 * v, 1: 1 + 6 * v, 2: 1 + 4 * v, 3: 1 + 6 * v}
     dispatching_all(monkeypatch)
     every = capture(s, 2 * P * TP).to_json()
     assert lent.pop("memory") == every.pop("memory")

@@ -10,11 +10,11 @@ import textwrap
 import pytest
 
 from astra_compile.compiler.api import api
-from astra_compile.compiler.frontend import capture as capture_module, trace_memory
+from astra_compile.compiler.frontend import trace_memory
 from astra_compile.compiler.frontend.capture import capture
 from astra_compile.compiler.frontend.model_file import load_model_file
 
-from helpers import cli, refused
+from helpers import cli, dispatching_all, refused
 
 M, P = 8, 4
 
@@ -73,11 +73,6 @@ def spec(tmp_path, schedule="1F1B", odd="", axis="dp"):
     path.write_text(textwrap.dedent(MODEL % (odd or "pass", schedule, M, P, axis, P)))
     return load_model_file(str(path))
 
-
-def dispatching_all(monkeypatch):
-    """capture() with every micro-batch dispatched (replay off)."""
-    real = capture_module._capture_rank
-    monkeypatch.setattr(capture_module, "_capture_rank", lambda *a, replay=True, **k: real(*a, replay=False, **k))
 
 
 # the last stage's capture runs its module for: the probe of its output's shape, the warm-up's micro-batches 0 and

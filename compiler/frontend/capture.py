@@ -273,9 +273,11 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                         rp = _rank_pipeline(spec, model, device_mesh, axes, stage, inputs, loss_of)
                         model = torch.nn.ModuleList(rp.modules)
                         chunks.enabled &= replays(rp)
-                        # a middle stage lends and borrows: the first computes no input gradient, the last a loss
-                        chunks.lending = lender is not None and len(rp.stages) == 1 and \
-                            not rp.stages[0].is_first and not rp.stages[0].is_last
+                        # a rank of middle stages lends and borrows (chunk_lending.py): the first stage computes
+                        # no input gradient, the last a loss
+                        chunks.lending = chunks.enabled and lender is not None and \
+                            not any(s.is_first or s.is_last for s in rp.stages)
+                        chunks.places = {id(s): n for n, s in enumerate(rp.stages)}
                     elif spec.parallelize is not None:
                         made = spec.parallelize(model, device_mesh)   # None: parallelized in place
                         model = model if made is None else made     # (not `or`: a module may define __len__)

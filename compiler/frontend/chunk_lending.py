@@ -1,7 +1,8 @@
 """A pipeline stage's chunk templates lent to the stages captured after it (chunk_replay.py copies them).
 
 A 175B GPT on 16 stages has 14 middle stages whose chunks run the same ops on the same shapes: only their
-parameters, their gradients and the ranks of their process groups differ. Each stage still dispatches its own
+parameters, their gradients and the ranks of their process groups differ. (A rank holding several stages,
+Interleaved1F1B's, lends and borrows each of them by its place among the rank's stages.) Each stage still dispatches its own
 micro-batch 0 and last (the first touch of its gradients, DDP's synchronisation) and the warm-up's calls, but a
 stage whose micro-batch 0 records exactly the ops a middle stage captured before it recorded at its micro-batch 0
 (its ranks, parameters and gradients put for the earlier stage's) takes that stage's templates: its micro-batches
@@ -30,9 +31,10 @@ class Donor:
     coord: int                     # its pp coordinate
     ops: list                      # its program: the templates' ops
     origin: dict                   # storage -> (key, chunk, event, slot) of the call that made it
-    firsts: dict                   # kind -> its Call of micro-batch 0
-    templates: dict                # kind -> its Call of micro-batch 1
-    held: dict                     # (kind, chunk) -> persistent() as that call began
+    firsts: dict                   # (place, kind) -> its Call of micro-batch 0 (place: the stage's on its rank)
+    templates: dict                # (place, kind) -> its Call of micro-batch 1
+    held: dict                     # ((place, kind), chunk) -> persistent() as that call began
+    places: dict                   # id of each of its PipelineStages -> its place
 
 
 @dataclass

@@ -101,6 +101,7 @@ class _Source:
     origin: dict                   # its storages -> (key, chunk, event, slot) of the call that made them
     kept: dict | None = None       # lent: the donor's persistent storages -> this stage's (None: own template)
     shift: object = None           # lent: chunk_lending.RankShift, the donor's ranks as this stage's
+    key_of: object = None          # lent: a donor's call key -> this rank's (its stage at the same place)
 
 
 def _leaves(value):
@@ -117,10 +118,11 @@ class ChunkReplay:
     def __init__(self, recording, enabled: bool = True, lender: Lender | None = None, coord: int = 0):
         self.recording, self.enabled = recording, enabled
         # a pipeline's stages in turn (chunk_lending.py): the earlier stage whose templates this one may take, and
-        # this stage's pp coordinate; `lending` is set once the rank is known to hold one stage
-        self.lender, self.coord, self.lending = lender, coord, False
+        # this rank's pp coordinate; `lending` and `places` (id of each of the rank's PipelineStages -> its place
+        # among them, by stage index) are set once the rank's stages are known (capture.py)
+        self.lender, self.coord, self.lending, self.places = lender, coord, False, {}
         self.borrowed: dict = {}     # key -> True where its copies take the donor's template (checked on chunk 0)
-        self.held: dict = {}         # (kind, chunk) -> chunk_lending.persistent() as micro-batch 0's and 1's began
+        self.held: dict = {}         # (place, chunk) -> chunk_lending.persistent() as micro-batch 0's and 1's began
         self._kept: dict = {}        # key -> the donor's persistent storages -> this stage's, for its copies
         # capture.py, once the rank's optimizer is made: (the tensors it trains, the module's buffers)
         self.trained = lambda: ([], [])
@@ -290,7 +292,7 @@ class ChunkReplay:
         call.writer_before = dict(rec._writer) if chunk == CHECKED or lent else None
         lends = self.lending and chunk in (0, TEMPLATE) and key[1] in LENT_KINDS
         if lends:
-            self.held[(key[1], chunk)] = persistent(*self.trained())
+            self.held[(self._place(key), chunk)] = persistent(*self.trained())
         # a loss: every one (_replayed); micro-batch 0 of a stage that may lend or borrow: for _check_lent
         memory = rec.memory if chunk == TEMPLATE or key[1] == "loss" or lends else None
         rec.events = []
@@ -348,27 +350,36 @@ class ChunkReplay:
             self.checked[key] = True
 
     # -- templates lent by an earlier stage (chunk_lending.py) -------------------------------------------------------
+    def _place(self, key) -> tuple:
+        """A call's key as ranks of other pp coordinates know it: its stage's place on the rank, and its kind."""
+        return self.places.get(key[0], 0), key[1]
+
     def _lent(self, key):
         """The donor's micro-batch 0 call of this kind, where this stage may take the donor's templates."""
         donor = self.lender.donor if self.lending and self.lender is not None else None
         if donor is None or donor.coord == self.coord:
             return None
-        return donor.firsts.get(key[1])
+        return donor.firsts.get(self._place(key))
+
+    def _donor_source(self, kept: dict) -> _Source:
+        donor, stage_at = self.lender.donor, {n: stage for stage, n in self.places.items()}
+        return _Source(donor.ops, donor.origin, kept, self.lender.shift(self.coord),
+                       lambda k: (stage_at[donor.places[k[0]]], k[1]))
 
     def _check_lent(self, key, rec) -> None:
         """This stage's micro-batch 0 of `key`, just recorded, against the donor's put on this stage's storages and
         ranks: where they are the same op for op, micro-batches 1 to M - 2 copy the donor's template."""
         donor, actual = self.lender.donor, self.calls[(key, 0)]
-        first, writer, actual.writer_before = donor.firsts[key[1]], actual.writer_before, None
+        place = self._place(key)
+        first, writer, actual.writer_before = donor.firsts[place], actual.writer_before, None
         self.borrowed[key] = False
-        kept = kept_map(donor.held.get((key[1], 0), []), self.held.get((key[1], 0), [None]))
+        kept = kept_map(donor.held.get((place, 0), []), self.held.get((place, 0), [None]))
         if kept is None or not first.replayable or not actual.replayable or first.memory_shape is None or \
                 first.memory_shape != actual.memory_shape:
             return
         try:
             ops, _ = self._copy(first, key, 0, actual.args, actual.results, writer, actual.views_before,
-                                actual.start, _Source(donor.ops, donor.origin, kept, self.lender.shift(self.coord)),
-                                dry=True)
+                                actual.start, self._donor_source(kept), dry=True)
         except ReplayMismatch:
             return
         mine = rec.ops[actual.start:actual.end]
@@ -379,15 +390,15 @@ class ChunkReplay:
     def _lent_source(self, key) -> tuple[Call, _Source]:
         """The donor's template of `key` and where it lies, its persistent storages mapped onto this stage's as
         they are at its first copy."""
-        donor = self.lender.donor
+        donor, place = self.lender.donor, self._place(key)
         kept = self._kept.get(key)
         if kept is None:
-            kept = kept_map(donor.held.get((key[1], TEMPLATE), []), persistent(*self.trained()))
+            kept = kept_map(donor.held.get((place, TEMPLATE), []), persistent(*self.trained()))
             if kept is None:
-                raise ReplayMismatch(f"pipeline stage {self.coord}'s {key[1]} holds other parameters than stage "
-                                     f"{donor.coord}'s, whose template it took")
+                raise ReplayMismatch(f"pp coordinate {self.coord}'s {key[1]} holds other parameters than "
+                                     f"coordinate {donor.coord}'s, whose template it took")
             self._kept[key] = kept
-        return donor.templates[key[1]], _Source(donor.ops, donor.origin, kept, self.lender.shift(self.coord))
+        return donor.templates[place], self._donor_source(kept)
 
     def lend(self, ops: list) -> None:
         """After the recorded step: this stage's templates for the stages after it, where each was checked on its
@@ -400,10 +411,12 @@ class ChunkReplay:
             return
         keys = [key for key, chunk in self.calls if chunk == TEMPLATE and key[1] != "loss"]
         if not keys or any(key[1] not in LENT_KINDS or not self.checked.get(key) or (key, 0) not in self.calls
-                           or {(key[1], 0), (key[1], TEMPLATE)} - set(self.held) for key in keys):
+                           or {(self._place(key), 0), (self._place(key), TEMPLATE)} - set(self.held)
+                           for key in keys):
             return
-        self.lender.donor = Donor(self.coord, ops, self.origin, {k[1]: self.calls[(k, 0)] for k in keys},
-                                  {k[1]: self.calls[(k, TEMPLATE)] for k in keys}, dict(self.held))
+        self.lender.donor = Donor(self.coord, ops, self.origin, {self._place(k): self.calls[(k, 0)] for k in keys},
+                                  {self._place(k): self.calls[(k, TEMPLATE)] for k in keys}, dict(self.held),
+                                  dict(self.places))
 
     # -- a replayed call ------------------------------------------------------------------------------------------
     def _replayed(self, key, chunk, args, rec, borrowed: bool):
@@ -489,7 +502,7 @@ class ChunkReplay:
                 return sub[s]
             o = source.origin.get(s)
             if o is not None and o[1] == template.chunk and o[0] != template.key:   # an earlier call's activation
-                other = self.calls.get((o[0] if kept is None else (key[0], o[0][1]), chunk))
+                other = self.calls.get((o[0] if kept is None else source.key_of(o[0]), chunk))
                 if other is None or (o[2], o[3]) not in other.slots:
                     raise ReplayMismatch(f"micro-batch {chunk}'s {template.key[1]} uses storages of a "
                                          f"{o[0][1]} call not recorded for it")
