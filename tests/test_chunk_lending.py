@@ -119,8 +119,9 @@ def test_a_lent_template_that_cannot_be_mapped_midway_captures_the_stage_again(t
     real = chunk_replay.ChunkReplay._lent_source
 
     def unmapped(self, key):
-        self._kept[key] = {}
-        return real(self, key)
+        template, source = real(self, key)
+        source.kept.clear()
+        return template, source
     monkeypatch.setattr(chunk_replay.ChunkReplay, "_lent_source", unmapped)
     s = spec(tmp_path)
     runs = forwards_per_stage(monkeypatch, s)

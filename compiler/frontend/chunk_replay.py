@@ -123,7 +123,7 @@ class ChunkReplay:
         self.lender, self.coord, self.lending, self.places = lender, coord, False, {}
         self.borrowed: dict = {}     # key -> True where its copies take the donor's template (checked on chunk 0)
         self.held: dict = {}         # (place, chunk) -> chunk_lending.persistent() as micro-batch 0's and 1's began
-        self._kept: dict = {}        # key -> the donor's persistent storages -> this stage's, for its copies
+        self._lent_sources: dict = {}   # key -> (the donor's template, _Source) for its copies (_lent_source)
         # capture.py, once the rank's optimizer is made: (the tensors it trains, the module's buffers)
         self.trained = lambda: ([], [])
         self.calls: dict = {}        # (key, chunk) -> Call of the recorded step
@@ -390,15 +390,15 @@ class ChunkReplay:
     def _lent_source(self, key) -> tuple[Call, _Source]:
         """The donor's template of `key` and where it lies, its persistent storages mapped onto this stage's as
         they are at its first copy."""
-        donor, place = self.lender.donor, self._place(key)
-        kept = self._kept.get(key)
-        if kept is None:
+        lent = self._lent_sources.get(key)
+        if lent is None:
+            donor, place = self.lender.donor, self._place(key)
             kept = kept_map(donor.held.get((place, TEMPLATE), []), persistent(*self.trained()))
             if kept is None:
                 raise ReplayMismatch(f"pp coordinate {self.coord}'s {key[1]} holds other parameters than "
                                      f"coordinate {donor.coord}'s, whose template it took")
-            self._kept[key] = kept
-        return donor.templates[place], self._donor_source(kept)
+            lent = self._lent_sources[key] = donor.templates[place], self._donor_source(kept)
+        return lent
 
     def lend(self, ops: list) -> None:
         """After the recorded step: this stage's templates for the stages after it, where each was checked on its
