@@ -97,6 +97,22 @@ def test_ddp_gradient_all_reduce_bytes_equal_parameter_bytes(tmp_path):
     assert not collectives(w, "all_gather") and not collectives(w, "reduce_scatter")
 
 
+def test_tensor_parallelism_alone_says_why_the_optimizer_fails_and_how_to_train_it(tmp_path):
+    # tp with neither dp nor fsdp leaves the embedding a plain parameter beside the DTensors: AdamW's foreach
+    # kernels refuse the mix, as on a GPU; the one line says what a training script does about it, and that works
+    path = model_file(tmp_path, BLOCKS + TP_PLAN)
+    with pytest.raises(UserError, match=r"mixed torch.Tensor and DTensor.* in separate param groups\)$"):
+        capture(load_model_file(path), 4, {"tp": 4})
+    grouped = model_file(tmp_path, BLOCKS + TP_PLAN + """
+    def optimizer(parameters):
+        from torch.distributed.tensor import DTensor
+        parameters = list(parameters)
+        tp = [p for p in parameters if isinstance(p, DTensor)]
+        return torch.optim.AdamW([{"params": tp}, {"params": [p for p in parameters if not isinstance(p, DTensor)]}])
+    """, "grouped.py")
+    assert len(collectives(capture(load_model_file(grouped), 4, {"tp": 4}), "all_reduce", "tp")) == 4 * LAYERS
+
+
 def test_megatron_tensor_parallel_two_all_reduces_forward_two_backward_per_layer(tmp_path):
     path = model_file(tmp_path, BLOCKS + TP_PLAN)
     w = capture(load_model_file(path), 8, {"dp": 2, "tp": 4})

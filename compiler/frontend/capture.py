@@ -224,6 +224,16 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
                     memory={r: memory[r] for r in p.reps})
 
 
+def _mixed_parameters(e: BaseException) -> str:
+    """Why a foreach optimizer fails on a mix of DTensor and plain parameters (tensor parallelism over some modules
+    with neither dp nor fsdp: PyTorch's AdamW does the same on GPUs), and what a training script does about it."""
+    text = str(e)
+    if "_foreach_" not in text or "mixed torch.Tensor and DTensor" not in text:
+        return ""
+    return (" (the optimizer steps the DTensor parameters tensor parallelism made together with plain ones: give "
+            "every module a TP_PLAN style, or build the optimizer with the two kinds in separate param groups)")
+
+
 def _outline_text(outline: tuple) -> str:
     kind, stages, micro, _ = outline
     return f"{kind}, {stages} stages, {micro} micro-batches"
@@ -353,7 +363,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
             changed = pipeline_schedule.handoff_changed(e)   # torch's schedule wraps what the hook raised
             if changed is not None:
                 raise changed from None
-            raise UserError(f"{spec.path}: {what}{where} failed: {one_line(e)}") from None
+            raise UserError(f"{spec.path}: {what}{where} failed: {one_line(e)}{_mixed_parameters(e)}") from None
         names = axis_names(device_mesh, axes)
     check_axes_used(spec, axes, recorder.ops, rank, read, None if stage is None else stage[1])
     for op in recorder.ops:
