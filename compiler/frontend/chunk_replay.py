@@ -363,8 +363,10 @@ class ChunkReplay:
 
     def _donor_source(self, kept: dict) -> _Source:
         donor, stage_at = self.lender.donor, {n: stage for stage, n in self.places.items()}
+        # a donor's call key -> this rank's at the same place (None: no such stage, which _copy reports as a call
+        # not recorded: ReplayMismatch)
         return _Source(donor.ops, donor.origin, kept, self.lender.shift(self.coord),
-                       lambda k: (stage_at[donor.places[k[0]]], k[1]))
+                       lambda k: (stage_at.get(donor.places.get(k[0])), k[1]))
 
     def _check_lent(self, key, rec) -> None:
         """This stage's micro-batch 0 of `key`, just recorded, against the donor's put on this stage's storages and
