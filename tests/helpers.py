@@ -1,6 +1,9 @@
 """Shared test helpers: compile a single collective to a schedule through the real pipeline; run the CLI in
-process and check a refusal's contract (exit 2, one line); build and run the worker of a real gloo job."""
+process and check a refusal's contract (exit 2, one line); build and run the worker of a real gloo job; the
+pipeline captures' micro-batch copies lowered to 4 micro-batches (a module imports the fixture) or turned off."""
 import textwrap
+
+import pytest
 
 from astra_compile.compiler.driver import driver
 from astra_compile.compiler.main import main
@@ -133,6 +136,14 @@ def traced(recorded: str, et: str, kineto: str | None = None, profile: str = "")
     return (observer + f"with profile(activities=[ProfilerActivity.CPU], {options}execution_trace_observer=et,\n"
             f"             on_trace_ready=lambda p: p.export_chrome_trace({kineto})) as prof:\n"
             + textwrap.indent(recorded, "    "))
+
+
+@pytest.fixture(autouse=True)
+def replay_from_four(monkeypatch):
+    """For a test module that imports it: its pipelines run 8 micro-batches, and copies start at REPLAY_FROM
+    micro-batches (compiler/frontend/chunk_replay.py), lowered here to 4."""
+    from astra_compile.compiler.frontend import chunk_replay
+    monkeypatch.setattr(chunk_replay, "REPLAY_FROM", 4)
 
 
 def dispatching_all(monkeypatch):

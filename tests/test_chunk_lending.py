@@ -10,7 +10,7 @@ from astra_compile.compiler.frontend.capture import capture
 from astra_compile.compiler.frontend.chunk_lending import NoImage, RankShift, kept_map
 from astra_compile.compiler.frontend.model_file import load_model_file
 
-from helpers import dispatching_all
+from helpers import dispatching_all, replay_from_four  # noqa: F401 (autouse fixture)
 
 M, P, TP = 8, 4, 2
 
@@ -54,12 +54,6 @@ TP_PLAN = {"layers.*.fc1": "colwise", "layers.*.fc2": "rowwise"}
 def mesh_axes(world_size):
     return {"pp": %d, "dp": world_size // %d, "tp": %d}
 """
-
-
-@pytest.fixture(autouse=True)
-def replay_from_four(monkeypatch):
-    """These pipelines run 8 micro-batches: copies start at REPLAY_FROM micro-batches, lowered here to 4."""
-    monkeypatch.setattr(chunk_replay, "REPLAY_FROM", 4)
 
 
 def spec(tmp_path, schedule="1F1B", odd=""):

@@ -14,16 +14,9 @@ from astra_compile.compiler.frontend import trace_memory
 from astra_compile.compiler.frontend.capture import capture
 from astra_compile.compiler.frontend.model_file import load_model_file
 
-from helpers import cli, dispatching_all, refused
+from helpers import cli, dispatching_all, refused, replay_from_four  # noqa: F401 (autouse fixture)
 
 M, P = 8, 4
-
-
-@pytest.fixture(autouse=True)
-def replay_from_four(monkeypatch):
-    """These pipelines run 8 micro-batches: copies start at REPLAY_FROM micro-batches, lowered here to 4."""
-    from astra_compile.compiler.frontend import chunk_replay
-    monkeypatch.setattr(chunk_replay, "REPLAY_FROM", 4)
 
 MODEL = """
 import torch

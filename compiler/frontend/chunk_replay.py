@@ -336,11 +336,8 @@ class ChunkReplay:
         template, actual = self.calls[(key, TEMPLATE)], self.calls[(key, CHECKED)]
         if not template.replayable or not actual.replayable:
             return   # e.g. activations offloaded to the host: every micro-batch dispatched
-        writer = actual.writer_before
-        actual.writer_before = None
         try:
-            ops, _ = self._copy(template, key, CHECKED, actual.args, actual.results, writer, actual.views_before,
-                                actual.start, _Source(rec.ops, self.origin), dry=True)
+            ops = self._predicted(template, actual, _Source(rec.ops, self.origin))
         except ReplayMismatch as e:
             self.mismatch = str(e)
             return
@@ -349,6 +346,13 @@ class ChunkReplay:
         else:
             self.checked[key] = True
 
+    def _predicted(self, template: Call, actual: Call, source: _Source) -> list:
+        """The ops a real call just recorded (`actual`, its writers as it began kept) would have as a copy of
+        `template` (in `source`), made without keeping anything; ReplayMismatch where it cannot be one."""
+        writer, actual.writer_before = actual.writer_before, None
+        return self._copy(template, actual.key, actual.chunk, actual.args, actual.results, writer,
+                          actual.views_before, actual.start, source, dry=True)[0]
+
     # -- templates lent by an earlier stage (chunk_lending.py) -------------------------------------------------------
     def _place(self, key) -> tuple:
         """A call's key as ranks of other pp coordinates know it: its stage's place on the rank, and its kind."""
@@ -356,7 +360,7 @@ class ChunkReplay:
 
     def _lent(self, key):
         """The donor's micro-batch 0 call of this kind, where this stage may take the donor's templates."""
-        donor = self.lender.donor if self.lending and self.lender is not None else None
+        donor = self.lender.donor if self.lending else None
         if donor is None or donor.coord == self.coord:
             return None
         return donor.firsts.get(self._place(key))
@@ -371,17 +375,16 @@ class ChunkReplay:
     def _check_lent(self, key, rec) -> None:
         """This stage's micro-batch 0 of `key`, just recorded, against the donor's put on this stage's storages and
         ranks: where they are the same op for op, micro-batches 1 to M - 2 copy the donor's template."""
-        donor, actual = self.lender.donor, self.calls[(key, 0)]
-        place = self._place(key)
-        first, writer, actual.writer_before = donor.firsts[place], actual.writer_before, None
+        donor, actual, place = self.lender.donor, self.calls[(key, 0)], self._place(key)
+        first = donor.firsts[place]
         self.borrowed[key] = False
         kept = kept_map(donor.held.get((place, 0), []), self.held.get((place, 0), [None]))
         if kept is None or not first.replayable or not actual.replayable or first.memory_shape is None or \
                 first.memory_shape != actual.memory_shape:
+            actual.writer_before = None
             return
         try:
-            ops, _ = self._copy(first, key, 0, actual.args, actual.results, writer, actual.views_before,
-                                actual.start, self._donor_source(kept), dry=True)
+            ops = self._predicted(first, actual, self._donor_source(kept))
         except ReplayMismatch:
             return
         mine = rec.ops[actual.start:actual.end]
@@ -405,7 +408,7 @@ class ChunkReplay:
     def lend(self, ops: list) -> None:
         """After the recorded step: this stage's templates for the stages after it, where each was checked on its
         micro-batch 2 (a stage that borrowed leaves the donor it took them from)."""
-        if not self.lending or not self.enabled or self.mismatch or any(self.borrowed.values()):
+        if not self.lending or self.mismatch or any(self.borrowed.values()):
             return
         # torch asks every stage for its loss, which only the last computes: a stage whose loss calls ran ops lends
         # nothing (the last stage's copies pair its losses with its backwards, _replayed)
