@@ -108,6 +108,26 @@ def test_layout_file_applies_its_choices(tmp_path):
     assert len(recomputed) == 4 * 4
 
 
+def test_layout_trains_tensor_parallelism_alone_with_a_param_group_per_tensor_kind(tmp_path):
+    # TP_PLAN shards the first two blocks and leaves the other two plain: alone on the mesh, tensor parallelism
+    # leaves AdamW both kinds, which its foreach kernels refuse (tests/test_frontend.py); a layout's file trains
+    # them in two param groups, as a script for that layout would, and changes nothing where DDP localizes them
+    from astra_compile.network.errors import UserError
+    path = model(tmp_path, """
+        TP_PLAN = {"layers.0.0": "colwise", "layers.1.0": "rowwise"}
+    """)
+    file = tmp_path / "layout_0.py"
+    file.write_text(layout_file_text(path, "digest", 8, 1, "none", None, False, "a layout"))
+    with pytest.raises(UserError, match="mixed torch.Tensor and DTensor"):
+        capture(load_model_file(path), 4, {"tp": 4})
+    ops = capture(load_model_file(str(file)), 4, {"tp": 4}).programs[0]
+    assert [op.phase for op in ops if op.kind == "collective" and op.group_name == "tp"].count("forward") == 1
+    steps = [op for op in ops if op.phase == "optimizer" and op.name.startswith("aten._foreach_addcdiv_")]
+    assert len(steps) == 2   # one foreach update per param group
+    mine, theirs = (capture(load_model_file(p), 4, {"dp": 2, "tp": 2}).programs[0] for p in (str(file), path))
+    assert [op.__dict__ for op in mine] == [op.__dict__ for op in theirs]
+
+
 def test_checkpointing_needs_repeated_blocks():
     from torch import nn
     from astra_compile.network.errors import UserError

@@ -14,6 +14,12 @@ What each choice does to the user's file, as a training script would do it:
   recompute every second matmul and the rest). The block's forward is replaced on the instance, so module names
   (TP plans, FSDP units) stay the file's.
 - `schedule`: the pipeline schedule (PIPELINE["schedule"]) with a `pp` axis.
+- the optimizer: a file without its own `optimizer()` trains with AdamW, as the capture's default does, but with
+  the DTensor parameters tensor parallelism makes and the plain ones it leaves (embeddings, norms) in two param
+  groups where the rank holds both. A layout with `tp` but neither `dp` nor `fsdp` does (DDP makes every
+  parameter a local tensor, FSDP2 every one a DTensor), and AdamW's foreach kernels refuse the two kinds together
+  on a GPU as in the capture (docs/workloads.md): the two groups are what a training script written for that
+  layout does. With one kind only, it is the default optimizer itself.
 - `depth`: (name, blocks): the file run with its top-level constant `name` set to `blocks`, as the file itself
   would build a shallower model (its pipeline_stage() splitting by the same constant); `astra-compile plan` times a
   layout at two such depths and extrapolates (compiler/plan/depth.py).
@@ -43,6 +49,8 @@ def layout(path: str, batch: int | None = None, microbatches: int = 1, checkpoin
     names.pop("mesh_axes", None)              # the layout's mesh is given on the command line
     if batch is not None:
         names["example_inputs"] = _resized(names["example_inputs"], batch)
+    if names.get("optimizer") is None:
+        names["optimizer"] = adamw_by_tensor_kind
     if checkpointing != "none":
         names["build_model"] = _checkpointed(names["build_model"], checkpointing)
     if pipelined:
@@ -53,6 +61,17 @@ def layout(path: str, batch: int | None = None, microbatches: int = 1, checkpoin
     for dunder in ("__name__", "__file__", "__builtins__", "__loader__", "__spec__", "__package__"):
         names.pop(dunder, None)
     return names
+
+
+def adamw_by_tensor_kind(parameters):
+    """AdamW over `parameters`, the DTensors and the plain tensors among them in separate param groups where there
+    are both (each group's foreach kernels then see one kind), else in the one group of `AdamW(parameters)`."""
+    import torch
+    from torch.distributed.tensor import DTensor
+    parameters = list(parameters)
+    shards = [p for p in parameters if isinstance(p, DTensor)]
+    plain = [p for p in parameters if not isinstance(p, DTensor)]
+    return torch.optim.AdamW([{"params": shards}, {"params": plain}] if shards and plain else parameters)
 
 
 def _resized(example_inputs, batch: int):
