@@ -83,10 +83,11 @@ def test_a_middle_stage_takes_the_templates_of_the_one_before(tmp_path, monkeypa
     s = spec(tmp_path, schedule)
     runs = forwards_per_stage(monkeypatch, s)
     lent = capture(s, 2 * P * TP).to_json()
-    # each of a rank's v stages runs its module for: the warm-up's micro-batches 0 and M - 1, the recorded step's 0,
-    # 1, 2 and M - 1; once more for the probe of its output's shape. Rank 2 takes rank 1's templates and so runs
-    # neither 1 nor 2. Rank 0 holds the first stage (which computes no input gradient), rank 3 the last (the loss)
-    assert runs == {0: 1 + 6 * v, 1: 1 + 6 * v, 2: 1 + 4 * v, 3: 1 + 6 * v}
+    # each of a rank's v stages runs its module for: the warm-up's micro-batch M - 1 (and 0 on the last stage), the
+    # recorded step's 0, 1, 2 and M - 1; once more for the probe of its output's shape. Rank 2 takes rank 1's
+    # templates and so runs neither 1 nor 2. Rank 0 holds the first stage (which computes no input gradient), rank 3
+    # the last (the loss)
+    assert runs == {0: 1 + 5 * v, 1: 1 + 5 * v, 2: 1 + 3 * v, 3: 1 + 6 * v - (v - 1)}
     dispatching_all(monkeypatch)
     every = capture(s, 2 * P * TP).to_json()
     assert lent.pop("memory") == every.pop("memory")
@@ -102,7 +103,7 @@ def test_a_stage_unlike_the_one_before_dispatches_its_own(tmp_path, monkeypatch)
     s = spec(tmp_path, odd="x = x * 2 if self.index == 2 else x")
     runs = forwards_per_stage(monkeypatch, s)
     lent = capture(s, 2 * P * TP).to_json()
-    assert runs == {0: 7, 1: 7, 2: 7, 3: 7}
+    assert runs == {0: 6, 1: 6, 2: 6, 3: 7}
     dispatching_all(monkeypatch)
     assert capture(s, 2 * P * TP).to_json() == lent
 

@@ -1,6 +1,7 @@
-"""bf16 / fp16 parameters written the usual way, `model.half()` or `model.to(torch.bfloat16)` in build_model()
-(frontend/fake_params.py): under fake tensors PyTorch refused to convert them; the capture now converts them as
-PyTorch converts parameters, so matmuls run in the parameters' dtype and DDP all-reduces 2-byte gradients."""
+"""A model built on fake tensors (frontend/fake_params.py). bf16 / fp16 parameters written the usual way,
+`model.half()` or `model.to(torch.bfloat16)` in build_model(): under fake tensors PyTorch refused to convert them;
+the capture now converts them as PyTorch converts parameters, so matmuls run in the parameters' dtype and DDP
+all-reduces 2-byte gradients. Initializers, which fill values a fake tensor does not have, are not dispatched."""
 import textwrap
 
 import pytest
@@ -44,3 +45,30 @@ def test_fp32_model_is_unchanged(tmp_path):
     ops = capture(load_model_file(model(tmp_path, "", "float32")), 2).programs[0]
     reduced = sum(op.bytes for op in ops if op.kind == "collective" and op.collective == "all_reduce")
     assert reduced == 4 * (2 * (W * W + W) + 2 * W)
+
+
+def test_initializers_are_not_dispatched_while_building_and_are_restored_after():
+    import torch
+    from torch import nn
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from astra_compile.compiler.frontend.fake_params import fake_build
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    before = nn.init.kaiming_uniform_
+    with FakeTensorMode(), fake_build(), Ops() as seen:
+        net = nn.Sequential(nn.Linear(W, W), nn.LayerNorm(W), nn.Embedding(10, W))
+    assert [p.shape for p in net.parameters()] == [(W, W), (W,), (W,), (W,), (10, W)]
+    assert seen.names and not [n for n in seen.names if n.split(".")[0] in ("uniform_", "normal_", "fill_")]
+    assert nn.init.kaiming_uniform_ is before
+    with FakeTensorMode(), Ops() as seen:
+        nn.Linear(W, W)
+    assert "uniform_.default" in seen.names   # outside the build, torch's own

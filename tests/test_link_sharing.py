@@ -77,6 +77,18 @@ def test_fair_rates_by_hand():
     assert fair_rates({"a": {}, "b": {"x": 0.0}}) == {"a": 1.0, "b": 1.0}
 
 
+def test_the_same_uses_meet_again_with_other_jobs_and_get_the_same_rates():
+    # the rates are kept by the uses in order (a pipeline's micro-batches meet in the same combinations): other
+    # jobs with the same uses get them, each its own
+    from astra_compile.runtime import link_sharing
+    uses = {"c": {"x": 0.5, "y": 1.0}, "a": {"x": 1.0}, "d": {"y": 1.0}}
+    first = fair_rates(uses)
+    again = fair_rates({job.upper(): use for job, use in uses.items()})
+    assert first == {"c": pytest.approx(0.5), "a": pytest.approx(0.75), "d": pytest.approx(0.5)}   # y fills first
+    assert again == {job.upper(): rate for job, rate in first.items()}
+    assert first == link_sharing._filled(uses)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.dictionaries(st.integers(0, 6), st.dictionaries(st.integers(0, 3), st.floats(0.0, 1.0), max_size=4),
                        min_size=1, max_size=7))

@@ -24,7 +24,7 @@ from .chunk_replay import ChunkReplay, ReplayMismatch, replays, replays_microbat
 from .mesh import check_axes, check_mesh, silent_axes
 from .parallelize import (apply_builtin, axis, build_mesh, mesh_reads, meshes_outside_fake, prepare_ddp,
                           rebuild_ddp_buckets, skip_cross_rank_checks)
-from .fake_params import fake_params_convertible
+from .fake_params import fake_build
 from .gpu_attention import cuda_attention_on_host
 from .gpu_autocast import cuda_autocast_on_host
 from .gpu_dropout import cuda_dropout_on_host
@@ -267,7 +267,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         what, rp, target = "build_model()", None, None
         try:
-            with fake, skip_cross_rank_checks(), fake_params_convertible():
+            with fake, skip_cross_rank_checks(), fake_build():
                 model = spec.build_model()
                 if not isinstance(model, torch.nn.Module):   # None would pass on to a parallelize() that ignores it
                     raise UserError(f"{spec.path}: build_model() returned {type(model).__name__}, not a "
@@ -302,6 +302,8 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                     if not pipeline_schedule.infer_shapes(rp, stage[2], micro_in, spec.path):
                         return None, False, rp, None
                     pipeline_schedule.set_shapes(rp, stage[2])
+                    chunks.outputs = {(id(s), "forward"): pipeline_schedule.rebuild(stage[2][s.stage_index + 1])
+                                      for s in rp.stages if not s.is_last}
                 prepare_ddp(model)
                 offloaded = host_offloaded(model)
                 what = "optimizer(parameters)"

@@ -12,8 +12,8 @@ mapped onto the copy's: its arguments onto the call's own, the storages it creat
 activations an earlier call of the same micro-batch created onto that call's (a backward onto its forward),
 everything else (parameters, gradients being accumulated) kept. A prediction that differs raises ReplayMismatch,
 and the stage is captured again with every micro-batch dispatched (capture.py). The warm-up step, which records
-nothing, dispatches micro-batches 0 (its forward only, for the shapes its stand-ins take) and M - 1 only, and none
-of the schedule's sends and receives.
+nothing, dispatches micro-batch M - 1 only (the last stage micro-batch 0's forward too, for the shapes its
+stand-ins take: the others' come from the chain of stage shapes), and none of the schedule's sends and receives.
 Gradient accumulation's micro-batches (capture.py's loop, not a schedule's) go through the same calls, each
 micro-batch's forward and backward as one (`micro_batch`).
 
@@ -130,6 +130,10 @@ class ChunkReplay:
         self.origin: dict = {}       # storage created in a call -> (key, chunk, event, slot)
         self.checked: dict = {}      # key -> True once micro-batch CHECKED matched its prediction
         self.results: dict = {}      # key -> (tree spec, leaves) a real call returned: a skipped call's shape
+        # a forward's key -> what its stage hands on (a tuple of tensors), where the chain of stage shapes knows it
+        # and the schedule only sends it on (not the last stage's, which goes to the loss as the module returns
+        # it): the warm-up's micro-batch 0 is then a stand-in too (capture.py)
+        self.outputs: dict = {}
         self._fresh = itertools.count(-1, -1)   # stand-in storages (never a real storage's address)
         # why a prediction failed ("": none did); told after the step (raised inside it, torch's chunk code would
         # wrap it in its own RuntimeError), which then runs every call for real
@@ -223,7 +227,10 @@ class ChunkReplay:
             return run()
         rec = self.recording()
         if rec is None:   # the warm-up: only what the recorded step needs built (grads, optimizer states)
-            if 1 <= chunk <= count - 2 and key in self.results:
+            if chunk == 0 and key in self.outputs:   # its shapes known: micro-batch 0's forward need not run either
+                leaves, spec = _leaves(self.outputs[key])[:2]
+                self.results[key] = (spec, [(tuple(t.shape), t.dtype, t.requires_grad) for t in leaves])
+            if (1 <= chunk <= count - 2 or chunk == 0 and key in self.outputs) and key in self.results:
                 return self._stand_in(key, rec)
             if chunk == 0 and key[1] == "full":   # the last backward (always run) builds them: none before it runs
                 out = _input_gradients(args)

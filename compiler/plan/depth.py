@@ -149,7 +149,7 @@ def _built(path: str, name: str | None, value: int | None, spec=None) -> _Built 
         return _BUILT[key]
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from ..frontend.fake_params import fake_params_convertible
+    from ..frontend.fake_params import fake_build
     from ..frontend.layout import repeated_blocks
     from ..frontend.model_file import load_model_file, module_name
     module = module_name(path)
@@ -158,7 +158,7 @@ def _built(path: str, name: str | None, value: int | None, spec=None) -> _Built 
         if name is not None:
             spec = load_model_file(path, {name: value})
         mode = FakeTensorMode(allow_non_fake_inputs=True)
-        with mode, fake_params_convertible():
+        with mode, fake_build():
             model = spec.build_model()
         made = _Built(spec, repeated_blocks(model), model, mode) if isinstance(model, torch.nn.Module) else None
     except Exception:   # the user's code at another depth (UserError included): not a depth constant
@@ -193,13 +193,13 @@ def _shape(spec, path: str, name: str, stages: tuple | None, blocks: int) -> tup
 def _per_stage(made: _Built | None, count: int) -> list | None:
     """How many of the model's repeated blocks each of `count` stages of the file's pipeline_stage() holds (None
     where the model or a stage fails to build)."""
-    from ..frontend.fake_params import fake_params_convertible
+    from ..frontend.fake_params import fake_build
     if made is None:
         return None
     ids = {id(b) for b in made.blocks}
     out = []
     try:
-        with made.mode, fake_params_convertible():
+        with made.mode, fake_build():
             for s in range(count):
                 stage = made.spec.pipeline_stage(made.model, s, count)
                 out.append(sum(id(m) in ids for m in stage.modules()))

@@ -46,12 +46,12 @@ def sizes_of(spec) -> Sizes:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from ...network.errors import UserError
-    from ..frontend.fake_params import fake_params_convertible
+    from ..frontend.fake_params import fake_build
     from ..frontend.layout import repeated_blocks
     from ..frontend.model_file import one_line
     from ..frontend.parallelize import matching
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True), fake_params_convertible():
+        with FakeTensorMode(allow_non_fake_inputs=True), fake_build():
             model = spec.build_model()
             inputs = spec.example_inputs()
             blocks = repeated_blocks(model) if isinstance(model, torch.nn.Module) else []
