@@ -126,6 +126,32 @@ def test_a_lent_template_that_cannot_be_mapped_midway_captures_the_stage_again(t
     assert capture(s, 2 * P * TP).to_json() == lent
 
 
+def test_tensor_parallelism_alone_warms_up_the_accumulation_of_its_dtensor_gradients(tmp_path, monkeypatch):
+    # without DDP the gradients are DTensors, whose first in-place add decides its sharding with ops of its own: a
+    # warm-up with one real backward (which finds the gradients unset) left it to the recorded step's micro-batch
+    # 1, unlike 2, so every stage was captured again dispatching all. The warm-up also runs micro-batch M - 2: the
+    # stages copy from micro-batch 1 at their first capture, the middle ones lend and borrow, and the workload and
+    # memory are those of dispatching every micro-batch
+    path = tmp_path / "pp.py"
+    path.write_text(textwrap.dedent(MODEL % ("pass", "1F1B", M, P, P * TP, TP)) +
+                    "from astra_compile.compiler.frontend.layout import adamw_by_tensor_kind as optimizer\n")
+    s = load_model_file(str(path))
+    replays = []
+    real = capture_module._capture_rank
+    monkeypatch.setattr(capture_module, "_capture_rank",
+                        lambda *a, **k: replays.append(k.get("replay", True)) or real(*a, **k))
+    runs = forwards_per_stage(monkeypatch, s)
+    lent = capture(s, P * TP).to_json()
+    assert all(replays)
+    # the warm-up's M - 2 and M - 1 (and 0 on the last stage), the recorded step's 0, 1, 2 and M - 1, the probe;
+    # stage 2 borrows: of the recorded step's only 0 and M - 1
+    assert runs == {0: 7, 1: 7, 2: 5, 3: 8}
+    dispatching_all(monkeypatch)
+    every = capture(s, P * TP).to_json()
+    assert lent.pop("memory") == every.pop("memory")
+    assert lent == every
+
+
 def test_ranks_move_along_the_pp_axis_only():
     shift = RankShift({"pp": 4, "dp": 2, "tp": 2}, 1, 3)   # pp stride 4
     assert [shift.rank(r) for r in (4, 5, 6, 7)] == [12, 13, 14, 15]

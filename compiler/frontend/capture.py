@@ -20,7 +20,7 @@ from .model_file import ModelFile, one_line, step_context
 from . import pipeline, pipeline_schedule
 from .accumulation import Accumulation, gradient_sync, split
 from .chunk_lending import Lender
-from .chunk_replay import ChunkReplay, ReplayMismatch, replays, replays_microbatches
+from .chunk_replay import ChunkReplay, ReplayMismatch, dtensor_gradients, replays, replays_microbatches
 from .mesh import check_axes, check_mesh, silent_axes
 from .parallelize import (apply_builtin, axis, build_mesh, mesh_reads, meshes_outside_fake, prepare_ddp,
                           rebuild_ddp_buckets, skip_cross_rank_checks)
@@ -309,6 +309,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                 what = "optimizer(parameters)"
                 opt = spec.optimizer(model.parameters()) if spec.optimizer else torch.optim.AdamW(model.parameters())
                 chunks.trained = lambda: (trained_tensors(model, opt), list(model.buffers()))
+                chunks.dtensor_gradients = dtensor_gradients(model, trained_tensors(model, opt))
 
             def step(recorder=None):
                 def phase(name):

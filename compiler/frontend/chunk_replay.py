@@ -13,7 +13,8 @@ activations an earlier call of the same micro-batch created onto that call's (a 
 everything else (parameters, gradients being accumulated) kept. A prediction that differs raises ReplayMismatch,
 and the stage is captured again with every micro-batch dispatched (capture.py). The warm-up step, which records
 nothing, dispatches micro-batch M - 1 only (the last stage micro-batch 0's forward too, for the shapes its
-stand-ins take: the others' come from the chain of stage shapes), and none of the schedule's sends and receives.
+stand-ins take: the others' come from the chain of stage shapes; and M - 2 where the rank trains DTensor
+parameters outside FSDP2: `dtensor_gradients`), and none of the schedule's sends and receives.
 Gradient accumulation's micro-batches (capture.py's loop, not a schedule's) go through the same calls, each
 micro-batch's forward and backward as one (`micro_batch`).
 
@@ -57,6 +58,22 @@ def replays_microbatches(count: int) -> bool:
     """Does a step of `count` micro-batches (gradient accumulation's, or a pipeline rank's) copy some? From
     REPLAY_FROM."""
     return count >= REPLAY_FROM
+
+
+def dtensor_gradients(model, trained: list) -> bool:
+    """Does the rank train DTensor parameters outside FSDP2 (tensor parallelism without DDP, which makes them
+    local tensors)? Their gradients accumulate through DTensor's dispatch, whose first in-place add decides and
+    caches its sharding with ops of its own (a new gradient and a copy): a warm-up whose only real backward finds
+    the gradients unset adds none, and the recorded step's micro-batch 1 would pay for it, unlike micro-batch 2
+    (and unlike a training loop's later steps), so the stage was captured again dispatching every micro-batch. The
+    warm-up then also runs micro-batch M - 2 of a pipeline stage, so that M - 1's backward adds into the gradients
+    M - 2 left, as the recorded step's micro-batches do (gradient accumulation's warm-up runs micro-batch 0's whole,
+    so M - 1 adds to its gradients already). FSDP2 accumulates its gradient shards outside autograd's
+    accumulation."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+    return any(isinstance(p, DTensor) for p in trained) and not any(isinstance(m, FSDPModule)
+                                                                     for m in model.modules())
 
 
 def replays(rp) -> bool:
@@ -140,6 +157,9 @@ class ChunkReplay:
         self.mismatch = ""
         self._fsdp: dict = {}        # id of a PipelineStage -> whether FSDP2 shards its module (_sharded)
         self.replayed = 0            # calls of the recorded step appended as copies
+        # capture.py, once the rank's optimizer is made: whether it trains DTensor parameters outside FSDP2
+        # (dtensor_gradients): the warm-up then runs micro-batch M - 2 too
+        self.dtensor_gradients = False
         # micro-batch -> step_memory's storages its template allocated -> the copy's (StepMemory.replay)
         self._copied_storages: dict = {}
 
@@ -227,6 +247,9 @@ class ChunkReplay:
             return run()
         rec = self.recording()
         if rec is None:   # the warm-up: only what the recorded step needs built (grads, optimizer states)
+            if chunk == count - 2 and self.dtensor_gradients and key[1] != "micro-batch":
+                # (gradient accumulation's warm-up runs micro-batch 0's backward, which sets them: dtensor_gradients)
+                return self._real(key, chunk, args, run, None)
             if chunk == 0 and key in self.outputs:   # its shapes known: micro-batch 0's forward need not run either
                 leaves, spec = _leaves(self.outputs[key])[:2]
                 self.results[key] = (spec, [(tuple(t.shape), t.dtype, t.requires_grad) for t in leaves])
