@@ -21,7 +21,7 @@ EPS = 1e-12
 # the rates of shared uses already filled, by the uses in order: a step's collectives meet in the same few
 # combinations over and over (a pipeline's 192 micro-batches each start the same sends beside the same all-reduce)
 _FILLED: dict = {}
-_FILLED_MOST = 1 << 16   # combinations kept; past it the memo starts again (a step rarely has a few hundred)
+_FILLED_MOST = 1 << 16   # combinations kept at most: past it the memo starts again
 
 
 def fair_rates(uses: dict) -> dict:
