@@ -309,7 +309,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                 what = "optimizer(parameters)"
                 opt = spec.optimizer(model.parameters()) if spec.optimizer else torch.optim.AdamW(model.parameters())
                 chunks.trained = lambda: (trained_tensors(model, opt), list(model.buffers()))
-                chunks.dtensor_gradients = dtensor_gradients(model, trained_tensors(model, opt))
+                chunks.dtensor_gradients = dtensor_gradients(model, chunks.trained()[0])
 
             def step(recorder=None):
                 def phase(name):

@@ -251,9 +251,9 @@ class ChunkReplay:
                 # (gradient accumulation's warm-up runs micro-batch 0's backward, which sets them: dtensor_gradients)
                 return self._real(key, chunk, args, run, None)
             if chunk == 0 and key in self.outputs:   # its shapes known: micro-batch 0's forward need not run either
-                leaves, spec = _leaves(self.outputs[key])[:2]
-                self.results[key] = (spec, [(tuple(t.shape), t.dtype, t.requires_grad) for t in leaves])
-            if (1 <= chunk <= count - 2 or chunk == 0 and key in self.outputs) and key in self.results:
+                self._keep_shape(key, self.outputs[key])
+                return self._stand_in(key, rec)
+            if 1 <= chunk <= count - 2 and key in self.results:
                 return self._stand_in(key, rec)
             if chunk == 0 and key[1] == "full":   # the last backward (always run) builds them: none before it runs
                 out = _input_gradients(args)
