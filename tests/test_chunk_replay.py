@@ -181,11 +181,11 @@ def test_copied_micro_batches_use_their_templates_memory(tmp_path, monkeypatch, 
     from astra_compile.compiler.frontend import step_memory
     sequences, result = [], step_memory.StepMemory.result
 
-    def recorded(memory, *args):
+    def recorded(memory, *args, **kwargs):
         events = sorted((clock, nbytes, s.tag, when) for nbytes, born, died, s, _ in memory._blocks
                         for clock, when in ((born, "+"), (died, "-")) if clock is not None and clock >= 0)
         sequences.append([e[1:] for e in events])
-        return result(memory, *args)
+        return result(memory, *args, **kwargs)
     monkeypatch.setattr(step_memory.StepMemory, "result", recorded)
     s = spec(tmp_path, schedule)
     replayed = capture(s, 2 * P).memory

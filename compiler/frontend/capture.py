@@ -33,7 +33,7 @@ from .own_world import script_world_set_aside
 from .recompute import recompute_marked
 from .recorder import AUTOGRAD, StepRecorder
 from .routing import AssumedRouting, check_routing
-from .step_memory import trained_tensors, watching
+from .step_memory import settled, trained_tensors, watching
 from .weight_grad_order import weight_groups_ordered
 from .workload import COLLECTIVE, RECV, SEND, Workload
 
@@ -221,7 +221,7 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
         coord = pending[0] if pending else min(set(range(p.pp)) - {p.reps.index(r) for r in programs}, default=0)
     return Workload(world_size, {r: programs[r] for r in p.reps}, source=spec.path, spmd=True, mesh=axes,
                     stands_for=p.stands_for, host_offload=offloaded, offload=spec.offload,
-                    memory={r: memory[r] for r in p.reps})
+                    memory={r: settled(memory[r]) for r in p.reps})
 
 
 def _mixed_parameters(e: BaseException) -> str:
@@ -357,7 +357,8 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
             chunks.check()
             chunks.lend(recorder.ops)
             recording[0] = None
-            memory = recorder.memory.result(spec.expandable_segments)
+            # a pipeline stage's caching allocator is replayed on another core while the next stage is captured
+            memory = recorder.memory.result(spec.expandable_segments, later=stage is not None)
         except (UserError, ReplayMismatch):
             raise
         except SystemExit as e:  # the user's code called sys.exit(): never exit with its status as if done

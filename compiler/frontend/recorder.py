@@ -80,6 +80,18 @@ SKIP_NAMESPACES = ("profiler", "prim")
 HOST_ONLY_OPS = ("aten._local_scalar_dense", "aten.lift_fresh", "aten.lift_fresh_copy")
 
 
+def _on_fake_group(func, args: tuple, kwargs: dict):
+    """A send or receive of the capture (fake_world's process group, which completes it at once and touches no
+    data), handed to the group below the dispatch modes: through them (routing's, fake mode's) it gives the same
+    completed work, five times slower (a 175B GPT's capture sends and receives 11,520 times). Where the group does
+    not take it there, it goes through them as any op."""
+    try:
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Python)):
+            return func(*args, **kwargs)
+    except RuntimeError:
+        return func(*args, **kwargs)
+
+
 def _packet_name(func) -> str:
     return f"{func.namespace}.{func._schema.name.split('::', 1)[1]}"
 
@@ -215,7 +227,7 @@ class StepRecorder(TorchDispatchMode):
 
     def _record(self, func, name: str, args: tuple, kwargs: dict):
         """Run one op on (fake) plain tensors and record it."""
-        out = func(*args, **kwargs)
+        out = _on_fake_group(func, args, kwargs) if name in P2P_OPS and not self.live else func(*args, **kwargs)
         if func.namespace in SKIP_NAMESPACES:
             return out
         if name in HOST_ONLY_OPS:

@@ -22,6 +22,7 @@ import weakref
 import torch
 
 from ...network.memory_record import CATEGORIES, PHASES
+from ..core.forked import Forked
 from .caching_allocator import reserved_bytes
 
 # The CUDA caching allocator rounds every allocation up to a multiple of 512 bytes (kMinBlockSize); the
@@ -209,18 +210,21 @@ class StepMemory:
         if self._forget is not None:
             self._forget(key)
 
-    def result(self, expandable_segments: bool = False) -> dict:
+    def result(self, expandable_segments: bool = False, later: bool = False) -> dict:
         """The peak of live bytes over the step (as max_memory_allocated), when (its phase) and what it held, bytes
         per category (CATEGORIES, summing to the peak), the bytes the caching allocator reserves for the step
         (as max_memory_reserved; `expandable_segments`: the allocator's option of that name on), and each phase's
-        own peak of live bytes (the phases that allocated)."""
+        own peak of live bytes (the phases that allocated). `later`: the reserved bytes are a core.forked.Forked,
+        replayed on another core while the caller goes on (a pipeline's next stage captured), which `settled`
+        turns into the number."""
         self.recording = False
         held = dict.fromkeys(CATEGORIES, 0)
         for nbytes, born, died, s, _ in self._blocks:
             if born <= self._peak_at and (died is None or died > self._peak_at):
                 held[s.tag] += nbytes
         return {"peak_bytes": self.peak, "peak_phase": self.peak_phase, **{f"{c}_bytes": b for c, b in held.items()},
-                "reserved_bytes": self._reserved(expandable_segments),
+                "reserved_bytes": Forked(self._reserved, expandable_segments) if later else
+                self._reserved(expandable_segments),
                 "phase_peak_bytes": {p: self.phase_peaks[p] for p in PHASES if p in self.phase_peaks}}
 
     def _reserved(self, expandable_segments: bool) -> int:
@@ -238,6 +242,12 @@ class StepMemory:
                 events.append((died, ident, None, None))
         events.sort(key=lambda e: e[0])
         return reserved_bytes(before, [e[1:] for e in events], expandable=expandable_segments)
+
+
+def settled(result: dict) -> dict:
+    """A StepMemory.result(later=True) with its reserved bytes worked out (waiting for them where they are not yet)."""
+    reserved = result["reserved_bytes"]
+    return {**result, "reserved_bytes": reserved.result()} if isinstance(reserved, Forked) else result
 
 
 def _upgrade(s: _Storage, tag: str) -> None:
