@@ -98,6 +98,23 @@ def test_a_middle_stage_takes_the_templates_of_the_one_before(tmp_path, monkeypa
     assert groups == {(8, 9)}
 
 
+def test_stages_after_one_that_borrowed_copy_their_micro_batch_0_too(tmp_path, monkeypatch):
+    # six stages of one layer: stage 1 lends, stage 2 borrows once its micro-batch 0 matched stage 1's, and stages 3
+    # and 4 copy their micro-batch 0 from stage 1's as well (their gradients made as stand-ins in the copy's place):
+    # of their recorded step only micro-batch M - 1 runs. The workload and memory are those of dispatching every
+    # micro-batch
+    path = tmp_path / "pp.py"
+    path.write_text(textwrap.dedent(MODEL % ("pass", "1F1B", M, 6, 6 * TP, TP)))
+    s = load_model_file(str(path))
+    runs = forwards_per_stage(monkeypatch, s)
+    lent = capture(s, 2 * 6 * TP).to_json()
+    assert runs == {0: 6, 1: 6, 2: 4, 3: 3, 4: 3, 5: 7}
+    dispatching_all(monkeypatch)
+    every = capture(s, 2 * 6 * TP).to_json()
+    assert lent.pop("memory") == every.pop("memory")
+    assert lent == every
+
+
 def test_a_stage_unlike_the_one_before_dispatches_its_own(tmp_path, monkeypatch):
     # stage 2 runs one more op than stage 1: its micro-batch 0 is not stage 1's, so it takes its own templates
     s = spec(tmp_path, odd="x = x * 2 if self.index == 2 else x")
@@ -113,8 +130,8 @@ def test_a_lent_template_that_cannot_be_mapped_midway_captures_the_stage_again(t
     # dispatching every micro-batch, and the workload is still the one that does so everywhere
     real = chunk_replay.ChunkReplay._lent_source
 
-    def unmapped(self, key):
-        template, source = real(self, key)
+    def unmapped(self, key, first=False):
+        template, source = real(self, key, first)
         source.kept.clear()
         return template, source
     monkeypatch.setattr(chunk_replay.ChunkReplay, "_lent_source", unmapped)

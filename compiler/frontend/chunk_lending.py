@@ -5,7 +5,9 @@ parameters, their gradients and the ranks of their process groups differ. Each s
 micro-batch 0 and last (the first touch of its gradients, DDP's synchronisation) and the warm-up's calls, but a
 stage whose micro-batch 0 records exactly the ops and allocations a middle stage captured before it recorded at its
 micro-batch 0 (put on its own ranks and storages) takes that stage's templates: its micro-batches 1 to M - 2 are
-all copies, and micro-batches 1 and 2 are not dispatched. A rank holding several stages (Interleaved1F1B's) lends
+all copies, and micro-batches 1 and 2 are not dispatched. Once one stage has (`Donor.proven`), the stages after
+it copy their micro-batch 0 from the donor's as well, unchecked, as micro-batches 3 on copy micro-batch 1 once
+micro-batch 2 matched (chunk_replay.ChunkReplay._copies_first: ranks of one stage training plain tensors). A rank holding several stages (Interleaved1F1B's) lends
 and borrows each of them by its place among the rank's stages. What a copy needs of the earlier rank is kept here
 (`Donor`): its program (the template ops), which call made each storage, its calls of micro-batch 0 (checked) and
 1 (copied), and the storages that outlive a chunk (parameters, buffers, gradients) as each of those calls began,
@@ -35,6 +37,12 @@ class Donor:
     templates: dict                # (place, kind) -> its Call of micro-batch 1
     held: dict                     # ((place, kind), chunk) -> persistent() as that call began
     places: dict                   # id of each of its PipelineStages -> its place
+    # (place, "full") -> per trained tensor, (the storage key, step_memory's storage) of the gradient its micro-batch
+    # 0's backward left (None: none): the gradients a stage that copies that call as well takes as its own
+    grads: dict = field(default_factory=dict)
+    # a stage has taken its templates, its own micro-batch 0 checked against this donor's: the stages after it copy
+    # their micro-batch 0 from the donor's too (chunk_replay.ChunkReplay._copies_first)
+    proven: bool = False
 
 
 @dataclass

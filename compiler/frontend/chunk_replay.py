@@ -19,7 +19,8 @@ Gradient accumulation's micro-batches (capture.py's loop, not a schedule's) go t
 micro-batch's forward and backward as one (`micro_batch`).
 
 A middle stage may take an earlier middle stage's templates instead of its own (chunk_lending.py): where its
-micro-batch 0 records what that stage's did, its micro-batches 1 to M - 2 are all copies, and neither 1 nor 2 runs.
+micro-batch 0 records what that stage's did, its micro-batches 1 to M - 2 are all copies, and neither 1 nor 2 runs;
+once one has, the stages after it copy their micro-batch 0 from that stage's too (`_copies_first`).
 
 Capture cost then stays flat in the number of micro-batches; the workload is the same op for op (tested against
 the capture that dispatches every micro-batch). So is the memory per rank: a copy allocates and frees what its
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from ...network.errors import AstraError
 from ..core import heap
 from .chunk_lending import LENT_KINDS, Donor, Lender, NoImage, kept_map, log_shape, persistent
+from .step_memory import local
 from .recorder import storage_key   # the recorder's key of a storage: address and generation
 from .workload import COMPUTE, LOAD, STORE, Op
 
@@ -162,6 +164,9 @@ class ChunkReplay:
         self.dtensor_gradients = False
         # micro-batch -> step_memory's storages its template allocated -> the copy's (StepMemory.replay)
         self._copied_storages: dict = {}
+        # (place, "full") -> the gradients micro-batch 0's backward left (Donor.grads), where this stage may lend
+        self.first_grads: dict = {}
+        self._first: bool | None = None   # does this stage copy its micro-batch 0 too (_copies_first; None: not known)
 
     def check(self) -> None:
         """After the recorded step: ReplayMismatch where a micro-batch was not its template's copy."""
@@ -260,7 +265,10 @@ class ChunkReplay:
                 self._keep_shape(key, out)
                 return out
             return self._real(key, chunk, args, run, None)
-        borrowed = TEMPLATE <= chunk <= count - 2 and self.borrowed.get(key)
+        first = chunk == 0 and self._copies_first(key)
+        if first:
+            self.borrowed[key] = True
+        borrowed = first or TEMPLATE <= chunk <= count - 2 and self.borrowed.get(key)
         copies = borrowed or (CHECKED < chunk <= count - 2 and self.checked.get(key))
         if not copies and key[1] != "forward" and \
                 getattr(self.calls.get(((key[0], "forward"), chunk)), "copied", False):
@@ -272,6 +280,8 @@ class ChunkReplay:
         if copies:
             try:
                 out = self._replayed(key, chunk, args, rec, borrowed)
+                if first and key[1] == "full":
+                    self._adopt_first_grads(key, rec)
                 self.replayed += 1
                 return out
             except ReplayMismatch as e:   # the step goes on dispatching; the stage is captured again after it
@@ -338,6 +348,10 @@ class ChunkReplay:
             call.result_storages = [memory.holding(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
             call.held_args = _held(_leaves(args)[2], _leaves(out)[2])
             call.memory_shape = log_shape(call.memory) if lends else None
+        if lends and chunk == 0 and key[1] == "full":   # the gradients it made, for stages that copy it (lend)
+            self.first_grads[self._place(key)] = [
+                None if p.grad is None else (storage_key(local(p.grad)), rec.memory.holding(local(p.grad)))
+                for p in self.trained()[0]]
         call.end, call.views_after = len(rec.ops), rec._views
         call.results = [storage_key(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
         covered = call.start
@@ -422,23 +436,74 @@ class ChunkReplay:
         self.borrowed[key] = len(ops) == len(mine) and all(
             {**a.__dict__, "group_name": ""} == {**b.__dict__, "group_name": ""} for a, b in zip(ops, mine))
 
-    def _lent_source(self, key) -> tuple[Call, _Source]:
-        """The donor's template of `key` and where it lies, its persistent storages mapped onto this stage's as
-        they are at its first copy."""
-        lent = self._lent_sources.get(key)
+    def _lent_source(self, key, first: bool = False) -> tuple[Call, _Source]:
+        """The donor's template of `key` (`first`: its micro-batch 0's call, _copies_first) and where it lies, its
+        persistent storages mapped onto this stage's as they are at its first copy."""
+        lent = self._lent_sources.get((key, first))
         if lent is None:
             donor, place = self.lender.donor, self._place(key)
-            kept = kept_map(donor.held.get((place, TEMPLATE), []), persistent(*self.trained()))
+            kept = kept_map(donor.held.get((place, 0 if first else TEMPLATE), []), persistent(*self.trained()))
             if kept is None:
                 raise ReplayMismatch(f"pp coordinate {self.coord}'s {key[1]} holds other parameters than "
                                      f"coordinate {donor.coord}'s, whose template it took")
-            lent = self._lent_sources[key] = donor.templates[place], self._donor_source(kept)
+            lent = self._lent_sources[(key, first)] = ((donor.firsts if first else donor.templates)[place],
+                                                       self._donor_source(kept))
         return lent
+
+    def _copies_first(self, key) -> bool:
+        """Does this stage copy its micro-batch 0 from the donor's too, dispatching none of its calls? Where a stage
+        before it took the donor's templates after its own micro-batch 0 was checked against the donor's
+        (Donor.proven: stages alike up to their ranks and storages, as micro-batch 2 vouches for the copies of
+        micro-batch 1), the rank holds one stage (all its gradients are that stage's), training plain tensors (a
+        DTensor gradient decides its sharding at its first add: dtensor_gradients), and the donor's micro-batch 0
+        backward made every gradient it left (none a view of a bucket made before it): `_adopt_first_grads`."""
+        if self._first is None:
+            self._first = self._first_copyable()
+        return self._first and key[1] in LENT_KINDS
+
+    def _first_copyable(self) -> bool:
+        from torch.distributed.tensor import DTensor
+        donor = self.lender.donor if self.lending else None
+        if donor is None or not donor.proven or donor.coord == self.coord or len(self.places) != 1 or \
+                self.dtensor_gradients or set(donor.firsts) != {(0, kind) for kind in LENT_KINDS}:
+            return False
+        trained = self.trained()[0]
+        grads = donor.grads.get((0, "full"))
+        return not any(isinstance(p, DTensor) for p in trained) and grads is not None and \
+            len(grads) == len(trained) and all(g is None or g[0] in donor.firsts[(0, "full")].created for g in grads)
+
+    def _adopt_first_grads(self, key, rec) -> None:
+        """After micro-batch 0's backward was copied from the donor's: each gradient the copy made (on a fresh
+        storage) made for real, a stand-in not recorded, and put in the copy's place: its writer the copy's last
+        write, its bytes the copy's allocation (freed when torch frees the gradient). The next micro-batches then
+        accumulate into it, and the last backward and the optimizer use it, as after a real call."""
+        import torch
+        place = self._place(key)
+        first, grads = self.lender.donor.firsts[place], self.lender.donor.grads[place]
+        call, copies = self.calls[(key, 0)], self._copied_storages.get(0, {})
+        rec.paused += 1
+        try:
+            for p, made in zip(self.trained()[0], grads):
+                if made is None:
+                    continue
+                theirs, held = made
+                p.grad = torch.empty_like(p)
+                writer = rec._writer.pop(call.slots[first.created[theirs]], None)
+                if writer is not None:
+                    rec._writer[storage_key(p.grad)] = writer
+                if held in copies:
+                    rec.memory.adopt(p.grad.untyped_storage(), copies.pop(held))
+        finally:
+            rec.paused -= 1
 
     def lend(self, ops: list) -> None:
         """After the recorded step: this stage's templates for the stages after it, where each was checked on its
         micro-batch 2 (a stage that borrowed leaves the donor it took them from)."""
-        if not self.lending or self.mismatch or any(self.borrowed.values()):
+        if not self.lending or self.mismatch:
+            return
+        if any(self.borrowed.values()):
+            if all(self.borrowed.values()):   # every call took the donor's: later stages copy micro-batch 0 too
+                self.lender.donor.proven = True
             return
         # torch asks every stage for its loss, which only the last computes: a stage whose loss calls ran ops lends
         # nothing (the last stage's copies pair its losses with its backwards, _replayed)
@@ -451,12 +516,12 @@ class ChunkReplay:
             return
         self.lender.donor = Donor(self.coord, ops, self.origin, {self._place(k): self.calls[(k, 0)] for k in keys},
                                   {self._place(k): self.calls[(k, TEMPLATE)] for k in keys}, dict(self.held),
-                                  dict(self.places))
+                                  dict(self.places), dict(self.first_grads))
 
     # -- a replayed call ------------------------------------------------------------------------------------------
     def _replayed(self, key, chunk, args, rec, borrowed: bool):
         if borrowed:
-            template, source = self._lent_source(key)
+            template, source = self._lent_source(key, chunk == 0)
         else:
             template, source = self.calls[(key, TEMPLATE)], _Source(rec.ops, self.origin)
         out = self._stand_in(key, rec)
