@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from ...network.errors import AstraError
 from ..core import heap
 from .chunk_lending import LENT_KINDS, Donor, Lender, NoImage, kept_map, log_shape, persistent
-from .step_memory import local
 from .recorder import storage_key   # the recorder's key of a storage: address and generation
+from .step_memory import local
 from .workload import COMPUTE, LOAD, STORE, Op
 
 TEMPLATE, CHECKED = 1, 2   # the micro-batch copied, the one its prediction is checked on

@@ -29,6 +29,9 @@ from .caching_allocator import reserved_bytes
 # allocated-bytes statistics, max_memory_allocated among them, count the rounded sizes.
 ALLOCATOR_BLOCK = 512
 BEFORE_STEP = -1   # the clock of storages live when the step began
+# a step's allocations from which result(later=True) replays the caching allocator in a forked child: below it the
+# replay (about a microsecond an allocation) takes no longer than forking a capture's process
+FORKED_FROM = 50_000
 
 
 def rounded(nbytes: int) -> int:
@@ -216,15 +219,15 @@ class StepMemory:
         (as max_memory_reserved; `expandable_segments`: the allocator's option of that name on), and each phase's
         own peak of live bytes (the phases that allocated). `later`: the reserved bytes are a core.forked.Forked,
         replayed on another core while the caller goes on (a pipeline's next stage captured), which `settled`
-        turns into the number."""
+        turns into the number (a step of fewer than FORKED_FROM allocations: replayed here at once)."""
         self.recording = False
         held = dict.fromkeys(CATEGORIES, 0)
         for nbytes, born, died, s, _ in self._blocks:
             if born <= self._peak_at and (died is None or died > self._peak_at):
                 held[s.tag] += nbytes
         return {"peak_bytes": self.peak, "peak_phase": self.peak_phase, **{f"{c}_bytes": b for c, b in held.items()},
-                "reserved_bytes": Forked(self._reserved, expandable_segments) if later else
-                self._reserved(expandable_segments),
+                "reserved_bytes": Forked(self._reserved, expandable_segments)
+                if later and len(self._blocks) >= FORKED_FROM else self._reserved(expandable_segments),
                 "phase_peak_bytes": {p: self.phase_peaks[p] for p in PHASES if p in self.phase_peaks}}
 
     def _reserved(self, expandable_segments: bool) -> int:
