@@ -462,15 +462,14 @@ class ChunkReplay:
         return self._first and key[1] in LENT_KINDS
 
     def _first_copyable(self) -> bool:
-        from torch.distributed.tensor import DTensor
+        # (a stage sharded by FSDP2 never gets here, _sharded: its DTensor parameters are dtensor_gradients' case)
         donor = self.lender.donor if self.lending else None
         if donor is None or not donor.proven or donor.coord == self.coord or len(self.places) != 1 or \
                 self.dtensor_gradients or set(donor.firsts) != {(0, kind) for kind in LENT_KINDS}:
             return False
-        trained = self.trained()[0]
         grads = donor.grads.get((0, "full"))
-        return not any(isinstance(p, DTensor) for p in trained) and grads is not None and \
-            len(grads) == len(trained) and all(g is None or g[0] in donor.firsts[(0, "full")].created for g in grads)
+        return grads is not None and len(grads) == len(self.trained()[0]) and \
+            all(g is None or g[0] in donor.firsts[(0, "full")].created for g in grads)
 
     def _adopt_first_grads(self, key, rec) -> None:
         """After micro-batch 0's backward was copied from the donor's: each gradient the copy made (on a fresh

@@ -3,8 +3,8 @@ convertible to another dtype.
 
 - Initializers: `torch.nn.init`'s in-place initializers (`kaiming_uniform_`, `normal_`, `ones_`, ...) fill values a
   fake tensor does not have, yet each is dispatched through fake mode: over a quarter of building a 175B GPT's 96
-  blocks (0.24 s against 0.17 s), once per pipeline stage captured. While the model is built, parallelized and its optimizer made they return their
-  tensor as it is; nothing a capture records reads a value.
+  blocks (0.24 s against 0.17 s), once per pipeline stage captured. While the model is built, parallelized and its
+  optimizer made they return their tensor as it is; nothing a capture records reads a value.
 - `model.half()`, `model.to(torch.bfloat16)`, `model.float()`, as a training script with bf16 or fp16 parameters
   writes them (Megatron's fp16 models, torchtitan's bf16 ones). PyTorch converts a fake parameter by swapping the
   new tensor into the old Parameter object, and refuses: the fake tensor mode keeps a weak reference to every fake
