@@ -100,9 +100,32 @@ def test_a_middle_stage_takes_the_templates_of_the_one_before(tmp_path, monkeypa
 
 def test_stages_after_one_that_borrowed_copy_their_micro_batch_0_too(tmp_path, monkeypatch):
     # six stages of one layer: stage 1 lends, stage 2 borrows once its micro-batch 0 matched stage 1's, and stages 3
-    # and 4 copy their micro-batch 0 from stage 1's as well (their gradients made as stand-ins in the copy's place):
-    # of their recorded step only micro-batch M - 1 runs. The workload and memory are those of dispatching every
-    # micro-batch
+    # and 4 copy their micro-batch 0 from stage 1's as well (their gradients made as stand-ins in the copy's place),
+    # and their last one (stage 2's matched stage 1's: DDP's bucket all-reduce moved to their ranks, the bucket
+    # counted): their forward runs twice, for the chain of stage shapes and the warm-up's last micro-batch. The
+    # workload and memory are those of dispatching every micro-batch
+    path = tmp_path / "pp.py"
+    path.write_text(textwrap.dedent(MODEL % ("pass", "1F1B", M, 6, 6 * TP, TP)))
+    s = load_model_file(str(path))
+    runs = forwards_per_stage(monkeypatch, s)
+    lent = capture(s, 2 * 6 * TP).to_json()
+    assert runs == {0: 6, 1: 6, 2: 4, 3: 2, 4: 2, 5: 7}
+    dispatching_all(monkeypatch)
+    every = capture(s, 2 * 6 * TP).to_json()
+    assert lent.pop("memory") == every.pop("memory")
+    assert lent == every
+
+
+def test_stages_copy_micro_batch_0_but_run_their_last_where_the_borrower_s_last_differed(tmp_path, monkeypatch):
+    # the borrowing stage's last micro-batch did not match the lender's (here: reported so): the stages after it
+    # still copy micro-batch 0 but run their last micro-batch, and their warm-up's, for real
+    real = chunk_replay.ChunkReplay._check_lent
+
+    def last_differs(self, key, rec, which):
+        real(self, key, rec, which)
+        if which == chunk_replay.LAST:
+            self.borrowed_last[key] = False
+    monkeypatch.setattr(chunk_replay.ChunkReplay, "_check_lent", last_differs)
     path = tmp_path / "pp.py"
     path.write_text(textwrap.dedent(MODEL % ("pass", "1F1B", M, 6, 6 * TP, TP)))
     s = load_model_file(str(path))
@@ -110,9 +133,7 @@ def test_stages_after_one_that_borrowed_copy_their_micro_batch_0_too(tmp_path, m
     lent = capture(s, 2 * 6 * TP).to_json()
     assert runs == {0: 6, 1: 6, 2: 4, 3: 3, 4: 3, 5: 7}
     dispatching_all(monkeypatch)
-    every = capture(s, 2 * 6 * TP).to_json()
-    assert lent.pop("memory") == every.pop("memory")
-    assert lent == every
+    assert capture(s, 2 * 6 * TP).to_json() == lent
 
 
 def test_a_stage_unlike_the_one_before_dispatches_its_own(tmp_path, monkeypatch):
@@ -130,8 +151,8 @@ def test_a_lent_template_that_cannot_be_mapped_midway_captures_the_stage_again(t
     # dispatching every micro-batch, and the workload is still the one that does so everywhere
     real = chunk_replay.ChunkReplay._lent_source
 
-    def unmapped(self, key, first=False):
-        template, source = real(self, key, first)
+    def unmapped(self, key, which=chunk_replay.TEMPLATE):
+        template, source = real(self, key, which)
         source.kept.clear()
         return template, source
     monkeypatch.setattr(chunk_replay.ChunkReplay, "_lent_source", unmapped)

@@ -7,10 +7,13 @@ and allocations a middle stage captured before it recorded at its micro-batch 0 
 takes that stage's templates: its micro-batches 1 to M - 2 are all copies, and micro-batches 1 and 2 are not
 dispatched. Once one stage has (`Donor.proven`), the stages after it copy their micro-batch 0 from the donor's as
 well, unchecked, as micro-batches 3 on copy micro-batch 1 once micro-batch 2 matched
-(chunk_replay.ChunkReplay._copies_first: ranks of one stage training plain tensors). A rank holding several stages
+(chunk_replay.ChunkReplay._copies_first: ranks of one stage training plain tensors); where that stage's last
+micro-batch (DDP's synchronisation) was the donor's too (`Donor.proven_last`), they copy their last one as well and
+dispatch none of their calls, the warm-up's last backward neither (_copies_last). A rank holding several stages
 (Interleaved1F1B's) lends and borrows each of them by its place among the rank's stages. What a copy needs of the
 earlier rank is kept here (`Donor`): its program (the template ops), which call made each storage, its calls of
-micro-batch 0 (checked, or copied) and 1 (copied), the gradients its micro-batch 0 made, and the storages that
+micro-batch 0 (checked, or copied), 1 (copied) and the last (checked, or copied), the gradients its micro-batch 0
+made, and the storages that
 outlive a chunk (parameters, buffers, gradients) as each of those calls began, which map onto the borrowing rank's
 own by their place in the optimizer's list (`kept_map`). A mapping that fails midway raises ReplayMismatch: the
 stage is then captured again dispatching every micro-batch.
@@ -41,9 +44,13 @@ class Donor:
     # (place, "full") -> per trained tensor, (the storage key, step_memory's storage) of the gradient its micro-batch
     # 0's backward left (None: none): the gradients a stage that copies that call as well takes as its own
     grads: dict = field(default_factory=dict)
+    lasts: dict = field(default_factory=dict)   # (place, kind) -> its Call of the last micro-batch
     # a stage has taken its templates, its own micro-batch 0 checked against this donor's: the stages after it copy
     # their micro-batch 0 from the donor's too (chunk_replay.ChunkReplay._copies_first)
     proven: bool = False
+    # that stage's last micro-batch was this donor's too: the stages after it copy theirs as well, and dispatch nothing
+    # of their schedule (chunk_replay.ChunkReplay._copies_last)
+    proven_last: bool = False
 
 
 @dataclass

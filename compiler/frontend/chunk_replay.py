@@ -20,7 +20,9 @@ micro-batch's forward and backward as one (`micro_batch`).
 
 A middle stage may take an earlier middle stage's templates instead of its own (chunk_lending.py): where its
 micro-batch 0 records what that stage's did, its micro-batches 1 to M - 2 are all copies, and neither 1 nor 2 runs;
-once one has, the stages after it copy their micro-batch 0 from that stage's too (`_copies_first`).
+once one has, the stages after it copy their micro-batch 0 from that stage's too (`_copies_first`), and where its
+last micro-batch matched as well, their last one (`_copies_last`: nothing of their schedule is dispatched but the
+warm-up's last forward).
 
 Capture cost then stays flat in the number of micro-batches; the workload is the same op for op (tested against
 the capture that dispatches every micro-batch). So is the memory per rank: a copy allocates and frees what its
@@ -41,6 +43,7 @@ from .step_memory import local
 from .workload import COMPUTE, LOAD, STORE, Op
 
 TEMPLATE, CHECKED = 1, 2   # the micro-batch copied, the one its prediction is checked on
+LAST = -1                  # the last micro-batch's calls, as a donor keeps them (chunk_lending.Donor.held)
 
 
 # micro-batches from which a capture copies chunks: the fewest with one copy (0, 1, 2 and the last run)
@@ -167,6 +170,8 @@ class ChunkReplay:
         # (place, "full") -> the gradients micro-batch 0's backward left (Donor.grads), where this stage may lend
         self.first_grads: dict = {}
         self._first: bool | None = None   # does this stage copy its micro-batch 0 too (_copies_first; None: not known)
+        self.finals: dict = {}           # key -> Call of the last micro-batch, where this stage may lend
+        self.borrowed_last: dict = {}    # key -> whether its last micro-batch is the donor's (_check_lent, copied)
 
     def check(self) -> None:
         """After the recorded step: ReplayMismatch where a micro-batch was not its template's copy."""
@@ -248,9 +253,18 @@ class ChunkReplay:
         return self._chunk((id(model), "micro-batch"), k, count, args, k == count - 1, run)
 
     def _chunk(self, key, chunk: int, count: int, args, last: bool, run):
-        if self.mismatch or last:
+        if self.mismatch:
             return run()
         rec = self.recording()
+        final = chunk == count - 1 and key[1] != "micro-batch"   # a pipeline stage's last micro-batch
+        if rec is None and final and key[1] == "full" and self._copies_last(key):
+            # the warm-up of a stage that copies every call of its recorded step: its last backward not dispatched,
+            # the optimizer states made from stand-in gradients (stand_in_gradients). Its last forward still runs:
+            # what a module changes at its first forward stays (DDP over tensor parallelism leaves the local shards
+            # out of the module's parameters, so torch's scale_grads skips their gradients)
+            return _input_gradients(args)
+        if last and not (final and rec is not None and self.lending and key[1] in LENT_KINDS):
+            return run()
         if rec is None:   # the warm-up: only what the recorded step needs built (grads, optimizer states)
             if chunk == count - 2 and self.dtensor_gradients and key[1] != "micro-batch":
                 # (gradient accumulation's warm-up runs micro-batch 0's backward, which sets them: dtensor_gradients)
@@ -268,6 +282,15 @@ class ChunkReplay:
         first = chunk == 0 and self._copies_first(key)
         if first:
             self.borrowed[key] = True
+        if final and self._copies_last(key):   # DDP's synchronisation with it: the donor's, on this stage's ranks
+            self.borrowed_last[key] = True
+            try:
+                out = self._replayed(key, chunk, args, rec, True, LAST)
+                self.replayed += 1
+                return out
+            except ReplayMismatch as e:
+                self.mismatch = str(e)
+                return run()
         borrowed = first or TEMPLATE <= chunk <= count - 2 and self.borrowed.get(key)
         copies = borrowed or (CHECKED < chunk <= count - 2 and self.checked.get(key))
         if not copies and key[1] != "forward" and \
@@ -287,11 +310,11 @@ class ChunkReplay:
             except ReplayMismatch as e:   # the step goes on dispatching; the stage is captured again after it
                 self.mismatch = str(e)
                 return run()
-        out = self._real(key, chunk, args, run, rec)
+        out = self._real(key, chunk, args, run, rec, final)
         if chunk == CHECKED and (key, TEMPLATE) in self.calls:
             self._check(key, rec)
-        elif chunk == 0 and self._lent(key) is not None:
-            self._check_lent(key, rec)
+        elif (chunk == 0 or final) and self._lent(key) is not None:
+            self._check_lent(key, rec, LAST if final else 0)
         return out
 
     def _sharded(self, stage) -> bool:
@@ -321,18 +344,21 @@ class ChunkReplay:
                 t._astra_holds = held
 
     # -- a real call, logged --------------------------------------------------------------------------------------
-    def _real(self, key, chunk, args, run, rec):
+    def _real(self, key, chunk, args, run, rec, final: bool = False):
         if rec is None:
             out = run()
             self._keep_shape(key, out)
             return out
         call = Call(key, chunk, start=len(rec.ops), args=[storage_key(t) for t in _leaves(args)[2]],
                     views_before=rec._views)
-        lent = chunk == 0 and self._lent(key) is not None
+        lent = (chunk == 0 or final) and self._lent(key) is not None
         call.writer_before = dict(rec._writer) if chunk == CHECKED or lent else None
-        lends = self.lending and chunk in (0, TEMPLATE) and key[1] in LENT_KINDS
+        # a stage that may lend or borrow logs micro-batches 0, 1 and the last (its calls, as chunk_lending.Donor)
+        lends = self.lending and (chunk in (0, TEMPLATE) or final) and key[1] in LENT_KINDS
         if lends:
-            self.held[(self._place(key), chunk)] = persistent(*self.trained())
+            self.held[(self._place(key), LAST if final else chunk)] = persistent(*self.trained())
+            if final:
+                self.finals[key] = call
         # a loss: every one (_replayed); micro-batch 0 of a stage that may lend or borrow: for _check_lent
         memory = rec.memory if chunk == TEMPLATE or key[1] == "loss" or lends else None
         rec.events = []
@@ -416,13 +442,18 @@ class ChunkReplay:
         return _Source(donor.ops, donor.origin, kept, self.lender.shift(self.coord),
                        lambda k: (stage_at.get(donor.places.get(k[0])), k[1]))
 
-    def _check_lent(self, key, rec) -> None:
-        """This stage's micro-batch 0 of `key`, just recorded, against the donor's put on this stage's storages and
-        ranks: where they are the same op for op, micro-batches 1 to M - 2 copy the donor's template."""
-        donor, actual, place = self.lender.donor, self.calls[(key, 0)], self._place(key)
-        first = donor.firsts[place]
-        self.borrowed[key] = False
-        kept = kept_map(donor.held.get((place, 0), []), self.held.get((place, 0), [None]))
+    def _check_lent(self, key, rec, which: int) -> None:
+        """This stage's micro-batch 0 (`which` 0) or last one (LAST) of `key`, just recorded, against the donor's put
+        on this stage's storages and ranks: where micro-batch 0 is the same op for op, micro-batches 1 to M - 2 copy
+        the donor's template; where the last one is as well, the stages after this one copy theirs (lend)."""
+        donor, place = self.lender.donor, self._place(key)
+        first = (donor.firsts if which == 0 else donor.lasts).get(place)
+        actual = self.calls[(key, 0)] if which == 0 else self.finals.get(key)
+        matched = self.borrowed if which == 0 else self.borrowed_last
+        matched[key] = False
+        if first is None or actual is None:
+            return
+        kept = kept_map(donor.held.get((place, which), []), self.held.get((place, which), [None]))
         if kept is None or not first.replayable or not actual.replayable or first.memory_shape is None or \
                 first.memory_shape != actual.memory_shape:
             actual.writer_before = None
@@ -433,21 +464,22 @@ class ChunkReplay:
             return
         mine = rec.ops[actual.start:actual.end]
         # the donor's ops carry its groups' final names (capture.py names them by their ranks after its step)
-        self.borrowed[key] = len(ops) == len(mine) and all(
+        matched[key] = len(ops) == len(mine) and all(
             {**a.__dict__, "group_name": ""} == {**b.__dict__, "group_name": ""} for a, b in zip(ops, mine))
 
-    def _lent_source(self, key, first: bool = False) -> tuple[Call, _Source]:
-        """The donor's template of `key` (`first`: its micro-batch 0's call, _copies_first) and where it lies, its
-        persistent storages mapped onto this stage's as they are at its first copy."""
-        lent = self._lent_sources.get((key, first))
+    def _lent_source(self, key, which: int = TEMPLATE) -> tuple[Call, _Source]:
+        """The donor's call of `key` that a copy takes (`which`: TEMPLATE, micro-batch 0's for _copies_first, or
+        LAST for _copies_last) and where it lies, its persistent storages mapped onto this stage's as they are at
+        its first copy."""
+        lent = self._lent_sources.get((key, which))
         if lent is None:
             donor, place = self.lender.donor, self._place(key)
-            kept = kept_map(donor.held.get((place, 0 if first else TEMPLATE), []), persistent(*self.trained()))
+            kept = kept_map(donor.held.get((place, which), []), persistent(*self.trained()))
             if kept is None:
                 raise ReplayMismatch(f"pp coordinate {self.coord}'s {key[1]} holds other parameters than "
                                      f"coordinate {donor.coord}'s, whose template it took")
-            lent = self._lent_sources[(key, first)] = ((donor.firsts if first else donor.templates)[place],
-                                                       self._donor_source(kept))
+            calls = {0: donor.firsts, TEMPLATE: donor.templates, LAST: donor.lasts}[which]
+            lent = self._lent_sources[(key, which)] = (calls[place], self._donor_source(kept))
         return lent
 
     def _copies_first(self, key) -> bool:
@@ -460,6 +492,28 @@ class ChunkReplay:
         if self._first is None:
             self._first = self._first_copyable()
         return self._first and key[1] in LENT_KINDS
+
+    def _copies_last(self, key) -> bool:
+        """Does this stage copy its last micro-batch from the donor's too, so that nothing of its schedule is
+        dispatched (the warm-up neither)? Where it copies micro-batch 0 (_copies_first) and a stage before it had
+        its last micro-batch checked against the donor's (Donor.proven_last): DDP's synchronisation in the last
+        backward is then the donor's on this stage's ranks, its buckets the donor's (StepMemory.replay's `held`)."""
+        if not self._copies_first(key):
+            return False
+        donor = self.lender.donor
+        return donor.proven_last and self._place(key) in donor.lasts
+
+    def stand_in_gradients(self) -> None:
+        """Before the warm-up's optimizer step of a stage that dispatched none of its calls (_copies_last): the
+        gradients the donor's micro-batch 0 made, as stand-ins, so the optimizer makes its states as after a real
+        backward (the recorded step's copy of micro-batch 0 makes them again: _adopt_first_grads)."""
+        import torch
+        if self.recording() is not None or not self.places or \
+                not all(self._copies_last((stage, kind)) for stage in self.places for kind in LENT_KINDS):
+            return
+        for p, made in zip(self.trained()[0], self.lender.donor.grads[(0, "full")]):
+            if made is not None and p.grad is None:
+                p.grad = torch.empty_like(p)
 
     def _first_copyable(self) -> bool:
         # (a stage sharded by FSDP2 never gets here, _sharded: its DTensor parameters are dtensor_gradients' case)
@@ -503,6 +557,9 @@ class ChunkReplay:
         if any(self.borrowed.values()):
             if all(self.borrowed.values()):   # every call took the donor's: later stages copy micro-batch 0 too
                 self.lender.donor.proven = True
+                # and their last micro-batch, where this stage's was the donor's too
+                self.lender.donor.proven_last |= set(self.borrowed_last) == set(self.borrowed) and \
+                    all(self.borrowed_last.values())
             return
         # torch asks every stage for its loss, which only the last computes: a stage whose loss calls ran ops lends
         # nothing (the last stage's copies pair its losses with its backwards, _replayed)
@@ -515,12 +572,13 @@ class ChunkReplay:
             return
         self.lender.donor = Donor(self.coord, ops, self.origin, {self._place(k): self.calls[(k, 0)] for k in keys},
                                   {self._place(k): self.calls[(k, TEMPLATE)] for k in keys}, dict(self.held),
-                                  dict(self.places), dict(self.first_grads))
+                                  dict(self.places), dict(self.first_grads),
+                                  {self._place(k): self.finals[k] for k in keys if k in self.finals})
 
     # -- a replayed call ------------------------------------------------------------------------------------------
-    def _replayed(self, key, chunk, args, rec, borrowed: bool):
+    def _replayed(self, key, chunk, args, rec, borrowed: bool, which: int | None = None):
         if borrowed:
-            template, source = self._lent_source(key, chunk == 0)
+            template, source = self._lent_source(key, which if which is not None else 0 if chunk == 0 else TEMPLATE)
         else:
             template, source = self.calls[(key, TEMPLATE)], _Source(rec.ops, self.origin)
         out = self._stand_in(key, rec)
@@ -539,7 +597,7 @@ class ChunkReplay:
             if None not in loss:
                 mine, theirs = ([e[0] for e in c.memory if e[1] is not None] for c in loss)
                 copies.update(zip(theirs, mine))
-            rec.memory.replay(template.memory, copies)
+            rec.memory.replay(template.memory, copies, held=which == LAST)
         held = [a for i, a in enumerate(_leaves(args)[2]) if i in template.held_args]
         for t in _leaves(out)[2] if held else ():
             t._astra_holds = held   # as the template's result's autograd graph holds these arguments

@@ -29,6 +29,7 @@ from .caching_allocator import reserved_bytes
 # allocated-bytes statistics, max_memory_allocated among them, count the rounded sizes.
 ALLOCATOR_BLOCK = 512
 BEFORE_STEP = -1   # the clock of storages live when the step began
+HELD = -1          # StepMemory.log's stream of a storage first seen in a logged call but live since the step began
 # a step's allocations from which result(later=True) replays the caching allocator in a forked child: below it the
 # replay (about a microsecond an allocation) takes no longer than forking a capture's process
 FORKED_FROM = 50_000
@@ -140,15 +141,21 @@ class StepMemory:
         nbytes = rounded(nbytes)
         if before:   # live since the step began (on the compute stream): at the peaks found so far too
             s.block = [nbytes, BEFORE_STEP, None, s, 0]
-            self.peak += nbytes
-            for phase in self.phase_peaks:
-                self.phase_peaks[phase] += nbytes
+            self._before(nbytes)
+            if self.log is not None:   # first seen in a logged call (DDP's buckets in the last backward)
+                self.log.append((s, nbytes, HELD, None))
         else:
             self._clock += 1
             s.block = [nbytes, self._clock, None, s, self._stream()]
             if self.log is not None:
                 self.log.append((s, nbytes, s.block[4], self._phase))
         self._add(s.block)
+
+    def _before(self, nbytes: int) -> None:
+        """`nbytes` found live since the step began: they were at every peak found so far too."""
+        self.peak += nbytes
+        for phase in self.phase_peaks:
+            self.phase_peaks[phase] += nbytes
 
     def _add(self, block: list) -> None:
         self._blocks.append(block)
@@ -171,17 +178,27 @@ class StepMemory:
             if self.log is not None:
                 self.log.append((s, None, None, None))
 
-    def replay(self, log: list, copies: dict) -> None:
+    def replay(self, log: list, copies: dict, held: bool = False) -> None:
         """A copied chunk's allocations and frees: its template's `log`, each storage it allocated a fresh one of the
         same bytes, stream and tag (entered in `copies`, template storage -> the copy's, which the copy's later
         calls free: a backward the activations of its forward); a free of a storage the copies do not hold (live
-        before the template's micro-batch) is the template's alone."""
+        before the template's micro-batch) is the template's alone. A storage the template found live since the
+        step began (HELD) is the template's too, unless `held`: a copy of another stage's last backward, whose
+        storages live since the step began that nothing else touches (DDP's buckets) are then the copy's."""
         close, peaks = self._close, self.phase_peaks
         for s, nbytes, stream, phase in log:   # once per allocation of every copy: _add inline
             if nbytes is None:
                 c = copies.pop(s, None)   # freed once: the map keeps only what a later call may free
                 if c is not None:
                     close(c)
+                continue
+            if stream == HELD:
+                if not held:
+                    continue
+                c = copies[s] = _Storage(s.tag)
+                c.block = [nbytes, BEFORE_STEP, None, c, 0]
+                self._before(nbytes)
+                self._add(c.block)
                 continue
             c = copies[s] = _Storage(s.tag)
             self._clock += 1
