@@ -337,7 +337,6 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                             loss = chunks.micro_batch(model, k, acc.microbatches, micro_in,
                                                       lambda k=k: micro_batch(k))
                 phase("optimizer")
-                chunks.stand_in_gradients()   # a warm-up that dispatched none of a pipeline stage's calls
                 opt.step()
                 opt.zero_grad(set_to_none=True)
 

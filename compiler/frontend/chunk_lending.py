@@ -1,22 +1,20 @@
 """A pipeline stage's chunk templates lent to the stages captured after it (chunk_replay.py copies them).
 
 A 175B GPT on 16 stages has 14 middle stages whose chunks run the same ops on the same shapes: only their
-parameters, their gradients and the ranks of their process groups differ. Each stage still dispatches its last
-micro-batch (DDP's synchronisation) and the warm-up's calls, but a stage whose micro-batch 0 records exactly the ops
-and allocations a middle stage captured before it recorded at its micro-batch 0 (put on its own ranks and storages)
-takes that stage's templates: its micro-batches 1 to M - 2 are all copies, and micro-batches 1 and 2 are not
-dispatched. Once one stage has (`Donor.proven`), the stages after it copy their micro-batch 0 from the donor's as
-well, unchecked, as micro-batches 3 on copy micro-batch 1 once micro-batch 2 matched
-(chunk_replay.ChunkReplay._copies_first: ranks of one stage training plain tensors); where that stage's last
-micro-batch (DDP's synchronisation) was the donor's too (`Donor.proven_last`), they copy their last one as well and
-dispatch none of their calls, the warm-up's last backward neither (_copies_last). A rank holding several stages
-(Interleaved1F1B's) lends and borrows each of them by its place among the rank's stages. What a copy needs of the
-earlier rank is kept here (`Donor`): its program (the template ops), which call made each storage, its calls of
-micro-batch 0 (checked, or copied), 1 (copied) and the last (checked, or copied), the gradients its micro-batch 0
-made, and the storages that
-outlive a chunk (parameters, buffers, gradients) as each of those calls began, which map onto the borrowing rank's
-own by their place in the optimizer's list (`kept_map`). A mapping that fails midway raises ReplayMismatch: the
-stage is then captured again dispatching every micro-batch.
+parameters, their gradients and the ranks of their process groups differ. A stage whose micro-batch 0 records
+exactly the ops and allocations a middle stage captured before it recorded at its micro-batch 0 (put on its own
+ranks and storages) takes that stage's templates: its micro-batches 1 to M - 2 are all copies, and micro-batches 1
+and 2 are not dispatched. Once one stage has (`Donor.proven`), the stages after it copy their micro-batch 0 from the
+donor's as well, unchecked, as micro-batches 3 on copy micro-batch 1 once micro-batch 2 matched
+(chunk_replay.ChunkReplay._copies_first: ranks of one stage); where that stage's last micro-batch (DDP's
+synchronisation) was the donor's too (`Donor.proven_last`), they copy their last one as well and dispatch none of
+their calls, the warm-up's last backward neither (_copies_last). A rank holding several stages (Interleaved1F1B's)
+lends and borrows each of them by its place among the rank's stages. What a copy needs of the earlier rank is kept
+here (`Donor`): its program (the template ops), which call made each storage, its calls of micro-batch 0 (checked,
+or copied), 1 (copied) and the last (checked, or copied), the gradients its micro-batch 0 made, and the storages
+that outlive a chunk (parameters, buffers, gradients) as each of those calls began, which map onto the borrowing
+rank's own by their place in the optimizer's list (`kept_map`). A mapping that fails midway raises ReplayMismatch:
+the stage is then captured again dispatching every micro-batch.
 """
 from __future__ import annotations
 

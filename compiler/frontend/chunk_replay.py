@@ -259,14 +259,17 @@ class ChunkReplay:
         final = chunk == count - 1 and key[1] != "micro-batch"   # a pipeline stage's last micro-batch
         if rec is None and final and key[1] == "full" and self._copies_last(key):
             # the warm-up of a stage that copies every call of its recorded step: its last backward not dispatched,
-            # the optimizer states made from stand-in gradients (stand_in_gradients). Its last forward still runs:
-            # what a module changes at its first forward stays (DDP over tensor parallelism leaves the local shards
-            # out of the module's parameters, so torch's scale_grads skips their gradients)
+            # its gradients stand-ins (_stand_in_gradients) that torch's scale_grads and the optimizer then use as
+            # after a real one. Its last forward still runs: what a module changes at its first forward stays (DDP
+            # over tensor parallelism leaves the local shards out of the module's parameters, so scale_grads skips
+            # their gradients)
+            self._stand_in_gradients()
             return _input_gradients(args)
         if last and not (final and rec is not None and self.lending and key[1] in LENT_KINDS):
             return run()
         if rec is None:   # the warm-up: only what the recorded step needs built (grads, optimizer states)
-            if chunk == count - 2 and self.dtensor_gradients and key[1] != "micro-batch":
+            if chunk == count - 2 and self.dtensor_gradients and key[1] != "micro-batch" and \
+                    not self._copies_last(key):
                 # (gradient accumulation's warm-up runs micro-batch 0's backward, which sets them: dtensor_gradients)
                 return self._real(key, chunk, args, run, None)
             if chunk == 0 and key in self.outputs:   # its shapes known: micro-batch 0's forward need not run either
@@ -486,9 +489,10 @@ class ChunkReplay:
         """Does this stage copy its micro-batch 0 from the donor's too, dispatching none of its calls? Where a stage
         before it took the donor's templates after its own micro-batch 0 was checked against the donor's
         (Donor.proven: stages alike up to their ranks and storages, as micro-batch 2 vouches for the copies of
-        micro-batch 1), the rank holds one stage (all its gradients are that stage's), training plain tensors (a
-        DTensor gradient decides its sharding at its first add: dtensor_gradients), and the donor's micro-batch 0
-        backward made every gradient it left (none a view of a bucket made before it): `_adopt_first_grads`."""
+        micro-batch 1), the rank holds one stage (all its gradients are that stage's), and the donor's micro-batch 0
+        backward made every gradient it left (none a view of a bucket made before it): `_adopt_first_grads` (a
+        DTensor gradient, tensor parallelism without DDP, made as a DTensor: its local shard takes the copy's
+        place; no add of the recorded step is dispatched, so none decides its sharding there)."""
         if self._first is None:
             self._first = self._first_copyable()
         return self._first and key[1] in LENT_KINDS
@@ -503,14 +507,12 @@ class ChunkReplay:
         donor = self.lender.donor
         return donor.proven_last and self._place(key) in donor.lasts
 
-    def stand_in_gradients(self) -> None:
-        """Before the warm-up's optimizer step of a stage that dispatched none of its calls (_copies_last): the
-        gradients the donor's micro-batch 0 made, as stand-ins, so the optimizer makes its states as after a real
-        backward (the recorded step's copy of micro-batch 0 makes them again: _adopt_first_grads)."""
+    def _stand_in_gradients(self) -> None:
+        """In the warm-up of a stage that dispatches none of its calls (_copies_last), in place of its last backward:
+        the gradients the donor's micro-batch 0 made, as stand-ins, so that scale_grads' division (a DTensor's first
+        dispatch of it makes ops of its own) and the optimizer's states are made as after a real backward (the
+        recorded step's copy of micro-batch 0 makes them again: _adopt_first_grads)."""
         import torch
-        if self.recording() is not None or not self.places or \
-                not all(self._copies_last((stage, kind)) for stage in self.places for kind in LENT_KINDS):
-            return
         for p, made in zip(self.trained()[0], self.lender.donor.grads[(0, "full")]):
             if made is not None and p.grad is None:
                 p.grad = torch.empty_like(p)
@@ -519,7 +521,7 @@ class ChunkReplay:
         # (a stage sharded by FSDP2 never gets here, _sharded: its DTensor parameters are dtensor_gradients' case)
         donor = self.lender.donor if self.lending else None
         if donor is None or not donor.proven or donor.coord == self.coord or len(self.places) != 1 or \
-                self.dtensor_gradients or set(donor.firsts) != {(0, kind) for kind in LENT_KINDS}:
+                set(donor.firsts) != {(0, kind) for kind in LENT_KINDS}:
             return False
         grads = donor.grads.get((0, "full"))
         return grads is not None and len(grads) == len(self.trained()[0]) and \
@@ -527,7 +529,8 @@ class ChunkReplay:
 
     def _adopt_first_grads(self, key, rec) -> None:
         """After micro-batch 0's backward was copied from the donor's: each gradient the copy made (on a fresh
-        storage) made for real, a stand-in not recorded, and put in the copy's place: its writer the copy's last
+        storage) made for real, a stand-in not recorded, and put in the copy's place (a DTensor's local shard): its
+        writer the copy's last
         write, its bytes the copy's allocation (freed when torch frees the gradient). The next micro-batches then
         accumulate into it, and the last backward and the optimizer use it, as after a real call."""
         import torch
@@ -541,11 +544,12 @@ class ChunkReplay:
                     continue
                 theirs, held = made
                 p.grad = torch.empty_like(p)
+                grad = local(p.grad)
                 writer = rec._writer.pop(call.slots[first.created[theirs]], None)
                 if writer is not None:
-                    rec._writer[storage_key(p.grad)] = writer
+                    rec._writer[storage_key(grad)] = writer
                 if held in copies:
-                    rec.memory.adopt(p.grad.untyped_storage(), copies.pop(held))
+                    rec.memory.adopt(grad.untyped_storage(), copies.pop(held))
         finally:
             rec.paused -= 1
 
