@@ -70,12 +70,12 @@ def spec(tmp_path, schedule="1F1B", odd="", axis="dp"):
 
 # the last stage's capture runs its module for: the probe of its output's shape, the warm-up's micro-batches 0 and
 # M - 1, the recorded step's 0, 1, 2 and M - 1, each of its `v` stages (Interleaved1F1B: 2), but the warm-up's
-# micro-batch 0 of a stage that is not the last (the chain of stage shapes gives its output); under FSDP2 (chunks
-# that depend on where they fall), LoopedBFS or a zero-bubble schedule (whose copies would not be these ops), for
-# all of them
+# micro-batch 0 of a stage that is not the last (the chain of stage shapes gives its output); under FSDP2 too (its
+# chunks depend on where they fall: each variant has its template, and the last stage's are 1F1B's); under
+# LoopedBFS or a zero-bubble schedule (whose copies would not be these ops), for all of them
 @pytest.mark.parametrize("schedule, axis, v, replays, sends", [
     ("1F1B", "dp", 1, True, 1), ("GPipe", "dp", 1, True, 1), ("Interleaved1F1B", "dp", 2, True, 3),
-    ("1F1B", "fsdp", 1, False, 1), ("LoopedBFS", "dp", 2, False, 3), ("InterleavedZeroBubble", "dp", 2, False, 3),
+    ("1F1B", "fsdp", 1, True, 1), ("LoopedBFS", "dp", 2, False, 3), ("InterleavedZeroBubble", "dp", 2, False, 3),
     ("ZBVZeroBubble", "dp", 2, False, 2)])
 def test_replayed_micro_batches_record_the_same_workload(tmp_path, monkeypatch, schedule, axis, v, replays, sends):
     s = spec(tmp_path, schedule, axis=axis)

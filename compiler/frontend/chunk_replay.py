@@ -24,6 +24,9 @@ once one has, the stages after it copy their micro-batch 0 from that stage's too
 last micro-batch matched as well, their last one (`_copies_last`: nothing of their schedule is dispatched but the
 warm-up's last forward).
 
+A stage sharded by FSDP2 gathers its parameters in a call or not by the call before it: each variant of a call (its
+kind, the kind before it) has its own template, checked on its second call (`_sharded_chunk`).
+
 Capture cost then stays flat in the number of micro-batches; the workload is the same op for op (tested against
 the capture that dispatches every micro-batch). So is the memory per rank: a copy allocates and frees what its
 template did (step_memory.StepMemory.replay), on storages of its own, its stand-in results adopting the storages
@@ -114,6 +117,8 @@ class Call:
     held_args: set = field(default_factory=set)   # the template: its arguments its results' autograd graph holds
     created_at: dict | None = None   # the template: `created` by event (_created_at)
     memory_shape: tuple | None = None   # a stage that may lend or borrow: chunk_lending.log_shape(memory)
+    fsdp_before: tuple | None = None   # a stage FSDP2 shards: its units gathered or not as the call began
+    fsdp_after: tuple | None = None    # and as it ended (ChunkReplay._fsdp_state)
 
 
 @dataclass
@@ -171,6 +176,14 @@ class ChunkReplay:
         self.first_grads: dict = {}
         self._first: bool | None = None   # does this stage copy its micro-batch 0 too (_copies_first; None: not known)
         self.finals: dict = {}           # key -> Call of the last micro-batch, where this stage may lend
+        # a stage sharded by FSDP2 (_sharded_chunk): id of the stage -> its calls in the warm-up's order, (kind,
+        # micro-batch), and the role and variant of each in the recorded step (_sharded_plan); how many of its calls
+        # the recorded step made so far; variant -> its template Call, and whether its check matched
+        self.order: dict = {}
+        self.roles: dict = {}
+        self.position: dict = {}
+        self.variants: dict = {}
+        self.variant_checked: dict = {}
         self.borrowed_last: dict = {}    # key -> whether its last micro-batch is the donor's (_check_lent, copied)
 
     def check(self) -> None:
@@ -240,8 +253,10 @@ class ChunkReplay:
     def call(self, stage, kind: str, args, last: bool, run):
         """A PipelineStage's chunk call of `kind` (forward, full, input, weight)."""
         chunk, count = getattr(stage, "_astra_chunk", None), getattr(stage, "chunks", None)
-        if not self.enabled or chunk is None or not isinstance(count, int) or self._sharded(stage):
+        if not self.enabled or chunk is None or not isinstance(count, int):
             return run()
+        if self._sharded(stage):
+            return self._sharded_chunk(stage, (id(stage), kind), chunk, count, args, last, run)
         return self._chunk((id(stage), kind), chunk, count, args, last, run)
 
     def micro_batch(self, model, k: int, count: int, args, run):
@@ -320,10 +335,151 @@ class ChunkReplay:
             self._check_lent(key, rec, LAST if final else 0)
         return out
 
+    # -- a stage sharded by FSDP2 ------------------------------------------------------------------------------------
+    def _sharded_replays(self, stage) -> bool:
+        """Are a sharded stage's calls copied? A rank of one stage (its order of calls is that stage's), each
+        backward one call (full: not the zero-bubble schedules' input and weight)."""
+        return len(self.places) == 1 and all(kind in LENT_KINDS for kind, _ in self.order.get(id(stage), ()))
+
+    def _sharded_chunk(self, stage, key, chunk: int, count: int, args, last: bool, run):
+        """A chunk call of a stage FSDP2 shards. What a call records depends on whether its parameters are still
+        gathered from the call before (a forward reshards them after it; torch's schedule keeps them gathered after
+        a backward): a forward after a backward gathers none, one after a forward gathers them, and so does a
+        backward after a forward, but not one after a backward. So each call's template is the first call of its
+        variant, its kind and the kind of the call before it on the stage (the warm-up gives their order; a
+        backward's also by its forward's variant, whose activations it reads), checked on the second and copied
+        from the third on. After a copy, FSDP2's parameters are left gathered or not as the template left them
+        (_fsdp_sync); the gathered parameters' storages are the stage's own, allocated and freed by the copies as
+        by their template (StepMemory.replay). A forward is copied only where its micro-batch's backward is (a
+        copied forward's output has no autograd graph to run a backward on): _sharded_plan."""
+        rec = self.recording()
+        self.lending = False   # its calls depend on FSDP2's state, which other stages' need not share
+        if rec is None:   # the warm-up: its order noted, its calls those of any stage (_chunk)
+            self.order.setdefault(key[0], []).append((key[1], chunk))
+            if len(self.places) != 1:   # a rank of several stages: every call dispatched, none copied
+                return run()
+            if chunk == count - 2 and self._gathers_dtensors(stage):
+                # parameters sharded over more than FSDP2's mesh (tensor parallelism) gather into DTensors, whose
+                # first accumulated gradient decides its sharding with ops of its own (dtensor_gradients): the
+                # warm-up's last backward adds into this one's, as the recorded step's micro-batches do
+                return self._real(key, chunk, args, run, None)
+            return self._chunk(key, chunk, count, args, last, run)
+        if self.mismatch or not self._sharded_replays(stage):
+            return run()
+        roles = self.roles.get(key[0])
+        if roles is None:
+            roles = self.roles[key[0]] = self._sharded_plan(self.order[key[0]], count)
+        at = self.position[key[0]] = self.position.get(key[0], -1) + 1
+        if at >= len(roles) or roles[at][0] != (key[1], chunk):
+            self.mismatch = f"micro-batch {chunk}'s {key[1]} is not where the warm-up ran it"
+            return run()
+        _, role, variant = roles[at]
+        template = self.variants.get(variant)
+        if role == "copy" and self.variant_checked.get(variant):
+            before = self._fsdp_state(stage)
+            if before != template.fsdp_before:
+                self.mismatch = f"micro-batch {chunk}'s {key[1]} starts with other parameters gathered"
+                return run()
+            try:
+                out = self._replayed(key, chunk, args, rec, False, template=template)
+                self._fsdp_sync(stage, template.fsdp_after, rec)
+                self.replayed += 1
+                return out
+            except ReplayMismatch as e:
+                self.mismatch = str(e)
+                return run()
+        if role == "copy" or (role == "check" and template is None):
+            self.mismatch = f"micro-batch {chunk}'s {key[1]} has no checked template"
+            return run()
+        before = self._fsdp_state(stage)
+        out = self._real(key, chunk, args, run, rec, role=role)
+        call = self.calls[(key, chunk)]
+        call.fsdp_before, call.fsdp_after = before, self._fsdp_state(stage)
+        if role == "template":
+            self.variants[variant] = call
+        elif role == "check":
+            self.variant_checked[variant] = self._check_call(template, call, rec)
+        return out
+
+    def _gathers_dtensors(self, stage) -> bool:
+        from torch.distributed.tensor import DTensor
+        return any(isinstance(p, DTensor) and p.device_mesh.ndim > 1 for p in stage.submod.parameters())
+
+    @staticmethod
+    def _sharded_plan(order: list, count: int) -> list:
+        """[((kind, micro-batch), role, variant)] of a sharded stage's calls in order: micro-batch 0's and the last
+        "real", the others by variant "template", "check", then "copy"; a forward "real" where its micro-batch's
+        backward is not copied."""
+        roles, seen, before, forwards = [], {}, None, {}
+        for kind, chunk in order:
+            # a backward's also by its forward's: the activations it reads lie where that forward's variant made them
+            variant = (kind, before) if kind == "forward" else (kind, before, forwards.get(chunk))
+            if kind == "forward":
+                forwards[chunk] = variant
+            before = kind
+            if chunk == 0 or chunk >= count - 1:
+                roles.append([(kind, chunk), "real", variant])
+                continue
+            n = seen[variant] = seen.get(variant, 0) + 1
+            roles.append([(kind, chunk), "template" if n == 1 else "check" if n == 2 else "copy", variant])
+        # a backward is copied where its forward is, from a template whose forward was its variant's template too:
+        # the copy frees the activations its forward's copy made, which are that template's (the cool-down's
+        # backwards, after backwards, take theirs from a forward that is no template: they run)
+        role_of = {call: role for call, role, _ in roles}
+        template_of = {variant: call[1] for call, role, variant in roles if role == "template"}
+        for r in roles:
+            (kind, chunk), role, variant = r
+            if kind != "forward" and role == "copy" and (role_of[("forward", chunk)] != "copy" or
+                                                         template_of.get(variant[2]) != template_of[variant]):
+                r[1] = "real"
+        copied = {chunk for (kind, chunk), role, _ in roles if kind != "forward" and role == "copy"}
+        for r in roles:
+            if r[0][0] == "forward" and r[1] == "copy" and r[0][1] not in copied:
+                r[1] = "real"
+        return [tuple(r) for r in roles]
+
+    def _fsdp_modules(self, stage) -> list:
+        from torch.distributed.fsdp import FSDPModule
+        return [m for m in stage.submod.modules() if isinstance(m, FSDPModule)]
+
+    def _fsdp_state(self, stage) -> tuple:
+        """Per FSDP2 unit of the stage: U (gathered), S (sharded), P (resharded after forward to a smaller mesh), or
+        "-" (no parameters)."""
+        out = []
+        for m in self._fsdp_modules(stage):
+            group = m._get_fsdp_state()._fsdp_param_group
+            out.append("-" if group is None else "U" if group.is_unsharded else "S" if group.is_sharded else "P")
+        return tuple(out)
+
+    def _fsdp_sync(self, stage, want: tuple, rec) -> None:
+        """FSDP2's units left gathered or sharded as `want` says (a copy's template left them), neither recorded nor
+        counted: the copy's ops and allocations are the template's (ReplayMismatch where a unit cannot be)."""
+        now = self._fsdp_state(stage)
+        if now == want:
+            return
+        memory = rec.memory
+        rec.paused += 1
+        tracking, memory.recording = memory.recording, False
+        try:
+            for m, have, need in zip(self._fsdp_modules(stage), now, want):
+                if have == need:
+                    continue
+                if (have, need) == ("S", "U"):
+                    m.unshard()
+                elif (have, need) == ("U", "S"):
+                    m.reshard()
+                else:
+                    raise ReplayMismatch(f"an FSDP2 unit cannot go from {have} to {need}")
+        finally:
+            rec.paused -= 1
+            memory.recording = tracking
+        if self._fsdp_state(stage) != want:
+            raise ReplayMismatch("FSDP2's units are not as the template left them")
+
     def _sharded(self, stage) -> bool:
         """Does FSDP2 shard the stage's module? Its chunks then depend on where they fall in the schedule (whether
-        the parameters are still gathered from the call before: a forward after forwards gathers none, one after
-        a backward may), which micro-batch 2 cannot vouch for: every micro-batch is dispatched."""
+        the parameters are still gathered from the call before), which micro-batch 2 cannot vouch for: each
+        variant has its own template (_sharded_chunk)."""
         if id(stage) not in self._fsdp:
             from torch.distributed.fsdp import FSDPModule
             self._fsdp[id(stage)] = any(isinstance(m, FSDPModule) for m in stage.submod.modules())
@@ -332,7 +488,8 @@ class ChunkReplay:
     def logged(self, stage, chunk: int, args, run):
         """A call that always runs for real, logged while recording (a loss)."""
         rec = self.recording()
-        if not self.enabled or rec is None or not isinstance(chunk, int) or self._sharded(stage):
+        if not self.enabled or rec is None or not isinstance(chunk, int) or \
+                (self._sharded(stage) and not self._sharded_replays(stage)):
             return run()
         return self._real((id(stage), "loss"), chunk, args, run, rec)
 
@@ -347,7 +504,7 @@ class ChunkReplay:
                 t._astra_holds = held
 
     # -- a real call, logged --------------------------------------------------------------------------------------
-    def _real(self, key, chunk, args, run, rec, final: bool = False):
+    def _real(self, key, chunk, args, run, rec, final: bool = False, role: str = ""):
         if rec is None:
             out = run()
             self._keep_shape(key, out)
@@ -355,7 +512,7 @@ class ChunkReplay:
         call = Call(key, chunk, start=len(rec.ops), args=[storage_key(t) for t in _leaves(args)[2]],
                     views_before=rec._views)
         lent = (chunk == 0 or final) and self._lent(key) is not None
-        call.writer_before = dict(rec._writer) if chunk == CHECKED or lent else None
+        call.writer_before = dict(rec._writer) if chunk == CHECKED or lent or role == "check" else None
         # a stage that may lend or borrow logs micro-batches 0, 1 and the last (its calls, as chunk_lending.Donor)
         lends = self.lending and (chunk in (0, TEMPLATE) or final) and key[1] in LENT_KINDS
         if lends:
@@ -363,7 +520,7 @@ class ChunkReplay:
             if final:
                 self.finals[key] = call
         # a loss: every one (_replayed); micro-batch 0 of a stage that may lend or borrow: for _check_lent
-        memory = rec.memory if chunk == TEMPLATE or key[1] == "loss" or lends else None
+        memory = rec.memory if chunk == TEMPLATE or key[1] == "loss" or lends or role == "template" else None
         rec.events = []
         if memory is not None:
             outer, memory.log = memory.log, []
@@ -406,18 +563,22 @@ class ChunkReplay:
                                     for x in leaves])
 
     def _check(self, key, rec):
-        template, actual = self.calls[(key, TEMPLATE)], self.calls[(key, CHECKED)]
+        self.checked[key] = self._check_call(self.calls[(key, TEMPLATE)], self.calls[(key, CHECKED)], rec)
+
+    def _check_call(self, template: Call, actual: Call, rec) -> bool:
+        """Is the real call `actual` what a copy of `template` would have recorded? (ReplayMismatch noted where
+        not; False without one where either cannot be copied.)"""
         if not template.replayable or not actual.replayable:
-            return   # e.g. activations offloaded to the host: every micro-batch dispatched
+            return False   # e.g. activations offloaded to the host: every micro-batch dispatched
         try:
             ops = self._predicted(template, actual, _Source(rec.ops, self.origin))
         except ReplayMismatch as e:
             self.mismatch = str(e)
-            return
+            return False
         if ops != rec.ops[actual.start:actual.end]:
-            self.mismatch = f"micro-batch {CHECKED}'s {key[1]} differs from micro-batch {TEMPLATE}'s"
-        else:
-            self.checked[key] = True
+            self.mismatch = f"micro-batch {actual.chunk}'s {actual.key[1]} differs from micro-batch {template.chunk}'s"
+            return False
+        return True
 
     def _predicted(self, template: Call, actual: Call, source: _Source) -> list:
         """The ops a real call just recorded (`actual`, its writers as it began kept) would have as a copy of
@@ -580,11 +741,11 @@ class ChunkReplay:
                                   {self._place(k): self.finals[k] for k in keys if k in self.finals})
 
     # -- a replayed call ------------------------------------------------------------------------------------------
-    def _replayed(self, key, chunk, args, rec, borrowed: bool, which: int | None = None):
+    def _replayed(self, key, chunk, args, rec, borrowed: bool, which: int | None = None, template: Call | None = None):
         if borrowed:
             template, source = self._lent_source(key, which if which is not None else 0 if chunk == 0 else TEMPLATE)
         else:
-            template, source = self.calls[(key, TEMPLATE)], _Source(rec.ops, self.origin)
+            template, source = template or self.calls[(key, TEMPLATE)], _Source(rec.ops, self.origin)
         out = self._stand_in(key, rec)
         results = [storage_key(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
         call_args = [storage_key(t) for t in _leaves(args)[2]]
@@ -597,7 +758,7 @@ class ChunkReplay:
         if rec.memory is not None:   # what the template allocated and freed, as this micro-batch's
             # the loss runs for real: what the template's loss allocated is this micro-batch's loss's (its backward
             # frees them)
-            loss = self.calls.get(((key[0], "loss"), chunk)), self.calls.get(((key[0], "loss"), TEMPLATE))
+            loss = self.calls.get(((key[0], "loss"), chunk)), self.calls.get(((key[0], "loss"), template.chunk))
             if None not in loss:
                 mine, theirs = ([e[0] for e in c.memory if e[1] is not None] for c in loss)
                 copies.update(zip(theirs, mine))

@@ -41,10 +41,11 @@ def rounded(nbytes: int) -> int:
 
 class _Storage:
     """One storage's tag and its current block: (bytes, clock it was allocated at, clock it was freed at)."""
-    __slots__ = ("tag", "block", "ref")
+    __slots__ = ("tag", "block", "ref", "resized")
 
     def __init__(self, tag: str):
         self.tag, self.block, self.ref = tag, None, None
+        self.resized = False   # resized in place (FSDP2's gathered parameters): StepMemory.replay
 
 
 class StepMemory:
@@ -115,6 +116,7 @@ class StepMemory:
         s = self._live.get(key)
         if s is None:
             s = self._register(storage, "communication", True, before)
+        s.resized = True
         _upgrade(s, "communication")
         self._close(s)
         s.block = None
@@ -182,23 +184,34 @@ class StepMemory:
         """A copied chunk's allocations and frees: its template's `log`, each storage it allocated a fresh one of the
         same bytes, stream and tag (entered in `copies`, template storage -> the copy's, which the copy's later
         calls free: a backward the activations of its forward); a free of a storage the copies do not hold (live
-        before the template's micro-batch) is the template's alone. A storage the template found live since the
-        step began (HELD) is the template's too, unless `held`: a copy of another stage's last backward, whose
-        storages live since the step began that nothing else touches (DDP's buckets) are then the copy's."""
+        before the template's micro-batch) is the template's alone. A storage resized in place (FSDP2's gathered
+        parameters, the stage's own whose template is its own) is allocated and freed itself, as the template did.
+        A storage the template found live since the step began (HELD) is the template's too, unless `held`: a copy
+        of another stage's last backward, whose storages live since the step began that nothing else touches (DDP's
+        buckets) are then the copy's."""
         close, peaks = self._close, self.phase_peaks
         for s, nbytes, stream, phase in log:   # once per allocation of every copy: _add inline
+            if stream == HELD:
+                if held:
+                    c = copies[s] = _Storage(s.tag)
+                    c.block = [nbytes, BEFORE_STEP, None, c, 0]
+                    self._before(nbytes)
+                    self._add(c.block)
+                continue
+            if s.resized:   # a storage resized in place is the stage's own: resized by the copy as by the template
+                close(s)
+                if nbytes is None:
+                    s.block = None
+                else:
+                    self._clock += 1
+                    self._phase = phase
+                    s.block = [nbytes, self._clock, None, s, stream]
+                    self._add(s.block)
+                continue
             if nbytes is None:
                 c = copies.pop(s, None)   # freed once: the map keeps only what a later call may free
                 if c is not None:
                     close(c)
-                continue
-            if stream == HELD:
-                if not held:
-                    continue
-                c = copies[s] = _Storage(s.tag)
-                c.block = [nbytes, BEFORE_STEP, None, c, 0]
-                self._before(nbytes)
-                self._add(c.block)
                 continue
             c = copies[s] = _Storage(s.tag)
             self._clock += 1
