@@ -74,9 +74,7 @@ def runs_per_capture(monkeypatch, s) -> list:
 def test_sharded_stages_copy_micro_batches_the_same_as_dispatching_all(tmp_path, monkeypatch, schedule, stages, tp):
     # FSDP2 over 2 ranks (and tensor parallelism over 2: the gathered parameters are DTensors, whose first
     # accumulated gradient makes ops of its own, so the warm-up runs micro-batch M - 2 too); 3 micro-batches a stage
-    # and twice as many: each stage's module runs as often for both (the cool-down's backwards run with their
-    # forwards: 1F1B's stage s runs p - s - 1 backwards after its last forward, whose template's forward is no
-    # forward's template)
+    # and twice as many: each stage's module runs as often for both
     world = stages * 2 * tp
     mesh = f'{{"pp": {stages}, "fsdp": 2, "tp": {tp}}}' if tp > 1 else f'{{"pp": {stages}, "fsdp": 2}}'
     counts = []
@@ -109,9 +107,23 @@ def test_the_plan_copies_a_backward_only_with_its_forward_and_its_template_s():
             order.append(("forward", f))
             f += 1
     plan = {call: role for call, role, _ in ChunkReplay._sharded_plan(order, m)}
+    # the forwards after forwards, after backwards, and those whose backward comes after a backward (the
+    # cool-down's: a variant of their own, so that those backwards' template read a forward template's activations)
     assert [plan[("forward", k)] for k in range(m)] == \
-        ["real", "template", "check", "copy", "template", "check", "copy", "copy", "copy", "real", "real", "real"]
-    # the backwards whose forward gathered, then those whose forward did not; the cool-down's (after a backward: they
-    # gather nothing) have a template and a check of their own, but none to copy
+        ["real", "template", "check", "copy", "template", "check", "copy", "copy", "copy", "template", "check", "real"]
+    # the backwards whose forward gathered, then those whose forward did not, then the cool-down's (after a
+    # backward: they gather nothing); here too few to copy one, as micro-batch M - 1 always runs
     assert [plan[("full", k)] for k in range(m)] == \
         ["real", "template", "check", "copy", "template", "check", "copy", "copy", "copy", "template", "check", "real"]
+    # 16 micro-batches on stage 0 of 8: the cool-down's 7 backwards copy from their third on, with their forwards
+    p, m = 8, 16
+    order = [("forward", k) for k in range(p)]
+    f = p
+    for b in range(m):
+        order.append(("full", b))
+        if f < m:
+            order.append(("forward", f))
+            f += 1
+    plan = {call: role for call, role, _ in ChunkReplay._sharded_plan(order, m)}
+    assert [plan[("full", k)] for k in range(9, m)] == ["template", "check", "copy", "copy", "copy", "copy", "real"]
+    assert [plan[("forward", k)] for k in range(9, m)] == ["template", "check", "copy", "copy", "copy", "copy", "real"]

@@ -184,6 +184,8 @@ class ChunkReplay:
         self.position: dict = {}
         self.variants: dict = {}
         self.variant_checked: dict = {}
+        # id of the stage -> FSDP2's units as the copies since its last real call left them (synced before the next)
+        self.fsdp_left: dict = {}
         self.borrowed_last: dict = {}    # key -> whether its last micro-batch is the donor's (_check_lent, copied)
 
     def check(self) -> None:
@@ -348,8 +350,8 @@ class ChunkReplay:
         backward after a forward, but not one after a backward. So each call's template is the first call of its
         variant, its kind and the kind of the call before it on the stage (the warm-up gives their order; a
         backward's also by its forward's variant, whose activations it reads), checked on the second and copied
-        from the third on. After a copy, FSDP2's parameters are left gathered or not as the template left them
-        (_fsdp_sync); the gathered parameters' storages are the stage's own, allocated and freed by the copies as
+        from the third on. Before a real call, FSDP2's parameters are left gathered or not as the template of the
+        copy before it left them (_fsdp_sync); the gathered parameters' storages are the stage's own, allocated and freed by the copies as
         by their template (StepMemory.replay). A forward is copied only where its micro-batch's backward is (a
         copied forward's output has no autograd graph to run a backward on): _sharded_plan."""
         rec = self.recording()
@@ -376,13 +378,13 @@ class ChunkReplay:
         _, role, variant = roles[at]
         template = self.variants.get(variant)
         if role == "copy" and self.variant_checked.get(variant):
-            before = self._fsdp_state(stage)
+            before = self.fsdp_left.get(key[0]) or self._fsdp_state(stage)
             if before != template.fsdp_before:
                 self.mismatch = f"micro-batch {chunk}'s {key[1]} starts with other parameters gathered"
                 return run()
             try:
                 out = self._replayed(key, chunk, args, rec, False, template=template)
-                self._fsdp_sync(stage, template.fsdp_after, rec)
+                self.fsdp_left[key[0]] = template.fsdp_after
                 self.replayed += 1
                 return out
             except ReplayMismatch as e:
@@ -391,6 +393,12 @@ class ChunkReplay:
         if role == "copy" or (role == "check" and template is None):
             self.mismatch = f"micro-batch {chunk}'s {key[1]} has no checked template"
             return run()
+        if key[0] in self.fsdp_left:   # FSDP2's units as the copies before this call left them
+            try:
+                self._fsdp_sync(stage, self.fsdp_left.pop(key[0]), rec)
+            except ReplayMismatch as e:
+                self.mismatch = str(e)
+                return run()
         before = self._fsdp_state(stage)
         out = self._real(key, chunk, args, run, rec, role=role)
         call = self.calls[(key, chunk)]
@@ -410,10 +418,17 @@ class ChunkReplay:
         """[((kind, micro-batch), role, variant)] of a sharded stage's calls in order: micro-batch 0's and the last
         "real", the others by variant "template", "check", then "copy"; a forward "real" where its micro-batch's
         backward is not copied."""
+        # a forward's also by the kind before its backward: the cool-down's backwards (after backwards) then have
+        # forwards of their own to take as their template's
+        ahead, before = {}, None
+        for kind, chunk in order:
+            if kind != "forward":
+                ahead[chunk] = before
+            before = kind
         roles, seen, before, forwards = [], {}, None, {}
         for kind, chunk in order:
             # a backward's also by its forward's: the activations it reads lie where that forward's variant made them
-            variant = (kind, before) if kind == "forward" else (kind, before, forwards.get(chunk))
+            variant = (kind, before, ahead.get(chunk)) if kind == "forward" else (kind, before, forwards.get(chunk))
             if kind == "forward":
                 forwards[chunk] = variant
             before = kind
@@ -423,8 +438,7 @@ class ChunkReplay:
             n = seen[variant] = seen.get(variant, 0) + 1
             roles.append([(kind, chunk), "template" if n == 1 else "check" if n == 2 else "copy", variant])
         # a backward is copied where its forward is, from a template whose forward was its variant's template too:
-        # the copy frees the activations its forward's copy made, which are that template's (the cool-down's
-        # backwards, after backwards, take theirs from a forward that is no template: they run)
+        # the copy frees the activations its forward's copy made, which are that template's
         role_of = {call: role for call, role, _ in roles}
         template_of = {variant: call[1] for call, role, variant in roles if role == "template"}
         for r in roles:
