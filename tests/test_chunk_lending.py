@@ -98,17 +98,22 @@ def test_a_middle_stage_takes_the_templates_of_the_one_before(tmp_path, monkeypa
     assert groups == {(8, 9)}
 
 
+def six_stages(tmp_path, monkeypatch):
+    """The model on six stages of one layer, with DDP and TP: (its spec, forwards per stage, the capture's json)."""
+    path = tmp_path / "pp.py"
+    path.write_text(textwrap.dedent(MODEL % ("pass", "1F1B", M, 6, 6 * TP, TP)))
+    s = load_model_file(str(path))
+    runs = forwards_per_stage(monkeypatch, s)
+    return s, runs, capture(s, 2 * 6 * TP).to_json()
+
+
 def test_stages_after_one_that_borrowed_copy_their_micro_batch_0_too(tmp_path, monkeypatch):
     # six stages of one layer: stage 1 lends, stage 2 borrows once its micro-batch 0 matched stage 1's, and stages 3
     # and 4 copy their micro-batch 0 from stage 1's as well (their gradients made as stand-ins in the copy's place),
     # and their last one (stage 2's matched stage 1's: DDP's bucket all-reduce moved to their ranks, the bucket
     # counted): their forward runs twice, for the chain of stage shapes and the warm-up's last micro-batch. The
     # workload and memory are those of dispatching every micro-batch
-    path = tmp_path / "pp.py"
-    path.write_text(textwrap.dedent(MODEL % ("pass", "1F1B", M, 6, 6 * TP, TP)))
-    s = load_model_file(str(path))
-    runs = forwards_per_stage(monkeypatch, s)
-    lent = capture(s, 2 * 6 * TP).to_json()
+    s, runs, lent = six_stages(tmp_path, monkeypatch)
     assert runs == {0: 6, 1: 6, 2: 4, 3: 2, 4: 2, 5: 7}
     dispatching_all(monkeypatch)
     every = capture(s, 2 * 6 * TP).to_json()
@@ -126,11 +131,7 @@ def test_stages_copy_micro_batch_0_but_run_their_last_where_the_borrower_s_last_
         if which == chunk_replay.LAST:
             self.borrowed_last[key] = False
     monkeypatch.setattr(chunk_replay.ChunkReplay, "_check_lent", last_differs)
-    path = tmp_path / "pp.py"
-    path.write_text(textwrap.dedent(MODEL % ("pass", "1F1B", M, 6, 6 * TP, TP)))
-    s = load_model_file(str(path))
-    runs = forwards_per_stage(monkeypatch, s)
-    lent = capture(s, 2 * 6 * TP).to_json()
+    s, runs, lent = six_stages(tmp_path, monkeypatch)
     assert runs == {0: 6, 1: 6, 2: 4, 3: 3, 4: 3, 5: 7}
     dispatching_all(monkeypatch)
     assert capture(s, 2 * 6 * TP).to_json() == lent

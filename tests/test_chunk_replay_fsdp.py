@@ -95,35 +95,32 @@ def test_sharded_stages_copy_micro_batches_the_same_as_dispatching_all(tmp_path,
     assert max(counts[1]) < 6 * stages   # fewer than one forward for two micro-batches in the two steps
 
 
+def stage_0_plan(p: int, m: int) -> dict:
+    """(kind, micro-batch) -> role of stage 0's calls of p in torch's 1F1B over m micro-batches: p forwards, then a
+    backward and a forward in turn, then the backwards left (_sharded_plan)."""
+    order = [("forward", k) for k in range(p)]
+    f = p
+    for b in range(m):
+        order.append(("full", b))
+        if f < m:
+            order.append(("forward", f))
+            f += 1
+    return {call: role for call, role, _ in ChunkReplay._sharded_plan(order, m)}
+
+
 def test_the_plan_copies_a_backward_only_with_its_forward_and_its_template_s():
     # stage 0 of 4 in 1F1B over 12 micro-batches: 4 forwards (after a forward: they gather), then 1B1F (forwards
     # after a backward gather nothing), then 3 backwards after backwards
-    p, m = 4, 12
-    order = [("forward", k) for k in range(p)]
-    f = p
-    for b in range(m):
-        order.append(("full", b))
-        if f < m:
-            order.append(("forward", f))
-            f += 1
-    plan = {call: role for call, role, _ in ChunkReplay._sharded_plan(order, m)}
+    plan = stage_0_plan(4, 12)
     # the forwards after forwards, after backwards, and those whose backward comes after a backward (the
     # cool-down's: a variant of their own, so that those backwards' template read a forward template's activations)
-    assert [plan[("forward", k)] for k in range(m)] == \
+    assert [plan[("forward", k)] for k in range(12)] == \
         ["real", "template", "check", "copy", "template", "check", "copy", "copy", "copy", "template", "check", "real"]
     # the backwards whose forward gathered, then those whose forward did not, then the cool-down's (after a
     # backward: they gather nothing); here too few to copy one, as micro-batch M - 1 always runs
-    assert [plan[("full", k)] for k in range(m)] == \
+    assert [plan[("full", k)] for k in range(12)] == \
         ["real", "template", "check", "copy", "template", "check", "copy", "copy", "copy", "template", "check", "real"]
     # 16 micro-batches on stage 0 of 8: the cool-down's 7 backwards copy from their third on, with their forwards
-    p, m = 8, 16
-    order = [("forward", k) for k in range(p)]
-    f = p
-    for b in range(m):
-        order.append(("full", b))
-        if f < m:
-            order.append(("forward", f))
-            f += 1
-    plan = {call: role for call, role, _ in ChunkReplay._sharded_plan(order, m)}
+    plan = stage_0_plan(8, m := 16)
     assert [plan[("full", k)] for k in range(9, m)] == ["template", "check", "copy", "copy", "copy", "copy", "real"]
     assert [plan[("forward", k)] for k in range(9, m)] == ["template", "check", "copy", "copy", "copy", "copy", "real"]
