@@ -370,7 +370,7 @@ class ChunkReplay:
             return run()
         roles = self.roles.get(key[0])
         if roles is None:
-            roles = self.roles[key[0]] = self._sharded_plan(self.order[key[0]], count)
+            roles = self.roles[key[0]] = self._sharded_plan(self.order.get(key[0], []), count)
         at = self.position[key[0]] = self.position.get(key[0], -1) + 1
         if at >= len(roles) or roles[at][0] != (key[1], chunk):
             self.mismatch = f"micro-batch {chunk}'s {key[1]} is not where the warm-up ran it"
