@@ -191,19 +191,17 @@ def test_tensor_parallelism_alone_warms_up_the_accumulation_of_its_dtensor_gradi
     assert lent == every
 
 
-def test_stages_training_dtensor_parameters_copy_their_micro_batches_0_and_last_too(tmp_path, monkeypatch):
-    # tensor parallelism alone, six stages: the stages after the borrower copy their micro-batches 0 and M - 1 (the
-    # stand-in gradients DTensors, their local shards in the copy's place) and their warm-up runs only its last
-    # forward: not M - 2 (nothing of their recorded step adds into a gradient) nor the last backward (the stand-ins
-    # are made in its place, before scale_grads divides them: a DTensor's first division makes ops of its own). The
-    # workload and memory are those of dispatching every micro-batch
+def test_stages_training_dtensor_parameters_run_their_micro_batches_0_and_last(tmp_path, monkeypatch):
+    # tensor parallelism alone, six stages: the stages after the borrower copy micro-batches 1 to M - 2 from the
+    # lender but run their micro-batches 0 and M - 1 and the warm-up's M - 2 and M - 1 (their gradients are
+    # DTensors: _copies_first leaves them out). The workload and memory are those of dispatching every micro-batch
     path = tmp_path / "pp.py"
     path.write_text(textwrap.dedent(MODEL % ("pass", "1F1B", M, 6, 6 * TP, TP)) +
                     "from astra_compile.compiler.frontend.layout import adamw_by_tensor_kind as optimizer\n")
     s = load_model_file(str(path))
     runs = forwards_per_stage(monkeypatch, s)
     lent = capture(s, 6 * TP).to_json()
-    assert runs == {0: 7, 1: 7, 2: 5, 3: 2, 4: 2, 5: 8}
+    assert runs == {0: 7, 1: 7, 2: 5, 3: 5, 4: 5, 5: 8}
     dispatching_all(monkeypatch)
     every = capture(s, 6 * TP).to_json()
     assert lent.pop("memory") == every.pop("memory")

@@ -664,10 +664,10 @@ class ChunkReplay:
         """Does this stage copy its micro-batch 0 from the donor's too, dispatching none of its calls? Where a stage
         before it took the donor's templates after its own micro-batch 0 was checked against the donor's
         (Donor.proven: stages alike up to their ranks and storages, as micro-batch 2 vouches for the copies of
-        micro-batch 1), the rank holds one stage (all its gradients are that stage's), and the donor's micro-batch 0
-        backward made every gradient it left (none a view of a bucket made before it): `_adopt_first_grads` (a
-        DTensor gradient, tensor parallelism without DDP, made as a DTensor: its local shard takes the copy's
-        place; no add of the recorded step is dispatched, so none decides its sharding there)."""
+        micro-batch 1), the rank holds one stage (all its gradients are that stage's), training plain tensors, and
+        the donor's micro-batch 0 backward made every gradient it left (none a view of a bucket made before it):
+        `_adopt_first_grads`. (DTensor gradients, tensor parallelism alone, are left out: copied this way, a copy's
+        dependencies differed from dispatching all after some other captures in the same process.)"""
         if self._first is None:
             self._first = self._first_copyable()
         return self._first and key[1] in LENT_KINDS
@@ -696,7 +696,7 @@ class ChunkReplay:
         # (a stage sharded by FSDP2 never gets here, _sharded: its DTensor parameters are dtensor_gradients' case)
         donor = self.lender.donor if self.lending else None
         if donor is None or not donor.proven or donor.coord == self.coord or len(self.places) != 1 or \
-                set(donor.firsts) != {(0, kind) for kind in LENT_KINDS}:
+                self.dtensor_gradients or set(donor.firsts) != {(0, kind) for kind in LENT_KINDS}:
             return False
         grads = donor.grads.get((0, "full"))
         return grads is not None and len(grads) == len(self.trained()[0]) and \
