@@ -351,9 +351,10 @@ class ChunkReplay:
         variant, its kind and the kind of the call before it on the stage (the warm-up gives their order; a
         backward's also by its forward's variant, whose activations it reads), checked on the second and copied
         from the third on. Before a real call, FSDP2's parameters are left gathered or not as the template of the
-        copy before it left them (_fsdp_sync); the gathered parameters' storages are the stage's own, allocated and freed by the copies as
-        by their template (StepMemory.replay). A forward is copied only where its micro-batch's backward is (a
-        copied forward's output has no autograd graph to run a backward on): _sharded_plan."""
+        copy before it left them (_fsdp_sync); the gathered parameters' storages are the stage's own, allocated and
+        freed by the copies as by their template (StepMemory.replay). A forward is copied only where its
+        micro-batch's backward is (a copied forward's output has no autograd graph to run a backward on):
+        _sharded_plan."""
         rec = self.recording()
         self.lending = False   # its calls depend on FSDP2's state, which other stages' need not share
         if rec is None:   # the warm-up: its order noted, its calls those of any stage (_chunk)
