@@ -285,8 +285,7 @@ class ChunkReplay:
         if last and not (final and rec is not None and self.lending and key[1] in LENT_KINDS):
             return run()
         if rec is None:   # the warm-up: only what the recorded step needs built (grads, optimizer states)
-            if chunk == count - 2 and self.dtensor_gradients and key[1] != "micro-batch" and \
-                    not self._copies_last(key):
+            if chunk == count - 2 and self.dtensor_gradients and key[1] != "micro-batch":
                 # (gradient accumulation's warm-up runs micro-batch 0's backward, which sets them: dtensor_gradients)
                 return self._real(key, chunk, args, run, None)
             if chunk == 0 and key in self.outputs:   # its shapes known: micro-batch 0's forward need not run either
@@ -496,8 +495,7 @@ class ChunkReplay:
         the parameters are still gathered from the call before), which micro-batch 2 cannot vouch for: each
         variant has its own template (_sharded_chunk)."""
         if id(stage) not in self._fsdp:
-            from torch.distributed.fsdp import FSDPModule
-            self._fsdp[id(stage)] = any(isinstance(m, FSDPModule) for m in stage.submod.modules())
+            self._fsdp[id(stage)] = bool(self._fsdp_modules(stage))
         return self._fsdp[id(stage)]
 
     def logged(self, stage, chunk: int, args, run):
@@ -685,16 +683,16 @@ class ChunkReplay:
 
     def _stand_in_gradients(self) -> None:
         """In the warm-up of a stage that dispatches none of its calls (_copies_last), in place of its last backward:
-        the gradients the donor's micro-batch 0 made, as stand-ins, so that scale_grads' division (a DTensor's first
-        dispatch of it makes ops of its own) and the optimizer's states are made as after a real backward (the
-        recorded step's copy of micro-batch 0 makes them again: _adopt_first_grads)."""
+        the gradients the donor's micro-batch 0 made, as stand-ins, so that torch's scale_grads divides them and the
+        optimizer makes its states as after a real backward (the recorded step's copy of micro-batch 0 makes them
+        again: _adopt_first_grads)."""
         import torch
         for p, made in zip(self.trained()[0], self.lender.donor.grads[(0, "full")]):
             if made is not None and p.grad is None:
                 p.grad = torch.empty_like(p)
 
     def _first_copyable(self) -> bool:
-        # (a stage sharded by FSDP2 never gets here, _sharded: its DTensor parameters are dtensor_gradients' case)
+        # (a stage sharded by FSDP2 gets here only from its warm-up, never lending: _sharded_chunk)
         donor = self.lender.donor if self.lending else None
         if donor is None or not donor.proven or donor.coord == self.coord or len(self.places) != 1 or \
                 self.dtensor_gradients or set(donor.firsts) != {(0, kind) for kind in LENT_KINDS}:
@@ -706,9 +704,9 @@ class ChunkReplay:
     def _adopt_first_grads(self, key, rec) -> None:
         """After micro-batch 0's backward was copied from the donor's: each gradient the copy made (on a fresh
         storage) made for real, a stand-in not recorded, and put in the copy's place (a DTensor's local shard): its
-        writer the copy's last
-        write, its bytes the copy's allocation (freed when torch frees the gradient). The next micro-batches then
-        accumulate into it, and the last backward and the optimizer use it, as after a real call."""
+        writer the copy's last write, its bytes the copy's allocation (freed when torch frees the gradient). The
+        next micro-batches then accumulate into it, and the last backward and the optimizer use it, as after a real
+        call."""
         import torch
         place = self._place(key)
         first, grads = self.lender.donor.firsts[place], self.lender.donor.grads[place]

@@ -194,9 +194,7 @@ class StepMemory:
             if stream == HELD:
                 if held:
                     c = copies[s] = _Storage(s.tag)
-                    c.block = [nbytes, BEFORE_STEP, None, c, 0]
-                    self._before(nbytes)
-                    self._add(c.block)
+                    self._open(c, nbytes, True)   # (no call is logged while a copy is made)
                 continue
             if s.resized:   # a storage resized in place is the stage's own: resized by the copy as by the template
                 close(s)
