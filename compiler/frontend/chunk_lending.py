@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 
 from ...network.errors import AstraError
-from .recorder import storage_key
+from .storage_keys import storage_key
 from .step_memory import local
 
 # the chunk kinds a stage lends: a middle stage's forward and full backward (the last stage's loss, and the split

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from ...network.errors import AstraError
 from ..core import heap
 from .chunk_lending import LENT_KINDS, Donor, Lender, NoImage, kept_map, log_shape, persistent
-from .recorder import storage_key   # the recorder's key of a storage: address and generation
+from .storage_keys import storage_key   # the recorder's key of a storage
 from .step_memory import local
 from .workload import COMPUTE, LOAD, STORE, Op
 
@@ -161,7 +161,7 @@ class ChunkReplay:
         # and the schedule only sends it on (not the last stage's, which goes to the loss as the module returns
         # it): the warm-up's micro-batch 0 is then a stand-in too (capture.py)
         self.outputs: dict = {}
-        self._fresh = itertools.count(-1, -1)   # stand-in storages (never a real storage's address)
+        self._fresh = itertools.count(-1, -1)   # the storages a copy makes (never a real storage's key)
         # why a prediction failed ("": none did); told after the step (raised inside it, torch's chunk code would
         # wrap it in its own RuntimeError), which then runs every call for real
         self.mismatch = ""
@@ -782,10 +782,8 @@ class ChunkReplay:
         for s, t in zip(template.result_storages or itertools.repeat(None), _leaves(out)[0]):
             if not _is_tensor(t):
                 continue
-            if s in copies:   # freed when torch drops it, as the result; its address then takes a new key
+            if s in copies:   # freed when torch drops it, as the result
                 rec.memory.adopt(t.untyped_storage(), copies[s])
-            else:   # kept: its key must not come back for another storage while recording
-                rec._alive.append(t.untyped_storage())
         if any(op.kind == COMPUTE for op in ops):
             rec._views = template.views_after
         else:

@@ -31,6 +31,7 @@ from .op_bytes import moved_bytes, only_aliases
 from .op_causal import causal
 from .op_dtype import compute_dtype, tf32_allowed
 from .step_memory import StepMemory
+from .storage_keys import storage_key
 from .workload import COLLECTIVE, COMPUTE, LOAD, RECOMPUTE, RECV, SEND, STORE, WAIT, Op
 
 # PyTorch's collective ops -> (comm dialect collective, which tensor is the full buffer: "in" | "out")
@@ -102,23 +103,6 @@ def _tensors(value) -> list[torch.Tensor]:
 
 def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
-
-
-# storage address -> how many storages at that address were freed while recording: a storage's key is its address
-# and that count, so a tensor allocated where a freed one lay is never taken for it (the writer map, chunk_replay's
-# storage mapping), whenever the free is reported
-_GENERATION: dict[int, int] = {}
-
-
-def storage_key(t: torch.Tensor) -> tuple:
-    """A tensor's storage as the recorder tells storages apart (chunk_replay maps them the same way)."""
-    address = t.untyped_storage()._cdata
-    return address, _GENERATION.get(address, 0)
-
-
-def freed(address: int) -> None:
-    """The storage at `address` is gone: forget its writer (the caller) and give the next one there a new key."""
-    _GENERATION[address] = _GENERATION.get(address, 0) + 1
 
 
 def _first_uses(tensors: list) -> list[tuple]:
@@ -193,8 +177,8 @@ class StepRecorder(TorchDispatchMode):
         # storage -> (index of the last op that wrote it, live: a weak reference to the tensor it wrote)
         self._writer: dict[int, tuple] = {}
         # capture: the step's memory (step_memory.py), which also reports each freed storage: its writer is
-        # forgotten, since its address could come back for a new tensor and tie it to an unrelated writer; live:
-        # the weak reference tells a writer whose tensor (and so storage) is gone
+        # forgotten (no later storage takes its key: storage_keys.py), keeping the map to the live ones; live: the
+        # weak reference tells a writer whose tensor (and so storage) is gone
         self.memory = None if live else StepMemory(forget=self._forget)
         self._alive: list = []              # capture: activations save_on_cpu packed (their ids stay theirs)
         self._saved: dict[int, int] = {}    # id of an activation save_on_cpu packed -> its store op
@@ -205,10 +189,9 @@ class StepRecorder(TorchDispatchMode):
         self.events: list | None = None
         self.paused = 0   # > 0: ops run without being recorded (chunk_replay.py's stand-in tensors)
 
-    def _forget(self, address: int) -> None:
-        """step_memory: the storage at `address` was freed; its writer goes, and its address takes a new key."""
-        self._writer.pop((address, _GENERATION.get(address, 0)), None)
-        freed(address)
+    def _forget(self, key: int) -> None:
+        """step_memory: the storage of this key (storage_keys.py) was freed: its writer goes with it."""
+        self._writer.pop(key, None)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -249,9 +232,7 @@ class StepRecorder(TorchDispatchMode):
         if func.is_view and not mutates:
             self._views += 1   # no kernel, but the host dispatched it
             return out  # a view aliases its input's storage: later readers already depend on its writer
-        # an op that writes no argument makes its outputs anew: their storages have no earlier writer, even where one
-        # sits at the address of a tensor freed earlier whose writer is not forgotten yet (step_memory reports a
-        # free when Python drops the storage, which may come later than the allocator reusing its address)
+        # an op that writes no argument makes its outputs anew: their storages have no earlier writer
         made_anew = [] if mutates else outputs
         touched = [storage_key(t) for t in inputs + outputs if not any(t is m for m in made_anew)]
         deps = sorted({w[0] for w in map(self._writer.get, touched)

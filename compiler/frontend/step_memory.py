@@ -24,6 +24,7 @@ import torch
 from ...network.memory_record import CATEGORIES, PHASES
 from ..core.forked import Forked
 from .caching_allocator import reserved_bytes
+from .storage_keys import storage_serial
 
 # The CUDA caching allocator rounds every allocation up to a multiple of 512 bytes (kMinBlockSize); the
 # allocated-bytes statistics, max_memory_allocated among them, count the rounded sizes.
@@ -41,16 +42,17 @@ def rounded(nbytes: int) -> int:
 
 class _Storage:
     """One storage's tag and its current block: (bytes, clock it was allocated at, clock it was freed at)."""
-    __slots__ = ("tag", "block", "ref", "resized")
+    __slots__ = ("tag", "block", "ref", "resized", "key")
 
     def __init__(self, tag: str):
         self.tag, self.block, self.ref = tag, None, None
+        self.key = None        # the recorder's key of the storage it is (storage_keys.py), told when it is freed
         self.resized = False   # resized in place (FSDP2's gathered parameters): StepMemory.replay
 
 
 class StepMemory:
-    """The storages of one recorded step; `result()` the peak and what was live at it. `forget(key)` is called when
-    a storage is freed (the recorder drops what it knew of it: its address may come back for a new storage)."""
+    """The storages of one recorded step; `result()` the peak and what was live at it. `forget(key)` is called with
+    a storage's key (storage_keys.py) when it is freed (the recorder drops what it knew of it)."""
 
     def __init__(self, forget=None):
         self._forget = forget
@@ -133,6 +135,7 @@ class StepMemory:
         storage (never counted here)."""
         key = storage._cdata
         s = self._live[key] = _Storage("other" if tag == "twin" else tag)
+        s.key = storage_serial(storage)
         s.ref = weakref.ref(storage, lambda _, key=key, s=s: self._freed(key, s))
         nbytes = storage.nbytes() if nbytes is None else nbytes
         if nbytes > 0 and tag != "twin":
@@ -231,6 +234,7 @@ class StepMemory:
         freed when torch frees it, as the result would be."""
         key = storage._cdata
         self._live[key] = s
+        s.key = storage_serial(storage)
         s.ref = weakref.ref(storage, lambda _, key=key, s=s: self._freed(key, s))
 
     def _freed(self, key: int, s: _Storage) -> None:
@@ -239,7 +243,7 @@ class StepMemory:
         del self._live[key]
         self._close(s)
         if self._forget is not None:
-            self._forget(key)
+            self._forget(s.key)
 
     def result(self, expandable_segments: bool = False, later: bool = False) -> dict:
         """The peak of live bytes over the step (as max_memory_allocated), when (its phase) and what it held, bytes
