@@ -512,9 +512,11 @@ class ChunkReplay:
         copy's output holds as its graph would are then held by the graph of its loss, which the schedule keeps to
         the step's end."""
         held = [x for t in _leaves(output)[2] for x in t.__dict__.pop("_astra_holds", ())]
-        for t in losses if held else ():
+        for t in losses:
             if _is_tensor(t):
-                t._astra_holds = held
+                t._astra_loss = True   # a copied backward frees what its graph saved (_free_loss_graph)
+                if held:
+                    t._astra_holds = held
 
     # -- a real call, logged --------------------------------------------------------------------------------------
     def _real(self, key, chunk, args, run, rec, final: bool = False, role: str = ""):
@@ -796,6 +798,8 @@ class ChunkReplay:
                     rec._writer[res] = w
         call.copied = True
         self.calls[(key, chunk)] = call
+        if key[1] != "forward":
+            _free_loss_graph(args)
         return out
 
     def _stand_in(self, key, rec):
@@ -885,6 +889,16 @@ class ChunkReplay:
                     self.origin.setdefault(x, (key, chunk, e, slot))
         call.end = base + len(made)
         return made, call
+
+
+def _free_loss_graph(bwd_kwargs) -> None:
+    """The last stage's loss, computed for real on a copied forward's output, saved that output in its graph; a
+    real backward frees what the graph saved, a copied one does not run it, so the loss is detached instead (the
+    schedule keeps the loss to the step's end, its output goes when the schedule drops it, as after a real
+    backward: torch keeps no output once step() is told not to return them)."""
+    for t in _leaves(bwd_kwargs)[2]:
+        if getattr(t, "_astra_loss", False) and t.grad_fn is not None and not t._is_view():
+            t.detach_()
 
 
 def _clone(op: Op, deps: list) -> Op:

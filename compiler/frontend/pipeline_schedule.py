@@ -222,7 +222,7 @@ def set_shapes(rp: RankPipeline, shapes: dict) -> None:
 def run_step(rp: RankPipeline, inputs: tuple, target, phase) -> None:
     """One training step of the schedule as a training loop calls it: a rank holding the first stage feeds the
     batch, one holding the last gives the target (the file's example_target(), else one zero per micro-batch,
-    which a loss that ignores it takes) and takes the losses. `phase(name)` sets the recorder's phase:
+    which a loss that ignores it takes) and takes the losses, without the merged outputs. `phase(name)` sets the recorder's phase:
     a zero-bubble schedule's weight-gradient step (backward_weight_one_chunk) runs autograd for the weights and
     then adds the gradients into .grad (and reduces them over dp) outside autograd's pass, which would read as
     forward; the whole step is the backward's."""
@@ -243,6 +243,9 @@ def run_step(rp: RankPipeline, inputs: tuple, target, phase) -> None:
             kwargs = {"target": target if target is not None else zeros_target(rp), "losses": []}
         else:
             kwargs = {}
+        # the last stage's outputs merged and returned are no use to training, and by default torch keeps each
+        # micro-batch's (the logits: GiBs each) until the step ends; torchtitan's trainer asks it not to
+        kwargs.update(_no_outputs(rp.schedule))
         if any(s.is_first for s in rp.stages):
             rp.schedule.step(*inputs, **kwargs)
         else:
@@ -250,6 +253,16 @@ def run_step(rp: RankPipeline, inputs: tuple, target, phase) -> None:
     finally:
         for s in rp.stages:
             del s.backward_weight_one_chunk
+
+
+def _no_outputs(schedule) -> dict:
+    """step()'s return_outputs=False where this torch's schedule takes it (older ones have no such argument)."""
+    import inspect
+    try:
+        takes = "return_outputs" in inspect.signature(schedule.step).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return {"return_outputs": False} if takes else {}
 
 
 def zeros_target(rp: RankPipeline):
