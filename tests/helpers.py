@@ -152,3 +152,17 @@ def dispatching_all(monkeypatch):
     from astra_compile.compiler.frontend import capture as capture_module
     real = capture_module._capture_rank
     monkeypatch.setattr(capture_module, "_capture_rank", lambda *a, replay=True, **k: real(*a, replay=False, **k))
+
+
+@pytest.fixture
+def calls_per_capture(monkeypatch):
+    """For a model file whose stage modules append to its CALLS: CALLS counts the forwards of one stage's capture
+    (emptied as each begins), as when each capture built its model afresh (a pipeline's stages share one now:
+    compiler/frontend/shared_build.py)."""
+    from astra_compile.compiler.frontend import capture as capture_module
+    real = capture_module._capture_rank
+
+    def emptied(spec, *args, **kwargs):
+        spec.build_model.__globals__["CALLS"].clear()
+        return real(spec, *args, **kwargs)
+    monkeypatch.setattr(capture_module, "_capture_rank", emptied)

@@ -15,6 +15,12 @@ from astra_compile.compiler.frontend.capture import capture
 from astra_compile.compiler.frontend.model_file import load_model_file
 
 from helpers import cli, dispatching_all, refused, replay_from_four  # noqa: F401 (autouse fixture)
+from helpers import calls_per_capture as _calls_per_capture
+
+
+@pytest.fixture(autouse=True)
+def calls_per_capture(_calls_per_capture):
+    """CALLS counts each capture's forwards."""
 
 M, P = 8, 4
 
@@ -45,7 +51,6 @@ class Net(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
 def build_model():
-    CALLS.clear()
     return Net()
 def example_inputs():
     return torch.randn(TOKENS, D)

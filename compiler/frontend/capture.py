@@ -32,6 +32,7 @@ from .gpu_foreach import cuda_foreach_on_host
 from .own_world import script_world_set_aside
 from .recompute import recompute_marked
 from .recorder import AUTOGRAD, StepRecorder
+from .shared_build import SharedBuild, Taken
 from .routing import AssumedRouting, check_routing
 from .step_memory import settled, trained_tensors, watching
 from .weight_grad_order import weight_groups_ordered
@@ -188,15 +189,23 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
     shapes: dict[int, list] = {}   # stage index -> its input's shapes, found along the chain of stages
     coord, outline = 0, None       # stage 0 is on pp coordinate 0
     lender = Lender(axes)          # a stage's chunk templates for the stages after it (chunk_lending.py)
+    # the model built once for every stage's part (shared_build.py); a file that builds its own schedule from the
+    # whole model in parallelize() builds it in each capture
+    shared = SharedBuild(spec) if p.schedule else None
+
+    def stage_capture(coord: int, **kwargs):
+        try:
+            return _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes),
+                                 shared=shared if shared is not None and not shared.spent else None, **kwargs)
+        except Taken:   # this stage's part is not the model's as built: its capture builds its own
+            return _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes), **kwargs)
     while len(programs) < p.pp:
         known = len(shapes)
         try:
             try:
-                ops, host, rp, used = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes),
-                                                    lender=lender)
+                ops, host, rp, used = stage_capture(coord, lender=lender)
             except ReplayMismatch:   # a micro-batch unlike the template: every one dispatched (chunk_replay.py)
-                ops, host, rp, used = _capture_rank(spec, world_size, axes, p.reps[coord], (p, coord, shapes),
-                                                    replay=False)
+                ops, host, rp, used = stage_capture(coord, replay=False)
         except pipeline_schedule.HandOffChanged as e:
             # the chain found before parallelize is wrong from this stage on (sequence parallelism): it is found
             # again from the parallelized stages, and this coordinate captured again
@@ -205,6 +214,7 @@ def capture(spec: ModelFile, world_size: int, mesh: dict[str, int] | None = None
             shapes[pipeline_schedule.PARALLELIZED] = True
             programs.clear()   # every rank captured again on the new chain (only such a file pays for it)
             lender.donor = None
+            shared = SharedBuild(spec) if shared is not None else None   # its parts were parallelized
             continue
         if outline is not None and rp.outline() != outline:
             raise UserError(f"{spec.path}: pp coordinate {coord}'s schedule ({_outline_text(rp.outline())}) is not "
@@ -240,14 +250,16 @@ def _outline_text(outline: tuple) -> str:
 
 
 def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: int, stage=None,
-                  replay: bool = True, lender: Lender | None = None):
+                  replay: bool = True, lender: Lender | None = None, shared: SharedBuild | None = None):
     """Record one rank's training step: (its ops, with groups named after the mesh axes; whether FSDP2 offloads
     shards to the host; for a pipeline, the rank's pipeline_schedule.RankPipeline; its memory,
     step_memory.StepMemory.result). `stage`: (pipeline.Plan, the rank's pp coordinate, the chain of stage shapes so
     far) or None. A pipeline rank whose stages' inputs are not all known yet only advances the chain: its ops (and
     memory) are None. `replay`: a pipeline stage's later micro-batches copied from an earlier one's ops
     (chunk_replay.py; each copy allocates and frees what its template did), else each dispatched; `lender`: the
-    templates of an earlier stage, which this one may take, and where it leaves its own (chunk_lending.py)."""
+    templates of an earlier stage, which this one may take, and where it leaves its own (chunk_lending.py);
+    `shared`: the model built once for a pipeline's stages, and the fake mode it was built in (shared_build.py:
+    Taken where this stage cannot take its part from it)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -264,11 +276,11 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
             recompute_marked(lambda: recording[0]), cuda_autocast_on_host(), cuda_foreach_on_host(), \
             cuda_dropout_on_host(), cuda_attention_on_host(), weight_groups_ordered():
         device_mesh = build_mesh(axes)  # outside fake mode: the mesh holds real rank tensors
-        fake = FakeTensorMode(allow_non_fake_inputs=True)
+        fake = shared.fake_mode() if shared is not None else FakeTensorMode(allow_non_fake_inputs=True)
         what, rp, target = "build_model()", None, None
         try:
             with fake, skip_cross_rank_checks(), fake_build():
-                model = spec.build_model()
+                model = shared.build() if shared is not None else spec.build_model()
                 if not isinstance(model, torch.nn.Module):   # None would pass on to a parallelize() that ignores it
                     raise UserError(f"{spec.path}: build_model() returned {type(model).__name__}, not a "
                                     "torch.nn.Module")
@@ -280,7 +292,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
                 with mesh_reads() as reads:
                     if stage is not None:
                         what = "the pipeline's stages and schedule" if stage[0].schedule else what
-                        rp = _rank_pipeline(spec, model, device_mesh, axes, stage, inputs, loss_of)
+                        rp = _rank_pipeline(spec, model, device_mesh, axes, stage, inputs, loss_of, shared)
                         model = torch.nn.ModuleList(rp.modules)
                         chunks.enabled &= replays(rp)
                         # a rank of middle stages lends and borrows (chunk_lending.py): the first stage computes
@@ -359,7 +371,7 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
             recording[0] = None
             # a pipeline stage's caching allocator is replayed on another core while the next stage is captured
             memory = recorder.memory.result(spec.expandable_segments, later=stage is not None)
-        except (UserError, ReplayMismatch):
+        except (UserError, ReplayMismatch, Taken):
             raise
         except SystemExit as e:  # the user's code called sys.exit(): never exit with its status as if done
             raise UserError(f"{spec.path}: {what} called sys.exit({e.code!r})") from None
@@ -377,7 +389,8 @@ def _capture_rank(spec: ModelFile, world_size: int, axes: dict[str, int], rank: 
     return recorder.ops, offloaded, rp, memory
 
 
-def _rank_pipeline(spec: ModelFile, model, device_mesh, axes: dict[str, int], stage, inputs: tuple, loss_of):
+def _rank_pipeline(spec: ModelFile, model, device_mesh, axes: dict[str, int], stage, inputs: tuple, loss_of,
+                   shared: SharedBuild | None = None):
     """The recorded rank's stages and schedule (pipeline_schedule.RankPipeline), from the file's PIPELINE and
     pipeline_stage() or from the schedule its parallelize(module, mesh) returns."""
     import torch.distributed as dist
@@ -390,7 +403,7 @@ def _rank_pipeline(spec: ModelFile, model, device_mesh, axes: dict[str, int], st
                 return part if made is None else made
             return apply_builtin(part, device_mesh, axes, spec.tp_plan, spec.fsdp_units)
         schedule = pipeline.build_schedule(spec, model, p, coord, group, parallelize_part, loss_of, shapes,
-                                           _microbatch(spec, inputs, p, p.microbatches))
+                                           _microbatch(spec, inputs, p, p.microbatches), shared)
     else:
         schedule = pipeline_schedule.find(spec.parallelize(model, device_mesh), spec.path)
     return pipeline_schedule.follow(schedule, spec.path, p.pp, coord, dist.get_process_group_ranks(group))

@@ -102,14 +102,16 @@ def stage_module(spec, model, stage: int, stages: int):
     return made
 
 
-def build_schedule(spec, model, p: Plan, coord: int, group, parallelize_part, loss, shapes: dict, micro_in: tuple):
+def build_schedule(spec, model, p: Plan, coord: int, group, parallelize_part, loss, shapes: dict, micro_in: tuple,
+                   shared=None):
     """PIPELINE's schedule for pp coordinate `coord`, as a file written the torch way would build it: its stages
     (pipeline_stage() for each stage id torch's layout gives the rank, each through `parallelize_part`) wrapped in
     PipelineStage over the pp group; `loss(output)` is the last stage's loss per micro-batch. Each stage module
     advances the chain of stage shapes (pipeline_schedule.advance) before it is parallelized, the dtype its
     parallelized form computes in then set (pipeline_schedule.computed_dtype); where the warm-up found a stage
     handing on other shapes once parallelized (pipeline_schedule.HandOffChanged), the chain is marked PARALLELIZED
-    and found from the parallelized stages instead, as for a file that builds its own (capture.py)."""
+    and found from the parallelized stages instead, as for a file that builds its own (capture.py). `shared`: the
+    model is the one built for every stage (shared_build.SharedBuild), which checks each part taken from it."""
     import torch
     from torch.distributed import pipelining
     from torch.distributed.pipelining._utils import generate_rank_to_stage_mapping
@@ -119,7 +121,11 @@ def build_schedule(spec, model, p: Plan, coord: int, group, parallelize_part, lo
     n = p.pp * p.virtual
     stages = []
     for k in generate_rank_to_stage_mapping(p.pp, n, style)[coord]:
+        if shared is not None:
+            shared.check()
         part = stage_module(spec, model, k, n)
+        if shared is not None:
+            shared.claim(part)
         if shapes.get(PARALLELIZED):   # the stages' hand-off changes once parallelized: infer_shapes finds it
             made = parallelize_part(part)
         else:

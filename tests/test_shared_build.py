@@ -1,0 +1,93 @@
+"""A pipeline's stages take their parts from one model built for all of them (compiler/frontend/shared_build.py):
+the workload is the one each stage building its own model records, op for op and byte for byte of memory, and a
+part that cannot come from the shared model (tied weights, a pipeline_stage() that rearranges the model) is built
+afresh for its capture."""
+import textwrap
+
+import pytest
+
+from astra_compile.compiler.frontend import capture as capture_module
+from astra_compile.compiler.frontend.capture import capture
+from astra_compile.compiler.frontend.model_file import load_model_file
+from astra_compile.compiler.frontend.shared_build import SharedBuild, Taken
+
+P = 4
+
+MODEL = """
+import torch
+from torch import nn
+LAYERS, D = 8, 64
+BUILDS = []
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.fc1, self.fc2 = nn.LayerNorm(D), nn.Linear(D, 2 * D), nn.Linear(2 * D, D)
+    def forward(self, x):
+        return x + self.fc2(torch.relu(self.fc1(self.norm(x))))
+class Stage(nn.Module):
+    def __init__(self, model, first, last):
+        super().__init__()
+        self.embed = model.embed if first == 0 else None
+        self.layers = nn.ModuleList(model.layers[first:last])
+        self.head = model.head if last == LAYERS else None
+    def forward(self, x):
+        x = self.embed(x) if self.embed is not None else x
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x) if self.head is not None else x
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Linear(D, D), nn.Linear(D, D)
+        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
+def build_model():
+    BUILDS.append(1)
+    model = Net()
+    %s
+    return model
+def example_inputs():
+    return torch.randn(16, D)
+def pipeline_stage(model, stage, num_stages):
+    per = LAYERS // num_stages
+    %s
+    return Stage(model, stage * per, (stage + 1) * per)
+PIPELINE = {"schedule": "1F1B", "microbatches": 8}
+TP_PLAN = {"layers.*.fc1": "colwise", "layers.*.fc2": "rowwise"}
+def mesh_axes(world_size):
+    return {"pp": %d, "dp": 2, "tp": world_size // %d // 2}
+"""
+
+
+def spec(tmp_path, tie="", rearrange=""):
+    path = tmp_path / "pp.py"
+    path.write_text(textwrap.dedent(MODEL % (tie or "pass", rearrange or "pass", P, P)))
+    return load_model_file(str(path))
+
+
+class Unshared(SharedBuild):
+    """Every stage builds its own model, as before the shared build."""
+    def check(self):
+        raise Taken("each stage its own")
+
+
+def each_builds_its_own(monkeypatch, s) -> dict:
+    monkeypatch.setattr(capture_module, "SharedBuild", Unshared)
+    s.build_model.__globals__["BUILDS"].clear()
+    out = capture(s, P * 4).to_json()
+    monkeypatch.undo()
+    return out
+
+
+@pytest.mark.parametrize("tie, rearrange, builds", [
+    ("", "", 1),                                              # one model for every stage
+    ("model.head.weight = model.embed.weight", "", 2),        # the last stage's head is the first's embedding
+    ("", "model.layers = nn.ModuleList(list(model.layers))", P),   # each stage rearranges it: no later one takes it
+])
+def test_stages_take_their_parts_from_one_model(tmp_path, monkeypatch, tie, rearrange, builds):
+    s = spec(tmp_path, tie, rearrange)
+    own = each_builds_its_own(monkeypatch, s)
+    s.build_model.__globals__["BUILDS"].clear()
+    shared = capture(s, P * 4).to_json()
+    assert len(s.build_model.__globals__["BUILDS"]) == builds
+    assert shared.pop("memory") == own.pop("memory")
+    assert shared == own
