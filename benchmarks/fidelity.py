@@ -74,9 +74,12 @@ def predict(run: str) -> dict:
 
 def peak_gib(memory) -> float | None:
     """Peak memory per GPU in GiB from the report's `memory` object: the caching allocator's reserved bytes, what
-    torchtitan's logs quote as the step's peak (torch.cuda.max_memory_reserved); None where the report has none."""
+    torchtitan's logs quote as the step's peak (torch.cuda.max_memory_reserved), of the rank that needs the most
+    (a pipeline's report is its first stage's; `most` is another stage's where it needs more); None where the
+    report has none."""
     if not isinstance(memory, dict) or not isinstance(memory.get("reserved_bytes"), int):
         return None
+    memory = memory.get("most") or memory
     return memory["reserved_bytes"] / GIB
 
 

@@ -168,6 +168,15 @@ class ComputeModel:
             return 0.0
         raise KeyError(f"the h200 preset gives no {key!r} (network/gpus.json)")
 
+    def fastest_flops_per_s(self, dtype: str, peak_tflops: float) -> float:
+        """The most FLOPs a second (as torch's counter counts them) any op of `dtype` reaches: a tensor-core
+        class's fraction of the peak, an attention class's over the CAUSAL_WORK a causal kernel may leave out
+        (its blocks above the diagonal). kernel_ns times no op faster (shape factors, launch and bytes only add;
+        but causal attention over more keys than queries, masked from the top left, which skips more):
+        plan/step_bound.py bounds a step from below with it (tests/test_compute_model.py checks it)."""
+        return peak_tflops * 1e12 * max(self.value(f"{c}.{dtype}") / (CAUSAL_WORK if c in ATTENTION_CLASSES else 1.0)
+                                        for c in TENSOR_CORE)
+
     @functools.cached_property
     def _own(self) -> dict:
         return dict(self.efficiency)

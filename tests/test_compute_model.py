@@ -250,3 +250,22 @@ def test_an_op_of_no_flops_and_no_bytes_launches_nothing_and_costs_the_host_a_vi
     r = run_workload([table], roof, spmd=True).ranks[0]
     # issued at 10, 13 (a view: 3 ns), 23 ns; the view takes no time, the others 1 ns + 2 ns of launch
     assert list(r.start_ns) == [10, 13, 23] and list(r.end_ns) == [13, 13, 26]
+
+
+@given(cls=st.sampled_from(["matmul", "attention", "attention_backward", "conv", "conv_backward"]),
+       dtype=st.sampled_from(list(DTYPES)), causal=st.booleans(), shaped=st.booleans(),
+       dims=st.tuples(*[st.integers(1, 9000)] * 4), preset=st.sampled_from(["h100", "h200", "a100-80gb", "mi300x"]))
+def test_no_kernel_is_faster_than_the_fastest_rate(cls, dtype, causal, shaped, dims, preset):
+    # plan/step_bound.py bounds a step from below with it: every op's kernel time, whatever its shape, is at least
+    # its FLOPs at the device's fastest rate for its dtype; causal attention as training runs it, over as many keys
+    # as queries (fewer queries than keys, masked from the top left, skip more than half the blocks)
+    from astra_compile.network import devices
+    if cls.startswith("attention") and causal:
+        dims = (dims[0], dims[1], dims[1], dims[3])
+    gpu = devices.resolve(preset)
+    model = gpu.compute_model()
+    flops = 2.0 * dims[0] * dims[1] * dims[2] * dims[3]
+    gemm = np.array([dims if shaped else (0, 0, 0, 0)])
+    ns = model.kernel_ns(gpu.peak_tflops, 1e12, np.array([CODE[cls]]), np.array([DTYPE[dtype]]), np.array([flops]),
+                         np.array([0.0]), gemm, np.array([causal]))[0]
+    assert ns >= flops / model.fastest_flops_per_s(dtype, gpu.peak(dtype)) * 1e9 * (1 - 1e-9)

@@ -422,6 +422,27 @@ def test_reduced_depth_extrapolates_each_phases_peak_apart():
         254920704 + 22 * (280099328 - 254920704)
 
 
+def test_a_layout_fits_only_where_its_stage_that_needs_most_does():
+    # a pipeline's report is its first stage's; its memory object names the stage that needs more (the last,
+    # holding the loss's logits), and that one decides
+    import json
+    from astra_compile.compiler.plan.rank import _from_row
+    from astra_compile.compiler.plan.space import Layout
+    from astra_compile.network import devices
+    gpu = devices.resolve("h100")
+    first = {"needs_bytes": 30 * 2**30, "peak_bytes": 28 * 2**30, "capacity_bytes": int(80e9), "fits": True,
+             "phase_peak_bytes": {"forward": 28 * 2**30}}
+    last = {**first, "rank": 240, "needs_bytes": 90 * 2**30, "peak_bytes": 85 * 2**30, "fits": False,
+            "phase_peak_bytes": {"backward": 85 * 2**30}}
+    row = {"status": "ok", "total_time_us": "1000.0", "exposed_comm_time_us": "0", "flops": "1",
+           "memory": json.dumps({**first, "most": last})}
+    o = _from_row(0, Layout((("pp", 16), ("dp", 16)), 1, 16, "none", "1F1B"), row, 256, 256, 4096, gpu)
+    assert (o.peak_bytes, o.allocated_bytes, o.phase_bytes) == (90 * 2**30, 85 * 2**30, {"backward": 85 * 2**30})
+    assert not o.fits
+    row["memory"] = json.dumps(first)
+    assert _from_row(0, o.layout, row, 256, 256, 4096, gpu).fits
+
+
 def test_a_layout_whose_host_falls_behind_with_depth_runs_again_whole(tmp_path, capsys):
     # width 1024, 256 tokens a micro-batch on an H100: a block's ops take the GPU about as long as the host takes
     # to issue them, so the GPU's lead over the host shrinks with every block: at 2 and 3 blocks the GPU never
@@ -462,3 +483,38 @@ def test_a_layout_whose_host_falls_behind_with_depth_runs_again_whole(tmp_path, 
     line = outcomes(rows, layouts, 8, 16, 128, clusters.resolve("dgx-h100:1"), depths={0: ex, 1: ex})
     for o in line:
         assert o.step_us < 0.9 * whole[o.layout.label(8)]["step_time_us"]
+
+
+def test_a_layout_surely_slower_than_the_top_is_not_run(tmp_path, capsys):
+    # the file's pipeline_stage() leaves all but one block a stage to the last: on 8 stages it holds 17 of 24, and
+    # the pipeline (run whole: 8 stages of 2 and 3 blocks would hold 40) computes 17 blocks x 16 samples on one
+    # rank against FSDP's 24 x 2; its FLOPs per block come from FSDP's runs at 3 and 4 blocks, and at twice the
+    # GPU's fp32 peak they already take longer than FSDP's step: it is not run. Run, it is slower than its bound
+    path = deep_model(tmp_path, """
+        def pipeline_stage(model, stage, num_stages):
+            first = stage if stage < num_stages - 1 else num_stages - 1
+            return Stage(model, first, stage + 1 if stage < num_stages - 1 else LAYERS)
+
+        def plan_space():
+            return {"axes": ["fsdp", "pp"], "pp": [1, 8], "micro_batch": [2], "checkpointing": ["none"]}
+
+        WIDTH = 2048   # wide enough that FSDP's step is its compute, not its gathers
+    """, layers=24)
+    args = ("plan", path, "--cluster", "dgx-h100:1", "--global-batch", "16", "--workers", "1", "--json", "--top", "1")
+    code, out, err = cli(capsys, *args)
+    assert code == 0 and "1 of the 1 layouts run whole not run: their step is surely slower than the 1 fastest" \
+        in err, err
+    got = {lay["mesh"]: lay for lay in json.loads(out)["layouts"]}
+    assert got["fsdp=8"]["status"] == "ok" and got["fsdp=8"]["extrapolated"]
+    skipped = got["pp=8"]
+    assert skipped["status"] == "skipped" and skipped["step_time_us"] == 0.0
+    assert skipped["step_bound_us"] > got["fsdp=8"]["step_time_us"]
+    code, out, err = cli(capsys, *[a for a in args if a != "--json"])   # the table's closing line says so
+    assert "2 layouts: 1 ran and fit, 0 over a GPU's memory, 1 not run, their step surely slower than the 1 " \
+        "fastest (its lower bound), 0 failed" in out, out
+    code, out, err = cli(capsys, *args[:-2], "--depth", "full")   # run whole, it is slower than its bound
+    whole = {lay["mesh"]: lay for lay in json.loads(out)["layouts"]}
+    assert "not run" not in err and whole["pp=8"]["status"] == "ok"
+    assert skipped["step_bound_us"] < whole["pp=8"]["step_time_us"]
+    whole = {lay["mesh"]: lay for lay in json.loads(out)["layouts"]}
+    assert whole["pp=8"]["status"] == "ok" and whole["pp=8"]["step_time_us"] >= skipped["step_bound_us"]

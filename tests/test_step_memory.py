@@ -385,6 +385,12 @@ def test_the_warning_names_the_stage_that_needs_most(pipelined, tmp_path):
     assert len(said) == 1 and said[0].startswith(f"rank {worst} (and {len(over) - 1} other pipeline stage") and \
         "more than the tiny's 3 GB (2.794 GiB)" in said[0], said
     assert report.memory["fits"] is (needs[0] <= 3e9)
+    # the report (of rank 0) names the stage that needs the most, as a layout fits only where every rank does
+    most = max(needs, key=lambda r: (needs[r], -r))
+    assert most != 0 and report.memory["most"]["rank"] == most
+    assert report.memory["most"]["needs_bytes"] == needs[most] and report.memory["most"]["fits"] is False
+    assert f"  most          rank {most} needs " in report.format()
+    assert "most" not in stages[most]   # its own report: no other stage needs more
 
 
 def test_the_states_of_an_optimizer_a_file_wraps_are_optimizer_states(tmp_path):

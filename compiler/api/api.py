@@ -260,6 +260,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
         program = lowered.programs[0].rank if runs is None else runs.get(rank, rank)
     if program not in result.ranks:
         raise UserError(f"rank {rank} is not among the workload's programs ({sorted(result.ranks)})")
+    from ..report.memory_report import with_most
     memory = memory_per_program(lowered.programs, gpu)
     info = {"source": recorded["source"], "topology": topo.name, "npus": topo.npus, "mesh": recorded["mesh"],
             **({"placement": recorded["placement"]} if recorded.get("placement") else {}),
@@ -270,7 +271,7 @@ def _timed(lowered: Lowered, topo: Topology, opts: WorkloadOptions, times, recor
             **({"endpoint_delay_ns": topo.endpoint_delay_ns} if topo.endpoint_delay_ns else {}),
             **({"gpu": opts.gpu} if opts.gpu is not None else {}),
             **({"cluster": recorded["cluster"]} if recorded.get("cluster") else {}),
-            "memory": memory.get(program)}
+            "memory": with_most(memory, program)}
     if step_tables is not None:
         step_tables_of = lambda fmt: step_tables   # noqa: E731 (the directory's own, whatever the format)
     elif opts.keep_schedules:

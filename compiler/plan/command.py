@@ -34,6 +34,7 @@ from ..sweep.spec import Point, Sweep
 from . import depth as depth_mod
 from . import memory
 from . import space as space_mod
+from . import step_bound
 from .rank import FIRST_DEPTH, SECOND_DEPTH, WHOLE_AGAIN, Outcome, host_limited, outcomes, point, table
 
 MAX_LAYOUTS = 100_000
@@ -112,9 +113,16 @@ def run(args) -> int:
         results_path = os.path.abspath(args.output) if args.output else os.path.join(scratch, "layouts.csv")
         folder = _layouts_folder(path, results_path, args)
         limit = {} if args.capture_limit is None else {"capture_limit": args.capture_limit}
-        sweep = _write_layouts(path, found, pruned, depths.layouts, folder, world, args.cluster, results_path,
-                               limit)
-        rows = _run(args, sweep, results_path, workers)
+
+        def layouts(indices, again: bool = False, files: bool = True) -> Sweep:
+            return _write_layouts(path, found, indices, depths.layouts, folder, world, args.cluster, results_path,
+                                  limit, again, files)
+        running = [i for i in range(len(found)) if i not in pruned]
+        shallower = [i for i in running if i in depths.layouts]   # seconds each: they run first
+        whole = [i for i in running if i not in depths.layouts]
+        # every point the results file may hold (a resumed plan's whole runs again among them)
+        known = layouts(running, files=False).points + layouts(shallower, again=True, files=False).points
+        rows = _run(args, layouts(shallower), results_path, workers, known)
         # a layout whose GPU's lead over the host shrinks with depth may turn host-bound only at the real depth,
         # which its shallower runs cannot show: it runs again whole (rank.WHOLE_AGAIN)
         again = host_limited(rows, found, depths.layouts)
@@ -122,12 +130,40 @@ def run(args) -> int:
             print(f"astra-compile plan: {len(again)} layout{'s' if len(again) > 1 else ''} run again whole: the host "
                   "issues a block's ops more slowly than the step grows by a block, so the GPU may wait for it only "
                   "at the real depth", file=sys.stderr)
-            whole = _write_layouts(path, found, pruned, {}, folder, world, args.cluster, results_path, limit,
-                                   only=again)
-            rows = _run(args, Sweep(results_path, {}, sweep.axes, sweep.points + whole.points), results_path,
-                        workers)
-    ranked = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts)
+            rows = _run(args, layouts(sorted(again), again=True), results_path, workers, known)
+        skipped = _slower(spec, path, found, whole, rows, depths, sizes, cluster, args, seq, pruned)
+        rows = _run(args, layouts([i for i in whole if i not in skipped]), results_path, workers, known)
+    ranked = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts, skipped)
     return _show(args, ranked, world)
+
+
+def _slower(spec, path: str, found: list, whole: list, rows: list, depths, sizes, cluster, args, seq: int,
+            pruned: dict) -> dict:
+    """{index: bound} of the layouts to run whole whose step is surely slower than the --top fastest of those run
+    so far (plan/step_bound.py): they are not run."""
+    from ...network import devices
+    refs = step_bound.references(rows, found, depths.layouts)
+    if not refs or not whole:
+        return {}
+    done = outcomes(rows, found, cluster.gpus, args.global_batch, seq, cluster, pruned, depths.layouts)
+    threshold = step_bound.threshold_us(done, args.top)
+    if threshold is None:
+        return {}
+    gpu = devices.resolve(cluster.gpu)
+    counts: dict = {}
+    out = {}
+    for i in whole:
+        ref = refs.get(step_bound.key(found[i]))
+        per_stage = depth_mod.blocks_per_stage(spec, path, found[i], sizes.blocks, counts) if ref else None
+        if per_stage:
+            bound = step_bound.bound_us(found[i], per_stage, ref, gpu)
+            if bound > threshold:
+                out[i] = bound
+    if out:
+        print(f"astra-compile plan: {len(out)} of the {len(whole)} layouts run whole not run: their step is surely "
+              f"slower than the {args.top} fastest so far ({threshold / 1e3:,.1f} ms and less; docs/plan.md, "
+              "'Skipped by their step's bound')", file=sys.stderr)
+    return out
 
 
 def _inspect(path: str, cluster, seq: int | None):
@@ -195,29 +231,31 @@ def _say_depth(depths, running: int) -> None:
         print(f"astra-compile plan: every layout runs whole: {depths.why_whole}", file=sys.stderr)
 
 
-def _write_layouts(path: str, found: list, pruned: dict, depths: dict, folder: str, world: int, cluster: str,
-                   results_path: str, options: dict, only: set | None = None) -> Sweep:
-    """The sweep of the layouts not pruned, each point numbered as its layout in `found` (so the results file's
-    rows and the layout files keep their layout's number; rank.point), each written as a layout file; a layout in
-    `depths` (plan/depth.py) runs twice, at its two shallower depths. `only`: these layouts, run again whole after
-    their shallower runs (rank.WHOLE_AGAIN)."""
+def _write_layouts(path: str, found: list, indices: list, depths: dict, folder: str, world: int, cluster: str,
+                   results_path: str, options: dict, again: bool = False, files: bool = True) -> Sweep:
+    """The sweep of the layouts `indices`, each point numbered as its layout in `found` (so the results file's rows
+    and the layout files keep their layout's number; rank.point), each written as a layout file (`files`: else only
+    the points); a layout in `depths` (plan/depth.py) runs twice, at its two shallower depths, or with `again`
+    whole after them (rank.WHOLE_AGAIN)."""
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
-    os.makedirs(folder, exist_ok=True)
+    if files:
+        os.makedirs(folder, exist_ok=True)
     points = []
-    for i, lay in enumerate(found):
-        if i in pruned or (only is not None and i not in only):
-            continue
-        ex = depths.get(i)
-        whole = point(i, FIRST_DEPTH if only is None else WHOLE_AGAIN, len(found))
+    for i in indices:
+        lay = found[i]
+        ex = None if again else depths.get(i)
+        whole = point(i, WHOLE_AGAIN if again else FIRST_DEPTH, len(found))
         runs = [(whole, "full", None, "")] if ex is None else \
             [(point(i, k, len(found)), str(d), (ex.name, setting), f"_depth{d}")
              for k, (d, setting) in zip((FIRST_DEPTH, SECOND_DEPTH), zip(ex.depths, ex.settings))]
         for index, depth, shallower, suffix in runs:
             file = os.path.join(folder, f"layout_{i:04d}{suffix}.py")
-            text = layout_file_text(path, digest, lay.micro_batch * lay.microbatches, lay.microbatches,
-                                    lay.checkpointing, lay.schedule, "pp" in lay.axes, lay.label(world), shallower)
-            _write_if_changed(file, text)
+            if files:
+                text = layout_file_text(path, digest, lay.micro_batch * lay.microbatches, lay.microbatches,
+                                        lay.checkpointing, lay.schedule, "pp" in lay.axes, lay.label(world),
+                                        shallower)
+                _write_if_changed(file, text)
             points.append(Point(index, {"input": file, "cluster": cluster, "mesh": lay.mesh_text(world), **options},
                                 {"layout": lay.label(world), "depth": depth}))
     return Sweep(results_path, {}, ("layout", "depth"), tuple(points))
@@ -235,12 +273,16 @@ def _write_if_changed(file: str, text: str) -> None:
     atomic.write_text(file, text)
 
 
-def _run(args, sweep: Sweep, results_path: str, workers: int) -> list[dict]:
-    """Run every layout not yet in the results file; returns every row (as the file holds them)."""
+def _run(args, sweep: Sweep, results_path: str, workers: int, known: tuple) -> list[dict]:
+    """Run every point of `sweep` not yet in the results file; returns every row (as the file holds them).
+    `known`: every point the file may hold (a resumed plan's)."""
     cols, where = results_mod.columns(sweep.axes, ["workload"])
     results = results_mod.ResultsFile(results_path, cols, where)
+    done = results.open(known)
+    if not sweep.points:   # none in this round (none timed shallower, or none left to run whole)
+        results.close()
+        return read_results(results_path)[0]
     ray = workers_mod.RayPool(None if args.ray == "local" else args.ray, workers) if args.ray else None
-    done = results.open(sweep.points)
     run_args = argparse.Namespace(sweep=args.model, output=results_path, no_cache=False, cache=args.cache,
                                   progress=args.progress, ray=args.ray)
     try:
@@ -253,7 +295,7 @@ def _run(args, sweep: Sweep, results_path: str, workers: int) -> list[dict]:
 
 
 def _show(args, ranked: list[Outcome], world: int) -> int:
-    ok = [o for o in ranked if o.error is None and o.fits]
+    ok = [o for o in ranked if o.ranked]
     if args.plot:
         from .plot import plot
         plot(ranked, args.plot)

@@ -78,7 +78,7 @@ def plan(spec, names: dict, path: str, blocks: int, found: list, skip: set, aske
     for i, lay in enumerate(found):
         if i in skip:
             continue
-        stages = _stages(lay)
+        stages = stages_of(lay)
         if stages is not None and spec.pipeline_stage is None:   # the file's own parallelize() splits it
             continue
         key = stages or (1, 1)
@@ -91,7 +91,7 @@ def plan(spec, names: dict, path: str, blocks: int, found: list, skip: set, aske
     return DepthPlan(name, why, out)
 
 
-def _stages(lay) -> tuple | None:
+def stages_of(lay) -> tuple | None:
     """(pp ranks, stages per rank) of a pipelined layout (frontend/pipeline.py), else None."""
     pp = lay.axes.get("pp", 1)
     if pp == 1:
@@ -99,6 +99,19 @@ def _stages(lay) -> tuple | None:
     from ..frontend.pipeline import LOOPED_DEFAULT, SCHEDULES
     fixed = SCHEDULES[(lay.schedule or "1F1B").lower()][2]
     return pp, fixed or LOOPED_DEFAULT
+
+
+def blocks_per_stage(spec, path: str, lay, blocks: int, known: dict) -> list | None:
+    """The blocks each stage of the layout's pipeline holds, in stage order, as the file's pipeline_stage() splits
+    the model as written ([blocks] without a pipeline); None where a stage fails to build. `known`: the splits
+    found so far in this plan, by stage count (updated)."""
+    stages = stages_of(lay)
+    if stages is None:
+        return [blocks]
+    count = stages[0] * stages[1]
+    if count not in known:
+        known[count] = _per_stage(_built(path, None, None, spec), count)
+    return known[count]
 
 
 def _checked_name(spec, names: dict, path: str, blocks: int, asked) -> str | None:

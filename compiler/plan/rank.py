@@ -48,6 +48,13 @@ class Outcome:
     extrapolation: object = None   # plan/depth.Extrapolation: figures from two shallower runs (None: run whole)
     allocated_bytes: int | None = None   # the report's memory.peak_bytes: the tensors live at the peak
     phase_bytes: dict | None = None      # its phase_peak_bytes: each phase's own peak of live tensors
+    bound_us: float | None = None        # not run: its step is at least this, slower than the --top fastest
+    #                                      (plan/step_bound.py)
+
+    @property
+    def ranked(self) -> bool:
+        """Ran (or was extrapolated), fits a GPU's memory: among the layouts the table ranks."""
+        return self.error is None and self.fits and self.bound_us is None
 
     @property
     def fits(self) -> bool:
@@ -57,7 +64,8 @@ class Outcome:
         lay = self.layout
         return {"layout": lay.label(world), "mesh": lay.mesh_text(world), "micro_batch": lay.micro_batch,
                 "microbatches": lay.microbatches, "checkpointing": lay.checkpointing, "schedule": lay.schedule,
-                "status": "ok" if self.error is None else "error", "error": self.error or "",
+                "status": "error" if self.error is not None else "skipped" if self.bound_us is not None else "ok",
+                "error": self.error or "", **({"step_bound_us": self.bound_us} if self.bound_us is not None else {}),
                 "step_time_us": self.step_us, "tokens_per_s_per_gpu": self.tokens_per_gpu_s, "mfu": self.mfu,
                 "peak_memory_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
                 "exposed_comm_us": self.exposed_comm_us, "idle_us": self.idle_us, "memory_estimated": self.estimated,
@@ -73,12 +81,13 @@ class Outcome:
 
 
 def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq: int, cluster,
-             pruned: dict | None = None, depths: dict | None = None) -> list[Outcome]:
+             pruned: dict | None = None, depths: dict | None = None, skipped: dict | None = None) -> list[Outcome]:
     """Every layout's outcome, ranked: those that ran and fit by step time, then those over memory (`pruned`:
     {index: lower bound in bytes} of those not run, plan/memory.py), then failures. `depths`: {index:
     plan/depth.Extrapolation} of the layouts run at two shallower depths (point index, then index + len(layouts)),
     whose figures are extrapolated to the real depth, or taken from the layout's whole run where it ran again
-    whole (host_limited)."""
+    whole (host_limited). `skipped`: {index: bound} of those not run, their step surely slower than the --top
+    fastest (plan/step_bound.py)."""
     from ...network import devices
     gpu = devices.resolve(cluster.gpu)
     by_index = {int(r["point"]): r for r in rows}
@@ -89,6 +98,8 @@ def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq
         if pruned and i in pruned:
             out.append(Outcome(i, lay, peak_bytes=pruned[i], capacity_bytes=int(gpu.memory_gb * 1e9),
                                estimated=True))
+        elif skipped and i in skipped:
+            out.append(Outcome(i, lay, bound_us=skipped[i]))
         elif i in depths and point(i, WHOLE_AGAIN, n) not in by_index:
             runs = [_from_row(i, lay, by_index.get(point(i, k, n)), world, global_batch, seq, gpu)
                     for k in (FIRST_DEPTH, SECOND_DEPTH)]
@@ -96,7 +107,8 @@ def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq
         else:
             whole = point(i, WHOLE_AGAIN if i in depths else FIRST_DEPTH, n)
             out.append(_from_row(i, lay, by_index.get(whole), world, global_batch, seq, gpu))
-    return sorted(out, key=lambda o: (o.error is not None, not o.fits, o.step_us, o.index))
+    return sorted(out, key=lambda o: (o.error is not None, o.bound_us is not None, not o.fits, o.step_us,
+                                      o.bound_us or 0.0, o.index))
 
 
 def _from_row(i: int, lay, row: dict | None, world: int, global_batch: int, seq: int, gpu) -> Outcome:
@@ -112,6 +124,7 @@ def _from_row(i: int, lay, row: dict | None, world: int, global_batch: int, seq:
     o.mfu = _mfu(row, step_us, gpu)
     memory = _json(row.get("memory"), None)
     if isinstance(memory, dict):   # what the rank needs: the allocator's reserve, NCCL and the CUDA context
+        memory = memory.get("most") or memory   # a layout fits where every rank does: another stage may need more
         o.peak_bytes = memory.get("needs_bytes")
         o.capacity_bytes = memory.get("capacity_bytes")
         o.allocated_bytes = memory.get("peak_bytes")
@@ -213,8 +226,9 @@ def _depth_text(o: Outcome) -> str:
 
 def table(ranked: list[Outcome], top: int, world: int) -> str:
     """The best `top` layouts that ran and fit, then one line per kind of failure."""
-    ok = [o for o in ranked if o.error is None and o.fits]
+    ok = [o for o in ranked if o.ranked]
     over = [o for o in ranked if o.error is None and not o.fits]
+    skipped = [o for o in ranked if o.bound_us is not None]
     failed = [o for o in ranked if o.error is not None]
     head = ("rank", "layout", "step ms", "tokens/s/GPU", "MFU", "memory GiB", "exposed comm ms", "idle ms", "depth")
     rows = [head]
@@ -228,8 +242,10 @@ def table(ranked: list[Outcome], top: int, world: int) -> str:
              for r in rows]
     estimated = sum(o.estimated for o in over)
     before = f" ({estimated} of them by their lower bound, not run)" if estimated else ""
+    slower = f"{len(skipped)} not run, their step surely slower than the {top} fastest (its lower bound), " \
+        if skipped else ""
     lines.append(f"{len(ranked)} layouts: {len(ok)} ran and fit, {len(over)} over a GPU's memory{before}, "
-                 f"{len(failed)} failed")
+                 f"{slower}{len(failed)} failed")
     reasons: dict[str, int] = {}
     for o in failed:
         reasons[o.error] = reasons.get(o.error, 0) + 1

@@ -45,6 +45,20 @@ def memory_object(held: dict | None, groups: int, gpu=None) -> dict | None:
             "fits": needs <= capacity if capacity is not None else None}
 
 
+def with_most(memory: dict, program: int) -> dict | None:
+    """The reported program's memory object, with `most`: the memory object (and rank) of the program that needs
+    the most, where that is another program (a pipeline's other stage: the last holds the loss, the first the most
+    micro-batches in flight). `memory`: program rank -> its memory object (None: not known)."""
+    mine = memory.get(program)
+    known = {rank: m for rank, m in memory.items() if m is not None}
+    if mine is None or not known:
+        return mine
+    most = max(known, key=lambda r: (known[r]["needs_bytes"], -r))
+    if known[most]["needs_bytes"] <= mine["needs_bytes"]:
+        return mine
+    return {**mine, "most": {"rank": most, **known[most]}}
+
+
 def gib(nbytes: int) -> str:
     return f"{nbytes / GIB:.3f} GiB"
 
@@ -62,6 +76,11 @@ def format_memory(m: dict | None) -> list[str]:
              + ("" if m["capacity_bytes"] is None else
                 f": of the {m['gpu']}'s {m['capacity_bytes'] / 1e9:g} GB ({gib(m['capacity_bytes'])}), "
                 + ("fits" if m["fits"] else "DOES NOT FIT"))]
+    most = m.get("most")
+    if most is not None:   # another stage needs more: a layout fits only where every rank does
+        lines.append(f"  most          rank {most['rank']} needs {gib(most['needs_bytes'])} (in "
+                     f"{most['peak_phase'] or 'the step'})"
+                     + ("" if most["fits"] is None else ": fits" if most["fits"] else ": DOES NOT FIT"))
     return lines + [""]
 
 
