@@ -9,7 +9,8 @@ layout's seconds go, for --sample layouts spread over those left to run, each in
 shallower runs summed for a layout at reduced depth; then the whole search's wall time and a 200-layout search's
 projected for --workers processes (the sweep's workers import torch once each, not once per layout). --depth full
 times the layouts whole, as before reduced depth. With --full it runs the real `astra-compile plan` too and prints
-its wall time, layouts per second and captures run.
+its wall time, layouts per second, the layouts run and those it did not run by their step's bound
+(compiler/plan/step_bound.py: the projection above runs them all).
 
     python benchmarks/plan_speed.py [--global-batch 256] [--sample 3] [--workers 2] [--depth auto|full] [--full]
 """
@@ -98,8 +99,9 @@ def full(global_batch: int, workers: int, depth: str) -> None:
                                os.path.join(d, "plan.csv")], capture_output=True, text=True)
         wall = time.perf_counter() - start
     layouts = json.loads(done.stdout)["layouts"] if done.returncode in (0, 1) else []
-    ran = sum(not lay["memory_estimated"] for lay in layouts)
-    print(f"full plan: {len(layouts)} layouts, {ran} run (captures), {wall:.0f} s wall, "
+    ran = sum(not lay["memory_estimated"] and lay["status"] != "skipped" for lay in layouts)
+    skipped = sum(lay["status"] == "skipped" for lay in layouts)
+    print(f"full plan: {len(layouts)} layouts, {ran} run, {skipped} not run by their step's bound, {wall:.0f} s wall, "
           f"{len(layouts) / wall:.3f} layouts/s; exit {done.returncode}; {done.stderr.strip().splitlines()[-1:]}")
 
 
@@ -140,7 +142,9 @@ def main() -> None:
                   f"{len(layouts) * medians[kind] / args.workers / 60:.0f} min on {args.workers} workers")
     if len(medians) == 2 or (medians and not (short and whole)):
         wall = sum(len(ls) * medians.get(k, 0.0) for k, ls in (("reduced", short), ("whole", whole))) / args.workers
-        print(f"projected search {wall / 60:.0f} min on {args.workers} workers ({len(found) / wall:.3f} layouts/s)")
+        print(f"projected search {wall / 60:.0f} min on {args.workers} workers ({len(found) / wall:.3f} layouts/s), "
+              "every layout run whole among them (the real plan skips those whose step's bound exceeds the top "
+              "five's: --full)")
     if args.full:
         full(args.global_batch, args.workers, args.depth)
 

@@ -166,3 +166,55 @@ def calls_per_capture(monkeypatch):
         spec.build_model.__globals__["CALLS"].clear()
         return real(spec, *args, **kwargs)
     monkeypatch.setattr(capture_module, "_capture_rank", emptied)
+
+
+# a model file of LAYERS repeated blocks, its depth a top-level int, split into pipeline stages by
+# pipeline_stage() (test_plan.py's reduced depth; test_shared_build.py's stages taking their parts); formatted
+# with `layers`, dedented
+DEEP = """
+    import torch
+    from torch import nn
+
+    WIDTH, LAYERS = 256, {layers}
+    HALF = LAYERS // 2     # derived from the depth: a shallower model's file must see it follow
+    FSDP_UNITS = ["layers.*"]
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, WIDTH)
+            self.layers = nn.ModuleList(nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(),
+                                                      nn.Linear(4 * WIDTH, WIDTH)) for _ in range(LAYERS))
+
+        def forward(self, x):
+            return Stage(self, 0, LAYERS)(x)
+
+
+    class Stage(nn.Module):
+        def __init__(self, model, first, last):
+            super().__init__()
+            self.embed = model.embed if first == 0 else None
+            self.layers = nn.ModuleList(model.layers[first:last])
+            self.head = model.head if last == LAYERS else None
+
+        def forward(self, x):
+            x = self.embed(x) if self.embed is not None else x
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(x) if self.head is not None else x
+
+
+    def build_model():
+        assert len(range(HALF, LAYERS)) == LAYERS - LAYERS // 2
+        return Net()
+
+
+    def pipeline_stage(model, stage, num_stages):
+        per = LAYERS // num_stages
+        return Stage(model, stage * per, LAYERS if stage == num_stages - 1 else (stage + 1) * per)
+
+
+    def example_inputs():
+        return torch.randn(8, 128, WIDTH)
+"""

@@ -11,7 +11,7 @@ from astra_compile.compiler.frontend.layout import checkpoint_blocks, layout_fil
 from astra_compile.compiler.frontend.model_file import load_model_file
 from astra_compile.compiler.plan import space as space_mod
 
-from helpers import cli, refused
+from helpers import DEEP, cli, refused
 
 W = 256
 
@@ -275,55 +275,6 @@ def test_capture_limit_reaches_each_layout(tmp_path, capsys):
     assert code == 1, err   # the one layout ran out of CPU time: listed, none fit
     assert "1 layouts: 0 ran and fit, 0 over a GPU's memory, 1 failed" in out
     assert "used more than 0.01 s of CPU without finishing" in out, out
-
-
-DEEP = """
-    import torch
-    from torch import nn
-
-    WIDTH, LAYERS = 256, {layers}
-    HALF = LAYERS // 2     # derived from the depth: a shallower model's file must see it follow
-    FSDP_UNITS = ["layers.*"]
-
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed, self.head = nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, WIDTH)
-            self.layers = nn.ModuleList(nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(),
-                                                      nn.Linear(4 * WIDTH, WIDTH)) for _ in range(LAYERS))
-
-        def forward(self, x):
-            return Stage(self, 0, LAYERS)(x)
-
-
-    class Stage(nn.Module):
-        def __init__(self, model, first, last):
-            super().__init__()
-            self.embed = model.embed if first == 0 else None
-            self.layers = nn.ModuleList(model.layers[first:last])
-            self.head = model.head if last == LAYERS else None
-
-        def forward(self, x):
-            x = self.embed(x) if self.embed is not None else x
-            for layer in self.layers:
-                x = layer(x)
-            return self.head(x) if self.head is not None else x
-
-
-    def build_model():
-        assert len(range(HALF, LAYERS)) == LAYERS - LAYERS // 2
-        return Net()
-
-
-    def pipeline_stage(model, stage, num_stages):
-        per = LAYERS // num_stages
-        return Stage(model, stage * per, LAYERS if stage == num_stages - 1 else (stage + 1) * per)
-
-
-    def example_inputs():
-        return torch.randn(8, 128, WIDTH)
-"""
 
 
 def deep_model(tmp_path, space: str, layers: int = 12, name: str = "deep.py") -> str:

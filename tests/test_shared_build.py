@@ -11,48 +11,31 @@ from astra_compile.compiler.frontend.capture import capture
 from astra_compile.compiler.frontend.model_file import load_model_file
 from astra_compile.compiler.frontend.shared_build import SharedBuild, Taken
 
+from helpers import DEEP
+
 P = 4
 
-MODEL = """
-import torch
-from torch import nn
-LAYERS, D = 8, 64
+EXTRA = """
 BUILDS = []
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.norm, self.fc1, self.fc2 = nn.LayerNorm(D), nn.Linear(D, 2 * D), nn.Linear(2 * D, D)
-    def forward(self, x):
-        return x + self.fc2(torch.relu(self.fc1(self.norm(x))))
-class Stage(nn.Module):
-    def __init__(self, model, first, last):
-        super().__init__()
-        self.embed = model.embed if first == 0 else None
-        self.layers = nn.ModuleList(model.layers[first:last])
-        self.head = model.head if last == LAYERS else None
-    def forward(self, x):
-        x = self.embed(x) if self.embed is not None else x
-        for layer in self.layers:
-            x = layer(x)
-        return self.head(x) if self.head is not None else x
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed, self.head = nn.Linear(D, D), nn.Linear(D, D)
-        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
+_build, _stage = build_model, pipeline_stage
+
+
 def build_model():
     BUILDS.append(1)
-    model = Net()
+    model = _build()
     %s
     return model
-def example_inputs():
-    return torch.randn(16, D)
+
+
 def pipeline_stage(model, stage, num_stages):
-    per = LAYERS // num_stages
     %s
-    return Stage(model, stage * per, (stage + 1) * per)
+    return _stage(model, stage, num_stages)
+
+
 PIPELINE = {"schedule": "1F1B", "microbatches": 8}
-TP_PLAN = {"layers.*.fc1": "colwise", "layers.*.fc2": "rowwise"}
+TP_PLAN = {"layers.*.0": "colwise", "layers.*.2": "rowwise"}
+
+
 def mesh_axes(world_size):
     return {"pp": %d, "dp": 2, "tp": world_size // %d // 2}
 """
@@ -60,7 +43,7 @@ def mesh_axes(world_size):
 
 def spec(tmp_path, tie="", rearrange=""):
     path = tmp_path / "pp.py"
-    path.write_text(textwrap.dedent(MODEL % (tie or "pass", rearrange or "pass", P, P)))
+    path.write_text(textwrap.dedent(DEEP.format(layers=8)) + EXTRA % (tie or "pass", rearrange or "pass", P, P))
     return load_model_file(str(path))
 
 
