@@ -98,16 +98,19 @@ def test_the_engine_runs_with_the_collector_paused(monkeypatch):
     assert seen == [False] and gc.isenabled()
 
 
-def test_kept_freezes_what_was_just_made_without_a_collection():
-    heap.kept()
-    assert gc.get_freeze_count() == 0   # outside a compile: nothing
-    collections = []
-    gc.callbacks.append(collect := lambda phase, info: collections.append(phase))
+def test_a_kept_phase_freezes_what_it_made_before_any_collection():
+    with heap.paused(keep=True):
+        [Node() for _ in range(500)]
+    assert gc.get_freeze_count() == 0 and gc.isenabled()   # outside a compile: nothing
+    frozen_at = []   # how many objects were frozen as each collection began
+    gc.callbacks.append(seen := lambda phase, info: phase == "start" and frozen_at.append(gc.get_freeze_count()))
     try:
         with heap.compiling():
-            made = [Node() for _ in range(500)]
-            heap.kept()
-            assert gc.get_freeze_count() >= len(made) and collections == []
+            with heap.paused(keep=True):
+                made = [Node() for _ in range(50_000)]   # far past the first generation's threshold
+                assert not gc.isenabled()
+            [Node() for _ in range(5000)]   # the collector runs again, over none of them
+            assert gc.isenabled() and frozen_at and min(frozen_at) >= len(made), frozen_at
     finally:
-        gc.callbacks.remove(collect)
+        gc.callbacks.remove(seen)
     assert gc.get_freeze_count() == 0

@@ -764,11 +764,10 @@ class ChunkReplay:
         out = self._stand_in(key, rec)
         results = [storage_key(t) if _is_tensor(t) else None for t in _leaves(out)[0]]
         call_args = [storage_key(t) for t in _leaves(args)[2]]
-        with heap.paused():   # copies hold no cycles; kept for the whole compile
+        with heap.paused(keep=True):   # copies hold no cycles; kept for the whole compile
             ops, call = self._copy(template, key, chunk, call_args, results, rec._writer, rec._views, len(rec.ops),
                                    source, dry=False)
-        rec.ops.extend(ops)
-        heap.kept()
+            rec.ops.extend(ops)
         copies = self._copied_storages.setdefault(chunk, {})
         if rec.memory is not None:   # what the template allocated and freed, as this micro-batch's
             # the loss runs for real: what the template's loss allocated is this micro-batch's loss's (its backward
