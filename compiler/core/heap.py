@@ -47,8 +47,8 @@ def paused(keep: bool = False):
     objects it has built so far: the engine's run of a 175B GPT's 1.28M ops took 131 of them), and runs as before
     after it. `keep`: what it made lives for the rest of the compile (a copied micro-batch's ops): frozen before the
     collector runs again, so that no collection walks them first (in a compile; what is frozen with them waits for
-    its end). Re-enabled without the freeze, the collector ran as the phase's context ended, over everything the
-    phase had made: a fifth of a 16-stage pipeline's capture, in its copies' exits."""
+    its end). Re-enabled first, the collector could run as the phase's context ended, over everything the phase
+    had made."""
     was = gc.isenabled()
     gc.disable()
     try:
