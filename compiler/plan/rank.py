@@ -119,10 +119,10 @@ def _from_row(i: int, lay, row: dict | None, world: int, global_batch: int, seq:
         return Outcome(i, lay, error=row.get("error") or "failed")
     step_us = float(row["total_time_us"])
     o = Outcome(i, lay, step_us=step_us, exposed_comm_us=float(row["exposed_comm_time_us"] or 0.0))
-    o.idle_us = float(_json(row.get("breakdown_us"), {}).get("idle", 0.0))
+    o.idle_us = float(cell_json(row.get("breakdown_us"), {}).get("idle", 0.0))
     o.tokens_per_gpu_s = global_batch * seq / (step_us / 1e6) / world
     o.mfu = _mfu(row, step_us, gpu)
-    memory = _json(row.get("memory"), None)
+    memory = cell_json(row.get("memory"), None)
     if isinstance(memory, dict):   # what the rank needs: the allocator's reserve, NCCL and the CUDA context
         memory = memory.get("most") or memory   # a layout fits where every rank does: another stage may need more
         o.peak_bytes = memory.get("needs_bytes")
@@ -200,7 +200,8 @@ def _per_stage(lay) -> str:
     return " per stage" if lay.axes.get("pp", 1) > 1 else ""
 
 
-def _json(text, default):
+def cell_json(text, default):
+    """A results file's cell holding JSON (a report field), read; `default` where it is empty or not JSON."""
     if not text:
         return default
     try:
@@ -210,9 +211,9 @@ def _json(text, default):
 
 
 def _mfu(row: dict, step_us: float, gpu) -> float:
-    phases = _json(row.get("phases"), [])
+    phases = cell_json(row.get("phases"), [])
     flops = sum(p["flops"] for p in phases if p.get("phase") != "recompute") if phases else float(row["flops"])
-    by_dtype = _json(row.get("flops_by_dtype"), None) or {"fp32": float(row["flops"])}
+    by_dtype = cell_json(row.get("flops_by_dtype"), None) or {"fp32": float(row["flops"])}
     dtype = max(by_dtype, key=by_dtype.get)
     peak = gpu.peak_tflops[DTYPES.index(dtype)] * 1e12 if dtype in DTYPES else 0.0
     return flops / (step_us / 1e6) / peak if peak > 0 and step_us > 0 else 0.0

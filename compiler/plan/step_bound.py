@@ -9,7 +9,8 @@ its ops one at a time on its compute stream, no op runs faster than the GPU's fa
 attention's over the half of the work a causal kernel may skip: self-attention, as many keys as queries), and
 the rank of the pipeline's largest stage computes that stage's blocks for every micro-batch. With one stage a
 rank (1F1B, GPipe) it can start its first micro-batch only after the stages before it have run theirs forward,
-and the step ends only after they have run the last one backward. So, in FLOPs per block and micro-batch F, blocks b_s of stage s, L the largest,
+and the step ends only after they have run the last one backward. So, in FLOPs per block and micro-batch F,
+blocks b_s of stage s, L the largest,
 
     step >= (micro-batches x b_L + sum of b_s before L) x F / the fastest rate
 
@@ -22,11 +23,9 @@ above it now stays out of the top. A layout without such a reference runs.
 """
 from __future__ import annotations
 
-import json
-
 from ...network.dtypes import DTYPES
 from .depth import stages_of
-from .rank import FIRST_DEPTH, SECOND_DEPTH, point
+from .rank import FIRST_DEPTH, SECOND_DEPTH, cell_json, point
 
 ONE_STAGE_A_RANK = ("1f1b", "gpipe")   # schedules whose ranks wait on the stages before them as above
 
@@ -53,7 +52,7 @@ def references(rows: list[dict], found: list, depths: dict) -> dict:
             continue
         dtypes = set()
         for r in runs:
-            by_dtype = _json(r.get("flops_by_dtype")) or {"fp32": 1}   # none: every FLOP in fp32 (the report's)
+            by_dtype = cell_json(r.get("flops_by_dtype"), None) or {"fp32": 1}   # none: every FLOP in fp32 (the report's)
             dtypes |= {d for d, f in by_dtype.items() if f and d in DTYPES}
         was = out.get(key(lay))
         # every reference of a key counts the same FLOPs; the least, and every dtype seen, keep the bound a bound
@@ -79,9 +78,3 @@ def threshold_us(ranked: list, top: int) -> float | None:
     steps = sorted(o.step_us for o in ranked if o.ranked)
     return steps[top - 1] if len(steps) >= top else None
 
-
-def _json(text):
-    try:
-        return json.loads(text) if text else None
-    except (TypeError, ValueError):
-        return None
