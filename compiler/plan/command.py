@@ -32,7 +32,7 @@ from ..sweep import workers as workers_mod
 from ..sweep.plot import read_results
 from ..sweep.spec import Point, Sweep
 from . import depth as depth_mod
-from . import memory
+from . import memory, order, probe
 from . import space as space_mod
 from . import step_bound
 from .rank import FIRST_DEPTH, SECOND_DEPTH, WHOLE_AGAIN, Outcome, host_limited, outcomes, point, table
@@ -109,20 +109,51 @@ def run(args) -> int:
     if args.plot:
         from ..core.plotting import check_suffix
         check_suffix(args.plot, "--plot")
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
     with tempfile.TemporaryDirectory(prefix="astra-plan-") as scratch:
         results_path = os.path.abspath(args.output) if args.output else os.path.join(scratch, "layouts.csv")
         folder = _layouts_folder(path, results_path, args)
         limit = {} if args.capture_limit is None else {"capture_limit": args.capture_limit}
 
         def layouts(indices, again: bool = False, files: bool = True) -> Sweep:
-            return _write_layouts(path, found, indices, depths.layouts, folder, world, args.cluster, results_path,
-                                  limit, again, files)
+            return _write_layouts(path, digest, found, indices, depths.layouts, folder, world, args.cluster,
+                                  results_path, limit, again, files)
+
         running = [i for i in range(len(found)) if i not in pruned]
         shallower = [i for i in running if i in depths.layouts]   # seconds each: they run first
         whole = [i for i in running if i not in depths.layouts]
+        made = probe.probes(found, running, cluster, depths.name)
+
+        def probes(files: bool = True) -> Sweep:
+            if files and made:
+                os.makedirs(folder, exist_ok=True)
+            return Sweep(results_path, {}, ("layout", "depth"), tuple(probe.sweep_points(
+                path, digest, len(found), made, depths.name, folder, cluster, args.cluster, limit, files,
+                _write_if_changed)))
         # every point the results file may hold (a resumed plan's whole runs again among them)
-        known = layouts(running, files=False).points + layouts(shallower, again=True, files=False).points
-        rows = _run(args, layouts(shallower), results_path, workers, known)
+        known = layouts(running, files=False).points + layouts(shallower, again=True, files=False).points + \
+            probes(files=False).points
+
+        def run_some(indices: list, again: bool = False) -> list[dict]:
+            return _run(args, layouts(indices, again), results_path, workers, known)
+
+        rows = _run(args, probes(), results_path, workers, known)   # a block's serial time: seconds each
+        from ...network import devices
+        bounds = step_bound.Bounds(spec, path, found, sizes.blocks, devices.resolve(cluster.gpu),
+                                   probe.measured(rows, made, len(found)), depths.layouts)
+
+        def threshold(rows: list[dict]) -> float | None:
+            # a layout to run again whole (below) has no step yet: its line may be short of it
+            ran = {int(r["point"]) for r in rows}
+            again = {i for i in host_limited(rows, found, depths.layouts)
+                     if point(i, WHOLE_AGAIN, len(found)) not in ran}
+            done = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts)
+            return step_bound.threshold_us([o for o in done if o.index not in again], args.top)
+
+        def kind_of(i: int) -> tuple:
+            return step_bound.kind(found[i])
+        rows, skipped = order.run_in_order(shallower, run_some, bounds, threshold, True, kind_of)
         # a layout whose GPU's lead over the host shrinks with depth may turn host-bound only at the real depth,
         # which its shallower runs cannot show: it runs again whole (rank.WHOLE_AGAIN)
         again = host_limited(rows, found, depths.layouts)
@@ -130,40 +161,23 @@ def run(args) -> int:
             print(f"astra-compile plan: {len(again)} layout{'s' if len(again) > 1 else ''} run again whole: the host "
                   "issues a block's ops more slowly than the step grows by a block, so the GPU may wait for it only "
                   "at the real depth", file=sys.stderr)
-            rows = _run(args, layouts(sorted(again), again=True), results_path, workers, known)
-        skipped = _slower(spec, path, found, whole, rows, depths, sizes, cluster, args, seq, pruned)
-        rows = _run(args, layouts([i for i in whole if i not in skipped]), results_path, workers, known)
-    ranked = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts, skipped)
+            rows = run_some(sorted(again), again=True)
+        rows, later = order.run_in_order(whole, run_some, bounds, threshold, False, kind_of)
+        skipped.update(later)
+        _say_skipped(skipped, len(running), threshold(rows), args.top)
+        bounds.update(rows)
+        known_bounds = {i: b for i in running if i not in skipped and (b := bounds.of(i)) is not None}
+    ranked = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts, skipped,
+                      known_bounds)
     return _show(args, ranked, world)
 
 
-def _slower(spec, path: str, found: list, whole: list, rows: list, depths, sizes, cluster, args, seq: int,
-            pruned: dict) -> dict:
-    """{index: bound} of the layouts to run whole whose step is surely slower than the --top fastest of those run
-    so far (plan/step_bound.py): they are not run."""
-    from ...network import devices
-    refs = step_bound.references(rows, found, depths.layouts)
-    if not refs or not whole:
-        return {}
-    done = outcomes(rows, found, cluster.gpus, args.global_batch, seq, cluster, pruned, depths.layouts)
-    threshold = step_bound.threshold_us(done, args.top)
-    if threshold is None:
-        return {}
-    gpu = devices.resolve(cluster.gpu)
-    counts: dict = {}
-    out = {}
-    for i in whole:
-        ref = refs.get(step_bound.key(found[i]))
-        per_stage = depth_mod.blocks_per_stage(spec, path, found[i], sizes.blocks, counts) if ref else None
-        if per_stage:
-            bound = step_bound.bound_us(found[i], per_stage, ref, gpu)
-            if bound > threshold:
-                out[i] = bound
-    if out:
-        print(f"astra-compile plan: {len(out)} of the {len(whole)} layouts run whole not run: their step is surely "
-              f"slower than the {args.top} fastest so far ({threshold / 1e3:,.1f} ms and less; docs/plan.md, "
-              "'Skipped by their step's bound')", file=sys.stderr)
-    return out
+def _say_skipped(skipped: dict, running: int, limit: float | None, top: int) -> None:
+    """One line on stderr: how many layouts were not run for their bound (plan/step_bound.py, plan/order.py)."""
+    if skipped:
+        print(f"astra-compile plan: {len(skipped)} of the {running} layouts not run: their step is surely slower "
+              f"than the {top} fastest ({limit / 1e3:,.1f} ms and less; docs/plan.md, 'Skipped by their step's "
+              "bound')", file=sys.stderr)
 
 
 def _inspect(path: str, cluster, seq: int | None):
@@ -231,14 +245,12 @@ def _say_depth(depths, running: int) -> None:
         print(f"astra-compile plan: every layout runs whole: {depths.why_whole}", file=sys.stderr)
 
 
-def _write_layouts(path: str, found: list, indices: list, depths: dict, folder: str, world: int, cluster: str,
-                   results_path: str, options: dict, again: bool = False, files: bool = True) -> Sweep:
+def _write_layouts(path: str, digest: str, found: list, indices: list, depths: dict, folder: str, world: int,
+                   cluster: str, results_path: str, options: dict, again: bool = False, files: bool = True) -> Sweep:
     """The sweep of the layouts `indices`, each point numbered as its layout in `found` (so the results file's rows
     and the layout files keep their layout's number; rank.point), each written as a layout file (`files`: else only
     the points); a layout in `depths` (plan/depth.py) runs twice, at its two shallower depths, or with `again`
     whole after them (rank.WHOLE_AGAIN)."""
-    with open(path, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
     if files:
         os.makedirs(folder, exist_ok=True)
     points = []

@@ -48,13 +48,13 @@ class Outcome:
     extrapolation: object = None   # plan/depth.Extrapolation: figures from two shallower runs (None: run whole)
     allocated_bytes: int | None = None   # the report's memory.peak_bytes: the tensors live at the peak
     phase_bytes: dict | None = None      # its phase_peak_bytes: each phase's own peak of live tensors
-    bound_us: float | None = None        # not run: its step is at least this, slower than the --top fastest
-    #                                      (plan/step_bound.py)
+    bound_us: float | None = None        # its step is at least this (plan/step_bound.py; None: no bound known)
+    skipped: bool = False                # not run: that bound is slower than the --top fastest (plan/order.py)
 
     @property
     def ranked(self) -> bool:
         """Ran (or was extrapolated), fits a GPU's memory: among the layouts the table ranks."""
-        return self.error is None and self.fits and self.bound_us is None
+        return self.error is None and self.fits and not self.skipped
 
     @property
     def fits(self) -> bool:
@@ -64,7 +64,7 @@ class Outcome:
         lay = self.layout
         return {"layout": lay.label(world), "mesh": lay.mesh_text(world), "micro_batch": lay.micro_batch,
                 "microbatches": lay.microbatches, "checkpointing": lay.checkpointing, "schedule": lay.schedule,
-                "status": "error" if self.error is not None else "skipped" if self.bound_us is not None else "ok",
+                "status": "error" if self.error is not None else "skipped" if self.skipped else "ok",
                 "error": self.error or "", **({"step_bound_us": self.bound_us} if self.bound_us is not None else {}),
                 "step_time_us": self.step_us, "tokens_per_s_per_gpu": self.tokens_per_gpu_s, "mfu": self.mfu,
                 "peak_memory_bytes": self.peak_bytes, "capacity_bytes": self.capacity_bytes, "fits": self.fits,
@@ -81,13 +81,14 @@ class Outcome:
 
 
 def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq: int, cluster,
-             pruned: dict | None = None, depths: dict | None = None, skipped: dict | None = None) -> list[Outcome]:
+             pruned: dict | None = None, depths: dict | None = None, skipped: dict | None = None,
+             bounds: dict | None = None) -> list[Outcome]:
     """Every layout's outcome, ranked: those that ran and fit by step time, then those over memory (`pruned`:
     {index: lower bound in bytes} of those not run, plan/memory.py), then failures. `depths`: {index:
     plan/depth.Extrapolation} of the layouts run at two shallower depths (point index, then index + len(layouts)),
     whose figures are extrapolated to the real depth, or taken from the layout's whole run where it ran again
     whole (host_limited). `skipped`: {index: bound} of those not run, their step surely slower than the --top
-    fastest (plan/step_bound.py)."""
+    fastest (plan/step_bound.py); `bounds`: {index: bound} of the others whose bound is known."""
     from ...network import devices
     gpu = devices.resolve(cluster.gpu)
     by_index = {int(r["point"]): r for r in rows}
@@ -99,7 +100,7 @@ def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq
             out.append(Outcome(i, lay, peak_bytes=pruned[i], capacity_bytes=int(gpu.memory_gb * 1e9),
                                estimated=True))
         elif skipped and i in skipped:
-            out.append(Outcome(i, lay, bound_us=skipped[i]))
+            out.append(Outcome(i, lay, bound_us=skipped[i], skipped=True))
         elif i in depths and point(i, WHOLE_AGAIN, n) not in by_index:
             runs = [_from_row(i, lay, by_index.get(point(i, k, n)), world, global_batch, seq, gpu)
                     for k in (FIRST_DEPTH, SECOND_DEPTH)]
@@ -107,8 +108,11 @@ def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq
         else:
             whole = point(i, WHOLE_AGAIN if i in depths else FIRST_DEPTH, n)
             out.append(_from_row(i, lay, by_index.get(whole), world, global_batch, seq, gpu))
-    return sorted(out, key=lambda o: (o.error is not None, o.bound_us is not None, not o.fits, o.step_us,
-                                      o.bound_us or 0.0, o.index))
+    for o in out:
+        if bounds and not o.skipped and o.index in bounds:
+            o.bound_us = bounds[o.index]
+    return sorted(out, key=lambda o: (o.error is not None, o.skipped, not o.fits, o.step_us, o.bound_us or 0.0,
+                                      o.index))
 
 
 def _from_row(i: int, lay, row: dict | None, world: int, global_batch: int, seq: int, gpu) -> Outcome:
@@ -229,7 +233,7 @@ def table(ranked: list[Outcome], top: int, world: int) -> str:
     """The best `top` layouts that ran and fit, then one line per kind of failure."""
     ok = [o for o in ranked if o.ranked]
     over = [o for o in ranked if o.error is None and not o.fits]
-    skipped = [o for o in ranked if o.bound_us is not None]
+    skipped = [o for o in ranked if o.skipped]
     failed = [o for o in ranked if o.error is not None]
     head = ("rank", "layout", "step ms", "tokens/s/GPU", "MFU", "memory GiB", "exposed comm ms", "idle ms", "depth")
     rows = [head]

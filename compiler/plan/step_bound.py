@@ -1,30 +1,32 @@
-"""Layouts not run because their step is surely slower than the N fastest found (docs/plan.md, "Skipped by their
-step's bound").
+"""Lower bounds on a layout's step, by which a plan skips layouts surely slower than the N fastest found
+(docs/plan.md, "Skipped by their step's bound"; plan/order.py runs the layouts in order of them).
 
-A plan runs the layouts it times at reduced depth first (plan/depth.py: seconds each), then those it runs whole
-(a large model's pipelines of 16 stages and more: a minute or two each). A layout to run whole whose step is
-surely slower than the --top fastest found so far is not run: it cannot be among them. "Surely": a rank computes
-its ops one at a time on its compute stream, no op runs faster than the GPU's fastest rate for its dtype
-(network/compute_model.py, ComputeModel.fastest_flops_per_s: a tensor-core class's fitted fraction of the peak,
-attention's over the half of the work a causal kernel may skip: self-attention, as many keys as queries), and
-the rank of the pipeline's largest stage computes that stage's blocks for every micro-batch. With one stage a
-rank (1F1B, GPipe) it can start its first micro-batch only after the stages before it have run theirs forward,
-and the step ends only after they have run the last one backward. So, in FLOPs per block and micro-batch F,
-blocks b_s of stage s, L the largest,
+A rank computes its ops one at a time on its compute stream, and the rank of the pipeline's largest stage
+computes that stage's blocks for every micro-batch. With one stage a rank (1F1B, GPipe) it can start its first
+micro-batch only after the stages before it have run theirs forward, and the step ends only after they have run
+the last one backward. So, with blocks b_s of stage s, L the largest,
 
-    step >= (micro-batches x b_L + sum of b_s before L) x F / the fastest rate
+    step >= micro-batches x b_L x (a block's time) + (sum of b_s before L) x (a block's compute)
 
-(looped schedules: micro-batches x b_L). F is measured, not assumed: from a layout timed at reduced depth with the
-same tensor-parallel size, micro-batch size and checkpointing (its reported rank's FLOPs at the two depths, their
-difference per block and micro-batch; the rate that of the fastest dtype they ran in). Data parallelism, FSDP2
-and the pipeline leave a block's FLOPs as they are (their copies and messages count none); a stage's embedding or
-head only adds. The --top-th fastest step among the layouts that ran and fit only falls as more run, so a layout
-above it now stays out of the top. A layout without such a reference runs.
+(looped schedules: the first term alone), where a block's time, for one micro-batch, forward and backward, is at
+least
+- its FLOPs over the GPU's fastest rate for their dtype (network/compute_model.py,
+  ComputeModel.fastest_flops_per_s: a tensor-core class's fitted fraction of the peak, attention's over the half
+  of the work a causal kernel may skip: self-attention, as many keys as queries); the FLOPs measured, from a
+  layout timed at reduced depth with the same tensor-parallel size, micro-batch size and checkpointing (its
+  reported rank's FLOPs at the two depths, their difference per block and micro-batch): `bound_us`;
+- and, tighter, its serial time on its tensor-parallel group alone, all-reduces and the host's issuing included,
+  measured by a probe (plan/probe.py) once a layout of its kind has shown the probe computes what it does:
+  `serial_bound_us`.
+Data parallelism, FSDP2 and the pipeline add ops, traffic and waits to a block, never take any away; a stage's
+embedding or head only adds. The --top-th fastest step among the layouts that ran and fit only falls as more run,
+so a layout above it now stays out of the top. A layout without either bound runs.
 """
 from __future__ import annotations
 
 from ...network.dtypes import DTYPES
-from .depth import stages_of
+from . import probe
+from .depth import blocks_per_stage, stages_of
 from .rank import FIRST_DEPTH, SECOND_DEPTH, cell_json, point
 
 ONE_STAGE_A_RANK = ("1f1b", "gpipe")   # schedules whose ranks wait on the stages before them as above
@@ -35,42 +37,86 @@ def key(lay) -> tuple:
     return lay.axes.get("tp", 1), lay.micro_batch, lay.checkpointing
 
 
-def references(rows: list[dict], found: list, depths: dict) -> dict:
-    """key -> (FLOPs per block and micro-batch, the dtypes they ran in) from the layouts timed at reduced depth
-    (`depths`: index -> Extrapolation) whose two runs both ran."""
+def kind(lay) -> tuple:
+    """The layouts a probe's trust carries over to (plan/probe.py, `trusted`): key() and whether FSDP2 shards them
+    (its MixedPrecisionPolicy may change the compute dtype)."""
+    return key(lay) + ("fsdp" in lay.axes,)
+
+
+def _reference_runs(rows: list[dict], found: list, depths: dict):
+    """(layout, its two runs, blocks on its reported rank at each) of each layout timed at reduced depth (`depths`:
+    index -> Extrapolation) whose two runs both ran."""
     by_index = {int(r["point"]): r for r in rows}
-    out: dict = {}
     for i, ex in depths.items():
         runs = [by_index.get(point(i, k, len(found))) for k in (FIRST_DEPTH, SECOND_DEPTH)]
         if any(r is None or r.get("status") != "ok" or not r.get("flops") for r in runs):
             continue
         lay = found[i]
         per_rank = stages_of(lay)[1] if lay.axes.get("pp", 1) > 1 else 1   # a looped rank holds v stages
-        blocks = [d * per_rank for d in ex.depths]
+        yield lay, runs, [d * per_rank for d in ex.depths]
+
+
+def _by_dtype(row: dict) -> dict:
+    return cell_json(row.get("flops_by_dtype"), None) or {"fp32": float(row["flops"])}   # none: all fp32 (the report's)
+
+
+def references(rows: list[dict], found: list, depths: dict) -> dict:
+    """key -> (FLOPs per block and micro-batch, the dtypes they ran in) from the layouts timed at reduced depth."""
+    out: dict = {}
+    for lay, runs, blocks in _reference_runs(rows, found, depths):
         per_micro = (float(runs[1]["flops"]) - float(runs[0]["flops"])) / (blocks[1] - blocks[0]) / lay.microbatches
         if per_micro <= 0:
             continue
         dtypes = set()
         for r in runs:
-            by_dtype = cell_json(r.get("flops_by_dtype"), None) or {"fp32": 1}   # none: every FLOP in fp32 (the report's)
-            dtypes |= {d for d, f in by_dtype.items() if f and d in DTYPES}
+            dtypes |= {d for d, f in _by_dtype(r).items() if f and d in DTYPES}
         was = out.get(key(lay))
         # every reference of a key counts the same FLOPs; the least, and every dtype seen, keep the bound a bound
         out[key(lay)] = (per_micro, dtypes) if was is None else (min(was[0], per_micro), was[1] | dtypes)
     return out
 
 
-def bound_us(lay, per_stage: list, ref: tuple, gpu) -> float:
-    """The layout's step can be no shorter than this (us); `per_stage`: the blocks of each of its pipeline's
-    stages in order ([all of them] without one); `ref`: references()' entry for its key."""
-    per_micro, dtypes = ref
-    model = gpu.compute_model()
-    rate = max(model.fastest_flops_per_s(d, gpu.peak(d)) for d in dtypes)
+def kind_flops(rows: list[dict], found: list, depths: dict) -> dict:
+    """kind -> {dtype: FLOPs per block and micro-batch}, the least over that kind's layouts timed at reduced depth
+    (a dtype one of them did not run in: 0), for probe.trusted."""
+    out: dict = {}
+    for lay, runs, blocks in _reference_runs(rows, found, depths):
+        a, b = _by_dtype(runs[0]), _by_dtype(runs[1])
+        per = {d: (float(b.get(d, 0)) - float(a.get(d, 0))) / (blocks[1] - blocks[0]) / lay.microbatches
+               for d in set(a) | set(b) if d in DTYPES}
+        was = out.get(kind(lay))
+        out[kind(lay)] = per if was is None else {d: min(was.get(d, 0), per.get(d, 0)) for d in set(was) | set(per)}
+    return out
+
+
+def critical_blocks(lay, per_stage: list) -> tuple[int, int]:
+    """Blocks the critical path runs one after another, each for one micro-batch (forward and backward): (those of
+    the rank of the largest stage, its blocks for every micro-batch; those of the stages before it, which with one
+    stage a rank (1F1B, GPipe) run the first micro-batch forward before it can start and the last one backward after
+    it has ended: 0 otherwise). `per_stage`: the blocks of each of the pipeline's stages in order ([all of them]
+    without one)."""
     largest = max(per_stage)
     last = len(per_stage) - 1 - per_stage[::-1].index(largest)   # the latest of the largest: the most before it
     schedule = (lay.schedule or "1F1B").lower()
     before = sum(per_stage[:last]) if len(per_stage) > 1 and schedule in ONE_STAGE_A_RANK else 0
-    return (lay.microbatches * largest + before) * per_micro / rate * 1e6
+    return lay.microbatches * largest, before
+
+
+def bound_us(lay, per_stage: list, ref: tuple, gpu) -> float:
+    """The layout's step can be no shorter than this (us), from the FLOPs of its blocks: `ref`, references()'
+    entry for its key."""
+    per_micro, dtypes = ref
+    model = gpu.compute_model()
+    rate = max(model.fastest_flops_per_s(d, gpu.peak(d)) for d in dtypes)
+    return sum(critical_blocks(lay, per_stage)) * per_micro / rate * 1e6
+
+
+def serial_bound_us(lay, per_stage: list, serial) -> float:
+    """The layout's step can be no shorter than this (us), from a block's serial time (plan/probe.Serial): the
+    critical rank's own blocks at the probe's span, which its host's issuing bounds too; the stages' before it at
+    the probe's compute alone, as their hosts issue theirs while the stages before them compute."""
+    own, before = critical_blocks(lay, per_stage)
+    return own * serial.us + before * serial.gpu_us
 
 
 def threshold_us(ranked: list, top: int) -> float | None:
@@ -78,3 +124,44 @@ def threshold_us(ranked: list, top: int) -> float | None:
     steps = sorted(o.step_us for o in ranked if o.ranked)
     return steps[top - 1] if len(steps) >= top else None
 
+
+class Bounds:
+    """Each layout's lower bound on its step from the runs so far (`update`): the larger of the FLOPs bound and,
+    where its probe is trusted for its kind (plan/probe.py), the serial one; None where neither is known yet."""
+
+    def __init__(self, spec, path: str, found: list, blocks: int, gpu, serial: dict, depths: dict):
+        self.spec, self.path, self.found, self.blocks, self.gpu = spec, path, found, blocks, gpu
+        self.serial, self.depths = serial, depths       # probe.measured(); layout index -> Extrapolation
+        self.refs: dict = {}
+        self.kinds: dict = {}
+        self._stages: dict = {}
+
+    def update(self, rows: list[dict]) -> None:
+        self.refs = references(rows, self.found, self.depths)
+        self.kinds = kind_flops(rows, self.found, self.depths)
+
+    def per_stage(self, i: int) -> list | None:
+        return blocks_per_stage(self.spec, self.path, self.found[i], self.blocks, self._stages)
+
+    def of(self, i: int) -> float | None:
+        lay = self.found[i]
+        ref, serial = self.refs.get(key(lay)), self.serial.get(key(lay))
+        if serial is not None and not probe.trusted(serial, self.kinds.get(kind(lay))):
+            serial = None
+        per_stage = self.per_stage(i) if ref or serial else None
+        if not per_stage:
+            return None
+        out = [bound_us(lay, per_stage, ref, self.gpu)] if ref else []
+        if serial is not None:
+            out.append(serial_bound_us(lay, per_stage, serial))
+        return max(out)
+
+    def estimate(self, i: int) -> float:
+        """Where to put the layout in the order the plan runs them: its bound, or its probe's not yet trusted
+        (likely its bound once a layout of its kind has run), else 0 (first)."""
+        bound = self.of(i)
+        if bound is not None:
+            return bound
+        serial = self.serial.get(key(self.found[i]))
+        per_stage = self.per_stage(i) if serial is not None else None
+        return serial_bound_us(self.found[i], per_stage, serial) if per_stage else 0.0

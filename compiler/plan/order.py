@@ -1,0 +1,45 @@
+"""The order in which a plan runs its layouts, and those it skips (docs/plan.md, "Skipped by their step's bound"):
+branch and bound over the layouts with plan/step_bound.py's lower bounds.
+
+A round runs the layouts with the least bounds first; after each, the --top-th fastest step found (the threshold)
+can only have fallen, and every layout left whose bound exceeds it is skipped: it cannot be among the --top. A
+kind's first layout (`first_of_kinds`: the least estimate among each kind, step_bound.kind) runs in the first
+round, so each kind's probe is trusted or not (plan/probe.py) before its bounds decide anything.
+"""
+from __future__ import annotations
+
+# layouts a round runs: enough to keep the workers busy, few enough that the threshold tightens between rounds
+# (each round starts the workers again: about as long as importing torch)
+ROUND = 16
+
+
+def run_in_order(indices: list, run, bounds, threshold, first_of_kinds: bool, kind_of) -> tuple[list, dict]:
+    """Runs the layouts `indices` (`run(some)` runs them and returns every row so far) in rounds; returns every
+    row and {index: bound} of the layouts skipped. `bounds`: step_bound.Bounds; `threshold(rows)`: the --top-th
+    fastest step of the layouts that ran and fit, or None; `kind_of(index)`: step_bound.kind of that layout."""
+    skipped: dict = {}
+    pending = sorted(indices, key=bounds.estimate)
+    if first_of_kinds and pending:
+        firsts: dict = {}
+        for i in pending:   # in order of estimate: each kind's first is its least
+            firsts.setdefault(kind_of(i), i)
+        first = set(firsts.values())
+        rows = run(sorted(first))
+        pending = [i for i in pending if i not in first]
+    else:
+        rows = run([])
+    while True:
+        bounds.update(rows)
+        limit = threshold(rows)
+        left = []
+        for i in pending:
+            bound = bounds.of(i)
+            if limit is not None and bound is not None and bound > limit:
+                skipped[i] = bound
+            else:
+                left.append(i)
+        if not left:
+            return rows, skipped
+        left.sort(key=bounds.estimate)
+        rows = run(left[:ROUND])
+        pending = left[ROUND:]

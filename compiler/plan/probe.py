@@ -1,0 +1,131 @@
+"""A block's serial time, measured once per tensor-parallel size, micro-batch size and checkpointing: the tighter of
+the two lower bounds plan/step_bound.py puts on a layout's step (docs/plan.md, "Skipped by their step's bound").
+
+A rank runs its compute ops one at a time on its compute stream in issue order, and a tensor-parallel all-reduce
+whose result the next op reads holds the stream until it ends (docs/workloads.md, "Streams"). So each block's
+forward and backward, for each micro-batch, occupies the critical rank's stream for at least the time it takes
+where nothing else runs beside it: the model file run on its tensor-parallel group alone (`--mesh tp=T`, one
+micro-batch, no data parallelism or pipeline), on a topology of T GPUs with the cluster's own intra-node fabric,
+bandwidth and latency (where a layout's tp group lies: plan/space.py keeps tp inside a node). Such a probe runs
+at two depths (depth.DEPTHS blocks) and its forward-and-backward span (the backward's end less the forward's
+start: not the optimizer step, which a layout runs once per step, not per micro-batch) grows by the block's
+serial time. A layout adds to that only: data parallelism's and FSDP2's ops and collectives, other ranks'
+traffic on the same links, gradient accumulation's additions, the pipeline's waits; none makes a block's ops or
+its all-reduces shorter.
+
+A probe is trusted for a layout only once a layout of the same kind (the same tp, micro-batch size,
+checkpointing, and FSDP2 or not) has run at reduced depth and done at least the probe's FLOPs per block and
+micro-batch in every dtype (`trusted`): a file whose parallelize() changes the compute dtype with the mesh (FSDP2's
+MixedPrecisionPolicy casting fp32 parameters to bf16) would make the probe slower than the layout.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ...network.dtypes import DTYPES
+from ..frontend.layout import layout_file_text
+from ..sweep.spec import Point
+from .depth import DEPTHS
+from .rank import cell_json
+
+# the results file's points: each layout's runs are point(i, 0..2, n) < 3 n (rank.point); probe j's two depths
+# follow them
+FIRST_PROBE_POINT = 3
+
+
+@dataclass(frozen=True)
+class Probe:
+    tp: int
+    micro_batch: int
+    checkpointing: str
+
+    @property
+    def key(self) -> tuple:
+        """step_bound.key of the layouts it bounds."""
+        return self.tp, self.micro_batch, self.checkpointing
+
+    def label(self) -> str:
+        return f"probe tp={self.tp}, micro-batch {self.micro_batch}, checkpointing {self.checkpointing}"
+
+
+def probes(found: list, indices: list, cluster, depth_name: str | None) -> list[Probe]:
+    """One probe per (tp, micro-batch size, checkpointing) among the layouts `indices` with tp of 2 or more inside
+    a node; none without the file's depth constant (plan/depth.py), which sets the probe's blocks."""
+    if depth_name is None:
+        return []
+    keys = {(found[i].axes.get("tp", 1), found[i].micro_batch, found[i].checkpointing) for i in indices}
+    return [Probe(*k) for k in sorted(keys) if 2 <= k[0] <= cluster.gpus_per_node]
+
+
+def point_index(j: int, k: int, layouts: int) -> int:
+    """The results file's point of probe j's run k (0, 1: depth.DEPTHS) in a plan of `layouts` layouts."""
+    return FIRST_PROBE_POINT * layouts + 2 * j + k
+
+
+def sweep_points(path: str, digest: str, found_count: int, made: list[Probe], depth_name: str, folder: str,
+                 cluster, cluster_name: str, options: dict, files: bool, write) -> list[Point]:
+    """The probes' points (and, with `files`, their model files in `folder`, written by `write(file, text)`)."""
+    bandwidth, latency = cluster.bandwidth().split(",")[0], cluster.latency().split(",")[0]
+    points = []
+    for j, probe in enumerate(made):
+        for k, blocks in enumerate(DEPTHS):
+            file = os.path.join(folder, f"probe_tp{probe.tp}_mb{probe.micro_batch}_{probe.checkpointing}"
+                                        f"_depth{blocks}.py")
+            if files:
+                write(file, layout_file_text(path, digest, probe.micro_batch, 1, probe.checkpointing, None, False,
+                                             probe.label(), (depth_name, blocks)))
+            points.append(Point(point_index(j, k, found_count),
+                                {"input": file, "cluster": cluster_name, "mesh": f"tp={probe.tp}",
+                                 "topology": f"{cluster.intra_block}({probe.tp})", "bandwidth": bandwidth,
+                                 "latency": latency, **options},
+                                {"layout": probe.label(), "depth": str(blocks)}))
+    return points
+
+
+@dataclass(frozen=True)
+class Serial:
+    """A probe's measure of a block, for one micro-batch: its serial time (us: the span's growth, its host's issuing
+    included), its compute alone (gpu_us: the forward's and backward's compute), and its FLOPs by dtype."""
+    us: float
+    gpu_us: float
+    flops: dict
+
+
+def measured(rows: list[dict], made: list[Probe], found_count: int) -> dict:
+    """step_bound.key -> Serial, from the probes whose two runs ran (a probe the file refuses, say a mesh of tp
+    alone, measures nothing: its layouts keep the FLOPs bound)."""
+    by_point = {int(r["point"]): r for r in rows}
+    out = {}
+    for j, probe in enumerate(made):
+        runs = [by_point.get(point_index(j, k, found_count)) for k in (0, 1)]
+        if any(r is None or r.get("status") != "ok" for r in runs):
+            continue
+        spans = [_span(r) for r in runs]
+        if None in spans or spans[1][0] <= spans[0][0]:
+            continue
+        blocks = DEPTHS[1] - DEPTHS[0]
+        flops = [cell_json(r.get("flops_by_dtype"), None) or {} for r in runs]
+        by_dtype = {d: (flops[1].get(d, 0) - flops[0].get(d, 0)) / blocks for d in set(flops[0]) | set(flops[1])
+                    if d in DTYPES}
+        out[probe.key] = Serial((spans[1][0] - spans[0][0]) / blocks, max(spans[1][1] - spans[0][1], 0.0) / blocks,
+                                {d: f for d, f in by_dtype.items() if f > 0})
+    return out
+
+
+def _span(row: dict) -> tuple | None:
+    """(the forward's start to the backward's end, the two phases' compute) in us, from the report's phases."""
+    phases = {p.get("phase"): p for p in cell_json(row.get("phases"), []) if isinstance(p, dict)}
+    if "forward" not in phases or "backward" not in phases:
+        return None
+    return (float(phases["backward"]["end_us"]) - float(phases["forward"]["start_us"]),
+            float(phases["forward"]["compute_us"]) + float(phases["backward"]["compute_us"]))
+
+
+def trusted(serial: Serial, done: dict | None) -> bool:
+    """May the probe bound layouts of a kind whose reduced-depth runs did `done` ({dtype: FLOPs per block and
+    micro-batch}, the least over that kind's layouts; None: none has run)? Only where none of the probe's dtypes
+    does more FLOPs than they did: the probe computes what they compute, not in a slower dtype."""
+    if not done:
+        return False
+    return all(f <= done.get(d, 0) * (1 + 1e-9) for d, f in serial.flops.items())
