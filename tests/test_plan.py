@@ -295,7 +295,7 @@ def test_reduced_depth_extrapolates_to_the_whole_run(tmp_path, capsys):
     assert code == 0 and "4 of 4 layouts timed with LAYERS set for 3 and 4 blocks (2 and 3 per pipeline stage)" \
         in err, err
     short = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
-    files = sorted(os.listdir(tmp_path / "short.layouts"))
+    files = sorted(f for f in os.listdir(tmp_path / "short.layouts") if f.startswith("layout_"))   # (and probes)
     by_layout = {f[:11]: [] for f in files}
     for f in files:
         by_layout[f[:11]].append(int(f[len("layout_0000_depth"):-3]))
@@ -412,7 +412,8 @@ def test_a_layout_whose_host_falls_behind_with_depth_runs_again_whole(tmp_path, 
     assert code == 0 and "2 layouts run again whole: the host issues a block's ops more slowly" in err, err
     short = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
     assert sorted(os.listdir(tmp_path / "short.layouts")) == sorted(
-        [f"layout_{i:04d}_depth{d}.py" for i in range(2) for d in (3, 4)] + ["layout_0000.py", "layout_0001.py"])
+        [f"layout_{i:04d}_depth{d}.py" for i in range(2) for d in (3, 4)] + ["layout_0000.py", "layout_0001.py"] +
+        [f"probe_tp1_mb2_none_depth{d}.py" for d in (3, 4)])   # (plan/probe.py: the model unsharded)
     code, out, err = cli(capsys, *args, "--depth", "full", "-o", str(tmp_path / "whole.csv"))
     whole = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
     assert set(short) == set(whole) and len(whole) == 2

@@ -5,7 +5,11 @@ import json
 import re
 import textwrap
 
+import pytest
+
+from astra_compile.compiler.frontend.layout import layout
 from astra_compile.compiler.plan import probe
+from astra_compile.network.errors import UserError
 
 from helpers import DEEP, cli
 
@@ -16,8 +20,8 @@ TENSOR_PARALLEL = """
 
 
     def plan_space():
-        return {"axes": ["dp", "fsdp", "tp", "pp"], "tp": [2], "pp": [1, 2], "micro_batch": [2],
-                "checkpointing": ["none", "full"]}
+        return {"axes": ["dp", "fsdp", "tp", "pp"], "tp": [1, 2], "pp": [1, 2], "micro_batch": [2],
+                "checkpointing": ["full"]}
 """
 
 
@@ -28,14 +32,16 @@ def test_every_bound_is_at_most_the_step_and_skipping_keeps_the_fastest(tmp_path
     code, out, err = cli(capsys, *args, "--top", "100", "-o", str(tmp_path / "all.csv"))   # none skipped
     assert code == 0 and "not run" not in err, err
     every = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
-    # DDP and FSDP2, with and without a pipeline (1F1B), checkpointing none and full: 8 layouts, each bounded by
-    # its probe (tp=2, micro-batches of 2) once a layout of its kind ran, its host's issuing included (this
-    # model's steps are the host's: the pipeline's first stage issues while the second waits)
+    # DDP and FSDP2, with and without a pipeline (1F1B), tp 1 and 2, full checkpointing: 8 layouts, each bounded
+    # by its probe (tp=1: the model unsharded; tp=2: on its group alone) once a layout of its kind ran, the host's
+    # issuing included (this model's steps are the host's: the pipeline's first stage issues while the second
+    # waits)
     assert len(every) == 8 and all(lay["status"] == "ok" for lay in every.values())
     for name, lay in every.items():
         assert 0.5 * lay["step_time_us"] < lay["step_bound_us"] <= lay["step_time_us"], (name, lay)
     probes = sorted((tmp_path / "all.layouts").glob("probe_*.py"))
-    assert [p.name for p in probes] == [f"probe_tp2_mb2_{c}_depth{d}.py" for c in ("full", "none") for d in (3, 4)]
+    assert [p.name for p in probes] == [f"probe_tp{t}_mb2_full_depth{d}.py" for t in (1, 2) for d in (3, 4)]
+    assert "unsharded=True" in probes[0].read_text() and "unsharded" not in probes[2].read_text()
 
     code, out, err = cli(capsys, *args, "--top", "1", "-o", str(tmp_path / "top.csv"))
     assert code == 0, err
@@ -77,3 +83,11 @@ def test_a_probe_is_trusted_only_where_its_kind_computed_as_much_in_every_dtype(
     # FSDP2's MixedPrecisionPolicy made the layouts' matmuls bf16: the probe's fp32 ones are slower than theirs
     assert not probe.trusted(fp32, {"bf16": 100.0}) and not probe.trusted(fp32, {"fp32": 50.0, "bf16": 50.0})
     assert not probe.trusted(fp32, None) and not probe.trusted(fp32, {})   # no layout of its kind has run
+    assert not probe.trusted(probe.Serial(10.0, 8.0, {}), {"fp32": 100.0})
+
+
+def test_an_unsharded_layout_of_a_file_with_its_own_parallelize_is_refused(tmp_path):
+    path = tmp_path / "own.py"
+    path.write_text(textwrap.dedent(DEEP.format(layers=4)) + "\n\ndef parallelize(model, mesh):\n    return model\n")
+    with pytest.raises(UserError, match=r"unsharded: the file has a parallelize\(\) of its own"):
+        layout(str(path), unsharded=True)

@@ -23,6 +23,9 @@ What each choice does to the user's file, as a training script would do it:
 - `depth`: (name, blocks): the file run with its top-level constant `name` set to `blocks`, as the file itself
   would build a shallower model (its pipeline_stage() splitting by the same constant); `astra-compile plan` times a
   layout at two such depths and extrapolates (compiler/plan/depth.py).
+- `unsharded`: the model trained as built, on every rank alike (a file without a parallelize() of its own, run
+  with `--mesh dp=N`: no DDP, no collective), as `astra-compile plan`'s probe of a block without tensor
+  parallelism runs it (compiler/plan/probe.py; a topology has 2 NPUs or more).
 """
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ CHECKPOINTING = ("none", "selective", "full")
 
 
 def layout(path: str, batch: int | None = None, microbatches: int = 1, checkpointing: str = "none",
-           schedule: str | None = None, pipelined: bool = False, depth: tuple | None = None) -> dict:
+           schedule: str | None = None, pipelined: bool = False, depth: tuple | None = None,
+           unsharded: bool = False) -> dict:
     """The user's model file's names with the layout's choices applied (a dict for the layout file's globals)."""
     from .model_file import load_model_file
     if checkpointing not in CHECKPOINTING:
@@ -58,9 +62,19 @@ def layout(path: str, batch: int | None = None, microbatches: int = 1, checkpoin
         names.pop("GRADIENT_ACCUMULATION", None)
     elif microbatches > 1:
         names["GRADIENT_ACCUMULATION"] = microbatches
+    if unsharded:
+        if names.get("parallelize") is not None:
+            raise UserError(f"layout of {path}: unsharded: the file has a parallelize() of its own")
+        names["parallelize"] = _as_built
     for dunder in ("__name__", "__file__", "__builtins__", "__loader__", "__spec__", "__package__"):
         names.pop(dunder, None)
     return names
+
+
+def _as_built(model, mesh):
+    """parallelize() of an unsharded layout: the model as built (the dp axis read: every rank trains it alone)."""
+    mesh["dp"]
+    return model
 
 
 def adamw_by_tensor_kind(parameters):
@@ -153,10 +167,11 @@ def op_policy():
 
 
 def layout_file_text(path: str, digest: str, batch: int, microbatches: int, checkpointing: str,
-                     schedule: str | None, pipelined: bool, title: str, depth: tuple | None = None) -> str:
+                     schedule: str | None, pipelined: bool, title: str, depth: tuple | None = None,
+                     unsharded: bool = False) -> str:
     """The source of a layout's model file (`astra-compile plan` writes it beside its results); `depth`: (name,
-    blocks) for a shallower model (layout())."""
-    shallower = "" if depth is None else f", depth={tuple(depth)!r}"
+    blocks) for a shallower model, `unsharded` (layout())."""
+    shallower = ("" if depth is None else f", depth={tuple(depth)!r}") + (", unsharded=True" if unsharded else "")
     title += "" if depth is None else f" (the model at {depth[0]} = {depth[1]})"
     return (f'"""{title}\n\nWritten by astra-compile plan from {path} (sha256 {digest}); run it as any model file:\n'
             f'    astra-compile THIS_FILE --cluster ... --mesh ...\n"""\n'

@@ -123,7 +123,7 @@ def run(args) -> int:
         running = [i for i in range(len(found)) if i not in pruned]
         shallower = [i for i in running if i in depths.layouts]   # seconds each: they run first
         whole = [i for i in running if i not in depths.layouts]
-        made = probe.probes(found, running, cluster, depths.name)
+        made = probe.probes(found, running, cluster, depths.name, spec.parallelize is not None)
 
         def probes(files: bool = True) -> Sweep:
             if files and made:

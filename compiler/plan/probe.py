@@ -6,7 +6,10 @@ whose result the next op reads holds the stream until it ends (docs/workloads.md
 forward and backward, for each micro-batch, occupies the critical rank's stream for at least the time it takes
 where nothing else runs beside it: the model file run on its tensor-parallel group alone (`--mesh tp=T`, one
 micro-batch, no data parallelism or pipeline), on a topology of T GPUs with the cluster's own intra-node fabric,
-bandwidth and latency (where a layout's tp group lies: plan/space.py keeps tp inside a node). Such a probe runs
+bandwidth and latency (where a layout's tp group lies: plan/space.py keeps tp inside a node); without tensor
+parallelism, the model as built on one GPU (frontend/layout.py's `unsharded`, `--mesh dp=2` on 2 GPUs: a topology
+has 2 NPUs or more, and the second trains its own copy; a file with a parallelize() of its own has no such probe,
+as its parallelize() is what makes its layouts). Such a probe runs
 at two depths (depth.DEPTHS blocks) and its forward-and-backward span (the backward's end less the forward's
 start: not the optimizer step, which a layout runs once per step, not per micro-batch) grows by the block's
 serial time. A layout adds to that only: data parallelism's and FSDP2's ops and collectives, other ranks'
@@ -27,7 +30,7 @@ from ...network.dtypes import DTYPES
 from ..frontend.layout import layout_file_text
 from ..sweep.spec import Point
 from .depth import DEPTHS
-from .rank import cell_json
+from .rank import cell_json, flops_by_dtype
 
 # the results file's points: each layout's runs are point(i, 0..2, n) < 3 n (rank.point); probe j's two depths
 # follow them
@@ -45,17 +48,27 @@ class Probe:
         """step_bound.key of the layouts it bounds."""
         return self.tp, self.micro_batch, self.checkpointing
 
+    @property
+    def mesh(self) -> str:
+        return f"tp={self.tp}" if self.tp > 1 else "dp=2"
+
+    @property
+    def gpus(self) -> int:
+        return max(self.tp, 2)
+
     def label(self) -> str:
         return f"probe tp={self.tp}, micro-batch {self.micro_batch}, checkpointing {self.checkpointing}"
 
 
-def probes(found: list, indices: list, cluster, depth_name: str | None) -> list[Probe]:
-    """One probe per (tp, micro-batch size, checkpointing) among the layouts `indices` with tp of 2 or more inside
-    a node; none without the file's depth constant (plan/depth.py), which sets the probe's blocks."""
-    if depth_name is None:
+def probes(found: list, indices: list, cluster, depth_name: str | None, own_parallelize: bool) -> list[Probe]:
+    """One probe per (tp, micro-batch size, checkpointing) among the layouts `indices` with tp inside a node (tp=1
+    only for a file without a parallelize() of its own, on a node of 2 GPUs or more); none without the file's depth
+    constant (plan/depth.py), which sets the probe's blocks."""
+    if depth_name is None or cluster.gpus_per_node < 2:
         return []
     keys = {(found[i].axes.get("tp", 1), found[i].micro_batch, found[i].checkpointing) for i in indices}
-    return [Probe(*k) for k in sorted(keys) if 2 <= k[0] <= cluster.gpus_per_node]
+    lowest = 2 if own_parallelize else 1
+    return [Probe(*k) for k in sorted(keys) if lowest <= k[0] <= cluster.gpus_per_node]
 
 
 def point_index(j: int, k: int, layouts: int) -> int:
@@ -74,10 +87,10 @@ def sweep_points(path: str, digest: str, found_count: int, made: list[Probe], de
                                         f"_depth{blocks}.py")
             if files:
                 write(file, layout_file_text(path, digest, probe.micro_batch, 1, probe.checkpointing, None, False,
-                                             probe.label(), (depth_name, blocks)))
+                                             probe.label(), (depth_name, blocks), unsharded=probe.tp == 1))
             points.append(Point(point_index(j, k, found_count),
-                                {"input": file, "cluster": cluster_name, "mesh": f"tp={probe.tp}",
-                                 "topology": f"{cluster.intra_block}({probe.tp})", "bandwidth": bandwidth,
+                                {"input": file, "cluster": cluster_name, "mesh": probe.mesh,
+                                 "topology": f"{cluster.intra_block}({probe.gpus})", "bandwidth": bandwidth,
                                  "latency": latency, **options},
                                 {"layout": probe.label(), "depth": str(blocks)}))
     return points
@@ -105,7 +118,7 @@ def measured(rows: list[dict], made: list[Probe], found_count: int) -> dict:
         if None in spans or spans[1][0] <= spans[0][0]:
             continue
         blocks = DEPTHS[1] - DEPTHS[0]
-        flops = [cell_json(r.get("flops_by_dtype"), None) or {} for r in runs]
+        flops = [flops_by_dtype(r) for r in runs]
         by_dtype = {d: (flops[1].get(d, 0) - flops[0].get(d, 0)) / blocks for d in set(flops[0]) | set(flops[1])
                     if d in DTYPES}
         out[probe.key] = Serial((spans[1][0] - spans[0][0]) / blocks, max(spans[1][1] - spans[0][1], 0.0) / blocks,
@@ -126,6 +139,6 @@ def trusted(serial: Serial, done: dict | None) -> bool:
     """May the probe bound layouts of a kind whose reduced-depth runs did `done` ({dtype: FLOPs per block and
     micro-batch}, the least over that kind's layouts; None: none has run)? Only where none of the probe's dtypes
     does more FLOPs than they did: the probe computes what they compute, not in a slower dtype."""
-    if not done:
+    if not done or not serial.flops:   # (a probe that counted no FLOPs cannot show what it computes)
         return False
     return all(f <= done.get(d, 0) * (1 + 1e-9) for d, f in serial.flops.items())

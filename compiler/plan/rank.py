@@ -214,10 +214,16 @@ def cell_json(text, default):
         return default
 
 
+def flops_by_dtype(row: dict) -> dict:
+    """A run's FLOPs by dtype from its results row: the report's flops_by_dtype, or all of its FLOPs in fp32 where
+    the report gives none (it leaves the field out when every FLOP is fp32)."""
+    return cell_json(row.get("flops_by_dtype"), None) or {"fp32": float(row.get("flops") or 0)}
+
+
 def _mfu(row: dict, step_us: float, gpu) -> float:
     phases = cell_json(row.get("phases"), [])
     flops = sum(p["flops"] for p in phases if p.get("phase") != "recompute") if phases else float(row["flops"])
-    by_dtype = cell_json(row.get("flops_by_dtype"), None) or {"fp32": float(row["flops"])}
+    by_dtype = flops_by_dtype(row)
     dtype = max(by_dtype, key=by_dtype.get)
     peak = gpu.peak_tflops[DTYPES.index(dtype)] * 1e12 if dtype in DTYPES else 0.0
     return flops / (step_us / 1e6) / peak if peak > 0 and step_us > 0 else 0.0

@@ -27,7 +27,7 @@ from __future__ import annotations
 from ...network.dtypes import DTYPES
 from . import probe
 from .depth import blocks_per_stage, stages_of
-from .rank import FIRST_DEPTH, SECOND_DEPTH, cell_json, point
+from .rank import FIRST_DEPTH, SECOND_DEPTH, flops_by_dtype, point
 
 ONE_STAGE_A_RANK = ("1f1b", "gpipe")   # schedules whose ranks wait on the stages before them as above
 
@@ -56,10 +56,6 @@ def _reference_runs(rows: list[dict], found: list, depths: dict):
         yield lay, runs, [d * per_rank for d in ex.depths]
 
 
-def _by_dtype(row: dict) -> dict:
-    return cell_json(row.get("flops_by_dtype"), None) or {"fp32": float(row["flops"])}   # none: all fp32 (the report's)
-
-
 def references(rows: list[dict], found: list, depths: dict) -> dict:
     """key -> (FLOPs per block and micro-batch, the dtypes they ran in) from the layouts timed at reduced depth."""
     out: dict = {}
@@ -69,7 +65,7 @@ def references(rows: list[dict], found: list, depths: dict) -> dict:
             continue
         dtypes = set()
         for r in runs:
-            dtypes |= {d for d, f in _by_dtype(r).items() if f and d in DTYPES}
+            dtypes |= {d for d, f in flops_by_dtype(r).items() if f and d in DTYPES}
         was = out.get(key(lay))
         # every reference of a key counts the same FLOPs; the least, and every dtype seen, keep the bound a bound
         out[key(lay)] = (per_micro, dtypes) if was is None else (min(was[0], per_micro), was[1] | dtypes)
@@ -81,7 +77,7 @@ def kind_flops(rows: list[dict], found: list, depths: dict) -> dict:
     (a dtype one of them did not run in: 0), for probe.trusted."""
     out: dict = {}
     for lay, runs, blocks in _reference_runs(rows, found, depths):
-        a, b = _by_dtype(runs[0]), _by_dtype(runs[1])
+        a, b = flops_by_dtype(runs[0]), flops_by_dtype(runs[1])
         per = {d: (float(b.get(d, 0)) - float(a.get(d, 0))) / (blocks[1] - blocks[0]) / lay.microbatches
                for d in set(a) | set(b) if d in DTYPES}
         was = out.get(kind(lay))
