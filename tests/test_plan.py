@@ -412,8 +412,7 @@ def test_a_layout_whose_host_falls_behind_with_depth_runs_again_whole(tmp_path, 
     assert code == 0 and "2 layouts run again whole: the host issues a block's ops more slowly" in err, err
     short = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
     assert sorted(os.listdir(tmp_path / "short.layouts")) == sorted(
-        [f"layout_{i:04d}_depth{d}.py" for i in range(2) for d in (3, 4)] + ["layout_0000.py", "layout_0001.py"] +
-        [f"probe_tp1_mb2_none_depth{d}.py" for d in (3, 4)])   # (plan/probe.py: the model unsharded)
+        [f"layout_{i:04d}_depth{d}.py" for i in range(2) for d in (3, 4)] + ["layout_0000.py", "layout_0001.py"])
     code, out, err = cli(capsys, *args, "--depth", "full", "-o", str(tmp_path / "whole.csv"))
     whole = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
     assert set(short) == set(whole) and len(whole) == 2

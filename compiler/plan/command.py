@@ -4,9 +4,10 @@
 
 enumerates the layouts the file supports (plan/space.py), skips those whose memory's lower bound exceeds a GPU's
 (plan/memory.py), writes each other as a small model file (frontend/layout.py), runs them on the sweep engine
-(the local pool, or Ray with --ray; captures shared through the cache), and prints the fastest
-that fit a GPU's memory, with step time, tokens per second per GPU, MFU, memory per rank, exposed communication
-and idle time (the pipeline bubble). With -o the results file is kept and the same command
+(the local pool, or Ray with --ray; captures shared through the cache) in order of a lower bound on their step,
+skipping those surely slower than the --top fastest found (plan/step_bound.py, probe.py, order.py), and prints
+the fastest that fit a GPU's memory, with step time, tokens per second per GPU, MFU, memory per rank, exposed
+communication and idle time (the pipeline bubble). With -o the results file is kept and the same command
 resumes; --plot draws step time against memory with the Pareto front.
 
 Exit status: 0 when a layout fits and ran, 1 when none did (every failure is listed), 2 for bad input (nothing
@@ -123,7 +124,7 @@ def run(args) -> int:
         running = [i for i in range(len(found)) if i not in pruned]
         shallower = [i for i in running if i in depths.layouts]   # seconds each: they run first
         whole = [i for i in running if i not in depths.layouts]
-        made = probe.probes(found, running, cluster, depths.name, spec.parallelize is not None)
+        made = probe.probes(found, running, cluster, depths.name, spec.parallelize is not None, step_bound.kind)
 
         def probes(files: bool = True) -> Sweep:
             if files and made:
@@ -151,8 +152,8 @@ def run(args) -> int:
             done = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts)
             return step_bound.threshold_us([o for o in done if o.index not in again], args.top)
 
-        def kind_of(i: int) -> tuple:
-            return step_bound.kind(found[i])
+        def kind_of(i: int) -> tuple | None:   # (None: no probe to trust for its kind)
+            return step_bound.kind(found[i]) if step_bound.key(found[i]) in bounds.serial else None
         rows, skipped = order.run_in_order(shallower, run_some, bounds, threshold, True, kind_of)
         # a layout whose GPU's lead over the host shrinks with depth may turn host-bound only at the real depth,
         # which its shallower runs cannot show: it runs again whole (rank.WHOLE_AGAIN)

@@ -4,7 +4,8 @@ branch and bound over the layouts with plan/step_bound.py's lower bounds.
 A round runs the layouts with the least bounds first; after each, the --top-th fastest step found (the threshold)
 can only have fallen, and every layout left whose bound exceeds it is skipped: it cannot be among the --top. A
 kind's first layout (`first_of_kinds`: the least estimate among each kind, step_bound.kind) runs in the first
-round, so each kind's probe is trusted or not (plan/probe.py) before its bounds decide anything.
+round, so each kind's probe is trusted or not (plan/probe.py) before its bounds decide anything (a kind without
+a probe needs no such round).
 """
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ ROUND = 16
 def run_in_order(indices: list, run, bounds, threshold, first_of_kinds: bool, kind_of) -> tuple[list, dict]:
     """Runs the layouts `indices` (`run(some)` runs them and returns every row so far) in rounds; returns every
     row and {index: bound} of the layouts skipped. `bounds`: step_bound.Bounds; `threshold(rows)`: the --top-th
-    fastest step of the layouts that ran and fit, or None; `kind_of(index)`: step_bound.kind of that layout."""
+    fastest step of the layouts that ran and fit, or None; `kind_of(index)`: step_bound.kind of that layout where its
+    probe (plan/probe.py) is to be trusted or not, else None."""
     skipped: dict = {}
     pending = sorted(indices, key=bounds.estimate)
     if first_of_kinds and pending:
         firsts: dict = {}
         for i in pending:   # in order of estimate: each kind's first is its least
-            firsts.setdefault(kind_of(i), i)
+            if kind_of(i) is not None:
+                firsts.setdefault(kind_of(i), i)
         first = set(firsts.values())
         rows = run(sorted(first))
         pending = [i for i in pending if i not in first]

@@ -24,6 +24,7 @@ MixedPrecisionPolicy casting fp32 parameters to bf16) would make the probe slowe
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 
 from ...network.dtypes import DTYPES
@@ -60,13 +61,15 @@ class Probe:
         return f"probe tp={self.tp}, micro-batch {self.micro_batch}, checkpointing {self.checkpointing}"
 
 
-def probes(found: list, indices: list, cluster, depth_name: str | None, own_parallelize: bool) -> list[Probe]:
+def probes(found: list, indices: list, cluster, depth_name: str | None, own_parallelize: bool, kind) -> list[Probe]:
     """One probe per (tp, micro-batch size, checkpointing) among the layouts `indices` with tp inside a node (tp=1
-    only for a file without a parallelize() of its own, on a node of 2 GPUs or more); none without the file's depth
-    constant (plan/depth.py), which sets the probe's blocks."""
+    only for a file without a parallelize() of its own, on a node of 2 GPUs or more) where a kind (`kind(layout)`:
+    step_bound.kind) has two layouts or more: a kind's first layout runs anyway (plan/order.py), so a probe bounds
+    only those after it. None without the file's depth constant (plan/depth.py), which sets the probe's blocks."""
     if depth_name is None or cluster.gpus_per_node < 2:
         return []
-    keys = {(found[i].axes.get("tp", 1), found[i].micro_batch, found[i].checkpointing) for i in indices}
+    kinds = Counter(kind(found[i]) for i in indices)
+    keys = {k[:3] for k, n in kinds.items() if n > 1}
     lowest = 2 if own_parallelize else 1
     return [Probe(*k) for k in sorted(keys) if lowest <= k[0] <= cluster.gpus_per_node]
 
