@@ -2,9 +2,9 @@
 the two lower bounds plan/step_bound.py puts on a layout's step (docs/plan.md, "Skipped by their step's bound").
 
 A rank runs its compute ops one at a time on its compute stream in issue order, and a tensor-parallel all-reduce
-whose result the next op reads holds the stream until it ends (docs/workloads.md, "Streams"). So each block's
-forward and backward, for each micro-batch, occupies the critical rank's stream for at least the time it takes
-where nothing else runs beside it: the model file run on its tensor-parallel group alone (`--mesh tp=T`, one
+whose result the next op reads holds the stream until it ends (docs/workloads.md, "The workload engine"). So each
+block's forward and backward, for each micro-batch, occupies the critical rank's stream for at least the time it
+takes where nothing else runs beside it: the model file run on its tensor-parallel group alone (`--mesh tp=T`, one
 micro-batch, no data parallelism or pipeline), on a topology of T GPUs with the cluster's own intra-node fabric,
 bandwidth and latency (where a layout's tp group lies: plan/space.py keeps tp inside a node); without tensor
 parallelism, the model as built on one GPU (frontend/layout.py's `unsharded`, `--mesh dp=2` on 2 GPUs: a topology
