@@ -154,7 +154,7 @@ def run(args) -> int:
 
         def kind_of(i: int) -> tuple | None:   # (None: no probe to trust for its kind)
             return step_bound.kind(found[i]) if step_bound.key(found[i]) in bounds.serial else None
-        rows, skipped = order.run_in_order(shallower, run_some, bounds, threshold, True, kind_of)
+        rows, skipped = order.run_in_order(shallower, rows, run_some, bounds, threshold, True, kind_of)
         # a layout whose GPU's lead over the host shrinks with depth may turn host-bound only at the real depth,
         # which its shallower runs cannot show: it runs again whole (rank.WHOLE_AGAIN)
         again = host_limited(rows, found, depths.layouts)
@@ -163,10 +163,9 @@ def run(args) -> int:
                   "issues a block's ops more slowly than the step grows by a block, so the GPU may wait for it only "
                   "at the real depth", file=sys.stderr)
             rows = run_some(sorted(again), again=True)
-        rows, later = order.run_in_order(whole, run_some, bounds, threshold, False, kind_of)
+        rows, later = order.run_in_order(whole, rows, run_some, bounds, threshold, False, kind_of)
         skipped.update(later)
         _say_skipped(skipped, len(running), threshold(rows), args.top)
-        bounds.update(rows)
         known_bounds = {i: b for i in running if i not in skipped and (b := bounds.of(i)) is not None}
     ranked = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts, skipped,
                       known_bounds)

@@ -14,11 +14,13 @@ from __future__ import annotations
 ROUND = 16
 
 
-def run_in_order(indices: list, run, bounds, threshold, first_of_kinds: bool, kind_of) -> tuple[list, dict]:
-    """Runs the layouts `indices` (`run(some)` runs them and returns every row so far) in rounds; returns every
-    row and {index: bound} of the layouts skipped. `bounds`: step_bound.Bounds; `threshold(rows)`: the --top-th
-    fastest step of the layouts that ran and fit, or None; `kind_of(index)`: step_bound.kind of that layout where its
-    probe (plan/probe.py) is to be trusted or not, else None."""
+def run_in_order(indices: list, rows: list, run, bounds, threshold, first_of_kinds: bool, kind_of) \
+        -> tuple[list, dict]:
+    """Runs the layouts `indices` (`run(some)` runs them and returns every row so far; `rows`: those so far) in
+    rounds; returns every row and {index: bound} of the layouts skipped, `bounds` (step_bound.Bounds) updated to
+    the last rows. `threshold(rows)`: the --top-th fastest step of the layouts that ran and fit, or None;
+    `kind_of(index)`: step_bound.kind of that layout where its probe (plan/probe.py) is to be trusted or not, else
+    None."""
     skipped: dict = {}
     pending = sorted(indices, key=bounds.estimate)
     if first_of_kinds and pending:
@@ -27,10 +29,9 @@ def run_in_order(indices: list, run, bounds, threshold, first_of_kinds: bool, ki
             if kind_of(i) is not None:
                 firsts.setdefault(kind_of(i), i)
         first = set(firsts.values())
-        rows = run(sorted(first))
-        pending = [i for i in pending if i not in first]
-    else:
-        rows = run([])
+        if first:
+            rows = run(sorted(first))
+            pending = [i for i in pending if i not in first]
     while True:
         bounds.update(rows)
         limit = threshold(rows)

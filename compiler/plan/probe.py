@@ -27,11 +27,10 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 
-from ...network.dtypes import DTYPES
 from ..frontend.layout import layout_file_text
 from ..sweep.spec import Point
 from .depth import DEPTHS
-from .rank import cell_json, flops_by_dtype
+from .rank import cell_json, flops_per_block
 
 # the results file's points: each layout's runs are point(i, 0..2, n) < 3 n (rank.point); probe j's two depths
 # follow them
@@ -121,9 +120,7 @@ def measured(rows: list[dict], made: list[Probe], found_count: int) -> dict:
         if None in spans or spans[1][0] <= spans[0][0]:
             continue
         blocks = DEPTHS[1] - DEPTHS[0]
-        flops = [flops_by_dtype(r) for r in runs]
-        by_dtype = {d: (flops[1].get(d, 0) - flops[0].get(d, 0)) / blocks for d in set(flops[0]) | set(flops[1])
-                    if d in DTYPES}
+        by_dtype = flops_per_block(*runs, blocks)
         out[probe.key] = Serial((spans[1][0] - spans[0][0]) / blocks, max(spans[1][1] - spans[0][1], 0.0) / blocks,
                                 {d: f for d, f in by_dtype.items() if f > 0})
     return out

@@ -220,6 +220,12 @@ def flops_by_dtype(row: dict) -> dict:
     return cell_json(row.get("flops_by_dtype"), None) or {"fp32": float(row.get("flops") or 0)}
 
 
+def flops_per_block(first: dict, second: dict, blocks: int) -> dict:
+    """{dtype: FLOPs per block} from two runs' rows `blocks` blocks apart."""
+    a, b = flops_by_dtype(first), flops_by_dtype(second)
+    return {d: (float(b.get(d, 0)) - float(a.get(d, 0))) / blocks for d in set(a) | set(b) if d in DTYPES}
+
+
 def _mfu(row: dict, step_us: float, gpu) -> float:
     phases = cell_json(row.get("phases"), [])
     flops = sum(p["flops"] for p in phases if p.get("phase") != "recompute") if phases else float(row["flops"])

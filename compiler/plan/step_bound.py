@@ -27,7 +27,7 @@ from __future__ import annotations
 from ...network.dtypes import DTYPES
 from . import probe
 from .depth import blocks_per_stage, stages_of
-from .rank import FIRST_DEPTH, SECOND_DEPTH, flops_by_dtype, point
+from .rank import FIRST_DEPTH, SECOND_DEPTH, flops_by_dtype, flops_per_block, point
 
 ONE_STAGE_A_RANK = ("1f1b", "gpipe")   # schedules whose ranks wait on the stages before them as above
 
@@ -77,9 +77,7 @@ def kind_flops(rows: list[dict], found: list, depths: dict) -> dict:
     (a dtype one of them did not run in: 0), for probe.trusted."""
     out: dict = {}
     for lay, runs, blocks in _reference_runs(rows, found, depths):
-        a, b = flops_by_dtype(runs[0]), flops_by_dtype(runs[1])
-        per = {d: (float(b.get(d, 0)) - float(a.get(d, 0))) / (blocks[1] - blocks[0]) / lay.microbatches
-               for d in set(a) | set(b) if d in DTYPES}
+        per = {d: f / lay.microbatches for d, f in flops_per_block(*runs, blocks[1] - blocks[0]).items()}
         was = out.get(kind(lay))
         out[kind(lay)] = per if was is None else {d: min(was.get(d, 0), per.get(d, 0)) for d in set(was) | set(per)}
     return out
