@@ -10,9 +10,10 @@ shallower runs summed for a layout at reduced depth; then the whole search's wal
 projected for --workers processes (the sweep's workers import torch once each, not once per layout). --depth full
 times the layouts whole, as before reduced depth. With --full it runs the real `astra-compile plan` too and prints
 its wall time, layouts per second, the layouts run and those it did not run by their step's bound
-(compiler/plan/step_bound.py: the projection above runs them all).
+(compiler/plan/step_bound.py: the projection above runs them all), --full-runs times, and their median.
 
     python benchmarks/plan_speed.py [--global-batch 256] [--sample 3] [--workers 2] [--depth auto|full] [--full]
+                                    [--full-runs 3]
 """
 from __future__ import annotations
 
@@ -92,19 +93,28 @@ def torch_import_seconds() -> float:
     return time.perf_counter() - start
 
 
-def full(global_batch: int, workers: int, depth: str) -> None:
+def full(global_batch: int, workers: int, depth: str, runs: int) -> None:
+    """The real plan `runs` times, each first run (a fresh results file, no cache): each run's line, then the
+    median wall time and whether every run printed the same fastest layouts."""
     import json
-    with tempfile.TemporaryDirectory() as d:
-        start = time.perf_counter()
-        done = subprocess.run(["astra-compile", "plan", MODEL, "--cluster", CLUSTER, "--global-batch",
-                               str(global_batch), "--workers", str(workers), "--depth", depth, "--json", "-o",
-                               os.path.join(d, "plan.csv")], capture_output=True, text=True)
-        wall = time.perf_counter() - start
-    layouts = json.loads(done.stdout)["layouts"] if done.returncode in (0, 1) else []
-    ran = sum(not lay["memory_estimated"] and lay["status"] != "skipped" for lay in layouts)
-    skipped = sum(lay["status"] == "skipped" for lay in layouts)
-    print(f"full plan: {len(layouts)} layouts, {ran} run, {skipped} not run by their step's bound, {wall:.0f} s wall, "
-          f"{len(layouts) / wall:.3f} layouts/s; exit {done.returncode}; {done.stderr.strip().splitlines()[-1:]}")
+    walls, tops = [], []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as d:
+            start = time.perf_counter()
+            done = subprocess.run(["astra-compile", "plan", MODEL, "--cluster", CLUSTER, "--global-batch",
+                                   str(global_batch), "--workers", str(workers), "--depth", depth, "--json", "-o",
+                                   os.path.join(d, "plan.csv")], capture_output=True, text=True)
+            wall = time.perf_counter() - start
+        layouts = json.loads(done.stdout)["layouts"] if done.returncode in (0, 1) else []
+        ran = sum(not lay["memory_estimated"] and lay["status"] != "skipped" for lay in layouts)
+        skipped = sum(lay["status"] == "skipped" for lay in layouts)
+        walls.append(wall)
+        tops.append([(lay["layout"], round(lay["step_time_us"])) for lay in layouts[:5]])
+        print(f"full plan: {len(layouts)} layouts, {ran} run, {skipped} not run by their step's bound, {wall:.0f} s "
+              f"wall, {len(layouts) / wall:.3f} layouts/s; exit {done.returncode}; "
+              f"{done.stderr.strip().splitlines()[-1:]}", flush=True)
+    print(f"full plan: median {statistics.median(walls):.0f} s wall over {runs} run(s) "
+          f"({', '.join(f'{w:.0f}' for w in walls)}); the same five fastest in each: {all(t == tops[0] for t in tops)}")
 
 
 def main() -> None:
@@ -118,6 +128,7 @@ def main() -> None:
     ap.add_argument("--depth", choices=("auto", "full"), default="auto",
                     help="auto: layouts at reduced depth where plan would (default); full: every layout whole")
     ap.add_argument("--full", action="store_true", help="also run the whole plan")
+    ap.add_argument("--full-runs", type=int, default=1, help="times to run the whole plan (median; default 1)")
     args = ap.parse_args()
     found, pruned, depths, enum_s = search(args.global_batch, args.runs, args.depth == "full")
     left = [(i, lay) for i, lay in enumerate(found) if i not in pruned]
@@ -148,7 +159,7 @@ def main() -> None:
               "every layout run whole among them (the real plan skips those whose step's bound exceeds the top "
               "five's: --full)")
     if args.full:
-        full(args.global_batch, args.workers, args.depth)
+        full(args.global_batch, args.workers, args.depth, args.full_runs)
 
 
 if __name__ == "__main__":

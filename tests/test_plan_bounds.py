@@ -4,11 +4,14 @@ them prints the fastest a plan that ran every layout prints."""
 import json
 import re
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 
 from astra_compile.compiler.frontend.layout import layout
-from astra_compile.compiler.plan import probe
+from astra_compile.compiler.frontend.model_file import load_model_file
+from astra_compile.compiler.plan import head_probe, probe, step_bound
+from astra_compile.compiler.plan.space import Layout
 from astra_compile.network.errors import UserError
 
 from helpers import DEEP, cli
@@ -33,15 +36,19 @@ def test_every_bound_is_at_most_the_step_and_skipping_keeps_the_fastest(tmp_path
     assert code == 0 and "not run" not in err, err
     every = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
     # DDP and FSDP2, with and without a pipeline (1F1B), tp 1 and 2, full checkpointing: 8 layouts, each bounded
-    # by its probe (tp=1: the model unsharded; tp=2: on its group alone) once a layout of its kind ran, the host's
-    # issuing included (this model's steps are the host's: the pipeline's first stage issues while the second
-    # waits)
+    # by its probe (tp=1: the model unsharded; tp=2: on its group alone), trusted from the start (plan lays the file
+    # out itself), the host's issuing included (this model's steps are the host's: the pipeline's first stage
+    # issues while the second waits), the pipelines' last stage with its head (head_probe.py)
     assert len(every) == 8 and all(lay["status"] == "ok" for lay in every.values())
     for name, lay in every.items():
         assert 0.5 * lay["step_time_us"] < lay["step_bound_us"] <= lay["step_time_us"], (name, lay)
     probes = sorted((tmp_path / "all.layouts").glob("probe_*.py"))
-    assert [p.name for p in probes] == [f"probe_tp{t}_mb2_full_depth{d}.py" for t in (1, 2) for d in (3, 4)]
-    assert "unsharded=True" in probes[0].read_text() and "unsharded" not in probes[2].read_text()
+    # per tp: the block probe's two depths, and the head probe (plan/head_probe.py: DEEP's head sits on the last
+    # stage, its embedding on the first), a pipeline of 2 stages of 2 blocks
+    assert [p.name for p in probes] == [f"probe_tp{t}_mb2_full_{d}.py" for t in (1, 2)
+                                        for d in ("depth3", "depth4", "head")]
+    assert "unsharded=True" in probes[0].read_text() and "unsharded" not in probes[3].read_text()
+    assert "pipelined=True, depth=('LAYERS', 4)" in probes[2].read_text()
 
     code, out, err = cli(capsys, *args, "--top", "1", "-o", str(tmp_path / "top.csv"))
     assert code == 0, err
@@ -74,7 +81,70 @@ def test_a_probe_measures_a_blocks_span_and_compute_and_one_that_failed_nothing(
             _row(32), _row(33, "error")]
     got = probe.measured(rows, made, n)
     # depth.DEPTHS = (3, 4): one block more
-    assert got == {(2, 1, "none"): probe.Serial(30.0, 20.0, {"bf16": 100.0})}
+    # the rest of the model: the span at 3 blocks less theirs (100 - 3 x 30), its compute 60 - 3 x 20
+    assert got == {(2, 1, "none"): probe.Serial(30.0, 20.0, {"bf16": 100.0}, 10.0, 0.0)}
+
+
+def test_a_head_probe_measures_what_the_model_computes_after_its_blocks():
+    made = [probe.Probe(2, 1, "none"), probe.Probe(4, 1, "none")]
+    serial = {(2, 1, "none"): probe.Serial(30.0, 20.0, {"bf16": 1.0}, 10.0, 50.0),
+              (4, 1, "none"): probe.Serial(15.0, 10.0, {"bf16": 1.0}, 5.0, 25.0)}
+    # after the 3 x 10 layouts' points and the 2 block probes' 4: the first stage of 2 blocks, 2 micro-batches:
+    # 2 x (E + 2 x 20) = 2 x (15 + 40); H = 50 - 15
+    rows = [_row(34, compute=110.0), _row(35, "error")]
+    assert head_probe.measured(rows, made, 2, 10, serial) == {(2, 1, "none"): 35.0}
+    # a first stage that computes more than the whole model's rest (extra ops of the pipeline's): no head
+    assert head_probe.measured([_row(34, compute=200.0)], made, 2, 10, serial) == {}
+
+
+def _layout(mesh: dict, microbatches: int, schedule: str | None = "1F1B"):
+    return Layout(tuple(mesh.items()), 1, microbatches, "none", schedule if "pp" in mesh else None)
+
+
+def test_each_pipeline_rank_bounds_the_step_and_the_last_stage_adds_its_head():
+    s = probe.Serial(us=10.0, gpu_us=8.0, flops={}, rest_us=7.0, rest_gpu_us=5.0)
+    # without a pipeline: every block and the rest of the model, for each of 4 micro-batches
+    flat = _layout({"dp": 2}, 4)
+    assert step_bound.rank_paths(flat, [6]) == [(24, 0, True)]
+    assert step_bound.serial_bound_us(flat, [6], s) == 4 * (6 * 10.0 + 7.0)
+    # 1F1B over 3 stages of 2, 2 and 1 blocks (the last holds the head, 20 us a micro-batch): the first rank has
+    # the most blocks, the last the blocks before it and the head
+    pipe = _layout({"pp": 3}, 4)
+    assert step_bound.rank_paths(pipe, [2, 2, 1]) == [(8, 0, False), (8, 2, False), (4, 4, True)]
+    assert step_bound.serial_bound_us(pipe, [2, 2, 1], s) == 8 * 10.0 + 2 * 8.0
+    assert step_bound.serial_bound_us(pipe, [2, 2, 1], s, 20.0) == 4 * 10.0 + 4 * 8.0 + 4 * 20.0
+    # Interleaved1F1B, 2 ranks, 4 stages (0 and 2 on rank 0, 1 and 3 on rank 1): each rank all its stages' blocks
+    looped = _layout({"pp": 2}, 4, "Interleaved1F1B")
+    assert step_bound.rank_paths(looped, [1, 2, 3, 1]) == [(16, 0, False), (12, 0, True)]
+    # the V schedules put stages 0 and 3 on rank 0: the head is the first rank's
+    v = _layout({"pp": 2}, 4, "ZBVZeroBubble")
+    assert step_bound.rank_paths(v, [1, 2, 3, 1]) == [(8, 0, True), (20, 0, False)]
+
+
+def test_a_probe_of_a_file_with_its_own_parallelize_waits_for_a_run_of_its_kind():
+    lay = _layout({"dp": 2}, 1)
+    serial = {step_bound.key(lay): probe.Serial(10.0, 8.0, {"bf16": 100.0}, 5.0, 4.0)}
+
+    def bounds(parallelize):
+        return step_bound.Bounds(SimpleNamespace(parallelize=parallelize), "model.py", [lay], 6, None, serial, {})
+    assert bounds(None).of(0) == 6 * 10.0 + 5.0   # plan's own layout: trusted from the start
+    own = bounds(lambda model, mesh: model)
+    assert own.of(0) is None   # nothing of its kind has run: no FLOPs bound either
+    own.kinds = {step_bound.kind(lay): {"bf16": 100.0}}   # as update() finds once one has
+    assert own.of(0) == 6 * 10.0 + 5.0
+
+
+def test_the_head_counts_only_where_the_last_stage_holds_what_the_first_of_two_does_not(tmp_path):
+    path = tmp_path / "deep.py"
+    path.write_text(textwrap.dedent(DEEP.format(layers=12)))
+    spec = load_model_file(str(path))
+    assert head_probe.applies(spec, str(path), "LAYERS", 4)
+    moved = tmp_path / "moved.py"   # the head on stage 1 of every split: not on the last of 4
+    moved.write_text(textwrap.dedent(DEEP.format(layers=12)).replace(
+        "self.head = model.head if last == LAYERS else None",
+        "self.head = model.head if first == LAYERS // 2 or first == LAYERS // 4 else None"))
+    spec = load_model_file(str(moved))
+    assert head_probe.applies(spec, str(moved), "LAYERS", 2) and not head_probe.applies(spec, str(moved), "LAYERS", 4)
 
 
 def test_a_probe_is_trusted_only_where_its_kind_computed_as_much_in_every_dtype():

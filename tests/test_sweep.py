@@ -331,3 +331,14 @@ def test_a_report_field_past_the_csv_default_limit_reads_back(tmp_path):
         w.writerow(["0", "ok", "", "1.0", big])
     rows, _ = plot.read_results(str(path))
     assert rows[0]["collectives"] == big
+
+
+def test_the_closing_line_counts_only_this_sweeps_points(capsys):
+    """A plan runs several sweeps into one results file: points of the others already there, failed ones too, are
+    not this sweep's (a plan's round once said "1 points, -1 ok, 2 failed")."""
+    from types import SimpleNamespace
+    from astra_compile.compiler.sweep.command import run_points
+    mine = spec.Sweep("r.csv", {}, ("x",), (spec.Point(0, {}, {"x": 1}), spec.Point(1, {}, {"x": 2})))
+    args = SimpleNamespace(sweep="plan.py", output="r.csv", no_cache=True, cache=None, progress="off", ray=None)
+    assert run_points(args, mine, None, {0: "ok", 1: "ok", 7: "error", 8: "error"}, None, 1) == 0
+    assert "plan.py: 2 points, 2 ok, 0 failed (2 already in r.csv); ran 0" in capsys.readouterr().out

@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -33,7 +34,7 @@ from ..sweep import workers as workers_mod
 from ..sweep.plot import read_results
 from ..sweep.spec import Point, Sweep
 from . import depth as depth_mod
-from . import memory, order, probe
+from . import head_probe, memory, order, probe
 from . import space as space_mod
 from . import step_bound
 from .rank import FIRST_DEPTH, SECOND_DEPTH, WHOLE_AGAIN, Outcome, host_limited, outcomes, point, table
@@ -125,12 +126,15 @@ def run(args) -> int:
         shallower = [i for i in running if i in depths.layouts]   # seconds each: they run first
         whole = [i for i in running if i not in depths.layouts]
         made = probe.probes(found, running, cluster, depths.name, spec.parallelize is not None, step_bound.kind)
+        heads, head_counts = _head_probes(spec, path, found, running, made, depths.name)
 
         def probes(files: bool = True) -> Sweep:
             if files and made:
                 os.makedirs(folder, exist_ok=True)
             return Sweep(results_path, {}, ("layout", "depth"), tuple(probe.sweep_points(
                 path, digest, len(found), made, depths.name, folder, cluster, args.cluster, limit, files,
+                _write_if_changed) + head_probe.sweep_points(
+                path, digest, len(found), len(made), heads, depths.name, folder, cluster, args.cluster, limit, files,
                 _write_if_changed)))
         # every point the results file may hold (a resumed plan's whole runs again among them)
         known = layouts(running, files=False).points + layouts(shallower, again=True, files=False).points + \
@@ -141,8 +145,10 @@ def run(args) -> int:
 
         rows = _run(args, probes(), results_path, workers, known)   # a block's serial time: seconds each
         from ...network import devices
-        bounds = step_bound.Bounds(spec, path, found, sizes.blocks, devices.resolve(cluster.gpu),
-                                   probe.measured(rows, made, len(found)), depths.layouts)
+        serial = probe.measured(rows, made, len(found))
+        bounds = step_bound.Bounds(spec, path, found, sizes.blocks, devices.resolve(cluster.gpu), serial,
+                                   depths.layouts, head_probe.measured(rows, heads, len(made), len(found), serial),
+                                   head_counts)
 
         def threshold(rows: list[dict]) -> float | None:
             # a layout to run again whole (below) has no step yet: its line may be short of it
@@ -152,9 +158,11 @@ def run(args) -> int:
             done = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts)
             return step_bound.threshold_us([o for o in done if o.index not in again], args.top)
 
-        def kind_of(i: int) -> tuple | None:   # (None: no probe to trust for its kind)
-            return step_bound.kind(found[i]) if step_bound.key(found[i]) in bounds.serial else None
-        rows, skipped = order.run_in_order(shallower, rows, run_some, bounds, threshold, True, kind_of)
+        def kind_of(i: int) -> tuple | None:   # (None: no probe for its kind, or one trusted from the start)
+            return step_bound.kind(found[i]) if bounds.trust_by_runs and step_bound.key(found[i]) in bounds.serial \
+                else None
+        rows, skipped = order.run_in_order(shallower, rows, run_some, bounds, threshold, True, kind_of,
+                                           max(args.top, workers))
         # a layout whose GPU's lead over the host shrinks with depth may turn host-bound only at the real depth,
         # which its shallower runs cannot show: it runs again whole (rank.WHOLE_AGAIN)
         again = host_limited(rows, found, depths.layouts)
@@ -170,6 +178,15 @@ def run(args) -> int:
     ranked = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts, skipped,
                       known_bounds)
     return _show(args, ranked, world)
+
+
+def _head_probes(spec, path: str, found: list, running: list, made: list, depth_name: str | None) -> tuple:
+    """plan/head_probe.py's probes, for the block probes whose key a pipelined layout has, and the stage counts
+    whose last stage holds the head."""
+    piped = [found[i] for i in running if depth_mod.stages_of(found[i]) is not None]
+    keys = {step_bound.key(lay) for lay in piped}
+    counts = {math.prod(depth_mod.stages_of(lay)) for lay in piped}
+    return head_probe.probes([p for p in made if p.key in keys], counts, spec, path, depth_name)
 
 
 def _say_skipped(skipped: dict, running: int, limit: float | None, top: int) -> None:

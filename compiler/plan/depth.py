@@ -114,6 +114,37 @@ def blocks_per_stage(spec, path: str, lay, blocks: int, known: dict) -> list | N
     return known[count]
 
 
+def blocks_at(path: str, name: str, value: int, count: int) -> list | None:
+    """The repeated blocks each of `count` stages of the file's split holds, the model built with `name` = `value`
+    (None where it fails)."""
+    return _per_stage(_built(path, name, value), count)
+
+
+def outside_blocks(spec, path: str, name: str | None, value: int | None, stage: int | None, count: int) \
+        -> frozenset | None:
+    """The names (in the model) of the modules outside its repeated blocks, containers of blocks left out, that
+    stage `stage` of the file's split into `count` holds (`stage` None: the whole model's), the model built with
+    `name` = `value` (None: as written); None where it fails to build. Which stage the embedding, the final norm
+    and the head sit on (plan/head_probe.py puts the head on the last stage only where this says it is there)."""
+    from ..frontend.fake_params import fake_build
+    made = _built(path, name, value, spec)
+    if made is None:
+        return None
+    inside = {id(m) for block in made.blocks for m in block.modules()}
+    blocks = {id(b) for b in made.blocks}
+    # neither the blocks nor what holds them (a ModuleList of the layers)
+    names = {id(m): n for n, m in made.model.named_modules()
+             if n and id(m) not in inside and not any(id(c) in blocks for c in m.modules())}
+    if stage is None:
+        return frozenset(names.values())
+    try:
+        with made.mode, fake_build():
+            part = made.spec.pipeline_stage(made.model, stage, count)
+            return frozenset(names[id(m)] for m in part.modules() if id(m) in names)
+    except Exception:   # the user's stage function on this many stages
+        return None
+
+
 def _checked_name(spec, names: dict, path: str, blocks: int, asked) -> str | None:
     """The depth constant: plan_space()'s (checked: bad input when it is no top-level int or does not change the
     block count), else the first top-level int equal to `blocks` that does, else None."""

@@ -2,10 +2,11 @@
 branch and bound over the layouts with plan/step_bound.py's lower bounds.
 
 A round runs the layouts with the least bounds first; after each, the --top-th fastest step found (the threshold)
-can only have fallen, and every layout left whose bound exceeds it is skipped: it cannot be among the --top. A
+can only have fallen, and every layout left whose bound exceeds it is skipped: it cannot be among the --top. The
+first round runs only as many as it takes to have a threshold (--top, or a layout for each worker). A
 kind's first layout (`first_of_kinds`: the least estimate among each kind, step_bound.kind) runs in the first
 round, so each kind's probe is trusted or not (plan/probe.py) before its bounds decide anything (a kind without
-a probe needs no such round).
+a probe, or with one trusted from the start, needs no such round).
 """
 from __future__ import annotations
 
@@ -14,24 +15,25 @@ from __future__ import annotations
 ROUND = 16
 
 
-def run_in_order(indices: list, rows: list, run, bounds, threshold, first_of_kinds: bool, kind_of) \
-        -> tuple[list, dict]:
+def run_in_order(indices: list, rows: list, run, bounds, threshold, first_of_kinds: bool, kind_of,
+                 first: int = ROUND) -> tuple[list, dict]:
     """Runs the layouts `indices` (`run(some)` runs them and returns every row so far; `rows`: those so far) in
-    rounds; returns every row and {index: bound} of the layouts skipped, `bounds` (step_bound.Bounds) updated to
-    the last rows. `threshold(rows)`: the --top-th fastest step of the layouts that ran and fit, or None;
-    `kind_of(index)`: step_bound.kind of that layout where its probe (plan/probe.py) is to be trusted or not, else
-    None."""
+    rounds, the first of `first` layouts; returns every row and {index: bound} of the layouts skipped, `bounds`
+    (step_bound.Bounds) updated to the last rows. `threshold(rows)`: the --top-th fastest step of the layouts that
+    ran and fit, or None; `kind_of(index)`: step_bound.kind of that layout where its probe (plan/probe.py) is to
+    be trusted or not, else None."""
     skipped: dict = {}
+    size = first
     pending = sorted(indices, key=bounds.estimate)
     if first_of_kinds and pending:
         firsts: dict = {}
         for i in pending:   # in order of estimate: each kind's first is its least
             if kind_of(i) is not None:
                 firsts.setdefault(kind_of(i), i)
-        first = set(firsts.values())
-        if first:
-            rows = run(sorted(first))
-            pending = [i for i in pending if i not in first]
+        kinds_first = set(firsts.values())
+        if kinds_first:
+            rows = run(sorted(kinds_first))
+            pending = [i for i in pending if i not in kinds_first]
     while True:
         bounds.update(rows)
         limit = threshold(rows)
@@ -45,5 +47,5 @@ def run_in_order(indices: list, rows: list, run, bounds, threshold, first_of_kin
         if not left:
             return rows, skipped
         left.sort(key=bounds.estimate)
-        rows = run(left[:ROUND])
-        pending = left[ROUND:]
+        rows = run(left[:size])
+        pending, size = left[size:], ROUND

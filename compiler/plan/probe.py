@@ -16,10 +16,13 @@ serial time. A layout adds to that only: data parallelism's and FSDP2's ops and 
 traffic on the same links, gradient accumulation's additions, the pipeline's waits; none makes a block's ops or
 its all-reduces shorter.
 
-A probe is trusted for a layout only once a layout of the same kind (the same tp, micro-batch size,
-checkpointing, and FSDP2 or not) has run at reduced depth and done at least the probe's FLOPs per block and
-micro-batch in every dtype (`trusted`): a file whose parallelize() changes the compute dtype with the mesh (FSDP2's
-MixedPrecisionPolicy casting fp32 parameters to bf16) would make the probe slower than the layout.
+A probe of a file without a parallelize() of its own is trusted from the start: plan lays such a file out itself
+(frontend/parallelize.apply_builtin: TP_PLAN's styles, FSDP2 without a MixedPrecisionPolicy, DDP), the probe as
+its layouts, and none of it changes the dtype a block computes in. A file's own parallelize() may (FSDP2's
+MixedPrecisionPolicy casting fp32 parameters to bf16 would make the probe slower than the layout), so its probe is
+trusted for a layout only once a layout of the same kind (the same tp, micro-batch size, checkpointing, and FSDP2
+or not) has run at reduced depth and done at least the probe's FLOPs per block and micro-batch in every dtype
+(`trusted`).
 """
 from __future__ import annotations
 
@@ -101,10 +104,14 @@ def sweep_points(path: str, digest: str, found_count: int, made: list[Probe], de
 @dataclass(frozen=True)
 class Serial:
     """A probe's measure of a block, for one micro-batch: its serial time (us: the span's growth, its host's issuing
-    included), its compute alone (gpu_us: the forward's and backward's compute), and its FLOPs by dtype."""
+    included), its compute alone (gpu_us: the forward's and backward's compute), and its FLOPs by dtype; and of the
+    rest of the model (the embedding, the head, the loss: the span at depth.DEPTHS[0] blocks less theirs), its
+    serial time and compute."""
     us: float
     gpu_us: float
     flops: dict
+    rest_us: float = 0.0
+    rest_gpu_us: float = 0.0
 
 
 def measured(rows: list[dict], made: list[Probe], found_count: int) -> dict:
@@ -116,17 +123,18 @@ def measured(rows: list[dict], made: list[Probe], found_count: int) -> dict:
         runs = [by_point.get(point_index(j, k, found_count)) for k in (0, 1)]
         if any(r is None or r.get("status") != "ok" for r in runs):
             continue
-        spans = [_span(r) for r in runs]
+        spans = [span_of(r) for r in runs]
         if None in spans or spans[1][0] <= spans[0][0]:
             continue
         blocks = DEPTHS[1] - DEPTHS[0]
         by_dtype = flops_per_block(*runs, blocks)
-        out[probe.key] = Serial((spans[1][0] - spans[0][0]) / blocks, max(spans[1][1] - spans[0][1], 0.0) / blocks,
-                                {d: f for d, f in by_dtype.items() if f > 0})
+        us, gpu_us = (spans[1][0] - spans[0][0]) / blocks, max(spans[1][1] - spans[0][1], 0.0) / blocks
+        out[probe.key] = Serial(us, gpu_us, {d: f for d, f in by_dtype.items() if f > 0},
+                                max(spans[0][0] - DEPTHS[0] * us, 0.0), max(spans[0][1] - DEPTHS[0] * gpu_us, 0.0))
     return out
 
 
-def _span(row: dict) -> tuple | None:
+def span_of(row: dict) -> tuple | None:
     """(the forward's start to the backward's end, the two phases' compute) in us, from the report's phases."""
     phases = {p.get("phase"): p for p in cell_json(row.get("phases"), []) if isinstance(p, dict)}
     if "forward" not in phases or "backward" not in phases:

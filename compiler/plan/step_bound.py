@@ -1,15 +1,17 @@
 """Lower bounds on a layout's step, by which a plan skips layouts surely slower than the N fastest found
 (docs/plan.md, "Skipped by their step's bound"; plan/order.py runs the layouts in order of them).
 
-A rank computes its ops one at a time on its compute stream, and the rank of the pipeline's largest stage
-computes that stage's blocks for every micro-batch. With one stage a rank (1F1B, GPipe) it can start its first
-micro-batch only after the stages before it have run theirs forward, and the step ends only after they have run
-the last one backward. So, with blocks b_s of stage s, L the largest,
+A rank computes its ops one at a time on its compute stream, and each rank of a pipeline computes its stages'
+blocks for every micro-batch. With one stage a rank (1F1B, GPipe) it can start its first micro-batch only after
+the stages before it have run theirs forward, and the step ends only after they have run the last one backward.
+So, for every rank r, with blocks b_s of stage s,
 
-    step >= micro-batches x b_L x (a block's time) + (sum of b_s before L) x (a block's compute)
+    step >= micro-batches x (sum of b_s on r) x (a block's time) + (sum of b_s before r's) x (a block's compute)
+            + micro-batches x the head's compute, where r holds the last stage (plan/head_probe.py)
 
-(looped schedules: the first term alone), where a block's time, for one micro-batch, forward and backward, is at
-least
+(looped schedules: without the second term; without a pipeline, the one rank's blocks and, for each
+micro-batch, the span of the rest of the model, plan/probe.py), where a block's time, for one micro-batch,
+forward and backward, is at least
 - its FLOPs over the GPU's fastest rate for their dtype (network/compute_model.py,
   ComputeModel.fastest_flops_per_s: a tensor-core class's fitted fraction of the peak, attention's over the half
   of the work a causal kernel may skip: self-attention, as many keys as queries); the FLOPs measured, from a
@@ -19,8 +21,9 @@ least
   measured by a probe (plan/probe.py) once a layout of its kind has shown the probe computes what it does:
   `serial_bound_us`.
 Data parallelism, FSDP2 and the pipeline add ops, traffic and waits to a block, never take any away; a stage's
-embedding or head only adds. The --top-th fastest step among the layouts that ran and fit only falls as more run,
-so a layout above it now stays out of the top. A layout without either bound runs.
+embedding or head only adds (the head's compute is counted where it is known to sit on the last stage). The
+--top-th fastest step among the layouts that ran and fit only falls as more run, so a layout above it now stays
+out of the top. A layout without either bound runs.
 """
 from __future__ import annotations
 
@@ -83,17 +86,24 @@ def kind_flops(rows: list[dict], found: list, depths: dict) -> dict:
     return out
 
 
-def critical_blocks(lay, per_stage: list) -> tuple[int, int]:
-    """Blocks the critical path runs one after another, each for one micro-batch (forward and backward): (those of
-    the rank of the largest stage, its blocks for every micro-batch; those of the stages before it, which with one
-    stage a rank (1F1B, GPipe) run the first micro-batch forward before it can start and the last one backward after
-    it has ended: 0 otherwise). `per_stage`: the blocks of each of the pipeline's stages in order ([all of them]
-    without one)."""
-    largest = max(per_stage)
-    last = len(per_stage) - 1 - per_stage[::-1].index(largest)   # the latest of the largest: the most before it
+def rank_paths(lay, per_stage: list) -> list[tuple[int, int, bool]]:
+    """For each pipeline rank, the blocks its critical path runs one after another, each for one micro-batch
+    (forward and backward): (its own stages' blocks for every micro-batch; those of the stages before its first,
+    which with one stage a rank (1F1B, GPipe) run the first micro-batch forward before it can start and the last one
+    backward after it has ended, else 0; whether it holds the last stage, and with it the head). `per_stage`: the
+    blocks of each of the pipeline's stages in order ([all of them] without one); the stages sit on the ranks as
+    torch's schedules put them (frontend/pipeline.py)."""
+    pp = lay.axes.get("pp", 1)
+    if pp == 1:
+        return [(lay.microbatches * sum(per_stage), 0, True)]
+    from torch.distributed.pipelining._utils import generate_rank_to_stage_mapping
+    from ..frontend.pipeline import SCHEDULES
     schedule = (lay.schedule or "1F1B").lower()
-    before = sum(per_stage[:last]) if len(per_stage) > 1 and schedule in ONE_STAGE_A_RANK else 0
-    return lay.microbatches * largest, before
+    held = generate_rank_to_stage_mapping(pp, len(per_stage), SCHEDULES[schedule][1])
+    last = len(per_stage) - 1
+    one = schedule in ONE_STAGE_A_RANK
+    return [(lay.microbatches * sum(per_stage[k] for k in held[r]), sum(per_stage[:held[r][0]]) if one else 0,
+             last in held[r]) for r in range(pp)]
 
 
 def bound_us(lay, per_stage: list, ref: tuple, gpu) -> float:
@@ -102,15 +112,21 @@ def bound_us(lay, per_stage: list, ref: tuple, gpu) -> float:
     per_micro, dtypes = ref
     model = gpu.compute_model()
     rate = max(model.fastest_flops_per_s(d, gpu.peak(d)) for d in dtypes)
-    return sum(critical_blocks(lay, per_stage)) * per_micro / rate * 1e6
+    return max(own + before for own, before, _ in rank_paths(lay, per_stage)) * per_micro / rate * 1e6
 
 
-def serial_bound_us(lay, per_stage: list, serial) -> float:
-    """The layout's step can be no shorter than this (us), from a block's serial time (plan/probe.Serial): the
-    critical rank's own blocks at the probe's span, which its host's issuing bounds too; the stages' before it at
-    the probe's compute alone, as their hosts issue theirs while the stages before them compute."""
-    own, before = critical_blocks(lay, per_stage)
-    return own * serial.us + before * serial.gpu_us
+def serial_bound_us(lay, per_stage: list, serial, head_us: float | None = None) -> float:
+    """The layout's step can be no shorter than this (us), from a block's serial time (plan/probe.Serial): each
+    rank's own blocks at the probe's span, which its host's issuing bounds too, and the stages' before it at the
+    probe's compute alone, as their hosts issue theirs while the stages before them compute; the largest over the
+    ranks. Each micro-batch adds, without a pipeline, the rest of the model's span (embedding, head, loss), and on
+    the rank holding a pipeline's last stage `head_us` (plan/head_probe.py; None: not known)."""
+    if lay.axes.get("pp", 1) == 1:
+        ((own, _, _),) = rank_paths(lay, per_stage)
+        return own * serial.us + lay.microbatches * serial.rest_us
+    head = lay.microbatches * (head_us or 0.0)
+    return max(own * serial.us + before * serial.gpu_us + (head if last else 0.0)
+               for own, before, last in rank_paths(lay, per_stage))
 
 
 def threshold_us(ranked: list, top: int) -> float | None:
@@ -121,11 +137,17 @@ def threshold_us(ranked: list, top: int) -> float | None:
 
 class Bounds:
     """Each layout's lower bound on its step from the runs so far (`update`): the larger of the FLOPs bound and,
-    where its probe is trusted for its kind (plan/probe.py), the serial one; None where neither is known yet."""
+    where its probe is trusted for its kind (plan/probe.py: from the start for a file without a parallelize() of
+    its own), the serial one; None where neither is known yet."""
 
-    def __init__(self, spec, path: str, found: list, blocks: int, gpu, serial: dict, depths: dict):
+    def __init__(self, spec, path: str, found: list, blocks: int, gpu, serial: dict, depths: dict,
+                 heads: dict | None = None, head_counts: set = frozenset()):
         self.spec, self.path, self.found, self.blocks, self.gpu = spec, path, found, blocks, gpu
+        # a probe of a file with a parallelize() of its own is trusted only by a run of its kind (probe.trusted)
+        self.trust_by_runs = spec.parallelize is not None
         self.serial, self.depths = serial, depths       # probe.measured(); layout index -> Extrapolation
+        # head_probe.measured(), and the stage counts whose last stage holds that head (head_probe.probes)
+        self.heads, self.head_counts = heads or {}, head_counts
         self.refs: dict = {}
         self.kinds: dict = {}
         self._stages: dict = {}
@@ -140,15 +162,19 @@ class Bounds:
     def of(self, i: int) -> float | None:
         lay = self.found[i]
         ref, serial = self.refs.get(key(lay)), self.serial.get(key(lay))
-        if serial is not None and not probe.trusted(serial, self.kinds.get(kind(lay))):
+        if serial is not None and self.trust_by_runs and not probe.trusted(serial, self.kinds.get(kind(lay))):
             serial = None
         per_stage = self.per_stage(i) if ref or serial else None
         if not per_stage:
             return None
         out = [bound_us(lay, per_stage, ref, self.gpu)] if ref else []
         if serial is not None:
-            out.append(serial_bound_us(lay, per_stage, serial))
+            out.append(serial_bound_us(lay, per_stage, serial, self.head(lay, per_stage)))
         return max(out)
+
+    def head(self, lay, per_stage: list) -> float | None:
+        """The head's compute for one micro-batch on the last stage of the layout's pipeline (None: not known)."""
+        return self.heads.get(key(lay)) if len(per_stage) in self.head_counts else None
 
     def estimate(self, i: int) -> float:
         """Where to put the layout in the order the plan runs them: its bound, or its probe's not yet trusted
@@ -156,6 +182,7 @@ class Bounds:
         bound = self.of(i)
         if bound is not None:
             return bound
-        serial = self.serial.get(key(self.found[i]))
+        lay = self.found[i]
+        serial = self.serial.get(key(lay))
         per_stage = self.per_stage(i) if serial is not None else None
-        return serial_bound_us(self.found[i], per_stage, serial) if per_stage else 0.0
+        return serial_bound_us(lay, per_stage, serial, self.head(lay, per_stage)) if per_stage else 0.0

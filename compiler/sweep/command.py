@@ -112,9 +112,11 @@ def run_points(args, sweep, results, done: dict, ray, workers: int) -> int:
     tasks = [(p.index, p.options, sweep.directory, max_memory, cache) for p in todo]
     stream = ray.run(tasks) if ray else workers_mod.local(tasks, workers)
     by_index = {p.index: p for p in sweep.points}
-    failed = sum(1 for s in done.values() if s != "ok")
+    # `done` may hold points of other sweeps into the same file (a plan's rounds): only this one's count here
+    already = [done[p.index] for p in sweep.points if p.index in done]
+    failed = sum(1 for s in already if s != "ok")
     made, hits, start = {"workload": 0, "collective": 0}, 0, time.perf_counter()
-    bar = _progress(args.progress, len(sweep.points), len(done))
+    bar = _progress(args.progress, len(sweep.points), len(already))
     try:
         for index, outcome, made_now, hits_now in stream:
             results.append(by_index[index], outcome)
@@ -136,7 +138,7 @@ def run_points(args, sweep, results, done: dict, ray, workers: int) -> int:
     reused = (f"; captured {made['workload']} workload(s), compiled {made['collective']} collective(s), "
               f"reused {hits}" if made["workload"] or made["collective"] or hits else "")
     print(f"{args.sweep}: {len(sweep.points)} points, {len(sweep.points) - failed} ok, {failed} failed "
-          f"({len(done)} already in {args.output}); ran {len(todo)} in {took:.1f} s on {where}{rate}{reused}")
+          f"({len(already)} already in {args.output}); ran {len(todo)} in {took:.1f} s on {where}{rate}{reused}")
     return 1 if failed else 0
 
 
