@@ -1,5 +1,6 @@
 """`astra-compile plan` (compiler/plan/, frontend/layout.py): the layouts a model file supports on a cluster for
 a global batch, each written as a model file of its own and run on the sweep engine, ranked by step time."""
+import csv
 import json
 import os
 import textwrap
@@ -158,6 +159,26 @@ def test_plan_runs_ranks_and_resumes(tmp_path, capsys):
                          "-o", out_csv)
     assert code == 0 and "4 already in" in err and "ran 0" in err
     assert out.splitlines()[0].split()[:3] == ["rank", "layout", "step"]
+
+
+def test_gpu_replaces_the_clusters_in_every_run_and_in_the_memory_verdict(tmp_path, capsys):
+    path = model(tmp_path, """
+        def plan_space():
+            return {"axes": ["dp"], "micro_batch": [4], "checkpointing": ["none"]}
+    """)
+    args = ("plan", path, "--cluster", "dgx-h100:1", "--global-batch", "32", "--workers", "1", "--json")
+    ran = {}
+    for gpu in ("h100", "a100-40gb"):
+        results = str(tmp_path / f"{gpu}.csv")
+        code, out, err = cli(capsys, *args, "-o", results, *(("--gpu", gpu) if gpu != "h100" else ()))
+        assert code == 0, err
+        with open(results, newline="") as f:
+            (row,) = csv.DictReader(f)
+        ran[gpu] = json.loads(out)["layouts"][0] | {"peak": float(row["peak_tflops"])}
+    # the run's roofline is the A100's fp32 peak (this small model's step is its host's: the same either way)
+    assert (ran["h100"]["peak"], ran["a100-40gb"]["peak"]) == (67.0, 19.5)
+    assert (ran["h100"]["capacity_bytes"], ran["a100-40gb"]["capacity_bytes"]) == (80 * 10**9, 40 * 10**9)
+    refused(capsys, *args, "--gpu", "h1000", match="unknown GPU; known: ")
 
 
 def test_bad_input_one_line_each(tmp_path, capsys):

@@ -10,7 +10,7 @@ import pytest
 
 from astra_compile.compiler.frontend.layout import layout
 from astra_compile.compiler.frontend.model_file import load_model_file
-from astra_compile.compiler.plan import head_probe, probe, step_bound
+from astra_compile.compiler.plan import head_probe, order, probe, step_bound
 from astra_compile.compiler.plan.space import Layout
 from astra_compile.network.errors import UserError
 
@@ -161,3 +161,28 @@ def test_an_unsharded_layout_of_a_file_with_its_own_parallelize_is_refused(tmp_p
     path.write_text(textwrap.dedent(DEEP.format(layers=4)) + "\n\ndef parallelize(model, mesh):\n    return model\n")
     with pytest.raises(UserError, match=r"unsharded: the file has a parallelize\(\) of its own"):
         layout(str(path), unsharded=True)
+
+
+def test_layouts_none_of_which_can_be_bounded_run_in_one_round():
+    flat = [_layout({"dp": 2}, m) for m in (1, 2, 4)]   # micro-batch counts differ; the keys (tp, size, ...) agree
+    serial = {}
+    depths = {0: None, 1: None}
+    bounds = step_bound.Bounds(SimpleNamespace(parallelize=None), "model.py", flat, 6, None, serial, depths)
+    # 0 and 1 are timed at reduced depth: each may take the other's FLOPs; 2 runs whole, and may take theirs
+    assert [bounds.may_bound(i) for i in range(3)] == [True, True, True]
+    alone = step_bound.Bounds(SimpleNamespace(parallelize=None), "model.py", flat, 6, None, serial, {0: None})
+    assert [alone.may_bound(i) for i in range(3)] == [False, True, True]
+
+    rounds = []
+
+    def run(some):
+        rounds.append(list(some))
+        return []
+    lone = SimpleNamespace(update=lambda rows: None, of=lambda i: None, estimate=lambda i: float(i),
+                           may_bound=lambda i: False)
+    order.run_in_order(list(range(40)), [], run, lone, lambda rows: None, False, lambda i: None, 5)
+    assert rounds == [list(range(40))]
+    rounds.clear()
+    lone.may_bound = lambda i: True   # bounds may come: a first round of 5, then rounds of order.ROUND
+    order.run_in_order(list(range(40)), [], run, lone, lambda rows: None, False, lambda i: None, 5)
+    assert [len(r) for r in rounds] == [5, 16, 16, 3]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
@@ -48,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "cluster, memory included (docs/plan.md).")
     p.add_argument("model", help="the model file (.py, docs/workloads.md)")
     p.add_argument("--cluster", required=True, metavar="NAME:NODES", help="the cluster (docs/clusters.md)")
+    p.add_argument("--gpu", metavar="NAME|FILE", help="the GPU instead of the cluster's: a preset or a device file "
+                                                     "(docs/compute.md), for the runs and the memory verdicts")
     p.add_argument("--global-batch", required=True, type=int, metavar="SAMPLES",
                    help="samples per optimizer step over every GPU")
     p.add_argument("--seq", type=int, metavar="TOKENS", help="tokens per sample for tokens/s (default: the "
@@ -82,6 +85,11 @@ def main(argv: list[str]) -> int:
 def run(args) -> int:
     from ...network import clusters
     cluster = clusters.resolve(args.cluster)
+    if args.gpu is not None:   # (an unknown GPU: one line, before anything runs)
+        from ...network import devices
+        devices.resolve(args.gpu)
+        args.gpu = os.path.abspath(args.gpu) if os.path.isfile(args.gpu) else args.gpu   # (the workers' too)
+        cluster = dataclasses.replace(cluster, gpu=args.gpu)
     world = cluster.gpus
     if args.global_batch < 1:
         raise UserError(f"--global-batch {args.global_batch}: expected a sample count of 1 or more")
@@ -116,7 +124,9 @@ def run(args) -> int:
     with tempfile.TemporaryDirectory(prefix="astra-plan-") as scratch:
         results_path = os.path.abspath(args.output) if args.output else os.path.join(scratch, "layouts.csv")
         folder = _layouts_folder(path, results_path, args)
+        # what every run is given besides its file, mesh and cluster
         limit = {} if args.capture_limit is None else {"capture_limit": args.capture_limit}
+        limit |= {} if args.gpu is None else {"gpu": args.gpu}
 
         def layouts(indices, again: bool = False, files: bool = True) -> Sweep:
             return _write_layouts(path, digest, found, indices, depths.layouts, folder, world, args.cluster,

@@ -3,7 +3,8 @@ branch and bound over the layouts with plan/step_bound.py's lower bounds.
 
 A round runs the layouts with the least bounds first; after each, the --top-th fastest step found (the threshold)
 can only have fallen, and every layout left whose bound exceeds it is skipped: it cannot be among the --top. The
-first round runs only as many as it takes to have a threshold (--top, or a layout for each worker). A
+first round runs only as many as it takes to have a threshold (--top, or a layout for each worker), and where
+none of the layouts left can ever have a bound (step_bound.Bounds.may_bound) they all run in one. A
 kind's first layout (`first_of_kinds`: the least estimate among each kind, step_bound.kind) runs in the first
 round, so each kind's probe is trusted or not (plan/probe.py) before its bounds decide anything (a kind without
 a probe, or with one trusted from the start, needs no such round).
@@ -47,5 +48,7 @@ def run_in_order(indices: list, rows: list, run, bounds, threshold, first_of_kin
         if not left:
             return rows, skipped
         left.sort(key=bounds.estimate)
+        if not any(bounds.may_bound(i) for i in left):   # none can ever be skipped: rounds would only wait
+            size = len(left)
         rows = run(left[:size])
         pending, size = left[size:], ROUND

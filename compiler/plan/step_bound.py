@@ -27,6 +27,8 @@ out of the top. A layout without either bound runs.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from ...network.dtypes import DTYPES
 from . import probe
 from .depth import blocks_per_stage, stages_of
@@ -151,6 +153,7 @@ class Bounds:
         self.refs: dict = {}
         self.kinds: dict = {}
         self._stages: dict = {}
+        self._timed_keys = Counter(key(found[j]) for j in depths)   # layouts timed at reduced depth, by key
 
     def update(self, rows: list[dict]) -> None:
         self.refs = references(rows, self.found, self.depths)
@@ -171,6 +174,12 @@ class Bounds:
         if serial is not None:
             out.append(serial_bound_us(lay, per_stage, serial, self.head(lay, per_stage)))
         return max(out)
+
+    def may_bound(self, i: int) -> bool:
+        """Can layout i have a bound, now or once more layouts have run: a probe of its key, or another layout of
+        its key to time at reduced depth (its FLOPs)?"""
+        k = key(self.found[i])
+        return k in self.serial or self._timed_keys[k] > (i in self.depths)
 
     def head(self, lay, per_stage: list) -> float | None:
         """The head's compute for one micro-batch on the last stage of the layout's pipeline (None: not known)."""
