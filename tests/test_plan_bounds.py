@@ -186,3 +186,16 @@ def test_layouts_none_of_which_can_be_bounded_run_in_one_round():
     lone.may_bound = lambda i: True   # bounds may come: a first round of 5, then rounds of order.ROUND
     order.run_in_order(list(range(40)), [], run, lone, lambda rows: None, False, lambda i: None, 5)
     assert [len(r) for r in rounds] == [5, 16, 16, 3]
+
+
+def test_failed_probes_are_summed_up_in_one_line(capsys):
+    from astra_compile.compiler.plan.command import _say_probes_failed
+    rows = [{"point": "3", "status": "error", "error": "a layout's own failure"},   # layout 3 of 10: not a probe
+            {"point": "30", "status": "ok"}, {"point": "31", "status": "error", "error": "x.py: tp alone refused\n"},
+            {"point": "32", "status": "error", "error": "again"}]
+    _say_probes_failed(rows, 10)
+    err = capsys.readouterr().err
+    assert err.startswith("astra-compile plan: 2 probe runs failed (the first: x.py: tp alone refused): their "
+                          "layouts are bounded by their FLOPs alone") and err.count("\n") == 1, err
+    _say_probes_failed(rows[:2], 10)
+    assert capsys.readouterr().err == ""

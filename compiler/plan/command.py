@@ -154,6 +154,7 @@ def run(args) -> int:
             return _run(args, layouts(indices, again), results_path, workers, known)
 
         rows = _run(args, probes(), results_path, workers, known)   # a block's serial time: seconds each
+        _say_probes_failed(rows, len(found))
         from ...network import devices
         serial = probe.measured(rows, made, len(found))
         bounds = step_bound.Bounds(spec, path, found, sizes.blocks, devices.resolve(cluster.gpu), serial,
@@ -197,6 +198,16 @@ def _head_probes(spec, path: str, found: list, running: list, made: list, depth_
     keys = {step_bound.key(lay) for lay in piped}
     counts = {math.prod(depth_mod.stages_of(lay)) for lay in piped}
     return head_probe.probes([p for p in made if p.key in keys], counts, spec, path, depth_name)
+
+
+def _say_probes_failed(rows: list[dict], layouts: int) -> None:
+    """One line on stderr where probes failed (the sweep has listed each): what that costs the plan."""
+    failed = [r for r in rows if int(r["point"]) >= probe.FIRST_PROBE_POINT * layouts and r.get("status") != "ok"]
+    if failed:
+        why = (failed[0].get("error") or "").strip().splitlines()[:1]
+        print(f"astra-compile plan: {len(failed)} probe run{'s' * (len(failed) > 1)} failed"
+              + (f" (the first: {why[0]})" if why else "") + ": their layouts are bounded by their FLOPs alone, "
+              "or not at all, so fewer are skipped (docs/plan.md, 'Skipped by their step's bound')", file=sys.stderr)
 
 
 def _say_skipped(skipped: dict, running: int, limit: float | None, top: int) -> None:
