@@ -107,8 +107,8 @@ def test_each_pipeline_rank_bounds_the_step_and_the_last_stage_adds_its_head():
     flat = _layout({"dp": 2}, 4)
     assert step_bound.rank_paths(flat, [6]) == [(24, 0, True)]
     assert step_bound.serial_bound_us(flat, [6], s) == 4 * (6 * 10.0 + 7.0)
-    # 1F1B over 3 stages of 2, 2 and 1 blocks (the last holds the head, 20 us a micro-batch): the first rank has
-    # the most blocks, the last the blocks before it and the head
+    # 1F1B over 3 stages of 2, 2 and 1 blocks (the last holds the head, 20 us a micro-batch): without the head the
+    # second rank bounds the step (as many blocks as the first, and the first's before it); with it, the last
     pipe = _layout({"pp": 3}, 4)
     assert step_bound.rank_paths(pipe, [2, 2, 1]) == [(8, 0, False), (8, 2, False), (4, 4, True)]
     assert step_bound.serial_bound_us(pipe, [2, 2, 1], s) == 8 * 10.0 + 2 * 8.0
