@@ -100,6 +100,22 @@ def test_ctrl_c_inside_a_native_extensions_initialisation_waits_until_it_is_load
     assert sys.gettrace() is None or "coverage" in type(sys.gettrace()).__module__
 
 
+def test_ctrl_c_inside_torchs_package_body_waits_until_it_has_run():
+    """torch's __init__ calls native code (its _C._initExtension) that calls back into Python: a KeyboardInterrupt
+    raised there aborted a run started a moment before (SIGABRT, a pybind11 terminate message). It is held until
+    that body has run, then raised at the importer's next line."""
+    from astra_compile.compiler.core import interrupt
+    steps = []
+    body = compile("signal.raise_signal(signal.SIGINT)\nsteps.append('initialised')\n",
+                   os.path.join("site-packages", "torch", "__init__.py"), "exec")   # a module body, as imported
+    with interrupt.watched():
+        with pytest.raises(KeyboardInterrupt):
+            exec(body, {"signal": signal, "steps": steps})
+            steps.append("after")
+    assert steps == ["initialised"]
+    assert sys.gettrace() is None or "coverage" in type(sys.gettrace()).__module__
+
+
 def test_an_interrupted_run_in_process_returns_130(capsys, monkeypatch):
     """main() called in a process (a test, a notebook): the interrupt is one line and status 130 there too."""
     from astra_compile.compiler.driver import driver

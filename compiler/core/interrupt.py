@@ -8,9 +8,11 @@ a notebook) nothing is noted and every KeyboardInterrupt is taken as the user's.
 
 A Ctrl-C that lands while a native extension initialises is held until the extension is loaded: raised in the
 Python code such an extension runs while it loads (MLIR's bindings build Python enums), it makes the extension
-abort the process (SIGABRT, a C++ terminate message; a Ctrl-C early in start-up can land there). Elsewhere, an
-import included, it is raised at once: the run ends, so a module left half made does not matter, and holding a
-Ctrl-C through `import torch` would keep the user waiting seconds.
+abort the process (SIGABRT, a C++ terminate message; a Ctrl-C early in start-up can land there). The same holds
+for the packages whose own `__init__` calls native code that calls back into Python once their extension is
+loaded (torch's `_C._initExtension`, MLIR's site initialisation: NATIVE_PACKAGES), for as long as that body runs
+(about a second for torch). Elsewhere, an import included, it is raised at once: the run ends, so a module left
+half made does not matter, and holding a Ctrl-C through every import would keep the user waiting.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from importlib.machinery import ExtensionFileLoader
 
 # the loader's methods that run a native extension's initialisation (PyInit_*, then its module exec slots)
 _NATIVE_INIT = {ExtensionFileLoader.create_module.__code__, ExtensionFileLoader.exec_module.__code__}
+# the package bodies (file name endings) that run native code calling back into Python after their extension loads
+NATIVE_PACKAGES = ("torch/__init__.py", "torch_mlir/_mlir_libs/__init__.py")
 
 _watching = False    # is one of our handlers installed for SIGINT?
 _signalled = False   # has SIGINT arrived since it was installed?
@@ -47,7 +51,8 @@ def handler(exception=KeyboardInterrupt):
 
 def _in_native_init(frame) -> bool:
     while frame is not None:
-        if frame.f_code in _NATIVE_INIT:
+        code = frame.f_code
+        if code in _NATIVE_INIT or code.co_name == "<module>" and code.co_filename.endswith(NATIVE_PACKAGES):
             return True
         frame = frame.f_back
     return False
