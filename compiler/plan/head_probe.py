@@ -18,12 +18,10 @@ on fake tensors); a file whose split leaves, say, a norm on a middle stage gets 
 """
 from __future__ import annotations
 
-import os
-
 from ..frontend.layout import layout_file_text
 from ..sweep.spec import Point
 from . import depth
-from .probe import FIRST_PROBE_POINT, Probe, span_of
+from .probe import FIRST_PROBE_POINT, Probe, on_node_fabric, span_of
 
 STAGE_BLOCKS = 2   # blocks on each of a head probe's 2 stages (the file's depth constant set to twice this)
 MICROBATCHES = 2   # torch's 1F1B takes no fewer micro-batches than stages
@@ -59,21 +57,16 @@ def point_index(j: int, block_probes: int, layouts: int) -> int:
 def sweep_points(path: str, digest: str, found_count: int, block_probes: int, heads: list[Probe], depth_name: str,
                  folder: str, cluster, cluster_name: str, options: dict, files: bool, write) -> list[Point]:
     """The head probes' points (and, with `files`, their model files in `folder`, written by `write(file, text)`)."""
-    bandwidth, latency = cluster.bandwidth().split(",")[0], cluster.latency().split(",")[0]
     points = []
     for j, head in enumerate(heads):
-        tp = f"{cluster.intra_block}({head.tp})_" if head.tp > 1 else ""
-        dims = 2 if head.tp > 1 else 1
-        file = os.path.join(folder, f"probe_tp{head.tp}_mb{head.micro_batch}_{head.checkpointing}_head.py")
-        label = f"head {head.label()}"
+        file, label = head.file(folder, "head"), f"head {head.label()}"
         if files:
             write(file, layout_file_text(path, digest, head.micro_batch * MICROBATCHES, MICROBATCHES,
                                          head.checkpointing, "1F1B", True, label, (depth_name, 2 * STAGE_BLOCKS)))
         points.append(Point(point_index(j, block_probes, found_count),
                             {"input": file, "cluster": cluster_name,
                              "mesh": "pp=2" + (f",tp={head.tp}" if head.tp > 1 else ""),
-                             "topology": f"{tp}{cluster.intra_block}(2)", "bandwidth": ",".join([bandwidth] * dims),
-                             "latency": ",".join([latency] * dims), **options},
+                             **on_node_fabric(cluster, [head.tp, 2] if head.tp > 1 else [2]), **options},
                             {"layout": label, "depth": str(2 * STAGE_BLOCKS)}))
     return points
 

@@ -62,12 +62,25 @@ class Probe:
     def label(self) -> str:
         return f"probe tp={self.tp}, micro-batch {self.micro_batch}, checkpointing {self.checkpointing}"
 
+    def file(self, folder: str, run: str) -> str:
+        """The layout file of its run `run` ("depth3", "head", ...) in `folder`."""
+        return os.path.join(folder, f"probe_tp{self.tp}_mb{self.micro_batch}_{self.checkpointing}_{run}.py")
+
+
+def on_node_fabric(cluster, sizes: list[int]) -> dict:
+    """A probe run's network: dimensions of `sizes` NPUs each of the cluster's intra-node fabric, with its
+    bandwidth and latency (where a layout's tp group lies, plan/space.py, and a head probe's two stages)."""
+    bandwidth, latency = cluster.bandwidth().split(",")[0], cluster.latency().split(",")[0]
+    return {"topology": "_".join(f"{cluster.intra_block}({n})" for n in sizes),
+            "bandwidth": ",".join([bandwidth] * len(sizes)), "latency": ",".join([latency] * len(sizes))}
+
 
 def probes(found: list, indices: list, cluster, depth_name: str | None, own_parallelize: bool, kind) -> list[Probe]:
     """One probe per (tp, micro-batch size, checkpointing) among the layouts `indices` with tp inside a node (tp=1
     only for a file without a parallelize() of its own, on a node of 2 GPUs or more) where a kind (`kind(layout)`:
-    step_bound.kind) has two layouts or more: a kind's first layout runs anyway (plan/order.py), so a probe bounds
-    only those after it. None without the file's depth constant (plan/depth.py), which sets the probe's blocks."""
+    step_bound.kind) has two layouts or more: a lone kind's probe would run twice to bound one layout (and with a
+    parallelize() of the file's own that layout runs first anyway, plan/order.py). None without the file's depth
+    constant (plan/depth.py), which sets the probe's blocks."""
     if depth_name is None or cluster.gpus_per_node < 2:
         return []
     kinds = Counter(kind(found[i]) for i in indices)
@@ -84,19 +97,16 @@ def point_index(j: int, k: int, layouts: int) -> int:
 def sweep_points(path: str, digest: str, found_count: int, made: list[Probe], depth_name: str, folder: str,
                  cluster, cluster_name: str, options: dict, files: bool, write) -> list[Point]:
     """The probes' points (and, with `files`, their model files in `folder`, written by `write(file, text)`)."""
-    bandwidth, latency = cluster.bandwidth().split(",")[0], cluster.latency().split(",")[0]
     points = []
     for j, probe in enumerate(made):
         for k, blocks in enumerate(DEPTHS):
-            file = os.path.join(folder, f"probe_tp{probe.tp}_mb{probe.micro_batch}_{probe.checkpointing}"
-                                        f"_depth{blocks}.py")
+            file = probe.file(folder, f"depth{blocks}")
             if files:
                 write(file, layout_file_text(path, digest, probe.micro_batch, 1, probe.checkpointing, None, False,
                                              probe.label(), (depth_name, blocks), unsharded=probe.tp == 1))
             points.append(Point(point_index(j, k, found_count),
                                 {"input": file, "cluster": cluster_name, "mesh": probe.mesh,
-                                 "topology": f"{cluster.intra_block}({probe.gpus})", "bandwidth": bandwidth,
-                                 "latency": latency, **options},
+                                 **on_node_fabric(cluster, [probe.gpus]), **options},
                                 {"layout": probe.label(), "depth": str(blocks)}))
     return points
 
