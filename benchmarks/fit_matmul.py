@@ -12,7 +12,8 @@ proportional to the fraction, so the fraction f scales M by f_now / f: the least
 a = sum(M (P - R)) / sum(M^2) with P the published step, gives f = f_now / a. Not every matmul moves with it (one
 whose bytes take longer than its FLOPs does not), so the fit is run again with the fitted value in the preset until
 a is 1 to within 1 % (0.5379 -> 0.92 -> 0.97 for the A100s, a = 0.991 then; 0.8615 since Megatron's fused softmax and
-the GEMM tails, a = 1.008). The runs left out of the fit (B1a-d: the same models over 128
+the GEMM tails, a = 1.008; a = 1.011 since the file's in-place cross-entropy, left there: a refit moves A1a-d by
+0.5 to 0.7 %). The runs left out of the fit (B1a-d: the same models over 128
 DGX nodes) are the check on something it was not fitted to: `python benchmarks/fidelity.py`.
 
     python benchmarks/fit_matmul.py [--runs A1a,A1b,A1c,A1d] [--dtype fp16]

@@ -34,6 +34,40 @@ def test_megatron_gpt_2b_on_tp2(monkeypatch):
     assert reduces == [4] + [16 * 1024 * 4] * 3 + [activation] * (30 * 6 + 2)
 
 
+def megatron_module(monkeypatch, size):
+    """megatron_gpt.py imported as a module of its own at one MEGATRON_SIZE."""
+    import importlib.util
+    monkeypatch.setenv("MEGATRON_SIZE", size)
+    spec = importlib.util.spec_from_file_location(f"_megatron_{size}", os.path.join(PUBLISHED, "megatron_gpt.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("size, tp", [("1b", [1]), ("2b", [1, 2]), ("8b", [1, 2, 4, 8])])
+def test_megatron_plan_space_splits_whole_heads(monkeypatch, size, tp):
+    # plan weighs every tensor-parallel size Megatron allows (the 1B's 15 heads, the 2B's 18, the 8B's 32), not
+    # only the published run's; the file's own full checkpointing stays the only one
+    assert megatron_module(monkeypatch, size).plan_space() == {"axes": ["dp", "tp"], "tp": tp,
+                                                                "checkpointing": ["none"]}
+
+
+def test_megatron_cross_entropy_in_place_is_the_cross_entropy(monkeypatch):
+    # the file's vocab-parallel cross-entropy works on its fp32 copy in place, as Megatron's (its memory, not its
+    # arithmetic, is the point): loss and fp16 gradient are torch's on one rank's whole vocabulary
+    import torch
+    module = megatron_module(monkeypatch, "1b")
+    torch.manual_seed(0)
+    logits = (4 * torch.randn(3, 5, 37)).half().requires_grad_()
+    labels = torch.randint(0, 37, (3, 5))
+    loss = module._VocabParallelCrossEntropy.apply(logits, labels, None, 0)
+    (loss * torch.arange(15.0).view(3, 5)).sum().backward()
+    same = logits.detach().clone().requires_grad_()
+    expected = torch.nn.functional.cross_entropy(same.float().transpose(1, 2), labels, reduction="none")
+    (expected * torch.arange(15.0).view(3, 5)).sum().backward()
+    assert torch.allclose(loss, expected, atol=1e-5)
+    assert logits.grad.dtype == torch.float16 and torch.allclose(logits.grad, same.grad, atol=1e-3)
+
 @pytest.mark.parametrize("name, pipeline", [("gpt3_175b_megatron.py", "Interleaved1F1B"), ("bloom_176b.py", "1F1B"),
                                             ("llama3_405b.py", "Interleaved1F1B")])
 def test_the_papers_runs_load_from_a_clone(name, pipeline):

@@ -411,6 +411,62 @@ def test_the_states_of_an_optimizer_a_file_wraps_are_optimizer_states(tmp_path):
     assert m["optimizer_states_bytes"] == 2 * 8 * weight + 8 * STEP_TENSOR
 
 
+SOFTMAX_LOSS = """
+    import torch
+    from torch import nn
+    B, W, V = 1024, 64, 2048   # the logits: B x V fp32, 8 MiB
+
+    class Softmax(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, logits):
+            y = logits.clone()
+            if {in_place}:
+                y.sub_(y.max(dim=-1, keepdim=True).values)
+                torch.exp(y, out=y)
+                y.div_(y.sum(dim=-1, keepdim=True))
+            else:
+                y = y - y.max(dim=-1, keepdim=True).values
+                y = y.exp()
+                y = y / y.sum(dim=-1, keepdim=True)
+            ctx.save_for_backward(y)
+            return y[:, 0].sum()
+
+        @staticmethod
+        def backward(ctx, grad):
+            (y,) = ctx.saved_tensors
+            return y.mul_(grad)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(W, V, bias=False)
+
+        def forward(self, x):
+            return Softmax.apply(self.fc(x))
+
+    def build_model():
+        return M()
+
+    def example_inputs():
+        return torch.randn(B, W)
+"""
+
+
+def test_in_place_ops_and_out_arguments_allocate_nothing(tmp_path):
+    # Megatron's vocab-parallel cross-entropy shifts, exponentiates and normalises its fp32 logits in place
+    # (benchmarks/published/megatron_gpt.py): the forward's peak holds the logits and the one copy worked on.
+    # Written out of place, a shifted copy and its exponentials are live together with the logits: three
+    logits, small = 1024 * 2048 * 4, 2**20   # small: the per-row max and sum, the loss, in allocator blocks
+    peaks = {}
+    for in_place in (True, False):
+        path = tmp_path / f"softmax_{in_place}.py"
+        path.write_text(textwrap.dedent(SOFTMAX_LOSS.format(in_place=in_place)))
+        m = memory_of(path)
+        assert m["peak_phase"] == "forward"
+        peaks[in_place] = m["activations_bytes"]
+    assert 2 * logits < peaks[True] < 2 * logits + small
+    assert 3 * logits < peaks[False] < 3 * logits + small
+
 def test_a_damaged_memory_record_is_named_never_raised():
     # network/memory_record.problem checks every record read back (capture cache, wl.memory, meta.json): any JSON
     # value, the valid record damaged anywhere included, gives a reason or "", never an exception

@@ -18,7 +18,8 @@ Training as Megatron 2020 ran it:
 - Tensor parallelism as Megatron writes it: column-parallel QKV and first MLP layer, row-parallel attention
   output and second MLP layer, each row-parallel output all-reduced in the forward and each column-parallel input's
   gradient all-reduced in the backward (the f and g operators), a vocab-parallel embedding (all-reduced) and the
-  vocab-parallel cross-entropy (its max, sum of exponentials and target logit all-reduced).
+  vocab-parallel cross-entropy (its max, sum of exponentials and target logit all-reduced; its fp32 copy of the
+  logits shifted, exponentiated and normalised in place and kept as the softmax, as Megatron's).
 - Data parallelism: torch DistributedDataParallel over the dp group (Megatron's --DDP-impl torch), gradients
   all-reduced in fp16 in 25 MB buckets during the backward.
 - Attention as Megatron 2020 computes it: the scaling inside the Q K^T GEMM, then the causal mask and softmax in
@@ -28,7 +29,8 @@ Training as Megatron 2020 ran it:
   PyTorch would run a copy, a masked fill at a third of the bandwidth and a softmax forward, and a multiply, a
   masked fill and a softmax backward (compiler/frontend/gpu_composites.py): A1a 20 % longer.
 
-Mesh: `tp` (the size's TP) and `dp`; a `spare` axis holds GPUs of a node the run leaves idle (A1a-c ran on 1, 2
+Mesh: `tp` and `dp` (by default the size's published TP; any tp that divides the heads, as Megatron allows, so
+`astra-compile plan` can weigh others); a `spare` axis holds GPUs of a node the run leaves idle (A1a-c ran on 1, 2
 or 4 of a DGX-A100's 8 GPUs):
 
     MEGATRON_SIZE=2b astra-compile benchmarks/published/megatron_gpt.py --cluster dgx-a100:1 --mesh spare=4,tp=2
@@ -119,6 +121,41 @@ def _fused_softmax_op():
 FUSED_SOFTMAX = _fused_softmax_op()
 
 
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    """Megatron's _VocabParallelCrossEntropy (megatron/mpu/cross_entropy.py): the fp32 copy of the logits is shifted,
+    exponentiated and normalised in place and kept as the softmax for the backward, which turns it into the
+    gradient in place. Written out of place, the shifted logits, their exponentials and the softmax's gradient
+    would each be another [b, s, V/tp] fp32 tensor (3.4 GB a micro-batch at 1B), live together at the loss."""
+
+    @staticmethod
+    def forward(ctx, logits, labels, group, first):
+        ctx.dtype = logits.dtype
+        logits = logits.float()   # the default (no --fp16-lm-cross-entropy): this copy is the one worked on
+        top = logits.max(dim=-1).values
+        if group is not None:
+            dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
+        logits.sub_(top.unsqueeze(-1))
+        outside = (labels < first) | (labels >= first + logits.shape[-1])
+        index = (labels - first).masked_fill(outside, 0).unsqueeze(-1)
+        target = logits.gather(-1, index).squeeze(-1).masked_fill(outside, 0.0)
+        torch.exp(logits, out=logits)
+        total = logits.sum(dim=-1)
+        if group is not None:
+            dist.all_reduce(target, group=group)
+            dist.all_reduce(total, group=group)
+        logits.div_(total.unsqueeze(-1))
+        ctx.save_for_backward(logits, index, outside)
+        return total.log() - target
+
+    @staticmethod
+    def backward(ctx, grad):
+        softmax, index, outside = ctx.saved_tensors
+        # d loss / d logit = softmax - 1 at the target (on the rank that holds it), times the loss's gradient
+        softmax.scatter_add_(-1, index, (outside.to(softmax.dtype) - 1.0).unsqueeze(-1))
+        softmax.mul_(grad.unsqueeze(-1))
+        return softmax.to(ctx.dtype), None, None, None
+
+
 def linear(features_in, features_out, bias=True):
     return nn.Linear(features_in, features_out, bias=bias, dtype=DTYPE)
 
@@ -184,20 +221,7 @@ class GPT(nn.Module):
 
     def cross_entropy(self, logits, labels):
         """Megatron's vocab-parallel cross-entropy on this rank's slice of the vocabulary, in fp32."""
-        logits = logits.float()
-        top = logits.max(dim=-1).values.detach()   # a shift the softmax does not see: no gradient through it
-        if self.tp_group is not None:
-            dist.all_reduce(top, op=dist.ReduceOp.MAX, group=self.tp_group)
-        logits = logits - top.unsqueeze(-1)
-        first = self.tp_rank * (VOCAB // self.tp)
-        outside = (labels < first) | (labels >= first + VOCAB // self.tp)
-        target = logits.gather(-1, (labels - first).masked_fill(outside, 0).unsqueeze(-1)).squeeze(-1)
-        target = target.masked_fill(outside, 0.0)
-        total = logits.exp().sum(dim=-1)
-        if self.tp_group is not None:
-            target = reduce_from_tp(target, self.tp_group)
-            total = reduce_from_tp(total, self.tp_group)
-        return total.log() - target
+        return _VocabParallelCrossEntropy.apply(logits, labels, self.tp_group, self.tp_rank * (VOCAB // self.tp))
 
     def forward(self, tokens, labels):
         x = self.embed(tokens)
@@ -240,6 +264,12 @@ def mesh_axes(world_size):
     return {"dp": world_size // TP, "tp": TP}
 
 
+def plan_space():
+    """What `astra-compile plan` may vary: Megatron's data and tensor parallelism, tp over whole heads, micro-batches.
+    Every layer is checkpointed already (the file's own full checkpointing), so plan adds none on top."""
+    return {"axes": ["dp", "tp"], "tp": [tp for tp in (1, 2, 4, 8) if HEADS % tp == 0], "checkpointing": ["none"]}
+
+
 def build_model():
     return GPT()
 
@@ -254,8 +284,9 @@ def parallelize(model, mesh):
     if "spare" in names:
         mesh["spare"]   # GPUs of the node the published run left idle: no collective runs over them
     tp = mesh["tp"].size() if "tp" in names else 1
-    if tp != TP:
-        raise ValueError(f"the {SIZE} run is tensor-parallel over {TP}; the mesh's tp is {tp}")
+    if HEADS % tp:   # Megatron splits whole heads (and so the hidden size, 3h and 4h) over tp
+        raise ValueError(f"the {SIZE} model's {HEADS} attention heads do not split over the mesh's tp={tp}")
+    _TP_GROUP[:] = []   # a process that captures several layouts (plan's workers) keeps this module
     if tp > 1:   # this rank's shards: the layers built at their tensor-parallel sizes
         group = mesh["tp"].get_group()
         model = GPT(tp)
