@@ -121,6 +121,13 @@ def _fused_softmax_op():
 FUSED_SOFTMAX = _fused_softmax_op()
 
 
+def vocab_slice(ids, first, part):
+    """Megatron's split of the vocabulary over tp (its VocabUtility): (each id as a row of this rank's slice, ids
+    first to first + part, the others as row 0; the mask of those others), for the embedding and the loss."""
+    outside = (ids < first) | (ids >= first + part)
+    return (ids - first).masked_fill(outside, 0), outside
+
+
 class _VocabParallelCrossEntropy(torch.autograd.Function):
     """Megatron's _VocabParallelCrossEntropy (megatron/mpu/cross_entropy.py): the fp32 copy of the logits is shifted,
     exponentiated and normalised in place and kept as the softmax for the backward, which turns it into the
@@ -135,8 +142,8 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         if group is not None:
             dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
         logits.sub_(top.unsqueeze(-1))
-        outside = (labels < first) | (labels >= first + logits.shape[-1])
-        index = (labels - first).masked_fill(outside, 0).unsqueeze(-1)
+        index, outside = vocab_slice(labels, first, logits.shape[-1])
+        index = index.unsqueeze(-1)
         target = logits.gather(-1, index).squeeze(-1).masked_fill(outside, 0.0)
         torch.exp(logits, out=logits)
         total = logits.sum(dim=-1)
@@ -209,9 +216,8 @@ class GPT(nn.Module):
         if self.tp_group is None:
             return self.word(tokens)
         # this rank's vocabulary slice: other tokens look up row 0 and are zeroed, then all-reduced
-        first = self.tp_rank * (VOCAB // self.tp)
-        outside = (tokens < first) | (tokens >= first + VOCAB // self.tp)
-        words = self.word((tokens - first).masked_fill(outside, 0)).masked_fill(outside.unsqueeze(-1), 0.0)
+        rows, outside = vocab_slice(tokens, self.tp_rank * (VOCAB // self.tp), VOCAB // self.tp)
+        words = self.word(rows).masked_fill(outside.unsqueeze(-1), 0.0)
         return reduce_from_tp(words, self.tp_group)
 
     def embed(self, tokens):
