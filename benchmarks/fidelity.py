@@ -7,8 +7,8 @@ shown). The table: id, predicted and published step, the error, tokens/s/GPU pre
 per GPU predicted (the report's `memory` object, where this version has one; "-") and published (where quoted),
 and the run's wall time (capture included). Median and max |error| below it.
 
-A1a-c ran on 1, 2 or 4 of a DGX-A100's 8 GPUs: their mesh gives the idle GPUs a `spare` axis (the model file reads
-and ignores it; the tool then warns that no collective runs over it, which is the published run's shape).
+A1a-c ran on 1, 2 or 4 of a DGX-A100's 8 GPUs: `--cluster dgx-a100:1x1` (1x2, 1x4), part of a node
+(docs/clusters.md).
 
     python benchmarks/fidelity.py [--runs A1a,T1] [--json FILE]
 """
@@ -31,9 +31,9 @@ GIB = 2 ** 30
 # Megatron: step = iteration time; tokens per GPU = global batch x 1024 / GPUs. torchtitan: step = local batch x
 # sequence / TPS (the README's way of counting).
 RUNS = {
-    "A1a": (GPT, {"MEGATRON_SIZE": "1b"}, "dgx-a100:1", "spare=8,tp=1", 16 * 1024 / 1, 1.076, None),
-    "A1b": (GPT, {"MEGATRON_SIZE": "2b"}, "dgx-a100:1", "spare=4,tp=2", 16 * 1024 / 2, 1.026, None),
-    "A1c": (GPT, {"MEGATRON_SIZE": "4b"}, "dgx-a100:1", "spare=2,tp=4", 16 * 1024 / 4, 1.162, None),
+    "A1a": (GPT, {"MEGATRON_SIZE": "1b"}, "dgx-a100:1x1", "dp=1,tp=1", 16 * 1024 / 1, 1.076, None),
+    "A1b": (GPT, {"MEGATRON_SIZE": "2b"}, "dgx-a100:1x2", "dp=1,tp=2", 16 * 1024 / 2, 1.026, None),
+    "A1c": (GPT, {"MEGATRON_SIZE": "4b"}, "dgx-a100:1x4", "dp=1,tp=4", 16 * 1024 / 4, 1.162, None),
     "A1d": (GPT, {"MEGATRON_SIZE": "8b"}, "dgx-a100:1", "dp=1,tp=8", 16 * 1024 / 8, 1.343, None),
     "B1a": (GPT, {"MEGATRON_SIZE": "1b"}, "dgx-a100:16", "dp=128,tp=1", 2048 * 1024 / 128, 1.153, None),
     "B1b": (GPT, {"MEGATRON_SIZE": "2b"}, "dgx-a100:32", "dp=128,tp=2", 2048 * 1024 / 256, 1.101, None),

@@ -4,9 +4,8 @@ benchmarks/data/record_llama_step.py).
 
 The recording ran benchmarks/published/torchtitan_llama3_8b.py as written (selective checkpointing, FSDP2 with
 bf16 parameters, clipped AdamW) on a one-rank mesh. Here the same file, its LAYERS set to the recorded depth, is
-timed with `--gpu h200` or `--gpu h100`: a topology has at least 2 NPUs, so the mesh is `rep=2,dp=1` on
-"Switch(2)", FSDP over the one-rank `dp` axis and the second rank a copy (the tool's warning about it is
-expected). Printed per run: the measured and predicted step, the peak of allocated bytes (as
+timed with `--gpu h200` or `--gpu h100` on one GPU of a node (`--cluster hgx-h200:1x1`, docs/clusters.md), FSDP
+over a one-rank `dp` axis. Printed per run: the measured and predicted step, the peak of allocated bytes (as
 max_memory_allocated) and the reserved bytes' peak, with the errors.
 
 The capture runs scaled_dot_product_attention as the flash kernel (compiler/frontend/gpu_attention.py), as the
@@ -31,22 +30,12 @@ DATA = {"h200": os.path.join(HERE, "data", "h200_llama8b_steps.json"),
         "h100": os.path.join(HERE, "data", "h100_llama8b_steps.json")}
 GIB = 2 ** 30
 # The file as one GPU ran it: its module's LAYERS set before the model is built, as record_llama_step.py set it
-# (Llama() and parallelize() read it when they run); FSDP over a one-rank axis; the second NPU a copy of the step.
+# (Llama() and parallelize() read it when they run).
 WORLD_ONE = '''import sys
 sys.path.insert(0, {folder!r})
 import {module} as _file
 _file.LAYERS = {layers}
 from {module} import *          # noqa: F401,F403
-from {module} import parallelize as _parallelize
-
-
-def mesh_axes(world_size):
-    return {{"rep": 2, "dp": 1}}
-
-
-def parallelize(model, mesh):
-    mesh["rep"]
-    return _parallelize(model, {{"dp": mesh["dp"]}})
 '''
 
 
@@ -60,8 +49,8 @@ def at_depth(folder: str, layers: int) -> str:
 
 
 def predict(path: str, gpu: str) -> dict:
-    argv = [sys.executable, "-m", "astra_compile", path, "--topology", "Switch(2)", "--mesh", "rep=2,dp=1",
-            "--gpu", gpu, "--json"]
+    argv = [sys.executable, "-m", "astra_compile", path, "--cluster", "hgx-h200:1x1", "--mesh", "dp=1", "--gpu", gpu,
+            "--json"]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"llama_gpu_fidelity: {' '.join(argv)} exited {done.returncode}: {done.stderr[-400:]}")

@@ -41,7 +41,7 @@ def search(global_batch: int, runs: int, whole: bool):
         start = time.perf_counter()
         spec, names, sizes, _seq, _fits = command._inspect(MODEL, cluster, None)
         searched = space.space_of(spec, names, MODEL)
-        found = space.layouts(searched, cluster.gpus, cluster.gpus_per_node, global_batch, sizes.blocks)
+        found = space.layouts(searched, cluster.gpus, cluster.per_node, global_batch, sizes.blocks)
         pruned = command._prune(MODEL, found, sizes, cluster)
         depths = depth.plan(spec, names, MODEL, sizes.blocks, found, set(pruned), searched.depth, whole)
         walls.append(time.perf_counter() - start)

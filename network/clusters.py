@@ -31,7 +31,7 @@ NUMBERS = ("gpu", "gpus_per_node", "intra_gb_s", "intra_latency_ns", "nic_gbit_s
 # the most GPUs a cluster may have: ten times the largest training clusters built; beyond it a topology of that many
 # NPUs is a typing mistake, refused here before any stage sizes arrays by the NPU count
 MAX_GPUS = 1 << 20
-USAGE = "expected NAME:NODES, e.g. dgx-h100:16 (docs/clusters.md)"
+USAGE = "expected NAME:NODES or NAME:NODESxGPUS, e.g. dgx-h100:16 or dgx-a100:1x4 (docs/clusters.md)"
 
 
 @dataclass(frozen=True)
@@ -50,17 +50,30 @@ class Cluster:
     nic_efficiency: float | None = None
     sources: tuple = ()       # (field, text) pairs
     nodes: int = 1
+    in_use: int | None = None   # GPUs of each node the job runs on (NAME:NODESxGPUS); None: all of them
+
+    @property
+    def per_node(self) -> int:
+        """GPUs of each node the job runs on."""
+        return self.gpus_per_node if self.in_use is None else self.in_use
 
     @property
     def gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
+        """GPUs the job runs on (one GPU alone is placed on NPU 0 of its node's fabric: topology())."""
+        return self.nodes * self.per_node
 
     def _dimensions(self) -> list[tuple[str, float, float]]:
-        """(block, GB/s of 2^30 B, ns per hop) per dimension: the node's fabric, then the nodes' switch (none for
-        one node: a dimension needs 2 NPUs)."""
+        """(block, GB/s of 2^30 B, ns per hop) per dimension: the GPUs in use of each node over its fabric, then
+        the nodes' switch (none for one node: a dimension needs 2 NPUs). Part of a node's GPUs keep their own
+        bandwidth on a switch; in a FullyConnected mesh each has a link to every other GPU of the node (the
+        preset's bandwidth is over all of them) and uses those to the GPUs in use only. One GPU of one node, which
+        no dimension holds, is the node's whole fabric (the step placed on NPU 0: compiler/api/api.py,
+        where no collective moves anything)."""
         intra, nic = (1.0 if e is None else e for e in (self.intra_efficiency, self.nic_efficiency))
-        dims = [(f"{self.intra_block}({self.gpus_per_node})", self.intra_gb_s * intra * 1e9 / GIB,
-                 self.intra_latency_ns)]
+        used = self.per_node if self.gpus > 1 else self.gpus_per_node
+        links = (used - 1) / (self.gpus_per_node - 1) if self.intra_block == "FullyConnected" else 1.0
+        dims = [(f"{self.intra_block}({used})", self.intra_gb_s * intra * links * 1e9 / GIB,
+                 self.intra_latency_ns)] if used > 1 else []
         if self.nodes > 1:
             dims.append((f"Switch({self.nodes})", self.nic_gbit_s * nic * 1e9 / 8 / GIB, self.nic_latency_ns))
         return dims
@@ -82,7 +95,9 @@ class Cluster:
         fitted = [dim for dim, e in (("node fabric", self.intra_efficiency), ("NICs", self.nic_efficiency))
                   if e is not None]
         also = f"; {' and '.join(fitted)} at the efficiency fitted to published nccl-tests logs" if fitted else ""
-        return {"name": self.name, "nodes": self.nodes, "gpus": self.gpus, "description": self.description,
+        part = "" if self.in_use is None else \
+            f"; {self.in_use} of {'the' if self.nodes == 1 else 'each'} node's {self.gpus_per_node} GPUs in use"
+        return {"name": self.name, "nodes": self.nodes, "gpus": self.gpus, "description": self.description + part,
                 "source": f"preset {self.name} ({PRESET_SOURCE}{also})"}
 
 
@@ -94,7 +109,8 @@ def presets() -> dict[str, Cluster]:
 
 
 def resolve(spec) -> Cluster:
-    """`--cluster`'s value: "NAME:NODES" (a preset's name and a whole number of nodes >= 1), or a Cluster."""
+    """`--cluster`'s value: "NAME:NODES" (a preset's name and a whole number of nodes >= 1), "NAME:NODESxGPUS"
+    (GPUS of each node's in use, 1 to all of them: a job on part of a node), or a Cluster."""
     if isinstance(spec, Cluster):
         return spec
     if not isinstance(spec, str) or ":" not in spec:
@@ -104,22 +120,34 @@ def resolve(spec) -> Cluster:
     cluster = table.get(name.strip().lower())
     if cluster is None:
         raise UserError(f"--cluster {show(spec)}: unknown cluster {show(name)}; known: {', '.join(table)}")
+    count, cross, used = count.strip().lower().partition("x")
+    nodes = _whole(spec, count, "the node count")
+    per_node = cluster.gpus_per_node
+    if cross:
+        per_node = _whole(spec, used, "the GPUs in use of each node")
+        if per_node > cluster.gpus_per_node:
+            raise UserError(f"--cluster {show(spec)}: a {cluster.name} node has {cluster.gpus_per_node} GPUs, "
+                            f"not {per_node}")
+    if nodes * per_node > MAX_GPUS:
+        raise UserError(f"--cluster {show(spec)}: {nodes} nodes of {per_node} GPUs is {nodes * per_node} GPUs; "
+                        f"at most {MAX_GPUS} are modelled ({MAX_GPUS // per_node} nodes)")
+    return dataclasses.replace(cluster, nodes=nodes,
+                               in_use=None if per_node == cluster.gpus_per_node else per_node)
+
+
+def _whole(spec, count: str, what: str) -> int:
+    """A count of `spec` (a node count, GPUs in use): a whole number >= 1, else one UserError."""
     count = count.strip()
     # digits only, and few of them: int() of a long string is slow, and such a count is over MAX_GPUS anyway
     if not (count.isascii() and count.isdigit()) or len(count) > 9 or int(count) < 1:
-        raise UserError(f"--cluster {show(spec)}: the node count must be a whole number >= 1, got {show(count)}")
-    nodes = int(count)
-    if nodes * cluster.gpus_per_node > MAX_GPUS:
-        raise UserError(f"--cluster {show(spec)}: {nodes} nodes of {cluster.gpus_per_node} GPUs is "
-                        f"{nodes * cluster.gpus_per_node} GPUs; at most {MAX_GPUS} are modelled "
-                        f"({MAX_GPUS // cluster.gpus_per_node} nodes)")
-    return dataclasses.replace(cluster, nodes=nodes)
+        raise UserError(f"--cluster {show(spec)}: {what} must be a whole number >= 1, got {show(count)}")
+    return int(count)
 
 
 def _preset(name: str, data: dict) -> Cluster:
     """A preset from clusters.json; a malformed one is the repository's mistake, said in one line."""
     where = f"network/clusters.json: preset {name}"
-    fields = {f.name for f in dataclasses.fields(Cluster)} - {"name", "nodes"}
+    fields = {f.name for f in dataclasses.fields(Cluster)} - {"name", "nodes", "in_use"}
     if set(data) != fields:
         raise UserError(f"{where}: fields {sorted(data)}; expected {sorted(fields)}")
     if data["intra_block"] not in BLOCKS:

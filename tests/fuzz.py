@@ -435,10 +435,12 @@ CLUSTER_NAMES = ["dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", 
 
 
 def case_cluster(draw, workdir):
-    """--cluster NAME:NODES (docs/clusters.md): a preset or any text, a node count or any text, beside a collective
+    """--cluster NAME:NODES[xGPUS] (docs/clusters.md): a preset or any text, counts or any text, beside a collective
     and sometimes the options that override the cluster's parts."""
     name = draw(st.one_of(st.sampled_from(CLUSTER_NAMES), st.text(max_size=12)))
-    spec = draw(st.one_of(st.builds(lambda n, k: f"{n}:{k}", st.just(name), st.one_of(SMALL, HUGE, st.text(max_size=6))),
+    count = st.one_of(SMALL, HUGE, st.text(max_size=6))
+    spec = draw(st.one_of(st.builds(lambda n, k: f"{n}:{k}", st.just(name), count),
+                          st.builds(lambda n, k, g: f"{n}:{k}x{g}", st.just(name), count, count),   # part of a node
                           st.just(name)))
     argv = [*COLLECTIVE, "--cluster", spec]
     for _ in range(draw(st.integers(0, 2))):

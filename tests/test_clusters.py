@@ -64,7 +64,13 @@ def test_known_figures_and_the_topology_they_make():
 @pytest.mark.parametrize("spec, message", [
     ("dgx-h300:2", "--cluster 'dgx-h300:2': unknown cluster 'dgx-h300'; known: dgx-a100, dgx-h100, hgx-h200, "
                    "dgx-b200, gb200-nvl72, mi300x"),
-    ("dgx-h100", "--cluster 'dgx-h100': expected NAME:NODES, e.g. dgx-h100:16"),
+    ("dgx-h100", "--cluster 'dgx-h100': expected NAME:NODES or NAME:NODESxGPUS, e.g. dgx-h100:16 or "
+                 "dgx-a100:1x4"),
+    ("dgx-a100:1x9", "--cluster 'dgx-a100:1x9': a dgx-a100 node has 8 GPUs, not 9"),
+    ("dgx-a100:1x0", "the GPUs in use of each node must be a whole number >= 1, got '0'"),
+    ("dgx-a100:2x", "the GPUs in use of each node must be a whole number >= 1, got ''"),
+    ("dgx-a100:1x4x2", "got '4x2'"),
+    ("dgx-a100:x4", "the node count must be a whole number >= 1, got ''"),
     ("dgx-h100:", "the node count must be a whole number >= 1, got ''"),
     ("dgx-h100:0", "the node count must be a whole number >= 1, got '0'"),
     ("dgx-h100:-2", "got '-2'"),
@@ -78,6 +84,51 @@ def test_refusals_are_one_line_exit_2(capsys, spec, message):
         clusters.resolve(spec)
     refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--cluster", spec, match=message)
     assert clusters.resolve("dgx-h100:131072").gpus == 2 ** 20   # the bound itself is taken
+
+
+def test_part_of_a_node():
+    whole = clusters.resolve("dgx-a100:1")
+    assert clusters.resolve("dgx-a100:1x8") == whole   # every GPU of the node: the node
+    four = clusters.resolve("dgx-a100:1X4")   # a switch gives each GPU in use its own bandwidth
+    assert (four.gpus, four.per_node, four.topology(), four.bandwidth(), four.latency()) == \
+        (4, 4, "Switch(4)", whole.bandwidth(), whole.latency())
+    assert four.describe()["gpus"] == 4 and four.describe()["description"] == \
+        whole.description + "; 4 of the node's 8 GPUs in use"
+    # in a FullyConnected mesh each GPU has 7 links of 64 GB/s; 4 GPUs of the node use 3 of them
+    mi300x = clusters.resolve("mi300x:1x4")
+    assert mi300x.topology() == "FullyConnected(4)" and mi300x.latency() == "27153"
+    assert float(mi300x.bandwidth()) == pytest.approx(3 * 64e9 * 0.7028 / GIB, rel=1e-12)
+    nodes = clusters.resolve("dgx-h100:2x4")   # each node's NICs as before, one per GPU
+    assert (nodes.gpus, nodes.topology(), nodes.bandwidth()) == \
+        (8, "Switch(4)_Switch(2)", clusters.resolve("dgx-h100:2").bandwidth())
+    assert nodes.describe()["description"].endswith("; 4 of each node's 8 GPUs in use")
+    spread = clusters.resolve("dgx-h100:3x1")   # one GPU per node: the NICs alone
+    assert (spread.gpus, spread.topology(), spread.latency()) == (3, "Switch(3)", "1350")
+    one = clusters.resolve("dgx-a100:1x1")   # no dimension holds one GPU: the node's fabric, the job on NPU 0
+    assert (one.gpus, one.topology(), one.bandwidth()) == (1, "Switch(8)", whole.bandwidth())
+
+
+def test_a_training_step_on_part_of_a_node(capsys):
+    part = run_json(capsys, MLP, "--mesh", "dp=2", "--cluster", "dgx-a100:1x2")
+    assert part.pop("cluster") == clusters.resolve("dgx-a100:1x2").describe()
+    assert part == run_json(capsys, MLP, "--mesh", "dp=2", "--topology", "Switch(2)", "--bandwidth",
+                            f"{300e9 / GIB!r}", "--latency", "300", "--gpu", "a100-80gb", "--chunks", "fastest")
+    # one GPU: its all-reduces are over one rank and move nothing; the report says where it ran
+    one = run_json(capsys, MLP, "--cluster", "dgx-a100:1x1")
+    assert (one["mesh"], one["placement"], one["cluster"]["gpus"]) == \
+        ("dp=1", "one GPU: NPU 0 of the dgx-a100 node's 8", 1)
+    assert one["comm_time_us"] == 0 and one["total_time_us"] == pytest.approx(
+        one["compute_time_us"] + one["host_wait_us"], rel=1e-9)
+    assert part["comm_time_us"] > 0
+    assert astra_compile.compile(MLP, cluster="dgx-a100:1x1").to_dict()["total_time_us"] == one["total_time_us"]
+    refused(capsys, MLP, "--cluster", "dgx-a100:1x1", "--mesh", "dp=2",
+            match="mesh dp=2 has 2 ranks but --cluster dgx-a100:1x1 is one GPU")
+
+
+def run_json(capsys, *argv) -> dict:
+    code, out, err = cli(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
 
 
 def test_cluster_does_not_apply_to_a_table_directory(capsys, tmp_path):

@@ -181,6 +181,25 @@ def test_gpu_replaces_the_clusters_in_every_run_and_in_the_memory_verdict(tmp_pa
     refused(capsys, *args, "--gpu", "h1000", match="unknown GPU; known: ")
 
 
+def test_part_of_a_node_is_searched_on_its_gpus(tmp_path, capsys):
+    # Megatron's weak-scaling runs (A1a-c) took 1, 2 or 4 of a DGX-A100's 8 GPUs: NAME:1xGPUS (docs/clusters.md)
+    path = model(tmp_path, """
+        def plan_space():
+            return {"axes": ["dp", "fsdp"], "micro_batch": [4], "checkpointing": ["none"]}
+    """)
+    args = ("plan", path, "--global-batch", "8", "--workers", "1", "--json")
+    code, out, err = cli(capsys, *args, "--cluster", "dgx-h100:1x2")
+    assert code == 0, err
+    layouts = json.loads(out)["layouts"]
+    assert sorted(lay["mesh"] for lay in layouts) == ["dp=2", "fsdp=2"]
+    assert all(lay["tokens_per_s_per_gpu"] == pytest.approx(8 / (lay["step_time_us"] / 1e6) / 2) for lay in layouts)
+    code, out, err = cli(capsys, *args, "--cluster", "dgx-h100:1x1")
+    assert code == 0, err
+    (alone,) = json.loads(out)["layouts"]
+    assert abs(alone["exposed_comm_us"]) < 1e-6 and alone["tokens_per_s_per_gpu"] == pytest.approx(
+        8 / (alone["step_time_us"] / 1e6))
+
+
 def test_bad_input_one_line_each(tmp_path, capsys):
     path = model(tmp_path, 'def plan_space():\n    return {"axes": ["dp"]}\n')
     refused(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "3", match="no layout")

@@ -30,10 +30,10 @@ Training as Megatron 2020 ran it:
   masked fill and a softmax backward (compiler/frontend/gpu_composites.py): A1a 20 % longer.
 
 Mesh: `tp` and `dp` (by default the size's published TP; any tp that divides the heads, as Megatron allows, so
-`astra-compile plan` can weigh others); a `spare` axis holds GPUs of a node the run leaves idle (A1a-c ran on 1, 2
-or 4 of a DGX-A100's 8 GPUs):
+`astra-compile plan` can weigh others). A1a-c ran on 1, 2 or 4 of a DGX-A100's 8 GPUs, part of a node
+(docs/clusters.md):
 
-    MEGATRON_SIZE=2b astra-compile benchmarks/published/megatron_gpt.py --cluster dgx-a100:1 --mesh spare=4,tp=2
+    MEGATRON_SIZE=2b astra-compile benchmarks/published/megatron_gpt.py --cluster dgx-a100:1x2 --mesh tp=2
     MEGATRON_SIZE=8b astra-compile benchmarks/published/megatron_gpt.py --cluster dgx-a100:128 --mesh dp=128,tp=8
 """
 import math
@@ -287,8 +287,6 @@ def example_inputs():
 
 def parallelize(model, mesh):
     names = mesh.mesh_dim_names
-    if "spare" in names:
-        mesh["spare"]   # GPUs of the node the published run left idle: no collective runs over them
     tp = mesh["tp"].size() if "tp" in names else 1
     if HEADS % tp:   # Megatron splits whole heads (and so the hidden size, 3h and 4h) over tp
         raise ValueError(f"the {SIZE} model's {HEADS} attention heads do not split over the mesh's tp={tp}")

@@ -8,6 +8,7 @@ The CLI (`astra-compile model.py --topology ...`) is a thin layer over this func
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 from types import ModuleType
@@ -16,6 +17,8 @@ from ..driver import driver, recorded_run
 from ..core import heap, reuse
 from ...network.errors import UserError
 from ..frontend import readers
+from ..frontend.mesh import mesh_text
+from ..frontend.trace_world import first_npus, placed
 from ..frontend.workload import Workload
 from ...runtime.workload_engine import SEMANTICS
 from ...network.parse import parse_topology, with_endpoint_delay
@@ -205,7 +208,16 @@ def _compile(source, job: Job, use_recorded: bool) -> WorkloadReport:
         raise UserError("example_inputs, parallelize, loss and optimizer go with an nn.Module source; a model file "
                         "defines them itself")
     if not step_module:
-        workload = load_workload(source, topo.npus, mesh, step.capture_limit, topo, job.run.max_memory)
+        # one GPU of a node (--cluster NAME:1x1): no dimension holds it, so it runs on NPU 0 of the node's fabric
+        alone = net.cluster is not None and net.cluster.gpus == 1 and topo.npus > 1
+        if alone and mesh is not None and math.prod(mesh.values()) != 1:
+            raise UserError(f"mesh {mesh_text(mesh)} has {math.prod(mesh.values())} ranks but --cluster "
+                            f"{net.cluster.name}:1x1 is one GPU")
+        workload = load_workload(source, 1 if alone else topo.npus, mesh, step.capture_limit, topo,
+                                 job.run.max_memory)
+        if alone:
+            workload = placed(workload, topo.npus, f"one GPU: {first_npus(1)} of the {net.cluster.name} node's "
+                                                   f"{topo.npus}")
         if step.iteration is not None:
             workload = workload.only_iteration(step.iteration)
         if step.op_times is not None:

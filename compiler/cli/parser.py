@@ -101,8 +101,9 @@ def build_parser() -> Parser:
     g = p.add_argument_group("network")
     g.add_argument("--topology", help='e.g. "Ring(4)_FC(2)_Switch(8)", 8x8_torus, 64_switch, an ASTRA-sim .yml/.json, '
                                          'or a graph: 4x8_bigraph, dgx1, 2_dgx1, a .edges file')
-    g.add_argument("--cluster", metavar="NAME:NODES",
-                   help="a cluster preset and its node count, e.g. dgx-h100:16 (dgx-a100, dgx-h100, hgx-h200, "
+    g.add_argument("--cluster", metavar="NAME:NODES[xGPUS]",
+                   help="a cluster preset and its node count, e.g. dgx-h100:16, or part of each node, e.g. "
+                        "dgx-a100:1x4 (dgx-a100, dgx-h100, hgx-h200, "
                         "dgx-b200, gb200-nvl72, mi300x, grand-teton): sets the topology (the node's fabric, then a "
                         "switch of the nodes) with its bandwidths and latencies, and the GPU; --topology, --bandwidth, "
                         "--latency and --gpu typed beside it override that part (docs/clusters.md)")

@@ -29,10 +29,17 @@ def on_topology(w: Workload, npus: int | None, mesh: dict[str, int] | None) -> W
         return _retargeted(w, npus, mesh)
     if npus == recorded:
         return w
-    where = "NPU 0" if recorded == 1 else f"NPUs 0-{recorded - 1}"
-    return dataclasses.replace(w, world_size=npus, placement=(
-        f"recorded on {_ranks(recorded)}: runs on {where} of {npus} as recorded (--mesh dp={npus} makes its "
-        "default group data-parallel over every NPU)"))
+    return placed(w, npus, f"recorded on {_ranks(recorded)}: runs on {first_npus(recorded)} of {npus} as recorded "
+                           f"(--mesh dp={npus} makes its default group data-parallel over every NPU)")
+
+
+def placed(w: Workload, npus: int, placement: str) -> Workload:
+    """`w` on the first of `npus` NPUs, its ranks as they are (the report says `placement`)."""
+    return dataclasses.replace(w, world_size=npus, placement=placement)
+
+
+def first_npus(n: int) -> str:
+    return "NPU 0" if n == 1 else f"NPUs 0-{n - 1}"
 
 
 def _retargeted(w: Workload, npus: int, mesh: dict[str, int]) -> Workload:

@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="astra-compile plan", description="Find the fastest parallel layouts of a model file on a "
                                                       "cluster, memory included (docs/plan.md).")
     p.add_argument("model", help="the model file (.py, docs/workloads.md)")
-    p.add_argument("--cluster", required=True, metavar="NAME:NODES", help="the cluster (docs/clusters.md)")
+    p.add_argument("--cluster", required=True, metavar="NAME:NODES[xGPUS]",
+                   help="the cluster, or part of each node: dgx-a100:1x4 (docs/clusters.md)")
     p.add_argument("--gpu", metavar="NAME|FILE", help="the GPU instead of the cluster's: a preset or a device file "
                                                      "(docs/compute.md), for the runs and the memory verdicts")
     p.add_argument("--global-batch", required=True, type=int, metavar="SAMPLES",
@@ -104,7 +105,7 @@ def run(args) -> int:
     path = os.path.abspath(args.model)
     spec, names, sizes, seq, fits_at_all = _inspect(path, cluster, args.seq)
     searched = space_mod.space_of(spec, names, args.model)
-    found = space_mod.layouts(searched, world, cluster.gpus_per_node, args.global_batch, sizes.blocks)
+    found = space_mod.layouts(searched, world, cluster.per_node, args.global_batch, sizes.blocks)
     if not found:
         raise UserError(f"--global-batch {args.global_batch}: no layout of {args.model} on {world} GPUs divides it "
                         "among its data-parallel ranks (give a multiple of the data-parallel sizes)")

@@ -81,12 +81,12 @@ def probes(found: list, indices: list, cluster, depth_name: str | None, own_para
     step_bound.kind) has two layouts or more: a lone kind's probe would run twice to bound one layout (and with a
     parallelize() of the file's own that layout runs first anyway, plan/order.py). None without the file's depth
     constant (plan/depth.py), which sets the probe's blocks."""
-    if depth_name is None or cluster.gpus_per_node < 2:
+    if depth_name is None or cluster.per_node < 2:
         return []
     kinds = Counter(kind(found[i]) for i in indices)
     keys = {k[:3] for k, n in kinds.items() if n > 1}
     lowest = 2 if own_parallelize else 1
-    return [Probe(*k) for k in sorted(keys) if lowest <= k[0] <= cluster.gpus_per_node]
+    return [Probe(*k) for k in sorted(keys) if lowest <= k[0] <= cluster.per_node]
 
 
 def point_index(j: int, k: int, layouts: int) -> int:
