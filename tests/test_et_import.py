@@ -369,6 +369,32 @@ def test_calls_filed_under_a_finished_collective_still_count(tmp_path):
         ("aten.relu.default", "", 48, -1)]
 
 
+def test_a_call_filed_under_a_finished_call_is_its_own(tmp_path):
+    """The wrong pop of gloo's worker thread (above) can leave any finished call on top of the calling thread's
+    stack: a relu filed under an aten::mm written (ended) before it is a call of its own, while a call written
+    before its parent (a linear's nested addmm) stays inside it."""
+    a, b, c = [10, 11, 0, 6, 4, "cpu"], [12, 13, 0, 6, 4, "cpu"], [14, 15, 0, 4, 4, "cpu"]
+    y, w, z = [16, 17, 0, 4, 4, "cpu"], [18, 19, 0, 6, 4, "cpu"], [20, 21, 0, 4, 4, "cpu"]
+    mm = node(3, "aten::mm", 1, [a, b], ["Tensor(float)"] * 2, [c], ["Tensor(float)"],
+              "aten::mm(Tensor self, Tensor mat2) -> Tensor")
+    addmm = node(6, "aten::addmm", 5, [c, a, w], ["Tensor(float)"] * 3, [z], ["Tensor(float)"],
+                 "aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor")
+    linear = node(5, "aten::linear", 1, [a, w, c], ["Tensor(float)"] * 3, [z], ["Tensor(float)"],
+                  "aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor")
+    for n, ins, outs in ((mm, [[2, 3], [3, 2]], [[2, 2]]), (addmm, [[2, 2], [2, 3], [3, 2]], [[2, 2]]),
+                         (linear, [[2, 3], [2, 3], [2]], [[2, 2]])):
+        n["inputs"]["shapes"], n["outputs"]["shapes"] = ins, outs
+    nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1), mm,
+             node(4, "aten::relu", 3, [c], ["Tensor(float)"], [y], ["Tensor(float)"],
+                  "aten::relu(Tensor self) -> Tensor"),
+             addmm, linear]   # the observer writes a call when it ends: the addmm before the linear around it
+    p = tmp_path / "trace_rank0.json"
+    p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
+    ops = load_traces([str(p)]).programs[0]
+    assert [op.name for op in ops] == ["aten.mm.default", "aten.relu.default", "aten.linear.default"]
+    assert [op.flops for op in ops] == [2 * 2 * 3 * 2, 0, 2 * 2 * 3 * 2]
+
+
 def test_a_reduce_keeps_its_root(tmp_path):
     """c10d::reduce_ (tensors, group, op, root rank, ...): a reduce to the group's rank 1 (the group here is the
     world: one file stands for every rank and takes the largest group), lowered as a reduce, not an all-reduce."""
@@ -498,8 +524,8 @@ def test_a_call_cuda_runs_as_its_nested_calls_is_those_calls(tmp_path):
     y = [16, 17, 0, 4096, 4, "cpu"]
     t = ["Tensor(float)"]
     lse = "aten::logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor"
+    # written as the observer writes them, each call when it ends: its nested calls first
     nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1),
-             node(2, "aten::logsumexp", 1, [x, [-1], False], t + ["GenericList[Int]", "Bool"], [r], t, lse),
              node(3, "aten::amax", 2, [x, [-1], True], t + ["GenericList[Int]", "Bool"], [m], t,
                   "aten::amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"),
              node(4, "aten::sub", 2, [x, m], t * 2, [y], t,
@@ -507,6 +533,7 @@ def test_a_call_cuda_runs_as_its_nested_calls_is_those_calls(tmp_path):
              node(5, "aten::sum", 2, [x, [-1], False], t + ["GenericList[Int]", "Bool"], [r], t,
                   "aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) "
                   "-> Tensor"),
+             node(2, "aten::logsumexp", 1, [x, [-1], False], t + ["GenericList[Int]", "Bool"], [r], t, lse),
              node(6, "aten::logsumexp", 1, [x, [-1], False], t + ["GenericList[Int]", "Bool"], [r], t, lse)]
     p = tmp_path / "lse.json"
     p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
@@ -521,12 +548,12 @@ def test_softmax_backward_is_its_multiply_then_its_own_kernel(tmp_path):
     runs its kernel (gpu_composites.RUN_WITH_CHILDREN): two ops, the multiply first, as the capture records them."""
     g, o, p, q = ([i, i + 1, 0, 4096, 4, "cpu"] for i in (10, 12, 14, 16))
     t = ["Tensor(float)"]
-    nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1),
+    nodes = [node(1, "[pytorch|profiler|execution_trace|thread]", 1),   # the nested call written first
+             node(3, "aten::mul", 2, [g, o], t * 2, [p], t,
+                  "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor"),
              node(2, "aten::_softmax_backward_data", 1, [g, o, -1, 6], t * 2 + ["Int", "Int"], [q], t,
                   "aten::_softmax_backward_data(Tensor grad_output, Tensor output, int dim, ScalarType input_dtype) "
-                  "-> Tensor"),
-             node(3, "aten::mul", 2, [g, o], t * 2, [p], t,
-                  "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor")]
+                  "-> Tensor")]
     path = tmp_path / "softmax.json"
     path.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "nodes": nodes}))
     ops = load_traces([str(path)]).programs[0]

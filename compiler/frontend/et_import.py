@@ -463,6 +463,9 @@ def _schema(node: dict):
     return _schema_cache[text]
 
 
+_OBSERVER_ROOTS = "[pytorch|profiler|execution_trace|"   # its process and thread nodes: "...|process]", "...|thread]"
+
+
 class _Builder:
     def __init__(self, trace: _Trace, world: int):
         self.trace, self.world = trace, world
@@ -492,10 +495,12 @@ class _Builder:
     def _caller(self, node: dict, written: dict) -> dict | None:
         """The node `node` ran inside. ctrl_deps says, except after an asynchronous collective: its backend's
         record (gloo:all_reduce) starts on the calling thread and ends on a worker thread, popping the observer's
-        stack of the wrong thread, so calls made after the collective returned are filed under it. A collective
-        that was written (ended) before the node ended did not enclose it: its own caller is taken instead."""
+        stack of the wrong thread, so calls made after the collective returned are filed under it, or under
+        whatever call the wrong pop left on top (an aten::mm that had ended: the call would be taken for part of
+        it). A call is written when it ends, so a parent written before the node did not enclose it: its own
+        caller is taken instead. The observer's process and thread nodes alone are written when the trace starts."""
         parent, seen = self.byid.get(node.get("ctrl_deps")), {node["id"]}
-        while (parent is not None and parent["id"] not in seen and self.kind(parent) in (COLLECTIVE, WAIT)
+        while (parent is not None and parent["id"] not in seen and not parent["name"].startswith(_OBSERVER_ROOTS)
                and written[parent["id"]] < written[node["id"]]):
             seen.add(parent["id"])
             parent = self.byid.get(parent.get("ctrl_deps"))
