@@ -351,7 +351,10 @@ def test_reduced_depth_extrapolates_to_the_whole_run(tmp_path, capsys):
         assert s["blocks"] == (6 if "pp=2" in k else 12)
         assert not w["extrapolated"] and w["depths"] is None
         assert s["step_time_us"] == pytest.approx(w["step_time_us"], rel=0.01), k
-        assert s["peak_memory_bytes"] == pytest.approx(w["peak_memory_bytes"], rel=0.03), k
+        # the allocator's slack grown with the tensors (no expandable segments here) comes out high on this small
+        # model: +2.3 to +5.9 % (as the shallow runs left it: within 3 %, but 11 to 17 % low on Megatron's GPT and
+        # an over-memory layout ranked second on the 70B shape: docs/plan.md, Limits)
+        assert s["peak_memory_bytes"] == pytest.approx(w["peak_memory_bytes"], rel=0.065), k
         assert s["mfu"] == pytest.approx(w["mfu"], rel=0.01), k
         assert s["tokens_per_s_per_gpu"] == pytest.approx(16 / (s["step_time_us"] / 1e6) / 8)   # samples/s: float input
     assert [k for k in short] == [k for k in whole]   # the same ranking
@@ -411,6 +414,33 @@ def test_reduced_depth_extrapolates_each_phases_peak_apart():
         run.phase_bytes = None
     assert _extrapolated(runs, Extrapolation("LAYERS", (2, 3), (2, 3), 24), 8, 16, 512).allocated_bytes == \
         254920704 + 22 * (280099328 - 254920704)
+
+
+def test_the_allocators_slack_grows_with_the_tensors_without_expandable_segments():
+    # Megatron's 1B GPT on one A100 (run A1a, micro-batch 16, measured 2026-11-28): at 3 and 4 blocks the forward's
+    # logits set the peak and the slack (reserved less allocated) barely moves, 2.37 and 2.35 GB; at 24 blocks the
+    # optimizer step sets it and the slack is 6.30 GB, about the same share of the live tensors as at 4 blocks
+    from astra_compile.compiler.plan.depth import Extrapolation
+    from astra_compile.compiler.plan.rank import Outcome, _extrapolated
+    from astra_compile.compiler.plan.space import Layout
+    lay = Layout((("dp", 1),), 16, 1, "none", None)
+    context = 536870912
+    runs = [Outcome(0, lay, step_us=step, allocated_bytes=allocated, reserved_bytes=reserved,
+                    peak_bytes=reserved + context, phase_bytes=phases)
+            for step, allocated, reserved, phases in (
+                (220601.06, 8642861056, 11010048000,
+                 {"backward": 8642599936, "forward": 8642861056, "optimizer": 4661509120}),
+                (262639.56, 9325448192, 11670650880,
+                 {"backward": 9325187072, "forward": 9325448192, "optimizer": 5546760192}))]
+    ex = Extrapolation("LAYERS", (3, 4), (3, 4), 24)
+    whole_allocated, whole_needs = 23251782656, 30087839744
+    kept = _extrapolated(runs, ex, 1, 16, 1024)   # expandable segments on: the slack as the deeper run left it
+    grown = _extrapolated(runs, ex, 1, 16, 1024, slack_with_tensors=True)
+    assert kept.allocated_bytes == grown.allocated_bytes == pytest.approx(whole_allocated, rel=0.001)
+    assert kept.peak_bytes == kept.allocated_bytes + 11670650880 - 9325448192 + context
+    assert kept.peak_bytes < 0.88 * whole_needs   # 13 % short
+    assert grown.peak_bytes == pytest.approx(whole_needs, rel=0.02)
+    assert grown.peak_bytes - context == pytest.approx(grown.allocated_bytes * 11670650880 / 9325448192, rel=1e-9)
 
 
 def test_a_layout_fits_only_where_its_stage_that_needs_most_does():

@@ -167,7 +167,8 @@ def run(args) -> int:
             ran = {int(r["point"]) for r in rows}
             again = {i for i in host_limited(rows, found, depths.layouts)
                      if point(i, WHOLE_AGAIN, len(found)) not in ran}
-            done = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts)
+            done = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts,
+                            slack_with_tensors=not spec.expandable_segments)
             return step_bound.threshold_us([o for o in done if o.index not in again], args.top)
 
         def kind_of(i: int) -> tuple | None:   # (None: no probe for its kind, or one trusted from the start)
@@ -188,7 +189,7 @@ def run(args) -> int:
         _say_skipped(skipped, len(running), threshold(rows), args.top)
         known_bounds = {i: b for i in running if i not in skipped and (b := bounds.of(i)) is not None}
     ranked = outcomes(rows, found, world, args.global_batch, seq, cluster, pruned, depths.layouts, skipped,
-                      known_bounds)
+                      known_bounds, not spec.expandable_segments)
     return _show(args, ranked, world)
 
 

@@ -47,6 +47,7 @@ class Outcome:
     estimated: bool = False     # not run: its memory's lower bound (plan/memory.py) already exceeds the GPU's
     extrapolation: object = None   # plan/depth.Extrapolation: figures from two shallower runs (None: run whole)
     allocated_bytes: int | None = None   # the report's memory.peak_bytes: the tensors live at the peak
+    reserved_bytes: int | None = None    # its reserved_bytes: the caching allocator's segments at their peak
     phase_bytes: dict | None = None      # its phase_peak_bytes: each phase's own peak of live tensors
     bound_us: float | None = None        # its step is at least this (plan/step_bound.py; None: no bound known)
     skipped: bool = False                # not run: that bound is slower than the --top fastest (plan/order.py)
@@ -82,13 +83,15 @@ class Outcome:
 
 def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq: int, cluster,
              pruned: dict | None = None, depths: dict | None = None, skipped: dict | None = None,
-             bounds: dict | None = None) -> list[Outcome]:
+             bounds: dict | None = None, slack_with_tensors: bool = False) -> list[Outcome]:
     """Every layout's outcome, ranked: those that ran and fit by step time, then those over memory (`pruned`:
     {index: lower bound in bytes} of those not run, plan/memory.py), then failures. `depths`: {index:
     plan/depth.Extrapolation} of the layouts run at two shallower depths (point index, then index + len(layouts)),
     whose figures are extrapolated to the real depth, or taken from the layout's whole run where it ran again
     whole (host_limited). `skipped`: {index: bound} of those not run, their step surely slower than the --top
-    fastest (plan/step_bound.py); `bounds`: {index: bound} of the others whose bound is known."""
+    fastest (plan/step_bound.py); `bounds`: {index: bound} of the others whose bound is known.
+    `slack_with_tensors`: the model file leaves the caching allocator's expandable segments off, so its slack
+    grows with the live tensors (_extrapolated)."""
     from ...network import devices
     gpu = devices.resolve(cluster.gpu)
     by_index = {int(r["point"]): r for r in rows}
@@ -104,7 +107,7 @@ def outcomes(rows: list[dict], layouts: list, world: int, global_batch: int, seq
         elif i in depths and point(i, WHOLE_AGAIN, n) not in by_index:
             runs = [_from_row(i, lay, by_index.get(point(i, k, n)), world, global_batch, seq, gpu)
                     for k in (FIRST_DEPTH, SECOND_DEPTH)]
-            out.append(_extrapolated(runs, depths[i], world, global_batch, seq))
+            out.append(_extrapolated(runs, depths[i], world, global_batch, seq, slack_with_tensors))
         else:
             whole = point(i, WHOLE_AGAIN if i in depths else FIRST_DEPTH, n)
             out.append(_from_row(i, lay, by_index.get(whole), world, global_batch, seq, gpu))
@@ -132,6 +135,7 @@ def _from_row(i: int, lay, row: dict | None, world: int, global_batch: int, seq:
         o.peak_bytes = memory.get("needs_bytes")
         o.capacity_bytes = memory.get("capacity_bytes")
         o.allocated_bytes = memory.get("peak_bytes")
+        o.reserved_bytes = memory.get("reserved_bytes")
         o.phase_bytes = memory.get("phase_peak_bytes") or None
     return o
 
@@ -155,12 +159,13 @@ def host_limited(rows: list[dict], layouts: list, depths: dict) -> set:
     return out
 
 
-def _extrapolated(runs: list[Outcome], ex, world: int, global_batch: int, seq: int) -> Outcome:
+def _extrapolated(runs: list[Outcome], ex, world: int, global_batch: int, seq: int,
+                  slack_with_tensors: bool = False) -> Outcome:
     """The layout at its real depth from its two shallower runs (plan/depth.py): step, exposed communication, idle
     time (below) and the step's FLOPs (MFU x step time) on the line through the two; tokens/s from the step. Memory:
     the tensors live at the peak, each phase's on its line and the largest taken (_allocated), plus the deeper
-    run's remainder (the caching allocator's slack, NCCL's buffers, the CUDA context): the slack grows with depth,
-    but not on a line (docs/plan.md, "Limits")."""
+    run's remainder (the caching allocator's slack, grown with the tensors where the file's allocator has no
+    expandable segments: _slack_grown; NCCL's buffers, the CUDA context)."""
     first, second = runs
     failed = next((o for o in runs if o.error is not None), None)
     if failed is not None:
@@ -185,8 +190,23 @@ def _extrapolated(runs: list[Outcome], ex, world: int, global_batch: int, seq: i
     o.mfu = ex.at(first.mfu * first.step_us, second.mfu * second.step_us) / step_us
     if None not in (first.allocated_bytes, second.allocated_bytes, second.peak_bytes):
         o.allocated_bytes = round(_allocated(first, second, ex))
-        o.peak_bytes = o.allocated_bytes + second.peak_bytes - second.allocated_bytes
+        o.peak_bytes = o.allocated_bytes + second.peak_bytes - second.allocated_bytes + \
+            _slack_grown(second, o.allocated_bytes, slack_with_tensors)
     return o
+
+
+def _slack_grown(deeper: Outcome, allocated: int, with_tensors: bool) -> int:
+    """What the caching allocator's slack (reserved less allocated bytes at the peak) adds at the real depth, its
+    tensors `allocated`, to the deeper shallow run's. It does not follow the blocks on a line: from 3 to 4 blocks it
+    may not move at all, where the loss's logits set the peak, and grow with the optimizer's states at the real
+    depth. With expandable segments (one segment per pool, grown in place) it stays about where the deeper run left
+    it (torchtitan's 8B: 9.9 GiB at 4 blocks, 8.6 at 32): nothing added. Without (the allocator's default, and
+    Megatron's) it grows with the tensors, a steady share of them (Megatron's 1B: about a quarter at 4 and at 24
+    blocks), so it is scaled with them (docs/plan.md, "Limits")."""
+    if not with_tensors or deeper.reserved_bytes is None or not deeper.allocated_bytes:
+        return 0
+    slack = deeper.reserved_bytes - deeper.allocated_bytes
+    return round(slack * (allocated / deeper.allocated_bytes - 1))
 
 
 def _allocated(first: Outcome, second: Outcome, ex) -> float:
