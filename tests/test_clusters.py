@@ -123,6 +123,8 @@ def test_a_training_step_on_part_of_a_node(capsys):
     assert astra_compile.compile(MLP, cluster="dgx-a100:1x1").to_dict()["total_time_us"] == one["total_time_us"]
     refused(capsys, MLP, "--cluster", "dgx-a100:1x1", "--mesh", "dp=2",
             match="mesh dp=2 has 2 ranks but --cluster dgx-a100:1x1 is one GPU")
+    refused(capsys, "--collective", "all_reduce", "--size", "1MB", "--cluster", "dgx-a100:1x1",
+            match="--cluster dgx-a100:1x1: one GPU, over which a collective moves nothing")
 
 
 def run_json(capsys, *argv) -> dict:

@@ -212,6 +212,9 @@ def with_cluster(job: Job, gpu_applies: bool = True) -> Job:
     from ...network.clusters import resolve
     cluster = resolve(job.network.cluster)
     net = job.network
+    if not gpu_applies and cluster.gpus == 1 and net.topology is None:   # a lone collective over one GPU
+        raise UserError(f"--cluster {cluster.name}:1x1: one GPU, over which a collective moves nothing; give 2 GPUs "
+                        "or more (docs/clusters.md)")
     changes = {"cluster": cluster}
     if net.topology is None:
         changes.update(topology=cluster.topology(),
