@@ -31,8 +31,9 @@ def outcome(check, schedule) -> str:
 
 def agree(schedule) -> str:
     """Both verifiers' verdict on `schedule`, which must be the same. The data verifier's values are random (0 to
-    999): a wrong byte can hold the right sum by chance, and its message then counts a byte fewer (or names a later
-    first offset); the symbols cannot. Its verdict with another seed stands where the first one was such a chance."""
+    2^20 - 1): a wrong byte can hold the right value by chance, and its message then counts a byte fewer (or names a
+    later first offset); the symbols cannot. Its verdict with another seed stands where the first one was such a
+    chance."""
     symbols = outcome(verify, schedule)
     data = [outcome(lambda s: verify_on_data(s, seed), schedule) for seed in range(3)]
     assert symbols in data, (symbols, data)
