@@ -288,6 +288,47 @@ def test_layouts_over_memory_by_their_bound_do_not_run(tmp_path, capsys):
             match="none of its 12 layouts on 8 GPUs fits")
 
 
+def test_layouts_over_memory_by_their_activations_in_flight_do_not_run(tmp_path, capsys):
+    # a block of width 1024 saves about 4.5 MiB a sample (128 tokens: its input, the wide Linear's output and the
+    # GELU's): 4,096 samples a micro-batch hold 18 GiB a block, 8 blocks without a pipeline and 2 micro-batches of
+    # 4 on 1F1B's first of 2 stages more than an 80 GB H100; 512 samples fit. The block probes measure it; the
+    # layouts of 4,096 do not run
+    from astra_compile.compiler.plan import command, depth, memory, probe, space, step_bound
+    from astra_compile.compiler.sweep.plot import read_results
+    from astra_compile.network import clusters
+    path = deep_model(tmp_path, """
+        WIDTH = 1024
+
+        def plan_space():
+            return {"axes": ["dp", "pp"], "pp": [1, 2], "micro_batch": [512, 4096], "checkpointing": ["none"]}
+    """, layers=8)
+    out_csv = tmp_path / "plan.csv"
+    code, out, err = cli(capsys, "plan", path, "--cluster", "dgx-h100:1", "--global-batch", "32768", "--workers",
+                         "1", "--json", "-o", str(out_csv))
+    assert code == 0 and "2 of the 4 layouts not run: their activations for the micro-batches in flight, as the " \
+        "block probes measured them, surely exceed a h100's 80 GB" in err, err
+    by = {lay["layout"]: lay for lay in json.loads(out)["layouts"]}
+    assert {k for k, lay in by.items() if lay["memory_estimated"]} == {
+        "dp=8, micro-batch 4096 x 1, checkpointing none", "pp=2,dp=4, micro-batch 4096 x 2, checkpointing none, 1F1B"}
+    assert all(lay["peak_memory_bytes"] > 8 * 18 * 2**30 for lay in by.values() if lay["memory_estimated"])
+    ran = [lay for lay in by.values() if not lay["memory_estimated"]]
+    assert len(ran) == 2 and all(lay["status"] == "ok" and lay["fits"] for lay in ran)
+    # the bound, from what the probes measured, is at most what each layout that ran needed, and more than the
+    # bound before running
+    cluster = clusters.resolve("dgx-h100:1")
+    spec, names, sizes, _, _ = command._inspect(path, cluster, None)
+    found = space.layouts(space.space_of(spec, names, path), 8, 8, 32768, sizes.blocks)
+    made = probe.probes(found, list(range(len(found))), cluster, "LAYERS", False, step_bound.kind)
+    act = probe.activations(read_results(str(out_csv))[0], made, len(found))
+    assert act[(1, 512, "none")] > 4 * 2**20 * 512 and act[(1, 4096, "none")] > 4 * 2**20 * 4096
+    for lay in found:
+        bound = memory.in_flight_bound(sizes, lay, depth.blocks_per_stage(spec, path, lay, 8, {}),
+                                       act[step_bound.key(lay)])
+        assert bound > memory.lower_bound(sizes, lay) + 8 * 2**30
+        if lay.micro_batch == 512:
+            assert bound <= by[lay.label(8)]["peak_memory_bytes"]
+
+
 def test_cache_gives_a_later_plan_its_captures(tmp_path, capsys):
     # without -o the layout files would go to a scratch folder of each plan, and the cache (which keys a capture by
     # its file's path) would capture every layout again
@@ -462,6 +503,43 @@ def test_a_layout_fits_only_where_its_stage_that_needs_most_does():
     assert not o.fits
     row["memory"] = json.dumps(first)
     assert _from_row(0, o.layout, row, 256, 256, 4096, gpu).fits
+
+
+def test_each_stage_is_extrapolated_on_its_own_and_the_largest_taken():
+    # pp=4, fsdp=16, tp=4, 16 micro-batches of one sequence, no checkpointing, on the 70B shape (the plan of
+    # docs/plan.md, 2026-11-28): at 2 and 3 blocks a stage the last stage (rank 192, the loss's logits) needs the
+    # most, but the first (rank 0) holds 4 micro-batches' activations of every block and grows 3.4 times as fast;
+    # at 20 blocks a stage it needs 120 GiB of tensors, where the last stage's line gave 62 (shown as fitting)
+    import json
+    from astra_compile.compiler.plan.depth import Extrapolation
+    from astra_compile.compiler.plan.rank import _extrapolated, _from_row
+    from astra_compile.compiler.plan.space import Layout
+    from astra_compile.network import devices
+    gpu = devices.resolve("h100")
+    lay = Layout((("pp", 4), ("fsdp", 16), ("tp", 4)), 1, 16, "none", "1F1B")
+
+    def memory(peak, reserved, needs, phases, rank=None):
+        return {"peak_bytes": peak, "reserved_bytes": reserved, "needs_bytes": needs, "capacity_bytes": int(80e9),
+                "phase_peak_bytes": phases, **({"rank": rank} if rank is not None else {})}
+    rows = []
+    for step, first, last in (
+            (2805711.96, (18656425472, 23746052096, 25088229376, 18127910400),
+             (29897019392, 36440113152, 37782290432, 21491641344)),
+            (3353842.38, (24803880960, 29905387520, 31247564800, 24275365888),
+             (31814942208, 37983617024, 39325794304, 23409564160))):
+        mine = memory(*first[:3], {"backward": first[0], "forward": first[3]})
+        most = memory(*last[:3], {"backward": last[0], "forward": last[3]}, rank=192)
+        rows.append({"status": "ok", "rank": "0", "total_time_us": str(step), "exposed_comm_time_us": "0",
+                     "flops": "1", "memory": json.dumps({**mine, "most": most})})
+    runs = [_from_row(0, lay, row, 256, 256, 8192, gpu) for row in rows]
+    assert all(r.allocated_bytes == r.memories[192].allocated for r in runs)   # each run: the last stage the most
+    o = _extrapolated(runs, Extrapolation("LAYERS", (2, 3), (8, 12), 20), 256, 256, 8192)
+    first_stage = 18656425472 + 18 * (24803880960 - 18656425472)
+    assert o.allocated_bytes == first_stage
+    assert o.peak_bytes == first_stage + 31247564800 - 24803880960
+    assert not o.fits
+    last_stage = 29897019392 + 18 * (31814942208 - 29897019392)
+    assert last_stage < 0.55 * first_stage   # what the plan showed before, taking each run's most on one line
 
 
 def test_a_layout_whose_host_falls_behind_with_depth_runs_again_whole(tmp_path, capsys):

@@ -199,3 +199,45 @@ def test_failed_probes_are_summed_up_in_one_line(capsys):
                           "layouts are bounded by their FLOPs alone") and err.count("\n") == 1, err
     _say_probes_failed(rows[:2], 10)
     assert capsys.readouterr().err == ""
+
+
+def test_a_blocks_activations_are_their_growth_at_the_peak_or_the_forwards_over_the_weights():
+    # probe 0 peaks at the backward's start (its activations all saved): their growth per block; probe 1 peaks in
+    # the optimizer step (none left): the forward's peak less the weights' growth, gradients counted at most
+    def memory(peak_phase, activations, forward, weights):
+        at = {"parameters": weights, "gradients": 0, "optimizer_states": 2 * weights, "communication": 0,
+              "activations": activations, "other": 0}
+        return json.dumps({"peak_phase": peak_phase, "at_peak_bytes": at, "phase_peak_bytes": {"forward": forward}})
+    made = [probe.Probe(2, 1, "none"), probe.Probe(1, 1, "none"), probe.Probe(4, 1, "full")]
+    gib = 2**30
+    rows = [{"point": str(probe.point_index(j, k, 10)), "status": "ok", "memory": m} for j, pair in enumerate((
+        (memory("backward", 3 * gib, 7 * gib, 3 * gib), memory("backward", 5 * gib, 11 * gib, 4 * gib)),
+        (memory("optimizer", 0, 12 * gib, 6 * gib), memory("optimizer", 0, 16 * gib, 7 * gib)),
+    )) for k, m in enumerate(pair)] + [{"point": str(probe.point_index(2, 0, 10)), "status": "failed"}]
+    act = probe.activations(rows, made, 10)
+    # (the second's gradients are not at its peak: 11 - 7 less 3 x (4 - 3) GiB is 1, below the activations' 2)
+    assert act == {(2, 1, "none"): 2 * gib, (1, 1, "none"): gib}
+
+
+def test_a_rank_holds_a_blocks_activations_for_every_micro_batch_in_flight():
+    from astra_compile.compiler.plan.memory import Sizes, in_flight_bound
+    from astra_compile.compiler.report.memory_report import CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_GROUP
+    gib = 2**30
+    sizes = Sizes(params=0, param_bytes=0, seq=1, blocks=80, block_bytes=0, block_tp_bytes=gib, other_bytes=gib,
+                  other_tp_bytes=0, input_bytes_per_sample=0, adam_states=True, tp_may_shard_inputs=False,
+                  own_parallelize=False)
+    fixed = CUDA_CONTEXT_BYTES + 3 * NCCL_BYTES_PER_GROUP
+    # 1F1B's first of 16 stages has run 16 forwards of 5 blocks before its first backward; its weights and AdamW's
+    # states (not the gradients) sharded over tp and fsdp
+    lay = _layout({"pp": 16, "fsdp": 8, "tp": 2}, 32)
+    assert in_flight_bound(sizes, lay, [5] * 16, gib) == 16 * 5 * gib + 3 * 5 * gib // 2 // 8 + fixed
+    assert in_flight_bound(sizes, _layout({"pp": 16, "fsdp": 8, "tp": 2}, 8), [5] * 16, gib) == \
+        8 * 5 * gib + 3 * 5 * gib // 16 + fixed   # fewer micro-batches than stages: all of them
+    assert in_flight_bound(sizes, _layout({"pp": 16, "fsdp": 8, "tp": 2}, 32, "GPipe"), [5] * 16, gib) == \
+        32 * 5 * gib + 3 * 5 * gib // 16 + fixed   # GPipe: every forward first
+    # Interleaved1F1B: each rank's 2 stages hold at least the first micro-batch
+    assert in_flight_bound(sizes, _layout({"pp": 8, "fsdp": 8, "tp": 2}, 32, "Interleaved1F1B"), [5] * 16, gib) == \
+        10 * gib + 3 * 10 * gib // 16 + fixed
+    # no pipeline: every block's for one micro-batch, the rest of the model's weights too
+    assert in_flight_bound(sizes, _layout({"fsdp": 128, "tp": 2}, 2), [80], gib) == \
+        80 * gib + 3 * (80 * gib // 2 + gib) // 128 + 2 * NCCL_BYTES_PER_GROUP + CUDA_CONTEXT_BYTES

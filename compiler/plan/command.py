@@ -161,6 +161,13 @@ def run(args) -> int:
         bounds = step_bound.Bounds(spec, path, found, sizes.blocks, devices.resolve(cluster.gpu), serial,
                                    depths.layouts, head_probe.measured(rows, heads, len(made), len(found), serial),
                                    head_counts)
+        if spec.parallelize is None:   # (a file's own parallelize() may compute in another dtype than its probes)
+            over = _prune_in_flight(found, running, sizes, cluster, probe.activations(rows, made, len(found)),
+                                    bounds.per_stage)
+            pruned.update(over)
+            running = [i for i in running if i not in over]
+            shallower = [i for i in shallower if i not in over]
+            whole = [i for i in whole if i not in over]
 
         def threshold(rows: list[dict]) -> float | None:
             # a layout to run again whole (below) has no step yet: its line may be short of it
@@ -259,6 +266,28 @@ def _prune(path: str, found: list, sizes, cluster) -> dict:
                         "per rank (weights, gradients, optimizer states and block inputs; docs/plan.md): the cluster "
                         "is too small for this model at this global batch")
     return over
+
+
+def _prune_in_flight(found: list, running: list, sizes, cluster, activation: dict, per_stage) -> dict:
+    """{layout index: its memory's bound} of the layouts `running` whose blocks' activations, as the probes measured
+    them (`activation`: step_bound.key -> bytes of a block for one micro-batch), for the micro-batches in flight
+    surely exceed a GPU's memory (plan/memory.in_flight_bound); one line on stderr says how many."""
+    from ...network import devices
+    gpu = devices.resolve(cluster.gpu)
+    capacity = int(gpu.memory_gb * 1e9)
+    out = {}
+    for i in running:
+        act = activation.get(step_bound.key(found[i]))
+        stages = per_stage(i) if act else None
+        if stages:
+            bound = memory.in_flight_bound(sizes, found[i], stages, act)
+            if bound > capacity:
+                out[i] = bound
+    if out:
+        print(f"astra-compile plan: {len(out)} of the {len(running)} layouts not run: their activations for the "
+              f"micro-batches in flight, as the block probes measured them, surely exceed a {gpu.name}'s "
+              f"{gpu.memory_gb:g} GB (docs/plan.md, 'Memory before running')", file=sys.stderr)
+    return out
 
 
 def _layouts_folder(path: str, results_path: str, args) -> str:

@@ -14,6 +14,11 @@ The bound counts only what the rank surely holds at the start of its backward, e
 What it leaves out (activations inside a block, all-gathered FSDP units, more micro-batches in flight on a
 pipeline, the caching allocator's slack) only adds to the measured figure, which stays what a plan ranks by; the
 margin is in docs/plan.md ("Limits").
+
+Once the block probes have run (plan/probe.py), `in_flight_bound` adds what they measured: a block's activations
+for one micro-batch (`probe.activations`), held for every micro-batch in flight when a rank's first backward
+begins. A 70B model's pipeline of 16 stages holds 16 micro-batches of 5 blocks on its first stage, 150 GiB and
+more without checkpointing: such layouts are skipped instead of run whole.
 """
 from __future__ import annotations
 
@@ -128,3 +133,34 @@ def lower_bound(s: Sizes, layout) -> int:
         inputs //= tp
     groups = sum(1 for n in axes.values() if n > 1)
     return states + inputs + CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
+
+
+def in_flight_bound(s: Sizes, layout, per_stage: list, activation: int) -> int:
+    """Bytes some rank surely holds as its first backward begins (a file without a parallelize() of its own, whose
+    layouts compute in the dtype its probes did): its stages' parameters and AdamW's states (the gradients need not
+    exist yet), and `activation` bytes (a block's activations for one micro-batch at the layout's tensor-parallel
+    size, micro-batch size and checkpointing: probe.activations) for each of its blocks and each micro-batch in
+    flight: with one stage a rank, 1F1B's first stage has run min(pp, micro-batches) forwards before its first
+    backward (stage r: pp - r), GPipe's every one; any other schedule at least the first micro-batch through every
+    stage, as no backward starts before the last stage's first forward. `per_stage`: the blocks of each stage
+    (plan/depth.blocks_per_stage: the file's own split)."""
+    axes = layout.axes
+    tp, pp, fsdp = axes.get("tp", 1), axes.get("pp", 1), axes.get("fsdp", 1)
+    block = s.block_bytes + s.block_tp_bytes // tp
+    states = 1 + (2 if s.adam_states else 0)
+    if pp == 1:
+        ranks = [(sum(per_stage), sum(per_stage))]   # (blocks held, blocks x micro-batches in flight)
+        other = s.other_bytes + s.other_tp_bytes // tp
+    else:
+        from .step_bound import stages_held
+        schedule, m = (layout.schedule or "1F1B").lower(), layout.microbatches
+        held = stages_held(layout, len(per_stage))
+
+        def flight(r: int) -> int:
+            return min(pp - r, m) if schedule == "1f1b" else m if schedule == "gpipe" else 1
+        ranks = [(sum(per_stage[k] for k in ks), sum(per_stage[k] * flight(r) for k in ks))
+                 for r, ks in enumerate(held)]
+        other = 0   # the embedding and head sit on some stage: counted on none
+    most = max(states * (n * block + other) // fsdp + in_flight * activation for n, in_flight in ranks)
+    groups = sum(1 for n in axes.values() if n > 1)
+    return most + CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP

@@ -144,6 +144,36 @@ def measured(rows: list[dict], made: list[Probe], found_count: int) -> dict:
     return out
 
 
+def activations(rows: list[dict], made: list[Probe], found_count: int) -> dict:
+    """step_bound.key -> bytes a block's activations hold for one micro-batch, at least (memory.in_flight_bound),
+    from the probes whose two runs ran and kept their memory: the growth per block of the activations live at the
+    step's peak (its backward's start, where they are all saved), or, where the peak lies in the optimizer step
+    (no activations left), of the forward's own peak less that of the parameters, gradients and optimizer states
+    live at the step's peak (which the forward holds at most); the larger of the two, as each falls short of the
+    activations a block saves."""
+    by_point = {int(r["point"]): r for r in rows}
+    out = {}
+    for j, made_probe in enumerate(made):
+        runs = [by_point.get(point_index(j, k, found_count)) for k in (0, 1)]
+        if any(r is None or r.get("status") != "ok" for r in runs):
+            continue
+        memory = [cell_json(r.get("memory"), None) for r in runs]
+        if not all(isinstance(m, dict) and isinstance(m.get("at_peak_bytes"), dict)
+                   and "forward" in (m.get("phase_peak_bytes") or {}) for m in memory):
+            continue
+        first, second = memory
+
+        def grown(get) -> float:
+            return (get(second) - get(first)) / (DEPTHS[1] - DEPTHS[0])
+
+        def weights(m: dict) -> int:
+            return sum(m["at_peak_bytes"].get(c, 0) for c in ("parameters", "gradients", "optimizer_states"))
+        saved = grown(lambda m: m["at_peak_bytes"].get("activations", 0))
+        forward = grown(lambda m: m["phase_peak_bytes"]["forward"]) - grown(weights)
+        out[made_probe.key] = int(max(saved, forward, 0))
+    return out
+
+
 def span_of(row: dict) -> tuple | None:
     """(the forward's start to the backward's end, the two phases' compute) in us, from the report's phases."""
     phases = {p.get("phase"): p for p in cell_json(row.get("phases"), []) if isinstance(p, dict)}

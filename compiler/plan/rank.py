@@ -26,6 +26,16 @@ LEAD_NOISE = 1e-4
 FIRST_DEPTH, SECOND_DEPTH, WHOLE_AGAIN = 0, 1, 2
 
 
+@dataclass(frozen=True)
+class RankMemory:
+    """One rank's memory as a run's report gives it: what it needs (the allocator's reserve, NCCL's buffers and the
+    CUDA context), the tensors live at its peak, the allocator's reserve, and each phase's own peak of tensors."""
+    needs: int
+    allocated: int | None
+    reserved: int | None
+    phases: dict | None
+
+
 def point(i: int, run: int, layouts: int) -> int:
     """The results file's point number of layout `i`'s `run` (FIRST_DEPTH, a whole run too, SECOND_DEPTH or
     WHOLE_AGAIN) in a plan of `layouts` layouts."""
@@ -51,6 +61,10 @@ class Outcome:
     phase_bytes: dict | None = None      # its phase_peak_bytes: each phase's own peak of live tensors
     bound_us: float | None = None        # its step is at least this (plan/step_bound.py; None: no bound known)
     skipped: bool = False                # not run: that bound is slower than the --top fastest (plan/order.py)
+    # each rank whose memory the report gives (the reported one, and the one that needs the most where that is
+    # another: a pipeline's first stage holds the most micro-batches in flight, its last the loss's logits):
+    # rank -> RankMemory. A shallower run's most may be another stage than the real depth's (_extrapolated)
+    memories: dict | None = None
 
     @property
     def ranked(self) -> bool:
@@ -131,13 +145,27 @@ def _from_row(i: int, lay, row: dict | None, world: int, global_batch: int, seq:
     o.mfu = _mfu(row, step_us, gpu)
     memory = cell_json(row.get("memory"), None)
     if isinstance(memory, dict):   # what the rank needs: the allocator's reserve, NCCL and the CUDA context
-        memory = memory.get("most") or memory   # a layout fits where every rank does: another stage may need more
+        most = memory.get("most")
+        reported = _int(row.get("rank"))
+        o.memories = {rank: RankMemory(m.get("needs_bytes"), m.get("peak_bytes"), m.get("reserved_bytes"),
+                                       m.get("phase_peak_bytes") or None)
+                      for rank, m in ((reported, memory), (_int(most.get("rank")) if most else None, most))
+                      if m is not None and isinstance(m.get("needs_bytes"), int)}
+        memory = most or memory   # a layout fits where every rank does: another stage may need more
         o.peak_bytes = memory.get("needs_bytes")
         o.capacity_bytes = memory.get("capacity_bytes")
         o.allocated_bytes = memory.get("peak_bytes")
         o.reserved_bytes = memory.get("reserved_bytes")
         o.phase_bytes = memory.get("phase_peak_bytes") or None
     return o
+
+
+def _int(value) -> int | None:
+    """A rank number from a results cell or a memory object (None: not given)."""
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return None
 
 
 def host_limited(rows: list[dict], layouts: list, depths: dict) -> set:
@@ -188,14 +216,30 @@ def _extrapolated(runs: list[Outcome], ex, world: int, global_batch: int, seq: i
         return o
     o.tokens_per_gpu_s = global_batch * seq / (step_us / 1e6) / world
     o.mfu = ex.at(first.mfu * first.step_us, second.mfu * second.step_us) / step_us
-    if None not in (first.allocated_bytes, second.allocated_bytes, second.peak_bytes):
-        o.allocated_bytes = round(_allocated(first, second, ex))
-        o.peak_bytes = o.allocated_bytes + second.peak_bytes - second.allocated_bytes + \
-            _slack_grown(second, o.allocated_bytes, slack_with_tensors)
+    # each rank known at both depths on its own line, the one that needs the most at the real depth taken: a
+    # pipeline's last stage (the loss's logits) may need the most at 2 and 3 blocks a stage, its first (a block's
+    # activations for every micro-batch in flight) at 20
+    pairs = [(a, second.memories[r]) for r, a in (first.memories or {}).items() if r in (second.memories or {})]
+    if not pairs:
+        pairs = [(RankMemory(first.peak_bytes, first.allocated_bytes, first.reserved_bytes, first.phase_bytes),
+                  RankMemory(second.peak_bytes, second.allocated_bytes, second.reserved_bytes, second.phase_bytes))]
+    lines = [_memory_line(a, b, ex, slack_with_tensors) for a, b in pairs
+             if None not in (a.allocated, b.allocated, b.needs)]
+    if lines:
+        o.peak_bytes, o.allocated_bytes = max(lines)
     return o
 
 
-def _slack_grown(deeper: Outcome, allocated: int, with_tensors: bool) -> int:
+def _memory_line(first: RankMemory, second: RankMemory, ex, slack_with_tensors: bool) -> tuple[int, int]:
+    """(needs, allocated) of one rank at the real depth: the tensors live at its peak (_allocated) plus the deeper
+    run's remainder (the caching allocator's slack, grown with the tensors where the file's allocator has no
+    expandable segments: _slack_grown; NCCL's buffers, the CUDA context)."""
+    allocated = round(_allocated(first, second, ex))
+    return allocated + second.needs - second.allocated + _slack_grown(second, allocated, slack_with_tensors), \
+        allocated
+
+
+def _slack_grown(deeper: RankMemory, allocated: int, with_tensors: bool) -> int:
     """What the caching allocator's slack (reserved less allocated bytes at the peak) adds at the real depth, its
     tensors `allocated`, to the deeper shallow run's. It does not follow the blocks on a line: from 3 to 4 blocks it
     may not move at all, where the loss's logits set the peak, and grow with the optimizer's states at the real
@@ -203,21 +247,21 @@ def _slack_grown(deeper: Outcome, allocated: int, with_tensors: bool) -> int:
     it (torchtitan's 8B: 9.9 GiB at 4 blocks, 8.6 at 32): nothing added. Without (the allocator's default, and
     Megatron's) it grows with the tensors, a steady share of them (Megatron's 1B: about a quarter at 4 and at 24
     blocks), so it is scaled with them (docs/plan.md, "Limits")."""
-    if not with_tensors or deeper.reserved_bytes is None or not deeper.allocated_bytes:
+    if not with_tensors or deeper.reserved is None or not deeper.allocated:
         return 0
-    slack = deeper.reserved_bytes - deeper.allocated_bytes
-    return round(slack * (allocated / deeper.allocated_bytes - 1))
+    slack = deeper.reserved - deeper.allocated
+    return round(slack * (allocated / deeper.allocated - 1))
 
 
-def _allocated(first: Outcome, second: Outcome, ex) -> float:
+def _allocated(first: RankMemory, second: RankMemory, ex) -> float:
     """The tensors live at the real depth's peak: each phase's own peak on its line and the largest taken, as the
     peak may move from one phase to another with depth (DDP with full checkpointing: the backward's logits at 2 and
     3 blocks, the optimizer step's gradients and states at 24); the step's peak on its line where the runs do not
     give their phases' (a record written before they were kept)."""
-    a, b = first.phase_bytes, second.phase_bytes
+    a, b = first.phases, second.phases
     if a and b and set(a) == set(b):
         return max(ex.at(a[p], b[p]) for p in a)
-    return ex.at(first.allocated_bytes, second.allocated_bytes)
+    return ex.at(first.allocated, second.allocated)
 
 
 def _per_stage(lay) -> str:

@@ -98,14 +98,19 @@ def rank_paths(lay, per_stage: list) -> list[tuple[int, int, bool]]:
     pp = lay.axes.get("pp", 1)
     if pp == 1:
         return [(lay.microbatches * sum(per_stage), 0, True)]
-    from torch.distributed.pipelining._utils import generate_rank_to_stage_mapping
-    from ..frontend.pipeline import SCHEDULES
-    schedule = (lay.schedule or "1F1B").lower()
-    held = generate_rank_to_stage_mapping(pp, len(per_stage), SCHEDULES[schedule][1])
+    held = stages_held(lay, len(per_stage))
     last = len(per_stage) - 1
-    one = schedule in ONE_STAGE_A_RANK
+    one = (lay.schedule or "1F1B").lower() in ONE_STAGE_A_RANK
     return [(lay.microbatches * sum(per_stage[k] for k in held[r]), sum(per_stage[:held[r][0]]) if one else 0,
              last in held[r]) for r in range(pp)]
+
+
+def stages_held(lay, stages: int) -> list[list[int]]:
+    """The stages each pipeline rank holds, in order, as torch's schedules put them (frontend/pipeline.py)."""
+    from torch.distributed.pipelining._utils import generate_rank_to_stage_mapping
+    from ..frontend.pipeline import SCHEDULES
+    held = generate_rank_to_stage_mapping(lay.axes["pp"], stages, SCHEDULES[(lay.schedule or "1F1B").lower()][1])
+    return [held[r] for r in range(lay.axes["pp"])]
 
 
 def bound_us(lay, per_stage: list, ref: tuple, gpu) -> float:
