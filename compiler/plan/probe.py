@@ -124,15 +124,20 @@ class Serial:
     rest_gpu_us: float = 0.0
 
 
+def ran(rows: list[dict], made: list[Probe], found_count: int):
+    """(probe, its two runs' rows) of each probe whose two runs both ran."""
+    by_point = {int(r["point"]): r for r in rows}
+    for j, made_probe in enumerate(made):
+        runs = [by_point.get(point_index(j, k, found_count)) for k in (0, 1)]
+        if all(r is not None and r.get("status") == "ok" for r in runs):
+            yield made_probe, runs
+
+
 def measured(rows: list[dict], made: list[Probe], found_count: int) -> dict:
     """step_bound.key -> Serial, from the probes whose two runs ran (a probe the file refuses, say a mesh of tp
     alone, measures nothing: its layouts keep the FLOPs bound)."""
-    by_point = {int(r["point"]): r for r in rows}
     out = {}
-    for j, probe in enumerate(made):
-        runs = [by_point.get(point_index(j, k, found_count)) for k in (0, 1)]
-        if any(r is None or r.get("status") != "ok" for r in runs):
-            continue
+    for probe, runs in ran(rows, made, found_count):
         spans = [span_of(r) for r in runs]
         if None in spans or spans[1][0] <= spans[0][0]:
             continue
@@ -151,12 +156,8 @@ def activations(rows: list[dict], made: list[Probe], found_count: int) -> dict:
     (no activations left), of the forward's own peak less that of the parameters, gradients and optimizer states
     live at the step's peak (which the forward holds at most); the larger of the two, as each falls short of the
     activations a block saves."""
-    by_point = {int(r["point"]): r for r in rows}
     out = {}
-    for j, made_probe in enumerate(made):
-        runs = [by_point.get(point_index(j, k, found_count)) for k in (0, 1)]
-        if any(r is None or r.get("status") != "ok" for r in runs):
-            continue
+    for made_probe, runs in ran(rows, made, found_count):
         memory = [cell_json(r.get("memory"), None) for r in runs]
         if not all(isinstance(m, dict) and isinstance(m.get("at_peak_bytes"), dict)
                    and "forward" in (m.get("phase_peak_bytes") or {}) for m in memory):
