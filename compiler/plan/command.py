@@ -254,9 +254,7 @@ def _inspect(path: str, cluster, seq: int | None):
 def _prune(path: str, found: list, sizes, cluster) -> dict:
     """{layout index: its memory's lower bound} of the layouts that surely exceed a GPU's memory (plan/memory.py):
     they are not run. Every layout pruned is bad input: no layout can fit."""
-    from ...network import devices
-    gpu = devices.resolve(cluster.gpu)
-    capacity = int(gpu.memory_gb * 1e9)
+    gpu, capacity = _capacity(cluster)
     bounds = [memory.lower_bound(sizes, lay) for lay in found]
     over = {i: b for i, b in enumerate(bounds) if b > capacity}
     if len(over) == len(found):
@@ -268,13 +266,18 @@ def _prune(path: str, found: list, sizes, cluster) -> dict:
     return over
 
 
+def _capacity(cluster) -> tuple:
+    """(the cluster's GPU, its memory in bytes)."""
+    from ...network import devices
+    gpu = devices.resolve(cluster.gpu)
+    return gpu, int(gpu.memory_gb * 1e9)
+
+
 def _prune_in_flight(found: list, running: list, sizes, cluster, activation: dict, per_stage) -> dict:
     """{layout index: its memory's bound} of the layouts `running` whose blocks' activations, as the probes measured
     them (`activation`: step_bound.key -> bytes of a block for one micro-batch), for the micro-batches in flight
     surely exceed a GPU's memory (plan/memory.in_flight_bound); one line on stderr says how many."""
-    from ...network import devices
-    gpu = devices.resolve(cluster.gpu)
-    capacity = int(gpu.memory_gb * 1e9)
+    gpu, capacity = _capacity(cluster)
     out = {}
     for i in running:
         act = activation.get(step_bound.key(found[i]))

@@ -123,16 +123,23 @@ def lower_bound(s: Sizes, layout) -> int:
             weights += s.other_bytes + s.other_tp_bytes
         weights //= math.prod(n for a, n in axes.items() if a != "pp")
     else:
-        weights = stage_blocks * (s.block_bytes + s.block_tp_bytes // tp)
-        if pp == 1:
-            weights += s.other_bytes + s.other_tp_bytes // tp
-        weights //= fsdp
+        weights = _weights(s, tp, stage_blocks, pp == 1) // fsdp
     states = (2 + (2 if s.adam_states else 0)) * weights   # parameters, gradients, AdamW's two states
     inputs = stage_blocks * s.input_bytes_per_sample * layout.micro_batch
     if s.tp_may_shard_inputs or s.own_parallelize:
         inputs //= tp
-    groups = sum(1 for n in axes.values() if n > 1)
-    return states + inputs + CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
+    return states + inputs + _context_and_nccl(axes)
+
+
+def _weights(s: Sizes, tp: int, blocks: int, rest: bool) -> int:
+    """Parameter bytes of `blocks` repeated blocks (the smallest block's each) and, with `rest`, of the model
+    outside them, the tensors TP_PLAN names divided by tp (a file plan lays out itself)."""
+    return blocks * (s.block_bytes + s.block_tp_bytes // tp) + (s.other_bytes + s.other_tp_bytes // tp if rest else 0)
+
+
+def _context_and_nccl(axes: dict) -> int:
+    """The CUDA context and NCCL's buffers of one communicator per mesh axis of more than one rank."""
+    return CUDA_CONTEXT_BYTES + sum(1 for n in axes.values() if n > 1) * NCCL_BYTES_PER_GROUP
 
 
 def in_flight_bound(s: Sizes, layout, per_stage: list, activation: int) -> int:
@@ -146,11 +153,9 @@ def in_flight_bound(s: Sizes, layout, per_stage: list, activation: int) -> int:
     (plan/depth.blocks_per_stage: the file's own split)."""
     axes = layout.axes
     tp, pp, fsdp = axes.get("tp", 1), axes.get("pp", 1), axes.get("fsdp", 1)
-    block = s.block_bytes + s.block_tp_bytes // tp
     states = 1 + (2 if s.adam_states else 0)
     if pp == 1:
         ranks = [(sum(per_stage), sum(per_stage))]   # (blocks held, blocks x micro-batches in flight)
-        other = s.other_bytes + s.other_tp_bytes // tp
     else:
         from .step_bound import stages_held
         schedule, m = (layout.schedule or "1F1B").lower(), layout.microbatches
@@ -160,7 +165,6 @@ def in_flight_bound(s: Sizes, layout, per_stage: list, activation: int) -> int:
             return min(pp - r, m) if schedule == "1f1b" else m if schedule == "gpipe" else 1
         ranks = [(sum(per_stage[k] for k in ks), sum(per_stage[k] * flight(r) for k in ks))
                  for r, ks in enumerate(held)]
-        other = 0   # the embedding and head sit on some stage: counted on none
-    most = max(states * (n * block + other) // fsdp + in_flight * activation for n, in_flight in ranks)
-    groups = sum(1 for n in axes.values() if n > 1)
-    return most + CUDA_CONTEXT_BYTES + groups * NCCL_BYTES_PER_GROUP
+    # (with a pipeline the embedding and head sit on some stage: counted on none)
+    most = max(states * _weights(s, tp, n, pp == 1) // fsdp + in_flight * activation for n, in_flight in ranks)
+    return most + _context_and_nccl(axes)
